@@ -1,0 +1,115 @@
+// Run configuration: a TOML file plus `key=value` overrides on dotted keys.
+//
+// Contract:
+// - Every key must be declared in a Schema (name, type, default, doc). Unknown keys
+//   and wrong types throw ConfigError naming the key, "file:line" (or
+//   "override 'k=v'") and a hint (closest known key for typos).
+// - Overrides: "a.b=VALUE"; VALUE is parsed as a TOML value (1, 1e-4, true, "s",
+//   [1,2]); anything that does not parse is taken as a bare string. An override of
+//   a key with a declared type is converted when lossless (int 4 -> float 4.0) and
+//   rejected otherwise.
+// - Integers are accepted where floats are declared. Floats are never silently
+//   truncated to ints.
+// - Model presets: if `model.name` is set and a preset file `<name>.toml` exists in
+//   one of presetDirs(), its [model] keys are used for every model.* key the run
+//   config does not set itself.
+// - After load(), the Config holds the resolved values (schema defaults filled in)
+//   and toToml() serializes them (sorted by key) for run.toml and HDF5 /config.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace ftb {
+
+enum class ValueType { kInt, kFloat, kBool, kString, kIntList, kStringList };
+const char* valueTypeName(ValueType t);
+
+using Value = std::variant<int64_t, double, bool, std::string, std::vector<int64_t>,
+                           std::vector<std::string>>;
+
+struct KeySpec {
+  std::string key;   // dotted, e.g. "training.lr"
+  ValueType type;
+  std::optional<Value> default_value;  // nullopt: optional, no default
+  std::string doc;   // one line, shown by --help-config and in README
+  bool affects_experiment = true;  // false for output dirs / logging: excluded from the sweep tag
+};
+
+class Schema {
+ public:
+  Schema& add(KeySpec spec);
+  const KeySpec* find(const std::string& key) const;
+  const std::vector<KeySpec>& keys() const { return keys_; }
+  // Closest declared key by edit distance, "" if nothing within distance 3.
+  std::string closest(const std::string& key) const;
+
+ private:
+  std::vector<KeySpec> keys_;
+};
+
+// The schema of trainer run configs: every key in DESIGN.md §Trainer.
+const Schema& trainerSchema();
+
+// A resolved leaf: its value and where it came from ("configs/runs/tiny.toml:7",
+// "override 'training.lr=1e-3'", "preset configs/models/tiny.toml:3", "default").
+struct Entry {
+  Value value;
+  std::string origin;
+};
+
+class Config {
+ public:
+  // Loads `path`, applies `overrides` in order, fills defaults, validates types.
+  // Throws ConfigError (missing file, TOML syntax error with line, unknown key,
+  // wrong type, malformed override).
+  static Config load(const std::string& path, const std::vector<std::string>& overrides,
+                     const Schema& schema = trainerSchema());
+  // Same, from TOML text (for tests); `source_name` is used in file:line messages.
+  static Config fromString(const std::string& toml_text, const std::string& source_name,
+                           const std::vector<std::string>& overrides,
+                           const Schema& schema = trainerSchema());
+
+  bool has(const std::string& key) const;
+  // Typed getters. REQUIRES: key declared in the schema with that type (else
+  // ConfigError "internal: ..."). A key with no value and no default throws
+  // ConfigError "missing required key".
+  int64_t getInt(const std::string& key) const;
+  double getFloat(const std::string& key) const;
+  bool getBool(const std::string& key) const;
+  const std::string& getString(const std::string& key) const;
+  const std::vector<int64_t>& getIntList(const std::string& key) const;
+  // "file:line" / override / default description, for error messages.
+  std::string where(const std::string& key) const;
+
+  // Throws ConfigError(key, where(key), what, hint). For invariant checks by users
+  // of the config: cfg.fail("training.micro_batch_size", "must be >= 1, got 0", "...").
+  [[noreturn]] void fail(const std::string& key, const std::string& what,
+                         const std::string& hint = "") const;
+
+  void set(const std::string& key, Value v, const std::string& origin);  // programmatic
+  const std::map<std::string, Entry>& entries() const { return entries_; }
+  const Schema& schema() const { return *schema_; }
+  const std::string& sourcePath() const { return source_path_; }
+
+  // Resolved config as TOML, keys grouped by table and sorted. Round-trips through
+  // fromString() to an equal Config.
+  std::string toToml() const;
+
+ private:
+  const Schema* schema_ = nullptr;
+  std::string source_path_;
+  std::map<std::string, Entry> entries_;
+};
+
+// Directories searched for model presets, in order: $FTB_MODELS_DIR,
+// <dir of config file>/../models, FTB_SOURCE_DIR/configs/models.
+std::vector<std::string> presetDirs(const std::string& config_path);
+
+std::string valueToString(const Value& v);  // TOML spelling: 1, 0.0001, true, "s", [1, 2]
+
+}  // namespace ftb
