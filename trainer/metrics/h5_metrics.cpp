@@ -1,0 +1,233 @@
+#include "trainer/metrics/h5_metrics.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+#include <stdexcept>
+#include <system_error>
+
+#include "common/error.h"
+
+namespace ftb {
+namespace {
+
+const std::set<std::string> kStates = {"running", "completed", "failed",
+                                       "oom",     "preempted", "invalid"};
+
+int64_t toInt(double v) { return std::isnan(v) ? -1 : static_cast<int64_t>(std::llround(v)); }
+
+}  // namespace
+
+std::string metricsFilePath(const std::string& run_dir, int rank) {
+  char name[32];
+  std::snprintf(name, sizeof name, "rank_%05d.h5", rank);
+  return (std::filesystem::path(run_dir) / "metrics" / name).string();
+}
+
+MetricsFile MetricsFile::create(const std::string& path, const RunInfo& info) {
+  std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  if (ec) throw IoError("cannot create directory '" + parent.string() + "': " + ec.message());
+
+  MetricsFile m;
+  m.path_ = path;
+  m.file_ = h5::createFile(path, /*file_locking=*/false);  // live files stay readable
+  h5::H5Handle root = h5::openGroup(m.file_, "/");
+  h5::writeAttrInt(root, "schema_version", kMetricsSchemaVersion);
+  const std::pair<const char*, const std::string*> strings[] = {
+      {"tag", &info.tag},
+      {"config_hash", &info.config_hash},
+      {"hostname", &info.hostname},
+      {"start_utc", &info.start_utc},
+      {"ftbench_version", &info.ftbench_version},
+      {"torch_version", &info.torch_version},
+      {"device", &info.device},
+      {"peak_source", &info.peak_source}};
+  for (const auto& [name, value] : strings) h5::writeAttrString(root, name, *value);
+  h5::writeAttrInt(root, "world_size", info.world_size);
+  h5::writeAttrInt(root, "rank", info.rank);
+  h5::writeAttrInt(root, "local_rank", info.local_rank);
+  h5::writeAttrInt(root, "node_rank", info.node_rank);
+  h5::writeAttrDouble(root, "peak_flops", info.peak_flops);
+  h5::writeStringDataset(m.file_, "config", info.config_toml);
+  m.steps_group_ = h5::createGroup(m.file_, "steps");
+  m.status_group_ = h5::createGroup(m.file_, "status");
+  m.writeStatus(true);
+  h5::flushFile(m.file_);
+  return m;
+}
+
+MetricsFile& MetricsFile::operator=(MetricsFile&& other) noexcept {
+  if (this != &other) {
+    try {
+      close();
+    } catch (...) {
+    }
+    path_ = std::move(other.path_);
+    file_ = std::move(other.file_);
+    steps_group_ = std::move(other.steps_group_);
+    status_group_ = std::move(other.status_group_);
+    columns_ = std::move(other.columns_);
+    column_index_ = std::move(other.column_index_);
+    steps_flushed_ = other.steps_flushed_;
+    steps_buffered_ = other.steps_buffered_;
+    state_ = std::move(other.state_);
+    message_ = std::move(other.message_);
+    exit_code_ = other.exit_code_;
+  }
+  return *this;
+}
+
+MetricsFile::~MetricsFile() {
+  try {
+    close();
+  } catch (...) {  // contract: never throws; handles are still released below
+  }
+}
+
+void MetricsFile::declareMetric(const std::string& name, bool is_int) {
+  auto it = column_index_.find(name);
+  if (it != column_index_.end()) {
+    if (columns_[it->second].is_int != is_int) {
+      throw std::logic_error("metric '" + name + "' re-declared with another type");
+    }
+    return;
+  }
+  if (steps_flushed_ + steps_buffered_ > 0) {
+    throw std::logic_error("metric '" + name + "' declared after the first appendStep");
+  }
+  if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
+    throw std::invalid_argument("bad metric name '" + name + "'");
+  }
+  column_index_[name] = columns_.size();
+  columns_.push_back(Column{name, is_int, {}, {}, {}});
+}
+
+void MetricsFile::appendStep(const std::map<std::string, double>& values) {
+  for (const auto& kv : values) {
+    if (column_index_.count(kv.first) == 0) {
+      throw std::invalid_argument("appendStep: metric '" + kv.first + "' was not declared");
+    }
+  }
+  for (Column& c : columns_) {
+    auto it = values.find(c.name);
+    double v = it == values.end() ? std::numeric_limits<double>::quiet_NaN() : it->second;
+    if (c.is_int) {
+      c.ints.push_back(toInt(v));
+    } else {
+      c.doubles.push_back(v);
+    }
+  }
+  ++steps_buffered_;
+}
+
+void MetricsFile::flush() {
+  if (!isOpen()) return;
+  for (Column& c : columns_) {
+    if (!c.dset.valid()) {
+      c.dset = h5::createAppendable(steps_group_, c.name,
+                                    c.is_int ? h5::ElemType::kInt64 : h5::ElemType::kFloat64);
+    }
+    if (c.is_int) {
+      h5::appendValues(c.dset, c.ints.data(), c.ints.size());
+      c.ints.clear();
+    } else {
+      h5::appendValues(c.dset, c.doubles.data(), c.doubles.size());
+      c.doubles.clear();
+    }
+  }
+  steps_flushed_ += steps_buffered_;
+  steps_buffered_ = 0;
+  writeStatus(false);
+  h5::flushFile(file_);
+}
+
+void MetricsFile::setStatus(const std::string& state, int exit_code, const std::string& message) {
+  if (kStates.count(state) == 0) throw std::invalid_argument("bad metrics state '" + state + "'");
+  state_ = state;
+  exit_code_ = exit_code;
+  message_ = message;
+  if (!isOpen()) return;
+  writeStatus(true);
+  flush();
+}
+
+void MetricsFile::close() {
+  if (!isOpen()) return;
+  struct Releaser {  // releases every handle even when flush() throws
+    MetricsFile* m;
+    ~Releaser() {
+      m->columns_.clear();
+      m->column_index_.clear();
+      m->steps_group_ = h5::H5Handle();
+      m->status_group_ = h5::H5Handle();
+      m->file_ = h5::H5Handle();
+    }
+  } releaser{this};
+  flush();
+  for (Column& c : columns_) c.dset.close();
+  steps_group_.close();
+  status_group_.close();
+  file_.close();
+}
+
+void MetricsFile::writeStatus(bool all) {
+  if (all) {
+    h5::writeAttrString(status_group_, "state", state_);
+    h5::writeAttrInt(status_group_, "exit_code", exit_code_);
+    h5::writeAttrString(status_group_, "message", message_);
+  }
+  h5::writeAttrInt(status_group_, "steps_done", steps_flushed_);
+}
+
+MetricsData readMetricsFile(const std::string& path) {
+  MetricsData d;
+  h5::H5Handle file = h5::openFile(path, /*writable=*/false, /*file_locking=*/false);
+  h5::H5Handle root = h5::openGroup(file, "/");
+  for (const std::string& name : h5::listAttrs(root)) {
+    switch (h5::attrType(root, name)) {
+      case h5::AttrType::kInt:
+        d.attrs[name] = h5::readAttrInt(root, name);
+        break;
+      case h5::AttrType::kFloat:
+        d.attrs[name] = h5::readAttrDouble(root, name);
+        break;
+      case h5::AttrType::kString:
+        d.attrs[name] = h5::readAttrString(root, name);
+        break;
+      case h5::AttrType::kOther:
+        break;
+    }
+  }
+  auto version = d.attrs.find("schema_version");
+  if (version == d.attrs.end() || version->second != AttrValue(kMetricsSchemaVersion)) {
+    throw IoError("metrics file '" + path + "': missing or unsupported schema_version (want " +
+                  std::to_string(kMetricsSchemaVersion) + ")");
+  }
+  for (const char* required : {"config", "status", "steps"}) {
+    if (!h5::exists(file, required)) {
+      throw IoError("metrics file '" + path + "' has no /" + std::string(required));
+    }
+  }
+  d.config = h5::readStringDataset(file, "config");
+  h5::H5Handle status = h5::openGroup(file, "status");
+  d.status.state = h5::readAttrString(status, "state");
+  d.status.message = h5::readAttrString(status, "message");
+  d.status.exit_code = h5::readAttrInt(status, "exit_code");
+  d.status.steps_done = h5::readAttrInt(status, "steps_done");
+  h5::H5Handle steps = h5::openGroup(file, "steps");
+  size_t rows = std::numeric_limits<size_t>::max();
+  for (const std::string& name : h5::listMembers(steps)) {
+    h5::H5Handle dset = h5::openDataset(steps, name);
+    if (h5::isIntDataset(dset)) d.int_metrics.insert(name);
+    std::vector<double>& col = d.steps[name] = h5::readDoubles(steps, name);
+    rows = std::min(rows, col.size());
+  }
+  for (auto& kv : d.steps) kv.second.resize(rows);
+  return d;
+}
+
+}  // namespace ftb

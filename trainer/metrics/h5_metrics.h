@@ -1,0 +1,121 @@
+// Per-rank HDF5 metrics file (DESIGN.md §HDF5 metrics) and its reader.
+//
+// Layout of <run_dir>/metrics/rank_%05d.h5 (schema_version 1):
+//   / attrs    schema_version (int64 = 1), tag, config_hash, hostname, start_utc,
+//              ftbench_version, torch_version, device, peak_source (UTF-8 strings),
+//              world_size, rank, local_rank, node_rank (int64), peak_flops (float64, FLOP/s)
+//   /config    scalar UTF-8 string: the resolved config (TOML)
+//   /steps/<metric>  1-D float64 or int64, chunked, unlimited; row i = i-th appended step
+//   /status    group with attrs state (running|completed|failed|oom|preempted|invalid),
+//              exit_code (int64), message (string), steps_done (int64 = rows flushed)
+//
+// Crash safety: rows are buffered in memory and only flush()/setStatus()/close() call
+// HDF5; each ends with H5Fflush(H5F_SCOPE_GLOBAL). So a process killed (even SIGKILL)
+// outside those calls leaves a file that h5py and h5dump open, holding every flushed
+// row and the status of the last flush ("running" unless setStatus said otherwise).
+// The data reaches the OS page cache, not the disk: a node crash may lose it.
+// The file is not flock(2)ed, so other processes (h5py, h5dump, readMetricsFile) can
+// read a live run; a reader racing a flush may see a torn state (readMetricsFile: IoError).
+// Not thread-safe. No libtorch.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "common/hdf5.h"
+
+namespace ftb {
+
+inline constexpr int64_t kMetricsSchemaVersion = 1;
+
+struct RunInfo {
+  std::string tag, config_hash, hostname, start_utc, ftbench_version, torch_version, device,
+      peak_source, config_toml;
+  int world_size = 1, rank = 0, local_rank = 0, node_rank = 0;
+  double peak_flops = 0;  // FLOP/s
+};
+
+// "<run_dir>/metrics/rank_%05d.h5"
+std::string metricsFilePath(const std::string& run_dir, int rank);
+
+class MetricsFile {
+ public:
+  // Creates parent directories and the file (an existing file is truncated), writes
+  // the root attributes, /config, empty /steps, /status = running; flushes.
+  // Throws IoError.
+  static MetricsFile create(const std::string& path, const RunInfo& info);
+
+  MetricsFile(MetricsFile&& other) noexcept = default;
+  MetricsFile& operator=(MetricsFile&& other) noexcept;  // closes *this first (no throw)
+  MetricsFile(const MetricsFile&) = delete;
+  MetricsFile& operator=(const MetricsFile&) = delete;
+  ~MetricsFile();  // close(), errors swallowed: never throws
+
+  // REQUIRES: no step appended yet (else std::logic_error). Re-declaring a name with
+  // the same type is a no-op, with another type std::logic_error. No HDF5 call: the
+  // dataset is created by the next flush().
+  void declareMetric(const std::string& name, bool is_int);
+  // Buffers one row in memory (no HDF5 call). A declared metric missing from `values`
+  // is stored as NaN (int: -1); int metrics store llround(value), NaN -> -1.
+  // An undeclared name throws std::invalid_argument and buffers nothing.
+  void appendStep(const std::map<std::string, double>& values);
+  // Writes the buffered rows, rewrites /status steps_done, H5Fflush. Throws IoError
+  // (file state then unspecified). No-op on a closed file.
+  void flush();
+  // REQUIRES: state is one of running|completed|failed|oom|preempted|invalid (else
+  // std::invalid_argument). Flushes buffered rows and rewrites all of /status.
+  void setStatus(const std::string& state, int exit_code, const std::string& message);
+  // flush() then closes every handle. Idempotent. Throws IoError.
+  void close();
+
+  bool isOpen() const { return file_.valid(); }
+  const std::string& path() const { return path_; }
+  int64_t stepsFlushed() const { return steps_flushed_; }
+  int64_t stepsBuffered() const { return steps_buffered_; }
+
+ private:
+  struct Column {
+    std::string name;
+    bool is_int = false;
+    std::vector<double> doubles;  // buffered rows (float64 metric)
+    std::vector<int64_t> ints;    // buffered rows (int64 metric)
+    h5::H5Handle dset;            // invalid until the first flush
+  };
+  MetricsFile() = default;
+  void writeStatus(bool all);
+
+  std::string path_;
+  h5::H5Handle file_, steps_group_, status_group_;
+  std::vector<Column> columns_;  // declaration order
+  std::map<std::string, size_t> column_index_;
+  int64_t steps_flushed_ = 0, steps_buffered_ = 0;
+  std::string state_ = "running", message_;
+  int64_t exit_code_ = 0;
+};
+
+using AttrValue = std::variant<int64_t, double, std::string>;
+
+struct MetricsStatus {
+  std::string state, message;
+  int64_t exit_code = 0, steps_done = 0;
+};
+
+struct MetricsData {
+  std::map<std::string, AttrValue> attrs;  // root attributes
+  std::string config;                      // /config
+  MetricsStatus status;
+  // Every /steps dataset as float64 (int metrics converted), all cut to the shortest
+  // one (equal lengths unless a process died inside flush()).
+  std::map<std::string, std::vector<double>> steps;
+  std::set<std::string> int_metrics;  // names of /steps datasets stored as int64
+};
+
+// Throws IoError naming `path` when the file is missing, corrupt or truncated, has
+// no /status or /steps, or a schema_version other than kMetricsSchemaVersion.
+MetricsData readMetricsFile(const std::string& path);
+
+}  // namespace ftb
