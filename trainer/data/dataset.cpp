@@ -1,0 +1,198 @@
+#include "trainer/data/dataset.h"
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <random>
+
+#include "common/error.h"
+
+namespace ftb {
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+class SyntheticDataset final : public Dataset {
+ public:
+  explicit SyntheticDataset(const TrainConfig& c)
+      : n_(c.num_samples), seed_(c.seed), vocab_(c.model.vocab_size),
+        min_len_(c.min_doc_len), max_len_(c.seq_len) {}
+  int64_t size() const override { return n_; }
+  int32_t successor(int32_t t) const {
+    return static_cast<int32_t>((int64_t(t) * 7 + 3) % (vocab_ - 1) + 1);
+  }
+  std::vector<int32_t> document(int64_t index) const override {
+    std::mt19937_64 rng(splitmix64(static_cast<uint64_t>(seed_) * 0x100000001b3ULL ^
+                                   splitmix64(static_cast<uint64_t>(index % n_))));
+    std::uniform_int_distribution<int64_t> len(min_len_, max_len_);
+    std::uniform_int_distribution<int32_t> tok(1, static_cast<int32_t>(vocab_ - 1));
+    std::bernoulli_distribution follow(0.5);
+    std::vector<int32_t> ids(static_cast<size_t>(len(rng) + 1));
+    // Half the tokens follow a fixed successor rule, so the loss can really fall.
+    for (size_t i = 0; i < ids.size(); ++i)
+      ids[i] = (i > 0 && follow(rng)) ? successor(ids[i - 1]) : tok(rng);
+    return ids;
+  }
+
+ private:
+  int64_t n_, seed_, vocab_, min_len_, max_len_;
+};
+
+class InMemoryDataset final : public Dataset {
+ public:
+  explicit InMemoryDataset(std::vector<std::vector<int32_t>> docs) : docs_(std::move(docs)) {}
+  int64_t size() const override { return static_cast<int64_t>(docs_.size()); }
+  std::vector<int32_t> document(int64_t index) const override { return docs_[index % size()]; }
+
+ private:
+  std::vector<std::vector<int32_t>> docs_;
+};
+
+bool endsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+void checkId(int64_t id, int64_t vocab, const std::string& where) {
+  if (id < 0 || id >= vocab)
+    throw ConfigError("data.source", where,
+                      "token id " + std::to_string(id) + " outside [0, vocab_size(" +
+                          std::to_string(vocab) + "))",
+                      "the file was tokenized for a different vocabulary");
+}
+
+std::unique_ptr<Dataset> loadJsonl(const TrainConfig& c) {
+  std::ifstream in(c.data_source);
+  if (!in) throw ConfigError("data.source", c.data_source, "cannot open data file");
+  std::vector<std::vector<int32_t>> docs;
+  std::string line;
+  for (int64_t lineno = 1; std::getline(in, line); ++lineno) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    std::string where = c.data_source + ":" + std::to_string(lineno);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const std::exception& e) {
+      throw ConfigError("data.source", where, std::string("invalid JSON: ") + e.what());
+    }
+    if (!j.is_object() || !j.contains("input_ids") || !j["input_ids"].is_array())
+      throw ConfigError("data.source", where, "expected an object with an \"input_ids\" array");
+    std::vector<int32_t> ids;
+    for (const auto& v : j["input_ids"]) {
+      if (!v.is_number_integer()) throw ConfigError("data.source", where, "non-integer token id");
+      int64_t id = v.get<int64_t>();
+      checkId(id, c.model.vocab_size, where);
+      if (static_cast<int64_t>(ids.size()) <= c.seq_len) ids.push_back(static_cast<int32_t>(id));
+    }
+    if (ids.size() < 2) continue;  // nothing to predict
+    docs.push_back(std::move(ids));
+  }
+  if (docs.empty())
+    throw ConfigError("data.source", c.data_source, "no document with at least 2 tokens");
+  return std::make_unique<InMemoryDataset>(std::move(docs));
+}
+
+template <typename T>
+std::unique_ptr<Dataset> loadBin(const TrainConfig& c) {
+  std::ifstream in(c.data_source, std::ios::binary | std::ios::ate);
+  if (!in) throw ConfigError("data.source", c.data_source, "cannot open data file");
+  auto bytes = static_cast<int64_t>(in.tellg());
+  if (bytes % sizeof(T) != 0)
+    throw ConfigError("data.source", c.data_source,
+                      "size " + std::to_string(bytes) + " is not a multiple of " +
+                          std::to_string(sizeof(T)) + " (data.bin_dtype = " + c.bin_dtype + ")");
+  std::vector<T> raw(bytes / sizeof(T));
+  in.seekg(0);
+  in.read(reinterpret_cast<char*>(raw.data()), bytes);
+  int64_t n = static_cast<int64_t>(raw.size());
+  if (n < c.seq_len + 1)
+    throw ConfigError("data.source", c.data_source,
+                      "holds " + std::to_string(n) + " tokens, fewer than seq_len + 1 (" +
+                          std::to_string(c.seq_len + 1) + ")");
+  std::vector<std::vector<int32_t>> docs;
+  for (int64_t s = 0; s + c.seq_len + 1 <= n; s += c.seq_len) {
+    std::vector<int32_t> ids(raw.begin() + s, raw.begin() + s + c.seq_len + 1);
+    for (int32_t id : ids) checkId(id, c.model.vocab_size, c.data_source + " (token " + std::to_string(s) + ")");
+    docs.push_back(std::move(ids));
+  }
+  return std::make_unique<InMemoryDataset>(std::move(docs));
+}
+
+}  // namespace
+
+std::unique_ptr<Dataset> makeDataset(const TrainConfig& c) {
+  if (c.data_source == "synthetic") return std::make_unique<SyntheticDataset>(c);
+  if (endsWith(c.data_source, ".jsonl")) return loadJsonl(c);
+  if (endsWith(c.data_source, ".bin"))
+    return c.bin_dtype == "uint32" ? loadBin<uint32_t>(c) : loadBin<uint16_t>(c);
+  throw ConfigError("data.source", "config", "unknown data file type \"" + c.data_source + "\"",
+                    "expected \"synthetic\", a .jsonl or a .bin file");
+}
+
+int64_t countPositions(const Dataset& ds, int64_t first, int64_t count, int64_t seq_len) {
+  int64_t n = 0;
+  for (int64_t i = 0; i < count; ++i)
+    n += std::min<int64_t>(seq_len, static_cast<int64_t>(ds.document(first + i).size()) - 1);
+  return n;
+}
+
+Batch makeBatch(const Dataset& ds, int64_t first, int64_t count, int64_t seq_len,
+                bool pad_longest, int64_t pad_id) {
+  std::vector<std::vector<int32_t>> docs;
+  int64_t T = pad_longest ? 1 : seq_len;
+  for (int64_t i = 0; i < count; ++i) {
+    docs.push_back(ds.document(first + i));
+    if (static_cast<int64_t>(docs.back().size()) > seq_len + 1) docs.back().resize(seq_len + 1);
+    if (pad_longest) T = std::max<int64_t>(T, static_cast<int64_t>(docs.back().size()) - 1);
+  }
+  Batch b;
+  b.inputs = torch::full({count, T}, pad_id, torch::kInt64);
+  b.targets = torch::full({count, T}, pad_id, torch::kInt64);
+  b.mask = torch::zeros({count, T}, torch::kBool);
+  auto in = b.inputs.accessor<int64_t, 2>();
+  auto tg = b.targets.accessor<int64_t, 2>();
+  auto mk = b.mask.accessor<bool, 2>();
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t n = static_cast<int64_t>(docs[i].size()) - 1;
+    for (int64_t t = 0; t < n; ++t) {
+      in[i][t] = docs[i][t];
+      tg[i][t] = docs[i][t + 1];
+      mk[i][t] = true;
+    }
+    b.dataset_tokens += n;
+  }
+  b.padded_tokens = count * T;
+  return b;
+}
+
+void writeSyntheticDataset(const TrainConfig& c, const std::string& path) {
+  SyntheticDataset ds(c);
+  std::ofstream out(path, std::ios::binary);
+  if (!out) throw IoError("cannot write " + path);
+  bool bin = endsWith(path, ".bin");
+  for (int64_t i = 0; i < ds.size(); ++i) {
+    std::vector<int32_t> ids = ds.document(i);
+    if (bin) {
+      for (int32_t id : ids) {
+        if (c.bin_dtype == "uint32") {
+          uint32_t v = static_cast<uint32_t>(id);
+          out.write(reinterpret_cast<const char*>(&v), sizeof(v));
+        } else {
+          uint16_t v = static_cast<uint16_t>(id);
+          out.write(reinterpret_cast<const char*>(&v), sizeof(v));
+        }
+      }
+    } else {
+      nlohmann::json j;
+      j["input_ids"] = ids;
+      out << j.dump() << '\n';
+    }
+  }
+  if (!out) throw IoError("write to " + path + " failed");
+}
+
+}  // namespace ftb

@@ -1,0 +1,58 @@
+// Token datasets and padded batches.
+//
+// Contracts:
+// - A document is a token sequence of length n >= 2; it yields n-1 training
+//   positions (inputs = ids[:-1], targets = ids[1:]), at most seq_len of them.
+// - Data order is a pure function of the global sample index: document(i) wraps
+//   modulo size(), so every parallel layout sees the same global batch per step.
+// - SyntheticDataset: document i is drawn from a generator seeded by (seed, i), with
+//   n-1 uniform in [min_doc_len, seq_len]; each id is, with probability 1/2, a fixed
+//   function of the previous id (so there is something to learn), else uniform in
+//   [1, vocab_size).
+// - Token files: `.bin` is a flat stream of uint16/uint32 ids cut into windows of
+//   seq_len+1 tokens (stride seq_len); `.jsonl` holds one {"input_ids": [...]} per
+//   line, each truncated to seq_len+1. Bad files throw ConfigError with file:line.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "trainer/run_config.h"
+
+namespace ftb {
+
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  virtual int64_t size() const = 0;
+  virtual std::vector<int32_t> document(int64_t index) const = 0;
+};
+
+std::unique_ptr<Dataset> makeDataset(const TrainConfig& c);
+
+struct Batch {
+  torch::Tensor inputs;   // [B,T] int64, pad_id on padding
+  torch::Tensor targets;  // [B,T] int64
+  torch::Tensor mask;     // [B,T] bool, true on real (non-padding) positions
+  int64_t padded_tokens = 0;   // B*T
+  int64_t dataset_tokens = 0;  // mask.sum()
+};
+
+// Builds the batch for global sample indices [first, first+count). T is seq_len
+// (max_length) or the longest document in the batch (longest).
+Batch makeBatch(const Dataset& ds, int64_t first, int64_t count, int64_t seq_len,
+                bool pad_longest, int64_t pad_id);
+
+// Counts the non-padding positions of samples [first, first+count) without
+// building tensors (for the global token count that normalises the loss).
+int64_t countPositions(const Dataset& ds, int64_t first, int64_t count, int64_t seq_len);
+
+// Writes `num_samples` synthetic documents (exactly SyntheticDataset's) to `path`:
+// .jsonl (one {"input_ids": [...]} per line) or .bin (flat stream, bin_dtype).
+void writeSyntheticDataset(const TrainConfig& c, const std::string& path);
+
+}  // namespace ftb

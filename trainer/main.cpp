@@ -1,0 +1,51 @@
+// trainer: one process per rank. parse -> init dist -> build -> train -> close.
+#include <cxxopts.hpp>
+
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "trainer/session.h"
+
+int main(int argc, char** argv) {
+  using namespace ftb;
+  cxxopts::Options cli("trainer", "ftbench trainer: one process per rank.\n"
+                                  "  trainer --config configs/runs/tiny.toml [key=value ...]");
+  cli.add_options()
+      ("config", "run config (TOML)", cxxopts::value<std::string>())
+      ("output-dir", "same as output.dir=DIR", cxxopts::value<std::string>())
+      ("no-sweep-dir", "write into the output dir itself (output.no_sweep_dir=true)")
+      ("print-config", "print the resolved config and exit")
+      ("generate-data", "write the synthetic dataset of this config to PATH (.jsonl or .bin) and exit",
+       cxxopts::value<std::string>())
+      ("overrides", "key=value overrides", cxxopts::value<std::vector<std::string>>())
+      ("h,help", "show help");
+  cli.parse_positional({"overrides"});
+  cli.positional_help("[key=value ...]");
+  SessionOptions opts;
+  try {
+    auto args = cli.parse(argc, argv);
+    if (args.count("help")) {
+      std::cout << cli.help() << "\nConfig keys: see README.md#config-keys\n";
+      return 0;
+    }
+    if (!args.count("config"))
+      throw ConfigError("--config", "command line", "missing", "trainer --config configs/runs/tiny.toml");
+    opts.config_path = args["config"].as<std::string>();
+    if (args.count("overrides")) opts.overrides = args["overrides"].as<std::vector<std::string>>();
+    if (args.count("output-dir"))
+      opts.overrides.push_back("output.dir=" + args["output-dir"].as<std::string>());
+    if (args.count("no-sweep-dir")) opts.overrides.push_back("output.no_sweep_dir=true");
+    opts.print_config = args.count("print-config") > 0;
+    if (args.count("generate-data")) opts.generate_data = args["generate-data"].as<std::string>();
+  } catch (const cxxopts::exceptions::exception& e) {
+    std::cerr << "trainer: " << e.what() << "\n" << cli.help() << "\n";
+    return kExitBadInput;
+  } catch (const FtbError& e) {
+    std::cerr << e.what() << "\n";
+    return e.exitCode();
+  }
+  return runSession(opts);
+}

@@ -1,0 +1,30 @@
+// Performance measurement helpers: GEMM peak, memory, clocks.
+//
+// Contracts:
+// - measureGemmPeak(dtype) times square matmuls of size n in `dtype` with the
+//   current intra-op thread count and returns the best FLOP/s over `reps` runs
+//   (after one warm-up). It is the denominator of MFU on CPU, so it must run in the
+//   same environment (threads, BLAS) as the training it is compared with.
+// - peakRssBytes() is VmHWM of this process (Linux), currentRssBytes() VmRSS.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace ftb {
+
+double measureGemmPeak(torch::ScalarType dtype, int64_t n = 2048, int reps = 3);
+int64_t peakRssBytes();
+int64_t currentRssBytes();
+
+inline double nowSeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string utcNowIso8601();
+
+}  // namespace ftb

@@ -1,0 +1,40 @@
+// Optimizers over explicit parameter lists (so ZeRO can hand them local shards).
+//
+// Contracts:
+// - step(lr) updates every parameter with a defined gradient in place, in fp32.
+// - AdamW: decoupled weight decay, bias-corrected moments (Loshchilov & Hutter).
+// - Adafactor: factored second moment for 2-D parameters (row and column running
+//   means), unfactored for others, no first moment, update clipped to RMS <= 1,
+//   decay rate 1 - t^-0.8 (Shazeer & Stern 2018), eps1 = 1e-30.
+// - stateBytes() is the optimizer state actually allocated (for memory reports).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ftb {
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  virtual void step(double lr) = 0;
+  virtual int64_t stateBytes() const = 0;
+};
+
+struct OptimizerOptions {
+  std::string kind = "adamw";
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.0;
+};
+
+std::unique_ptr<Optimizer> makeOptimizer(std::vector<torch::Tensor> params,
+                                         const OptimizerOptions& opts);
+
+// Sum of squared gradient entries over `params` (fp64 accumulate, returned as double).
+double gradSquaredNorm(const std::vector<torch::Tensor>& params);
+// Scales every gradient by `factor` in place.
+void scaleGrads(const std::vector<torch::Tensor>& params, double factor);
+
+}  // namespace ftb

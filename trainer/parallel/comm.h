@@ -1,0 +1,53 @@
+// Comm: the collectives the trainer needs, over a c10d backend.
+//
+// Contracts:
+// - Every collective blocks until done or until the timeout given at construction;
+//   a timeout or backend failure throws DistError naming this rank, host, the
+//   collective, the tensor size and the timeout.
+// - Reductions are computed in fp32 (or the tensor's wider dtype): bf16/fp16 inputs
+//   are upcast, reduced and cast back, because Gloo 1.13 has no bf16 collectives.
+// - allGather/reduceScatter work on one flat buffer (out/in of size() * shard
+//   elements); backends that lack the fused ops get the documented fallbacks
+//   (allgather into views of the buffer; reduce_scatter = alltoall + local sum,
+//   the same bytes on the wire as a ring reduce-scatter). bf16 pure data movement
+//   travels as bytes.
+// - A Comm of size 1 performs no communication.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace c10d {
+class ProcessGroup;
+class Store;
+}  // namespace c10d
+
+namespace ftb {
+
+class Comm {
+ public:
+  virtual ~Comm() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual void allReduceSum(torch::Tensor& t) = 0;  // in place
+  // REQUIRES: out.numel() == size() * in.numel(), both contiguous, same dtype.
+  virtual void allGather(torch::Tensor& out, const torch::Tensor& in) = 0;
+  // REQUIRES: in.numel() == size() * out.numel(); out = sum over ranks of in's chunk rank().
+  virtual void reduceScatterSum(torch::Tensor& out, const torch::Tensor& in) = 0;
+  virtual void broadcast(torch::Tensor& t, int root) = 0;
+  virtual void barrier() = 0;
+};
+
+// Single-process Comm (world size 1): every collective is the identity.
+std::unique_ptr<Comm> makeSelfComm();
+
+// A Comm over a c10d ProcessGroup (Gloo here; NCCL in CUDA builds). `what_host` is
+// used in error messages. Detects at construction which fused ops the backend has.
+std::unique_ptr<Comm> makeProcessGroupComm(c10::intrusive_ptr<c10d::ProcessGroup> pg,
+                                           std::chrono::milliseconds timeout);
+
+}  // namespace ftb

@@ -1,0 +1,128 @@
+#include "trainer/parallel/dist.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <sstream>
+
+#include "common/error.h"
+#include "common/log.h"
+
+namespace ftb {
+namespace {
+
+// RAII for a socket fd.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// The local IPv4 address the kernel would use to reach `host` (no packet is sent).
+// Falls back to "" (Gloo then resolves the hostname) when `host` cannot be resolved.
+std::string localAddressTowards(const std::string& host) {
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  if (getaddrinfo(host.c_str(), "9", &hints, &res) != 0 || res == nullptr) return "";
+  Fd s(socket(AF_INET, SOCK_DGRAM, 0));
+  std::string out;
+  if (s.get() >= 0 && connect(s.get(), res->ai_addr, res->ai_addrlen) == 0) {
+    sockaddr_in local{};
+    socklen_t len = sizeof(local);
+    if (getsockname(s.get(), reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      char buf[INET_ADDRSTRLEN];
+      if (inet_ntop(AF_INET, &local.sin_addr, buf, sizeof(buf))) out = buf;
+    }
+  }
+  freeaddrinfo(res);
+  return out;
+}
+
+std::string where(const DistEnv& env) {
+  std::ostringstream os;
+  os << "rank " << env.rank << "/" << env.world_size << " on " << hostName();
+  return os.str();
+}
+
+}  // namespace
+
+Distributed initDistributed(const DistEnv& env, std::chrono::milliseconds timeout) {
+  Distributed d;
+  d.env = env;
+  if (env.world_size == 1) {
+    d.world = makeSelfComm();
+    return d;
+  }
+  std::string master = env.master_addr + ":" + std::to_string(env.master_port);
+  try {
+    c10d::TCPStoreOptions opts;
+    opts.port = static_cast<uint16_t>(env.master_port);
+    opts.isServer = env.rank == 0;
+    opts.numWorkers = env.world_size;
+    opts.waitWorkers = true;
+    opts.timeout = timeout;
+    d.store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
+  } catch (const std::exception& e) {
+    throw DistError(where(env) + ": TCPStore at " + master + " (" +
+                    (env.rank == 0 ? "serving, waiting for all " + std::to_string(env.world_size) +
+                                         " ranks to connect"
+                                   : std::string("connecting to rank 0")) +
+                    ") failed after at most " + std::to_string(timeout.count() / 1000) +
+                    " s: " + e.what());
+  }
+  try {
+    auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
+    std::string local = localAddressTowards(env.master_addr);
+    opts->devices.push_back(local.empty()
+                                ? c10d::ProcessGroupGloo::createDefaultDevice()
+                                : c10d::ProcessGroupGloo::createDeviceForHostname(local));
+    opts->threads = 2;
+    auto prefixed = c10::make_intrusive<c10d::PrefixStore>("world", d.store);
+    auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, env.rank, env.world_size,
+                                                          opts);
+    d.world = makeProcessGroupComm(pg, timeout);
+  } catch (const FtbError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw DistError(where(env) + ": Gloo rendezvous through " + master +
+                    " (waiting for all peers to connect) failed: " + e.what());
+  }
+  return d;
+}
+
+std::vector<std::string> Distributed::allGatherString(const std::string& key,
+                                                      const std::string& value) {
+  if (!store) return {value};
+  std::string prefix = "ftb/" + key + "/";
+  store->set(prefix + std::to_string(env.rank), std::vector<uint8_t>(value.begin(), value.end()));
+  std::vector<std::string> out;
+  for (int r = 0; r < env.world_size; ++r) {
+    std::string k = prefix + std::to_string(r);
+    try {
+      store->wait({k});
+    } catch (const std::exception& e) {
+      throw DistError(where(env) + ": waiting for rank " + std::to_string(r) + " to publish '" +
+                      key + "' in the store: " + e.what());
+    }
+    std::vector<uint8_t> v = store->get(k);
+    out.emplace_back(v.begin(), v.end());
+  }
+  return out;
+}
+
+}  // namespace ftb

@@ -1,0 +1,32 @@
+// Process-group bring-up: TCPStore at MASTER_ADDR:MASTER_PORT, then c10d Gloo.
+//
+// Contract: initDistributed() returns when every rank has joined, or throws
+// DistError after `timeout` naming this rank, host, the master address and what it
+// was waiting for (store connection, peers). World size 1 creates no store and no
+// sockets. The Gloo device binds the local address that routes to MASTER_ADDR (so
+// namespaces that share a hostname still work).
+#pragma once
+
+#include <chrono>
+#include <memory>
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "common/dist_env.h"
+#include "trainer/parallel/comm.h"
+
+namespace ftb {
+
+struct Distributed {
+  DistEnv env;
+  c10::intrusive_ptr<c10d::Store> store;  // null when world size 1
+  std::unique_ptr<Comm> world;            // all ranks
+
+  // Every rank passes its `value`; returns all ranks' values in rank order (through
+  // the store). Used to check that all ranks agree on the run tag.
+  std::vector<std::string> allGatherString(const std::string& key, const std::string& value);
+};
+
+Distributed initDistributed(const DistEnv& env, std::chrono::milliseconds timeout);
+
+}  // namespace ftb

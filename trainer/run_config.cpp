@@ -1,0 +1,189 @@
+#include "trainer/run_config.h"
+
+#include <filesystem>
+#include <sstream>
+
+#include "common/error.h"
+
+namespace ftb {
+namespace {
+
+std::string num(int64_t v) { return std::to_string(v); }
+
+void requirePositive(const Config& cfg, const std::string& key) {
+  int64_t v = cfg.getInt(key);
+  if (v < 1) cfg.fail(key, "must be >= 1, got " + num(v));
+}
+
+void requireOneOf(const Config& cfg, const std::string& key,
+                  std::initializer_list<const char*> options) {
+  const std::string& v = cfg.getString(key);
+  std::string list;
+  for (const char* o : options) {
+    if (v == o) return;
+    list += (list.empty() ? "" : " | ") + std::string("\"") + o + "\"";
+  }
+  cfg.fail(key, "expected one of " + list + ", got \"" + v + "\"");
+}
+
+int64_t parseCheckpointing(const Config& cfg) {
+  const std::string& v = cfg.getString("training.activation_checkpointing");
+  if (v == "none") return 0;
+  if (v == "full") return 1;
+  if (v.rfind("every_", 0) == 0) {
+    try {
+      size_t used = 0;
+      long n = std::stol(v.substr(6), &used);
+      if (used == v.size() - 6 && n >= 1) return n;
+    } catch (const std::exception&) {
+    }
+  }
+  cfg.fail("training.activation_checkpointing",
+           "expected \"none\", \"full\" or \"every_N\" (N >= 1), got \"" + v + "\"",
+           "\"every_2\" checkpoints every second transformer block");
+}
+
+}  // namespace
+
+int64_t ModelArgs::numEmbeddingParams() const { return vocab_size * dim; }
+
+int64_t ModelArgs::numParams() const {
+  int64_t hd = headDim();
+  int64_t attn = dim * n_heads * hd + 2 * dim * n_kv_heads * hd + n_heads * hd * dim;
+  int64_t mlp = 3 * dim * ffn_dim;
+  int64_t block = attn + mlp + 2 * dim;
+  int64_t out = tie_embeddings ? 0 : vocab_size * dim;
+  return numEmbeddingParams() + n_layers * block + dim + out;
+}
+
+double ModelArgs::flopsPerToken(int64_t seq_len) const {
+  double n = static_cast<double>(numParams() - numEmbeddingParams());
+  if (tie_embeddings) n += static_cast<double>(vocab_size * dim);
+  return 6.0 * n + 12.0 * n_layers * n_heads * headDim() * static_cast<double>(seq_len);
+}
+
+ModelArgs modelArgsFromConfig(const Config& cfg) {
+  ModelArgs m;
+  m.name = cfg.getString("model.name");
+  for (const char* k : {"model.dim", "model.n_layers", "model.n_heads", "model.n_kv_heads",
+                        "model.ffn_dim", "model.vocab_size", "model.max_seq_len"}) {
+    if (!cfg.has(k))
+      cfg.fail(k, "missing", "set it in [model] or choose a preset with model.name");
+    requirePositive(cfg, k);
+  }
+  m.dim = cfg.getInt("model.dim");
+  m.n_layers = cfg.getInt("model.n_layers");
+  m.n_heads = cfg.getInt("model.n_heads");
+  m.n_kv_heads = cfg.getInt("model.n_kv_heads");
+  m.ffn_dim = cfg.getInt("model.ffn_dim");
+  m.vocab_size = cfg.getInt("model.vocab_size");
+  m.max_seq_len = cfg.getInt("model.max_seq_len");
+  m.rope_theta = cfg.getFloat("model.rope_theta");
+  m.norm_eps = cfg.getFloat("model.norm_eps");
+  m.tie_embeddings = cfg.getBool("model.tie_embeddings");
+  if (m.dim % m.n_heads != 0)
+    cfg.fail("model.n_heads", "n_heads(" + num(m.n_heads) + ") does not divide dim(" +
+                                  num(m.dim) + ")");
+  if (m.n_heads % m.n_kv_heads != 0)
+    cfg.fail("model.n_kv_heads", "n_kv_heads(" + num(m.n_kv_heads) +
+                                     ") does not divide n_heads(" + num(m.n_heads) + ")",
+             "grouped-query attention shares each kv head among n_heads/n_kv_heads heads");
+  if (m.headDim() % 2 != 0)
+    cfg.fail("model.dim", "head_dim(" + num(m.headDim()) + ") must be even for RoPE");
+  return m;
+}
+
+TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size) {
+  TrainConfig c;
+  c.model = modelArgsFromConfig(cfg);
+  c.world_size = world_size;
+
+  c.data_source = cfg.getString("data.source");
+  requirePositive(cfg, "data.seq_len");
+  c.seq_len = cfg.getInt("data.seq_len");
+  if (c.seq_len > c.model.max_seq_len)
+    cfg.fail("data.seq_len", "seq_len(" + num(c.seq_len) + ") exceeds model.max_seq_len(" +
+                                 num(c.model.max_seq_len) + ")");
+  requireOneOf(cfg, "data.padding", {"max_length", "longest"});
+  c.pad_longest = cfg.getString("data.padding") == "longest";
+  requireOneOf(cfg, "data.bin_dtype", {"uint16", "uint32"});
+  c.bin_dtype = cfg.getString("data.bin_dtype");
+  c.num_samples = cfg.getInt("data.num_samples");
+  c.min_doc_len = cfg.getInt("data.min_doc_len");
+  if (c.min_doc_len < 0 || c.min_doc_len > c.seq_len)
+    cfg.fail("data.min_doc_len", "must be in [0, seq_len(" + num(c.seq_len) + ")], got " +
+                                     num(c.min_doc_len));
+  if (c.min_doc_len == 0) c.min_doc_len = std::max<int64_t>(1, c.seq_len / 4);
+  c.pad_id = cfg.getInt("data.pad_id");
+  if (c.data_source == "synthetic") {
+    requirePositive(cfg, "data.num_samples");
+  } else if (!std::filesystem::is_regular_file(c.data_source)) {
+    cfg.fail("data.source", "data file \"" + c.data_source + "\" does not exist",
+             "use \"synthetic\" or a .bin/.jsonl token file (trainer --generate-data writes one)");
+  }
+
+  for (const char* k : {"training.micro_batch_size", "training.grad_accum_steps",
+                        "training.max_steps"})
+    requirePositive(cfg, k);
+  c.micro_batch_size = cfg.getInt("training.micro_batch_size");
+  c.grad_accum_steps = cfg.getInt("training.grad_accum_steps");
+  c.max_steps = cfg.getInt("training.max_steps");
+  c.warmup_steps = cfg.getInt("training.warmup_steps");
+  if (c.warmup_steps < 0) cfg.fail("training.warmup_steps", "must be >= 0");
+  c.stop_after_seconds = cfg.getFloat("training.stop_after_seconds");
+  c.lr = cfg.getFloat("training.lr");
+  c.lr_warmup_steps = cfg.getInt("training.lr_warmup_steps");
+  c.weight_decay = cfg.getFloat("training.weight_decay");
+  c.max_grad_norm = cfg.getFloat("training.max_grad_norm");
+  c.beta1 = cfg.getFloat("training.beta1");
+  c.beta2 = cfg.getFloat("training.beta2");
+  c.eps = cfg.getFloat("training.eps");
+  c.seed = cfg.getInt("training.seed");
+  c.threads = cfg.getInt("training.threads");
+  requireOneOf(cfg, "training.optimizer", {"adamw", "adafactor"});
+  c.optimizer = cfg.getString("training.optimizer");
+  requireOneOf(cfg, "training.dtype", {"fp32", "bf16"});
+  c.dtype = cfg.getString("training.dtype") == "bf16" ? DType::kBf16 : DType::kFp32;
+  c.checkpoint_every = parseCheckpointing(cfg);
+
+  c.tp = cfg.getInt("parallel.tp");
+  c.dp_shard = cfg.getInt("parallel.dp_shard");
+  c.zero_stage = cfg.getInt("parallel.zero_stage");
+  requirePositive(cfg, "parallel.tp");
+  requirePositive(cfg, "parallel.dp_shard");
+  if (c.zero_stage < 0 || c.zero_stage > 3)
+    cfg.fail("parallel.zero_stage", "must be 0, 1, 2 or 3, got " + num(c.zero_stage));
+  c.dp_replicate = cfg.getInt("parallel.dp_replicate");
+  if (c.dp_replicate == 0) {
+    if (world_size % (c.dp_shard * c.tp) != 0)
+      cfg.fail("parallel.dp_shard", "dp_shard(" + num(c.dp_shard) + ") * tp(" + num(c.tp) +
+                                        ") does not divide world_size(" + num(world_size) + ")");
+    c.dp_replicate = world_size / (c.dp_shard * c.tp);
+  }
+  if (c.dp_replicate * c.dp_shard * c.tp != world_size)
+    cfg.fail("parallel.dp_replicate",
+             "dp_replicate(" + num(c.dp_replicate) + ") * dp_shard(" + num(c.dp_shard) +
+                 ") * tp(" + num(c.tp) + ") = " + num(c.dp_replicate * c.dp_shard * c.tp) +
+                 " does not equal world_size(" + num(world_size) + ")",
+             "set parallel.dp_replicate = 0 to derive it from the world size");
+  if (c.tp != 1 || c.dp_shard != 1 || c.zero_stage != 0)
+    cfg.fail(c.tp != 1 ? "parallel.tp" : (c.dp_shard != 1 ? "parallel.dp_shard"
+                                                           : "parallel.zero_stage"),
+             "sharding and tensor parallel are not implemented yet (issue 4)",
+             "use pure data parallel: tp = 1, dp_shard = 1, zero_stage = 0");
+  c.backend = cfg.getString("parallel.backend");
+  requireOneOf(cfg, "parallel.backend", {"auto", "gloo", "nccl"});
+  c.timeout_seconds = cfg.getFloat("parallel.timeout_seconds");
+  if (c.timeout_seconds <= 0) cfg.fail("parallel.timeout_seconds", "must be > 0");
+
+  c.log_every = cfg.getInt("metrics.log_every");
+  requirePositive(cfg, "metrics.log_every");
+  c.peak_tflops = cfg.getFloat("metrics.peak_tflops");
+  c.price_per_hour = cfg.getFloat("metrics.price_per_hour");
+  c.output_dir = cfg.getString("output.dir");
+  c.sweep_fmt = cfg.getString("output.sweep_fmt");
+  c.no_sweep_dir = cfg.getBool("output.no_sweep_dir");
+  return c;
+}
+
+}  // namespace ftb

@@ -1,0 +1,69 @@
+// TrainConfig: the trainer's view of a resolved Config, validated once.
+//
+// Contract: fromConfig() checks every invariant the trainer relies on and throws
+// ConfigError naming the key, its file:line and the numbers before anything is
+// written or any process group is created. Every rank runs the same checks on the
+// same input, so every rank fails the same way. No libtorch here.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/config.h"
+
+namespace ftb {
+
+struct ModelArgs {
+  std::string name;
+  int64_t dim = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, ffn_dim = 0;
+  int64_t vocab_size = 0, max_seq_len = 0;
+  double rope_theta = 10000.0, norm_eps = 1e-5;
+  bool tie_embeddings = false;
+
+  int64_t headDim() const { return dim / n_heads; }
+  int64_t numParams() const;          // every parameter, tied embedding counted once
+  int64_t numEmbeddingParams() const; // the input embedding table
+  // torchtitan's 6N + 12·L·H·hd·T: N excludes the input embedding table but counts
+  // the output projection (a real GEMM even when tied).
+  double flopsPerToken(int64_t seq_len) const;
+};
+
+enum class DType { kFp32, kBf16 };
+
+struct TrainConfig {
+  ModelArgs model;
+  // data
+  std::string data_source;  // "synthetic" or a .bin / .jsonl path
+  int64_t seq_len = 0, num_samples = 0, min_doc_len = 0, pad_id = 0;
+  bool pad_longest = false;
+  std::string bin_dtype;
+  // training
+  int64_t micro_batch_size = 1, grad_accum_steps = 1, max_steps = 0, warmup_steps = 0;
+  double stop_after_seconds = 0;
+  double lr = 0, weight_decay = 0, max_grad_norm = 0, beta1 = 0, beta2 = 0, eps = 0;
+  int64_t lr_warmup_steps = 0, seed = 0, threads = 0;
+  std::string optimizer;  // "adamw" | "adafactor"
+  DType dtype = DType::kFp32;
+  int64_t checkpoint_every = 0;  // 0: no activation checkpointing; n: every n-th block
+  // parallel
+  int world_size = 1;
+  int64_t dp_replicate = 1, dp_shard = 1, tp = 1, zero_stage = 0;
+  std::string backend;
+  double timeout_seconds = 300;
+  // metrics
+  int64_t log_every = 1;
+  double peak_tflops = 0, price_per_hour = 0;
+  // output
+  std::string output_dir, sweep_fmt;
+  bool no_sweep_dir = false;
+
+  int64_t dpSize() const { return dp_replicate * dp_shard; }
+  int64_t globalBatch() const { return micro_batch_size * grad_accum_steps * dpSize(); }
+
+  // REQUIRES: cfg resolved by Config::load. Throws ConfigError on any violation.
+  static TrainConfig fromConfig(const Config& cfg, int world_size);
+};
+
+ModelArgs modelArgsFromConfig(const Config& cfg);
+
+}  // namespace ftb
