@@ -1,0 +1,413 @@
+// Config loading: TOML file -> overrides -> model preset -> schema defaults.
+//
+// Precedence (highest first): override > run file > preset [model] > schema default.
+// Every value is checked against the Schema where it enters (file, override, preset,
+// set()), so an Entry's value always has exactly its key's declared type.
+#include "common/config.h"
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <set>
+#include <sstream>
+
+#include "common/error.h"
+
+namespace ftb {
+namespace fs = std::filesystem;
+namespace {
+
+// A leaf read from TOML or an override, before it is checked against the schema.
+struct Raw {
+  std::optional<Value> value;  // nullopt: a TOML type with no Value (date, float array...)
+  std::string type_name;       // for "got <type>" in messages
+  std::string text;            // TOML spelling, for messages
+};
+
+Raw rawOf(const Value& v) {
+  return Raw{v, valueTypeName(static_cast<ValueType>(v.index())), valueToString(v)};
+}
+
+std::string tomlText(const toml::node& n) {
+  std::ostringstream os;
+  n.visit([&os](const auto& x) { os << x; });
+  return os.str();
+}
+
+Raw rawFromNode(const toml::node& n) {
+  switch (n.type()) {
+    case toml::node_type::integer:
+      return rawOf(Value(n.as_integer()->get()));
+    case toml::node_type::floating_point:
+      return rawOf(Value(n.as_floating_point()->get()));
+    case toml::node_type::boolean:
+      return rawOf(Value(n.as_boolean()->get()));
+    case toml::node_type::string:
+      return rawOf(Value(n.as_string()->get()));
+    case toml::node_type::array: {
+      const toml::array& arr = *n.as_array();
+      if (arr.empty() || arr.is_homogeneous(toml::node_type::integer)) {
+        std::vector<int64_t> v;
+        for (const toml::node& e : arr) v.push_back(e.as_integer()->get());
+        return rawOf(Value(std::move(v)));
+      }
+      if (arr.is_homogeneous(toml::node_type::string)) {
+        std::vector<std::string> v;
+        for (const toml::node& e : arr) v.push_back(e.as_string()->get());
+        return rawOf(Value(std::move(v)));
+      }
+      return Raw{std::nullopt, "mixed or non-int/string array", tomlText(n)};
+    }
+    case toml::node_type::date:
+      return Raw{std::nullopt, "date", tomlText(n)};
+    case toml::node_type::time:
+      return Raw{std::nullopt, "time", tomlText(n)};
+    case toml::node_type::date_time:
+      return Raw{std::nullopt, "date-time", tomlText(n)};
+    default:
+      return Raw{std::nullopt, "table", tomlText(n)};
+  }
+}
+
+// Children of `table` ("" = root) in the schema: first components after the prefix.
+std::set<std::string> childrenOf(const Schema& schema, const std::string& table) {
+  std::set<std::string> names;
+  const std::string prefix = table.empty() ? "" : table + ".";
+  for (const KeySpec& s : schema.keys()) {
+    if (s.key.compare(0, prefix.size(), prefix) != 0) continue;
+    std::string rest = s.key.substr(prefix.size());
+    names.insert(rest.substr(0, rest.find('.')));
+  }
+  return names;
+}
+
+std::string join(const std::set<std::string>& items, const char* sep = ", ") {
+  std::string out;
+  for (const std::string& s : items) out += (out.empty() ? "" : sep) + s;
+  return out;
+}
+
+// "did you mean 'x.y'?" or the valid keys of the nearest enclosing known table.
+std::string unknownKeyHint(const Schema& schema, const std::string& key) {
+  std::string near = schema.closest(key);
+  if (!near.empty()) return "did you mean '" + near + "'?";
+  std::string table = key;
+  while (true) {
+    size_t dot = table.rfind('.');
+    table = dot == std::string::npos ? "" : table.substr(0, dot);
+    std::set<std::string> names = childrenOf(schema, table);
+    if (!names.empty())
+      return table.empty() ? "valid tables: " + join(names)
+                           : "valid keys in [" + table + "]: " + join(names);
+    if (table.empty()) return "";
+  }
+}
+
+// Checks `key` is declared and converts `raw` to its type (int -> float widening,
+// empty list -> either list type). Throws ConfigError naming `where` otherwise.
+Value checkValue(const Schema& schema, const std::string& key, const Raw& raw,
+                 const std::string& where) {
+  const KeySpec* spec = schema.find(key);
+  if (spec == nullptr) throw ConfigError(key, where, "unknown key", unknownKeyHint(schema, key));
+  if (raw.value) {
+    const Value& v = *raw.value;
+    if (static_cast<ValueType>(v.index()) == spec->type) return v;
+    if (spec->type == ValueType::kFloat && std::holds_alternative<int64_t>(v))
+      return static_cast<double>(std::get<int64_t>(v));
+    if (spec->type == ValueType::kStringList && std::holds_alternative<std::vector<int64_t>>(v) &&
+        std::get<std::vector<int64_t>>(v).empty())
+      return std::vector<std::string>{};
+  }
+  std::string hint;
+  if (spec->type == ValueType::kInt && raw.value && std::holds_alternative<double>(*raw.value)) {
+    double d = std::get<double>(*raw.value);
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e15)
+      hint = "write it as an integer: " + std::to_string(static_cast<int64_t>(d));
+  }
+  throw ConfigError(key, where,
+                    std::string("expected ") + valueTypeName(spec->type) + ", got " +
+                        raw.type_name + " (" + raw.text + ")",
+                    hint);
+}
+
+toml::table parseToml(const std::string& text, const std::string& source_name) {
+  try {
+    return toml::parse(text, source_name);
+  } catch (const toml::parse_error& e) {
+    throw ConfigError("", source_name + ":" + std::to_string(e.source().begin.line),
+                      "TOML syntax error: " + std::string(e.description()));
+  }
+}
+
+// Calls fn(dotted_key, leaf) for every non-table node, depth first in file order.
+void flatten(const toml::table& table, const std::string& prefix,
+             const std::function<void(const std::string&, const toml::node&)>& fn) {
+  for (const auto& [k, node] : table) {
+    std::string key = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
+    if (const toml::table* sub = node.as_table()) {
+      flatten(*sub, key, fn);
+    } else {
+      fn(key, node);
+    }
+  }
+}
+
+std::string lineOf(const std::string& file, const toml::node& n) {
+  return file + ":" + std::to_string(n.source().begin.line);
+}
+
+std::string trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  size_t e = s.find_last_not_of(" \t\r\n");
+  return s.substr(b, e - b + 1);
+}
+
+// "key=VALUE": VALUE as a TOML value, else (string keys only) as a bare string.
+// For a string key, a VALUE that parses as a non-string TOML value (e.g. 7, true)
+// is taken verbatim as text.
+void applyOverride(Config& cfg, const std::string& arg) {
+  const std::string where = "override '" + arg + "'";
+  size_t eq = arg.find('=');
+  if (eq == std::string::npos)
+    throw ConfigError("", where, "expected key=value", "e.g. training.lr=1e-3");
+  std::string key = trim(arg.substr(0, eq));
+  std::string text = trim(arg.substr(eq + 1));
+  if (key.empty()) throw ConfigError("", where, "empty key before '='");
+  const KeySpec* spec = cfg.schema().find(key);
+  if (spec == nullptr)
+    throw ConfigError(key, where, "unknown key", unknownKeyHint(cfg.schema(), key));
+  std::optional<Raw> parsed;
+  try {
+    toml::table t = toml::parse("v = " + text);
+    if (t.size() == 1 && t.get("v") != nullptr) parsed = rawFromNode(*t.get("v"));
+  } catch (const toml::parse_error&) {
+    // Not a TOML value: a bare string (accepted below for string keys only).
+  }
+  Raw raw;
+  if (spec->type == ValueType::kString) {
+    bool is_string = parsed && parsed->value && std::holds_alternative<std::string>(*parsed->value);
+    raw = is_string ? *parsed : rawOf(Value(text));
+  } else {
+    raw = parsed ? *parsed : rawOf(Value(text));
+  }
+  cfg.set(key, checkValue(cfg.schema(), key, raw, where), where);
+}
+
+std::set<std::string> availablePresets(const std::vector<std::string>& dirs) {
+  std::set<std::string> names;
+  for (const std::string& dir : dirs) {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      if (e.path().extension() == ".toml") names.insert(e.path().stem().string());
+  }
+  return names;
+}
+
+// Fills model.* keys not yet set from the preset named by model.name (set or default).
+// Throws when the preset is missing and the model shape is not given explicitly
+// (neither model.dim nor model.from_pretrained is set).
+void applyPreset(Config& cfg, const std::string& config_path) {
+  const Schema& schema = cfg.schema();
+  const KeySpec* name_spec = schema.find("model.name");
+  if (name_spec == nullptr) return;
+  std::string name;
+  if (cfg.has("model.name")) {
+    name = cfg.getString("model.name");
+  } else if (name_spec->default_value) {
+    name = std::get<std::string>(*name_spec->default_value);
+  }
+  if (name.empty()) return;
+
+  std::vector<std::string> dirs = presetDirs(config_path);
+  std::string path;
+  for (const std::string& dir : dirs) {
+    fs::path p = fs::path(dir) / (name + ".toml");
+    std::error_code ec;
+    if (fs::is_regular_file(p, ec)) {
+      path = p.string();
+      break;
+    }
+  }
+  if (path.empty()) {
+    bool explicit_shape = cfg.has("model.dim") || cfg.has("model.from_pretrained");
+    if (explicit_shape || schema.find("model.dim") == nullptr) return;
+    std::string dir_list;
+    for (const std::string& d : dirs) dir_list += (dir_list.empty() ? "" : ", ") + d;
+    std::set<std::string> names = availablePresets(dirs);
+    bool is_default = !cfg.has("model.name");
+    throw ConfigError(
+        "model.name", is_default ? config_path : cfg.where("model.name"),
+        "no preset '" + name + "'" + (is_default ? " (the default)" : "") + " in " + dir_list,
+        "available presets: " + (names.empty() ? "(none)" : join(names)) +
+            "; or set model.dim, model.n_layers, ... explicitly");
+  }
+
+  std::ifstream in(path);
+  std::stringstream buf;
+  buf << in.rdbuf();
+  toml::table preset = parseToml(buf.str(), path);
+  if (!preset["model"].is_table())
+    throw ConfigError("model.name", path, "preset has no [model] table");
+  std::vector<std::pair<std::string, Entry>> found;
+  flatten(preset, "", [&](const std::string& key, const toml::node& node) {
+    std::string where = lineOf(path, node);
+    if (key.compare(0, 6, "model.") != 0)
+      throw ConfigError(key, where, "a preset may only set [model] keys");
+    Value v = checkValue(schema, key, rawFromNode(node), where);
+    found.push_back({key, Entry{std::move(v), "preset " + where}});
+  });
+  for (auto& [key, entry] : found)
+    if (!cfg.has(key)) cfg.set(key, std::move(entry.value), entry.origin);
+}
+
+// A dotted key with each component bare when TOML allows it, else quoted.
+std::string tomlKey(const std::string& dotted) {
+  std::string out;
+  size_t start = 0;
+  while (true) {
+    size_t dot = dotted.find('.', start);
+    std::string part = dotted.substr(start, dot == std::string::npos ? dot : dot - start);
+    bool bare = !part.empty() && part.find_first_not_of(
+                                     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                     "0123456789_-") == std::string::npos;
+    out += bare ? part : valueToString(Value(part));
+    if (dot == std::string::npos) return out;
+    out += '.';
+    start = dot + 1;
+  }
+}
+
+// REQUIRES: cfg has a schema; key declared with type `t`.
+template <typename T>
+const T& typedGet(const Config& cfg, const std::string& key, ValueType t) {
+  const KeySpec* spec = cfg.schema().find(key);
+  if (spec == nullptr) throw ConfigError(key, "", "internal: key not declared in the schema");
+  if (spec->type != t)
+    throw ConfigError(key, "",
+                      std::string("internal: key declared ") + valueTypeName(spec->type) +
+                          ", read as " + valueTypeName(t));
+  auto it = cfg.entries().find(key);
+  if (it == cfg.entries().end())
+    throw ConfigError(key, "", "missing required key",
+                      "set it in the config file or with " + key + "=VALUE");
+  return std::get<T>(it->second.value);
+}
+
+}  // namespace
+
+std::vector<std::string> presetDirs(const std::string& config_path) {
+  std::vector<std::string> dirs;
+  auto add = [&dirs](const fs::path& p) {
+    std::string s = p.lexically_normal().string();
+    if (!s.empty() && std::find(dirs.begin(), dirs.end(), s) == dirs.end()) dirs.push_back(s);
+  };
+  if (const char* env = std::getenv("FTB_MODELS_DIR"); env != nullptr && *env != '\0') add(env);
+  fs::path parent = fs::path(config_path).parent_path();
+  add((parent.empty() ? fs::path(".") : parent) / ".." / "models");
+#ifdef FTB_SOURCE_DIR
+  add(fs::path(FTB_SOURCE_DIR) / "configs" / "models");
+#endif
+  return dirs;
+}
+
+Config Config::load(const std::string& path, const std::vector<std::string>& overrides,
+                    const Schema& schema) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec))
+    throw ConfigError("", path, "is a directory, expected a TOML config file");
+  std::ifstream in(path);
+  if (!in) {
+    throw ConfigError("", path, "cannot read config file",
+                      fs::exists(path, ec)
+                          ? "check its permissions"
+                          : "no such file (relative to " + fs::current_path(ec).string() + ")");
+  }
+  std::stringstream buf;
+  buf << in.rdbuf();
+  return fromString(buf.str(), path, overrides, schema);
+}
+
+Config Config::fromString(const std::string& toml_text, const std::string& source_name,
+                          const std::vector<std::string>& overrides, const Schema& schema) {
+  Config cfg;
+  cfg.schema_ = &schema;
+  cfg.source_path_ = source_name;
+  toml::table root = parseToml(toml_text, source_name);
+  flatten(root, "", [&](const std::string& key, const toml::node& node) {
+    std::string where = lineOf(source_name, node);
+    cfg.entries_[key] = Entry{checkValue(schema, key, rawFromNode(node), where), where};
+  });
+  for (const std::string& arg : overrides) applyOverride(cfg, arg);
+  applyPreset(cfg, source_name);
+  for (const KeySpec& spec : schema.keys())
+    if (spec.default_value && !cfg.has(spec.key))
+      cfg.entries_[spec.key] = Entry{*spec.default_value, "default"};
+  return cfg;
+}
+
+bool Config::has(const std::string& key) const { return entries_.count(key) != 0; }
+
+int64_t Config::getInt(const std::string& key) const {
+  if (schema_ == nullptr) throw ConfigError(key, "", "internal: Config not loaded");
+  return typedGet<int64_t>(*this, key, ValueType::kInt);
+}
+double Config::getFloat(const std::string& key) const {
+  if (schema_ == nullptr) throw ConfigError(key, "", "internal: Config not loaded");
+  return typedGet<double>(*this, key, ValueType::kFloat);
+}
+bool Config::getBool(const std::string& key) const {
+  if (schema_ == nullptr) throw ConfigError(key, "", "internal: Config not loaded");
+  return typedGet<bool>(*this, key, ValueType::kBool);
+}
+const std::string& Config::getString(const std::string& key) const {
+  if (schema_ == nullptr) throw ConfigError(key, "", "internal: Config not loaded");
+  return typedGet<std::string>(*this, key, ValueType::kString);
+}
+const std::vector<int64_t>& Config::getIntList(const std::string& key) const {
+  if (schema_ == nullptr) throw ConfigError(key, "", "internal: Config not loaded");
+  return typedGet<std::vector<int64_t>>(*this, key, ValueType::kIntList);
+}
+
+// "" for a key with no value (so fail() on it prints no location).
+std::string Config::where(const std::string& key) const {
+  auto it = entries_.find(key);
+  return it == entries_.end() ? "" : it->second.origin;
+}
+
+void Config::fail(const std::string& key, const std::string& what, const std::string& hint) const {
+  throw ConfigError(key, where(key), what, hint);
+}
+
+// A default-constructed Config adopts trainerSchema().
+void Config::set(const std::string& key, Value v, const std::string& origin) {
+  if (schema_ == nullptr) schema_ = &trainerSchema();
+  entries_[key] = Entry{checkValue(*schema_, key, rawOf(v), origin), origin};
+}
+
+std::string Config::toToml() const {
+  std::string root, tables, current_table;
+  for (const auto& [key, entry] : entries_) {
+    size_t dot = key.find('.');
+    std::string line_value = " = " + valueToString(entry.value) + "\n";
+    if (dot == std::string::npos) {
+      root += tomlKey(key) + line_value;
+      continue;
+    }
+    std::string table = key.substr(0, dot);
+    if (table != current_table) {
+      tables += (tables.empty() ? "" : "\n") + std::string("[") + tomlKey(table) + "]\n";
+      current_table = table;
+    }
+    tables += tomlKey(key.substr(dot + 1)) + line_value;
+  }
+  if (!root.empty() && !tables.empty()) root += "\n";
+  return root + tables;
+}
+
+}  // namespace ftb

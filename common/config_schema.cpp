@@ -1,0 +1,297 @@
+// Value types and their TOML spelling, Schema lookup, and the trainer's schema:
+// every run-config key, its type, default and doc.
+//
+// Contract: trainerSchema() is the single source of truth for DESIGN.md §Trainer
+// keys; anything that lists keys (--help-config, README) should read it. Keys with
+// affects_experiment = false (output, checkpointing, logging, timeouts) are left out
+// of the sweep tag hash. model.* shape keys have no default: they come from the
+// preset named by model.name or from the run config.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+
+#include "common/config.h"
+
+namespace ftb {
+namespace {
+
+// Edit distance (insert/delete/substitute, cost 1 each).
+size_t levenshtein(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// "%.15g".."%.17g", the shortest that reads back exactly; always looks like a float.
+std::string formatFloat(double d) {
+  if (std::isnan(d)) return "nan";
+  if (std::isinf(d)) return d > 0 ? "inf" : "-inf";
+  char buf[64];
+  for (int prec = 15; prec <= 17; ++prec) {
+    std::snprintf(buf, sizeof(buf), "%.*g", prec, d);
+    if (std::strtod(buf, nullptr) == d) break;
+  }
+  std::string s = buf;
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";
+  return s;
+}
+
+std::string quoteString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+          char esc[8];
+          std::snprintf(esc, sizeof(esc), "\\u%04x", static_cast<unsigned char>(c));
+          out += esc;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string leafName(const std::string& key) {
+  size_t dot = key.rfind('.');
+  return dot == std::string::npos ? key : key.substr(dot + 1);
+}
+
+KeySpec spec(const char* key, ValueType type, std::optional<Value> def, const char* doc,
+             bool affects_experiment = true) {
+  return KeySpec{key, type, std::move(def), doc, affects_experiment};
+}
+
+Value i(int64_t v) { return Value(v); }
+Value f(double v) { return Value(v); }
+Value b(bool v) { return Value(v); }
+Value s(const char* v) { return Value(std::string(v)); }
+
+constexpr ValueType kInt = ValueType::kInt;
+constexpr ValueType kFloat = ValueType::kFloat;
+constexpr ValueType kBool = ValueType::kBool;
+constexpr ValueType kString = ValueType::kString;
+constexpr bool kNoTag = false;  // affects_experiment = false
+
+void addModel(Schema& sc) {
+  sc.add(spec("model.name", kString, s("tiny"), "preset name: configs/models/<name>.toml"));
+  sc.add(spec("model.dim", kInt, std::nullopt, "hidden size"));
+  sc.add(spec("model.n_layers", kInt, std::nullopt, "number of transformer blocks"));
+  sc.add(spec("model.n_heads", kInt, std::nullopt, "attention heads"));
+  sc.add(spec("model.n_kv_heads", kInt, std::nullopt, "key/value heads (GQA); = n_heads for MHA"));
+  sc.add(spec("model.ffn_dim", kInt, std::nullopt, "SwiGLU hidden size"));
+  sc.add(spec("model.vocab_size", kInt, std::nullopt, "vocabulary size"));
+  sc.add(spec("model.max_seq_len", kInt, std::nullopt, "longest sequence the model supports"));
+  sc.add(spec("model.rope_theta", kFloat, f(10000.0), "RoPE base frequency"));
+  sc.add(spec("model.norm_eps", kFloat, f(1e-5), "RMSNorm epsilon"));
+  sc.add(spec("model.tie_embeddings", kBool, b(false), "share input embedding and output head"));
+  sc.add(spec("model.from_pretrained", kString, std::nullopt,
+              "directory with HF config.json + safetensors to load"));
+}
+
+void addData(Schema& sc) {
+  sc.add(spec("data.source", kString, s("synthetic"), "\"synthetic\" or a path to .bin/.jsonl"));
+  sc.add(spec("data.seq_len", kInt, i(256), "tokens per sample"));
+  sc.add(spec("data.padding", kString, s("max_length"), "\"max_length\" | \"longest\""));
+  sc.add(spec("data.num_samples", kInt, i(4096), "synthetic dataset size (samples)"));
+  sc.add(spec("data.min_doc_len", kInt, i(0),
+              "synthetic: shortest document in tokens; 0 = seq_len/4"));
+  sc.add(spec("data.bin_dtype", kString, s("uint16"),
+              "token dtype of .bin files: \"uint16\" | \"uint32\""));
+  sc.add(spec("data.pad_id", kInt, i(0), "padding token id"));
+}
+
+void addTraining(Schema& sc) {
+  sc.add(spec("training.micro_batch_size", kInt, i(1), "samples per rank per micro-batch"));
+  sc.add(spec("training.grad_accum_steps", kInt, i(1), "micro-batches per optimizer step"));
+  sc.add(spec("training.max_steps", kInt, i(20), "optimizer steps to run"));
+  sc.add(spec("training.stop_after_seconds", kFloat, f(0.0), "wall-clock limit; 0 = no limit"));
+  sc.add(spec("training.warmup_steps", kInt, i(2), "steps excluded from summaries"));
+  sc.add(spec("training.lr", kFloat, f(3e-4), "peak learning rate"));
+  sc.add(spec("training.lr_warmup_steps", kInt, i(0), "linear LR warmup steps"));
+  sc.add(spec("training.weight_decay", kFloat, f(0.0), "decoupled weight decay"));
+  sc.add(spec("training.max_grad_norm", kFloat, f(1.0), "gradient clipping norm; 0 = off"));
+  sc.add(spec("training.optimizer", kString, s("adamw"), "\"adamw\" | \"adafactor\""));
+  sc.add(spec("training.beta1", kFloat, f(0.9), "Adam beta1"));
+  sc.add(spec("training.beta2", kFloat, f(0.95), "Adam beta2"));
+  sc.add(spec("training.eps", kFloat, f(1e-8), "Adam epsilon"));
+  sc.add(spec("training.dtype", kString, s("fp32"), "compute dtype: \"fp32\" | \"bf16\""));
+  sc.add(spec("training.seed", kInt, i(0), "seed for init and data"));
+  sc.add(spec("training.activation_checkpointing", kString, s("none"),
+              "\"none\" | \"full\" | \"every_N\""));
+  sc.add(spec("training.threads", kInt, i(0), "intra-op threads; 0 = OMP_NUM_THREADS or 1"));
+}
+
+void addParallel(Schema& sc) {
+  sc.add(spec("parallel.dp_replicate", kInt, i(0),
+              "replicated data-parallel degree; "
+              "0 = world/(dp_shard*tp)"));
+  sc.add(spec("parallel.dp_shard", kInt, i(1), "sharded data-parallel degree"));
+  sc.add(spec("parallel.tp", kInt, i(1), "tensor-parallel degree"));
+  sc.add(spec("parallel.zero_stage", kInt, i(0), "ZeRO stage 0..3"));
+  sc.add(spec("parallel.backend", kString, s("auto"), "\"auto\" | \"gloo\" | \"nccl\""));
+  sc.add(
+      spec("parallel.timeout_seconds", kFloat, f(300.0), "collective/rendezvous timeout", kNoTag));
+  sc.add(spec("parallel.memory_limit_gb", kFloat, f(0.0),
+              "per-rank memory limit (OOM above it); 0 = none"));
+}
+
+void addCheckpoint(Schema& sc) {
+  sc.add(spec("checkpoint.dir", kString, s(""),
+              "checkpoint directory; \"\" = <run_dir>/checkpoints", kNoTag));
+  sc.add(spec("checkpoint.interval", kInt, i(0), "steps between checkpoints; 0 = never", kNoTag));
+  sc.add(spec("checkpoint.resume", kString, s("auto"), "\"auto\" | \"none\" | path", kNoTag));
+  sc.add(spec("checkpoint.keep_last", kInt, i(2), "checkpoints kept on disk", kNoTag));
+}
+
+void addMetricsAndOutput(Schema& sc) {
+  sc.add(spec("metrics.log_every", kInt, i(1), "rank 0 prints every N steps", kNoTag));
+  sc.add(spec("metrics.peak_tflops", kFloat, f(0.0),
+              "peak TFLOP/s per device for MFU; 0 = measure GEMM at start"));
+  sc.add(spec("metrics.price_per_hour", kFloat, f(0.0), "$/hour for cost metrics", kNoTag));
+  sc.add(spec("metrics.profile_steps", kInt, i(0), "steps to profile; 0 = off", kNoTag));
+  sc.add(spec("output.dir", kString, s("results"), "output root", kNoTag));
+  sc.add(spec("output.sweep_fmt", kString, s("{model.name}.ws{world_size}.{hash}"),
+              "run directory name format", kNoTag));
+  sc.add(spec("output.no_sweep_dir", kBool, b(false), "write straight into output.dir", kNoTag));
+}
+
+}  // namespace
+
+const char* valueTypeName(ValueType t) {
+  switch (t) {
+    case ValueType::kInt:
+      return "int";
+    case ValueType::kFloat:
+      return "float";
+    case ValueType::kBool:
+      return "bool";
+    case ValueType::kString:
+      return "string";
+    case ValueType::kIntList:
+      return "int list";
+    case ValueType::kStringList:
+      return "string list";
+  }
+  return "?";
+}
+
+std::string valueToString(const Value& v) {
+  struct Visitor {
+    std::string operator()(int64_t i) const { return std::to_string(i); }
+    std::string operator()(double d) const { return formatFloat(d); }
+    std::string operator()(bool b) const { return b ? "true" : "false"; }
+    std::string operator()(const std::string& s) const { return quoteString(s); }
+    std::string operator()(const std::vector<int64_t>& l) const {
+      std::string out = "[";
+      for (size_t i = 0; i < l.size(); ++i) out += (i ? ", " : "") + std::to_string(l[i]);
+      return out + "]";
+    }
+    std::string operator()(const std::vector<std::string>& l) const {
+      std::string out = "[";
+      for (size_t i = 0; i < l.size(); ++i) out += (i ? ", " : "") + quoteString(l[i]);
+      return out + "]";
+    }
+  };
+  return std::visit(Visitor{}, v);
+}
+
+// REQUIRES (programming errors, std::logic_error): key not yet declared; the
+// default, if any, has the declared type (an int default for a float key is widened).
+Schema& Schema::add(KeySpec spec) {
+  if (find(spec.key) != nullptr) throw std::logic_error("schema: duplicate key " + spec.key);
+  if (spec.default_value) {
+    Value& v = *spec.default_value;
+    if (spec.type == ValueType::kFloat && std::holds_alternative<int64_t>(v))
+      v = static_cast<double>(std::get<int64_t>(v));
+    if (static_cast<ValueType>(v.index()) != spec.type)
+      throw std::logic_error("schema: default of " + spec.key + " is not a " +
+                             valueTypeName(spec.type));
+  }
+  keys_.push_back(std::move(spec));
+  return *this;
+}
+
+const KeySpec* Schema::find(const std::string& key) const {
+  for (const KeySpec& s : keys_)
+    if (s.key == key) return &s;
+  return nullptr;
+}
+
+// Closest declared key within edit distance 3 (ties: first declared). A unique
+// declared key with the same last component ("model.lr" -> "training.lr") is
+// preferred over any fuzzy match farther than distance 1.
+std::string Schema::closest(const std::string& key) const {
+  constexpr size_t kMaxDistance = 3;
+  const KeySpec* best = nullptr;
+  size_t best_distance = kMaxDistance + 1;
+  for (const KeySpec& s : keys_) {
+    size_t d = levenshtein(key, s.key);
+    if (d < best_distance) {
+      best = &s;
+      best_distance = d;
+    }
+  }
+  if (best != nullptr && best_distance <= 1) return best->key;
+  const std::string leaf = leafName(key);
+  const KeySpec* same_leaf = nullptr;
+  int same_leaf_count = 0;
+  for (const KeySpec& s : keys_) {
+    if (leafName(s.key) == leaf && s.key != key) {
+      same_leaf = &s;
+      ++same_leaf_count;
+    }
+  }
+  if (same_leaf_count == 1) return same_leaf->key;
+  return best != nullptr ? best->key : "";
+}
+
+const Schema& trainerSchema() {
+  static const Schema schema = [] {
+    Schema sc;
+    addModel(sc);
+    addData(sc);
+    addTraining(sc);
+    addParallel(sc);
+    addCheckpoint(sc);
+    addMetricsAndOutput(sc);
+    return sc;
+  }();
+  return schema;
+}
+
+}  // namespace ftb

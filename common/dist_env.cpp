@@ -1,0 +1,128 @@
+// Rank/world discovery from environment variables (see dist_env.h for the order).
+//
+// Conventions: a variable set to the empty string counts as unset. A rank source
+// is used only when both its rank and its size variables are set ("complete");
+// a half-set source is skipped. Numbers must be plain decimal integers.
+#include "common/dist_env.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "common/hostlist.h"
+
+namespace ftb {
+namespace {
+
+class Env {
+ public:
+  explicit Env(const EnvLookup& fn) : fn_(fn) {}
+
+  std::optional<std::string> str(const char* name) const {
+    const char* v = fn_ ? fn_(name) : std::getenv(name);
+    if (v == nullptr || *v == '\0') return std::nullopt;
+    return std::string(v);
+  }
+
+  // REQUIRES: value, if set, is a decimal integer in [min, max]; else ConfigError.
+  std::optional<long> num(const char* name, long min = 0, long max = 1L << 30) const {
+    std::optional<std::string> v = str(name);
+    if (!v) return std::nullopt;
+    errno = 0;
+    char* end = nullptr;
+    long n = std::strtol(v->c_str(), &end, 10);
+    if (errno != 0 || end == v->c_str() || *end != '\0')
+      throw ConfigError(name, "environment", "not an integer: '" + *v + "'");
+    if (n < min || n > max)
+      throw ConfigError(name, "environment",
+                        "value " + *v + " out of range [" + std::to_string(min) + ", " +
+                            std::to_string(max) + "]");
+    return n;
+  }
+
+  // The first of `names` that is set, parsed as a number.
+  std::optional<long> firstNum(std::initializer_list<const char*> names) const {
+    for (const char* n : names)
+      if (auto v = num(n)) return v;
+    return std::nullopt;
+  }
+
+ private:
+  const EnvLookup& fn_;
+};
+
+struct RankSource {
+  const char* name;
+  const char* rank_var;
+  const char* size_var;
+};
+
+constexpr RankSource kSources[] = {
+    {"torchrun", "RANK", "WORLD_SIZE"},
+    {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+    {"slurm", "SLURM_PROCID", "SLURM_NTASKS"},
+    {"pmi", "PMI_RANK", "PMI_SIZE"},
+};
+
+// Local world size: explicit variables first, then SLURM's per-node task counts.
+std::optional<long> localWorldSize(const Env& env) {
+  if (auto v = env.firstNum({"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"})) return v;
+  if (auto tpn = env.str("SLURM_TASKS_PER_NODE")) {
+    std::vector<int> tasks = expandTasksPerNode(*tpn, "SLURM_TASKS_PER_NODE");
+    long node = env.num("SLURM_NODEID").value_or(0);
+    if (node < static_cast<long>(tasks.size())) return tasks[node];
+  }
+  return env.num("MPI_LOCALNRANKS");
+}
+
+}  // namespace
+
+DistEnv discoverDistEnv(const EnvLookup& getenv_fn) {
+  Env env(getenv_fn);
+  DistEnv d;
+  d.source = "single";
+  for (const RankSource& s : kSources) {
+    if (!env.str(s.rank_var) || !env.str(s.size_var)) continue;
+    d.rank = static_cast<int>(*env.num(s.rank_var));
+    d.world_size = static_cast<int>(*env.num(s.size_var, 1));
+    d.source = s.name;
+    if (d.rank >= d.world_size)
+      throw ConfigError(s.rank_var, "environment",
+                        "rank(" + std::to_string(d.rank) + ") >= world_size(" +
+                            std::to_string(d.world_size) + ")",
+                        std::string("check ") + s.rank_var + " and " + s.size_var);
+    break;
+  }
+
+  d.local_rank = static_cast<int>(
+      env.firstNum({"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID"})
+          .value_or(0));
+  d.local_world_size = static_cast<int>(localWorldSize(env).value_or(1));
+  if (d.local_world_size < 1) d.local_world_size = 1;
+  d.node_rank = static_cast<int>(env.firstNum({"GROUP_RANK", "SLURM_NODEID"}).value_or(0));
+  d.restart_count = static_cast<int>(env.num("TORCHELASTIC_RESTART_COUNT").value_or(0));
+
+  if (auto addr = env.str("MASTER_ADDR")) {
+    d.master_addr = *addr;
+  } else {
+    for (const char* var : {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"}) {
+      if (auto list = env.str(var)) {
+        d.master_addr = expandHostlist(*list, var).front();
+        break;
+      }
+    }
+  }
+
+  if (auto port = env.num("MASTER_PORT", 1, 65535)) {
+    d.master_port = static_cast<int>(*port);
+  } else if (auto job = env.num("SLURM_JOB_ID", 0, 0x7fffffffL)) {
+    d.master_port = 20000 + static_cast<int>(*job % 20000);
+  }
+  return d;
+}
+
+}  // namespace ftb

@@ -1,0 +1,422 @@
+// Tests for Config: TOML loading, overrides, presets, errors, serialization.
+//
+// Each test gets a fresh temp tree: <tmp>/runs/ for run files and <tmp>/models/ for
+// presets, which presetDirs() finds as "<dir of config>/../models".
+#include "common/config.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "common/error.h"
+
+namespace ftb {
+namespace {
+namespace fs = std::filesystem;
+
+constexpr const char* kSmallPreset = R"([model]
+dim = 64
+n_layers = 2
+n_heads = 4
+n_kv_heads = 2
+ffn_dim = 128
+vocab_size = 256
+max_seq_len = 128
+rope_theta = 500000.0
+)";
+
+class ConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    unsetenv("FTB_MODELS_DIR");
+    char tmpl[] = "/tmp/ftb_config_test_XXXXXX";
+    root_ = mkdtemp(tmpl);
+    fs::create_directories(root_ / "runs");
+    fs::create_directories(root_ / "models");
+    write("models/small.toml", kSmallPreset);
+    write("models/tiny.toml",
+          "[model]\ndim = 8\nn_layers = 1\nn_heads = 2\nn_kv_heads = 2\nffn_dim = 16\n"
+          "vocab_size = 32\nmax_seq_len = 16\n");
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  // Writes `text` to <root>/<rel> and returns the full path.
+  std::string write(const std::string& rel, const std::string& text) {
+    std::string path = (root_ / rel).string();
+    std::ofstream(path) << text;
+    return path;
+  }
+  std::string run(const std::string& name) const { return (root_ / "runs" / name).string(); }
+  std::string models() const { return (root_ / "models").string(); }
+
+  // The what() of the ConfigError thrown by loading `text` (as runs/<name>).
+  std::string loadError(const std::string& text, const std::vector<std::string>& overrides = {},
+                        const std::string& name = "r.toml") {
+    std::string path = write("runs/" + name, text);
+    try {
+      Config::load(path, overrides);
+    } catch (const ConfigError& e) {
+      EXPECT_EQ(e.exitCode(), 2);
+      return e.what();
+    }
+    ADD_FAILURE() << "no ConfigError";
+    return "";
+  }
+
+  fs::path root_;
+};
+
+TEST_F(ConfigTest, LoadsValuesOriginsAndDefaults) {
+  std::string path =
+      write("runs/r.toml", "[training]\nlr = 1e-3\nmax_steps = 7\n\n[data]\nsource = \"a.bin\"\n");
+  Config cfg = Config::load(path, {});
+  EXPECT_EQ(cfg.sourcePath(), path);
+  EXPECT_DOUBLE_EQ(cfg.getFloat("training.lr"), 1e-3);
+  EXPECT_EQ(cfg.getInt("training.max_steps"), 7);
+  EXPECT_EQ(cfg.getString("data.source"), "a.bin");
+  EXPECT_EQ(cfg.where("training.max_steps"), path + ":3");
+  EXPECT_EQ(cfg.where("data.source"), path + ":6");
+  EXPECT_EQ(cfg.getInt("data.seq_len"), 256);
+  EXPECT_EQ(cfg.where("data.seq_len"), "default");
+  EXPECT_EQ(cfg.getString("model.name"), "tiny");
+  EXPECT_EQ(cfg.getInt("model.dim"), 8);  // from the default preset
+  EXPECT_FALSE(cfg.has("model.from_pretrained"));
+  EXPECT_EQ(cfg.where("model.from_pretrained"), "");
+  try {
+    cfg.getString("model.from_pretrained");
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(),
+                 "config error: key 'model.from_pretrained': missing required key\n"
+                 "  hint: set it in the config file or with model.from_pretrained=VALUE");
+  }
+}
+
+TEST_F(ConfigTest, IntWidenedToFloat) {
+  Config cfg = Config::load(write("runs/r.toml", "[training]\nlr = 1\n"), {});
+  EXPECT_EQ(cfg.getFloat("training.lr"), 1.0);
+  EXPECT_TRUE(std::holds_alternative<double>(cfg.entries().at("training.lr").value));
+}
+
+TEST_F(ConfigTest, UnknownKeyDidYouMean) {
+  EXPECT_EQ(loadError("[training]\nlr = 1e-3\nmax_step = 10\n"),
+            "config error: " + run("r.toml") +
+                ":3: key 'training.max_step': unknown key\n"
+                "  hint: did you mean 'training.max_steps'?");
+  // Right name, wrong table.
+  EXPECT_EQ(loadError("[model]\nlr = 0.1\n"),
+            "config error: " + run("r.toml") +
+                ":2: key 'model.lr': unknown key\n  hint: did you mean 'training.lr'?");
+}
+
+TEST_F(ConfigTest, UnknownKeyListsTableKeys) {
+  std::string msg = loadError("[parallel]\nsomething_else = 1\n");
+  EXPECT_EQ(msg, "config error: " + run("r.toml") +
+                     ":2: key 'parallel.something_else': unknown key\n"
+                     "  hint: valid keys in [parallel]: backend, dp_replicate, dp_shard, "
+                     "memory_limit_gb, timeout_seconds, tp, zero_stage");
+  EXPECT_EQ(loadError("[zzzzzz]\nqqqq = 1\n"),
+            "config error: " + run("r.toml") +
+                ":2: key 'zzzzzz.qqqq': unknown key\n"
+                "  hint: valid tables: checkpoint, data, metrics, model, output, parallel, "
+                "training");
+}
+
+TEST_F(ConfigTest, WrongType) {
+  EXPECT_EQ(loadError("[training]\nmax_steps = \"ten\"\n"),
+            "config error: " + run("r.toml") +
+                ":2: key 'training.max_steps': expected int, got string (\"ten\")");
+  EXPECT_EQ(loadError("[model]\ntie_embeddings = 1\n"),
+            "config error: " + run("r.toml") +
+                ":2: key 'model.tie_embeddings': expected bool, got int (1)");
+  EXPECT_EQ(loadError("[data]\nseq_len = [1, 2.5]\n"),
+            "config error: " + run("r.toml") +
+                ":2: key 'data.seq_len': expected int, got mixed or non-int/string array "
+                "([ 1, 2.5 ])");
+}
+
+TEST_F(ConfigTest, FloatNeverTruncatedToInt) {
+  EXPECT_EQ(loadError("[training]\nmax_steps = 10.5\n"),
+            "config error: " + run("r.toml") +
+                ":2: key 'training.max_steps': expected int, got float (10.5)");
+  EXPECT_EQ(loadError("[training]\nmax_steps = 10.0\n"),
+            "config error: " + run("r.toml") +
+                ":2: key 'training.max_steps': expected int, got float (10.0)\n"
+                "  hint: write it as an integer: 10");
+}
+
+TEST_F(ConfigTest, MalformedTomlReportsLine) {
+  std::string msg = loadError("[training]\nlr = 1e-3\nmax_steps = = 3\n");
+  EXPECT_EQ(msg.rfind("config error: " + run("r.toml") + ":3: TOML syntax error: ", 0), 0u) << msg;
+}
+
+TEST_F(ConfigTest, MissingFile) {
+  try {
+    Config::load(run("absent.toml"), {});
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("config error: " + run("absent.toml") +
+                                              ": cannot read config file\n  hint: no such file",
+                                          0),
+              0u)
+        << e.what();
+  }
+}
+
+TEST_F(ConfigTest, DirectoryIsNotAConfig) {
+  try {
+    Config::load(models(), {});
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "config error: " + models() + ": is a directory, expected a TOML config file");
+  }
+}
+
+TEST_F(ConfigTest, OverridesParseTomlValues) {
+  Config cfg =
+      Config::load(write("runs/r.toml", "[training]\nmax_steps = 3\n"),
+                   {"training.max_steps=7", "training.lr=1e-4", "model.tie_embeddings=true",
+                    "training.optimizer=\"adafactor\"", "data.source=/data/x.bin", "output.dir=123",
+                    "training.beta1 = 0.5", "parallel.timeout_seconds=60"});
+  EXPECT_EQ(cfg.getInt("training.max_steps"), 7);
+  EXPECT_EQ(cfg.where("training.max_steps"), "override 'training.max_steps=7'");
+  EXPECT_EQ(cfg.getFloat("training.lr"), 1e-4);
+  EXPECT_TRUE(cfg.getBool("model.tie_embeddings"));
+  EXPECT_EQ(cfg.getString("training.optimizer"), "adafactor");
+  EXPECT_EQ(cfg.getString("data.source"), "/data/x.bin");  // bare string
+  EXPECT_EQ(cfg.getString("output.dir"), "123");           // string key keeps the text
+  EXPECT_EQ(cfg.getFloat("training.beta1"), 0.5);
+  EXPECT_EQ(cfg.getFloat("parallel.timeout_seconds"), 60.0);  // int widened
+}
+
+TEST_F(ConfigTest, OverrideLaterWins) {
+  Config cfg = Config::load(write("runs/r.toml", ""), {"training.seed=1", "training.seed=2"});
+  EXPECT_EQ(cfg.getInt("training.seed"), 2);
+}
+
+TEST_F(ConfigTest, OverrideErrors) {
+  EXPECT_EQ(loadError("", {"training.max_steps=abc"}),
+            "config error: override 'training.max_steps=abc': key 'training.max_steps': "
+            "expected int, got string (\"abc\")");
+  EXPECT_EQ(loadError("", {"training.max_steps=1e3"}),
+            "config error: override 'training.max_steps=1e3': key 'training.max_steps': "
+            "expected int, got float (1000.0)\n  hint: write it as an integer: 1000");
+  EXPECT_EQ(loadError("", {"training.lrr=1"}),
+            "config error: override 'training.lrr=1': key 'training.lrr': unknown key\n"
+            "  hint: did you mean 'training.lr'?");
+  EXPECT_EQ(loadError("", {"training.lr"}),
+            "config error: override 'training.lr': expected key=value\n"
+            "  hint: e.g. training.lr=1e-3");
+  EXPECT_EQ(loadError("", {"=3"}), "config error: override '=3': empty key before '='");
+}
+
+// A schema with list keys and a nested table, to test lists and serialization.
+Schema listSchema() {
+  Schema s;
+  s.add({"x.ints", ValueType::kIntList, Value(std::vector<int64_t>{}), "ints"});
+  s.add({"x.names", ValueType::kStringList, std::nullopt, "names"});
+  s.add({"x.sub.depth", ValueType::kInt, Value(int64_t{1}), "nested"});
+  s.add({"x.ratio", ValueType::kFloat, Value(0.25), "ratio"});
+  s.add({"y.label", ValueType::kString, Value(std::string("a \"q\"\n")), "label"});
+  s.add({"top", ValueType::kBool, Value(true), "root-level key"});
+  return s;
+}
+
+TEST_F(ConfigTest, Lists) {
+  Schema schema = listSchema();
+  Config cfg = Config::fromString("[x]\nints = [1, 2]\nnames = []\n", "t.toml",
+                                  {"x.ints=[3, 4, 5]"}, schema);
+  EXPECT_EQ(cfg.getIntList("x.ints"), std::vector<int64_t>({3, 4, 5}));
+  EXPECT_EQ(std::get<std::vector<std::string>>(cfg.entries().at("x.names").value),
+            std::vector<std::string>{});
+  cfg = Config::fromString("x.names = [\"a\", \"b\"]\n", "t.toml", {}, schema);
+  EXPECT_EQ(std::get<std::vector<std::string>>(cfg.entries().at("x.names").value),
+            std::vector<std::string>({"a", "b"}));
+  try {
+    Config::fromString("", "t.toml", {"x.ints=[1, \"a\"]"}, schema);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(),
+                 "config error: override 'x.ints=[1, \"a\"]': key 'x.ints': expected int list, "
+                 "got mixed or non-int/string array ([ 1, 'a' ])");
+  }
+}
+
+TEST_F(ConfigTest, PresetFillsUnsetModelKeys) {
+  std::string path = write("runs/r.toml", "[model]\nname = \"small\"\nn_layers = 3\n");
+  Config cfg = Config::load(path, {"model.dim=32"});
+  EXPECT_EQ(cfg.getInt("model.n_layers"), 3);  // file > preset
+  EXPECT_EQ(cfg.where("model.n_layers"), path + ":3");
+  EXPECT_EQ(cfg.getInt("model.dim"), 32);  // override > preset
+  EXPECT_EQ(cfg.getInt("model.n_heads"), 4);
+  EXPECT_EQ(cfg.where("model.n_heads"), "preset " + models() + "/small.toml:4");
+  EXPECT_EQ(cfg.getFloat("model.rope_theta"), 500000.0);  // preset > default
+  EXPECT_EQ(cfg.getFloat("model.norm_eps"), 1e-5);        // default
+
+  cfg = Config::load(path, {"model.n_layers=5"});
+  EXPECT_EQ(cfg.getInt("model.n_layers"), 5);  // override > file
+  EXPECT_EQ(cfg.getInt("model.dim"), 64);
+}
+
+TEST_F(ConfigTest, PresetFromEnvironmentDirFirst) {
+  fs::create_directories(root_ / "env_models");
+  write("env_models/small.toml", "[model]\ndim = 99\n");
+  setenv("FTB_MODELS_DIR", (root_ / "env_models").c_str(), 1);
+  std::vector<std::string> dirs = presetDirs(run("r.toml"));
+  ASSERT_GE(dirs.size(), 2u);
+  EXPECT_EQ(dirs[0], (root_ / "env_models").string());
+  EXPECT_EQ(dirs[1], models());
+  Config cfg = Config::load(write("runs/r.toml", "model.name = \"small\"\n"), {});
+  unsetenv("FTB_MODELS_DIR");
+  EXPECT_EQ(cfg.getInt("model.dim"), 99);
+  EXPECT_FALSE(cfg.has("model.n_layers"));
+}
+
+TEST_F(ConfigTest, MissingPreset) {
+  std::string msg = loadError("[model]\nname = \"nope\"\n");
+  std::string head = "config error: " + run("r.toml") +
+                     ":2: key 'model.name': no preset 'nope' in " + models() + ", ";
+  EXPECT_EQ(msg.rfind(head, 0), 0u) << msg;
+  size_t hint = msg.find("\n  hint: available presets: ");
+  ASSERT_NE(hint, std::string::npos) << msg;
+  EXPECT_NE(msg.find("small", hint), std::string::npos) << msg;  // ours + configs/models
+  EXPECT_NE(msg.find("; or set model.dim, model.n_layers, ... explicitly", hint),
+            std::string::npos);
+
+  // Explicit shape: no preset needed; keys without default stay absent.
+  Config cfg = Config::load(write("runs/r.toml", "[model]\nname = \"mine\"\ndim = 16\n"), {});
+  EXPECT_EQ(cfg.getInt("model.dim"), 16);
+  EXPECT_FALSE(cfg.has("model.n_layers"));
+}
+
+TEST_F(ConfigTest, PresetKeysAreValidated) {
+  write("models/bad.toml", "[model]\ndim = 8\ndimm = 3\n");
+  EXPECT_EQ(loadError("model.name = \"bad\"\n"),
+            "config error: " + models() +
+                "/bad.toml:3: key 'model.dimm': unknown key\n  hint: did you mean 'model.dim'?");
+  write("models/worse.toml", "[model]\ndim = 8\n[training]\nlr = 1.0\n");
+  EXPECT_EQ(loadError("model.name = \"worse\"\n"),
+            "config error: " + models() +
+                "/worse.toml:4: key 'training.lr': a preset may only set [model] keys");
+}
+
+TEST_F(ConfigTest, FailUsesWhere) {
+  Config cfg = Config::load(write("runs/r.toml", "[training]\nmicro_batch_size = 0\n"), {});
+  try {
+    cfg.fail("training.micro_batch_size", "must be >= 1, got 0", "use 1 or more");
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.exitCode(), 2);
+    EXPECT_EQ(std::string(e.what()),
+              "config error: " + run("r.toml") +
+                  ":2: key 'training.micro_batch_size': must be >= 1, got 0\n"
+                  "  hint: use 1 or more");
+  }
+}
+
+TEST_F(ConfigTest, GetterTypeMismatchIsInternalError) {
+  Config cfg = Config::load(write("runs/r.toml", ""), {});
+  EXPECT_THROW(cfg.getInt("training.lr"), ConfigError);
+  EXPECT_THROW(cfg.getInt("no.such"), ConfigError);
+  try {
+    cfg.getString("training.lr");
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(),
+                 "config error: key 'training.lr': internal: key declared float, read as string");
+  }
+}
+
+TEST_F(ConfigTest, SetValidates) {
+  Config cfg = Config::load(write("runs/r.toml", ""), {});
+  cfg.set("training.lr", Value(int64_t{2}), "command line");
+  EXPECT_EQ(cfg.getFloat("training.lr"), 2.0);
+  EXPECT_EQ(cfg.where("training.lr"), "command line");
+  EXPECT_THROW(cfg.set("training.max_steps", Value(1.5), "x"), ConfigError);
+  EXPECT_THROW(cfg.set("training.nope", Value(true), "x"), ConfigError);
+}
+
+TEST_F(ConfigTest, ToTomlFormat) {
+  Schema schema = listSchema();
+  Config cfg = Config::fromString("[x]\nints = [1, 2]\nsub.depth = 3\n", "t.toml", {}, schema);
+  EXPECT_EQ(cfg.toToml(),
+            "top = true\n"
+            "\n"
+            "[x]\n"
+            "ints = [1, 2]\n"
+            "ratio = 0.25\n"
+            "sub.depth = 3\n"
+            "\n"
+            "[y]\n"
+            "label = \"a \\\"q\\\"\\n\"\n");
+}
+
+TEST_F(ConfigTest, ToTomlRoundTrips) {
+  std::string path = write("runs/r.toml", "[model]\nname = \"small\"\n[training]\nlr = 3e-4\n");
+  Config cfg = Config::load(path, {"training.eps=1e-8", "data.source=it's \"odd\"\\path",
+                                   "training.beta2=0.95", "metrics.peak_tflops=123.456789"});
+  std::string text = cfg.toToml();
+  EXPECT_NE(text.find("[training]\n"), std::string::npos);
+  EXPECT_NE(text.find("lr = 0.0003\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("rope_theta = 500000.0\n"), std::string::npos) << text;
+  Config back = Config::fromString(text, "roundtrip.toml", {});
+  ASSERT_EQ(back.entries().size(), cfg.entries().size());
+  for (const auto& [key, entry] : cfg.entries()) {
+    ASSERT_TRUE(back.has(key)) << key;
+    EXPECT_EQ(back.entries().at(key).value, entry.value) << key;
+  }
+  EXPECT_EQ(back.toToml(), text);
+}
+
+TEST(ValueToString, TomlSpelling) {
+  EXPECT_EQ(valueToString(Value(int64_t{-3})), "-3");
+  EXPECT_EQ(valueToString(Value(1e-4)), "0.0001");
+  EXPECT_EQ(valueToString(Value(1e-5)), "1e-05");
+  EXPECT_EQ(valueToString(Value(10000.0)), "10000.0");
+  EXPECT_EQ(valueToString(Value(0.1)), "0.1");
+  EXPECT_EQ(valueToString(Value(1.0 / 3)), "0.3333333333333333");
+  EXPECT_EQ(valueToString(Value(true)), "true");
+  EXPECT_EQ(valueToString(Value(std::string("a\\b\t"))), "\"a\\\\b\\t\"");
+  EXPECT_EQ(valueToString(Value(std::vector<int64_t>{1, 2})), "[1, 2]");
+  EXPECT_EQ(valueToString(Value(std::vector<std::string>{"s"})), "[\"s\"]");
+}
+
+TEST(ConfigErrorFormat, WithAndWithoutHint) {
+  ConfigError e("parallel.tp", "run.toml:4", "tp(2) does not divide n_kv_heads(3)");
+  EXPECT_STREQ(e.what(),
+               "config error: run.toml:4: key 'parallel.tp': tp(2) does not divide "
+               "n_kv_heads(3)");
+  EXPECT_EQ(e.exitCode(), 2);
+  ConfigError h("a.b", "override 'a.b=1'", "bad", "do this");
+  EXPECT_STREQ(h.what(), "config error: override 'a.b=1': key 'a.b': bad\n  hint: do this");
+}
+
+TEST(SchemaTest, TrainerSchemaKeys) {
+  const Schema& s = trainerSchema();
+  EXPECT_EQ(s.keys().size(), 54u);
+  ASSERT_NE(s.find("training.lr"), nullptr);
+  EXPECT_EQ(s.find("training.lr")->type, ValueType::kFloat);
+  EXPECT_EQ(std::get<double>(*s.find("training.lr")->default_value), 3e-4);
+  EXPECT_FALSE(s.find("model.dim")->default_value.has_value());
+  EXPECT_EQ(std::get<std::string>(*s.find("output.sweep_fmt")->default_value),
+            "{model.name}.ws{world_size}.{hash}");
+  EXPECT_TRUE(s.find("parallel.tp")->affects_experiment);
+  EXPECT_FALSE(s.find("parallel.timeout_seconds")->affects_experiment);
+  EXPECT_FALSE(s.find("checkpoint.keep_last")->affects_experiment);
+  EXPECT_FALSE(s.find("metrics.log_every")->affects_experiment);
+  EXPECT_TRUE(s.find("metrics.peak_tflops")->affects_experiment);
+  for (const KeySpec& k : s.keys()) EXPECT_FALSE(k.doc.empty()) << k.key;
+}
+
+TEST(SchemaTest, Closest) {
+  const Schema& s = trainerSchema();
+  EXPECT_EQ(s.closest("model.dimm"), "model.dim");
+  EXPECT_EQ(s.closest("trainig.lr"), "training.lr");
+  EXPECT_EQ(s.closest("model.lr"), "training.lr");  // same leaf, other table
+  EXPECT_EQ(s.closest("completely.different"), "");
+}
+
+}  // namespace
+}  // namespace ftb
