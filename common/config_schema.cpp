@@ -138,6 +138,9 @@ void addData(Schema& sc) {
 void addTraining(Schema& sc) {
   sc.add(spec("training.micro_batch_size", kInt, i(1), "samples per rank per micro-batch"));
   sc.add(spec("training.grad_accum_steps", kInt, i(1), "micro-batches per optimizer step"));
+  sc.add(spec("training.global_batch_size", kInt, i(0),
+              "samples per optimizer step; 0 = micro_batch_size * grad_accum_steps * dp. "
+              "When set, grad_accum_steps is derived from it"));
   sc.add(spec("training.max_steps", kInt, i(20), "optimizer steps to run"));
   sc.add(spec("training.stop_after_seconds", kFloat, f(0.0), "wall-clock limit; 0 = no limit"));
   sc.add(spec("training.warmup_steps", kInt, i(2), "steps excluded from summaries"));

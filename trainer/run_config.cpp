@@ -171,6 +171,28 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size) {
                                                            : "parallel.zero_stage"),
              "sharding and tensor parallel are not implemented yet (issue 4)",
              "use pure data parallel: tp = 1, dp_shard = 1, zero_stage = 0");
+  // global_batch_size, when given, fixes grad_accum_steps; it must split evenly into
+  // micro-batches on every data-parallel rank.
+  int64_t gbs = cfg.getInt("training.global_batch_size");
+  if (gbs < 0) cfg.fail("training.global_batch_size", "must be >= 0, got " + num(gbs));
+  if (gbs > 0) {
+    int64_t per_step = c.micro_batch_size * c.dpSize();
+    if (gbs % per_step != 0)
+      cfg.fail("training.global_batch_size",
+               "global_batch_size(" + num(gbs) + ") is not divisible by micro_batch_size(" +
+                   num(c.micro_batch_size) + ") * data-parallel size(" + num(c.dpSize()) +
+                   ") = " + num(per_step) + " (world_size(" + num(world_size) + "), tp(" +
+                   num(c.tp) + "))",
+               "choose a global batch that is a multiple of " + num(per_step) +
+                   ", or set global_batch_size = 0");
+    int64_t accum = gbs / per_step;
+    if (cfg.where("training.grad_accum_steps") != "default" && accum != c.grad_accum_steps)
+      cfg.fail("training.grad_accum_steps",
+               "grad_accum_steps(" + num(c.grad_accum_steps) + ") contradicts global_batch_size(" +
+                   num(gbs) + ") / (micro_batch_size * dp)(" + num(per_step) + ") = " + num(accum),
+               "set only one of them");
+    c.grad_accum_steps = accum;
+  }
   c.backend = cfg.getString("parallel.backend");
   requireOneOf(cfg, "parallel.backend", {"auto", "gloo", "nccl"});
   c.timeout_seconds = cfg.getFloat("parallel.timeout_seconds");

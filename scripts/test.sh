@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs dependencies, builds, and runs every test: GoogleTest units (ctest) and
+# the multi-process / cluster end-to-end suites (pytest on Debian's python3).
+# Usage: scripts/test.sh [pytest -k expression]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+scripts/setup.sh
+scripts/build.sh
+
+export FTB_BUILD_DIR="$ROOT/build/release"
+# Debian's interpreter: it has python3-torch, -h5py, -pandas (a pyenv python3 on PATH would not).
+PY=/usr/bin/python3
+
+echo "== unit tests (ctest)"
+ctest --test-dir build/release --output-on-failure -j2 --timeout 300
+
+echo "== end-to-end tests (pytest)"
+args=(-q -x --durations=15 -p no:cacheprovider tests/e2e tests/cluster)
+if [ $# -gt 0 ]; then args+=(-k "$*"); fi
+"$PY" -m pytest "${args[@]}"

@@ -1,0 +1,64 @@
+"""Issue 2, acceptance 5: bad input exits 2 naming key and file:line; nothing is written."""
+import re
+import subprocess
+
+import pytest
+
+from conftest import ROOT, TRAINER, base_env
+
+
+def run(tmp_path, toml_text, *overrides, world=None):
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(toml_text)
+    out = tmp_path / "out"
+    env = base_env()
+    if world:
+        env.update(RANK="0", WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT="1")
+    p = subprocess.run([str(TRAINER), "--config", str(cfg), "--output-dir", str(out), *overrides],
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert not out.exists(), "nothing may be written on bad input"
+    assert p.stdout == ""
+    return p, cfg
+
+
+BASE = '[model]\nname = "tiny"\n\n[data]\nseq_len = 64\n\n[training]\nmicro_batch_size = 2\n'
+
+
+def test_unknown_key(tmp_path):
+    p, cfg = run(tmp_path, BASE + "learning_rate = 0.1\n")
+    assert p.returncode == 2
+    assert f"{cfg}:9" in p.stderr and "training.learning_rate" in p.stderr
+    assert "unknown key" in p.stderr
+
+
+def test_wrong_type(tmp_path):
+    p, cfg = run(tmp_path, BASE + 'max_steps = "ten"\n')
+    assert p.returncode == 2
+    assert f"{cfg}:9" in p.stderr and "training.max_steps" in p.stderr
+    assert "expected int" in p.stderr
+
+
+def test_missing_data_file(tmp_path):
+    p, cfg = run(tmp_path, BASE.replace("seq_len = 64", 'seq_len = 64\nsource = "/nonexistent/x.jsonl"'))
+    assert p.returncode == 2
+    assert f"{cfg}:6" in p.stderr and "data.source" in p.stderr and "does not exist" in p.stderr
+
+
+def test_zero_batch_size(tmp_path):
+    p, cfg = run(tmp_path, BASE.replace("micro_batch_size = 2", "micro_batch_size = 0"))
+    assert p.returncode == 2
+    assert f"{cfg}:8" in p.stderr and "training.micro_batch_size" in p.stderr
+    assert "must be >= 1, got 0" in p.stderr
+
+
+def test_zero_batch_size_override(tmp_path):
+    p, _ = run(tmp_path, BASE, "training.micro_batch_size=0")
+    assert p.returncode == 2
+    assert "override 'training.micro_batch_size=0'" in p.stderr
+
+
+def test_world_size_does_not_divide_global_batch(tmp_path):
+    p, cfg = run(tmp_path, BASE + "global_batch_size = 6\n", world=4)
+    assert p.returncode == 2
+    assert f"{cfg}:9" in p.stderr and "training.global_batch_size" in p.stderr
+    assert re.search(r"global_batch_size\(6\).*world_size\(4\)|data-parallel size\(4\)", p.stderr)

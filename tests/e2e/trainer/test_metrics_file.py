@@ -1,0 +1,91 @@
+"""Issue 2, acceptance 4: metrics files hold the documented layout and survive SIGKILL."""
+import signal
+import subprocess
+import time
+
+import h5py
+import numpy as np
+
+from conftest import TINY, TRAINER, base_env, metrics, run_trainer
+
+ROOT_ATTRS = {"schema_version", "tag", "config_hash", "world_size", "rank", "local_rank",
+              "node_rank", "hostname", "start_utc", "ftbench_version", "torch_version", "device",
+              "peak_flops", "peak_source"}
+STEP_METRICS = {"step", "time_s", "step_time_s", "data_s", "forward_s", "backward_s",
+                "optimizer_s", "comm_s", "loss", "grad_norm", "lr", "tokens_padded",
+                "tokens_dataset", "tokens_per_s_padded", "tokens_per_s_dataset",
+                "tokens_per_s_per_device", "mfu", "rss_bytes", "peak_rss_bytes"}
+
+
+def test_layout_in_h5py_and_h5dump(tmp_path):
+    run_trainer(tmp_path, "metrics.price_per_hour=2.0")
+    path = tmp_path / "metrics" / "rank_00000.h5"
+    with h5py.File(path, "r") as f:
+        assert ROOT_ATTRS <= set(f.attrs)
+        assert f.attrs["schema_version"] == 1 and f.attrs["world_size"] == 1
+        assert f.attrs["peak_flops"] > 1e9, "the measured GEMM peak is at least 1 GFLOP/s"
+        assert "GEMM" in f.attrs["peak_source"]
+        assert "[training]" in f["config"].asstr()[()]
+        assert STEP_METRICS <= set(f["steps"])
+        steps = f["steps"]
+        assert list(steps["step"][:]) == list(range(20))
+        assert steps["step"].dtype == np.int64 and steps["loss"].dtype == np.float64
+        assert steps["step"].maxshape == (None,) and steps["step"].chunks is not None
+        # tokens/s is tokens over the measured step time, per row
+        np.testing.assert_allclose(steps["tokens_per_s_padded"][:],
+                                   steps["tokens_padded"][:] / steps["step_time_s"][:], rtol=1e-9)
+        assert np.all(steps["tokens_dataset"][:] <= steps["tokens_padded"][:])
+        assert np.all(steps["tokens_padded"][:] == 2 * 64)
+        assert np.all((steps["mfu"][:] > 0) & (steps["mfu"][:] < 1.5))
+        st = f["status"].attrs
+        assert st["state"] == "completed" and st["exit_code"] == 0 and st["steps_done"] == 20
+    dump = subprocess.run(["h5dump", "-A", str(path)], capture_output=True, text=True)
+    assert dump.returncode == 0, dump.stderr
+    assert "schema_version" in dump.stdout and "completed" in dump.stdout
+
+
+def _start_long_run(tmp_path, *extra):
+    cmd = [str(TRAINER), "--config", str(TINY), "--output-dir", str(tmp_path), "--no-sweep-dir",
+           "training.max_steps=100000", "metrics.log_every=1", *extra]
+    return subprocess.Popen(cmd, env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _wait_for_steps(path, n, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with h5py.File(path, "r") as f:
+                if f["status"].attrs["steps_done"] >= n:
+                    return
+        except (OSError, KeyError):
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"{path} never reached {n} flushed steps")
+
+
+def test_sigkill_leaves_a_readable_file(tmp_path):
+    p = _start_long_run(tmp_path)
+    path = tmp_path / "metrics" / "rank_00000.h5"
+    _wait_for_steps(path, 5)
+    p.send_signal(signal.SIGKILL)
+    p.wait(timeout=10)
+    with h5py.File(path, "r") as f:
+        n = f["status"].attrs["steps_done"]
+        assert n >= 5
+        assert f["status"].attrs["state"] == "running"
+        assert len(f["steps/loss"]) == n
+        assert np.all(np.isfinite(f["steps/loss"][:]))
+    assert subprocess.run(["h5dump", "-H", str(path)], capture_output=True).returncode == 0
+
+
+def test_sigterm_records_preempted(tmp_path):
+    p = _start_long_run(tmp_path)
+    path = tmp_path / "metrics" / "rank_00000.h5"
+    _wait_for_steps(path, 3)
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=30) == 128 + signal.SIGTERM
+    with metrics(tmp_path) as f:
+        st = f["status"].attrs
+        assert st["state"] == "preempted"
+        assert "Terminated" in st["message"]
+        assert st["steps_done"] == len(f["steps/loss"]) >= 3
