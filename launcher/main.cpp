@@ -1,0 +1,48 @@
+// launcher: one per node. parse -> (plan-only dry run) -> transport -> rendezvous and
+// supervise -> agree on the exit code -> finish. See README.md in this directory.
+#include <iostream>
+#include <memory>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "launcher/launcher.h"
+#include "launcher/mpi_transport.h"
+#include "launcher/plan_only.h"
+#include "launcher/report.h"
+
+using namespace ftb::launcher;
+
+int main(int argc, char** argv) {
+  const auto start = Clock::now();
+  ftb::setLogPrefix("[launcher]");
+  std::unique_ptr<Transport> transport;
+  try {
+    LaunchOptions opts = parseOptions(argc, argv);
+    if (opts.help) {
+      std::cout << usage();
+      return 0;
+    }
+    if (isPlanOnly(opts)) {
+      std::cout << dryRunReport(planWithoutMpi(opts), opts.program[0], opts.program,
+                                inheritableEnv(environ));
+      return 0;
+    }
+    SignalChannel signals;  // before MPI creates threads: they inherit the mask
+    if (launchedByMpi()) {
+      transport = std::make_unique<MpiTransport>();
+    } else {
+      transport = std::make_unique<LocalTransport>();
+    }
+    int code = Launcher(opts, *transport, signals, start).run();
+    transport->finish(30.0, code);
+    return code;
+  } catch (const ftb::FtbError& e) {
+    FTB_ERROR(e.what());
+    if (transport) transport->abortJob(e.exitCode());
+    return e.exitCode();
+  } catch (const std::exception& e) {
+    FTB_ERROR("internal error: " << e.what());
+    if (transport) transport->abortJob(1);
+    return 1;
+  }
+}

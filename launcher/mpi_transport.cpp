@@ -1,0 +1,144 @@
+#include "launcher/mpi_transport.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
+#include "common/error.h"
+#include "common/log.h"
+
+namespace ftb::launcher {
+namespace {
+
+void check(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  throw DistError(std::string(what) + " failed: " + std::string(msg, len));
+}
+
+}  // namespace
+
+bool launchedByMpi() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK") || std::getenv("PMI_SIZE");
+}
+
+MpiSession::MpiSession() {
+  // Workers are started with fork(); with the TCP transport this is safe.
+  setenv("OMPI_MCA_mpi_warn_on_fork", "0", 0);
+  // The launchers exchange a few small messages: skip UCX/OFI initialization (~200 ms of
+  // MPI_Init here) unless the user chose otherwise. Workers never see these variables.
+  setenv("OMPI_MCA_pml", "ob1", 0);
+  setenv("OMPI_MCA_osc", "^ucx", 0);
+  setenv("OMPI_MCA_mtl", "^ofi", 0);
+  int provided = 0;
+  check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SINGLE, &provided), "MPI_Init_thread");
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+}
+
+MpiSession::~MpiSession() {
+  if (!finalized_) MPI_Abort(MPI_COMM_WORLD, abort_code_);
+}
+
+void MpiSession::finalize() {
+  if (finalized_) return;
+  finalized_ = true;
+  MPI_Finalize();
+}
+
+void MpiSession::abort(int exit_code) {
+  MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::_Exit(exit_code);  // MPI_Abort does not return; belt and braces
+}
+
+MpiComm::MpiComm() {
+  check(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup");
+  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+}
+
+MpiComm::~MpiComm() {
+  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+MpiTransport::MpiTransport() : comm_(std::make_unique<MpiComm>()) {
+  MPI_Comm_rank(comm_->get(), &rank_);
+  MPI_Comm_size(comm_->get(), &size_);
+}
+
+MpiTransport::~MpiTransport() {
+  // Not finished: the session destructor aborts the job. Freeing the communicator first
+  // could wait for peers, so it is deliberately leaked on this path.
+  if (comm_) (void)comm_.release();
+}
+
+void MpiTransport::send(int dest, int tag, const std::string& payload) {
+  if (dest == rank_) return self_.send(0, tag, payload);
+  sends_.push_back(PendingSend{MPI_REQUEST_NULL, payload});
+  auto& s = sends_.back();
+  check(MPI_Isend(s.buf.data(), static_cast<int>(s.buf.size()), MPI_BYTE, dest, tag, comm_->get(),
+                  &s.req),
+        "MPI_Isend");
+  progressSends();
+}
+
+void MpiTransport::progressSends() {
+  for (auto it = sends_.begin(); it != sends_.end();) {
+    int done = 0;
+    check(MPI_Test(&it->req, &done, MPI_STATUS_IGNORE), "MPI_Test(send)");
+    it = done ? sends_.erase(it) : std::next(it);
+  }
+}
+
+std::optional<Message> MpiTransport::tryRecv(int tag) {
+  if (auto m = self_.tryRecv(tag)) return m;
+  progressSends();
+  int flag = 0;
+  MPI_Status st;
+  check(MPI_Iprobe(MPI_ANY_SOURCE, tag, comm_->get(), &flag, &st), "MPI_Iprobe");
+  if (!flag) return std::nullopt;
+  int count = 0;
+  MPI_Get_count(&st, MPI_BYTE, &count);
+  Message m{st.MPI_SOURCE, std::string(static_cast<size_t>(count), '\0')};
+  // The probed message is matched by this receive: it cannot block.
+  check(MPI_Recv(m.payload.data(), count, MPI_BYTE, st.MPI_SOURCE, tag, comm_->get(),
+                 MPI_STATUS_IGNORE),
+        "MPI_Recv");
+  return m;
+}
+
+void MpiTransport::finish(double timeout_s, int exit_code) {
+  using Clock = std::chrono::steady_clock;
+  auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
+  MPI_Request barrier = MPI_REQUEST_NULL;
+  check(MPI_Ibarrier(comm_->get(), &barrier), "MPI_Ibarrier");
+  int done = 0;
+  while (true) {
+    progressSends();
+    check(MPI_Test(&barrier, &done, MPI_STATUS_IGNORE), "MPI_Test(barrier)");
+    if (done && sends_.empty()) break;
+    if (Clock::now() > deadline) {
+      FTB_ERROR("timed out after " << timeout_s << " s waiting for all " << size_
+                                   << " launchers to reach the final barrier"
+                                   << (sends_.empty() ? "" : " (messages still unsent)")
+                                   << "; aborting the MPI job");
+      abortJob(exit_code);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  comm_.reset();
+  session_.finalize();
+}
+
+void MpiTransport::abortJob(int exit_code) { session_.abort(exit_code); }
+
+std::string MpiTransport::describe() const {
+  char v[MPI_MAX_LIBRARY_VERSION_STRING];
+  int len = 0;
+  MPI_Get_library_version(v, &len);
+  std::string s(v, len);
+  s = s.substr(0, s.find(','));
+  return "MPI, " + std::to_string(size_) + " launchers (" + s + ")";
+}
+
+}  // namespace ftb::launcher

@@ -1,0 +1,77 @@
+// Transport over MPI point-to-point messages (OpenMPI), used when the launcher runs under
+// mpirun or srun with PMI. MPI is used only between launchers; workers never see it.
+#pragma once
+
+#include <mpi.h>
+
+#include <list>
+#include <memory>
+
+#include "launcher/transport.h"
+
+namespace ftb::launcher {
+
+// True when this process was started by an MPI launcher (OMPI_COMM_WORLD_SIZE, PMIX_RANK
+// or PMI_SIZE in the environment). Without it the launcher runs as a single node.
+bool launchedByMpi();
+
+// Owns MPI initialization. REQUIRES: constructed before any other thread exists in the
+// process except MPI's own, after the launcher's signal mask is in place (MPI threads
+// inherit it). Invariant: the destructor either finalizes (after finalize()) or aborts the
+// whole MPI job, so no peer is left waiting on a launcher that is gone.
+class MpiSession {
+ public:
+  MpiSession();
+  ~MpiSession();
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+  void finalize();
+  [[noreturn]] void abort(int exit_code);
+  void setAbortCode(int code) { abort_code_ = code; }
+
+ private:
+  bool finalized_ = false;
+  int abort_code_ = 3;
+};
+
+// A private duplicate of MPI_COMM_WORLD, freed in the destructor.
+class MpiComm {
+ public:
+  MpiComm();
+  ~MpiComm();
+  MpiComm(const MpiComm&) = delete;
+  MpiComm& operator=(const MpiComm&) = delete;
+  MPI_Comm get() const { return comm_; }
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+};
+
+class MpiTransport : public Transport {
+ public:
+  MpiTransport();
+  ~MpiTransport() override;
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void send(int dest, int tag, const std::string& payload) override;
+  std::optional<Message> tryRecv(int tag) override;
+  void finish(double timeout_s, int exit_code) override;
+  [[noreturn]] void abortJob(int exit_code) override;
+  std::string describe() const override;
+
+ private:
+  struct PendingSend {
+    MPI_Request req = MPI_REQUEST_NULL;
+    std::string buf;  // must outlive the request
+  };
+  void progressSends();
+
+  MpiSession session_;
+  std::unique_ptr<MpiComm> comm_;
+  int rank_ = 0;
+  int size_ = 1;
+  std::list<PendingSend> sends_;
+  LocalTransport self_;  // messages to self bypass MPI
+};
+
+}  // namespace ftb::launcher

@@ -1,0 +1,160 @@
+#include "launcher/options.h"
+
+#include <cxxopts.hpp>
+#include <regex>
+#include <set>
+
+#include "common/error.h"
+
+namespace ftb::launcher {
+namespace {
+
+cxxopts::Options makeParser() {
+  cxxopts::Options o("launcher",
+                     "Start and supervise PROGRAM workers on this node; one launcher per node "
+                     "(mpirun --map-by ppr:1:node, srun --ntasks-per-node=1, or alone).");
+  o.custom_help("[OPTION...] -- PROGRAM [ARGS...]");
+  o.add_options()("nproc-per-node", "Workers on this node: N, auto (GPUs, else cores), cpu, gpu",
+                  cxxopts::value<std::string>()->default_value("1"))(
+      "max-restarts", "Restart every worker up to K times after a failure",
+      cxxopts::value<int>()->default_value("0"))("monitor-interval",
+                                                 "Seconds between checks of remote stop messages",
+                                                 cxxopts::value<double>()->default_value("0.1"))(
+      "grace", "Seconds between SIGTERM and SIGKILL when stopping workers",
+      cxxopts::value<double>()->default_value("5"))("rdzv-timeout",
+                                                    "Seconds to wait for every node at rendezvous",
+                                                    cxxopts::value<double>()->default_value("60"))(
+      "log-dir", "Write rank_<r>.{out,err} under DIR/<run_id>/attempt_<k>/",
+      cxxopts::value<std::string>())(
+      "tee", "Also echo worker output to the console, each line prefixed [rank]")(
+      "iface", "Use this interface's IPv4 address (MASTER_ADDR on node 0)",
+      cxxopts::value<std::string>())("network",
+                                     "Use the address inside this CIDR, e.g. 10.0.0.0/24",
+                                     cxxopts::value<std::string>())(
+      "master-port", "Fixed MASTER_PORT (default: node 0 binds a free port per attempt)",
+      cxxopts::value<int>())("run-id",
+                             "TORCHELASTIC_RUN_ID and log subdirectory (default: generated)",
+                             cxxopts::value<std::string>())(
+      "dry-run", "Print placement, argv and environment of every worker; start nothing")(
+      "hosts", "Plan a dry run without MPI: 'n[01-02]:2,n03:1' (host[:nproc],...)",
+      cxxopts::value<std::string>())(
+      "cores-per-node", "Cores used for OMP_NUM_THREADS and nproc=cpu (default: detected)",
+      cxxopts::value<int>())("bind-cores",
+                             "Pin each worker to cores/nproc cores of the launcher's CPU set")(
+      "h,help", "Print this help");
+  return o;
+}
+
+// Options that take no value; every other "--opt" without "=" consumes the next argument.
+const std::set<std::string> kFlags = {"--tee", "--dry-run", "--bind-cores", "--help", "-h"};
+
+[[noreturn]] void bad(const std::string& flag, const std::string& what,
+                      const std::string& hint = "") {
+  throw ConfigError(flag, "command line", what, hint);
+}
+
+}  // namespace
+
+std::string usage() { return makeParser().help(); }
+
+int resolveNproc(const std::string& spec, int cores, int gpus) {
+  if (spec == "cpu") return cores;
+  if (spec == "auto") return gpus > 0 ? gpus : cores;
+  if (spec == "gpu") {
+    if (gpus <= 0) bad("--nproc-per-node", "'gpu' requested but this node has no GPU");
+    return gpus;
+  }
+  static const std::regex kNumber("[0-9]+");
+  if (!std::regex_match(spec, kNumber))
+    bad("--nproc-per-node", "expected N, auto, cpu or gpu, got '" + spec + "'");
+  if (spec.size() > 6 || std::stoi(spec) < 1)
+    bad("--nproc-per-node", "must be between 1 and 999999, got " + spec);
+  return std::stoi(spec);
+}
+
+LaunchOptions parseOptions(int argc, const char* const* argv) {
+  // Split: launcher options | PROGRAM ARGS...
+  std::vector<std::string> opts{argc > 0 ? argv[0] : "launcher"};
+  LaunchOptions out;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--") {
+      out.program.assign(argv + i + 1, argv + argc);
+      break;
+    }
+    if (a.empty() || a[0] != '-') {
+      out.program.assign(argv + i, argv + argc);
+      break;
+    }
+    opts.push_back(a);
+    if (a.find('=') == std::string::npos && !kFlags.count(a) && i + 1 < argc) {
+      opts.push_back(argv[++i]);
+    }
+  }
+  std::vector<const char*> cargv;
+  for (auto& s : opts) cargv.push_back(s.c_str());
+
+  auto parser = makeParser();
+  cxxopts::ParseResult r;
+  try {
+    r = parser.parse(static_cast<int>(cargv.size()), cargv.data());
+  } catch (const cxxopts::exceptions::exception& e) {
+    bad("arguments", e.what(), "see launcher --help");
+  }
+  if (r.count("help")) {
+    out.help = true;
+    return out;
+  }
+  out.nproc_per_node = r["nproc-per-node"].as<std::string>();
+  out.nproc_given = r.count("nproc-per-node") > 0;
+  out.max_restarts = r["max-restarts"].as<int>();
+  out.monitor_interval_s = r["monitor-interval"].as<double>();
+  out.grace_s = r["grace"].as<double>();
+  out.rdzv_timeout_s = r["rdzv-timeout"].as<double>();
+  if (r.count("log-dir")) out.log_dir = r["log-dir"].as<std::string>();
+  out.tee = r.count("tee") > 0;
+  if (r.count("iface")) out.iface = r["iface"].as<std::string>();
+  if (r.count("network")) out.network = r["network"].as<std::string>();
+  if (r.count("master-port")) out.master_port = r["master-port"].as<int>();
+  if (r.count("run-id")) out.run_id = r["run-id"].as<std::string>();
+  out.dry_run = r.count("dry-run") > 0;
+  if (r.count("hosts")) out.hosts = r["hosts"].as<std::string>();
+  if (r.count("cores-per-node")) out.cores_per_node = r["cores-per-node"].as<int>();
+  out.bind_cores = r.count("bind-cores") > 0;
+
+  // Validation: everything that can be checked without looking at the machine.
+  if (out.program.empty())
+    bad("PROGRAM", "no program given", "usage: launcher [OPTION...] -- PROGRAM [ARGS...]");
+  if (out.program[0].empty()) bad("PROGRAM", "program name is empty");
+  if (out.nproc_per_node != "auto" && out.nproc_per_node != "cpu" && out.nproc_per_node != "gpu")
+    resolveNproc(out.nproc_per_node, 1, 0);  // throws for 0, negative, garbage
+  if (out.max_restarts < 0)
+    bad("--max-restarts", "must be >= 0, got " + std::to_string(out.max_restarts));
+  if (!(out.monitor_interval_s > 0 && out.monitor_interval_s <= 60))
+    bad("--monitor-interval",
+        "must be in (0, 60] seconds, got " + std::to_string(out.monitor_interval_s));
+  if (!(out.grace_s >= 0 && out.grace_s <= 3600))
+    bad("--grace", "must be in [0, 3600] seconds, got " + std::to_string(out.grace_s));
+  if (!(out.rdzv_timeout_s > 0))
+    bad("--rdzv-timeout", "must be > 0 seconds, got " + std::to_string(out.rdzv_timeout_s));
+  if (r.count("master-port") && (out.master_port < 1 || out.master_port > 65535))
+    bad("--master-port", "must be in 1..65535, got " + std::to_string(out.master_port));
+  if (!out.iface.empty() && !out.network.empty())
+    bad("--iface", "give either --iface or --network, not both");
+  if (r.count("iface") && out.iface.empty()) bad("--iface", "interface name is empty");
+  if (r.count("network") && out.network.empty()) bad("--network", "CIDR is empty");
+  static const std::regex kRunId("[A-Za-z0-9._-]{1,128}");
+  if (r.count("run-id") &&
+      (!std::regex_match(out.run_id, kRunId) || out.run_id == "." || out.run_id == ".."))
+    bad("--run-id", "must match [A-Za-z0-9._-]{1,128}, got '" + out.run_id + "'",
+        "it names a log directory");
+  if (r.count("hosts") && !out.dry_run)
+    bad("--hosts", "only valid with --dry-run", "real runs take nodes from mpirun/srun");
+  if (r.count("hosts") && out.hosts.empty()) bad("--hosts", "host list is empty");
+  if (r.count("cores-per-node") && out.cores_per_node < 1)
+    bad("--cores-per-node", "must be >= 1, got " + std::to_string(out.cores_per_node));
+  if (r.count("log-dir") && out.log_dir.empty()) bad("--log-dir", "directory is empty");
+  return out;
+}
+
+}  // namespace ftb::launcher

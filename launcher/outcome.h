@@ -1,0 +1,58 @@
+// What happened in one attempt, and what the job does next.
+//
+// Protocol (every attempt): each launcher supervises its workers until all of them have
+// exited, then sends a NodeEnd to node 0. Node 0 calls decide() on all NodeEnds and sends
+// the Decision to every node. A Failure is a worker that exited non-zero or by a signal
+// BEFORE its launcher began stopping workers; exits caused by the stop are not failures.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ftb::launcher {
+
+struct Failure {
+  int64_t time_us = 0;  // CLOCK_REALTIME when the launcher reaped it
+  int node = 0;
+  std::string host;
+  std::string ip;
+  int rank = 0;
+  int local_rank = 0;
+  int pid = 0;
+  int exit_code = 0;  // valid when signal == 0
+  int signal = 0;     // > 0: killed by this signal
+  std::string note;   // e.g. "exec failed: No such file or directory"
+  std::vector<std::string> stderr_tail;
+
+  // The launcher's exit code for this failure: exit code, or 128 + signal.
+  int code() const { return signal > 0 ? 128 + signal : exit_code; }
+  std::string describe() const;  // "exit code 3" / "SIGKILL (signal 9)"
+};
+
+struct NodeEnd {
+  int attempt = 0;
+  int node = 0;
+  std::vector<Failure> failures;
+  int shutdown_signal = 0;  // TERM/INT/HUP received by this launcher during the attempt
+  bool all_clean = true;    // every local worker exited 0
+};
+
+struct Decision {
+  int attempt = 0;
+  bool restart = false;
+  int exit_code = 0;
+  int next_port = 0;              // MASTER_PORT of the next attempt when restart
+  std::vector<Failure> failures;  // all failures of the attempt, earliest (root cause) first
+  int shutdown_signal = 0;
+};
+
+// REQUIRES: one NodeEnd per node, all for `attempt`.
+// Restart iff there is a failure, no node received a shutdown signal and
+// attempt < max_restarts. Exit code: 0 when no failure and all clean; the root cause's
+// code (earliest failure; ties by rank); else 128 + shutdown signal.
+Decision decide(const std::vector<NodeEnd>& ends, int attempt, int max_restarts);
+
+std::string signalName(int sig);  // "SIGKILL"; "signal 42" when unknown
+
+}  // namespace ftb::launcher

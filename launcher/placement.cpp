@@ -1,0 +1,161 @@
+#include "launcher/placement.h"
+
+#include <algorithm>
+#include <set>
+
+#include "common/error.h"
+#include "common/hostlist.h"
+
+namespace ftb::launcher {
+
+int Plan::worldSize() const {
+  int w = 0;
+  for (const auto& n : nodes) w += n.nproc;
+  return w;
+}
+
+int Plan::firstRank(int node) const {
+  int r = 0;
+  for (int i = 0; i < node; ++i) r += nodes[i].nproc;
+  return r;
+}
+
+// Rule: a node that chose with --iface/--network keeps its choice. Otherwise node 0 takes
+// the non-loopback address whose subnet holds an address of the most other nodes (first in
+// interface order on ties); every other node takes its address in node 0's subnet, else the
+// first non-loopback one. A lone node without a choice uses 127.0.0.1 and no interface.
+std::string assignAddresses(std::vector<NodeInfo>& nodes) {
+  if (nodes.empty()) return "127.0.0.1";
+  NodeInfo& n0 = nodes[0];
+  const IfAddr* master = nullptr;
+  if (!n0.chosen) {
+    int best = -1;
+    for (const auto& a : n0.addrs) {
+      if (a.loopback) continue;
+      int score = 0;
+      for (size_t i = 1; i < nodes.size(); ++i)
+        for (const auto& b : nodes[i].addrs)
+          if (!b.loopback && sameSubnet(a, b.ip)) {
+            ++score;
+            break;
+          }
+      if (score > best) best = score, master = &a;
+    }
+    if (nodes.size() == 1 || !master) {
+      n0.ip = "127.0.0.1";
+      n0.iface.clear();
+    } else {
+      n0.ip = master->ip;
+      n0.iface = master->name;
+    }
+  }
+  for (size_t i = 1; i < nodes.size(); ++i) {
+    NodeInfo& n = nodes[i];
+    if (n.chosen) continue;
+    const IfAddr* pick = nullptr;
+    for (const auto& a : n.addrs)
+      if (!a.loopback && sameSubnet(a, n0.ip)) {
+        pick = &a;
+        break;
+      }
+    for (const auto& a : n.addrs)
+      if (!pick && !a.loopback) pick = &a;
+    n.ip = pick ? pick->ip : "127.0.0.1";
+    n.iface = pick ? pick->name : "";
+  }
+  return n0.ip;
+}
+
+std::string threadsFor(const NodeInfo& n) {
+  auto it = n.preset.find("OMP_NUM_THREADS");
+  if (it != n.preset.end()) return it->second;
+  return std::to_string(std::max(1, n.cores / std::max(1, n.nproc)));
+}
+
+std::vector<HostCount> parseHostsSpec(const std::string& spec) {
+  auto bad = [&](const std::string& why) {
+    throw ConfigError("--hosts", "command line", "'" + spec + "': " + why,
+                      "expected host[:nproc],... e.g. 'n[01-02]:2,n03:1'");
+  };
+  // Split at commas outside brackets.
+  std::vector<std::string> items;
+  std::string cur;
+  int depth = 0;
+  for (char c : spec) {
+    if (c == '[') ++depth;
+    if (c == ']') --depth;
+    if (depth < 0) bad("unbalanced ']'");
+    if (c == ',' && depth == 0) {
+      items.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  if (depth != 0) bad("unbalanced '['");
+  items.push_back(cur);
+  std::vector<HostCount> out;
+  for (const auto& item : items) {
+    if (item.empty()) bad("empty entry");
+    std::string expr = item;
+    int count = 0;
+    auto colon = item.rfind(':');
+    if (colon != std::string::npos && item.find(']', colon) == std::string::npos) {
+      std::string c = item.substr(colon + 1);
+      if (c.empty() || c.size() > 6 || !std::all_of(c.begin(), c.end(), ::isdigit) ||
+          std::stoi(c) < 1)
+        bad("count '" + c + "' of '" + item + "' must be an integer >= 1");
+      count = std::stoi(c);
+      expr = item.substr(0, colon);
+    }
+    if (expr.empty()) bad("entry '" + item + "' has no host name");
+    for (auto& h : expandHostlist(expr, "--hosts")) out.push_back({h, count});
+  }
+  return out;
+}
+
+EnvVars contractEnv(const Plan& plan, int node, int local_rank, int attempt) {
+  const NodeInfo& n = plan.nodes.at(node);
+  EnvVars v = {
+      {"GROUP_RANK", std::to_string(node)},
+      {"GROUP_WORLD_SIZE", std::to_string(plan.nodes.size())},
+      {"LOCAL_RANK", std::to_string(local_rank)},
+      {"LOCAL_WORLD_SIZE", std::to_string(n.nproc)},
+      {"MASTER_ADDR", plan.master_addr},
+      {"MASTER_PORT", std::to_string(plan.master_port)},
+      {"RANK", std::to_string(plan.firstRank(node) + local_rank)},
+      {"TORCHELASTIC_MAX_RESTARTS", std::to_string(plan.max_restarts)},
+      {"TORCHELASTIC_RESTART_COUNT", std::to_string(attempt)},
+      {"TORCHELASTIC_RUN_ID", plan.run_id},
+      {"WORLD_SIZE", std::to_string(plan.worldSize())},
+  };
+  if (!n.preset.count("OMP_NUM_THREADS")) v.emplace_back("OMP_NUM_THREADS", threadsFor(n));
+  if (!n.iface.empty() && !n.preset.count("GLOO_SOCKET_IFNAME"))
+    v.emplace_back("GLOO_SOCKET_IFNAME", n.iface);
+  if (!n.gpus.empty()) v.emplace_back("CUDA_VISIBLE_DEVICES", n.gpus[local_rank % n.gpus.size()]);
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+bool isStrippedVar(const std::string& s) {
+  return s.rfind("OMPI_", 0) == 0 || s.rfind("PMIX_", 0) == 0 || s.rfind("PMI_", 0) == 0;
+}
+
+std::vector<std::string> inheritableEnv(const char* const* envp) {
+  std::vector<std::string> out;
+  for (; envp && *envp; ++envp)
+    if (!isStrippedVar(*envp)) out.emplace_back(*envp);
+  return out;
+}
+
+std::vector<std::string> mergeEnv(const std::vector<std::string>& inherited, const EnvVars& set) {
+  std::set<std::string> names;
+  for (const auto& kv : set) names.insert(kv.first);
+  std::vector<std::string> out;
+  for (const auto& e : inherited)
+    if (!names.count(e.substr(0, e.find('=')))) out.push_back(e);
+  for (const auto& kv : set) out.push_back(kv.first + "=" + kv.second);
+  return out;
+}
+
+}  // namespace ftb::launcher

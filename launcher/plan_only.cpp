@@ -1,0 +1,76 @@
+#include "launcher/plan_only.h"
+
+#include <cstdlib>
+
+#include "common/error.h"
+#include "common/hostlist.h"
+#include "launcher/local_node.h"
+#include "launcher/mpi_transport.h"
+
+namespace ftb::launcher {
+namespace {
+
+std::string env(const char* k) {
+  const char* v = std::getenv(k);
+  return v ? v : "";
+}
+
+}  // namespace
+
+bool isPlanOnly(const LaunchOptions& opts) {
+  return opts.dry_run && !launchedByMpi() &&
+         (!opts.hosts.empty() || !env("SLURM_JOB_NODELIST").empty());
+}
+
+Plan planWithoutMpi(const LaunchOptions& opts) {
+  Plan plan;
+  std::vector<HostCount> hosts;
+  if (!opts.hosts.empty()) {
+    plan.source = "--hosts";
+    hosts = parseHostsSpec(opts.hosts);
+  } else {
+    plan.source = "SLURM_JOB_NODELIST";
+    for (auto& h : expandHostlist(env("SLURM_JOB_NODELIST"), "SLURM_JOB_NODELIST"))
+      hosts.push_back({h, 0});
+    std::string tpn = env("SLURM_TASKS_PER_NODE");
+    if (!opts.nproc_given && !tpn.empty()) {
+      auto counts = expandTasksPerNode(tpn);
+      if (counts.size() != hosts.size())
+        throw ConfigError("SLURM_TASKS_PER_NODE", "environment",
+                          "'" + tpn + "' gives " + std::to_string(counts.size()) + " counts for " +
+                              std::to_string(hosts.size()) + " nodes in '" +
+                              env("SLURM_JOB_NODELIST") + "'");
+      for (size_t i = 0; i < hosts.size(); ++i) hosts[i].nproc = counts[i];
+    }
+  }
+  std::vector<int> cores(hosts.size(), static_cast<int>(allowedCpus().size()));
+  std::string cpn = env("SLURM_JOB_CPUS_PER_NODE");
+  if (opts.cores_per_node > 0) {
+    cores.assign(hosts.size(), opts.cores_per_node);
+  } else if (plan.source == "SLURM_JOB_NODELIST" && !cpn.empty()) {
+    auto c = expandTasksPerNode(cpn, "SLURM_JOB_CPUS_PER_NODE");
+    if (c.size() == hosts.size()) cores = c;
+  }
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    NodeInfo n;
+    n.node = static_cast<int>(i);
+    n.host = hosts[i].host;
+    n.cores = cores[i];
+    n.nproc = hosts[i].nproc > 0 ? hosts[i].nproc : resolveNproc(opts.nproc_per_node, n.cores, 0);
+    n.iface = opts.iface;  // same interface name on every node, if given
+    for (const char* k : {"OMP_NUM_THREADS", "GLOO_SOCKET_IFNAME"})
+      if (const char* v = std::getenv(k)) n.preset[k] = v;
+    plan.nodes.push_back(n);
+  }
+  plan.master_addr = plan.nodes.at(0).host;
+  std::string job = env("SLURM_JOB_ID");
+  plan.master_port = opts.master_port > 0 ? opts.master_port
+                     : !job.empty() && job.find_first_not_of("0123456789") == std::string::npos
+                         ? 20000 + static_cast<int>(std::stoll(job.substr(0, 15)) % 20000)
+                         : 29500;
+  plan.run_id = !opts.run_id.empty() ? opts.run_id : !job.empty() ? job : generateRunId();
+  plan.max_restarts = opts.max_restarts;
+  return plan;
+}
+
+}  // namespace ftb::launcher

@@ -1,0 +1,52 @@
+// State one launcher shares between rendezvous, attempts and the waits between them.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "launcher/options.h"
+#include "launcher/signals.h"
+#include "launcher/transport.h"
+#include "launcher/wire.h"
+
+namespace ftb::launcher {
+
+using Clock = std::chrono::steady_clock;
+
+inline double msSince(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+inline Clock::time_point after(double seconds) {
+  return Clock::now() +
+         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+// Extra time, beyond --grace, that a node waits for peers once a stop is known: a peer
+// needs up to grace + kKillWaitS to stop its workers, plus message latency.
+inline constexpr double kKillWaitS = 5.0;  // after SIGKILL, wait this long for reaping
+inline constexpr double kStopSlackS = 10.0;
+inline constexpr double kExecTimeoutS = 10.0;  // fork -> execve of one worker
+
+struct Runtime {
+  const LaunchOptions& opts;
+  Transport& transport;
+  SignalChannel& signals;
+  std::string program_path;                // resolved PROGRAM
+  std::vector<std::string> inherited_env;  // launcher env minus OMPI_*/PMIX_*/PMI_*
+  std::vector<int> cpus;                   // this launcher's CPU set
+  Clock::time_point start;                 // launcher process start
+  int shutdown_signal = 0;                 // first TERM/INT/HUP this launcher received
+  std::map<int, StopMsg> stops;            // first STOP received per attempt
+
+  // Records a STOP message; returns true if it is the first one for its attempt.
+  bool noteStop(const StopMsg& m) { return stops.emplace(m.attempt, m).second; }
+  // Drains every STOP message that has arrived (any attempt).
+  void pollStops();
+  // Sends a STOP for `attempt` to every other node.
+  void broadcastStop(int attempt, int signal, const std::string& reason);
+};
+
+}  // namespace ftb::launcher

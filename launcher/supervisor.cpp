@@ -1,0 +1,264 @@
+#include "launcher/supervisor.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "launcher/report.h"
+
+namespace ftb::launcher {
+namespace {
+
+constexpr size_t kTailLines = 20;
+
+int64_t nowUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+Fd openLog(const std::string& path) {
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw IoError("cannot open worker log " + path + ": " + std::strerror(errno));
+  return Fd(fd);
+}
+
+// Local rank r's share of `cpus`: a contiguous block of size(cpus)/n (at least one).
+std::vector<int> cpuShare(const std::vector<int>& cpus, int n, int r) {
+  if (cpus.empty()) return {};
+  size_t k = std::max<size_t>(1, cpus.size() / n);
+  std::vector<int> out;
+  for (size_t i = 0; i < k; ++i) out.push_back(cpus[(r * k + i) % cpus.size()]);
+  return out;
+}
+
+std::string ms(double v) {
+  char b[32];
+  snprintf(b, sizeof b, "%.1f", v);
+  return b;
+}
+
+}  // namespace
+
+void Runtime::pollStops() {
+  while (auto m = transport.tryRecv(kTagStop)) noteStop(decodeStop(m->payload));
+}
+
+void Runtime::broadcastStop(int attempt, int signal, const std::string& reason) {
+  StopMsg m{attempt, transport.rank(), signal, reason};
+  for (int n = 0; n < transport.size(); ++n)
+    if (n != transport.rank()) transport.send(n, kTagStop, encode(m));
+  noteStop(m);
+}
+
+Supervisor::Supervisor(Runtime& rt, const Plan& plan, int attempt)
+    : rt_(rt), plan_(plan), attempt_(attempt), node_(rt.transport.rank()) {
+  end_.attempt = attempt;
+  end_.node = node_;
+}
+
+void Supervisor::spawnAll() {
+  const NodeInfo& me = plan_.nodes.at(node_);
+  std::string dir;
+  if (!rt_.opts.log_dir.empty()) {
+    dir = rt_.opts.log_dir + "/" + plan_.run_id + "/attempt_" + std::to_string(attempt_);
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) throw IoError("cannot create log directory " + dir + ": " + ec.message());
+  }
+  const bool console = rt_.opts.log_dir.empty() || rt_.opts.tee;
+  const auto t0 = Clock::now();
+  std::string pids;
+  for (int lr = 0; lr < me.nproc; ++lr) {
+    Worker w;
+    w.local_rank = lr;
+    w.rank = plan_.firstRank(node_) + lr;
+    PipeFds out = makePipe(), err = makePipe();
+    SpawnRequest req;
+    req.path = rt_.program_path;
+    req.argv = rt_.opts.program;
+    req.env = mergeEnv(rt_.inherited_env, contractEnv(plan_, node_, lr, attempt_));
+    if (rt_.opts.bind_cores) req.cpus = cpuShare(rt_.cpus, me.nproc, lr);
+    req.stdout_fd = out.write.get();
+    req.stderr_fd = err.write.get();
+    req.mask = &rt_.signals.originalMask();
+    w.proc = std::make_unique<WorkerProcess>(req);
+    std::string base = dir + "/rank_" + std::to_string(w.rank);
+    std::string prefix = rt_.opts.tee ? "[" + std::to_string(w.rank) + "] " : "";
+    w.out = std::make_unique<StreamPump>(std::move(out.read),
+                                         dir.empty() ? Fd() : openLog(base + ".out"),
+                                         console ? 1 : -1, prefix, 0);
+    w.err = std::make_unique<StreamPump>(std::move(err.read),
+                                         dir.empty() ? Fd() : openLog(base + ".err"),
+                                         console ? 2 : -1, prefix, kTailLines);
+    pids += (pids.empty() ? "" : ",") + std::to_string(w.proc->pid());
+    workers_.push_back(std::move(w));
+  }
+  auto deadline = after(kExecTimeoutS);
+  for (auto& w : workers_) {
+    try {
+      w.exec_error = w.proc->waitExec(deadline);
+    } catch (const DistError& e) {
+      throw DistError("node " + std::to_string(node_) + " (" + me.host + "): rank " +
+                      std::to_string(w.rank) + ": " + e.what());
+    }
+    if (!w.exec_error.empty()) FTB_ERROR("rank " << w.rank << ": " << w.exec_error);
+  }
+  FTB_INFO("attempt " << attempt_ << ": ranks " << rankRange(plan_.firstRank(node_), me.nproc)
+                      << " started (pids " << pids << "); all exec'd " << ms(msSince(t0))
+                      << " ms after fork, " << ms(msSince(rt_.start)) << " ms after launcher start"
+                      << (dir.empty() ? "" : "; logs in " + dir));
+}
+
+bool Supervisor::anyRunning() const {
+  for (const auto& w : workers_)
+    if (w.proc->running()) return true;
+  return false;
+}
+
+void Supervisor::beginStop(int sig_sent, const std::string& why) {
+  if (stopping_) return;
+  stopping_ = true;
+  kill_at_ = after(rt_.opts.grace_s);
+  if (sig_sent == 0) {
+    for (auto& w : workers_)
+      if (w.proc->running()) w.proc->signalGroup(SIGTERM);
+  }
+  if (anyRunning())
+    FTB_WARN("stopping local workers (" << why
+                                        << "): " << (sig_sent ? signalName(sig_sent) : "SIGTERM")
+                                        << " sent, SIGKILL in " << rt_.opts.grace_s << " s");
+}
+
+void Supervisor::recordFailure(Worker& w) {
+  Failure f;
+  f.time_us = nowUs();
+  f.node = node_;
+  f.host = plan_.nodes[node_].host;
+  f.ip = plan_.nodes[node_].ip;
+  f.rank = w.rank;
+  f.local_rank = w.local_rank;
+  f.pid = w.proc->pid();
+  f.exit_code = w.proc->exitCode();
+  f.signal = w.proc->termSignal();
+  f.note = w.exec_error;
+  w.err->pump();  // what the worker wrote before dying is still in the pipe
+  f.stderr_tail = w.err->tail();
+  FTB_ERROR("rank " << f.rank << " (local rank " << f.local_rank << ", pid " << f.pid << ") "
+                    << f.describe());
+  end_.failures.push_back(std::move(f));
+}
+
+void Supervisor::reap() {
+  std::string first;
+  for (auto& w : workers_) {
+    if (w.reported || !w.proc->tryReap()) continue;
+    w.reported = true;
+    bool bad = w.proc->termSignal() != 0 || w.proc->exitCode() != 0;
+    if (bad) end_.all_clean = false;
+    if (bad && !stopping_) {  // exits after the stop began are consequences, not causes
+      recordFailure(w);
+      if (first.empty())
+        first = "rank " + std::to_string(w.rank) + " " + end_.failures.back().describe();
+    }
+  }
+  if (!first.empty() && !stopping_) {
+    rt_.broadcastStop(attempt_, 0, first);
+    beginStop(0, first);
+  }
+}
+
+void Supervisor::handleSignals() {
+  for (int sig : rt_.signals.drain()) {
+    if (!isForwardedSignal(sig)) continue;  // SIGCHLD: reap() looks at every worker
+    if (isShutdownSignal(sig)) {
+      bool again = rt_.shutdown_signal != 0;
+      if (!again) rt_.shutdown_signal = sig;
+      end_.shutdown_signal = rt_.shutdown_signal;
+      if (again) {
+        FTB_WARN("second " << signalName(sig) << ": killing local workers now");
+        for (auto& w : workers_) w.proc->signalGroup(SIGKILL);
+        killed_ = true;
+        abandon_at_ = after(kKillWaitS);
+        continue;
+      }
+    }
+    FTB_INFO("forwarding " << signalName(sig) << " to local workers");
+    for (auto& w : workers_)
+      if (w.proc->running()) w.proc->signalGroup(sig);
+    if (isShutdownSignal(sig) && !stopping_) {
+      std::string why =
+          "launcher on node " + std::to_string(node_) + " received " + signalName(sig);
+      rt_.broadcastStop(attempt_, sig, why);
+      beginStop(sig, why);
+    }
+  }
+}
+
+void Supervisor::checkStops() {
+  rt_.pollStops();
+  auto it = rt_.stops.find(attempt_);
+  if (it != rt_.stops.end() && !stopping_ && it->second.from_node != node_)
+    beginStop(0, "node " + std::to_string(it->second.from_node) + ": " + it->second.reason);
+}
+
+int Supervisor::pollTimeoutMs() const {
+  double s = rt_.opts.monitor_interval_s;
+  auto now = Clock::now();
+  if (stopping_ && !killed_) s = std::min(s, std::chrono::duration<double>(kill_at_ - now).count());
+  return std::max(1, static_cast<int>(s * 1000));
+}
+
+NodeEnd Supervisor::run() {
+  end_.shutdown_signal = rt_.shutdown_signal;
+  spawnAll();
+  if (rt_.shutdown_signal) beginStop(0, "shutdown requested before the attempt");
+  while (anyRunning()) {
+    std::vector<pollfd> fds{{rt_.signals.fd(), POLLIN, 0}};
+    std::vector<StreamPump*> pumps;
+    for (auto& w : workers_)
+      for (StreamPump* p : {w.out.get(), w.err.get()})
+        if (p->open()) {
+          fds.push_back({p->fd(), POLLIN, 0});
+          pumps.push_back(p);
+        }
+    int n = poll(fds.data(), fds.size(), pollTimeoutMs());
+    if (n < 0 && errno != EINTR) throw DistError(std::string("poll: ") + std::strerror(errno));
+    for (size_t i = 1; i < fds.size(); ++i)
+      if (fds[i].revents) pumps[i - 1]->pump();
+    reap();
+    handleSignals();
+    checkStops();
+    auto now = Clock::now();
+    if (stopping_ && !killed_ && now >= kill_at_ && anyRunning()) {
+      FTB_WARN("workers still running " << rt_.opts.grace_s << " s after stop; sending SIGKILL");
+      for (auto& w : workers_)
+        if (w.proc->running()) w.proc->signalGroup(SIGKILL);
+      killed_ = true;
+      abandon_at_ = after(kKillWaitS);
+    }
+    if (killed_ && now >= abandon_at_ && anyRunning()) {
+      for (auto& w : workers_)
+        if (w.proc->running())
+          FTB_ERROR("rank " << w.rank << " (pid " << w.proc->pid() << ") still not reaped "
+                            << kKillWaitS << " s after SIGKILL; giving up on it");
+      break;
+    }
+  }
+  for (auto& w : workers_) {
+    w.out->finish();
+    w.err->finish();
+    w.proc->signalGroup(SIGKILL);  // leftovers of the worker's process group
+  }
+  checkStops();
+  return end_;
+}
+
+}  // namespace ftb::launcher

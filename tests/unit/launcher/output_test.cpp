@@ -1,0 +1,53 @@
+#include "launcher/output.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace ftb::launcher {
+namespace {
+
+std::string readAll(int fd) {
+  std::string s;
+  char b[4096];
+  ssize_t n;
+  while ((n = read(fd, b, sizeof b)) > 0) s.append(b, n);
+  return s;
+}
+
+TEST(StreamPump, PrefixesWholeLinesAndKeepsTail) {
+  PipeFds console = makePipe();
+  PipeFds src = makePipe();
+  StreamPump p(std::move(src.read), Fd(), console.write.get(), "[3] ", 2);
+  writeAll(src.write.get(), "a\nb");
+  p.pump();
+  writeAll(src.write.get(), "c\nd\ne");
+  src.write.reset();
+  p.pump();
+  EXPECT_FALSE(p.open());  // EOF seen
+  p.finish();
+  console.write.reset();
+  EXPECT_EQ(readAll(console.read.get()), "[3] a\n[3] bc\n[3] d\n[3] e\n");
+  EXPECT_EQ(p.tail(), (std::vector<std::string>{"d", "e"}));
+}
+
+TEST(StreamPump, FileGetsRawBytes) {
+  char tmpl[] = "/tmp/ftb_pump_XXXXXX";
+  int fd = mkstemp(tmpl);
+  ASSERT_GE(fd, 0);
+  {
+    StreamPump p(Fd(), Fd(fd), -1, "[0] ", 0);
+    p.consume("x\ny", 3);
+    p.finish();
+  }
+  std::ifstream in(tmpl);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EXPECT_EQ(ss.str(), "x\ny");
+  unlink(tmpl);
+}
+
+}  // namespace
+}  // namespace ftb::launcher

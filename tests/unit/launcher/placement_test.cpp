@@ -1,0 +1,150 @@
+#include "launcher/placement.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "common/error.h"
+
+namespace ftb::launcher {
+namespace {
+
+std::map<std::string, std::string> asMap(const EnvVars& v) { return {v.begin(), v.end()}; }
+
+Plan threeNodes() {
+  Plan p;
+  for (int i = 0; i < 3; ++i) {
+    NodeInfo n;
+    n.node = i;
+    n.host = "n0" + std::to_string(i + 1);
+    n.ip = "10.0.0." + std::to_string(i + 1);
+    n.cores = 8;
+    n.nproc = i < 2 ? 2 : 1;
+    p.nodes.push_back(n);
+  }
+  p.master_addr = "10.0.0.1";
+  p.master_port = 29500;
+  p.run_id = "r1";
+  p.max_restarts = 2;
+  return p;
+}
+
+TEST(Placement, RanksAreAssignedNodeByNode) {
+  Plan p = threeNodes();
+  EXPECT_EQ(p.worldSize(), 5);
+  EXPECT_EQ(p.firstRank(0), 0);
+  EXPECT_EQ(p.firstRank(1), 2);
+  EXPECT_EQ(p.firstRank(2), 4);
+}
+
+TEST(Placement, ContractEnvironment) {
+  Plan p = threeNodes();
+  auto env = asMap(contractEnv(p, 1, 1, 3));
+  EXPECT_EQ(env["RANK"], "3");
+  EXPECT_EQ(env["LOCAL_RANK"], "1");
+  EXPECT_EQ(env["WORLD_SIZE"], "5");
+  EXPECT_EQ(env["LOCAL_WORLD_SIZE"], "2");
+  EXPECT_EQ(env["GROUP_RANK"], "1");
+  EXPECT_EQ(env["GROUP_WORLD_SIZE"], "3");
+  EXPECT_EQ(env["MASTER_ADDR"], "10.0.0.1");
+  EXPECT_EQ(env["MASTER_PORT"], "29500");
+  EXPECT_EQ(env["TORCHELASTIC_RUN_ID"], "r1");
+  EXPECT_EQ(env["TORCHELASTIC_RESTART_COUNT"], "3");
+  EXPECT_EQ(env["TORCHELASTIC_MAX_RESTARTS"], "2");
+  EXPECT_EQ(env["OMP_NUM_THREADS"], "4");  // 8 cores / 2 local workers
+  EXPECT_EQ(env.count("GLOO_SOCKET_IFNAME"), 0u);
+  EXPECT_EQ(env.count("CUDA_VISIBLE_DEVICES"), 0u);
+  EXPECT_EQ(asMap(contractEnv(p, 2, 0, 0))["OMP_NUM_THREADS"], "8");
+}
+
+TEST(Placement, InheritedOmpAndGlooWinAndGpusAreSplit) {
+  Plan p = threeNodes();
+  p.nodes[0].preset["OMP_NUM_THREADS"] = "3";
+  p.nodes[0].iface = "eth1";
+  p.nodes[0].gpus = {"4", "5"};
+  auto env = asMap(contractEnv(p, 0, 1, 0));
+  EXPECT_EQ(env.count("OMP_NUM_THREADS"), 0u);  // inherited value stays
+  EXPECT_EQ(threadsFor(p.nodes[0]), "3");
+  EXPECT_EQ(env["GLOO_SOCKET_IFNAME"], "eth1");
+  EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], "5");
+  p.nodes[0].preset["GLOO_SOCKET_IFNAME"] = "ib0";
+  EXPECT_EQ(asMap(contractEnv(p, 0, 0, 0)).count("GLOO_SOCKET_IFNAME"), 0u);
+}
+
+TEST(Placement, ThreadsNeverZero) {
+  NodeInfo n;
+  n.cores = 2;
+  n.nproc = 4;
+  EXPECT_EQ(threadsFor(n), "1");
+}
+
+TEST(Placement, MpiVariablesAreStripped) {
+  const char* envp[] = {
+      "PATH=/bin", "OMPI_COMM_WORLD_RANK=1", "PMIX_RANK=1", "PMI_SIZE=2", "PMIXY=keep", "RANK=9",
+      nullptr};
+  auto inherited = inheritableEnv(envp);
+  EXPECT_EQ(inherited, (std::vector<std::string>{"PATH=/bin", "PMIXY=keep", "RANK=9"}));
+  auto merged = mergeEnv(inherited, {{"RANK", "0"}});
+  EXPECT_EQ(merged, (std::vector<std::string>{"PATH=/bin", "PMIXY=keep", "RANK=0"}));
+}
+
+TEST(HostsSpec, IssueExample) {
+  auto h = parseHostsSpec("n[01-02]:2,n03:1");
+  ASSERT_EQ(h.size(), 3u);
+  EXPECT_EQ(h[0].host, "n01");
+  EXPECT_EQ(h[0].nproc, 2);
+  EXPECT_EQ(h[1].host, "n02");
+  EXPECT_EQ(h[1].nproc, 2);
+  EXPECT_EQ(h[2].host, "n03");
+  EXPECT_EQ(h[2].nproc, 1);
+}
+
+TEST(HostsSpec, ListsInsideBracketsAndDefaults) {
+  auto h = parseHostsSpec("gpu[1,3-4]:4,login,r[1-2]n[1-2]");
+  std::vector<std::string> names;
+  for (auto& x : h) names.push_back(x.host + ":" + std::to_string(x.nproc));
+  EXPECT_EQ(names, (std::vector<std::string>{"gpu1:4", "gpu3:4", "gpu4:4", "login:0", "r1n1:0",
+                                             "r1n2:0", "r2n1:0", "r2n2:0"}));
+}
+
+TEST(HostsSpec, Malformed) {
+  for (const char* bad : {"", "n[01-", "n01]", "n1:0", "n1:x", "n1:", ":2", "a,,b", "n[3-1]"}) {
+    EXPECT_THROW(parseHostsSpec(bad), ConfigError) << bad;
+  }
+}
+
+IfAddr addr(const std::string& name, const std::string& ip, int prefix, bool lo = false) {
+  return IfAddr{name, ip, prefix, lo};
+}
+
+TEST(Addresses, SingleNodeUsesLoopback) {
+  std::vector<NodeInfo> nodes(1);
+  nodes[0].addrs = {addr("lo", "127.0.0.1", 8, true), addr("eth0", "192.168.1.5", 24)};
+  EXPECT_EQ(assignAddresses(nodes), "127.0.0.1");
+  EXPECT_EQ(nodes[0].iface, "");
+}
+
+TEST(Addresses, MasterIsOnTheSubnetThePeersShare) {
+  std::vector<NodeInfo> nodes(2);
+  nodes[0].addrs = {addr("lo", "127.0.0.1", 8, true), addr("eth0", "192.168.1.5", 24),
+                    addr("veth0", "10.77.0.11", 24)};
+  nodes[1].addrs = {addr("lo", "127.0.0.1", 8, true), addr("eth9", "10.77.0.12", 24)};
+  EXPECT_EQ(assignAddresses(nodes), "10.77.0.11");
+  EXPECT_EQ(nodes[0].iface, "veth0");
+  EXPECT_EQ(nodes[1].ip, "10.77.0.12");
+  EXPECT_EQ(nodes[1].iface, "eth9");
+}
+
+TEST(Addresses, ExplicitChoiceIsKept) {
+  std::vector<NodeInfo> nodes(2);
+  nodes[0].addrs = {addr("eth0", "192.168.1.5", 24), addr("ib0", "172.16.0.1", 16)};
+  nodes[0].ip = "172.16.0.1";
+  nodes[0].iface = "ib0";
+  nodes[0].chosen = true;
+  nodes[1].addrs = {addr("eth0", "192.168.1.6", 24), addr("ib0", "172.16.0.2", 16)};
+  EXPECT_EQ(assignAddresses(nodes), "172.16.0.1");
+  EXPECT_EQ(nodes[1].ip, "172.16.0.2");  // same subnet as the master
+}
+
+}  // namespace
+}  // namespace ftb::launcher

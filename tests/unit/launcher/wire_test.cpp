@@ -1,0 +1,111 @@
+#include "launcher/wire.h"
+
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+
+namespace ftb::launcher {
+namespace {
+
+Failure sampleFailure() {
+  Failure f;
+  f.time_us = 1700000000123456;
+  f.node = 1;
+  f.host = "h";
+  f.ip = "10.77.0.12";
+  f.rank = 2;
+  f.local_rank = 0;
+  f.pid = 4242;
+  f.signal = 9;
+  f.note = "n";
+  f.stderr_tail = {"line 1", "", "line\x00 3"};
+  return f;
+}
+
+TEST(Wire, NodeInfoRoundTrip) {
+  NodeInfo n;
+  n.node = 3;
+  n.host = "host-a";
+  n.ip = "10.0.0.3";
+  n.iface = "eth0";
+  n.chosen = true;
+  n.cores = 64;
+  n.gpus = {"0", "1"};
+  n.nproc = 8;
+  n.preset = {{"OMP_NUM_THREADS", "2"}};
+  n.addrs = {{"lo", "127.0.0.1", 8, true}, {"eth0", "10.0.0.3", 24, false}};
+  n.error = "boom";
+  NodeInfo m = decodeNodeInfo(encode(n));
+  EXPECT_EQ(m.node, 3);
+  EXPECT_EQ(m.host, "host-a");
+  EXPECT_EQ(m.ip, "10.0.0.3");
+  EXPECT_EQ(m.iface, "eth0");
+  EXPECT_TRUE(m.chosen);
+  EXPECT_EQ(m.cores, 64);
+  EXPECT_EQ(m.gpus, n.gpus);
+  EXPECT_EQ(m.nproc, 8);
+  EXPECT_EQ(m.preset, n.preset);
+  ASSERT_EQ(m.addrs.size(), 2u);
+  EXPECT_TRUE(m.addrs[0].loopback);
+  EXPECT_EQ(m.addrs[1].prefix, 24);
+  EXPECT_EQ(m.error, "boom");
+}
+
+TEST(Wire, PlanDecisionEndStopRoundTrip) {
+  PlanMsg p;
+  p.plan.nodes.resize(2);
+  p.plan.nodes[1].host = "x";
+  p.plan.master_addr = "10.0.0.1";
+  p.plan.master_port = 1234;
+  p.plan.run_id = "rid";
+  p.plan.max_restarts = 3;
+  p.plan.source = "mpi";
+  PlanMsg q = decodePlan(encode(p));
+  EXPECT_EQ(q.plan.nodes.size(), 2u);
+  EXPECT_EQ(q.plan.nodes[1].host, "x");
+  EXPECT_EQ(q.plan.master_port, 1234);
+  EXPECT_EQ(q.plan.run_id, "rid");
+  EXPECT_EQ(q.plan.max_restarts, 3);
+
+  NodeEnd e;
+  e.attempt = 2;
+  e.node = 1;
+  e.failures = {sampleFailure()};
+  e.shutdown_signal = 15;
+  e.all_clean = false;
+  NodeEnd e2 = decodeNodeEnd(encode(e));
+  EXPECT_EQ(e2.attempt, 2);
+  EXPECT_EQ(e2.shutdown_signal, 15);
+  EXPECT_FALSE(e2.all_clean);
+  ASSERT_EQ(e2.failures.size(), 1u);
+  EXPECT_EQ(e2.failures[0].time_us, 1700000000123456);
+  EXPECT_EQ(e2.failures[0].stderr_tail, sampleFailure().stderr_tail);
+  EXPECT_EQ(e2.failures[0].code(), 137);
+
+  Decision d;
+  d.attempt = 1;
+  d.restart = true;
+  d.exit_code = 137;
+  d.next_port = 999;
+  d.failures = e.failures;
+  Decision d2 = decodeDecision(encode(d));
+  EXPECT_TRUE(d2.restart);
+  EXPECT_EQ(d2.next_port, 999);
+  EXPECT_EQ(d2.failures[0].pid, 4242);
+
+  StopMsg s{4, 1, 0, "rank 2 exited"};
+  StopMsg s2 = decodeStop(encode(s));
+  EXPECT_EQ(s2.attempt, 4);
+  EXPECT_EQ(s2.from_node, 1);
+  EXPECT_EQ(s2.reason, "rank 2 exited");
+}
+
+TEST(Wire, MalformedIsDistError) {
+  std::string b = encode(StopMsg{1, 2, 3, "why"});
+  EXPECT_THROW(decodeStop(b.substr(0, b.size() - 1)), DistError);
+  EXPECT_THROW(decodeStop(b + "x"), DistError);
+  EXPECT_THROW(decodeNodeEnd(std::string(8, '\xff')), DistError);
+}
+
+}  // namespace
+}  // namespace ftb::launcher
