@@ -1,0 +1,228 @@
+#include "sweep_tagger/cli.h"
+
+#include <algorithm>
+#include <cxxopts.hpp>
+#include <filesystem>
+#include <iomanip>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "common/config.h"
+#include "common/error.h"
+#include "sweep_tagger/run_status.h"
+#include "sweep_tagger/sweep.h"
+#include "sweep_tagger/tag.h"
+
+namespace ftb {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// Parses `args` (without program name) with `opts`; cxxopts errors become ConfigError.
+cxxopts::ParseResult parse(cxxopts::Options& opts, const std::vector<std::string>& args) {
+  std::vector<std::string> storage = {opts.program()};
+  storage.insert(storage.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& s : storage) argv.push_back(s.data());
+  try {
+    return opts.parse(static_cast<int>(argv.size()), argv.data());
+  } catch (const cxxopts::exceptions::exception& e) {
+    throw ConfigError("", "command line", e.what(), "see " + opts.program() + " --help");
+  }
+}
+
+Json toJson(const Value& v) {
+  return std::visit([](const auto& x) { return Json(x); }, v);
+}
+
+Json pointJson(const SweepPoint& p, const SweepSpec& spec, const std::string& state) {
+  Json j;
+  j["index"] = p.index;
+  j["tag"] = p.tag;
+  j["hash"] = p.hash;
+  j["world_size"] = p.world_size;
+  j["nodes"] = p.nodes;
+  j["nproc_per_node"] = p.nproc_per_node;
+  j["valid"] = p.valid;
+  j["reason"] = p.reason;
+  j["included"] = p.included;
+  j["overrides"] = Json::object();
+  for (const auto& [k, v] : p.overrides) j["overrides"][k] = toJson(v);
+  j["args"] = p.args;
+  j["base"] = spec.base;
+  if (!state.empty()) j["state"] = state;
+  return j;
+}
+
+std::string overridesText(const SweepPoint& p) {
+  std::string s;
+  for (const auto& [k, v] : p.overrides) s += (s.empty() ? "" : " ") + overrideArg(k, v);
+  return s;
+}
+
+// One field of a point for shell use: `overrides`/`args` as shell words, scalars plain.
+std::string fieldText(const Json& j, const std::string& field) {
+  if (field == "overrides" || field == "args") {
+    std::string s;
+    for (const auto& a : j["args"]) s += (s.empty() ? "" : " ") + shellQuote(a.get<std::string>());
+    return s;
+  }
+  if (!j.contains(field))
+    throw ConfigError("", "command line", "unknown --field '" + field + "'",
+                      "one of: index tag hash world_size nodes nproc_per_node valid reason "
+                      "included overrides args base state");
+  const Json& v = j[field];
+  return v.is_string() ? v.get<std::string>() : v.dump();
+}
+
+void printTable(const std::vector<std::pair<const SweepPoint*, std::string>>& rows, bool with_state,
+                std::ostream& out) {
+  size_t tag_w = 3;
+  for (const auto& r : rows) tag_w = std::max(tag_w, r.first->tag.size());
+  auto line = [&](const std::string& idx, const std::string& tag, const std::string& ws,
+                  const std::string& layout, const std::string& valid, const std::string& state,
+                  const std::string& rest) {
+    out << std::left << std::setw(6) << idx << std::setw(tag_w + 2) << tag << std::setw(4) << ws
+        << std::setw(8) << layout << std::setw(7) << valid;
+    if (with_state) out << std::setw(10) << state;
+    out << rest << "\n";
+  };
+  line("index", "tag", "ws", "NxP", "valid", "state", "overrides");
+  for (const auto& [p, state] : rows) {
+    std::string rest = overridesText(*p);
+    if (!p->valid) rest += (rest.empty() ? "" : "  ") + std::string("# ") + p->reason;
+    line(std::to_string(p->index), p->tag, std::to_string(p->world_size),
+         std::to_string(p->nodes) + "x" + std::to_string(p->nproc_per_node),
+         p->valid ? "yes" : "NO", state, rest);
+  }
+}
+
+}  // namespace
+
+std::string shellQuote(const std::string& s) {
+  bool safe = !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) ||
+           std::string("_./:=@%+,-").find(c) != std::string::npos;
+  });
+  if (safe) return s;
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+int tagCommand(const std::vector<std::string>& args, std::ostream& out) {
+  cxxopts::Options opts("sweep_tagger tag", "Print the run-directory tag of a config.");
+  opts.add_options()("config", "run config TOML", cxxopts::value<std::string>())(
+      "world-size", "world size", cxxopts::value<int>()->default_value("1"))(
+      "fmt", "tag fmt (default: the config's output.sweep_fmt)", cxxopts::value<std::string>())(
+      "hash", "print the config hash instead of the tag")("h,help", "this help")(
+      "overrides", "key=value overrides", cxxopts::value<std::vector<std::string>>());
+  opts.parse_positional({"overrides"});
+  opts.positional_help("[key=value ...]");
+  auto r = parse(opts, args);
+  if (r.count("help")) {
+    out << opts.help();
+    return 0;
+  }
+  if (!r.count("config"))
+    throw ConfigError("", "command line", "--config is required", "sweep_tagger tag --help");
+  std::vector<std::string> overrides;
+  if (r.count("overrides")) overrides = r["overrides"].as<std::vector<std::string>>();
+  Config cfg = Config::load(r["config"].as<std::string>(), overrides);
+  int ws = r["world-size"].as<int>();
+  if (ws < 1) throw ConfigError("", "command line", "--world-size must be >= 1");
+  if (r.count("hash")) {
+    out << configHash(cfg, ws) << "\n";
+    return 0;
+  }
+  std::string fmt = r.count("fmt") ? r["fmt"].as<std::string>() : "";
+  if (fmt.empty() && cfg.has("output.sweep_fmt")) fmt = cfg.getString("output.sweep_fmt");
+  if (fmt.empty()) fmt = kDefaultTagFmt;
+  out << formatTag(cfg, ws, fmt) << "\n";
+  return 0;
+}
+
+int expandCommand(const std::vector<std::string>& args, std::ostream& out) {
+  cxxopts::Options opts("sweep_tagger expand", "List the points of a sweep file.");
+  opts.add_options()("json", "one JSON object per line")(
+      "index", "only point I (as JSON, or --field)", cxxopts::value<int>())(
+      "field", "print only this field (overrides: shell words for the trainer)",
+      cxxopts::value<std::string>())("pending",
+                                     "only points whose run in RESULTS_DIR has not completed",
+                                     cxxopts::value<std::string>())("h,help", "this help")(
+      "sweep", "sweep TOML", cxxopts::value<std::string>());
+  opts.parse_positional({"sweep"});
+  opts.positional_help("SWEEP.toml");
+  auto r = parse(opts, args);
+  if (r.count("help")) {
+    out << opts.help();
+    return 0;
+  }
+  if (!r.count("sweep"))
+    throw ConfigError("", "command line", "missing SWEEP.toml", "sweep_tagger expand --help");
+  SweepSpec spec = loadSweep(r["sweep"].as<std::string>());
+  std::vector<SweepPoint> points = expandSweep(spec);
+
+  std::vector<std::pair<const SweepPoint*, std::string>> rows;  // point, state
+  const bool pending = r.count("pending") > 0;
+  for (const SweepPoint& p : points) {
+    if (r.count("index") && p.index != r["index"].as<int>()) continue;
+    std::string state;
+    if (pending) {
+      state = runState((std::filesystem::path(r["pending"].as<std::string>()) / p.tag).string());
+      if (state == "completed") continue;
+    }
+    rows.emplace_back(&p, state);
+  }
+  if (r.count("index")) {
+    int i = r["index"].as<int>();
+    if (i < 0 || i >= static_cast<int>(points.size()))
+      throw ConfigError("", "command line",
+                        "--index " + std::to_string(i) + " is out of range (the sweep has " +
+                            std::to_string(points.size()) + " points)");
+  }
+  const bool as_json = r.count("json") || (r.count("index") && !r.count("field"));
+  for (const auto& [p, state] : rows) {
+    Json j = pointJson(*p, spec, state);
+    if (r.count("field"))
+      out << fieldText(j, r["field"].as<std::string>()) << "\n";
+    else if (as_json)
+      out << j.dump() << "\n";
+  }
+  if (!as_json && !r.count("field")) printTable(rows, pending, out);
+  return 0;
+}
+
+int aggregateCommand(const std::vector<std::string>&, std::ostream&) {
+  throw ConfigError("aggregate is not implemented yet");
+}
+
+int runSweepTagger(int argc, char** argv, std::ostream& out, std::ostream& err) {
+  const std::string usage =
+      "usage: sweep_tagger tag --config X.toml [key=value ...] [--world-size N] [--fmt F]\n"
+      "       sweep_tagger expand SWEEP.toml [--json] [--index I] [--field F] "
+      "[--pending RESULTS_DIR]\n"
+      "       sweep_tagger aggregate RESULTS_DIR [--format csv|md|json] [--out F] [--plot DIR]\n";
+  if (argc < 2) {
+    err << usage;
+    return kExitBadInput;
+  }
+  const std::string cmd = argv[1];
+  const std::vector<std::string> args(argv + 2, argv + argc);
+  try {
+    if (cmd == "tag") return tagCommand(args, out);
+    if (cmd == "expand") return expandCommand(args, out);
+    if (cmd == "aggregate") return aggregateCommand(args, out);
+    if (cmd == "-h" || cmd == "--help") {
+      out << usage;
+      return 0;
+    }
+    err << "sweep_tagger: unknown subcommand '" << cmd << "'\n" << usage;
+    return kExitBadInput;
+  } catch (const FtbError& e) {
+    err << "sweep_tagger " << cmd << ": " << e.what() << "\n";
+    return e.exitCode();
+  }
+}
+
+}  // namespace ftb

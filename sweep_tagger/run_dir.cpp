@@ -1,0 +1,97 @@
+// prepareRunDir(): see the contract in tag.h.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "common/error.h"
+#include "sweep_tagger/tag.h"
+
+namespace ftb {
+namespace fs = std::filesystem;
+namespace {
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IoError("cannot read " + path + ": " + std::strerror(errno));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Value of a "# name = value" header line of run.toml, "" if absent.
+std::string headerField(const std::string& text, const std::string& name) {
+  std::istringstream in(text);
+  std::string line, prefix = "# " + name + " = ";
+  while (std::getline(in, line) && !line.empty() && line[0] == '#')
+    if (line.rfind(prefix, 0) == 0) return line.substr(prefix.size());
+  return "";
+}
+
+}  // namespace
+
+RunDir prepareRunDir(const Config& cfg, int world_size, const std::string& output_dir,
+                     bool no_sweep_dir) {
+  std::string fmt = kDefaultTagFmt;
+  if (cfg.has("output.sweep_fmt") && !cfg.getString("output.sweep_fmt").empty())
+    fmt = cfg.getString("output.sweep_fmt");
+  RunDir rd{"", formatTag(cfg, world_size, fmt), false};
+  rd.path = no_sweep_dir ? output_dir : (fs::path(output_dir) / rd.tag).string();
+  std::error_code ec;
+  fs::create_directories(rd.path, ec);
+  if (ec) throw IoError("cannot create run directory " + rd.path + ": " + ec.message());
+
+  const std::string hash = configHash(cfg, world_size);
+  const std::string ws = std::to_string(world_size);
+  const std::string text =
+      "# ftbench run.toml: the resolved config of this run (written once)\n"
+      "# tag = " +
+      rd.tag + "\n# config_hash = " + hash + "\n# world_size = " + ws + "\n" + cfg.toToml();
+  const std::string final_path = rd.path + "/run.toml";
+  // Write a private temp file, then link() it into place: link fails with EEXIST
+  // if another process won the race, so run.toml is always complete and unique.
+  static std::atomic<uint64_t> counter{0};
+  const std::string tmp = rd.path + "/.run.toml." + std::to_string(getpid()) + "." +
+                          std::to_string(std::random_device{}()) + "." + std::to_string(counter++);
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.close();
+    if (!out) throw IoError("cannot write " + tmp + ": " + std::strerror(errno));
+  }
+  int rc = ::link(tmp.c_str(), final_path.c_str());
+  int link_errno = errno;
+  ::unlink(tmp.c_str());
+  if (rc == 0) {
+    rd.created = true;
+    return rd;
+  }
+  if (link_errno != EEXIST)
+    throw IoError("cannot create " + final_path + ": " + std::strerror(link_errno));
+
+  std::string existing = readFile(final_path);
+  std::string old_hash = headerField(existing, "config_hash");
+  std::string old_ws = headerField(existing, "world_size");
+  if (old_hash.empty()) {  // hand-written run.toml: hash what it says
+    try {
+      old_hash = configHash(Config::fromString(existing, final_path, {}, cfg.schema()), world_size);
+      old_ws = ws;
+    } catch (const ConfigError&) {
+      old_hash = "unreadable";
+    }
+  }
+  if (old_hash != hash || old_ws != ws)
+    throw ConfigError("tag collision: " + final_path + " records config_hash " + old_hash +
+                      " (world_size " + (old_ws.empty() ? "?" : old_ws) +
+                      ") but this run has config_hash " + hash + " (world_size " + ws +
+                      "); include {hash} in output.sweep_fmt or choose another output.dir");
+  return rd;
+}
+
+}  // namespace ftb

@@ -1,0 +1,273 @@
+#include "sweep_tagger/sweep.h"
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <tuple>
+
+#include "common/error.h"
+#include "sweep_tagger/tag.h"
+#include "sweep_tagger/validity.h"
+
+namespace ftb {
+namespace fs = std::filesystem;
+namespace {
+
+bool isLaunchKey(const std::string& k) { return k == "nodes" || k == "nproc_per_node"; }
+
+std::string lineOf(const std::string& path, const toml::node& n) {
+  return path + ":" + std::to_string(n.source().begin.line);
+}
+
+Value toValue(const toml::node& n, const std::string& path, const std::string& key) {
+  switch (n.type()) {
+    case toml::node_type::integer:
+      return n.as_integer()->get();
+    case toml::node_type::floating_point:
+      return n.as_floating_point()->get();
+    case toml::node_type::boolean:
+      return n.as_boolean()->get();
+    case toml::node_type::string:
+      return n.as_string()->get();
+    case toml::node_type::array: {
+      const toml::array& a = *n.as_array();
+      if (a.is_homogeneous(toml::node_type::integer)) {
+        std::vector<int64_t> v;
+        for (const toml::node& e : a) v.push_back(e.as_integer()->get());
+        return v;
+      }
+      if (a.is_homogeneous(toml::node_type::string)) {
+        std::vector<std::string> v;
+        for (const toml::node& e : a) v.push_back(e.as_string()->get());
+        return v;
+      }
+      break;
+    }
+    default:
+      break;
+  }
+  throw ConfigError(key, lineOf(path, n), "unsupported value type in a sweep",
+                    "use an int, float, bool, string or a list of ints or strings");
+}
+
+// Leaves of `t` as (dotted key, node), sorted by their position in the file.
+std::vector<std::pair<std::string, const toml::node*>> leaves(const toml::table& t) {
+  std::vector<std::pair<std::string, const toml::node*>> out;
+  std::function<void(const toml::table&, const std::string&)> walk =
+      [&](const toml::table& tab, const std::string& prefix) {
+        for (const auto& [k, v] : tab) {
+          std::string key = prefix + std::string(k.str());
+          if (const toml::table* sub = v.as_table())
+            walk(*sub, key + ".");
+          else
+            out.emplace_back(key, &v);
+        }
+      };
+  walk(t, "");
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
+    const auto &x = a.second->source().begin, &y = b.second->source().begin;
+    return std::tie(x.line, x.column) < std::tie(y.line, y.column);
+  });
+  return out;
+}
+
+void checkKey(const std::string& path, const std::string& section, const std::string& key,
+              const toml::node& n, bool allow_world_size) {
+  if (isLaunchKey(key) || (allow_world_size && key == "world_size")) {
+    if (!n.is_integer() && !n.is_array())
+      throw ConfigError(key, lineOf(path, n), "must be an integer");
+    return;
+  }
+  const Schema& schema = trainerSchema();
+  if (schema.find(key)) return;
+  std::string near = schema.closest(key);
+  throw ConfigError(key, lineOf(path, n), "unknown key in " + section,
+                    near.empty() ? "sweep keys are trainer config keys, nodes or nproc_per_node"
+                                 : "did you mean '" + near + "'?");
+}
+
+KeyValues readRule(const std::string& path, const std::string& section, const toml::table& t) {
+  KeyValues kv;
+  for (const auto& [key, node] : leaves(t)) {
+    checkKey(path, section, key, *node, section == "[[exclude]]");
+    kv.emplace_back(key, toValue(*node, path, key));
+  }
+  return kv;
+}
+
+int64_t launchValue(const Value& v, const std::string& key) {
+  const auto* i = std::get_if<int64_t>(&v);
+  if (!i || *i < 1) throw ConfigError(key, "sweep", "must be an integer >= 1");
+  return *i;
+}
+
+bool sameValue(const Value& a, const Value& b) {
+  auto num = [](const Value& v, double& out) {
+    if (auto* i = std::get_if<int64_t>(&v)) return out = double(*i), true;
+    if (auto* d = std::get_if<double>(&v)) return out = *d, true;
+    return false;
+  };
+  double x, y;
+  if (num(a, x) && num(b, y)) return x == y;
+  return a == b;
+}
+
+// The value a rule key has at a point: launch keys, world_size or a resolved key.
+std::optional<Value> pointValue(const SweepPoint& p, const Config& cfg, const std::string& key) {
+  if (key == "nodes") return Value(p.nodes);
+  if (key == "nproc_per_node") return Value(p.nproc_per_node);
+  if (key == "world_size") return Value(int64_t{p.world_size});
+  auto it = cfg.entries().find(key);
+  if (it == cfg.entries().end()) return std::nullopt;
+  return it->second.value;
+}
+
+std::string describe(const KeyValues& kv) {
+  std::string s;
+  for (const auto& [k, v] : kv) s += (s.empty() ? "" : " ") + overrideArg(k, v);
+  return s;
+}
+
+}  // namespace
+
+std::string overrideArg(const std::string& key, const Value& v) {
+  if (const auto* d = std::get_if<double>(&v)) return key + "=" + formatDouble(*d);
+  return key + "=" + valueToString(v);
+}
+
+SweepSpec loadSweep(const std::string& path) {
+  SweepSpec spec;
+  spec.path = path;
+  toml::table root;
+  try {
+    root = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    if (!fs::exists(path)) throw ConfigError("", path, "sweep file not found");
+    throw ConfigError("", path + ":" + std::to_string(e.source().begin.line),
+                      "TOML syntax error: " + std::string(e.description()));
+  }
+  for (const auto& [k, node] : root) {
+    const std::string key(k.str());
+    const std::string at = lineOf(path, node);
+    if (key == "base" || key == "fmt") {
+      if (!node.is_string()) throw ConfigError(key, at, "must be a string");
+      (key == "base" ? spec.base : spec.fmt) = node.as_string()->get();
+    } else if (isLaunchKey(key)) {
+      if (!node.is_integer()) throw ConfigError(key, at, "must be an integer");
+      (key == "nodes" ? spec.nodes : spec.nproc_per_node) =
+          launchValue(node.as_integer()->get(), key);
+    } else if (key == "grid") {
+      if (!node.is_table()) throw ConfigError(key, at, "must be a table");
+      for (const auto& [axis, n] : leaves(*node.as_table())) {
+        checkKey(path, "[grid]", axis, *n, false);
+        if (!n->is_array() || n->as_array()->empty())
+          throw ConfigError(axis, lineOf(path, *n), "a grid axis must be a non-empty array",
+                            "\"" + axis + "\" = [1, 2]");
+        std::vector<Value> values;
+        for (const toml::node& e : *n->as_array()) values.push_back(toValue(e, path, axis));
+        spec.grid.emplace_back(axis, std::move(values));
+      }
+    } else if (key == "exclude" || key == "include") {
+      if (!node.is_array_of_tables())
+        throw ConfigError(key, at, "must be an array of tables", "write [[" + key + "]]");
+      for (const toml::node& t : *node.as_array())
+        (key == "exclude" ? spec.exclude : spec.include)
+            .push_back(readRule(path, "[[" + key + "]]", *t.as_table()));
+    } else {
+      throw ConfigError(key, at, "unknown sweep key",
+                        "a sweep has base, fmt, nodes, nproc_per_node, [grid], [[exclude]], "
+                        "[[include]]");
+    }
+  }
+  if (spec.base.empty()) throw ConfigError("base", path, "missing", "base = \"../runs/x.toml\"");
+  fs::path base(spec.base);
+  if (base.is_relative()) base = fs::path(path).parent_path() / base;
+  spec.base = fs::absolute(base).lexically_normal().string();
+  return spec;
+}
+
+std::vector<SweepPoint> expandSweep(const SweepSpec& spec) {
+  std::vector<SweepPoint> points;
+  std::map<std::string, size_t> seen;  // config hash -> first point listing it
+  auto add = [&](const KeyValues& kv, bool included) {
+    SweepPoint p;
+    p.nodes = spec.nodes;
+    p.nproc_per_node = spec.nproc_per_node;
+    p.included = included;
+    std::vector<std::string> overrides;
+    for (const auto& [k, v] : kv) {
+      if (k == "nodes") {
+        p.nodes = launchValue(v, k);
+      } else if (k == "nproc_per_node") {
+        p.nproc_per_node = launchValue(v, k);
+      } else {
+        p.overrides.emplace_back(k, v);
+        overrides.push_back(overrideArg(k, v));
+      }
+    }
+    p.world_size = static_cast<int>(p.nodes * p.nproc_per_node);
+    Config cfg;
+    try {
+      cfg = Config::load(spec.base, overrides);
+    } catch (const ConfigError& e) {
+      throw ConfigError(std::string(e.what()) + "\n  in sweep " + spec.path + ", point " +
+                        describe(kv));
+    }
+    if (!included) {
+      for (const KeyValues& rule : spec.exclude) {
+        bool match = std::all_of(rule.begin(), rule.end(), [&](const auto& kv_rule) {
+          auto v = pointValue(p, cfg, kv_rule.first);
+          return v && sameValue(*v, kv_rule.second);
+        });
+        if (match) return;
+      }
+    }
+    std::string fmt = spec.fmt;
+    if (fmt.empty()) fmt = cfg.has("output.sweep_fmt") ? cfg.getString("output.sweep_fmt") : "";
+    if (fmt.empty()) fmt = kDefaultTagFmt;
+    p.hash = configHash(cfg, p.world_size);
+    p.tag = formatTag(cfg, p.world_size, fmt);
+    for (const std::string& problem : pointProblems(cfg, p.world_size))
+      p.reason += (p.reason.empty() ? "" : "; ") + problem;
+    if (auto it = seen.find(p.hash); it != seen.end()) {
+      const SweepPoint& first = points[it->second];
+      if (first.nodes == p.nodes) return;  // the same run: listed once
+      p.reason += (p.reason.empty() ? "" : "; ") + std::string("same run directory as point ") +
+                  std::to_string(first.index) + " (nodes=" + std::to_string(first.nodes) +
+                  "): the config hash records world_size, not nodes";
+    } else {
+      seen.emplace(p.hash, points.size());
+    }
+    p.valid = p.reason.empty();
+    p.args = overrides;
+    if (!spec.fmt.empty()) p.args.push_back(overrideArg("output.sweep_fmt", spec.fmt));
+    p.index = static_cast<int>(points.size());
+    points.push_back(std::move(p));
+  };
+
+  std::vector<size_t> at(spec.grid.size(), 0);
+  // No grid: the base config is the one grid point, unless include lists the points.
+  for (bool done = spec.grid.empty() && !spec.include.empty(); !done;) {
+    KeyValues kv;
+    for (size_t a = 0; a < spec.grid.size(); ++a)
+      kv.emplace_back(spec.grid[a].first, spec.grid[a].second[at[a]]);
+    add(kv, false);
+    done = true;  // odometer: last axis fastest
+    for (size_t a = spec.grid.size(); a-- > 0;) {
+      if (++at[a] < spec.grid[a].second.size()) {
+        done = false;
+        break;
+      }
+      at[a] = 0;
+    }
+  }
+  for (const KeyValues& kv : spec.include) add(kv, true);
+  return points;
+}
+
+}  // namespace ftb

@@ -1,0 +1,71 @@
+// Sweep files (configs/sweeps/*.toml) and their expansion into run points.
+//
+// File format (every key optional except base):
+//   base = "../runs/tiny.toml"     # run config, relative to the sweep file
+//   fmt = "{model.name}.sl{data.seq_len}.ws{world_size}.{hash}"  # tag fmt
+//   nodes = 1                       # defaults for points that do not set them
+//   nproc_per_node = 2
+//   [grid]                          # axes: key = [values]; nested tables flatten
+//   "data.seq_len" = [512, 1024]
+//   nproc_per_node = [1, 2]
+//   [[exclude]]                     # drop grid points matching every key=value
+//   "data.seq_len" = 1024
+//   [[include]]                     # extra explicit points (missing keys: base config)
+//   "data.seq_len" = 2048
+// Keys are trainer config keys, `nodes` or `nproc_per_node`; exclude rules may also
+// test `world_size` and any resolved key not on an axis.
+//
+// Contract of expandSweep():
+// - Grid points come in itertools.product order over the axes in file order (the
+//   last axis varies fastest), then include points in file order. Excluded grid
+//   points are dropped; a point whose experiment (config hash) and node count were
+//   already listed is dropped too. The same hash with another node count (2x2 vs
+//   1x4 ranks) would share a run directory: such a point is listed as invalid. Indices 0..N-1
+//   number the listed points and are stable for a given file, so a SLURM array index maps to one
+//   point.
+// - Invalid points (pointProblems) stay in the list with valid = false and reason.
+// - A bad sweep file or a value the trainer config rejects (unknown key, wrong type)
+//   throws ConfigError naming the sweep file.
+// - args() is what a run of the point passes to the trainer after --config base:
+//   the point's overrides plus output.sweep_fmt when the sweep sets fmt, so that the
+//   trainer names the run directory exactly `tag`.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/config.h"
+
+namespace ftb {
+
+using KeyValues = std::vector<std::pair<std::string, Value>>;
+
+struct SweepSpec {
+  std::string path;  // the sweep file
+  std::string base;  // base run config, resolved against the sweep file's directory
+  std::string fmt;   // "" = the base config's output.sweep_fmt
+  int64_t nodes = 1, nproc_per_node = 1;
+  std::vector<std::pair<std::string, std::vector<Value>>> grid;  // file order
+  std::vector<KeyValues> exclude, include;
+};
+
+struct SweepPoint {
+  int index = 0;
+  KeyValues overrides;  // config keys only, axis order
+  int64_t nodes = 1, nproc_per_node = 1;
+  int world_size = 1;
+  std::string tag, hash;
+  bool valid = true;
+  std::string reason;             // "; "-joined pointProblems() when invalid
+  bool included = false;          // from [[include]]
+  std::vector<std::string> args;  // "key=VALUE" trainer overrides (see above)
+};
+
+SweepSpec loadSweep(const std::string& path);
+std::vector<SweepPoint> expandSweep(const SweepSpec& spec);
+
+// "key=VALUE" with VALUE spelled as TOML (floats round-trip, strings quoted).
+std::string overrideArg(const std::string& key, const Value& v);
+
+}  // namespace ftb

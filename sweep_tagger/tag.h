@@ -1,0 +1,62 @@
+// Sweep tag: a run directory name derived from the resolved config.
+//
+// Contract (DESIGN.md §Sweep tag):
+// - configHash() covers every resolved key whose KeySpec::affects_experiment is
+//   true (keys unknown to the schema count), plus world_size. Keys are sorted by
+//   bytes; each leaf is serialized type-tagged and length-prefixed (see
+//   canonicalRecord) and the stream is hashed with SHA-256; the first 8 bytes are the
+//   hash, as 16 lower-case hex chars. It does not depend on key order or TOML
+//   spelling (1e-4 == 0.0001, inline table == [table]) and is identical on every
+//   machine and compiler.
+// - formatTag() expands a fmt string (default kDefaultTagFmt): `{key}` for any
+//   flattened config key (`{key[i]}` for a list element), `{world_size}`, `{hash}`;
+//   `{{` and `}}` are literal braces; `/` separates subdirectories. Substituted values
+//   are path-safe (pathSafe). The result is a relative path with no empty, `.` or
+//   `..` component and no component over 255 bytes, else ConfigError with the exact
+//   message documented in sweep_tagger/README.md (golden tests in
+//   tests/data/sweep_tagger/fmt_cases.txt).
+// - prepareRunDir() creates `<output_dir>/<tag>/` (or uses output_dir itself when
+//   no_sweep_dir) and writes run.toml exactly once (atomic link, so concurrent
+//   ranks or nodes race safely). An existing run.toml recording another config hash
+//   or world size is a "tag collision" ConfigError; the same config reuses the dir.
+#pragma once
+
+#include <string>
+
+#include "common/config.h"
+
+namespace ftb {
+
+inline constexpr const char* kDefaultTagFmt = "{model.name}.ws{world_size}.{hash}";
+inline constexpr size_t kMaxTagValueLen = 64;     // longer values are shortened
+inline constexpr size_t kMaxPathComponent = 255;  // bytes, as in most file systems
+
+std::string configHash(const Config& cfg, int world_size);
+std::string formatTag(const Config& cfg, int world_size, const std::string& fmt);
+
+struct RunDir {
+  std::string path;  // output_dir/tag, or output_dir when no_sweep_dir
+  std::string tag;
+  bool created;  // true iff this call wrote run.toml
+};
+RunDir prepareRunDir(const Config& cfg, int world_size, const std::string& output_dir,
+                     bool no_sweep_dir);
+
+// ---- Building blocks, exposed for sweeps, aggregation and tests -------------
+
+// The byte stream hashed by configHash() (for tests and debugging).
+std::string canonicalStream(const Config& cfg, int world_size);
+// Shortest decimal that round-trips to the same double, exponent without '+' or
+// leading zeros, always recognisable as a float by TOML; of fixed and scientific
+// the shorter (std::to_chars): 0.001 -> "0.001", 1e-4 -> "1e-4", 2 -> "2.0",
+// 1e22 -> "1e22", -0.0 -> "0.0", inf -> "inf".
+std::string formatDouble(double v);
+// A value as it appears in a tag before pathSafe(): strings raw, numbers as above,
+// lists joined by '-'.
+std::string tagValueString(const Value& v);
+// Maps every byte outside [A-Za-z0-9._-] to '_', a leading '.' to '_', "" to "_";
+// values longer than kMaxTagValueLen keep their first 55 bytes + '_' + 8 hex of
+// SHA-256 of the whole value (64 bytes in all).
+std::string pathSafe(const std::string& value);
+
+}  // namespace ftb

@@ -1,0 +1,253 @@
+// Acceptance 3 (issue 5): sweep expansion with exclude/include rules, invalid
+// points marked, --index/--field for job arrays, --pending against run dirs.
+#include "sweep_tagger/sweep.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/error.h"
+#include "sweep_tagger/cli.h"
+#include "sweep_tagger/validity.h"
+#include "test_util.h"
+#include "trainer/metrics/h5_metrics.h"
+
+namespace ftb {
+namespace {
+
+const std::string kThreeAxis = test::dataDir() + "/sweeps/three_axis.toml";
+
+std::string run(int (*cmd)(const std::vector<std::string>&, std::ostream&),
+                const std::vector<std::string>& args) {
+  std::ostringstream out;
+  EXPECT_EQ(cmd(args, out), 0);
+  return out.str();
+}
+
+std::string errorOf(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(Sweep, ThreeAxisWithExcludeListsTheRightPoints) {
+  std::vector<SweepPoint> pts = expandSweep(loadSweep(kThreeAxis));
+  // seq_len x micro_batch x nproc, last axis fastest; (512, 2, *) excluded.
+  const std::vector<std::string> expected = {
+      "tinytest.sl256.mb1.ws1",  "tinytest.sl256.mb1.ws2",  "tinytest.sl256.mb2.ws1",
+      "tinytest.sl256.mb2.ws2",  "tinytest.sl512.mb1.ws1",  "tinytest.sl512.mb1.ws2",
+      "tinytest.sl2048.mb1.ws1", "tinytest.sl2048.mb1.ws2", "tinytest.sl2048.mb2.ws1",
+      "tinytest.sl2048.mb2.ws2", "tinytest.sl128.mb1.ws1"};
+  ASSERT_EQ(pts.size(), expected.size());
+  for (size_t i = 0; i < pts.size(); ++i) {
+    EXPECT_EQ(pts[i].index, static_cast<int>(i));
+    EXPECT_EQ(pts[i].tag, expected[i]);
+    EXPECT_EQ(pts[i].world_size, pts[i].nodes * pts[i].nproc_per_node);
+  }
+  for (int i = 0; i < 6; ++i) EXPECT_TRUE(pts[i].valid) << i;
+  for (int i = 6; i < 10; ++i) {
+    EXPECT_FALSE(pts[i].valid);
+    EXPECT_EQ(pts[i].reason, "seq_len(2048) exceeds model.max_seq_len(1024)");
+  }
+  EXPECT_TRUE(pts[10].included);
+  EXPECT_EQ(pts[10].reason,
+            "dp_shard(1) * tp(3) does not divide world_size(1); tp(3) does not divide "
+            "n_heads(4); tp(3) does not divide n_kv_heads(2)");
+  EXPECT_EQ(pts[3].args,
+            (std::vector<std::string>{
+                "data.seq_len=256", "training.micro_batch_size=2",
+                "output.sweep_fmt=\"{model.name}.sl{data.seq_len}.mb{training.micro_batch_size}"
+                ".ws{world_size}\""}));
+}
+
+TEST(Sweep, TableOutputMatchesGolden) {
+  const std::string golden_path = test::dataDir() + "/expand_three_axis.txt";
+  std::string got = run(expandCommand, {kThreeAxis});
+  if (std::getenv("FTB_UPDATE_GOLDEN")) std::ofstream(golden_path) << got;
+  std::ifstream in(golden_path);
+  std::stringstream want;
+  want << in.rdbuf();
+  EXPECT_EQ(got, want.str());
+}
+
+TEST(Sweep, JsonIndexAndFieldForJobArrays) {
+  std::istringstream lines(run(expandCommand, {kThreeAxis, "--json"}));
+  std::string line;
+  int n = 0;
+  while (std::getline(lines, line)) {
+    auto j = nlohmann::json::parse(line);
+    EXPECT_EQ(j["index"], n++);
+    EXPECT_TRUE(j["overrides"].is_object());
+  }
+  EXPECT_EQ(n, 11);
+  auto j = nlohmann::json::parse(run(expandCommand, {kThreeAxis, "--index", "3"}));
+  EXPECT_EQ(j["tag"], "tinytest.sl256.mb2.ws2");
+  EXPECT_EQ(j["overrides"]["training.micro_batch_size"], 2);
+  EXPECT_EQ(j["nproc_per_node"], 2);
+  EXPECT_EQ(run(expandCommand, {kThreeAxis, "--index", "3", "--field", "overrides"}),
+            "data.seq_len=256 training.micro_batch_size=2 "
+            "'output.sweep_fmt=\"{model.name}.sl{data.seq_len}.mb{training.micro_batch_size}"
+            ".ws{world_size}\"'\n");
+  EXPECT_EQ(run(expandCommand, {kThreeAxis, "--index", "3", "--field", "world_size"}), "2\n");
+  EXPECT_EQ(run(expandCommand, {kThreeAxis, "--field", "valid"}).substr(0, 10), "true\ntrue\n");
+  std::ostringstream sink;
+  EXPECT_EQ(errorOf([&] {
+              expandCommand({kThreeAxis, "--index", "11"}, sink);
+            }),
+            "config error: command line: --index 11 is out of range (the sweep has 11 points)");
+  EXPECT_EQ(errorOf([&] {
+              expandCommand({kThreeAxis, "--field", "color"}, sink);
+            }),
+            "config error: command line: unknown --field 'color'\n  hint: one of: index tag hash "
+            "world_size nodes nproc_per_node valid reason included overrides args base state");
+}
+
+// Run dirs for --pending: completed (dropped) and every other state (kept).
+void makeRun(const std::string& results, const std::string& tag, const std::string& state) {
+  const std::string dir = results + "/" + tag;
+  if (state == "corrupt") {
+    test::writeFile(metricsFilePath(dir, 0), "not an HDF5 file");
+    return;
+  }
+  RunInfo info;
+  info.tag = tag;
+  MetricsFile f = MetricsFile::create(metricsFilePath(dir, 0), info);
+  f.declareMetric("loss", false);
+  f.appendStep({{"loss", 1.0}});
+  if (state != "running") f.setStatus(state, state == "completed" ? 0 : 1, "");
+  f.close();
+}
+
+TEST(Sweep, PendingDropsCompletedKeepsFailed) {
+  test::TempDir results;
+  makeRun(results.path(), "tinytest.sl256.mb1.ws1", "completed");
+  makeRun(results.path(), "tinytest.sl256.mb1.ws2", "failed");
+  makeRun(results.path(), "tinytest.sl256.mb2.ws1", "oom");
+  makeRun(results.path(), "tinytest.sl256.mb2.ws2", "running");  // killed mid-run
+  makeRun(results.path(), "tinytest.sl512.mb1.ws1", "corrupt");
+  makeRun(results.path(), "tinytest.sl512.mb1.ws2", "completed");
+  EXPECT_EQ(run(expandCommand, {kThreeAxis, "--pending", results.path(), "--field", "index"}),
+            "1\n2\n3\n4\n6\n7\n8\n9\n10\n");
+  std::istringstream lines(run(expandCommand, {kThreeAxis, "--pending", results.path(), "--json"}));
+  std::vector<std::string> states;
+  for (std::string line; std::getline(lines, line);)
+    states.push_back(nlohmann::json::parse(line)["state"]);
+  EXPECT_EQ(states, (std::vector<std::string>{"failed", "oom", "running", "corrupt", "missing",
+                                              "missing", "missing", "missing", "missing"}));
+  // --index of a completed point prints nothing; of a pending one, the point.
+  EXPECT_EQ(run(expandCommand, {kThreeAxis, "--pending", results.path(), "--index", "0"}), "");
+  EXPECT_NE(run(expandCommand, {kThreeAxis, "--pending", results.path(), "--index", "1"}), "");
+  std::string table = run(expandCommand, {kThreeAxis, "--pending", results.path()});
+  EXPECT_NE(table.find("state"), std::string::npos);
+  EXPECT_NE(table.find("failed"), std::string::npos);
+  EXPECT_EQ(table.find("sl256.mb1.ws1 "), std::string::npos);
+}
+
+// ---- Sweep file semantics and errors -----------------------------------------
+
+std::string writeSweep(const test::TempDir& dir, const std::string& body) {
+  std::string path = dir.path() + "/sweep.toml";
+  test::writeFile(path, "base = \"" + test::dataDir() + "/base.toml\"\n" + body);
+  return path;
+}
+
+TEST(Sweep, RulesOnWorldSizeAndResolvedKeysNestedAxesAndDedupe) {
+  test::TempDir dir;
+  std::string path = writeSweep(dir, R"(fmt = "sl{data.seq_len}.n{world_size}"
+nodes = 2
+[grid.data]
+seq_len = [64, 128]
+[grid]
+nproc_per_node = [1, 2]
+[[exclude]]
+world_size = 4
+[[exclude]]
+"data.seq_len" = 64
+"training.lr" = 1e-4      # resolved from the base config: matches
+[[include]]
+"data.seq_len" = 128      # same as a grid point: listed once
+nproc_per_node = 1
+[[include]]
+"data.seq_len" = 32
+)");
+  std::vector<std::string> tags;
+  for (const SweepPoint& p : expandSweep(loadSweep(path))) tags.push_back(p.tag);
+  EXPECT_EQ(tags, (std::vector<std::string>{"sl128.n2", "sl32.n2"}));
+}
+
+TEST(Sweep, SameHashOnOtherNodeCountIsInvalid) {
+  test::TempDir dir;
+  auto pts = expandSweep(loadSweep(writeSweep(
+      dir, "[grid]\nnproc_per_node = [4]\n[[include]]\nnodes = 2\nnproc_per_node = 2\n")));
+  ASSERT_EQ(pts.size(), 2u);
+  EXPECT_EQ(pts[0].tag, pts[1].tag);
+  EXPECT_FALSE(pts[1].valid);
+  EXPECT_EQ(pts[1].reason,
+            "same run directory as point 0 (nodes=1): the config hash records world_size, not "
+            "nodes");
+}
+
+TEST(Sweep, NoGridMeansBaseOrIncludesOnly) {
+  test::TempDir dir;
+  EXPECT_EQ(expandSweep(loadSweep(writeSweep(dir, ""))).size(), 1u);
+  auto pts = expandSweep(loadSweep(writeSweep(dir, "[[include]]\n\"data.seq_len\" = 64\n")));
+  ASSERT_EQ(pts.size(), 1u);
+  EXPECT_EQ(pts[0].overrides.size(), 1u);
+}
+
+TEST(Sweep, ErrorsNameTheFileLineAndKey) {
+  test::TempDir dir;
+  const std::string f = dir.path() + "/sweep.toml";
+  EXPECT_EQ(errorOf([&] { loadSweep(writeSweep(dir, "[grid]\n\"data.seqlen\" = [1]\n")); }),
+            "config error: " + f +
+                ":3: key 'data.seqlen': unknown key in [grid]\n"
+                "  hint: did you mean 'data.seq_len'?");
+  EXPECT_EQ(errorOf([&] { loadSweep(writeSweep(dir, "[grid]\n\"data.seq_len\" = 5\n")); }),
+            "config error: " + f +
+                ":3: key 'data.seq_len': a grid axis must be a non-empty "
+                "array\n  hint: \"data.seq_len\" = [1, 2]");
+  EXPECT_EQ(errorOf([&] { loadSweep(writeSweep(dir, "colour = 1\n")); }),
+            "config error: " + f +
+                ":2: key 'colour': unknown sweep key\n  hint: a sweep has "
+                "base, fmt, nodes, nproc_per_node, [grid], [[exclude]], [[include]]");
+  EXPECT_EQ(errorOf([&] { loadSweep(dir.path() + "/missing.toml"); }),
+            "config error: " + dir.path() + "/missing.toml: sweep file not found");
+  // A value of the wrong type is reported by the config loader, with the point.
+  std::string msg = errorOf(
+      [&] { expandSweep(loadSweep(writeSweep(dir, "[grid]\n\"data.seq_len\" = [\"x\"]\n"))); });
+  EXPECT_NE(msg.find("data.seq_len"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("in sweep " + f + ", point data.seq_len=\"x\""), std::string::npos) << msg;
+}
+
+TEST(Validity, LayoutRules) {
+  auto problems = [](const std::vector<std::string>& ov, int ws) {
+    std::string s;
+    for (const std::string& p : pointProblems(test::configFrom(test::kModelToml, ov), ws))
+      s += (s.empty() ? "" : "; ") + p;
+    return s;
+  };
+  EXPECT_EQ(problems({}, 3), "");
+  EXPECT_EQ(problems({"parallel.tp=2"}, 4), "");
+  EXPECT_EQ(problems({"parallel.tp=2"}, 3), "dp_shard(1) * tp(2) does not divide world_size(3)");
+  EXPECT_EQ(problems({"parallel.dp_replicate=2"}, 3),
+            "dp_replicate(2) * dp_shard(1) * tp(1) = 2 does not equal world_size(3)");
+  EXPECT_EQ(problems({"parallel.tp=4"}, 4), "tp(4) does not divide n_kv_heads(2)");
+  EXPECT_EQ(problems({"parallel.tp=0"}, 4), "tp(0) must be >= 1");
+  EXPECT_EQ(problems({"data.seq_len=1025"}, 1), "seq_len(1025) exceeds model.max_seq_len(1024)");
+  EXPECT_EQ(problems({}, 0), "world_size(0) must be >= 1");
+}
+
+TEST(ShellQuote, QuotesOnlyWhenNeeded) {
+  EXPECT_EQ(shellQuote("data.seq_len=512"), "data.seq_len=512");
+  EXPECT_EQ(shellQuote("model.name=\"a b\""), "'model.name=\"a b\"'");
+  EXPECT_EQ(shellQuote("x='y'"), "'x='\\''y'\\'''");
+  EXPECT_EQ(shellQuote(""), "''");
+}
+
+}  // namespace
+}  // namespace ftb
