@@ -30,7 +30,7 @@ struct StepRecord {
 const char* kMetrics[] = {"step", "time_s", "step_time_s", "data_s", "forward_s", "backward_s",
                           "optimizer_s", "comm_s", "loss", "grad_norm", "lr",
                           "tokens_padded", "tokens_dataset", "tokens_per_s_padded",
-                          "tokens_per_s_dataset", "tokens_per_s_per_device", "mfu",
+                          "tokens_per_s_dataset", "tokens_per_s_per_device", "mfu", "flops_per_token",
                           "rss_bytes", "peak_rss_bytes"};
 bool isIntMetric(const std::string& m) {
   return m == "step" || m == "tokens_padded" || m == "tokens_dataset" || m == "rss_bytes" ||
@@ -144,6 +144,7 @@ TrainSummary train(const TrainConfig& tc, Distributed& dist, MetricsFile& metric
                         {"tokens_per_s_padded", tps_padded},
                         {"tokens_per_s_dataset", tps_dataset},
                         {"tokens_per_s_per_device", tps_padded / world}, {"mfu", mfu},
+                        {"flops_per_token", flops_per_token},
                         {"rss_bytes", double(currentRssBytes())},
                         {"peak_rss_bytes", double(peakRssBytes())}});
     if ((step + 1) % tc.log_every == 0) metrics.flush();

@@ -14,7 +14,7 @@ ROOT_ATTRS = {"schema_version", "tag", "config_hash", "world_size", "rank", "loc
 STEP_METRICS = {"step", "time_s", "step_time_s", "data_s", "forward_s", "backward_s",
                 "optimizer_s", "comm_s", "loss", "grad_norm", "lr", "tokens_padded",
                 "tokens_dataset", "tokens_per_s_padded", "tokens_per_s_dataset",
-                "tokens_per_s_per_device", "mfu", "rss_bytes", "peak_rss_bytes"}
+                "tokens_per_s_per_device", "mfu", "flops_per_token", "rss_bytes", "peak_rss_bytes"}
 
 
 def test_layout_in_h5py_and_h5dump(tmp_path):
