@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
 #include "common/error.h"
@@ -156,6 +157,12 @@ int Launcher::run() {
   setLogPrefix("[launcher node " + std::to_string(t.rank()) + "/" + std::to_string(t.size()) + " " +
                hostName() + "]");
   FTB_DEBUG(t.describe() << " ready " << msSince(rt_.start) << " ms after start");
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  if (std::getenv("OMPI_MCA_orte_bound_at_launch") && online > 0 &&
+      static_cast<long>(rt_.cpus.size()) < online)
+    FTB_WARN("mpirun bound this launcher to " << rt_.cpus.size() << " of " << online
+                                              << " CPUs and every worker inherits that; "
+                                                 "run mpirun with --bind-to none");
   auto plan = rendezvous();
   if (!plan) return kExitBadInput;
   FTB_DEBUG("rendezvous done " << msSince(rt_.start) << " ms after start");
@@ -175,7 +182,11 @@ int Launcher::run() {
                           << placementTable(plan_));
   for (int attempt = 0;; ++attempt) {
     NodeEnd end = Supervisor(rt_, plan_, attempt).run();
+    FTB_DEBUG("attempt " << attempt << " ended locally " << msSince(rt_.start)
+                         << " ms after start");
     Decision d = finishAttempt(end);
+    FTB_DEBUG("decision " << (d.restart ? "restart" : "exit " + std::to_string(d.exit_code)) << " "
+                          << msSince(rt_.start) << " ms after start");
     if (d.restart) {
       plan_.master_port = d.next_port;
       if (t.rank() == 0)

@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
     }
     int code = Launcher(opts, *transport, signals, start).run();
     transport->finish(30.0, code);
+    FTB_DEBUG("finished " << msSince(start) << " ms after start");
     return code;
   } catch (const ftb::FtbError& e) {
     FTB_ERROR(e.what());

@@ -111,9 +111,10 @@ void Supervisor::spawnAll() {
     }
     if (!w.exec_error.empty()) FTB_ERROR("rank " << w.rank << ": " << w.exec_error);
   }
-  FTB_INFO("attempt " << attempt_ << ": ranks " << rankRange(plan_.firstRank(node_), me.nproc)
-                      << " started (pids " << pids << "); all exec'd " << ms(msSince(t0))
-                      << " ms after fork, " << ms(msSince(rt_.start)) << " ms after launcher start"
+  FTB_INFO("attempt " << attempt_ << ": " << (me.nproc == 1 ? "rank " : "ranks ")
+                      << rankRange(plan_.firstRank(node_), me.nproc) << " started (pids " << pids
+                      << "); all exec'd " << ms(msSince(t0)) << " ms after fork, "
+                      << ms(msSince(rt_.start)) << " ms after launcher start"
                       << (dir.empty() ? "" : "; logs in " + dir));
 }
 

@@ -1,0 +1,251 @@
+"""One node, no MPI: environment contract, logs, exit codes, restarts, signals, orphans."""
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import (ALLREDUCE, REPO, BUILD, alive, records, run, torch_python, wait_for,
+                      worker_cmd)
+
+
+def test_environment_contract(launcher, tmp_path):
+    env = {"OMPI_MCA_fake": "1", "PMIX_FAKE": "1", "PMI_FAKE": "1", "KEEP_ME": "yes"}
+    p = run([launcher, "--nproc-per-node", "2", "--run-id", "contract", "--max-restarts", "2",
+             "--", *worker_cmd("--record", tmp_path)], env=env)
+    assert p.returncode == 0, p.stderr
+    recs = records(tmp_path)
+    assert sorted(recs) == [0, 1]
+    ports = set()
+    cores = len(os.sched_getaffinity(0))
+    for rank, rec in recs.items():
+        e = rec["env"]
+        assert e["RANK"] == str(rank) and e["LOCAL_RANK"] == str(rank)
+        assert e["WORLD_SIZE"] == "2" and e["LOCAL_WORLD_SIZE"] == "2"
+        assert e["GROUP_RANK"] == "0" and e["GROUP_WORLD_SIZE"] == "1"
+        assert e["MASTER_ADDR"] == "127.0.0.1"
+        assert e["TORCHELASTIC_RUN_ID"] == "contract"
+        assert e["TORCHELASTIC_RESTART_COUNT"] == "0"
+        assert e["TORCHELASTIC_MAX_RESTARTS"] == "2"
+        if "OMP_NUM_THREADS" not in os.environ:
+            assert e["OMP_NUM_THREADS"] == str(max(1, cores // 2))
+        assert e["KEEP_ME"] == "yes"
+        assert not [k for k in e if k.startswith(("OMPI_", "PMIX_", "PMI_"))]
+        assert rec["pgid"] == rec["pid"], "each worker leads its own process group"
+        assert rec["stdin"] == "/dev/null"
+        ports.add(e["MASTER_PORT"])
+    assert len(ports) == 1 and 0 < int(ports.pop()) < 65536
+
+
+def test_omp_num_threads_inherited(launcher, tmp_path):
+    p = run([launcher, "--nproc-per-node", "2", "--", *worker_cmd("--record", tmp_path)],
+            env={"OMP_NUM_THREADS": "5"})
+    assert p.returncode == 0, p.stderr
+    assert {r["env"]["OMP_NUM_THREADS"] for r in records(tmp_path).values()} == {"5"}
+
+
+def test_bind_cores(launcher, tmp_path):
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("needs 2 CPUs")
+    p = run([launcher, "--nproc-per-node", "2", "--bind-cores", "--",
+             *worker_cmd("--record", tmp_path)])
+    assert p.returncode == 0, p.stderr
+    recs = records(tmp_path)
+    half = len(cpus) // 2
+    assert recs[0]["affinity"] == cpus[:half] and recs[1]["affinity"] == cpus[half:2 * half]
+
+
+def test_log_files_and_tee(launcher, tmp_path):
+    logs = tmp_path / "logs"
+    p = run([launcher, "--nproc-per-node", "2", "--log-dir", logs, "--run-id", "r", "--tee",
+             "--", *worker_cmd("--stdout", "hello-out", "--stderr", "hello-err")])
+    assert p.returncode == 0, p.stderr
+    d = logs / "r" / "attempt_0"
+    for r in (0, 1):
+        assert (d / f"rank_{r}.out").read_text() == "hello-out\n"
+        assert (d / f"rank_{r}.err").read_text() == "hello-err\n"
+        assert f"[{r}] hello-out" in p.stdout.splitlines()
+        assert f"[{r}] hello-err" in p.stderr.splitlines()
+
+
+def test_log_dir_without_tee_keeps_console_quiet(launcher, tmp_path):
+    p = run([launcher, "--log-dir", tmp_path, "--run-id", "q", "--",
+             *worker_cmd("--stdout", "only-in-file")])
+    assert p.returncode == 0
+    assert "only-in-file" not in p.stdout
+    assert (tmp_path / "q" / "attempt_0" / "rank_0.out").read_text() == "only-in-file\n"
+
+
+def test_no_log_dir_passes_output_through(launcher):
+    p = run([launcher, "--nproc-per-node", "2", "--", *worker_cmd("--stdout", "plain")])
+    assert p.returncode == 0
+    assert p.stdout.splitlines().count("plain") == 2
+
+
+def test_worker_exit_code_is_launcher_exit_code(launcher):
+    """Acceptance 3 (single node part): a worker that exits 3 makes the launcher exit 3."""
+    p = run([launcher, "--nproc-per-node", "2", "--grace", "1", "--",
+             *worker_cmd("--ranks", "1", "--exit", "3", "--stderr", "bad thing happened",
+                         "--sleep-others", "30")])
+    assert p.returncode == 3, p.stderr
+    assert p.elapsed < 5
+    assert "root cause" in p.stderr and "exit code 3" in p.stderr
+    assert "| bad thing happened" in p.stderr
+    row = [l for l in p.stderr.splitlines() if l.strip().startswith("root cause")][0].split()
+    assert row[6:9] == ["127.0.0.1", "1", "1"], row  # ip, rank, local rank
+
+
+def test_worker_killed_by_signal_exits_128_plus_signal(launcher):
+    p = run([launcher, "--nproc-per-node", "2", "--",
+             *worker_cmd("--ranks", "0", "--kill", "KILL", "--sleep-others", "30")])
+    assert p.returncode == 137, p.stderr
+    assert "SIGKILL (137)" in p.stderr
+    assert p.elapsed < 3
+
+
+def test_restart_then_give_up(launcher, tmp_path):
+    """Acceptance 3: with --max-restarts 1 it restarts once with RESTART_COUNT=1."""
+    logs = tmp_path / "logs"
+    p = run([launcher, "--nproc-per-node", "2", "--max-restarts", "1", "--log-dir", logs,
+             "--run-id", "rs", "--", *worker_cmd("--record", tmp_path, "--ranks", "1",
+                                                 "--exit", "3", "--sleep-others", "30")])
+    assert p.returncode == 3, p.stderr
+    a0, a1 = records(tmp_path, 0), records(tmp_path, 1)
+    assert sorted(a0) == sorted(a1) == [0, 1]
+    assert {r["env"]["TORCHELASTIC_RESTART_COUNT"] for r in a1.values()} == {"1"}
+    assert a0[0]["env"]["MASTER_PORT"] != a1[0]["env"]["MASTER_PORT"], "fresh port"
+    assert (logs / "rs" / "attempt_1" / "rank_1.err").exists()
+    assert not records(tmp_path, 2)
+    assert "restart 1 of 1" in p.stderr
+
+
+def test_restart_recovers(launcher, tmp_path):
+    p = run([launcher, "--nproc-per-node", "2", "--max-restarts", "2", "--",
+             *worker_cmd("--record", tmp_path, "--ranks", "0", "--exit", "7",
+                         "--until-restart", "1")])
+    assert p.returncode == 0, p.stderr
+    assert sorted(records(tmp_path, 1)) == [0, 1] and not records(tmp_path, 2)
+
+
+def _start(launcher, tmp_path, *worker_args, launcher_args=()):
+    proc = subprocess.Popen([launcher, "--nproc-per-node", "2", *launcher_args, "--",
+                             *worker_cmd("--record", tmp_path, *worker_args)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    recs = wait_for(lambda: len(records(tmp_path)) == 2 and records(tmp_path), 20,
+                    "both workers to start")
+    return proc, recs
+
+
+def test_signals_are_forwarded(launcher, tmp_path):
+    proc, recs = _start(launcher, tmp_path, "--signals", "--sleep", "30", "--on-term", "0")
+    for sig in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP):
+        proc.send_signal(sig)
+        time.sleep(0.2)
+    for r in (0, 1):
+        wait_for(lambda: (tmp_path / f"rank_{r}.attempt_0.signals").exists() and
+                 len((tmp_path / f"rank_{r}.attempt_0.signals").read_text().split()) >= 3,
+                 10, "signals to arrive")
+    # HUP is a shutdown signal: the workers exit on it (default action) -> 128+1
+    out, err = proc.communicate(timeout=10)
+    got = (tmp_path / "rank_0.attempt_0.signals").read_text().split()
+    assert got[:3] == ["SIGUSR1", "SIGUSR2", "SIGHUP"], got
+    assert proc.returncode == 129, err
+
+
+def test_sigterm_with_graceful_workers_exits_0(launcher, tmp_path):
+    proc, recs = _start(launcher, tmp_path, "--sleep", "30", "--on-term", "0")
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=10)
+    assert proc.returncode == 0 and time.monotonic() - t0 < 2
+
+
+def test_sigterm_kills_workers_and_exits_143(launcher, tmp_path):
+    proc, recs = _start(launcher, tmp_path, "--sleep", "30")
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=10)
+    assert proc.returncode == 143, err
+    assert not any(alive(r["pid"]) for r in recs.values())
+
+
+def test_grace_then_sigkill(launcher, tmp_path):
+    """Rank 0 ignores SIGTERM: it is SIGKILLed after --grace; exit code is rank 1's."""
+    t0 = time.monotonic()
+    p = run([launcher, "--nproc-per-node", "2", "--grace", "1", "--",
+             *worker_cmd("--ignore-term", "--ranks", "1", "--sleep", "0.5", "--exit", "4",
+                         "--sleep-others", "30")])
+    assert p.returncode == 4, p.stderr
+    assert 1.4 < p.elapsed < 4, p.elapsed
+    assert "sending SIGKILL" in p.stderr
+
+
+def test_launcher_sigkill_leaves_no_orphans(launcher, tmp_path):
+    proc, recs = _start(launcher, tmp_path, "--sleep", "60", "--ignore-term")
+    proc.kill()
+    proc.communicate(timeout=10)
+    wait_for(lambda: not any(alive(r["pid"]) for r in recs.values()), 2,
+             "workers to die with their launcher (PR_SET_PDEATHSIG)")
+
+
+def test_exec_failure_is_a_failure(launcher, tmp_path):
+    script = tmp_path / "noexec.sh"
+    script.write_text("#!/nonexistent/interpreter\n")
+    script.chmod(0o755)
+    p = run([launcher, "--", str(script)])
+    assert p.returncode == 127, p.stderr
+    assert "exec" in p.stderr and "No such file" in p.stderr
+
+
+def test_fail_fast_single_node_under_a_second(launcher, tmp_path):
+    p = run([launcher, "--nproc-per-node", "2", "--",
+             *worker_cmd("--ranks", "1", "--sleep", "0.3", "--kill", "9", "--sleep-others", "60")])
+    assert p.returncode == 137
+    assert p.elapsed < 1.5, p.elapsed
+
+
+def test_torch_allreduce_two_workers(launcher):
+    """Acceptance 4: a stock torch.distributed (Gloo, env://) script runs unchanged."""
+    py = torch_python()
+    if py is None:
+        pytest.skip("no python with torch")
+    p = run([launcher, "--nproc-per-node", "2", "--", py, str(ALLREDUCE)], timeout=120)
+    assert p.returncode == 0, p.stderr
+    lines = sorted(l for l in p.stdout.splitlines() if l.startswith("ALLREDUCE"))
+    assert len(lines) == 2 and all(" ok " in l and "sum=3.0" in l for l in lines), p.stdout
+
+
+TRAINER = pathlib.Path(os.environ.get("FTB_TRAINER", REPO / "build" / "release" / "trainer" /
+                                      "trainer"))
+
+
+def test_trainer_two_workers_matches_hand_started(launcher, tmp_path):
+    """Acceptance 1: launcher --nproc-per-node 2 -- trainer ... equals the hand-started run."""
+    if not TRAINER.exists():
+        pytest.skip(f"trainer not built at {TRAINER} (set FTB_TRAINER)")
+    cfg = REPO / "configs" / "runs" / "tiny.toml"
+    import re
+    loss_re = re.compile(r"loss[=: ]+([0-9.eE+-]+)")
+
+    def losses(text):
+        return [float(m.group(1)) for m in loss_re.finditer(text)]
+
+    via = run([launcher, "--nproc-per-node", "2", "--", str(TRAINER), "--config", str(cfg),
+               f"output.dir={tmp_path / 'via'}"], timeout=600, cwd=REPO)
+    assert via.returncode == 0, via.stderr[-3000:]
+    port = "29611"
+    procs = [subprocess.Popen([str(TRAINER), "--config", str(cfg),
+                               f"output.dir={tmp_path / 'hand'}"], cwd=REPO,
+                              env={**os.environ, "RANK": str(r), "WORLD_SIZE": "2",
+                                   "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": "2",
+                                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in (0, 1)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    hand = losses(outs[0][0] + outs[0][1])
+    assert hand, "no loss lines found in the hand-started run"
+    assert losses(via.stdout + via.stderr) == hand
