@@ -92,10 +92,13 @@ def netns_hosts():
     chk = subprocess.run([str(NETNS), "check"], capture_output=True, text=True)
     if chk.returncode != 0:
         pytest.skip(f"network namespaces unavailable: {chk.stderr.strip()}")
+    # Hosts that were already up (someone else's session) are reused and left up.
+    existed = subprocess.run(["ip", "link", "show", "ftbbr0"], capture_output=True).returncode == 0
     up = subprocess.run([str(NETNS), "up", "2"], capture_output=True, text=True)
     assert up.returncode == 0, up.stderr
     yield ["h1", "h2"]
-    subprocess.run([str(NETNS), "down"], capture_output=True, text=True)
+    if not existed:
+        subprocess.run([str(NETNS), "down"], capture_output=True, text=True)
 
 
 def mpirun_prefix(tmp_path, hosts):

@@ -1,0 +1,181 @@
+"""Two namespace hosts under mpirun: placement, torch all-reduce, fail-fast, restarts.
+
+h1 = 10.77.0.11 runs launcher node 0 with 2 workers, h2 = 10.77.0.12 runs node 1 with 1 worker
+(MPMD: one launcher per host with its own --nproc-per-node). Skips unless root with netns.
+"""
+import os
+import pathlib
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import (ALLREDUCE, REPO, alive, mpirun_prefix, mpmd, records, run, torch_python,
+                      wait_for, worker_cmd)
+
+H1, H2 = "10.77.0.11", "10.77.0.12"
+
+
+def two_hosts(tmp_path, launcher, launcher_args, program, nprocs=(2, 1)):
+    prefix = mpirun_prefix(tmp_path, ["h1", "h2"])
+    return mpmd(prefix, [(h, [launcher, "--nproc-per-node", str(n), *launcher_args, "--",
+                              *program]) for h, n in zip(["h1", "h2"], nprocs)])
+
+
+def test_ranks_land_as_planned(launcher, netns_hosts, tmp_path):
+    """Acceptance 2: 2 + 1 workers, node order = MPI rank order, MASTER_ADDR = h1's address."""
+    p = run(two_hosts(tmp_path, launcher, ["--run-id", "place"],
+                      worker_cmd("--record", tmp_path)), timeout=60)
+    assert p.returncode == 0, p.stderr
+    recs = records(tmp_path)
+    assert sorted(recs) == [0, 1, 2]
+    expect = {0: (H1, "0", "0"), 1: (H1, "0", "1"), 2: (H2, "1", "0")}
+    for rank, (ip, group, local) in expect.items():
+        e = recs[rank]["env"]
+        assert recs[rank]["ip"] == ip, f"rank {rank} ran on {recs[rank]['ip']}"
+        assert (e["GROUP_RANK"], e["LOCAL_RANK"]) == (group, local)
+        assert e["WORLD_SIZE"] == "3" and e["GROUP_WORLD_SIZE"] == "2"
+        assert e["LOCAL_WORLD_SIZE"] == ("2" if group == "0" else "1")
+        assert e["MASTER_ADDR"] == H1
+        assert e["GLOO_SOCKET_IFNAME"] == "eth0"
+        assert e["TORCHELASTIC_RUN_ID"] == "place"
+        assert not [k for k in e if k.startswith(("OMPI_", "PMIX_", "PMI_"))], "MPI env leaked"
+    assert len({r["env"]["MASTER_PORT"] for r in recs.values()}) == 1
+    # node 0 logs the agreed placement with the namespace addresses
+    assert "10.77.0.11  2      0     2      0-1" in p.stderr.replace("vm ", "")or H1 in p.stderr
+
+
+def test_torch_allreduce_across_hosts(launcher, netns_hosts, tmp_path):
+    """Acceptance 2 + 4 across hosts: Gloo all-reduce over the namespace network."""
+    py = torch_python()
+    if py is None:
+        pytest.skip("no python with torch")
+    p = run(two_hosts(tmp_path, launcher, [], [py, str(ALLREDUCE)]), timeout=120)
+    assert p.returncode == 0, p.stderr
+    lines = sorted(l for l in p.stdout.splitlines() if l.startswith("ALLREDUCE"))
+    assert len(lines) == 3, p.stdout
+    assert all(" ok " in l and "world=3" in l and "sum=6.0" in l and f"master={H1}:" in l
+               for l in lines), lines
+
+
+TRAINER = pathlib.Path(os.environ.get("FTB_TRAINER", REPO / "build" / "release" / "trainer" /
+                                      "trainer"))
+
+
+def test_trainer_across_hosts(launcher, netns_hosts, tmp_path):
+    """Acceptance 2: the training completes on 2 + 1 workers across the two hosts."""
+    if not TRAINER.exists():
+        pytest.skip(f"trainer not built at {TRAINER} (set FTB_TRAINER)")
+    cfg = REPO / "configs" / "runs" / "tiny.toml"
+    p = run(two_hosts(tmp_path, launcher, [], [str(TRAINER), "--config", str(cfg),
+                                               f"output.dir={tmp_path / 'out'}"]),
+            timeout=600, cwd=REPO)
+    assert p.returncode == 0, p.stderr[-4000:]
+
+
+def test_fail_fast_kill_9_on_second_host(launcher, netns_hosts, tmp_path):
+    """Acceptance 3: kill -9 of the worker on h2 -> every process exits within 2 s, exit 137,
+    and the root-cause table names rank 2 and h2's address."""
+    cmd = two_hosts(tmp_path, launcher, ["--grace", "5"],
+                    worker_cmd("--record", tmp_path, "--sleep", "60"))
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        recs = wait_for(lambda: len(records(tmp_path)) == 3 and records(tmp_path), 30,
+                        "3 workers to start")
+        launchers = {r["ppid"] for r in recs.values()}
+        assert len(launchers) == 2
+        victim = recs[2]
+        assert victim["ip"] == H2
+        t0 = time.monotonic()
+        os.kill(victim["pid"], signal.SIGKILL)
+        out, err = proc.communicate(timeout=10)
+        elapsed = time.monotonic() - t0
+        pids = [r["pid"] for r in recs.values()] + sorted(launchers)
+        wait_for(lambda: not any(alive(p) for p in pids), 0.5, "workers and launchers to exit")
+        assert elapsed < 2.0, f"took {elapsed:.2f} s"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 137, err
+    root = [l for l in err.splitlines() if l.strip().startswith("root cause")]
+    assert len(root) == 1, err
+    cols = root[0].split()
+    assert cols[4] == "1" and cols[6] == H2 and cols[7] == "2", cols  # node, ip, rank
+    assert "SIGKILL (137)" in root[0]
+    assert f"rank 2 on node 1 (host {os.uname().nodename}, {H2})" in err
+
+
+def test_exit_code_3_on_second_host(launcher, netns_hosts, tmp_path):
+    """Acceptance 3: a worker that exits 3 makes the launcher (and mpirun) exit 3."""
+    p = run(two_hosts(tmp_path, launcher, [],
+                      worker_cmd("--ranks", "2", "--sleep", "0.2", "--exit", "3",
+                                 "--sleep-others", "60")), timeout=30)
+    assert p.returncode == 3, p.stderr
+    assert p.elapsed < 5
+    assert "rank 2 on node 1" in p.stderr and "exit code 3" in p.stderr
+
+
+def test_restart_across_hosts(launcher, netns_hosts, tmp_path):
+    """Acceptance 3: --max-restarts 1 restarts every worker on both hosts once, with
+    TORCHELASTIC_RESTART_COUNT=1 and a fresh port."""
+    p = run(two_hosts(tmp_path, launcher, ["--max-restarts", "1"],
+                      worker_cmd("--record", tmp_path, "--ranks", "2", "--exit", "3",
+                                 "--until-restart", "1")), timeout=60)
+    assert p.returncode == 0, p.stderr
+    a0, a1 = records(tmp_path, 0), records(tmp_path, 1)
+    assert sorted(a1) == [0, 1, 2]
+    assert {r["env"]["TORCHELASTIC_RESTART_COUNT"] for r in a1.values()} == {"1"}
+    assert a1[2]["ip"] == H2
+    assert a0[0]["env"]["MASTER_PORT"] != a1[0]["env"]["MASTER_PORT"]
+
+
+def test_restarts_exhausted_across_hosts(launcher, netns_hosts, tmp_path):
+    p = run(two_hosts(tmp_path, launcher, ["--max-restarts", "1"],
+                      worker_cmd("--record", tmp_path, "--ranks", "1", "--sleep", "0.5", "--exit", "5",
+                                 "--sleep-others", "60")), timeout=60)
+    assert p.returncode == 5, p.stderr
+    assert sorted(records(tmp_path, 1)) == [0, 1, 2] and not records(tmp_path, 2)
+
+
+def test_missing_interface_on_every_node_exits_2(launcher, netns_hosts, tmp_path):
+    marker = tmp_path / "started"
+    p = run(two_hosts(tmp_path, launcher, ["--iface", "nosuch0"],
+                      ["/usr/bin/touch", str(marker)]), timeout=30)
+    assert p.returncode == 2, p.stderr
+    assert "interface 'nosuch0' does not exist" in p.stderr
+    assert not marker.exists()
+
+
+def test_network_option_and_dry_run_under_mpirun(launcher, netns_hosts, tmp_path):
+    """Under mpirun --dry-run does the real rendezvous (addresses, port) and starts nothing."""
+    marker = tmp_path / "started"
+    p = run(two_hosts(tmp_path, launcher, ["--dry-run", "--network", "10.77.0.0/24",
+                                           "--master-port", "29999", "--run-id", "dr"],
+                      ["/usr/bin/touch", str(marker)]), timeout=30)
+    assert p.returncode == 0, p.stderr
+    assert f"MASTER_ADDR:MASTER_PORT = {H1}:29999" in p.stdout
+    table = [l.split() for l in p.stdout.splitlines() if l[:2] in ("0 ", "1 ")]
+    assert [(r[2], r[6]) for r in table] == [(H1, "0-1"), (H2, "2")], p.stdout
+    assert "nodes from mpi" in p.stdout
+    assert not marker.exists()
+
+
+def test_launcher_sigkill_on_second_host_leaves_no_workers(launcher, netns_hosts, tmp_path):
+    """A launcher killed with SIGKILL: its workers die (PR_SET_PDEATHSIG), mpirun tears the
+    job down, and the workers on the other host die with their launcher."""
+    cmd = two_hosts(tmp_path, launcher, [], worker_cmd("--record", tmp_path, "--sleep", "60"))
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        recs = wait_for(lambda: len(records(tmp_path)) == 3 and records(tmp_path), 30,
+                        "3 workers to start")
+        os.kill(recs[2]["ppid"], signal.SIGKILL)
+        proc.communicate(timeout=15)
+        wait_for(lambda: not any(alive(r["pid"]) for r in recs.values()), 3,
+                 "every worker to exit")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode != 0
