@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
                                 inheritableEnv(environ));
       return 0;
     }
+    rejectSrunWithoutPmi();
     SignalChannel signals;  // before MPI creates threads: they inherit the mask
     if (launchedByMpi()) {
       transport = std::make_unique<MpiTransport>();

@@ -24,6 +24,15 @@ bool launchedByMpi() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK") || std::getenv("PMI_SIZE");
 }
 
+void rejectSrunWithoutPmi() {
+  const char* tasks = std::getenv("SLURM_STEP_NUM_TASKS");
+  if (launchedByMpi() || !tasks || std::atoi(tasks) <= 1) return;
+  throw ConfigError("srun", "environment",
+                    "started as one of " + std::string(tasks) +
+                        " srun tasks without PMI: every launcher would run alone",
+                    "use srun --mpi=pmix --ntasks-per-node=1 launcher ...");
+}
+
 MpiSession::MpiSession() {
   // Workers are started with fork(); with the TCP transport this is safe.
   setenv("OMPI_MCA_mpi_warn_on_fork", "0", 0);
@@ -32,6 +41,7 @@ MpiSession::MpiSession() {
   setenv("OMPI_MCA_pml", "ob1", 0);
   setenv("OMPI_MCA_osc", "^ucx", 0);
   setenv("OMPI_MCA_mtl", "^ofi", 0);
+  setenv("OMPI_MCA_btl", "^openib,ofi", 0);
   int provided = 0;
   check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SINGLE, &provided), "MPI_Init_thread");
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);

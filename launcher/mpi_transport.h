@@ -15,6 +15,10 @@ namespace ftb::launcher {
 // or PMI_SIZE in the environment). Without it the launcher runs as a single node.
 bool launchedByMpi();
 
+// Throws ConfigError when this process is one of several tasks of an srun step but has no
+// PMI to find the others (srun without --mpi=pmix): each launcher would silently run alone.
+void rejectSrunWithoutPmi();
+
 // Owns MPI initialization. REQUIRES: constructed before any other thread exists in the
 // process except MPI's own, after the launcher's signal mask is in place (MPI threads
 // inherit it). Invariant: the destructor either finalizes (after finalize()) or aborts the

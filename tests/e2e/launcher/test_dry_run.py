@@ -93,6 +93,7 @@ BAD = {
     "bad_cidr": (["--network", "10.0.0.0/40"], {}, "prefix"),
     "program_not_found": ([], {}, "not found in PATH"),
     "hosts_without_dry_run": (["--hosts", "n1"], {}, "only valid with --dry-run"),
+    "srun_without_pmi": ([], {"SLURM_STEP_NUM_TASKS": "2"}, "srun tasks without PMI"),
 }
 
 

@@ -112,7 +112,8 @@ def test_restart_then_give_up(launcher, tmp_path):
     logs = tmp_path / "logs"
     p = run([launcher, "--nproc-per-node", "2", "--max-restarts", "1", "--log-dir", logs,
              "--run-id", "rs", "--", *worker_cmd("--record", tmp_path, "--ranks", "1",
-                                                 "--exit", "3", "--sleep-others", "30")])
+                                                 "--sleep", "0.5", "--exit", "3",
+                                                 "--sleep-others", "30")])
     assert p.returncode == 3, p.stderr
     a0, a1 = records(tmp_path, 0), records(tmp_path, 1)
     assert sorted(a0) == sorted(a1) == [0, 1]
