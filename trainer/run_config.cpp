@@ -166,11 +166,21 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size) {
                  ") * tp(" + num(c.tp) + ") = " + num(c.dp_replicate * c.dp_shard * c.tp) +
                  " does not equal world_size(" + num(world_size) + ")",
              "set parallel.dp_replicate = 0 to derive it from the world size");
-  if (c.tp != 1 || c.dp_shard != 1 || c.zero_stage != 0)
-    cfg.fail(c.tp != 1 ? "parallel.tp" : (c.dp_shard != 1 ? "parallel.dp_shard"
-                                                           : "parallel.zero_stage"),
-             "sharding and tensor parallel are not implemented yet (issue 4)",
-             "use pure data parallel: tp = 1, dp_shard = 1, zero_stage = 0");
+  const ModelArgs& m = c.model;
+  auto divides = [&](const char* what, int64_t n) {
+    if (n % c.tp != 0)
+      cfg.fail("parallel.tp", "tp(" + num(c.tp) + ") does not divide " + what + "(" + num(n) + ")",
+               "tensor parallel splits heads, kv heads, ffn_dim and the vocabulary evenly");
+  };
+  divides("n_heads", m.n_heads);
+  divides("n_kv_heads", m.n_kv_heads);
+  divides("ffn_dim", m.ffn_dim);
+  divides("vocab_size", m.vocab_size);
+  if (c.zero_stage > 0 && cfg.getString("training.optimizer") == "adafactor")
+    cfg.fail("training.optimizer",
+             "adafactor needs 2-D parameters for its factored moments, but zero_stage(" +
+                 num(c.zero_stage) + ") gives the optimizer flat 1-D shards",
+             "use optimizer = \"adamw\" with ZeRO, or zero_stage = 0");
   // global_batch_size, when given, fixes grad_accum_steps; it must split evenly into
   // micro-batches on every data-parallel rank.
   int64_t gbs = cfg.getInt("training.global_batch_size");

@@ -11,6 +11,8 @@
 #include "trainer/model/llama.h"
 #include "trainer/optim/optimizer.h"
 #include "trainer/parallel/ddp.h"
+#include "trainer/parallel/mesh.h"
+#include "trainer/parallel/zero.h"
 
 namespace ftb {
 
@@ -63,16 +65,39 @@ TrainSummary train(const TrainConfig& tc, Distributed& dist, MetricsFile& metric
                    double peak_flops) {
   Comm& comm = *dist.world;
   const int rank = comm.rank(), world = comm.size();
+  Mesh mesh = buildMesh(dist, tc);
   const int64_t dp = tc.dpSize(), G = tc.globalBatch(), per_rank = G / dp;
   const int64_t mbs = tc.micro_batch_size;
   torch::ScalarType dtype = tc.dtype == DType::kBf16 ? torch::kBFloat16 : torch::kFloat32;
 
-  torch::manual_seed(static_cast<uint64_t>(tc.seed));
-  Transformer model(tc.model, dtype, tc.checkpoint_every);
+  // Model math in model/, its sharding here: ZeRO shards each unit as it is built.
+  std::unique_ptr<ZeroEngine> zero;
+  TransformerImpl::UnitBuilt on_unit;
+  if (tc.zero_stage > 0) {
+    zero = std::make_unique<ZeroEngine>(static_cast<int>(tc.zero_stage), *mesh.shard_comm,
+                                        *mesh.replicate_comm, dtype);
+    on_unit = [&zero](int64_t layer, torch::nn::Module& unit) { zero->addUnit(layer, unit); };
+  }
+  Transformer model(tc.model, mesh.tpContext(), dtype, tc.checkpoint_every,
+                    static_cast<uint64_t>(tc.seed), on_unit);
+  if (zero && zero->stage() == 3) model->setBlockExecutor(zero.get());
+
   std::vector<torch::Tensor> params = model->parameters();
-  GradReducer reducer(params, comm);
+  std::vector<torch::Tensor> opt_params = zero ? zero->masterShards() : params;
+  // Grad-norm weights: tensor-parallel-replicated entries count 1/tp per rank.
+  std::vector<torch::Tensor> norm_weights;
+  if (zero) {
+    norm_weights = zero->normWeights(tc.tp);
+  } else if (tc.tp > 1) {
+    for (auto& np : model->named_parameters())
+      norm_weights.push_back(TransformerImpl::isTpReplicated(np.key())
+                                 ? torch::full({}, 1.0 / double(tc.tp), torch::kFloat64)
+                                 : torch::Tensor());
+  }
+  std::unique_ptr<GradReducer> reducer;
+  if (!zero) reducer = std::make_unique<GradReducer>(params, *mesh.dp_comm);
   OptimizerOptions oo{tc.optimizer, tc.beta1, tc.beta2, tc.eps, tc.weight_decay};
-  std::unique_ptr<Optimizer> opt = makeOptimizer(params, oo);
+  std::unique_ptr<Optimizer> opt = makeOptimizer(opt_params, oo);
   std::unique_ptr<Dataset> ds = makeDataset(tc);
   const double flops_per_token = tc.model.flopsPerToken(tc.seq_len);
 
@@ -89,7 +114,8 @@ TrainSummary train(const TrainConfig& tc, Distributed& dist, MetricsFile& metric
   for (int64_t step = 0; step < tc.max_steps; ++step) {
     StepRecord r;
     const double t0 = nowSeconds();
-    const int64_t first = step * G + rank * per_rank;  // rank == dp rank while tp == 1
+    const int64_t first = step * G + mesh.dpRank() * per_rank;  // tp ranks share data
+    if (zero) zero->beginStep();
     const double global_positions = double(countPositions(*ds, step * G, G, tc.seq_len));
     double local_loss = 0, local_padded = 0, local_dataset = 0;
     for (int64_t m = 0; m < tc.grad_accum_steps; ++m) {
@@ -97,7 +123,7 @@ TrainSummary train(const TrainConfig& tc, Distributed& dist, MetricsFile& metric
       Batch b = makeBatch(*ds, first + m * mbs, mbs, tc.seq_len, tc.pad_longest, tc.pad_id);
       double tb = nowSeconds();
       torch::Tensor logits = model->forward(b.inputs);
-      torch::Tensor loss_sum = maskedCrossEntropySum(logits, b.targets, b.mask);
+      torch::Tensor loss_sum = model->lossSum(logits, b.targets, b.mask);
       double tc0 = nowSeconds();
       (loss_sum / global_positions).backward();
       double td = nowSeconds();
@@ -109,28 +135,46 @@ TrainSummary train(const TrainConfig& tc, Distributed& dist, MetricsFile& metric
       local_dataset += double(b.dataset_tokens);
     }
     double tcomm = nowSeconds();
-    reducer.reduce();
-    // [loss sum, padded, dataset, stop flag]: one small all-reduce carries the step's
-    // global counts and the stop decision, so all ranks stop after the same step.
+    if (zero)
+      zero->reduceGradients();
+    else
+      reducer->reduce();
+    std::vector<torch::Tensor> grads;
+    if (zero) {
+      grads = zero->gradShards();
+    } else {
+      for (auto& p : params) grads.push_back(p.grad());
+    }
+    // Each rank's share of the squared global grad norm: shards are disjoint across
+    // the shard group; replicas (dp without ZeRO, dp_replicate) hold equal copies.
+    double sq_local = gradSquaredNorm(grads, norm_weights) /
+                      double(zero ? tc.dp_replicate : tc.dpSize());
+    // [loss sum, padded, dataset, stop flag, grad norm²]: one small world all-reduce
+    // carries the step's global counts and the stop decision, so all ranks stop after
+    // the same step. tp ranks hold identical data, hence the division by tp.
     double stop = g_stop_signal.load() != 0 ? 1.0 : 0.0;
     if (rank == 0 && tc.stop_after_seconds > 0 && nowSeconds() - t_start >= tc.stop_after_seconds)
       stop = std::max(stop, 0.5);
-    torch::Tensor red =
-        torch::tensor({local_loss, local_padded, local_dataset, stop}, torch::kFloat64);
+    torch::Tensor red = torch::tensor({local_loss, local_padded, local_dataset, stop, sq_local},
+                                      torch::kFloat64);
     comm.allReduceSum(red);
     r.comm = nowSeconds() - tcomm;
     auto rv = red.accessor<double, 1>();
-    r.loss = rv[0] / global_positions;
-    r.padded = rv[1];
-    r.dataset = rv[2];
+    const double tpd = double(tc.tp);
+    r.loss = rv[0] / tpd / global_positions;
+    r.padded = rv[1] / tpd;
+    r.dataset = rv[2] / tpd;
 
     double to = nowSeconds();
-    r.grad_norm = std::sqrt(gradSquaredNorm(params));
+    r.grad_norm = std::sqrt(rv[4]);
     if (tc.max_grad_norm > 0 && r.grad_norm > tc.max_grad_norm)
-      scaleGrads(params, tc.max_grad_norm / (r.grad_norm + 1e-6));
+      scaleGrads(grads, tc.max_grad_norm / (r.grad_norm + 1e-6));
     r.lr = lrAt(tc, step);
-    opt->step(r.lr);
-    for (auto& p : params) p.mutable_grad() = torch::Tensor();
+    opt->step(grads, r.lr);
+    if (zero)
+      zero->afterStep();
+    else
+      for (auto& p : params) p.mutable_grad() = torch::Tensor();
     r.opt = nowSeconds() - to;
     r.total = nowSeconds() - t0;
 

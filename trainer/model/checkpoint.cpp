@@ -1,28 +1,43 @@
 #include "trainer/model/checkpoint.h"
 
+#include "trainer/model/llama.h"
+
 namespace ftb {
 namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+template <typename T>
+T* ptrOf(AutogradContext* ctx, const char* key) {
+  return reinterpret_cast<T*>(ctx->saved_data[key].toInt());
+}
+
 struct BlockFn : public torch::autograd::Function<BlockFn> {
-  // params are passed so autograd routes their gradients through backward().
+  // Without hooks the parameters are inputs, so autograd routes their gradients
+  // through backward() into .grad; with hooks the hooks take them.
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, at::TensorList params,
-                               TransformerBlockImpl* block, const RopeTables* rope) {
+                               TransformerBlockImpl* block, const RopeTables* rope,
+                               UnitHooks* hooks) {
     ctx->saved_data["block"] = reinterpret_cast<int64_t>(block);
     ctx->saved_data["rope"] = reinterpret_cast<int64_t>(rope);
+    ctx->saved_data["hooks"] = reinterpret_cast<int64_t>(hooks);
     ctx->saved_data["dtype"] = static_cast<int64_t>(computeDtype());
     ctx->save_for_backward({x});
     torch::NoGradGuard no_grad;
-    return block->forward(x, *rope);
+    if (hooks) hooks->materialize();
+    torch::Tensor y = block->forward(x, *rope);
+    if (hooks) hooks->release();
+    return y;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
-    auto* block = reinterpret_cast<TransformerBlockImpl*>(ctx->saved_data["block"].toInt());
-    auto* rope = reinterpret_cast<const RopeTables*>(ctx->saved_data["rope"].toInt());
+    auto* block = ptrOf<TransformerBlockImpl>(ctx, "block");
+    auto* rope = ptrOf<const RopeTables>(ctx, "rope");
+    auto* hooks = ptrOf<UnitHooks>(ctx, "hooks");
     ComputeDtypeGuard dtype(static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt()));
     torch::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
+    if (hooks) hooks->materialize();
     std::vector<torch::Tensor> params = block->parameters();
     torch::Tensor y;
     {
@@ -35,18 +50,27 @@ struct BlockFn : public torch::autograd::Function<BlockFn> {
                                                 /*retain_graph=*/false,
                                                 /*create_graph=*/false,
                                                 /*allow_unused=*/true);
-    grads.push_back(torch::Tensor());  // block pointer
-    grads.push_back(torch::Tensor());  // rope pointer
-    return grads;
+    variable_list out{grads[0]};
+    if (hooks) {
+      hooks->consumeGrads(std::vector<torch::Tensor>(grads.begin() + 1, grads.end()));
+      hooks->release();
+    } else {
+      out.insert(out.end(), grads.begin() + 1, grads.end());
+    }
+    out.push_back(torch::Tensor());  // block
+    out.push_back(torch::Tensor());  // rope
+    out.push_back(torch::Tensor());  // hooks
+    return out;
   }
 };
 
 }  // namespace
 
-torch::Tensor checkpointedBlock(TransformerBlock& block, const torch::Tensor& x,
-                                const RopeTables& rope) {
-  std::vector<torch::Tensor> params = block->parameters();
-  return BlockFn::apply(x, at::TensorList(params), block.get(), &rope);
+torch::Tensor checkpointedBlock(TransformerBlockImpl& block, const torch::Tensor& x,
+                                const RopeTables& rope, UnitHooks* hooks) {
+  std::vector<torch::Tensor> params;
+  if (!hooks) params = block.parameters();
+  return BlockFn::apply(x, at::TensorList(params), &block, &rope, hooks);
 }
 
 }  // namespace ftb

@@ -14,8 +14,29 @@ torch::Tensor w(const torch::Tensor& weight) {
   return weight.scalar_type() == t_compute_dtype ? weight : weight.to(t_compute_dtype);
 }
 
-torch::Tensor linear(const torch::nn::Linear& l, const torch::Tensor& x) {
-  return torch::matmul(x, w(l->weight).t());
+torch::Tensor proj(const torch::Tensor& x, const torch::Tensor& weight) {
+  return torch::matmul(x, w(weight).t());
+}
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
+  return h;
+}
+
+// The full tensor of `p` drawn from its own generator, then this tp rank's slice.
+torch::Tensor initParam(const ParamInit& p, const TpContext& tp, uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor full;
+  if (p.ones) {
+    full = torch::ones(p.full_shape);
+  } else {
+    at::Generator gen = at::detail::createCPUGenerator(seed * 0x9E3779B97F4A7C15ULL ^ fnv1a(p.name));
+    full = torch::empty(p.full_shape).normal_(0.0, 0.02, gen);
+  }
+  if (p.shard_dim < 0 || tp.size == 1) return full;
+  int64_t n = p.full_shape[p.shard_dim] / tp.size;
+  return full.narrow(p.shard_dim, tp.rank * n, n).clone();
 }
 
 }  // namespace
@@ -26,14 +47,10 @@ ComputeDtypeGuard::ComputeDtypeGuard(torch::ScalarType dt) : prev_(t_compute_dty
 }
 ComputeDtypeGuard::~ComputeDtypeGuard() { t_compute_dtype = prev_; }
 
-RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
-  weight = register_parameter("weight", torch::ones({dim}));
-}
-
-torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
   torch::Tensor xf = x.to(torch::kFloat32);
-  torch::Tensor y = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps_);
-  return (y * weight).to(t_compute_dtype);
+  torch::Tensor y = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return (y * weight.to(torch::kFloat32)).to(t_compute_dtype);
 }
 
 RopeTables RopeTables::make(int64_t head_dim, int64_t max_seq_len, double theta) {
@@ -53,109 +70,106 @@ torch::Tensor applyRope(const torch::Tensor& x, const RopeTables& rope) {
   return torch::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1);
 }
 
-AttentionImpl::AttentionImpl(const ModelArgs& a)
-    : n_heads_(a.n_heads), n_kv_heads_(a.n_kv_heads), head_dim_(a.headDim()) {
-  auto lin = [](int64_t in, int64_t out) {
-    return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+TransformerBlockImpl::TransformerBlockImpl(const ModelArgs& a, const TpContext& tp,
+                                           int64_t layer, uint64_t seed)
+    : n_local_heads_(a.n_heads / tp.size), n_local_kv_heads_(a.n_kv_heads / tp.size),
+      head_dim_(a.headDim()), eps_(a.norm_eps), tp_(tp) {
+  const std::string pre = "layers." + std::to_string(layer) + ".";
+  const int64_t D = a.dim, hd = a.headDim();
+  // Registered under short names (libtorch forbids dots); seeded by the full name.
+  auto add = [&](const char* name, const std::string& full, std::vector<int64_t> shape, int dim,
+                 bool ones) {
+    return register_parameter(name, initParam({pre + full, shape, dim, ones}, tp, seed));
   };
-  wq = register_module("wq", lin(a.dim, n_heads_ * head_dim_));
-  wk = register_module("wk", lin(a.dim, n_kv_heads_ * head_dim_));
-  wv = register_module("wv", lin(a.dim, n_kv_heads_ * head_dim_));
-  wo = register_module("wo", lin(n_heads_ * head_dim_, a.dim));
+  attention_norm = add("attention_norm", "attention_norm.weight", {D}, -1, true);
+  wq = add("wq", "attention.wq.weight", {a.n_heads * hd, D}, 0, false);
+  wk = add("wk", "attention.wk.weight", {a.n_kv_heads * hd, D}, 0, false);
+  wv = add("wv", "attention.wv.weight", {a.n_kv_heads * hd, D}, 0, false);
+  wo = add("wo", "attention.wo.weight", {D, a.n_heads * hd}, 1, false);
+  ffn_norm = add("ffn_norm", "ffn_norm.weight", {D}, -1, true);
+  w1 = add("w1", "feed_forward.w1.weight", {a.ffn_dim, D}, 0, false);
+  w2 = add("w2", "feed_forward.w2.weight", {D, a.ffn_dim}, 1, false);
+  w3 = add("w3", "feed_forward.w3.weight", {a.ffn_dim, D}, 0, false);
 }
 
-torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& rope) {
-  int64_t B = x.size(0), T = x.size(1);
-  torch::Tensor q = linear(wq, x).view({B, T, n_heads_, head_dim_}).transpose(1, 2);
-  torch::Tensor k = linear(wk, x).view({B, T, n_kv_heads_, head_dim_}).transpose(1, 2);
-  torch::Tensor v = linear(wv, x).view({B, T, n_kv_heads_, head_dim_}).transpose(1, 2);
+torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x, const RopeTables& rope) {
+  const int64_t B = x.size(0), T = x.size(1);
+  // Attention: column-parallel q/k/v (local heads), row-parallel output.
+  torch::Tensor h = copyToTp(rmsNorm(x, attention_norm, eps_), tp_);
+  torch::Tensor q = proj(h, wq).view({B, T, n_local_heads_, head_dim_}).transpose(1, 2);
+  torch::Tensor k = proj(h, wk).view({B, T, n_local_kv_heads_, head_dim_}).transpose(1, 2);
+  torch::Tensor v = proj(h, wv).view({B, T, n_local_kv_heads_, head_dim_}).transpose(1, 2);
   q = applyRope(q, rope);
   k = applyRope(k, rope);
-  if (n_kv_heads_ != n_heads_) {  // GQA: each kv head serves n_heads/n_kv_heads heads
-    int64_t rep = n_heads_ / n_kv_heads_;
+  if (n_local_kv_heads_ != n_local_heads_) {  // GQA: each kv head serves a group of heads
+    int64_t rep = n_local_heads_ / n_local_kv_heads_;
     k = k.repeat_interleave(rep, 1);
     v = v.repeat_interleave(rep, 1);
   }
   torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(head_dim_));
-  torch::Tensor causal =
-      torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool)).triu(1);
+  torch::Tensor causal = torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool)).triu(1);
   scores = scores.to(torch::kFloat32).masked_fill(causal, -INFINITY);
   torch::Tensor probs = torch::softmax(scores, -1).to(x.scalar_type());
-  torch::Tensor out = torch::matmul(probs, v).transpose(1, 2).reshape({B, T, -1});
-  return linear(wo, out);
+  torch::Tensor attn = torch::matmul(probs, v).transpose(1, 2).reshape({B, T, -1});
+  torch::Tensor out = x + reduceFromTp(proj(attn, wo), tp_);
+  // SwiGLU MLP: column-parallel w1/w3, row-parallel w2.
+  torch::Tensor g = copyToTp(rmsNorm(out, ffn_norm, eps_), tp_);
+  return out + reduceFromTp(proj(torch::silu(proj(g, w1)) * proj(g, w3), w2), tp_);
 }
 
-FeedForwardImpl::FeedForwardImpl(const ModelArgs& a) {
-  auto lin = [](int64_t in, int64_t out) {
-    return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
-  };
-  w1 = register_module("w1", lin(a.dim, a.ffn_dim));
-  w2 = register_module("w2", lin(a.ffn_dim, a.dim));
-  w3 = register_module("w3", lin(a.dim, a.ffn_dim));
-}
-
-torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
-  return linear(w2, torch::silu(linear(w1, x)) * linear(w3, x));
-}
-
-TransformerBlockImpl::TransformerBlockImpl(const ModelArgs& a) {
-  attention = register_module("attention", Attention(a));
-  feed_forward = register_module("feed_forward", FeedForward(a));
-  attention_norm = register_module("attention_norm", RMSNorm(a.dim, a.norm_eps));
-  ffn_norm = register_module("ffn_norm", RMSNorm(a.dim, a.norm_eps));
-}
-
-torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x, const RopeTables& rope) {
-  torch::Tensor h = x + attention->forward(attention_norm->forward(x), rope);
-  return h + feed_forward->forward(ffn_norm->forward(h));
-}
-
-TransformerImpl::TransformerImpl(const ModelArgs& a, torch::ScalarType compute_dtype,
-                                 int64_t checkpoint_every)
-    : args_(a), compute_dtype_(compute_dtype), checkpoint_every_(checkpoint_every) {
-  tok_embeddings = register_module("tok_embeddings", torch::nn::Embedding(a.vocab_size, a.dim));
-  layers = register_module("layers", torch::nn::ModuleList());
-  for (int64_t i = 0; i < a.n_layers; ++i) layers->push_back(TransformerBlock(a));
-  norm = register_module("norm", RMSNorm(a.dim, a.norm_eps));
-  if (!a.tie_embeddings)
-    output = register_module(
-        "output", torch::nn::Linear(torch::nn::LinearOptions(a.dim, a.vocab_size).bias(false)));
-  rope_ = RopeTables::make(a.headDim(), a.max_seq_len, a.rope_theta);
-  initWeights();
-}
-
-// Llama-style init: N(0, 0.02) for projections and embeddings, ones for norms
-// (already set by RMSNorm). Draws in registration order, so it depends only on the seed.
-void TransformerImpl::initWeights() {
-  torch::NoGradGuard no_grad;
-  for (auto& p : named_parameters()) {
-    if (p.key().find("norm") != std::string::npos) continue;
-    p.value().normal_(0.0, 0.02);
+TransformerImpl::TransformerImpl(const ModelArgs& a, const TpContext& tp,
+                                 torch::ScalarType compute_dtype, int64_t checkpoint_every,
+                                 uint64_t seed, const UnitBuilt& on_unit)
+    : args_(a), tp_(tp), compute_dtype_(compute_dtype), checkpoint_every_(checkpoint_every) {
+  for (int64_t i = 0; i < a.n_layers; ++i) {
+    layers.push_back(register_module("layers_" + std::to_string(i),
+                                     TransformerBlock(a, tp, i, seed)));
+    if (on_unit) on_unit(i, *layers.back());
   }
+  tok_embeddings = register_parameter(
+      "tok_embeddings", initParam({"tok_embeddings.weight", {a.vocab_size, a.dim}, 0, false}, tp, seed));
+  norm = register_parameter("norm", initParam({"norm.weight", {a.dim}, -1, true}, tp, seed));
+  if (!a.tie_embeddings)
+    output = register_parameter(
+        "output", initParam({"output.weight", {a.vocab_size, a.dim}, 0, false}, tp, seed));
+  rope_ = RopeTables::make(a.headDim(), a.max_seq_len, a.rope_theta);
+  if (on_unit) on_unit(-1, *this);
+}
+
+std::vector<torch::Tensor> TransformerImpl::rootParameters() const {
+  std::vector<torch::Tensor> p{tok_embeddings, norm};
+  if (output.defined()) p.push_back(output);
+  return p;
+}
+
+bool TransformerImpl::isTpReplicated(const std::string& name) {
+  return name.find("norm") != std::string::npos;
 }
 
 torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) {
   ComputeDtypeGuard dtype(compute_dtype_);
-  torch::Tensor h = tok_embeddings->forward(tokens).to(compute_dtype_);
-  for (size_t i = 0; i < layers->size(); ++i) {
-    auto block = layers->ptr<TransformerBlockImpl>(i);
-    TransformerBlock holder(block);
-    bool ckpt = checkpoint_every_ > 0 && (static_cast<int64_t>(i) % checkpoint_every_ == 0) &&
-                torch::GradMode::is_enabled();
-    h = ckpt ? checkpointedBlock(holder, h, rope_) : block->forward(h, rope_);
+  const int64_t vocab_start = tp_.rank * (args_.vocab_size / tp_.size);
+  torch::Tensor h = vocabParallelEmbedding(tokens, tok_embeddings, vocab_start, tp_)
+                        .to(compute_dtype_);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    TransformerBlockImpl& block = *layers[i];
+    if (executor_) {
+      h = executor_->run(static_cast<int64_t>(i), block, h, rope_);
+    } else if (checkpoint_every_ > 0 && static_cast<int64_t>(i) % checkpoint_every_ == 0 &&
+               torch::GradMode::is_enabled()) {
+      h = checkpointedBlock(block, h, rope_, nullptr);
+    } else {
+      h = block.forward(h, rope_);
+    }
   }
-  h = norm->forward(h);
-  const torch::Tensor& out_w = output ? output->weight : tok_embeddings->weight;
-  return torch::matmul(h, w(out_w).t());
+  h = copyToTp(rmsNorm(h, norm, args_.norm_eps), tp_);
+  return proj(h, output.defined() ? output : tok_embeddings);  // column-parallel over vocab
 }
 
-torch::Tensor maskedCrossEntropySum(const torch::Tensor& logits, const torch::Tensor& targets,
-                                    const torch::Tensor& mask) {
-  torch::Tensor lf = logits.to(torch::kFloat32).reshape({-1, logits.size(-1)});
-  torch::Tensor nll = torch::nn::functional::cross_entropy(
-      lf, targets.reshape({-1}),
-      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
-  return (nll * mask.reshape({-1}).to(torch::kFloat32)).sum();
+torch::Tensor TransformerImpl::lossSum(const torch::Tensor& logits, const torch::Tensor& targets,
+                                       const torch::Tensor& mask) const {
+  const int64_t vocab_start = tp_.rank * (args_.vocab_size / tp_.size);
+  return vocabParallelCrossEntropySum(logits, targets, mask, vocab_start, tp_);
 }
 
 }  // namespace ftb

@@ -1,31 +1,33 @@
 // Llama-family decoder (RMSNorm, RoPE, GQA attention, SwiGLU MLP, tied or untied
-// embeddings) in libtorch. Model math only: how it is sharded lives in parallel/.
+// embeddings) in libtorch. Model math only; how it is sharded lives in parallel/.
 //
 // Contracts:
-// - Parameters are fp32 master weights. With compute dtype bf16 each weight is cast
-//   on use (differentiably), so gradients arrive in fp32 on the fp32 parameters.
-// - RMSNorm, softmax and the loss run in fp32 whatever the compute dtype.
-// - forward(tokens[B,T]) -> logits[B,T,V] in the compute dtype. Padding is on the
-//   right, so a causal mask alone keeps real tokens from seeing padding.
-// - Init is deterministic given the torch seed set by the caller (torch::manual_seed).
+// - Parameters are registered as layers_3.wq, tok_embeddings, ... (libtorch forbids
+//   dots in names); each is initialised from a generator seeded by (seed, its
+//   torchtitan name, e.g. "layers.3.attention.wq.weight"), on its
+//   FULL shape, before this rank keeps its tensor-parallel slice: the initial model
+//   is the same for every parallel layout and does not depend on construction order.
+// - Tensor parallel (Megatron): wq/wk/wv/w1/w3 and the output projection are
+//   column-parallel (rows split), wo/w2 row-parallel (columns split), the embedding
+//   is split over the vocabulary; heads and kv heads are split across tp ranks.
+//   With tp = 1 every parallel op is the identity.
+// - Parameters are fp32 master weights. In bf16 compute each weight is cast on use
+//   (differentiably), so gradients arrive in fp32. RMSNorm, softmax and the loss
+//   run in fp32.
+// - forward(tokens[B,T]) -> local logits [B,T,V/tp] in the compute dtype. Padding
+//   is on the right, so a causal mask alone keeps real tokens from seeing padding.
+// - A BlockExecutor, when set, runs each transformer block instead of the default
+//   (plain or activation-checkpointed) path: ZeRO-3 uses it to gather parameters.
 #pragma once
 
 #include <torch/torch.h>
 
+#include <functional>
+
+#include "trainer/parallel/tp.h"
 #include "trainer/run_config.h"
 
 namespace ftb {
-
-class RMSNormImpl : public torch::nn::Module {
- public:
-  RMSNormImpl(int64_t dim, double eps);
-  torch::Tensor forward(const torch::Tensor& x);
-  torch::Tensor weight;
-
- private:
-  double eps_;
-};
-TORCH_MODULE(RMSNorm);
 
 // Precomputed rotary tables cos/sin [max_seq_len, head_dim/2], HF "rotate_half" layout.
 struct RopeTables {
@@ -33,64 +35,73 @@ struct RopeTables {
   static RopeTables make(int64_t head_dim, int64_t max_seq_len, double theta);
 };
 torch::Tensor applyRope(const torch::Tensor& x, const RopeTables& rope);  // x [B,H,T,hd]
+torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 
-class AttentionImpl : public torch::nn::Module {
- public:
-  explicit AttentionImpl(const ModelArgs& a);
-  torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope);
-  torch::nn::Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
-
- private:
-  int64_t n_heads_, n_kv_heads_, head_dim_;
+// How a parameter is split across tensor-parallel ranks: the dimension (or -1).
+struct ParamInit {
+  std::string name;
+  std::vector<int64_t> full_shape;
+  int shard_dim = -1;
+  bool ones = false;  // norms start at 1, everything else ~ N(0, 0.02)
 };
-TORCH_MODULE(Attention);
-
-class FeedForwardImpl : public torch::nn::Module {
- public:
-  explicit FeedForwardImpl(const ModelArgs& a);
-  torch::Tensor forward(const torch::Tensor& x);
-  torch::nn::Linear w1{nullptr}, w2{nullptr}, w3{nullptr};
-};
-TORCH_MODULE(FeedForward);
 
 class TransformerBlockImpl : public torch::nn::Module {
  public:
-  explicit TransformerBlockImpl(const ModelArgs& a);
+  TransformerBlockImpl(const ModelArgs& a, const TpContext& tp, int64_t layer, uint64_t seed);
   torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope);
-  Attention attention{nullptr};
-  FeedForward feed_forward{nullptr};
-  RMSNorm attention_norm{nullptr}, ffn_norm{nullptr};
+
+  torch::Tensor attention_norm, wq, wk, wv, wo, ffn_norm, w1, w2, w3;
+
+ private:
+  int64_t n_local_heads_, n_local_kv_heads_, head_dim_;
+  double eps_;
+  TpContext tp_;
 };
 TORCH_MODULE(TransformerBlock);
 
+class BlockExecutor {
+ public:
+  virtual ~BlockExecutor() = default;
+  virtual torch::Tensor run(int64_t layer, TransformerBlockImpl& block, const torch::Tensor& x,
+                            const RopeTables& rope) = 0;
+};
+
 class TransformerImpl : public torch::nn::Module {
  public:
-  // checkpoint_every: 0 = none, n = recompute every n-th block in backward.
-  TransformerImpl(const ModelArgs& a, torch::ScalarType compute_dtype, int64_t checkpoint_every);
-  torch::Tensor forward(const torch::Tensor& tokens);
-  const ModelArgs& args() const { return args_; }
+  // Called once per block right after it is built and initialised, then once with
+  // layer = -1 for the root parameters (embedding, final norm, output). ZeRO uses it
+  // to shard parameters before the next block is allocated.
+  using UnitBuilt = std::function<void(int64_t layer, torch::nn::Module& unit)>;
 
-  torch::nn::Embedding tok_embeddings{nullptr};
-  torch::nn::ModuleList layers;
-  RMSNorm norm{nullptr};
-  torch::nn::Linear output{nullptr};  // nullptr when tie_embeddings
+  // checkpoint_every: 0 = none, n = recompute every n-th block in backward.
+  TransformerImpl(const ModelArgs& a, const TpContext& tp, torch::ScalarType compute_dtype,
+                  int64_t checkpoint_every, uint64_t seed, const UnitBuilt& on_unit = nullptr);
+  torch::Tensor forward(const torch::Tensor& tokens);
+  // Σ of token cross-entropies over mask (fp32 scalar), vocab-parallel under tp.
+  torch::Tensor lossSum(const torch::Tensor& logits, const torch::Tensor& targets,
+                        const torch::Tensor& mask) const;
+  void setBlockExecutor(BlockExecutor* e) { executor_ = e; }
+  const ModelArgs& args() const { return args_; }
+  // Parameters of the root unit (everything outside the blocks).
+  std::vector<torch::Tensor> rootParameters() const;
+  // True for parameters replicated (not split) across tensor-parallel ranks.
+  static bool isTpReplicated(const std::string& name);
+
+  torch::Tensor tok_embeddings, norm, output;  // output undefined when tied
+  std::vector<TransformerBlock> layers;
 
  private:
-  void initWeights();
   ModelArgs args_;
+  TpContext tp_;
   torch::ScalarType compute_dtype_;
   int64_t checkpoint_every_;
   RopeTables rope_;
+  BlockExecutor* executor_ = nullptr;
 };
 TORCH_MODULE(Transformer);
 
-// Sum of token cross-entropies over positions where mask is true, in fp32, and the
-// count of those positions. logits [B,T,V], targets [B,T] int64, mask [B,T] bool.
-torch::Tensor maskedCrossEntropySum(const torch::Tensor& logits, const torch::Tensor& targets,
-                                    const torch::Tensor& mask);
-
-// The dtype in which weights are used in matmuls (thread-local, set by the trainer
-// around forward/backward). Weights are cast to it on use.
+// The dtype in which weights are used in matmuls (thread-local, set by the model
+// around forward and by recompute in backward). Weights are cast to it on use.
 torch::ScalarType computeDtype();
 class ComputeDtypeGuard {
  public:

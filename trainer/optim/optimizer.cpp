@@ -13,15 +13,15 @@ class AdamW final : public Optimizer {
       v_.push_back(torch::zeros_like(p));
     }
   }
-  void step(double lr) override {
+  void step(const std::vector<torch::Tensor>& grads, double lr) override {
     torch::NoGradGuard no_grad;
     ++t_;
     double bc1 = 1.0 - std::pow(o_.beta1, double(t_));
     double bc2 = 1.0 - std::pow(o_.beta2, double(t_));
     for (size_t i = 0; i < params_.size(); ++i) {
       torch::Tensor& p = params_[i];
-      if (!p.grad().defined()) continue;
-      const torch::Tensor& g = p.grad();
+      if (!grads[i].defined()) continue;
+      const torch::Tensor& g = grads[i];
       if (o_.weight_decay != 0) p.mul_(1.0 - lr * o_.weight_decay);
       m_[i].mul_(o_.beta1).add_(g, 1.0 - o_.beta1);
       v_[i].mul_(o_.beta2).addcmul_(g, g, 1.0 - o_.beta2);
@@ -57,15 +57,15 @@ class Adafactor final : public Optimizer {
       }
     }
   }
-  void step(double lr) override {
+  void step(const std::vector<torch::Tensor>& grads, double lr) override {
     torch::NoGradGuard no_grad;
     ++t_;
     double rho = 1.0 - std::pow(double(t_), -0.8);
     constexpr double kEps1 = 1e-30, kClip = 1.0;
     for (size_t i = 0; i < params_.size(); ++i) {
       torch::Tensor& p = params_[i];
-      if (!p.grad().defined()) continue;
-      torch::Tensor g2 = p.grad().pow(2).add_(kEps1);
+      if (!grads[i].defined()) continue;
+      torch::Tensor g2 = grads[i].pow(2).add_(kEps1);
       torch::Tensor vhat;
       if (p.dim() == 2) {
         row_[i].mul_(rho).add_(g2.mean(1), 1.0 - rho);
@@ -76,7 +76,7 @@ class Adafactor final : public Optimizer {
         full_[i].mul_(rho).add_(g2, 1.0 - rho);
         vhat = full_[i];
       }
-      torch::Tensor u = p.grad() * vhat.rsqrt();
+      torch::Tensor u = grads[i] * vhat.rsqrt();
       double rms = u.pow(2).mean().sqrt().item<double>();
       u.div_(std::max(1.0, rms / kClip));
       if (o_.weight_decay != 0) p.mul_(1.0 - lr * o_.weight_decay);
@@ -105,17 +105,23 @@ std::unique_ptr<Optimizer> makeOptimizer(std::vector<torch::Tensor> params,
   return std::make_unique<AdamW>(std::move(params), opts);
 }
 
-double gradSquaredNorm(const std::vector<torch::Tensor>& params) {
+double gradSquaredNorm(const std::vector<torch::Tensor>& grads,
+                       const std::vector<torch::Tensor>& weights) {
+  torch::NoGradGuard no_grad;
   double s = 0;
-  for (const auto& p : params)
-    if (p.grad().defined()) s += p.grad().to(torch::kFloat64).pow(2).sum().item<double>();
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (!grads[i].defined()) continue;
+    torch::Tensor sq = grads[i].to(torch::kFloat64).pow(2);
+    if (!weights.empty() && weights[i].defined()) sq.mul_(weights[i]);
+    s += sq.sum().item<double>();
+  }
   return s;
 }
 
-void scaleGrads(const std::vector<torch::Tensor>& params, double factor) {
+void scaleGrads(const std::vector<torch::Tensor>& grads, double factor) {
   torch::NoGradGuard no_grad;
-  for (const auto& p : params)
-    if (p.grad().defined()) p.grad().mul_(factor);
+  for (const auto& g : grads)
+    if (g.defined()) g.mul_(factor);
 }
 
 }  // namespace ftb

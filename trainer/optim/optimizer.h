@@ -1,7 +1,8 @@
 // Optimizers over explicit parameter lists (so ZeRO can hand them local shards).
 //
 // Contracts:
-// - step(lr) updates every parameter with a defined gradient in place, in fp32.
+// - step(grads, lr) updates params[i] in place from grads[i] (same order as the
+//   constructor's params; an undefined gradient skips that parameter), in fp32.
 // - AdamW: decoupled weight decay, bias-corrected moments (Loshchilov & Hutter).
 // - Adafactor: factored second moment for 2-D parameters (row and column running
 //   means), unfactored for others, no first moment, update clipped to RMS <= 1,
@@ -20,7 +21,7 @@ namespace ftb {
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
-  virtual void step(double lr) = 0;
+  virtual void step(const std::vector<torch::Tensor>& grads, double lr) = 0;
   virtual int64_t stateBytes() const = 0;
 };
 
@@ -32,9 +33,11 @@ struct OptimizerOptions {
 std::unique_ptr<Optimizer> makeOptimizer(std::vector<torch::Tensor> params,
                                          const OptimizerOptions& opts);
 
-// Sum of squared gradient entries over `params` (fp64 accumulate, returned as double).
-double gradSquaredNorm(const std::vector<torch::Tensor>& params);
-// Scales every gradient by `factor` in place.
-void scaleGrads(const std::vector<torch::Tensor>& params, double factor);
+// Σ weights[i]·grads[i]² (fp64 accumulate); `weights` empty = all ones, else one
+// tensor (or undefined = ones) per gradient.
+double gradSquaredNorm(const std::vector<torch::Tensor>& grads,
+                       const std::vector<torch::Tensor>& weights = {});
+// Scales every defined gradient by `factor` in place.
+void scaleGrads(const std::vector<torch::Tensor>& grads, double factor);
 
 }  // namespace ftb

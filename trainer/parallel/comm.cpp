@@ -15,6 +15,7 @@ class SelfComm final : public Comm {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   void allReduceSum(torch::Tensor&) override {}
+  void allReduceMax(torch::Tensor&) override {}
   void allGather(torch::Tensor& out, const torch::Tensor& in) override { out.copy_(in.view(-1)); }
   void reduceScatterSum(torch::Tensor& out, const torch::Tensor& in) override {
     out.copy_(in.view(-1));
@@ -38,15 +39,20 @@ class ProcessGroupComm final : public Comm {
   int rank() const override { return pg_->getRank(); }
   int size() const override { return pg_->getSize(); }
 
-  void allReduceSum(torch::Tensor& t) override {
+  void allReduceSum(torch::Tensor& t) override { allReduce(t, c10d::ReduceOp::SUM, "allreduce(sum)"); }
+  void allReduceMax(torch::Tensor& t) override { allReduce(t, c10d::ReduceOp::MAX, "allreduce(max)"); }
+
+  void allReduce(torch::Tensor& t, c10d::ReduceOp op, const char* what) {
     if (isReducedPrecision(t) && !native_low_precision_) {
       torch::Tensor wide = t.to(torch::kFloat32);
-      allReduceSum(wide);
+      allReduce(wide, op, what);
       t.copy_(wide);
       return;
     }
     std::vector<torch::Tensor> v{t};
-    wait(pg_->allreduce(v), "allreduce", t);
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = op;
+    wait(pg_->allreduce(v, opts), what, t);
   }
 
   void allGather(torch::Tensor& out, const torch::Tensor& in) override {

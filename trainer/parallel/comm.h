@@ -34,6 +34,7 @@ class Comm {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual void allReduceSum(torch::Tensor& t) = 0;  // in place
+  virtual void allReduceMax(torch::Tensor& t) = 0;  // in place
   // REQUIRES: out.numel() == size() * in.numel(), both contiguous, same dtype.
   virtual void allGather(torch::Tensor& out, const torch::Tensor& in) = 0;
   // REQUIRES: in.numel() == size() * out.numel(); out = sum over ranks of in's chunk rank().

@@ -9,6 +9,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <algorithm>
 #include <sstream>
 
 #include "common/error.h"
@@ -85,6 +86,18 @@ Distributed initDistributed(const DistEnv& env, std::chrono::milliseconds timeou
                     ") failed after at most " + std::to_string(timeout.count() / 1000) +
                     " s: " + e.what());
   }
+  d.timeout = timeout;
+  std::vector<int> all(env.world_size);
+  for (int r = 0; r < env.world_size; ++r) all[r] = r;
+  d.world = d.newGroup("world", all);
+  return d;
+}
+
+std::unique_ptr<Comm> Distributed::newGroup(const std::string& name, const std::vector<int>& ranks) {
+  auto it = std::find(ranks.begin(), ranks.end(), env.rank);
+  if (it == ranks.end()) throw DistError(where(env) + ": not a member of group " + name);
+  if (ranks.size() == 1) return makeSelfComm();
+  std::string master = env.master_addr + ":" + std::to_string(env.master_port);
   try {
     auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
     std::string local = localAddressTowards(env.master_addr);
@@ -92,17 +105,17 @@ Distributed initDistributed(const DistEnv& env, std::chrono::milliseconds timeou
                                 ? c10d::ProcessGroupGloo::createDefaultDevice()
                                 : c10d::ProcessGroupGloo::createDeviceForHostname(local));
     opts->threads = 2;
-    auto prefixed = c10::make_intrusive<c10d::PrefixStore>("world", d.store);
-    auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, env.rank, env.world_size,
-                                                          opts);
-    d.world = makeProcessGroupComm(pg, timeout);
+    auto prefixed = c10::make_intrusive<c10d::PrefixStore>(name, store);
+    auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(
+        prefixed, static_cast<int>(it - ranks.begin()), static_cast<int>(ranks.size()), opts);
+    return makeProcessGroupComm(pg, timeout);
   } catch (const FtbError&) {
     throw;
   } catch (const std::exception& e) {
-    throw DistError(where(env) + ": Gloo rendezvous through " + master +
-                    " (waiting for all peers to connect) failed: " + e.what());
+    throw DistError(where(env) + ": Gloo rendezvous of group '" + name + "' (" +
+                    std::to_string(ranks.size()) + " ranks) through " + master +
+                    " (waiting for all members to connect) failed: " + e.what());
   }
-  return d;
 }
 
 std::vector<std::string> Distributed::allGatherString(const std::string& key,

@@ -25,6 +25,13 @@ struct Distributed {
   // Every rank passes its `value`; returns all ranks' values in rank order (through
   // the store). Used to check that all ranks agree on the run tag.
   std::vector<std::string> allGatherString(const std::string& key, const std::string& value);
+
+  // A communicator over `ranks` (global ranks, ascending; must contain this rank),
+  // rendezvoused through the store under `name`. Size 1 gives a self Comm. Every
+  // member must call it with the same name and ranks.
+  std::unique_ptr<Comm> newGroup(const std::string& name, const std::vector<int>& ranks);
+
+  std::chrono::milliseconds timeout{300000};
 };
 
 Distributed initDistributed(const DistEnv& env, std::chrono::milliseconds timeout);
