@@ -18,7 +18,7 @@ extern char** environ;
 namespace ftb::launcher {
 Launcher::Launcher(const LaunchOptions& opts, Transport& transport, SignalChannel& signals,
                    Clock::time_point start)
-    : rt_{opts, transport, signals, "", inheritableEnv(environ), allowedCpus(), start, 0, {}} {}
+    : rt_(opts, transport, signals, inheritableEnv(environ), allowedCpus(), start) {}
 
 std::string Launcher::describeNode(int node) const {
   if (node < static_cast<int>(plan_.nodes.size())) {
@@ -139,12 +139,9 @@ Decision Launcher::finishAttempt(const NodeEnd& end) {
   }
   std::vector<NodeEnd> all;
   for (auto& e : ends) all.push_back(*e);
-  Decision d = decide(all, attempt, rt_.opts.max_restarts);
-  auto stop = rt_.stops.find(attempt);
-  if (stop != rt_.stops.end() && stop->second.signal && !d.shutdown_signal) {
-    d.shutdown_signal = stop->second.signal;
-    d.restart = false;
-  }
+  auto late = rt_.stop_signals.find(attempt);
+  Decision d = decide(all, attempt, rt_.opts.max_restarts,
+                      late == rt_.stop_signals.end() ? 0 : late->second);
   if (d.restart)
     d.next_port = rt_.opts.master_port ? rt_.opts.master_port
                                        : pickFreePort(plan_.master_addr, plan_.master_port);

@@ -17,9 +17,10 @@ std::string Failure::describe() const {
   return note.empty() ? s : s + ", " + note;
 }
 
-Decision decide(const std::vector<NodeEnd>& ends, int attempt, int max_restarts) {
+Decision decide(const std::vector<NodeEnd>& ends, int attempt, int max_restarts, int late_signal) {
   Decision d;
   d.attempt = attempt;
+  d.shutdown_signal = late_signal;
   bool clean = true;
   for (const auto& e : ends) {
     d.failures.insert(d.failures.end(), e.failures.begin(), e.failures.end());

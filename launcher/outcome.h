@@ -47,11 +47,13 @@ struct Decision {
   int shutdown_signal = 0;
 };
 
-// REQUIRES: one NodeEnd per node, all for `attempt`.
-// Restart iff there is a failure, no node received a shutdown signal and
-// attempt < max_restarts. Exit code: 0 when no failure and all clean; the root cause's
-// code (earliest failure; ties by rank); else 128 + shutdown signal.
-Decision decide(const std::vector<NodeEnd>& ends, int attempt, int max_restarts);
+// REQUIRES: one NodeEnd per node, all for `attempt`. `late_signal`: a shutdown signal a
+// launcher received after it had reported its NodeEnd (known from its STOP message).
+// Restart iff there is a failure, no shutdown signal and attempt < max_restarts.
+// Exit code: 0 when no failure and all clean; the root cause's code (earliest failure;
+// ties by rank); else 128 + shutdown signal.
+Decision decide(const std::vector<NodeEnd>& ends, int attempt, int max_restarts,
+                int late_signal = 0);
 
 std::string signalName(int sig);  // "SIGKILL"; "signal 42" when unknown
 

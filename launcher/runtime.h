@@ -31,6 +31,15 @@ inline constexpr double kStopSlackS = 10.0;
 inline constexpr double kExecTimeoutS = 10.0;  // fork -> execve of one worker
 
 struct Runtime {
+  Runtime(const LaunchOptions& o, Transport& t, SignalChannel& s, std::vector<std::string> env,
+          std::vector<int> cpu_set, Clock::time_point started)
+      : opts(o),
+        transport(t),
+        signals(s),
+        inherited_env(std::move(env)),
+        cpus(std::move(cpu_set)),
+        start(started) {}
+
   const LaunchOptions& opts;
   Transport& transport;
   SignalChannel& signals;
@@ -40,9 +49,13 @@ struct Runtime {
   Clock::time_point start;                 // launcher process start
   int shutdown_signal = 0;                 // first TERM/INT/HUP this launcher received
   std::map<int, StopMsg> stops;            // first STOP received per attempt
+  std::map<int, int> stop_signals;         // first shutdown signal named by a STOP, per attempt
 
   // Records a STOP message; returns true if it is the first one for its attempt.
-  bool noteStop(const StopMsg& m) { return stops.emplace(m.attempt, m).second; }
+  bool noteStop(const StopMsg& m) {
+    if (m.signal) stop_signals.emplace(m.attempt, m.signal);
+    return stops.emplace(m.attempt, m).second;
+  }
   // Drains every STOP message that has arrived (any attempt).
   void pollStops();
   // Sends a STOP for `attempt` to every other node.

@@ -219,6 +219,8 @@ int Supervisor::pollTimeoutMs() const {
 
 NodeEnd Supervisor::run() {
   end_.shutdown_signal = rt_.shutdown_signal;
+  rt_.pollStops();
+  if (rt_.stops.count(attempt_)) return end_;  // stopped elsewhere before we started
   spawnAll();
   if (rt_.shutdown_signal) beginStop(0, "shutdown requested before the attempt");
   while (anyRunning()) {

@@ -181,3 +181,24 @@ def test_launcher_sigkill_on_second_host_leaves_no_workers(launcher, netns_hosts
             proc.kill()
             proc.communicate()
     assert proc.returncode != 0
+
+
+def test_sigterm_to_one_launcher_stops_every_node_without_restart(launcher, netns_hosts,
+                                                                  tmp_path):
+    cmd = two_hosts(tmp_path, launcher, ["--max-restarts", "2"],
+                    worker_cmd("--record", tmp_path, "--sleep", "60"))
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        recs = wait_for(lambda: len(records(tmp_path)) == 3 and records(tmp_path), 30,
+                        "3 workers to start")
+        t0 = time.monotonic()
+        os.kill(recs[2]["ppid"], signal.SIGTERM)
+        out, err = proc.communicate(timeout=15)
+        assert time.monotonic() - t0 < 2.0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 143, err
+    assert not records(tmp_path, 1), "a shutdown signal must not restart"
+    assert not any(alive(r["pid"]) for r in recs.values())

@@ -64,3 +64,18 @@ TEST(Decide, Describe) {
 
 }  // namespace
 }  // namespace ftb::launcher
+
+namespace ftb::launcher {
+namespace {
+
+TEST(Decide, LateShutdownSignalStopsRestartsAndSetsTheCode) {
+  // Node 1 finished cleanly, then its launcher got SIGTERM and stopped node 0's workers.
+  Decision d = decide({end(0, {}, 0, false), end(1)}, 0, 3, 15);
+  EXPECT_FALSE(d.restart);
+  EXPECT_EQ(d.exit_code, 143);
+  EXPECT_EQ(d.shutdown_signal, 15);
+  EXPECT_FALSE(decide({end(0, {fail(0, 1, 2)})}, 0, 3, 15).restart);
+}
+
+}  // namespace
+}  // namespace ftb::launcher
