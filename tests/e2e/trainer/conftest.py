@@ -65,6 +65,11 @@ def run_ranks(out_dir, world, *overrides, config=TINY, timeout=180):
     return outs
 
 
+def steps(out_dir, key, rank=0):
+    with metrics(out_dir, rank) as f:
+        return np.array(f["steps"][key][:])
+
+
 def metrics(out_dir, rank=0):
     return h5py.File(Path(out_dir) / "metrics" / f"rank_{rank:05d}.h5", "r")
 

@@ -62,3 +62,18 @@ def test_world_size_does_not_divide_global_batch(tmp_path):
     assert p.returncode == 2
     assert f"{cfg}:9" in p.stderr and "training.global_batch_size" in p.stderr
     assert re.search(r"global_batch_size\(6\).*world_size\(4\)|data-parallel size\(4\)", p.stderr)
+
+
+# Issue 4: bad layouts exit 2 before training, with the numbers in the message.
+@pytest.mark.parametrize("overrides,world,needle", [
+    (["parallel.tp=2", "parallel.dp_shard=2", "parallel.dp_replicate=2"], 4,
+     "dp_replicate(2) * dp_shard(2) * tp(2) = 8 does not equal world_size(4)"),
+    (["parallel.tp=3"], 3, "tp(3) does not divide n_heads(4)"),
+    (["parallel.tp=4"], 4, "tp(4) does not divide n_kv_heads(2)"),
+    (["parallel.tp=2", "model.vocab_size=511"], 2, "tp(2) does not divide vocab_size(511)"),
+    (["parallel.zero_stage=4"], 1, "zero_stage"),
+])
+def test_bad_layouts(tmp_path, overrides, world, needle):
+    p, _ = run(tmp_path, BASE, *overrides, "training.max_steps=1", world=world if world > 1 else None)
+    assert p.returncode == 2, p.stderr
+    assert needle in p.stderr
