@@ -3,12 +3,17 @@
 #include <algorithm>
 #include <cxxopts.hpp>
 #include <filesystem>
+#include <fstream>
 #include <iomanip>
+#include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "common/config.h"
 #include "common/error.h"
+#include "sweep_tagger/aggregate.h"
+#include "sweep_tagger/plot.h"
 #include "sweep_tagger/run_status.h"
 #include "sweep_tagger/sweep.h"
 #include "sweep_tagger/tag.h"
@@ -29,6 +34,13 @@ cxxopts::ParseResult parse(cxxopts::Options& opts, const std::vector<std::string
   } catch (const cxxopts::exceptions::exception& e) {
     throw ConfigError("", "command line", e.what(), "see " + opts.program() + " --help");
   }
+}
+
+void writeFile(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f << text;
+  f.close();
+  if (!f) throw IoError("cannot write " + path);
 }
 
 Json toJson(const Value& v) {
@@ -193,8 +205,58 @@ int expandCommand(const std::vector<std::string>& args, std::ostream& out) {
   return 0;
 }
 
-int aggregateCommand(const std::vector<std::string>&, std::ostream&) {
-  throw ConfigError("aggregate is not implemented yet");
+int aggregateCommand(const std::vector<std::string>& args, std::ostream& out) {
+  cxxopts::Options opts("sweep_tagger aggregate",
+                        "One row per run directory under RESULTS_DIR (see README.md).");
+  opts.add_options()("format", "csv | md | json",
+                     cxxopts::value<std::string>()->default_value("csv"))(
+      "out", "write the table to F (csv: constants to F's stem + .constants.csv)",
+      cxxopts::value<std::string>())("plot", "write gnuplot charts into DIR",
+                                     cxxopts::value<std::string>())(
+      "jobs", "reader processes (default: cores)", cxxopts::value<int>())(
+      "stale-seconds", "a 'running' run not updated for longer is 'killed'",
+      cxxopts::value<double>()->default_value("600"))("h,help", "this help")(
+      "results", "results dir", cxxopts::value<std::string>());
+  opts.parse_positional({"results"});
+  opts.positional_help("RESULTS_DIR");
+  auto r = parse(opts, args);
+  if (r.count("help")) {
+    out << opts.help();
+    return 0;
+  }
+  if (!r.count("results"))
+    throw ConfigError("", "command line", "missing RESULTS_DIR", "sweep_tagger aggregate --help");
+  const std::string results = r["results"].as<std::string>();
+  if (!std::filesystem::is_directory(results))
+    throw ConfigError("", "command line", "results dir '" + results + "' does not exist");
+  const std::string format = r["format"].as<std::string>();
+  if (format != "csv" && format != "md" && format != "json")
+    throw ConfigError("", "command line", "--format must be csv, md or json, got '" + format + "'");
+  AggregateOptions ao;
+  ao.stale_seconds = r["stale-seconds"].as<double>();
+  ao.jobs = r.count("jobs") ? r["jobs"].as<int>()
+                            : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  AggregateTable table = aggregateRuns(results, ao);
+  const std::string text =
+      format == "csv" ? toCsv(table) : (format == "md" ? toMarkdown(table) : toJson(table));
+  if (r.count("out")) {
+    const std::filesystem::path path = r["out"].as<std::string>();
+    writeFile(path.string(), text);
+    if (format == "csv")
+      writeFile((path.parent_path() / (path.stem().string() + ".constants.csv")).string(),
+                constantsCsv(table));
+  } else {
+    out << text;
+  }
+  if (r.count("plot")) {
+    std::vector<std::string> warnings;
+    std::vector<std::string> files = writePlots(table, r["plot"].as<std::string>(), warnings);
+    for (const std::string& w : warnings)
+      std::cerr << "sweep_tagger aggregate: warning: " << w << "\n";
+    std::cerr << "sweep_tagger aggregate: wrote " << files.size() << " chart files to "
+              << r["plot"].as<std::string>() << "\n";
+  }
+  return 0;
 }
 
 int runSweepTagger(int argc, char** argv, std::ostream& out, std::ostream& err) {

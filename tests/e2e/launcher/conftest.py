@@ -35,10 +35,22 @@ def torch_python():
     return None
 
 
+def _trainer():
+    if os.environ.get("FTB_TRAINER"):
+        return pathlib.Path(os.environ["FTB_TRAINER"])
+    for p in (BUILD / "trainer" / "trainer", REPO / "build" / "release" / "trainer" / "trainer"):
+        if p.exists():
+            return p
+    return REPO / "build" / "release" / "trainer" / "trainer"
+
+
+TRAINER = _trainer()  # acceptance-1/2 tests skip when it does not exist
+
+
 @pytest.fixture(scope="session")
 def launcher():
     if not LAUNCHER.exists():
-        pytest.skip(f"{LAUNCHER} not built (set FTB_BUILD_DIR)")
+        pytest.fail(f"{LAUNCHER} not built (set FTB_BUILD_DIR to the build dir)", pytrace=False)
     return str(LAUNCHER)
 
 

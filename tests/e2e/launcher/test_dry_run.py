@@ -1,6 +1,5 @@
 """--dry-run placement (golden files) and bad input (exit 2 before anything starts)."""
 import os
-import pathlib
 import subprocess
 
 import pytest

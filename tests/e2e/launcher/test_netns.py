@@ -4,15 +4,14 @@ h1 = 10.77.0.11 runs launcher node 0 with 2 workers, h2 = 10.77.0.12 runs node 1
 (MPMD: one launcher per host with its own --nproc-per-node). Skips unless root with netns.
 """
 import os
-import pathlib
 import signal
 import subprocess
 import time
 
 import pytest
 
-from conftest import (ALLREDUCE, REPO, alive, mpirun_prefix, mpmd, records, run, torch_python,
-                      wait_for, worker_cmd)
+from conftest import (ALLREDUCE, REPO, TRAINER, alive, mpirun_prefix, mpmd, records, run,
+                      torch_python, wait_for, worker_cmd)
 
 H1, H2 = "10.77.0.11", "10.77.0.12"
 
@@ -61,8 +60,6 @@ def test_torch_allreduce_across_hosts(launcher, netns_hosts, tmp_path):
                for l in lines), lines
 
 
-TRAINER = pathlib.Path(os.environ.get("FTB_TRAINER", REPO / "build" / "release" / "trainer" /
-                                      "trainer"))
 
 
 def test_trainer_across_hosts(launcher, netns_hosts, tmp_path):

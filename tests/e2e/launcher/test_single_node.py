@@ -1,14 +1,12 @@
 """One node, no MPI: environment contract, logs, exit codes, restarts, signals, orphans."""
 import os
-import pathlib
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
-from conftest import (ALLREDUCE, REPO, BUILD, alive, records, run, torch_python, wait_for,
+from conftest import (ALLREDUCE, REPO, TRAINER, alive, records, run, torch_python, wait_for,
                       worker_cmd)
 
 
@@ -175,7 +173,6 @@ def test_sigterm_kills_workers_and_exits_143(launcher, tmp_path):
 
 def test_grace_then_sigkill(launcher, tmp_path):
     """Rank 0 ignores SIGTERM: it is SIGKILLed after --grace; exit code is rank 1's."""
-    t0 = time.monotonic()
     p = run([launcher, "--nproc-per-node", "2", "--grace", "1", "--",
              *worker_cmd("--ignore-term", "--ranks", "1", "--sleep", "0.5", "--exit", "4",
                          "--sleep-others", "30")])
@@ -219,8 +216,6 @@ def test_torch_allreduce_two_workers(launcher):
     assert len(lines) == 2 and all(" ok " in l and "sum=3.0" in l for l in lines), p.stdout
 
 
-TRAINER = pathlib.Path(os.environ.get("FTB_TRAINER", REPO / "build" / "release" / "trainer" /
-                                      "trainer"))
 
 
 def test_trainer_two_workers_matches_hand_started(launcher, tmp_path):

@@ -1,0 +1,442 @@
+#include "sweep_tagger/aggregate.h"
+
+#include <poll.h>
+#include <sys/wait.h>
+#include <toml++/toml.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "common/config.h"
+#include "sweep_tagger/validity.h"
+#include "trainer/metrics/h5_metrics.h"
+
+namespace ftb {
+namespace fs = std::filesystem;
+namespace {
+
+struct RankFile {
+  int rank = 0;
+  MetricsData data;
+  double age_seconds = 0;  // since the file's last modification
+};
+
+std::string readText(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void flattenToml(const toml::table& t, const std::string& prefix,
+                 std::map<std::string, Cell>& out) {
+  for (const auto& [k, node] : t) {
+    std::string key = prefix + std::string(k.str());
+    if (const toml::table* sub = node.as_table()) {
+      flattenToml(*sub, key + ".", out);
+    } else if (auto i = node.value_exact<int64_t>()) {
+      out[key] = *i;
+    } else if (auto d = node.value_exact<double>()) {
+      out[key] = *d;
+    } else if (auto b = node.value_exact<bool>()) {
+      out[key] = *b;
+    } else if (auto s = node.value_exact<std::string>()) {
+      out[key] = *s;
+    } else {
+      std::ostringstream os;
+      node.visit([&os](const auto& x) { os << x; });
+      out[key] = os.str();  // arrays, dates: their TOML text
+    }
+  }
+}
+
+// Flattened config from TOML text; empty (and a note in `message`) if unparsable.
+std::map<std::string, Cell> flattenConfig(const std::string& text, const std::string& what,
+                                          std::string& message) {
+  std::map<std::string, Cell> out;
+  try {
+    flattenToml(toml::parse(text), "", out);
+  } catch (const toml::parse_error& e) {
+    message += (message.empty() ? "" : "; ") + what + ": " + std::string(e.description());
+  }
+  return out;
+}
+
+std::optional<double> numberOf(const std::map<std::string, Cell>& cfg, const std::string& key) {
+  auto it = cfg.find(key);
+  if (it == cfg.end()) return std::nullopt;
+  if (auto* i = std::get_if<int64_t>(&it->second)) return double(*i);
+  if (auto* d = std::get_if<double>(&it->second)) return *d;
+  return std::nullopt;
+}
+
+const std::vector<double>* column(const MetricsData& d, const char* name) {
+  auto it = d.steps.find(name);
+  return it == d.steps.end() ? nullptr : &it->second;
+}
+
+// trainer/train.cpp's percentile: nearest rank of q*(n-1).
+// REQUIRES: !v.empty().
+double percentile(std::vector<double>& v, double q) {
+  size_t i = std::min(static_cast<size_t>(q * double(v.size() - 1) + 0.5), v.size() - 1);
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(i), v.end());
+  return v[i];
+}
+
+void computeNumbers(RunRow& row, const RankFile& ref, const std::vector<RankFile>& ranks) {
+  const MetricsData& d = ref.data;
+  const auto* step = column(d, "step");
+  const auto* step_time = column(d, "step_time_s");
+  if (!step || !step_time) return;
+  const size_t n = step->size();
+  row.steps_done = static_cast<int64_t>(n);
+  if (n == 0) return;
+  if (const auto* t = column(d, "time_s")) row.train_runtime_s = t->back();
+  if (const auto* loss = column(d, "loss")) {
+    row.first_loss = loss->front();
+    row.last_loss = loss->back();
+  }
+  for (const RankFile& r : ranks)
+    if (const auto* peak = column(r.data, "peak_rss_bytes"); peak && !peak->empty()) {
+      double mib = *std::max_element(peak->begin(), peak->end()) / (1 << 20);
+      row.peak_mem_mib = std::max(row.peak_mem_mib.value_or(0), mib);
+    }
+
+  const double warmup = numberOf(row.config, "training.warmup_steps").value_or(0);
+  std::vector<size_t> measured;
+  for (size_t i = 0; i < n; ++i)
+    if ((*step)[i] >= warmup) measured.push_back(i);
+  row.measured_steps = static_cast<int64_t>(measured.size());
+  if (measured.empty()) return;
+  auto sum = [&](const char* name) -> std::optional<double> {
+    const auto* c = column(d, name);
+    if (!c) return std::nullopt;
+    double s = 0;
+    for (size_t i : measured) s += (*c)[i];
+    return s;
+  };
+  const double total = *sum("step_time_s");
+  if (total <= 0) return;
+  std::vector<double> times;
+  for (size_t i : measured) times.push_back((*step_time)[i]);
+  row.step_time_p50_s = percentile(times, 0.5);
+  row.step_time_p90_s = percentile(times, 0.9);
+  auto share = [&](const char* name) -> std::optional<double> {
+    auto s = sum(name);
+    return s ? std::optional<double>(*s / total) : std::nullopt;
+  };
+  row.data_frac = share("data_s");
+  row.forward_frac = share("forward_s");
+  row.backward_frac = share("backward_s");
+  row.optimizer_frac = share("optimizer_s");
+  row.comm_frac = share("comm_s");
+  row.tokens_per_s_padded = share("tokens_padded");
+  row.tokens_per_s_dataset = share("tokens_dataset");
+  if (const auto* mfu = column(d, "mfu")) {
+    double w = 0;
+    for (size_t i : measured) w += (*mfu)[i] * (*step_time)[i];
+    auto peak = d.attrs.find("peak_flops");
+    if (peak != d.attrs.end() && std::holds_alternative<double>(peak->second) &&
+        std::get<double>(peak->second) > 0)
+      row.mfu = w / total;
+  }
+  if (row.world_size && *row.world_size > 0) {
+    if (row.tokens_per_s_padded)
+      row.tokens_per_s_padded_per_device = *row.tokens_per_s_padded / double(*row.world_size);
+    if (row.tokens_per_s_dataset)
+      row.tokens_per_s_dataset_per_device = *row.tokens_per_s_dataset / double(*row.world_size);
+  }
+  if (row.tokens_per_s_dataset && *row.tokens_per_s_dataset > 0) {
+    row.mt_per_hour = *row.tokens_per_s_dataset * 3600 / 1e6;
+    double price = numberOf(row.config, "metrics.price_per_hour").value_or(0);
+    if (price > 0 && row.world_size)
+      row.usd_per_mt = price * double(*row.world_size) / *row.mt_per_hour;
+  }
+}
+
+std::string statusOf(const RunRow& row, const std::vector<RankFile>& ranks,
+                     const std::vector<std::pair<int, std::string>>& corrupt, double stale,
+                     std::string& message) {
+  auto firstWith = [&](const std::string& state) -> const RankFile* {
+    for (const RankFile& r : ranks)
+      if (r.data.status.state == state) return &r;
+    return nullptr;
+  };
+  for (const char* state : {"oom", "failed", "invalid", "preempted"})
+    if (const RankFile* r = firstWith(state)) {
+      message = "rank " + std::to_string(r->rank) + ": " + r->data.status.message;
+      return state;
+    }
+  if (!corrupt.empty()) {
+    message = "rank " + std::to_string(corrupt[0].first) + ": " + corrupt[0].second;
+    return "corrupt";
+  }
+  if (const RankFile* r = firstWith("running")) {
+    double youngest = 1e300;
+    for (const RankFile& x : ranks) youngest = std::min(youngest, x.age_seconds);
+    message = "rank " + std::to_string(r->rank) + " has no final status after " +
+              std::to_string(r->data.status.steps_done) + " steps";
+    if (youngest <= stale) return "running";
+    message += "; no update for " + std::to_string(static_cast<int64_t>(youngest)) + " s";
+    return "killed";
+  }
+  if (ranks.empty()) {
+    message = "no metrics files";
+    return "missing";
+  }
+  for (const RankFile& r : ranks)
+    if (r.data.status.state != "completed") {
+      message = "rank " + std::to_string(r.rank) + ": unknown state '" + r.data.status.state + "'";
+      return "corrupt";
+    }
+  if (row.world_size && static_cast<int64_t>(ranks.size()) < *row.world_size) {
+    message =
+        std::to_string(ranks.size()) + " of " + std::to_string(*row.world_size) + " rank files";
+    return "partial";
+  }
+  return "completed";
+}
+
+}  // namespace
+
+std::vector<std::string> findRunDirs(const std::string& results_dir) {
+  std::vector<std::string> dirs;
+  std::error_code ec;
+  fs::recursive_directory_iterator it(results_dir, fs::directory_options::skip_permission_denied,
+                                      ec),
+      end;
+  for (; !ec && it != end; it.increment(ec)) {
+    if (!it->is_directory(ec)) continue;
+    const fs::path& p = it->path();
+    if (p.filename().string().rfind('.', 0) == 0) {
+      it.disable_recursion_pending();
+      continue;
+    }
+    if (fs::exists(p / "run.toml", ec) || fs::is_directory(p / "metrics", ec)) {
+      dirs.push_back(p.string());
+      it.disable_recursion_pending();
+    }
+  }
+  std::sort(dirs.begin(), dirs.end());
+  return dirs;
+}
+
+RunRow summarizeRun(const std::string& results_dir, const std::string& run_dir,
+                    const AggregateOptions& opts) {
+  RunRow row;
+  row.tag = fs::path(run_dir).lexically_relative(results_dir).generic_string();
+  try {
+    std::string run_toml;
+    std::error_code ec;
+    if (fs::exists(fs::path(run_dir) / "run.toml", ec)) {
+      run_toml = readText(fs::path(run_dir) / "run.toml");
+      row.config = flattenConfig(run_toml, "run.toml", row.message);
+      static const std::regex kWs("^# world_size = ([0-9]+)$", std::regex::multiline);
+      std::smatch m;
+      if (std::regex_search(run_toml, m, kWs)) row.world_size = std::stoll(m[1]);
+    }
+    std::vector<RankFile> ranks;
+    std::vector<std::pair<int, std::string>> corrupt;
+    static const std::regex kRankFile("rank_([0-9]+)\\.h5");
+    const auto now = fs::file_time_type::clock::now();
+    for (const auto& e : fs::directory_iterator(fs::path(run_dir) / "metrics", ec)) {
+      std::smatch m;
+      const std::string name = e.path().filename().string();
+      if (!std::regex_match(name, m, kRankFile)) continue;
+      int rank = std::stoi(m[1]);
+      try {
+        RankFile r{rank, readMetricsFile(e.path().string()), 0};
+        r.age_seconds = std::chrono::duration<double>(now - fs::last_write_time(e.path())).count();
+        ranks.push_back(std::move(r));
+      } catch (const std::exception& ex) {
+        corrupt.emplace_back(rank, ex.what());
+      }
+    }
+    std::sort(ranks.begin(), ranks.end(), [](auto& a, auto& b) { return a.rank < b.rank; });
+    std::sort(corrupt.begin(), corrupt.end());
+    row.ranks_found = static_cast<int64_t>(ranks.size() + corrupt.size());
+    if (!ranks.empty()) {
+      const MetricsData& d0 = ranks[0].data;
+      if (row.config.empty()) {
+        run_toml = d0.config;
+        row.config = flattenConfig(d0.config, "/config", row.message);
+      }
+      auto ws = d0.attrs.find("world_size");
+      if (!row.world_size && ws != d0.attrs.end() && std::holds_alternative<int64_t>(ws->second))
+        row.world_size = std::get<int64_t>(ws->second);
+      int64_t max_node = -1;
+      for (const RankFile& r : ranks) {
+        auto nr = r.data.attrs.find("node_rank");
+        if (nr != r.data.attrs.end() && std::holds_alternative<int64_t>(nr->second))
+          max_node = std::max(max_node, std::get<int64_t>(nr->second));
+      }
+      if (max_node >= 0) row.nodes = max_node + 1;
+    }
+    std::string status_msg;
+    row.status = statusOf(row, ranks, corrupt, opts.stale_seconds, status_msg);
+    if (!status_msg.empty())
+      row.message = status_msg + (row.message.empty() ? "" : "; ") + row.message;
+    if (!ranks.empty()) computeNumbers(row, ranks[0], ranks);
+
+    if (row.status == "invalid") {
+      row.is_valid = false;
+    } else if (!run_toml.empty() && row.world_size) {
+      try {
+        Config cfg = Config::fromString(run_toml, run_dir + "/run.toml", {});
+        row.is_valid = pointProblems(cfg, static_cast<int>(*row.world_size)).empty();
+      } catch (const std::exception&) {
+        // Older or foreign schema: validity unknown.
+      }
+    }
+  } catch (const std::exception& e) {
+    row.status = "corrupt";
+    row.message = e.what();
+  }
+  return row;
+}
+
+AggregateTable aggregateRuns(const std::string& results_dir, const AggregateOptions& opts) {
+  AggregateTable t;
+  t.results_dir = results_dir;
+  const std::vector<std::string> dirs = findRunDirs(results_dir);
+  std::vector<std::optional<RunRow>> rows(dirs.size());
+
+  const size_t workers = std::min<size_t>(std::max(opts.jobs, 1), dirs.size());
+  if (workers <= 1) {
+    for (size_t i = 0; i < dirs.size(); ++i) rows[i] = summarizeRun(results_dir, dirs[i], opts);
+  } else {
+    struct Worker {
+      pid_t pid;
+      int fd;
+      std::string buf;
+    };
+    auto spawn = [&](const std::vector<size_t>& indices) -> std::optional<Worker> {
+      int fds[2];
+      if (pipe(fds) != 0) return std::nullopt;
+      pid_t pid = fork();
+      if (pid < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return std::nullopt;
+      }
+      if (pid == 0) {
+        close(fds[0]);
+        for (size_t i : indices) {
+          std::string line = std::to_string(i) + "\t" +
+                             rowToJsonLine(summarizeRun(results_dir, dirs[i], opts)) + "\n";
+          for (size_t off = 0; off < line.size();) {
+            ssize_t w = write(fds[1], line.data() + off, line.size() - off);
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) _exit(1);
+            off += static_cast<size_t>(w);
+          }
+        }
+        _exit(0);
+      }
+      close(fds[1]);
+      return Worker{pid, fds[0], ""};
+    };
+    // Collects every line of every worker until EOF, then reaps them.
+    auto drain = [&](std::vector<Worker>& ws) {
+      std::vector<pollfd> pfds;
+      for (const Worker& w : ws) pfds.push_back({w.fd, POLLIN, 0});
+      size_t open = ws.size();
+      char chunk[1 << 16];
+      while (open > 0) {
+        if (poll(pfds.data(), pfds.size(), -1) < 0 && errno != EINTR) break;
+        for (size_t k = 0; k < ws.size(); ++k) {
+          if (pfds[k].fd < 0 || !(pfds[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+          ssize_t r = read(pfds[k].fd, chunk, sizeof chunk);
+          if (r < 0 && errno == EINTR) continue;
+          if (r <= 0) {
+            close(pfds[k].fd);
+            pfds[k].fd = -1;
+            --open;
+            continue;
+          }
+          ws[k].buf.append(chunk, static_cast<size_t>(r));
+          size_t start = 0;
+          for (size_t nl; (nl = ws[k].buf.find('\n', start)) != std::string::npos; start = nl + 1) {
+            std::string line = ws[k].buf.substr(start, nl - start);
+            size_t tab = line.find('\t');
+            size_t idx = std::stoul(line.substr(0, tab));
+            if (idx < rows.size()) rows[idx] = rowFromJsonLine(line.substr(tab + 1));
+          }
+          ws[k].buf.erase(0, start);
+        }
+      }
+      for (const Worker& w : ws) {
+        int st = 0;
+        while (waitpid(w.pid, &st, 0) < 0 && errno == EINTR) {
+        }
+      }
+    };
+    std::vector<Worker> ws;
+    for (size_t w = 0; w < workers; ++w) {
+      std::vector<size_t> mine;
+      for (size_t i = w; i < dirs.size(); i += workers) mine.push_back(i);
+      if (auto worker = spawn(mine)) ws.push_back(std::move(*worker));
+    }
+    drain(ws);
+    // Runs a crashed (or unspawned) worker did not report: one child each, so that
+    // one bad file costs one row.
+    for (size_t i = 0; i < dirs.size(); ++i) {
+      if (rows[i]) continue;
+      std::vector<Worker> one;
+      if (auto worker = spawn({i})) one.push_back(std::move(*worker));
+      drain(one);
+      if (!rows[i]) {
+        RunRow r;
+        r.tag = fs::path(dirs[i]).lexically_relative(results_dir).generic_string();
+        r.status = "corrupt";
+        r.message = "the HDF5 reader crashed on this run";
+        rows[i] = std::move(r);
+      }
+    }
+  }
+  for (auto& r : rows) t.runs.push_back(std::move(*r));
+  std::sort(t.runs.begin(), t.runs.end(), [](auto& a, auto& b) { return a.tag < b.tag; });
+
+  // Experiment keys: varying if any two runs with a config disagree (or one lacks it).
+  std::set<std::string> keys;
+  size_t with_config = 0;
+  for (const RunRow& r : t.runs) {
+    with_config += !r.config.empty();
+    for (const auto& [k, v] : r.config) keys.insert(k);
+  }
+  const Schema& schema = trainerSchema();
+  for (const std::string& k : keys) {
+    const KeySpec* spec = schema.find(k);
+    if (spec && !spec->affects_experiment) continue;
+    std::optional<Cell> first;
+    bool varies = false;
+    for (const RunRow& r : t.runs) {
+      if (r.config.empty()) continue;
+      auto it = r.config.find(k);
+      if (it == r.config.end()) {
+        varies = true;
+        break;
+      }
+      if (!first)
+        first = it->second;
+      else if (!(*first == it->second)) {
+        varies = true;
+        break;
+      }
+    }
+    if (varies && with_config > 1)
+      t.varying.push_back(k);
+    else if (first)
+      t.constant[k] = *first;
+  }
+  return t;
+}
+
+}  // namespace ftb

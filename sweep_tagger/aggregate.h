@@ -1,0 +1,90 @@
+// Aggregation of many runs' per-rank HDF5 files into one table (one row per run).
+//
+// Contract:
+// - findRunDirs(): every directory under results_dir (recursively, tags may contain
+//   '/') holding run.toml or metrics/, not descending into run dirs; sorted.
+// - summarizeRun() never throws: whatever is missing, unreadable or truncated shows
+//   up as the row's status and message. Status, by priority:
+//     oom > failed > invalid > preempted (any rank's /status state),
+//     corrupt (a rank file that readMetricsFile rejects),
+//     running (a rank still says running and a rank file changed within
+//       stale_seconds) / killed (it says running but nothing changed for longer:
+//       SIGKILL, node loss),
+//     partial (every file says completed but fewer rank files than world_size),
+//     missing (no metrics at all: not started),
+//     completed.
+// - Numbers follow the trainer's summary (trainer/train.cpp) so that both agree:
+//   measured steps are those with step >= training.warmup_steps; tokens/s = sum of
+//   the (global) tokens over measured steps / sum of step_time_s of the reference
+//   rank (rank 0, else the lowest readable rank); per device = / world_size;
+//   MFU = step-time-weighted mean of the per-step mfu; p50/p90 nearest rank of
+//   measured step times; shares = sum of data/forward/backward/optimizer/comm
+//   seconds / sum of step seconds; peak memory = max over readable ranks of
+//   peak_rss_bytes; MT/hour = dataset tokens/s * 3600 / 1e6; $/MT =
+//   price_per_hour * world_size / MT/hour (price per device-hour).
+//   A number that cannot be computed (no measured step, no price) is empty.
+// - aggregateRuns() reads the runs in `jobs` worker processes (fork; jobs <= 1:
+//   in-process). A run whose reader crashes is re-read alone and, if it crashes
+//   again, reported as corrupt; the aggregator itself does not die.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace ftb {
+
+using Cell = std::variant<std::monostate, int64_t, double, bool, std::string>;
+
+struct RunRow {
+  std::string tag;  // run dir relative to results_dir
+  std::string status, message;
+  std::map<std::string, Cell> config;  // flattened run.toml (or HDF5 /config)
+  std::optional<int64_t> world_size, nodes;
+  int64_t ranks_found = 0, steps_done = 0, measured_steps = 0;
+  std::optional<double> train_runtime_s, tokens_per_s_dataset, tokens_per_s_padded,
+      tokens_per_s_dataset_per_device, tokens_per_s_padded_per_device, mfu, step_time_p50_s,
+      step_time_p90_s, data_frac, forward_frac, backward_frac, optimizer_frac, comm_frac,
+      peak_mem_mib, first_loss, last_loss, mt_per_hour, usd_per_mt;
+  std::optional<bool> is_valid;
+};
+
+struct AggregateOptions {
+  double stale_seconds = 600;
+  int jobs = 1;
+};
+
+struct AggregateTable {
+  std::string results_dir;
+  std::vector<RunRow> runs;              // sorted by tag
+  std::vector<std::string> varying;      // experiment config keys that differ across runs
+  std::map<std::string, Cell> constant;  // experiment config keys equal in every run
+};
+
+std::vector<std::string> findRunDirs(const std::string& results_dir);
+RunRow summarizeRun(const std::string& results_dir, const std::string& run_dir,
+                    const AggregateOptions& opts);
+AggregateTable aggregateRuns(const std::string& results_dir, const AggregateOptions& opts);
+
+// ---- Output ------------------------------------------------------------------
+// Column order: tag, status, <varying keys>, world_size, nodes, ranks, steps_done,
+// measured_steps, train_runtime_s, tokens_per_s_dataset, tokens_per_s_padded,
+// tokens_per_s_dataset_per_device, tokens_per_s_padded_per_device, mfu,
+// step_time_p50_s, step_time_p90_s, data_frac, forward_frac, backward_frac,
+// optimizer_frac, comm_frac, peak_mem_mib, first_loss, last_loss, mt_per_hour,
+// usd_per_mt, is_valid, message.
+std::vector<std::pair<std::string, Cell>> rowCells(const RunRow& row,
+                                                   const std::vector<std::string>& varying);
+std::string toCsv(const AggregateTable& t);         // RFC 4180, empty cell = missing
+std::string toMarkdown(const AggregateTable& t);    // constants line + compact table
+std::string toJson(const AggregateTable& t);        // {"results_dir","constant","varying","runs"}
+std::string constantsCsv(const AggregateTable& t);  // key,value side file
+
+// Row (de)serialization for the worker processes.
+std::string rowToJsonLine(const RunRow& row);
+RunRow rowFromJsonLine(const std::string& line);
+
+}  // namespace ftb

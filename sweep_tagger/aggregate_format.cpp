@@ -1,0 +1,264 @@
+// Output formats of the aggregation table and the worker-process row encoding.
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "sweep_tagger/aggregate.h"
+#include "sweep_tagger/tag.h"
+
+namespace ftb {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+Cell opt(const std::optional<double>& v) { return v ? Cell(*v) : Cell(); }
+Cell opt(const std::optional<int64_t>& v) { return v ? Cell(*v) : Cell(); }
+Cell opt(const std::optional<bool>& v) { return v ? Cell(*v) : Cell(); }
+
+Json cellJson(const Cell& c) {
+  return std::visit(
+      [](const auto& x) -> Json {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, std::monostate>)
+          return nullptr;
+        else if constexpr (std::is_same_v<T, double>)
+          return std::isfinite(x) ? Json(x) : Json();
+        else
+          return Json(x);
+      },
+      c);
+}
+
+Cell jsonCell(const Json& j) {
+  if (j.is_null()) return Cell();
+  if (j.is_boolean()) return j.get<bool>();
+  if (j.is_number_integer()) return j.get<int64_t>();
+  if (j.is_number()) return j.get<double>();
+  if (j.is_string()) return j.get<std::string>();
+  return j.dump();
+}
+
+// CSV/plain text of a cell: shortest round-trip numbers, "" when missing.
+std::string cellText(const Cell& c) {
+  return std::visit(
+      [](const auto& x) -> std::string {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, std::monostate>)
+          return "";
+        else if constexpr (std::is_same_v<T, int64_t>)
+          return std::to_string(x);
+        else if constexpr (std::is_same_v<T, double>)
+          return std::isfinite(x) ? formatDouble(x) : "";
+        else if constexpr (std::is_same_v<T, bool>)
+          return x ? "true" : "false";
+        else
+          return x;
+      },
+      c);
+}
+
+std::string csvField(const std::string& s) {
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+
+std::string fixed(const Cell& c, int prec, double scale = 1) {
+  const double* d = std::get_if<double>(&c);
+  if (!d || !std::isfinite(*d)) return cellText(c);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", prec, *d * scale);
+  return buf;
+}
+
+std::string mdEscape(std::string s) {
+  for (char& c : s)
+    if (c == '\n' || c == '\r') c = ' ';
+  std::string out;
+  for (char c : s) out += c == '|' ? std::string("\\|") : std::string(1, c);
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, Cell>> rowCells(const RunRow& r,
+                                                   const std::vector<std::string>& varying) {
+  std::vector<std::pair<std::string, Cell>> c = {{"tag", r.tag}, {"status", r.status}};
+  for (const std::string& k : varying) {
+    auto it = r.config.find(k);
+    c.emplace_back(k, it == r.config.end() ? Cell() : it->second);
+  }
+  c.insert(c.end(), {{"world_size", opt(r.world_size)},
+                     {"nodes", opt(r.nodes)},
+                     {"ranks", r.ranks_found},
+                     {"steps_done", r.steps_done},
+                     {"measured_steps", r.measured_steps},
+                     {"train_runtime_s", opt(r.train_runtime_s)},
+                     {"tokens_per_s_dataset", opt(r.tokens_per_s_dataset)},
+                     {"tokens_per_s_padded", opt(r.tokens_per_s_padded)},
+                     {"tokens_per_s_dataset_per_device", opt(r.tokens_per_s_dataset_per_device)},
+                     {"tokens_per_s_padded_per_device", opt(r.tokens_per_s_padded_per_device)},
+                     {"mfu", opt(r.mfu)},
+                     {"step_time_p50_s", opt(r.step_time_p50_s)},
+                     {"step_time_p90_s", opt(r.step_time_p90_s)},
+                     {"data_frac", opt(r.data_frac)},
+                     {"forward_frac", opt(r.forward_frac)},
+                     {"backward_frac", opt(r.backward_frac)},
+                     {"optimizer_frac", opt(r.optimizer_frac)},
+                     {"comm_frac", opt(r.comm_frac)},
+                     {"peak_mem_mib", opt(r.peak_mem_mib)},
+                     {"first_loss", opt(r.first_loss)},
+                     {"last_loss", opt(r.last_loss)},
+                     {"mt_per_hour", opt(r.mt_per_hour)},
+                     {"usd_per_mt", opt(r.usd_per_mt)},
+                     {"is_valid", opt(r.is_valid)},
+                     {"message", r.message}});
+  return c;
+}
+
+std::string toCsv(const AggregateTable& t) {
+  std::string out;
+  std::vector<std::pair<std::string, Cell>> header = rowCells(RunRow{}, t.varying);
+  for (size_t i = 0; i < header.size(); ++i) out += (i ? "," : "") + csvField(header[i].first);
+  out += "\n";
+  for (const RunRow& r : t.runs) {
+    auto cells = rowCells(r, t.varying);
+    for (size_t i = 0; i < cells.size(); ++i)
+      out += (i ? "," : "") + csvField(cellText(cells[i].second));
+    out += "\n";
+  }
+  return out;
+}
+
+std::string constantsCsv(const AggregateTable& t) {
+  std::string out = "key,value\n";
+  for (const auto& [k, v] : t.constant) out += csvField(k) + "," + csvField(cellText(v)) + "\n";
+  return out;
+}
+
+std::string toJson(const AggregateTable& t) {
+  Json j;
+  j["results_dir"] = t.results_dir;
+  j["constant"] = Json::object();
+  for (const auto& [k, v] : t.constant) j["constant"][k] = cellJson(v);
+  j["varying"] = t.varying;
+  j["runs"] = Json::array();
+  for (const RunRow& r : t.runs) {
+    Json row = Json::object();
+    for (const auto& [k, v] : rowCells(r, t.varying)) row[k] = cellJson(v);
+    j["runs"].push_back(row);
+  }
+  return j.dump(1) + "\n";
+}
+
+std::string toMarkdown(const AggregateTable& t) {
+  std::string out;
+  if (!t.constant.empty()) {
+    out += "Constant:";
+    for (const auto& [k, v] : t.constant) {
+      if (k.rfind("model.", 0) == 0 && k != "model.name") continue;  // shape: see model.name
+      out += " " + k + "=" + cellText(v);
+    }
+    out += "\n\n";
+  }
+  bool any_price = false, any_note = false;
+  for (const RunRow& r : t.runs) {
+    any_price |= r.usd_per_mt.has_value();
+    any_note |= r.status != "completed";
+  }
+  std::vector<std::string> head = {"tag", "status"};
+  head.insert(head.end(), t.varying.begin(), t.varying.end());
+  for (const char* h :
+       {"ws", "nodes", "steps", "tok/s dataset", "tok/s/dev padded", "MFU %", "step p50 s", "p90 s",
+        "data/fwd/bwd/opt/comm %", "peak MiB", "loss first→last"})
+    head.push_back(h);
+  if (any_price) head.insert(head.end(), {"MT/h", "$/MT"});
+  head.push_back("valid");
+  if (any_note) head.push_back("note");
+  auto line = [&out](const std::vector<std::string>& cells) {
+    out += "|";
+    for (const std::string& c : cells) out += " " + mdEscape(c) + " |";
+    out += "\n";
+  };
+  line(head);
+  out += "|";
+  for (size_t i = 0; i < head.size(); ++i) out += i < 2 + t.varying.size() ? "---|" : "--:|";
+  out += "\n";
+  for (const RunRow& r : t.runs) {
+    std::vector<std::string> c = {r.tag, r.status};
+    for (const std::string& k : t.varying) {
+      auto it = r.config.find(k);
+      c.push_back(it == r.config.end() ? "" : cellText(it->second));
+    }
+    auto o = [](const auto& v, int prec, double scale = 1) { return fixed(opt(v), prec, scale); };
+    std::string shares;
+    if (r.forward_frac)
+      shares = o(r.data_frac, 0, 100) + "/" + o(r.forward_frac, 0, 100) + "/" +
+               o(r.backward_frac, 0, 100) + "/" + o(r.optimizer_frac, 0, 100) + "/" +
+               o(r.comm_frac, 0, 100);
+    std::string loss = r.first_loss ? o(r.first_loss, 3) + "→" + o(r.last_loss, 3) : "";
+    c.insert(
+        c.end(),
+        {cellText(opt(r.world_size)), cellText(opt(r.nodes)), std::to_string(r.steps_done),
+         o(r.tokens_per_s_dataset, 1), o(r.tokens_per_s_padded_per_device, 1), o(r.mfu, 2, 100),
+         o(r.step_time_p50_s, 4), o(r.step_time_p90_s, 4), shares, o(r.peak_mem_mib, 1), loss});
+    if (any_price) c.insert(c.end(), {o(r.mt_per_hour, 3), o(r.usd_per_mt, 4)});
+    c.push_back(cellText(opt(r.is_valid)));
+    if (any_note) c.push_back(r.status == "completed" ? "" : r.message);
+    line(c);
+  }
+  return out;
+}
+
+std::string rowToJsonLine(const RunRow& r) {
+  Json j = Json::object();
+  for (const auto& [k, v] : rowCells(r, {})) j[k] = cellJson(v);
+  j["config"] = Json::object();
+  for (const auto& [k, v] : r.config) j["config"][k] = cellJson(v);
+  return j.dump();
+}
+
+RunRow rowFromJsonLine(const std::string& line) {
+  Json j = Json::parse(line);
+  RunRow r;
+  auto d = [&](const char* k) -> std::optional<double> {
+    const Json& v = j[k];
+    return v.is_number() ? std::optional<double>(v.get<double>()) : std::nullopt;
+  };
+  auto i = [&](const char* k) -> std::optional<int64_t> {
+    const Json& v = j[k];
+    return v.is_number_integer() ? std::optional<int64_t>(v.get<int64_t>()) : std::nullopt;
+  };
+  r.tag = j["tag"].get<std::string>();
+  r.status = j["status"].get<std::string>();
+  r.message = j["message"].get<std::string>();
+  r.world_size = i("world_size");
+  r.nodes = i("nodes");
+  r.ranks_found = i("ranks").value_or(0);
+  r.steps_done = i("steps_done").value_or(0);
+  r.measured_steps = i("measured_steps").value_or(0);
+  r.train_runtime_s = d("train_runtime_s");
+  r.tokens_per_s_dataset = d("tokens_per_s_dataset");
+  r.tokens_per_s_padded = d("tokens_per_s_padded");
+  r.tokens_per_s_dataset_per_device = d("tokens_per_s_dataset_per_device");
+  r.tokens_per_s_padded_per_device = d("tokens_per_s_padded_per_device");
+  r.mfu = d("mfu");
+  r.step_time_p50_s = d("step_time_p50_s");
+  r.step_time_p90_s = d("step_time_p90_s");
+  r.data_frac = d("data_frac");
+  r.forward_frac = d("forward_frac");
+  r.backward_frac = d("backward_frac");
+  r.optimizer_frac = d("optimizer_frac");
+  r.comm_frac = d("comm_frac");
+  r.peak_mem_mib = d("peak_mem_mib");
+  r.first_loss = d("first_loss");
+  r.last_loss = d("last_loss");
+  r.mt_per_hour = d("mt_per_hour");
+  r.usd_per_mt = d("usd_per_mt");
+  if (j["is_valid"].is_boolean()) r.is_valid = j["is_valid"].get<bool>();
+  for (const auto& [k, v] : j["config"].items()) r.config[k] = jsonCell(v);
+  return r;
+}
+
+}  // namespace ftb

@@ -1,0 +1,25 @@
+// Charts of an aggregation table, drawn by gnuplot (gnuplot-nox).
+//
+// Contract: writePlots() writes into `dir` (created) for every axis that varies
+// across the plotted runs (varying config keys, world_size, nodes):
+//   tokens_per_s_vs_<axis>.{dat,gp,png,svg}: dataset tokens/s against the axis, one
+//     line per combination of the other axes (points only, no legend, above 12);
+// and, when world_size varies, scaling_efficiency.{dat,gp,png,svg}: per device
+// throughput relative to the smallest world size of the same combination.
+// Only completed runs with a tokens/s value are plotted. Axes whose values span a
+// factor >= 8 are log2-scaled. Returns the image files written;
+// problems (no gnuplot, gnuplot failed, nothing to plot) go to `warnings` and never
+// throw, except IoError when `dir` cannot be created.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "sweep_tagger/aggregate.h"
+
+namespace ftb {
+
+std::vector<std::string> writePlots(const AggregateTable& t, const std::string& dir,
+                                    std::vector<std::string>& warnings);
+
+}  // namespace ftb

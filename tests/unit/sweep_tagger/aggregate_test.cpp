@@ -1,0 +1,243 @@
+// Aggregation of run directories: statuses of broken runs, the trainer's summary
+// formulas, worker processes, output formats.
+#include "sweep_tagger/aggregate.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "sweep_tagger/plot.h"
+#include "sweep_tagger/tag.h"
+#include "test_util.h"
+#include "trainer/metrics/h5_metrics.h"
+
+namespace ftb {
+namespace {
+namespace fs = std::filesystem;
+
+struct Steps {
+  std::vector<double> step_time, tokens_padded, tokens_dataset, mfu, loss, peak_rss;
+};
+
+// 5 steps; warmup_steps = 2 in the config, so steps 2..4 are measured.
+Steps fiveSteps() {
+  return Steps{{0.5, 0.3, 0.2, 0.4, 0.3}, {1000, 1000, 1000, 1000, 1000},
+               {800, 700, 900, 600, 500}, {0.1, 0.2, 0.3, 0.1, 0.2},
+               {5, 4, 3, 2, 1},           {1 << 20, 2 << 20, 3 << 20, 3 << 20, 3 << 20}};
+}
+
+Config runConfig(const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> ov = {"training.warmup_steps=2", "metrics.price_per_hour=2.0"};
+  ov.insert(ov.end(), extra.begin(), extra.end());
+  return test::configFrom(test::kModelToml, ov);
+}
+
+// A run dir like the trainer's; `states[r]` per rank ("" = no file, "running" = no
+// final status, "garbage" = not HDF5).
+std::string makeRun(const std::string& results, const Config& cfg, int world,
+                    const std::vector<std::string>& states, const Steps& s = fiveSteps(),
+                    size_t steps = 5) {
+  RunDir rd = prepareRunDir(cfg, world, results, false);
+  for (int r = 0; r < world; ++r) {
+    const std::string& state = states[r];
+    if (state.empty()) continue;
+    if (state == "garbage") {
+      test::writeFile(metricsFilePath(rd.path, r), "garbage");
+      continue;
+    }
+    RunInfo info;
+    info.tag = rd.tag;
+    info.world_size = world;
+    info.rank = r;
+    info.node_rank = r / 2;
+    info.peak_flops = 1e12;
+    info.config_toml = cfg.toToml();
+    MetricsFile f = MetricsFile::create(metricsFilePath(rd.path, r), info);
+    for (const char* m :
+         {"step", "time_s", "step_time_s", "data_s", "forward_s", "backward_s", "optimizer_s",
+          "comm_s", "loss", "tokens_padded", "tokens_dataset", "mfu", "peak_rss_bytes"})
+      f.declareMetric(m, std::string(m) == "step");
+    double t = 0;
+    for (size_t i = 0; i < steps; ++i) {
+      double st = s.step_time[i] * (r + 1);  // rank r is slower: only rank 0 counts
+      t += st;
+      f.appendStep({{"step", double(i)},
+                    {"time_s", t},
+                    {"step_time_s", st},
+                    {"data_s", 0.1 * st},
+                    {"forward_s", 0.3 * st},
+                    {"backward_s", 0.4 * st},
+                    {"optimizer_s", 0.15 * st},
+                    {"comm_s", 0.05 * st},
+                    {"loss", s.loss[i]},
+                    {"tokens_padded", s.tokens_padded[i]},
+                    {"tokens_dataset", s.tokens_dataset[i]},
+                    {"mfu", s.mfu[i]},
+                    {"peak_rss_bytes", s.peak_rss[i] * (r + 1)}});
+    }
+    if (state != "running") f.setStatus(state, state == "completed" ? 0 : 1, state + " msg");
+    f.close();
+  }
+  return rd.path;
+}
+
+RunRow summarize(const std::string& results, const std::string& dir, double stale = 600) {
+  AggregateOptions o;
+  o.stale_seconds = stale;
+  return summarizeRun(results, dir, o);
+}
+
+TEST(Aggregate, CompletedRunMatchesTrainerFormulas) {
+  test::TempDir tmp;
+  std::string dir = makeRun(tmp.path(), runConfig(), 2, {"completed", "completed"});
+  RunRow r = summarize(tmp.path(), dir);
+  EXPECT_EQ(r.status, "completed");
+  EXPECT_EQ(r.tag, fs::path(dir).filename().string());
+  EXPECT_EQ(r.world_size, 2);
+  EXPECT_EQ(r.nodes, 1);
+  EXPECT_EQ(r.ranks_found, 2);
+  EXPECT_EQ(r.steps_done, 5);
+  EXPECT_EQ(r.measured_steps, 3);
+  // Measured: steps 2..4 of rank 0: time 0.2+0.4+0.3 = 0.9 s.
+  EXPECT_DOUBLE_EQ(*r.tokens_per_s_padded, 3000 / 0.9);
+  EXPECT_DOUBLE_EQ(*r.tokens_per_s_dataset, 2000 / 0.9);
+  EXPECT_DOUBLE_EQ(*r.tokens_per_s_padded_per_device, 3000 / 0.9 / 2);
+  EXPECT_DOUBLE_EQ(*r.mfu, (0.3 * 0.2 + 0.1 * 0.4 + 0.2 * 0.3) / 0.9);
+  EXPECT_DOUBLE_EQ(*r.step_time_p50_s, 0.3);
+  EXPECT_DOUBLE_EQ(*r.step_time_p90_s, 0.4);
+  EXPECT_NEAR(*r.forward_frac, 0.3, 1e-12);
+  EXPECT_NEAR(*r.comm_frac, 0.05, 1e-12);
+  EXPECT_NEAR(*r.train_runtime_s, 1.7, 1e-12);
+  EXPECT_DOUBLE_EQ(*r.peak_mem_mib, 6.0);  // rank 1: 3 MiB * 2
+  EXPECT_EQ(*r.first_loss, 5);
+  EXPECT_EQ(*r.last_loss, 1);
+  EXPECT_DOUBLE_EQ(*r.mt_per_hour, 2000 / 0.9 * 3600 / 1e6);
+  EXPECT_DOUBLE_EQ(*r.usd_per_mt, 2.0 * 2 / *r.mt_per_hour);
+  EXPECT_EQ(r.is_valid, true);
+}
+
+TEST(Aggregate, EveryBrokenRunGetsAStatus) {
+  test::TempDir tmp;
+  auto cfg = [](int i) { return runConfig({"training.seed=" + std::to_string(i)}); };
+  auto status = [&](const std::string& dir, double stale = 600) {
+    RunRow r = summarize(tmp.path(), dir, stale);
+    return r.status + " | " + r.message;
+  };
+  EXPECT_EQ(status(makeRun(tmp.path(), cfg(1), 2, {"failed", "completed"})),
+            "failed | rank 0: failed msg");
+  EXPECT_EQ(status(makeRun(tmp.path(), cfg(2), 2, {"failed", "oom"})), "oom | rank 1: oom msg");
+  EXPECT_EQ(status(makeRun(tmp.path(), cfg(3), 2, {"preempted", "preempted"})),
+            "preempted | rank 0: preempted msg");
+  std::string running = makeRun(tmp.path(), cfg(4), 2, {"running", "running"});
+  EXPECT_EQ(status(running), "running | rank 0 has no final status after 5 steps");
+  for (int r = 0; r < 2; ++r)
+    fs::last_write_time(metricsFilePath(running, r),
+                        fs::file_time_type::clock::now() - std::chrono::hours(1));
+  EXPECT_EQ(status(running).substr(0, 63),
+            "killed | rank 0 has no final status after 5 steps; no update fo");
+  EXPECT_EQ(status(makeRun(tmp.path(), cfg(5), 2, {"completed", ""})),
+            "partial | 1 of 2 rank files");
+  std::string corrupt = makeRun(tmp.path(), cfg(6), 2, {"completed", "garbage"});
+  EXPECT_EQ(status(corrupt).substr(0, 18), "corrupt | rank 1: ");
+  // Truncated at many sizes: never throws, always a status.
+  std::string trunc = makeRun(tmp.path(), cfg(7), 1, {"completed"});
+  const std::string f = metricsFilePath(trunc, 0);
+  std::ifstream in(f, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  for (size_t n : {size_t{0}, size_t{8}, size_t{512}, bytes.size() / 3, bytes.size() / 2,
+                   bytes.size() - 100, bytes.size() - 1}) {
+    test::writeFile(f, bytes.substr(0, n));
+    RunRow r = summarize(tmp.path(), trunc);
+    EXPECT_TRUE(r.status == "corrupt" || r.status == "completed") << n << ": " << r.status;
+  }
+  std::string missing = fs::path(makeRun(tmp.path(), cfg(8), 2, {"", ""})).string();
+  EXPECT_EQ(status(missing), "missing | no metrics files");
+  std::string invalid = makeRun(tmp.path(), cfg(9), 1, {"invalid"});
+  RunRow inv = summarize(tmp.path(), invalid);
+  EXPECT_EQ(inv.status, "invalid");
+  EXPECT_EQ(inv.is_valid, false);
+  // A run dir whose run.toml is not TOML still gets a row.
+  test::writeFile(tmp.path() + "/broken/run.toml", "a = [1,");  // "[[[" trips a toml++ debug assert
+  RunRow broken = summarize(tmp.path(), tmp.path() + "/broken");
+  EXPECT_EQ(broken.status, "missing");
+  EXPECT_NE(broken.message.find("run.toml:"), std::string::npos) << broken.message;
+}
+
+TEST(Aggregate, FewStepsHaveNoThroughputButStillARow) {
+  test::TempDir tmp;
+  std::string dir = makeRun(tmp.path(), runConfig(), 1, {"failed"}, fiveSteps(), 2);
+  RunRow r = summarize(tmp.path(), dir);
+  EXPECT_EQ(r.steps_done, 2);
+  EXPECT_EQ(r.measured_steps, 0);
+  EXPECT_FALSE(r.tokens_per_s_dataset.has_value());
+  EXPECT_EQ(*r.first_loss, 5);
+  EXPECT_EQ(toCsv(AggregateTable{tmp.path(), {r}, {}, {}}).find("nan"), std::string::npos);
+}
+
+class AggregateTableTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (int seq : {64, 128})
+      for (int ws : {1, 2})
+        makeRun(tmp_.path(), runConfig({"data.seq_len=" + std::to_string(seq)}), ws,
+                std::vector<std::string>(ws, "completed"));
+    makeRun(tmp_.path(), runConfig({"data.seq_len=32", "metrics.log_every=9"}), 1, {"failed"});
+    test::writeFile(tmp_.path() + "/notes.txt", "not a run");
+  }
+  test::TempDir tmp_;
+};
+
+TEST_F(AggregateTableTest, VaryingKeysAndWorkersAgree) {
+  AggregateOptions one, two;
+  two.jobs = 2;
+  AggregateTable a = aggregateRuns(tmp_.path(), one), b = aggregateRuns(tmp_.path(), two);
+  ASSERT_EQ(a.runs.size(), 5u);
+  EXPECT_EQ(a.varying, std::vector<std::string>{"data.seq_len"});  // log_every: not experiment
+  EXPECT_EQ(std::get<int64_t>(a.constant.at("model.dim")), 64);
+  EXPECT_EQ(a.constant.count("metrics.log_every"), 0u);
+  EXPECT_EQ(toCsv(a), toCsv(b));
+  EXPECT_EQ(toJson(a), toJson(b));
+}
+
+TEST_F(AggregateTableTest, FormatsParseAndQuote) {
+  AggregateTable t = aggregateRuns(tmp_.path(), AggregateOptions{});
+  t.runs[0].message = "a, \"quoted\"\nmessage";
+  std::string csv = toCsv(t);
+  EXPECT_EQ(csv.substr(0, csv.find('\n')),
+            "tag,status,data.seq_len,world_size,nodes,ranks,steps_done,measured_steps,"
+            "train_runtime_s,tokens_per_s_dataset,tokens_per_s_padded,"
+            "tokens_per_s_dataset_per_device,tokens_per_s_padded_per_device,mfu,step_time_p50_s,"
+            "step_time_p90_s,data_frac,forward_frac,backward_frac,optimizer_frac,comm_frac,"
+            "peak_mem_mib,first_loss,last_loss,mt_per_hour,usd_per_mt,is_valid,message");
+  EXPECT_NE(csv.find("\"a, \"\"quoted\"\"\nmessage\""), std::string::npos);
+  auto j = nlohmann::json::parse(toJson(t));
+  EXPECT_EQ(j["runs"].size(), 5u);
+  EXPECT_EQ(j["varying"][0], "data.seq_len");
+  std::string md = toMarkdown(t);
+  EXPECT_NE(md.find("| tag | status | data.seq_len | ws |"), std::string::npos) << md;
+  EXPECT_EQ(constantsCsv(t).substr(0, 10), "key,value\n");
+  for (const RunRow& r : t.runs)
+    EXPECT_EQ(rowToJsonLine(rowFromJsonLine(rowToJsonLine(r))), rowToJsonLine(r));
+}
+
+TEST_F(AggregateTableTest, PlotsWithGnuplot) {
+  if (std::system("gnuplot --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "no gnuplot";
+  AggregateTable t = aggregateRuns(tmp_.path(), AggregateOptions{});
+  std::vector<std::string> warnings;
+  std::vector<std::string> files = writePlots(t, tmp_.path() + "/plots", warnings);
+  EXPECT_TRUE(warnings.empty()) << warnings[0];
+  std::vector<std::string> names;
+  for (const std::string& f : files) {
+    names.push_back(fs::path(f).filename().string());
+    EXPECT_GT(fs::file_size(f), 1000u) << f;
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{
+                       "tokens_per_s_vs_data.seq_len.png", "tokens_per_s_vs_data.seq_len.svg",
+                       "tokens_per_s_vs_world_size.png", "tokens_per_s_vs_world_size.svg",
+                       "scaling_efficiency.png", "scaling_efficiency.svg"}));
+}
+
+}  // namespace
+}  // namespace ftb
