@@ -127,7 +127,7 @@ def test_restart_across_hosts(launcher, netns_hosts, tmp_path):
     assert sorted(a1) == [0, 1, 2]
     assert {r["env"]["TORCHELASTIC_RESTART_COUNT"] for r in a1.values()} == {"1"}
     assert a1[2]["ip"] == H2
-    assert a0[0]["env"]["MASTER_PORT"] != a1[0]["env"]["MASTER_PORT"]
+    assert a0[2]["env"]["MASTER_PORT"] != a1[2]["env"]["MASTER_PORT"]
 
 
 def test_restarts_exhausted_across_hosts(launcher, netns_hosts, tmp_path):
