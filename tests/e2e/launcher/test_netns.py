@@ -120,8 +120,8 @@ def test_restart_across_hosts(launcher, netns_hosts, tmp_path):
     """Acceptance 3: --max-restarts 1 restarts every worker on both hosts once, with
     TORCHELASTIC_RESTART_COUNT=1 and a fresh port."""
     p = run(two_hosts(tmp_path, launcher, ["--max-restarts", "1"],
-                      worker_cmd("--record", tmp_path, "--ranks", "2", "--exit", "3",
-                                 "--until-restart", "1")), timeout=60)
+                      worker_cmd("--record", tmp_path, "--barrier", "3", "--ranks", "2",
+                                 "--exit", "3", "--until-restart", "1")), timeout=60)
     assert p.returncode == 0, p.stderr
     a0, a1 = records(tmp_path, 0), records(tmp_path, 1)
     assert sorted(a1) == [0, 1, 2]
@@ -132,7 +132,7 @@ def test_restart_across_hosts(launcher, netns_hosts, tmp_path):
 
 def test_restarts_exhausted_across_hosts(launcher, netns_hosts, tmp_path):
     p = run(two_hosts(tmp_path, launcher, ["--max-restarts", "1"],
-                      worker_cmd("--record", tmp_path, "--ranks", "1", "--sleep", "0.5", "--exit", "5",
+                      worker_cmd("--record", tmp_path, "--barrier", "3", "--ranks", "1", "--exit", "5",
                                  "--sleep-others", "60")), timeout=60)
     assert p.returncode == 5, p.stderr
     assert sorted(records(tmp_path, 1)) == [0, 1, 2] and not records(tmp_path, 2)

@@ -109,8 +109,8 @@ def test_restart_then_give_up(launcher, tmp_path):
     """Acceptance 3: with --max-restarts 1 it restarts once with RESTART_COUNT=1."""
     logs = tmp_path / "logs"
     p = run([launcher, "--nproc-per-node", "2", "--max-restarts", "1", "--log-dir", logs,
-             "--run-id", "rs", "--", *worker_cmd("--record", tmp_path, "--ranks", "1",
-                                                 "--sleep", "0.5", "--exit", "3",
+             "--run-id", "rs", "--", *worker_cmd("--record", tmp_path, "--barrier", "2",
+                                                 "--ranks", "1", "--exit", "3",
                                                  "--sleep-others", "30")])
     assert p.returncode == 3, p.stderr
     a0, a1 = records(tmp_path, 0), records(tmp_path, 1)

@@ -6,6 +6,7 @@ Records what the launcher gave it, then acts:
                       cwd, stdin target, CPU affinity, this host's IP towards --peer
   --peer IP           address used to find "my IP" (UDP connect, no packet); default 10.77.0.1
   --stdout TEXT / --stderr TEXT   print a line first
+  --barrier N         after recording, wait (<= 20 s) until N workers of this attempt recorded
   --sleep S           sleep S seconds (after recording)
   --exit CODE         exit with CODE
   --kill SIG          kill itself with signal SIG (number or name)
@@ -42,6 +43,7 @@ def main():
     p.add_argument("--peer", default="10.77.0.1")
     p.add_argument("--stdout")
     p.add_argument("--stderr")
+    p.add_argument("--barrier", type=int)
     p.add_argument("--sleep", type=float, default=0.0)
     p.add_argument("--sleep-others", type=float, default=0.0)
     p.add_argument("--exit", type=int)
@@ -93,6 +95,12 @@ def main():
         with open(tmp, "w") as f:
             json.dump(info, f)
         os.rename(tmp, os.path.join(a.record, tag + ".json"))
+
+    if a.barrier and a.record:
+        deadline = time.time() + 20
+        while time.time() < deadline and len(
+                [f for f in os.listdir(a.record) if f.endswith(f".attempt_{attempt}.json")]) < a.barrier:
+            time.sleep(0.01)
 
     if a.stdout:
         print(a.stdout, flush=True)
