@@ -25,7 +25,8 @@ std::string Launcher::describeNode(int node) const {
     const NodeInfo& n = plan_.nodes[node];
     return "node " + std::to_string(node) + " (host " + n.host + ", " + n.ip + ")";
   }
-  return "node " + std::to_string(node) + " (MPI rank " + std::to_string(node) + ")";
+  std::string host = node == rt_.transport.rank() ? "host " + hostName() + ", " : "";
+  return "node " + std::to_string(node) + " (" + host + "MPI rank " + std::to_string(node) + ")";
 }
 
 Message Launcher::await(int tag, int attempt, std::optional<Clock::time_point> deadline,

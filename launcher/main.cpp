@@ -8,12 +8,14 @@
 #include "launcher/launcher.h"
 #include "launcher/mpi_transport.h"
 #include "launcher/plan_only.h"
+#include "launcher/process.h"
 #include "launcher/report.h"
 
 using namespace ftb::launcher;
 
 int main(int argc, char** argv) {
   const auto start = Clock::now();
+  ensureStdFds();
   ftb::setLogPrefix("[launcher]");
   std::unique_ptr<Transport> transport;
   try {

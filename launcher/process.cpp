@@ -29,6 +29,11 @@ PipeFds makePipe() {
   return {Fd(p[0]), Fd(p[1])};
 }
 
+void ensureStdFds() {
+  for (int fd = 0; fd <= 2; ++fd)
+    if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+}
+
 std::string resolveProgram(const std::string& name, const std::string& path_env) {
   auto executable = [](const std::string& p) {
     struct stat st;

@@ -43,6 +43,10 @@ struct PipeFds {
 };
 PipeFds makePipe();
 
+// Opens /dev/null on whichever of fds 0, 1, 2 is closed, so that no pipe the launcher
+// creates later can land there (the child dup2()s onto them).
+void ensureStdFds();
+
 // Resolves PROGRAM like execvp would (names with '/' are taken as paths). Throws
 // ConfigError("PROGRAM") when nothing executable is found.
 std::string resolveProgram(const std::string& name, const std::string& path_env);
