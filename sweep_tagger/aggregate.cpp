@@ -1,12 +1,8 @@
 #include "sweep_tagger/aggregate.h"
 
-#include <poll.h>
-#include <sys/wait.h>
 #include <toml++/toml.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +11,7 @@
 #include <sstream>
 
 #include "common/config.h"
+#include "sweep_tagger/process_pool.h"
 #include "sweep_tagger/validity.h"
 #include "trainer/metrics/h5_metrics.h"
 
@@ -306,102 +303,20 @@ AggregateTable aggregateRuns(const std::string& results_dir, const AggregateOpti
   AggregateTable t;
   t.results_dir = results_dir;
   const std::vector<std::string> dirs = findRunDirs(results_dir);
-  std::vector<std::optional<RunRow>> rows(dirs.size());
-
-  const size_t workers = std::min<size_t>(std::max(opts.jobs, 1), dirs.size());
-  if (workers <= 1) {
-    for (size_t i = 0; i < dirs.size(); ++i) rows[i] = summarizeRun(results_dir, dirs[i], opts);
-  } else {
-    struct Worker {
-      pid_t pid;
-      int fd;
-      std::string buf;
-    };
-    auto spawn = [&](const std::vector<size_t>& indices) -> std::optional<Worker> {
-      int fds[2];
-      if (pipe(fds) != 0) return std::nullopt;
-      pid_t pid = fork();
-      if (pid < 0) {
-        close(fds[0]);
-        close(fds[1]);
-        return std::nullopt;
-      }
-      if (pid == 0) {
-        close(fds[0]);
-        for (size_t i : indices) {
-          std::string line = std::to_string(i) + "\t" +
-                             rowToJsonLine(summarizeRun(results_dir, dirs[i], opts)) + "\n";
-          for (size_t off = 0; off < line.size();) {
-            ssize_t w = write(fds[1], line.data() + off, line.size() - off);
-            if (w < 0 && errno == EINTR) continue;
-            if (w <= 0) _exit(1);
-            off += static_cast<size_t>(w);
-          }
-        }
-        _exit(0);
-      }
-      close(fds[1]);
-      return Worker{pid, fds[0], ""};
-    };
-    // Collects every line of every worker until EOF, then reaps them.
-    auto drain = [&](std::vector<Worker>& ws) {
-      std::vector<pollfd> pfds;
-      for (const Worker& w : ws) pfds.push_back({w.fd, POLLIN, 0});
-      size_t open = ws.size();
-      char chunk[1 << 16];
-      while (open > 0) {
-        if (poll(pfds.data(), pfds.size(), -1) < 0 && errno != EINTR) break;
-        for (size_t k = 0; k < ws.size(); ++k) {
-          if (pfds[k].fd < 0 || !(pfds[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-          ssize_t r = read(pfds[k].fd, chunk, sizeof chunk);
-          if (r < 0 && errno == EINTR) continue;
-          if (r <= 0) {
-            close(pfds[k].fd);
-            pfds[k].fd = -1;
-            --open;
-            continue;
-          }
-          ws[k].buf.append(chunk, static_cast<size_t>(r));
-          size_t start = 0;
-          for (size_t nl; (nl = ws[k].buf.find('\n', start)) != std::string::npos; start = nl + 1) {
-            std::string line = ws[k].buf.substr(start, nl - start);
-            size_t tab = line.find('\t');
-            size_t idx = std::stoul(line.substr(0, tab));
-            if (idx < rows.size()) rows[idx] = rowFromJsonLine(line.substr(tab + 1));
-          }
-          ws[k].buf.erase(0, start);
-        }
-      }
-      for (const Worker& w : ws) {
-        int st = 0;
-        while (waitpid(w.pid, &st, 0) < 0 && errno == EINTR) {
-        }
-      }
-    };
-    std::vector<Worker> ws;
-    for (size_t w = 0; w < workers; ++w) {
-      std::vector<size_t> mine;
-      for (size_t i = w; i < dirs.size(); i += workers) mine.push_back(i);
-      if (auto worker = spawn(mine)) ws.push_back(std::move(*worker));
+  std::vector<std::optional<std::string>> rows = mapInProcesses(
+      dirs.size(), opts.jobs,
+      [&](size_t i) { return rowToJsonLine(summarizeRun(results_dir, dirs[i], opts)); });
+  for (size_t i = 0; i < dirs.size(); ++i) {
+    if (rows[i]) {
+      t.runs.push_back(rowFromJsonLine(*rows[i]));
+      continue;
     }
-    drain(ws);
-    // Runs a crashed (or unspawned) worker did not report: one child each, so that
-    // one bad file costs one row.
-    for (size_t i = 0; i < dirs.size(); ++i) {
-      if (rows[i]) continue;
-      std::vector<Worker> one;
-      if (auto worker = spawn({i})) one.push_back(std::move(*worker));
-      drain(one);
-      if (!rows[i]) {
-        RunRow r;
-        r.tag = fs::path(dirs[i]).lexically_relative(results_dir).generic_string();
-        r.status = "corrupt";
-        r.message = "the HDF5 reader crashed on this run";
-        rows[i] = std::move(r);
-      }
-    }
+    RunRow r;  // its reader crashed twice
+    r.tag = fs::path(dirs[i]).lexically_relative(results_dir).generic_string();
+    r.status = "corrupt";
+    r.message = "the HDF5 reader crashed on this run";
+    t.runs.push_back(std::move(r));
   }
-  for (auto& r : rows) t.runs.push_back(std::move(*r));
   std::sort(t.runs.begin(), t.runs.end(), [](auto& a, auto& b) { return a.tag < b.tag; });
 
   // Experiment keys: varying if any two runs with a config disagree (or one lacks it).

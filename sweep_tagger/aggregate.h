@@ -23,9 +23,9 @@
 //   peak_rss_bytes; MT/hour = dataset tokens/s * 3600 / 1e6; $/MT =
 //   price_per_hour * world_size / MT/hour (price per device-hour).
 //   A number that cannot be computed (no measured step, no price) is empty.
-// - aggregateRuns() reads the runs in `jobs` worker processes (fork; jobs <= 1:
-//   in-process). A run whose reader crashes is re-read alone and, if it crashes
-//   again, reported as corrupt; the aggregator itself does not die.
+// - aggregateRuns() reads the runs in `jobs` worker processes (mapInProcesses;
+//   jobs <= 1: in-process). A run whose reader crashes is re-read alone and, if it
+//   crashes again, reported as corrupt; the aggregator itself does not die.
 #pragma once
 
 #include <cstdint>

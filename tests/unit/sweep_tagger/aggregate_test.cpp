@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sweep_tagger/plot.h"
+#include "sweep_tagger/process_pool.h"
 #include "sweep_tagger/tag.h"
 #include "test_util.h"
 #include "trainer/metrics/h5_metrics.h"
@@ -237,6 +238,25 @@ TEST_F(AggregateTableTest, PlotsWithGnuplot) {
                        "tokens_per_s_vs_data.seq_len.png", "tokens_per_s_vs_data.seq_len.svg",
                        "tokens_per_s_vs_world_size.png", "tokens_per_s_vs_world_size.svg",
                        "scaling_efficiency.png", "scaling_efficiency.svg"}));
+}
+
+TEST(ProcessPool, CrashCostsOneResult) {
+  auto f = [](size_t i) -> std::string {
+    if (i == 3) std::abort();  // a reader crashing on one input
+    return "r" + std::to_string(i);
+  };
+  for (int jobs : {2, 3}) {
+    auto out = mapInProcesses(7, jobs, f);
+    ASSERT_EQ(out.size(), 7u);
+    for (size_t i = 0; i < 7; ++i) {
+      if (i == 3)
+        EXPECT_FALSE(out[i].has_value());
+      else
+        EXPECT_EQ(out[i], "r" + std::to_string(i));
+    }
+  }
+  auto serial = mapInProcesses(3, 1, [](size_t i) { return std::to_string(i * i); });
+  EXPECT_EQ(serial[2], "4");
 }
 
 }  // namespace
