@@ -48,7 +48,7 @@ run_once() {
   last=$(cat "$d"/* | sort -n | tail -1)
   local internal
   internal=$(grep -o "all exec'd [0-9.]* ms after fork, [0-9.]* ms after launcher start" \
-             "$WORK/log" | awk '{print $7}' | sort -n | tail -1)
+             "$WORK/log" | awk '{print $7}' | sort -n | tail -1 || true)
   echo "$(( (last - t0) / 1000 )) ${internal:-nan}" >>"$WORK/$name.txt"
 }
 
@@ -71,6 +71,9 @@ if "$ROOT/tests/cluster/netns.sh" check 2>"$WORK/skip" && command -v mpirun >/de
     "$LAUNCHER" --nproc-per-node 2 -- "${WORKER[@]}" "$STAMPS"
   bench mpi2 4 "${MPIRUN[@]}" --hostfile "$WORK/hosts2" -np 2 --map-by ppr:1:node \
     "$LAUNCHER" --nproc-per-node 2 -- "${WORKER[@]}" "$STAMPS"
+  # Baseline: mpirun starting the same program directly (no launcher, no MPI_Init).
+  bench base2 2 "${MPIRUN[@]}" --hostfile "$WORK/hosts2" -np 2 --map-by ppr:1:node \
+    /bin/sh -c 'date +%s%N > "$0/$OMPI_COMM_WORLD_RANK"' "$STAMPS"
 else
   SKIP="namespace hosts skipped: $(cat "$WORK/skip")"
 fi
@@ -80,7 +83,8 @@ import os, statistics, sys, time
 work, out, reps, skip = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 rows = [("single", "1 node, no MPI (launcher alone)", 2),
         ("mpi1", "mpirun, 1 namespace host", 2),
-        ("mpi2", "mpirun, 2 namespace hosts", 4)]
+        ("mpi2", "mpirun, 2 namespace hosts", 4),
+        ("base2", "baseline: mpirun alone starting the program, 2 namespace hosts", 2)]
 lines = ["# Launcher start-up: start -> every worker exec'd", "",
          f"{time.strftime('%Y-%m-%d %H:%M:%S')}, {os.cpu_count()} CPUs, load average "
          f"{os.getloadavg()[0]:.2f}, {reps} runs each. Target: <= 300 ms.", "",
@@ -101,8 +105,9 @@ for key, label, n in rows:
             internal.append(float(i))
     med = statistics.median(ext)
     imed = f"{statistics.median(internal):.1f}" if internal else "-"
+    ok = "-" if key.startswith("base") else ("yes" if med <= 300 else "NO")
     lines.append(f"| {label} | {n} | {med:.1f} ({min(ext):.1f}-{max(ext):.1f}) | {imed} | "
-                 f"{'yes' if med <= 300 else 'NO'} |")
+                 f"{ok} |")
 if skip:
     lines += ["", skip]
 lines += ["", "Produced by `scripts/bench_launcher.sh`."]
