@@ -88,6 +88,7 @@ down() {
         ip netns del "$ns"
       fi
       ip link del "$ns-br" 2>/dev/null || true
+      rm -rf "${TMPDIR:-/tmp}/ftb-netns-$ns"  # OpenMPI session root made by netns_rsh.sh
     done <"$STATE"
     rm -f "$STATE"
   fi
