@@ -1,0 +1,477 @@
+// Comm over real multi-process Gloo: the fallbacks (bf16 reductions travel as fp32,
+// bf16 data movement as bytes, reduce-scatter = alltoall + local sum, allgather into
+// views of one flat buffer) against closed-form references.
+//
+// The parent test posix_spawns N fresh copies of this gtest binary running only
+// CommWorker.Run, with rank/world/port/mode in FTB_COMM_TEST_* variables (a fresh
+// exec, so no libtorch or OpenMP thread state crosses a fork). Each worker joins a
+// TCPStore + ProcessGroupGloo through initDistributed and reports through its exit
+// code (gtest exits non-zero on any failed expectation). The parent kills workers
+// that outlive the timeout and shows their logs on failure.
+#include "trainer/parallel/comm.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/error.h"
+#include "trainer/parallel/dist.h"
+
+extern char** environ;
+
+namespace ftb {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kRankVar = "FTB_COMM_TEST_RANK";
+constexpr const char* kWorldVar = "FTB_COMM_TEST_WORLD";
+constexpr const char* kPortVar = "FTB_COMM_TEST_PORT";
+constexpr const char* kModeVar = "FTB_COMM_TEST_MODE";
+
+// ---------------------------------------------------------------- reference data
+
+// Dyadic values with few significant bits: exact in fp32 and bf16, and so are their
+// sums over <= 3 ranks, whatever order a backend adds them in.
+float valueOf(int rank, int64_t i) {
+  return static_cast<float>(((i * 7 + rank * 13) % 29 - 14) * 0.25 + rank);
+}
+
+torch::Tensor valuesOf(int rank, int64_t n, torch::ScalarType dt) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[i] = valueOf(rank, i);
+  return torch::tensor(v).to(dt);
+}
+
+// Element 0 of every chunk for reductions: rank 0 contributes 256, the others 1.
+// In bf16 (8 significant bits) 256 + 1 rounds back to 256, so a reduction carried out
+// in bf16 can lose the small terms; in fp32 the sum is exact and is then rounded once.
+float spikeOf(int rank) { return rank == 0 ? 256.0f : 1.0f; }
+
+// The exact sum of the spikes over `world` ranks, rounded once to `dt`.
+float spikeSum(int world, torch::ScalarType dt) {
+  return torch::tensor(256.0f + static_cast<float>(world - 1)).to(dt).item<float>();
+}
+
+// Arbitrary bf16 bit patterns (NaNs with payloads included) for pure data movement:
+// only a byte-exact transport reproduces them.
+torch::Tensor bitsOf(int rank, int64_t n) {
+  std::vector<int16_t> bits(static_cast<size_t>(n));
+  uint32_t x = 0x9e3779b9u * static_cast<uint32_t>(rank + 1);
+  for (auto& b : bits) {
+    x = x * 1664525u + 1013904223u;
+    b = static_cast<int16_t>(x >> 16);
+  }
+  bits[0] = static_cast<int16_t>(0x7fc1);  // a NaN with a payload
+  return torch::tensor(bits, torch::kInt16).view(torch::kBFloat16);
+}
+
+bool sameBits(const torch::Tensor& a, const torch::Tensor& b) {
+  return a.numel() == b.numel() && torch::equal(a.contiguous().view(-1).view(torch::kInt16),
+                                                b.contiguous().view(-1).view(torch::kInt16));
+}
+
+double maxAbsDiff(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max().item<double>();
+}
+
+// ---------------------------------------------------------------- worker bodies
+
+DistEnv envFor(int rank, int world, int port) {
+  DistEnv env;
+  env.rank = rank;
+  env.world_size = world;
+  env.local_rank = rank;
+  env.local_world_size = world;
+  env.master_addr = "127.0.0.1";
+  env.master_port = port;
+  env.source = "test";
+  return env;
+}
+
+void checkAllReduce(Comm& c, int world) {
+  const int64_t n = 1001;
+  for (torch::ScalarType dt : {torch::kFloat32, torch::kBFloat16}) {
+    torch::Tensor t = valuesOf(c.rank(), n, dt);
+    t[0] = spikeOf(c.rank());
+    torch::Tensor ref = torch::zeros({n}, torch::kFloat32);
+    for (int r = 0; r < world; ++r) {
+      torch::Tensor v = valuesOf(r, n, dt).to(torch::kFloat32);
+      v[0] = spikeOf(r);
+      ref += v;
+    }
+    c.allReduceSum(t);
+    EXPECT_EQ(t.scalar_type(), dt);
+    EXPECT_TRUE(torch::equal(t, ref.to(dt)))
+        << "allReduceSum " << dt << " max diff " << maxAbsDiff(t, ref.to(dt));
+    // For 3 ranks 256 + 1 + 1 = 258 is a bf16 value; summing in bf16 could give 256.
+    EXPECT_EQ(t[0].item<float>(), spikeSum(world, dt))
+        << dt << ": small terms lost, the reduction did not run in fp32";
+  }
+  // Max: elementwise over ranks, also through the fp32 path for bf16.
+  for (torch::ScalarType dt : {torch::kFloat32, torch::kBFloat16}) {
+    torch::Tensor t = valuesOf(c.rank(), n, dt);
+    torch::Tensor ref = valuesOf(0, n, dt);
+    for (int r = 1; r < world; ++r) ref = torch::maximum(ref, valuesOf(r, n, dt));
+    c.allReduceMax(t);
+    EXPECT_TRUE(torch::equal(t, ref)) << "allReduceMax " << dt;
+  }
+  // A 2-D bf16 tensor is reduced in place through the same path.
+  torch::Tensor m = valuesOf(c.rank(), 24, torch::kBFloat16).view({4, 6});
+  torch::Tensor mref = torch::zeros({24});
+  for (int r = 0; r < world; ++r) mref += valuesOf(r, 24, torch::kFloat32);
+  c.allReduceSum(m);
+  EXPECT_TRUE(torch::equal(m, mref.view({4, 6}).to(torch::kBFloat16)));
+}
+
+void checkAllGather(Comm& c, int world) {
+  const int64_t n = 333;
+  torch::Tensor in32 = valuesOf(c.rank(), n, torch::kFloat32);
+  torch::Tensor out32 = torch::full({world * n}, -1.0f);
+  c.allGather(out32, in32);
+  for (int r = 0; r < world; ++r)
+    EXPECT_TRUE(torch::equal(out32.narrow(0, r * n, n), valuesOf(r, n, torch::kFloat32)))
+        << "fp32 allGather chunk " << r;
+  EXPECT_TRUE(torch::equal(in32, valuesOf(c.rank(), n, torch::kFloat32))) << "input modified";
+
+  // bf16 moves as bytes: every bit pattern, NaN payloads included, arrives unchanged.
+  torch::Tensor in16 = bitsOf(c.rank(), n);
+  torch::Tensor out16 = torch::zeros({world, n}, torch::kBFloat16);  // flat buffer, 2-D view
+  c.allGather(out16, in16);
+  EXPECT_EQ(out16.scalar_type(), torch::kBFloat16);
+  for (int r = 0; r < world; ++r)
+    EXPECT_TRUE(sameBits(out16[r], bitsOf(r, n))) << "bf16 allGather chunk " << r;
+
+  // Size mismatch is refused, not silently truncated.
+  torch::Tensor wrong = torch::empty({world * n + 1});
+  EXPECT_ANY_THROW(c.allGather(wrong, in32));
+}
+
+void checkReduceScatter(Comm& c, int world) {
+  const int64_t n = 257;
+  for (torch::ScalarType dt : {torch::kFloat32, torch::kBFloat16}) {
+    auto inputOf = [&](int r) {
+      torch::Tensor v = valuesOf(r, world * n, dt);
+      for (int k = 0; k < world; ++k) v[k * n] = spikeOf(r);  // element 0 of each chunk
+      return v;
+    };
+    torch::Tensor in = inputOf(c.rank());
+    torch::Tensor out = torch::full({n}, -7.0f, torch::TensorOptions().dtype(dt));
+    c.reduceScatterSum(out, in);
+    torch::Tensor ref = torch::zeros({n});
+    for (int r = 0; r < world; ++r)
+      ref += inputOf(r).narrow(0, c.rank() * n, n).to(torch::kFloat32);
+    EXPECT_EQ(out.scalar_type(), dt);
+    EXPECT_TRUE(torch::equal(out, ref.to(dt)))
+        << "reduceScatterSum " << dt << " max diff " << maxAbsDiff(out, ref.to(dt));
+    EXPECT_EQ(out[0].item<float>(), spikeSum(world, dt)) << dt;
+    EXPECT_TRUE(torch::equal(in, inputOf(c.rank()))) << "input modified";
+  }
+  torch::Tensor out = torch::empty({n});
+  torch::Tensor wrong = torch::empty({world * n - 1});
+  EXPECT_ANY_THROW(c.reduceScatterSum(out, wrong));
+}
+
+void checkBroadcast(Comm& c, int world) {
+  const int root = world - 1;
+  const int64_t n = 129;
+  torch::Tensor t32 = c.rank() == root ? valuesOf(root, n, torch::kFloat32) : torch::zeros({n});
+  c.broadcast(t32, root);
+  EXPECT_TRUE(torch::equal(t32, valuesOf(root, n, torch::kFloat32)));
+
+  torch::Tensor t16 = c.rank() == root ? bitsOf(root, 6 * 20).view({6, 20})
+                                       : torch::zeros({6, 20}, torch::kBFloat16);
+  c.broadcast(t16, root);
+  EXPECT_EQ(t16.sizes().vec(), (std::vector<int64_t>{6, 20}));
+  EXPECT_TRUE(sameBits(t16, bitsOf(root, 6 * 20))) << "bf16 broadcast";
+
+  torch::Tensor t0 = torch::full({5}, static_cast<float>(c.rank() + 10));
+  c.broadcast(t0, 0);
+  EXPECT_TRUE(torch::equal(t0, torch::full({5}, 10.0f)));
+}
+
+void runCollectives(int rank, int world, int port) {
+  Distributed d = initDistributed(envFor(rank, world, port), std::chrono::seconds(30));
+  ASSERT_TRUE(d.world);
+  Comm& c = *d.world;
+  EXPECT_EQ(c.rank(), rank);
+  EXPECT_EQ(c.size(), world);
+  checkAllReduce(c, world);
+  checkAllGather(c, world);
+  checkReduceScatter(c, world);
+  checkBroadcast(c, world);
+  c.barrier();
+  std::vector<std::string> tags = d.allGatherString("tag", "rank-" + std::to_string(rank));
+  ASSERT_EQ(static_cast<int>(tags.size()), world);
+  for (int r = 0; r < world; ++r) EXPECT_EQ(tags[r], "rank-" + std::to_string(r));
+  c.barrier();
+}
+
+// Rank 1 leaves right after a barrier (dead peer) or stays alive without joining
+// (hung peer); rank 0's next all-reduce must fail with a DistError naming the
+// collective within the 3 s timeout (plus slack), not hang. A hung peer can only be
+// detected by the timeout, so that error must not come early either. Both ranks _Exit
+// so that no Gloo destructor can block on the broken pair.
+void runBrokenPeer(int rank, int world, int port, bool hang) {
+  const auto timeout = std::chrono::seconds(3);
+  Distributed d = initDistributed(envFor(rank, world, port), timeout);
+  d.world->barrier();
+  if (rank != 0) {
+    if (hang) std::this_thread::sleep_for(std::chrono::seconds(6));
+    std::fflush(nullptr);
+    std::_Exit(0);
+  }
+  torch::Tensor t = torch::ones({1024});
+  auto t0 = Clock::now();
+  bool threw = false;
+  try {
+    for (int i = 0; i < 50; ++i) d.world->allReduceSum(t);  // the first one should fail
+  } catch (const DistError& e) {
+    threw = true;
+    std::string msg = e.what();
+    std::printf("DistError: %s\n", msg.c_str());
+    EXPECT_NE(msg.find("allreduce"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("timeout 3 s"), std::string::npos) << msg;
+    EXPECT_EQ(e.exitCode(), 3);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected DistError, got: " << e.what();
+  }
+  double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_TRUE(threw) << "all-reduce with a dead peer did not throw";
+  EXPECT_LT(secs, 3.0 + 2.0) << "DistError came after the timeout";
+  if (hang) {
+    EXPECT_GT(secs, 2.5) << "a live peer was declared failed before the timeout";
+  }
+  bool failed = ::testing::Test::HasFailure();
+  std::fflush(nullptr);
+  std::_Exit(failed ? 1 : 0);
+}
+
+TEST(CommWorker, Run) {
+  const char* rank_s = std::getenv(kRankVar);
+  if (rank_s == nullptr) GTEST_SKIP() << "worker body, started by the CommGloo tests";
+  int rank = std::atoi(rank_s);
+  int world = std::atoi(std::getenv(kWorldVar));
+  int port = std::atoi(std::getenv(kPortVar));
+  std::string mode = std::getenv(kModeVar);
+  if (mode == "collectives") {
+    runCollectives(rank, world, port);
+  } else if (mode == "dead_peer" || mode == "hung_peer") {
+    runBrokenPeer(rank, world, port, mode == "hung_peer");
+  } else {
+    FAIL() << "unknown mode " << mode;
+  }
+}
+
+// ---------------------------------------------------------------- parent side
+
+int freePort() {
+  int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof(a);
+  int port = -1;
+  if (::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+      ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    port = ntohs(a.sin_port);
+  ::close(s);
+  return port;
+}
+
+struct WorkerResult {
+  int status = -1;  // raw waitpid status; -1 when killed on timeout
+  std::string log;  // stdout + stderr
+};
+
+std::string readFile(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Spawns `world` workers of this binary and waits at most `timeout` for all of them.
+std::vector<WorkerResult> spawnWorkers(int world, const std::string& mode,
+                                       std::chrono::seconds timeout) {
+  std::string exe = fs::read_symlink("/proc/self/exe").string();
+  char tmpl[] = "/tmp/ftb_comm_test_XXXXXX";
+  fs::path dir = ::mkdtemp(tmpl);
+  int port = freePort();
+  std::vector<pid_t> pids;
+  std::vector<fs::path> logs;
+  for (int r = 0; r < world; ++r) {
+    std::vector<std::string> env;
+    for (char** e = environ; *e != nullptr; ++e) {
+      std::string kv = *e;
+      if (kv.rfind("FTB_COMM_TEST_", 0) == 0 || kv.rfind("GTEST_", 0) == 0) continue;
+      env.push_back(kv);
+    }
+    env.push_back(std::string(kRankVar) + "=" + std::to_string(r));
+    env.push_back(std::string(kWorldVar) + "=" + std::to_string(world));
+    env.push_back(std::string(kPortVar) + "=" + std::to_string(port));
+    env.push_back(std::string(kModeVar) + "=" + mode);
+    env.push_back("OMP_NUM_THREADS=1");
+    std::vector<char*> envp;
+    for (auto& s : env) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    std::vector<std::string> args = {exe, "--gtest_filter=CommWorker.Run"};
+    std::vector<char*> argv;
+    for (auto& s : args) argv.push_back(s.data());
+    argv.push_back(nullptr);
+
+    logs.push_back(dir / ("rank" + std::to_string(r) + ".log"));
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, logs.back().c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                     0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    pid_t pid = -1;
+    int rc = posix_spawn(&pid, exe.c_str(), &fa, nullptr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&fa);
+    EXPECT_EQ(rc, 0) << "posix_spawn: " << std::strerror(rc);
+    if (rc == 0) pids.push_back(pid);
+  }
+  std::vector<WorkerResult> results(pids.size());
+  std::vector<bool> done(pids.size(), false);
+  auto deadline = Clock::now() + timeout;
+  size_t remaining = pids.size();
+  while (remaining > 0 && Clock::now() < deadline) {
+    for (size_t i = 0; i < pids.size(); ++i) {
+      int st = 0;
+      if (!done[i] && ::waitpid(pids[i], &st, WNOHANG) == pids[i]) {
+        done[i] = true;
+        results[i].status = st;
+        --remaining;
+      }
+    }
+    if (remaining > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (size_t i = 0; i < pids.size(); ++i) {
+    if (done[i]) continue;
+    ::kill(pids[i], SIGKILL);
+    ::waitpid(pids[i], nullptr, 0);
+    results[i].status = -1;
+  }
+  for (size_t i = 0; i < pids.size(); ++i) results[i].log = readFile(logs[i]);
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  return results;
+}
+
+// As spawnWorkers, retried (at most twice more) when the port picked by freePort() was
+// taken by someone else before rank 0's TCPStore could bind it.
+std::vector<WorkerResult> runWorkers(int world, const std::string& mode,
+                                     std::chrono::seconds timeout) {
+  std::vector<WorkerResult> results;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    results = spawnWorkers(world, mode, timeout);
+    bool port_taken = false;
+    for (const auto& w : results)
+      port_taken = port_taken || w.log.find("Address already in use") != std::string::npos;
+    if (!port_taken) break;
+  }
+  return results;
+}
+
+std::string describe(const WorkerResult& w) {
+  if (w.status == -1) return "killed after the timeout";
+  if (WIFEXITED(w.status)) return "exit " + std::to_string(WEXITSTATUS(w.status));
+  if (WIFSIGNALED(w.status)) return "signal " + std::to_string(WTERMSIG(w.status));
+  return "status " + std::to_string(w.status);
+}
+
+void expectAllPassed(const std::vector<WorkerResult>& results, int world) {
+  ASSERT_EQ(static_cast<int>(results.size()), world);
+  for (size_t r = 0; r < results.size(); ++r) {
+    const WorkerResult& w = results[r];
+    bool ok = w.status != -1 && WIFEXITED(w.status) && WEXITSTATUS(w.status) == 0;
+    EXPECT_TRUE(ok) << "rank " << r << ": " << describe(w) << "\n----- log -----\n" << w.log;
+    // The worker must really have run (not been filtered out or skipped).
+    EXPECT_EQ(w.log.find("[  SKIPPED ]"), std::string::npos) << w.log;
+  }
+}
+
+TEST(CommGloo, CollectivesTwoRanks) {
+  auto results = runWorkers(2, "collectives", std::chrono::seconds(60));
+  expectAllPassed(results, 2);
+  for (const auto& w : results) EXPECT_NE(w.log.find("[  PASSED  ] 1 test"), std::string::npos);
+}
+
+TEST(CommGloo, CollectivesThreeRanks) {
+  auto results = runWorkers(3, "collectives", std::chrono::seconds(60));
+  expectAllPassed(results, 3);
+  for (const auto& w : results) EXPECT_NE(w.log.find("[  PASSED  ] 1 test"), std::string::npos);
+}
+
+TEST(CommGloo, DeadPeerThrowsDistErrorWithinTimeout) {
+  auto t0 = Clock::now();
+  auto results = runWorkers(2, "dead_peer", std::chrono::seconds(30));
+  expectAllPassed(results, 2);
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_NE(results[0].log.find("DistError:"), std::string::npos) << results[0].log;
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 25.0);
+}
+
+TEST(CommGloo, HungPeerThrowsDistErrorAfterTimeout) {
+  auto results = runWorkers(2, "hung_peer", std::chrono::seconds(30));
+  expectAllPassed(results, 2);
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_NE(results[0].log.find("DistError:"), std::string::npos) << results[0].log;
+}
+
+// World size 1: every collective is the identity and nothing is communicated.
+TEST(CommSelf, Identity) {
+  std::unique_ptr<Comm> c = makeSelfComm();
+  EXPECT_EQ(c->rank(), 0);
+  EXPECT_EQ(c->size(), 1);
+  for (torch::ScalarType dt : {torch::kFloat32, torch::kBFloat16}) {
+    torch::Tensor t = valuesOf(0, 17, dt);
+    c->allReduceSum(t);
+    EXPECT_TRUE(torch::equal(t, valuesOf(0, 17, dt)));
+    torch::Tensor out = torch::zeros({17}, torch::TensorOptions().dtype(dt));
+    c->allGather(out, valuesOf(1, 17, dt));
+    EXPECT_TRUE(torch::equal(out, valuesOf(1, 17, dt)));
+    torch::Tensor rs = torch::zeros({17}, torch::TensorOptions().dtype(dt));
+    c->reduceScatterSum(rs, valuesOf(2, 17, dt));
+    EXPECT_TRUE(torch::equal(rs, valuesOf(2, 17, dt)));
+    c->broadcast(t, 0);
+    EXPECT_TRUE(torch::equal(t, valuesOf(0, 17, dt)));
+  }
+  // Multi-dimensional inputs land flat in the buffer.
+  torch::Tensor in2 = valuesOf(0, 12, torch::kFloat32).view({3, 4});
+  torch::Tensor out2 = torch::zeros({12});
+  c->allGather(out2, in2);
+  EXPECT_TRUE(torch::equal(out2, in2.view(-1)));
+  c->barrier();
+}
+
+// initDistributed with world size 1 creates no store and returns a self Comm.
+TEST(CommSelf, InitDistributedWorldOne) {
+  DistEnv env = envFor(0, 1, 1);  // port 1: would fail if anything tried to listen
+  Distributed d = initDistributed(env, std::chrono::seconds(1));
+  EXPECT_FALSE(d.store);
+  ASSERT_TRUE(d.world);
+  EXPECT_EQ(d.world->size(), 1);
+  EXPECT_EQ(d.allGatherString("k", "v"), std::vector<std::string>{"v"});
+}
+
+}  // namespace
+}  // namespace ftb

@@ -1,0 +1,283 @@
+// Optimizers against hand-written references in double precision:
+// - AdamW (Loshchilov & Hutter): m = b1 m + (1-b1) g, v = b2 v + (1-b2) g^2,
+//   p <- p - lr wd p - lr (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps).
+// - Adafactor (Shazeer & Stern 2018): rho_t = 1 - t^-0.8, R = rho R + (1-rho) rowmean(g^2+e1),
+//   C likewise over columns, V = outer(R, C) / mean(R), u = g / sqrt(V),
+//   u <- u / max(1, RMS(u)), p <- p - lr wd p - lr u.
+#include "trainer/optim/optimizer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+namespace ftb {
+namespace {
+
+using Mat = std::vector<std::vector<double>>;
+
+torch::Tensor fromMat(const Mat& m) {
+  std::vector<float> flat;
+  for (const auto& row : m)
+    for (double v : row) flat.push_back(static_cast<float>(v));
+  return torch::tensor(flat).view({static_cast<int64_t>(m.size()), -1});
+}
+
+Mat toMat(const torch::Tensor& t) {
+  torch::Tensor d = t.to(torch::kFloat64).contiguous();
+  if (d.dim() == 1) d = d.view({1, -1});
+  Mat m(d.size(0), std::vector<double>(d.size(1)));
+  auto a = d.accessor<double, 2>();
+  for (int64_t i = 0; i < d.size(0); ++i)
+    for (int64_t j = 0; j < d.size(1); ++j) m[i][j] = a[i][j];
+  return m;
+}
+
+void expectNear(const torch::Tensor& got, const Mat& want, double tol, const char* what) {
+  Mat g = toMat(got);
+  ASSERT_EQ(g.size(), want.size()) << what;
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ(g[i].size(), want[i].size()) << what;
+    for (size_t j = 0; j < want[i].size(); ++j)
+      EXPECT_NEAR(g[i][j], want[i][j], tol) << what << " [" << i << "][" << j << "]";
+  }
+}
+
+// A parameter tensor (the optimizer updates it in place; gradients are passed to step()).
+torch::Tensor param(const torch::Tensor& value) { return value.clone(); }
+
+// ------------------------------------------------------------------------ AdamW
+
+struct AdamRef {
+  double lr, b1, b2, eps, wd;
+  std::vector<double> p, m, v;
+  int t = 0;
+  void step(const std::vector<double>& g) {
+    ++t;
+    for (size_t i = 0; i < p.size(); ++i) {
+      m[i] = b1 * m[i] + (1 - b1) * g[i];
+      v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+      double mhat = m[i] / (1 - std::pow(b1, t));
+      double vhat = v[i] / (1 - std::pow(b2, t));
+      p[i] = p[i] - lr * wd * p[i] - lr * mhat / (std::sqrt(vhat) + eps);
+    }
+  }
+};
+
+TEST(AdamW, FirstStepClosedForm) {
+  // Step 1: mhat = g, vhat = g^2, so the step is lr * g / (|g| + eps) after decay.
+  torch::Tensor p = param(torch::tensor({0.5f, -1.0f, 2.0f, 0.25f}));
+  torch::Tensor g = torch::tensor({0.1f, -0.2f, 0.0f, 3.0f});
+  OptimizerOptions o;
+  o.kind = "adamw";
+  o.beta1 = 0.9;
+  o.beta2 = 0.95;
+  o.eps = 1e-8;
+  o.weight_decay = 0.1;
+  auto opt = makeOptimizer({p}, o);
+  opt->step({g}, 0.01);
+  // 0.5 * (1 - 0.01*0.1) - 0.01 * 0.1 / (0.1 + 1e-8)
+  EXPECT_NEAR(p[0].item<double>(), 0.4995 - 0.01 * 0.1 / (0.1 + 1e-8), 1e-7);
+  EXPECT_NEAR(p[0].item<double>(), 0.489500001, 1e-7);
+  EXPECT_NEAR(p[1].item<double>(), -0.999 + 0.01 * 0.2 / (0.2 + 1e-8), 1e-7);  // -0.989
+  EXPECT_NEAR(p[2].item<double>(), 2.0 * 0.999, 1e-7);  // zero gradient: decay only
+  EXPECT_NEAR(p[3].item<double>(), 0.25 * 0.999 - 0.01, 1e-7);
+  EXPECT_EQ(opt->stateBytes(), 2 * 4 * 4);  // m and v, fp32
+}
+
+TEST(AdamW, TwoStepsMatchReference) {
+  std::vector<double> p0 = {0.5, -1.0, 2.0, 0.25, -0.75, 1e-3};
+  std::vector<double> g1 = {0.1, -0.2, 0.05, 3.0, -1e-3, 0.7};
+  std::vector<double> g2 = {-0.3, -0.1, 0.05, 1.0, 2e-3, -0.7};
+  auto asTensor = [](const std::vector<double>& v) {
+    return torch::tensor(std::vector<float>(v.begin(), v.end()));
+  };
+  for (double wd : {0.0, 0.1}) {
+    torch::Tensor p = param(asTensor(p0));
+    OptimizerOptions o;
+    o.beta1 = 0.9;
+    o.beta2 = 0.95;
+    o.eps = 1e-8;
+    o.weight_decay = wd;
+    auto opt = makeOptimizer({p}, o);
+    AdamRef ref{0.02, 0.9, 0.95, 1e-8, wd, p0, std::vector<double>(6), std::vector<double>(6)};
+    // The reference sees the fp32-rounded inputs the optimizer sees.
+    for (double& x : ref.p) x = static_cast<float>(x);
+    auto f32 = [](std::vector<double> v) {
+      for (double& x : v) x = static_cast<float>(x);
+      return v;
+    };
+    opt->step({asTensor(g1)}, 0.02);
+    ref.step(f32(g1));
+    expectNear(p.detach(), {ref.p}, 2e-7, "AdamW step 1");
+    opt->step({asTensor(g2)}, 0.02);
+    ref.step(f32(g2));
+    expectNear(p.detach(), {ref.p}, 2e-7, "AdamW step 2");
+    // Sanity on the data: the two-step update of element 0 is far from two sign-like
+    // steps (2.0), so bias-corrected mixing of two different gradients is exercised.
+    EXPECT_GT(std::abs((p0[0] - ref.p[0]) / 0.02 - 2.0), 0.1);
+  }
+}
+
+TEST(AdamW, SkipsParametersWithoutGradient) {
+  torch::Tensor with = param(torch::ones({3}));
+  torch::Tensor without = torch::full({2}, 3.0f);
+  OptimizerOptions o;
+  o.weight_decay = 0.5;
+  auto opt = makeOptimizer({with, without}, o);
+  opt->step({torch::full({3}, 0.5f), torch::Tensor()}, 0.1);
+  EXPECT_TRUE(torch::equal(without.detach(), torch::full({2}, 3.0f)));  // not even decayed
+  EXPECT_NEAR(with[0].item<double>(), 1.0 * (1 - 0.05) - 0.1 * 0.5 / (0.5 + 1e-8), 1e-7);
+}
+
+// ------------------------------------------------------------------------ Adafactor
+
+struct AdafactorRef {
+  Mat p, R = {}, C = {};  // R [rows], C [cols] stored as 1-row matrices
+  int t = 0;
+  double lastRms = 0;
+  Mat lastV = {};
+  void step(const Mat& g, double lr, double wd) {
+    ++t;
+    const double rho = 1.0 - std::pow(double(t), -0.8), e1 = 1e-30;
+    size_t n = g.size(), m = g[0].size();
+    if (R.empty()) {
+      R.assign(1, std::vector<double>(n, 0.0));
+      C.assign(1, std::vector<double>(m, 0.0));
+    }
+    for (size_t i = 0; i < n; ++i) {
+      double s = 0;
+      for (size_t j = 0; j < m; ++j) s += g[i][j] * g[i][j] + e1;
+      R[0][i] = rho * R[0][i] + (1 - rho) * s / m;
+    }
+    for (size_t j = 0; j < m; ++j) {
+      double s = 0;
+      for (size_t i = 0; i < n; ++i) s += g[i][j] * g[i][j] + e1;
+      C[0][j] = rho * C[0][j] + (1 - rho) * s / n;
+    }
+    double meanR = 0;
+    for (double r : R[0]) meanR += r / n;
+    Mat u(n, std::vector<double>(m));
+    lastV.assign(n, std::vector<double>(m));
+    double sq = 0;
+    for (size_t i = 0; i < n; ++i)
+      for (size_t j = 0; j < m; ++j) {
+        lastV[i][j] = R[0][i] * C[0][j] / meanR;
+        u[i][j] = g[i][j] / std::sqrt(lastV[i][j]);
+        sq += u[i][j] * u[i][j];
+      }
+    lastRms = std::sqrt(sq / (n * m));
+    double div = std::max(1.0, lastRms);
+    for (size_t i = 0; i < n; ++i)
+      for (size_t j = 0; j < m; ++j) p[i][j] = p[i][j] * (1 - lr * wd) - lr * u[i][j] / div;
+  }
+};
+
+Mat roundF32(Mat m) {
+  for (auto& r : m)
+    for (double& x : r) x = static_cast<float>(x);
+  return m;
+}
+
+TEST(Adafactor, FirstStepUsesRankOneSecondMoment) {
+  // Not rank-1, so the factored estimate differs from g^2 and the test can tell.
+  Mat g = roundF32({{0.1, -0.2, 0.3}, {0.4, 0.5, -0.6}});
+  Mat p0 = roundF32({{1.0, 2.0, -1.0}, {0.5, -0.5, 0.0}});
+  torch::Tensor p = param(fromMat(p0));
+  OptimizerOptions o;
+  o.kind = "adafactor";
+  auto opt = makeOptimizer({p}, o);
+  const double lr = 0.01;
+  opt->step({fromMat(g)}, lr);
+
+  // By hand, t = 1 so rho = 0: R = row means of g^2 = [0.14/3, 0.77/3],
+  // C = column means = [0.17/2, 0.29/2, 0.45/2], mean(R) = 0.91/6.
+  // V[0][0] = (0.14/3)(0.17/2) / (0.91/6) = 0.0238/0.91 = 0.026153846...
+  AdafactorRef ref{p0};
+  ref.step(g, lr, 0.0);
+  // (Relative 1e-6: g holds the fp32 roundings of the decimal values.)
+  EXPECT_NEAR(ref.lastV[0][0], 0.14 * 0.17 / 0.91, 1e-6 * ref.lastV[0][0]);
+  EXPECT_NEAR(ref.lastV[1][2], 0.77 * 0.45 / 0.91, 1e-6 * ref.lastV[1][2]);
+  EXPECT_GT(std::abs(ref.lastV[0][0] - 0.01), 1e-3);  // differs from g^2
+  expectNear(p.detach(), ref.p, 1e-6, "Adafactor step 1");
+
+  // The applied update u = (p0 - p1) / lr equals g / sqrt(outer(R,C)/mean(R)) / max(1, rms).
+  Mat p1 = toMat(p.detach());
+  double div = std::max(1.0, ref.lastRms), sq = 0;
+  for (size_t i = 0; i < 2; ++i)
+    for (size_t j = 0; j < 3; ++j) {
+      double u = (p0[i][j] - p1[i][j]) / lr;
+      EXPECT_NEAR(u, g[i][j] / std::sqrt(ref.lastV[i][j]) / div, 2e-4) << i << "," << j;
+      sq += u * u;
+    }
+  EXPECT_LE(std::sqrt(sq / 6), 1.0 + 1e-4);
+  EXPECT_EQ(opt->stateBytes(), (2 + 3) * 4);  // factored: one row + one column vector
+}
+
+TEST(Adafactor, UpdateRmsClippedToOne) {
+  // One large entry makes the rank-1 estimate tiny at [1][1]: unclipped RMS >> 1.
+  Mat g = roundF32({{10.0, 0.01, 0.01}, {0.01, 0.01, 0.01}});
+  Mat p0 = roundF32({{0.0, 0.0, 0.0}, {0.0, 0.0, 0.0}});
+  torch::Tensor p = param(fromMat(p0));
+  OptimizerOptions o;
+  o.kind = "adafactor";
+  o.weight_decay = 0.0;
+  auto opt = makeOptimizer({p}, o);
+  opt->step({fromMat(g)}, 1.0);
+  AdafactorRef ref{p0};
+  ref.step(g, 1.0, 0.0);
+  ASSERT_GT(ref.lastRms, 100.0) << "test data no longer exercises the clip";
+  Mat u = toMat(-p.detach());
+  double sq = 0;
+  for (auto& r : u)
+    for (double x : r) sq += x * x;
+  EXPECT_NEAR(std::sqrt(sq / 6), 1.0, 1e-5) << "update RMS must be clipped to exactly 1";
+  for (size_t i = 0; i < 2; ++i)
+    for (size_t j = 0; j < 3; ++j) EXPECT_NEAR(u[i][j], -ref.p[i][j], 1e-5) << i << "," << j;
+}
+
+TEST(Adafactor, SecondStepAndWeightDecay) {
+  Mat g1 = roundF32({{0.1, -0.2, 0.3}, {0.4, 0.5, -0.6}});
+  Mat g2 = roundF32({{-0.3, 0.1, 0.2}, {0.05, -0.5, 0.6}});
+  Mat p0 = roundF32({{1.0, 2.0, -1.0}, {0.5, -0.5, 0.25}});
+  torch::Tensor p = param(fromMat(p0));
+  OptimizerOptions o;
+  o.kind = "adafactor";
+  o.weight_decay = 0.1;
+  auto opt = makeOptimizer({p}, o);
+  AdafactorRef ref{p0};
+  opt->step({fromMat(g1)}, 0.05);
+  ref.step(g1, 0.05, 0.1);
+  expectNear(p.detach(), ref.p, 1e-6, "Adafactor step 1");
+  opt->step({fromMat(g2)}, 0.05);
+  ref.step(g2, 0.05, 0.1);  // rho_2 = 1 - 2^-0.8 = 0.4257...
+  expectNear(p.detach(), ref.p, 1e-6, "Adafactor step 2");
+}
+
+TEST(Adafactor, OneDimensionalParameterUnfactored) {
+  // 1-D: V = g^2 + e1 at step 1, so u = g / |g| = sign(g) (RMS 1, no clip); zero stays zero.
+  torch::Tensor p = param(torch::tensor({1.0f, 1.0f, 1.0f, 1.0f}));
+  OptimizerOptions o;
+  o.kind = "adafactor";
+  auto opt = makeOptimizer({p}, o);
+  opt->step({torch::tensor({0.3f, -2.0f, 0.0f, 1e-3f})}, 0.1);
+  expectNear(p.detach(), {{0.9, 1.1, 1.0, 0.9}}, 1e-6, "Adafactor 1-D");
+  EXPECT_EQ(opt->stateBytes(), 4 * 4);
+}
+
+TEST(GradUtils, SquaredNormAndScale) {
+  // An undefined gradient is ignored.
+  std::vector<torch::Tensor> gs = {torch::tensor({3.0f, 4.0f}), torch::tensor({12.0f}),
+                                   torch::Tensor()};
+  EXPECT_DOUBLE_EQ(gradSquaredNorm(gs), 9.0 + 16.0 + 144.0);
+  // Per-element weights (e.g. 1/tp for replicated parameters); undefined = ones.
+  std::vector<torch::Tensor> ws = {torch::tensor({0.5f, 0.25f}), torch::Tensor(), torch::Tensor()};
+  EXPECT_DOUBLE_EQ(gradSquaredNorm(gs, ws), 9.0 * 0.5 + 16.0 * 0.25 + 144.0);
+  scaleGrads(gs, 0.5);
+  EXPECT_DOUBLE_EQ(gradSquaredNorm(gs), (9.0 + 16.0 + 144.0) / 4);
+  EXPECT_TRUE(torch::equal(gs[0], torch::tensor({1.5f, 2.0f})));
+  EXPECT_FALSE(gs[2].defined());
+}
+
+}  // namespace
+}  // namespace ftb
