@@ -6,6 +6,7 @@ set -euo pipefail
 PKGS=(
   build-essential cmake ccache pkg-config git
   libtorch-dev libgloo-dev libopenblas0-openmp      # libtorch 1.13 + c10d Gloo headers + fast BLAS
+  libjemalloc-dev                                   # trainer allocator (honest peak RSS)
   libopenmpi-dev openmpi-bin                        # launcher rendezvous
   libhdf5-dev hdf5-tools                            # metrics files
   libtomlplusplus-dev libcxxopts-dev nlohmann-json3-dev libgtest-dev

@@ -20,6 +20,9 @@ int main(int argc, char** argv) {
       ("print-config", "print the resolved config and exit")
       ("generate-data", "write the synthetic dataset of this config to PATH (.jsonl or .bin) and exit",
        cxxopts::value<std::string>())
+      ("estimate-memory", "print the per-rank memory estimate for this config and layout and exit")
+      ("world-size", "world size to plan for with --estimate-memory (default: the environment's)",
+       cxxopts::value<int>())
       ("overrides", "key=value overrides", cxxopts::value<std::vector<std::string>>())
       ("h,help", "show help");
   cli.parse_positional({"overrides"});
@@ -39,6 +42,8 @@ int main(int argc, char** argv) {
       opts.overrides.push_back("output.dir=" + args["output-dir"].as<std::string>());
     if (args.count("no-sweep-dir")) opts.overrides.push_back("output.no_sweep_dir=true");
     opts.print_config = args.count("print-config") > 0;
+    opts.estimate_memory = args.count("estimate-memory") > 0;
+    if (args.count("world-size")) opts.world_size = args["world-size"].as<int>();
     if (args.count("generate-data")) opts.generate_data = args["generate-data"].as<std::string>();
   } catch (const cxxopts::exceptions::exception& e) {
     std::cerr << "trainer: " << e.what() << "\n" << cli.help() << "\n";

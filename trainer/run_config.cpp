@@ -108,6 +108,11 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size) {
   c.pad_longest = cfg.getString("data.padding") == "longest";
   requireOneOf(cfg, "data.bin_dtype", {"uint16", "uint32"});
   c.bin_dtype = cfg.getString("data.bin_dtype");
+  if (c.bin_dtype == "uint16" && c.model.vocab_size > 65536 &&
+      c.data_source.size() > 4 && c.data_source.compare(c.data_source.size() - 4, 4, ".bin") == 0)
+    cfg.fail("data.bin_dtype", "uint16 cannot hold token ids of vocab_size(" +
+                                   num(c.model.vocab_size) + ")",
+             "set data.bin_dtype = \"uint32\"");
   c.num_samples = cfg.getInt("data.num_samples");
   c.min_doc_len = cfg.getInt("data.min_doc_len");
   if (c.min_doc_len < 0 || c.min_doc_len > c.seq_len)
@@ -115,6 +120,10 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size) {
                                      num(c.min_doc_len));
   if (c.min_doc_len == 0) c.min_doc_len = std::max<int64_t>(1, c.seq_len / 4);
   c.pad_id = cfg.getInt("data.pad_id");
+  if (c.pad_id < 0 || c.pad_id >= c.model.vocab_size)
+    cfg.fail("data.pad_id", "pad_id(" + num(c.pad_id) + ") is not a token id in [0, vocab_size(" +
+                                num(c.model.vocab_size) + "))",
+             "padding positions are masked out of the loss, but they still go through the embedding");
   if (c.data_source == "synthetic") {
     requirePositive(cfg, "data.num_samples");
   } else if (!std::filesystem::is_regular_file(c.data_source)) {

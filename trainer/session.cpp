@@ -17,6 +17,7 @@
 #include "trainer/metrics/h5_metrics.h"
 #include "trainer/metrics/perf.h"
 #include "trainer/parallel/dist.h"
+#include "trainer/parallel/memory_estimate.h"
 #include "trainer/run_config.h"
 #include "trainer/train.h"
 
@@ -76,7 +77,17 @@ int runSession(const SessionOptions& opts) {
     DistEnv env = discoverDistEnv();
     setLogIdentity(env.rank, env.world_size, hostName());
     Config cfg = Config::load(opts.config_path, opts.overrides);
-    TrainConfig tc = TrainConfig::fromConfig(cfg, env.world_size);
+    if (opts.world_size < 0 || (opts.world_size > 0 && !opts.estimate_memory))
+      throw ConfigError("--world-size", "command line",
+                        "only valid with --estimate-memory, and must be >= 1",
+                        "training takes its world size from the launcher's environment");
+    TrainConfig tc =
+        TrainConfig::fromConfig(cfg, opts.world_size > 0 ? opts.world_size : env.world_size);
+    if (opts.estimate_memory) {
+      std::cout << formatMemoryEstimate(tc, estimateMemory(tc),
+                                        cfg.getFloat("parallel.memory_limit_gb") * (1 << 30));
+      return 0;
+    }
     if (opts.print_config) {
       std::cout << cfg.toToml();
       return 0;

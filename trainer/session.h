@@ -16,6 +16,8 @@ struct SessionOptions {
   std::vector<std::string> overrides;
   bool print_config = false;
   std::string generate_data;  // non-empty: write the synthetic dataset and exit
+  bool estimate_memory = false;
+  int world_size = 0;  // > 0: plan for this world size (--estimate-memory)
 };
 
 int runSession(const SessionOptions& opts);

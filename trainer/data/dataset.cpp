@@ -174,6 +174,11 @@ void writeSyntheticDataset(const TrainConfig& c, const std::string& path) {
   std::ofstream out(path, std::ios::binary);
   if (!out) throw IoError("cannot write " + path);
   bool bin = endsWith(path, ".bin");
+  if (bin && c.bin_dtype == "uint16" && c.model.vocab_size > 65536)
+    throw ConfigError("data.bin_dtype", "--generate-data " + path,
+                      "uint16 cannot hold token ids of vocab_size(" +
+                          std::to_string(c.model.vocab_size) + ")",
+                      "set data.bin_dtype = \"uint32\"");
   for (int64_t i = 0; i < ds.size(); ++i) {
     std::vector<int32_t> ids = ds.document(i);
     if (bin) {

@@ -220,12 +220,10 @@ TEST(TokenFiles, BinWindows) {
   }
 }
 
-// KNOWN BUG (disabled so the suite stays green; run with --gtest_also_run_disabled_tests):
 // writeSyntheticDataset() with data.bin_dtype = "uint16" (the default) and a vocabulary
-// larger than 65536 (e.g. Llama-3, 128256) silently truncates ids to 16 bits, so the file
-// no longer holds "exactly SyntheticDataset's" documents, and loading it passes the
-// vocabulary check with the wrong tokens. It should refuse (FtbError) or round-trip.
-TEST(TokenFiles, DISABLED_Uint16BinWithLargeVocab_KNOWN_BUG) {
+// larger than 65536 (e.g. Llama-3, 128256) must not truncate ids to 16 bits: it
+// refuses (ConfigError) or round-trips.
+TEST(TokenFiles, Uint16BinWithLargeVocabIsRefused) {
   TempDir dir;
   TrainConfig c = tinyConfig({"model.vocab_size=70000"});
   ASSERT_EQ(c.bin_dtype, "uint16");

@@ -179,12 +179,9 @@ TEST(TrainConfig, OtherInvariantsNameTheNumbers) {
   EXPECT_EQ(load({"training.activation_checkpointing=\"full\""}, 1).checkpoint_every, 1);
 }
 
-// KNOWN BUG (disabled so the suite stays green; run with --gtest_also_run_disabled_tests):
-// data.pad_id is not validated. A pad_id outside [0, vocab_size) passes fromConfig and
-// the first padded batch then dies in the embedding lookup ("index out of range in
-// self", exit 1) instead of a ConfigError (exit 2) before training, as DESIGN.md
-// §Trainer requires for broken invariants.
-TEST(TrainConfig, DISABLED_PadIdMustBeATokenId_KNOWN_BUG) {
+// A pad_id outside [0, vocab_size) would die in the embedding lookup of the first
+// padded batch; it must be a ConfigError (exit 2) before training.
+TEST(TrainConfig, PadIdMustBeATokenId) {
   expectConfigError([] { load({"data.pad_id=600"}, 1); }, {"data.pad_id", "600", "512"});
   expectConfigError([] { load({"data.pad_id=-1"}, 1); }, {"data.pad_id", "-1"});
 }

@@ -1,0 +1,110 @@
+#include "trainer/parallel/memory_estimate.h"
+
+#include <iomanip>
+#include <sstream>
+
+namespace ftb {
+namespace {
+
+struct Counts {
+  double block = 0, block_replicated = 0;  // per-block params on this tp rank
+  double root = 0, root_replicated = 0;    // embedding (+ output) and final norm
+};
+
+Counts countParams(const ModelArgs& m, int64_t tp) {
+  const double D = m.dim, hd = m.headDim(), t = double(tp);
+  Counts c;
+  c.block = (m.n_heads * hd * D + 2 * m.n_kv_heads * hd * D + m.n_heads * hd * D +
+             3 * m.ffn_dim * D) / t + 2 * D;
+  c.block_replicated = 2 * D;
+  c.root = (m.tie_embeddings ? 1 : 2) * m.vocab_size * D / t + D;
+  c.root_replicated = D;
+  return c;
+}
+
+std::string gib(double b) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(b < 10.0 * (1 << 30) ? 3 : 2) << b / (1 << 30) << " GiB";
+  return os.str();
+}
+
+}  // namespace
+
+MemoryEstimate estimateMemory(const TrainConfig& tc) {
+  const ModelArgs& m = tc.model;
+  const Counts c = countParams(m, tc.tp);
+  const double L = m.n_layers, P = L * c.block + c.root;
+  const double N = double(tc.dp_shard);
+  const int stage = tc.zero_stage > 0 && tc.dp_shard > 1 ? static_cast<int>(tc.zero_stage) : 0;
+  const double elt = tc.dtype == DType::kBf16 ? 2.0 : 4.0;  // compute dtype
+  MemoryEstimate e;
+  e.params_local = static_cast<int64_t>(P);
+  e.runtime = kRuntimeBaselineBytes;
+  e.checkpointing = tc.checkpoint_every > 0 || stage == 3;
+
+  double opt_params = stage >= 1 ? P / N : P;
+  e.optimizer = tc.optimizer == "adafactor" ? 4.0 * 2 * std::sqrt(P) * L : 8.0 * opt_params;
+  if (stage == 0) {
+    e.parameters = 4 * P;
+    e.gradients = 4 * P;
+    e.comm_buffers = 2 * 4 * std::min(P, 25.0 * (1 << 20) / 4);  // one bucket: cat + result
+  } else if (stage < 3) {
+    e.parameters = 4 * P;
+    e.gradients = 4 * P + 4 * P / N;
+    e.comm_buffers = 2 * 4 * std::max(c.block, c.root);  // largest unit's flat buffer
+  } else {
+    // Shards + the fp32 root unit for the whole step + one block gathered in the
+    // compute dtype (forward, then again for its recompute in backward).
+    e.parameters = 4 * P / N;
+    e.gradients = 4 * P / N;
+    e.gathered = 4 * c.root + elt * c.block + 4 * c.root + 4 * c.block;
+    e.comm_buffers = 4 * std::max(c.block, c.root) + elt * c.block;
+  }
+  if (tc.dtype == DType::kBf16 && stage < 3) e.parameters += 2 * c.block;  // per-use casts
+
+  // Activations of one micro-batch (elements): per block ≈ 16·BTD + 4·B·H·T² (scores,
+  // masked, softmax, probs) + 4·BTF in the compute dtype; the loss keeps ≈ 4 copies
+  // of the local logits in fp32.
+  const double B = tc.micro_batch_size, T = tc.seq_len, D = m.dim;
+  const double H = double(m.n_heads) / tc.tp, F = double(m.ffn_dim) / tc.tp;
+  const double per_block = elt * (16 * B * T * D + 4 * B * H * T * T + 4 * B * T * F);
+  const double logits = 4.0 * 4 * B * T * double(m.vocab_size) / tc.tp;
+  e.activations_full = L * per_block + logits;
+  // Checkpointed blocks keep only their input; one block is live during recompute.
+  const double every = tc.checkpoint_every > 0 ? double(tc.checkpoint_every) : 1.0;
+  const double ckpt_blocks = std::ceil(L / every);
+  e.activations_checkpointed = ckpt_blocks * elt * B * T * D +
+                               (L - ckpt_blocks) * per_block + per_block + logits;
+  return e;
+}
+
+std::string formatMemoryEstimate(const TrainConfig& tc, const MemoryEstimate& e,
+                                 double limit_bytes) {
+  std::ostringstream os;
+  const int stage = tc.zero_stage > 0 && tc.dp_shard > 1 ? static_cast<int>(tc.zero_stage) : 0;
+  os << "memory estimate per rank: " << tc.model.name << ", world " << tc.world_size << " = dp_replicate "
+     << tc.dp_replicate << " x dp_shard " << tc.dp_shard << " x tp " << tc.tp << ", zero_stage "
+     << stage << ", " << (tc.dtype == DType::kBf16 ? "bf16" : "fp32") << ", " << tc.optimizer
+     << ", micro-batch " << tc.micro_batch_size << " x seq " << tc.seq_len << "\n";
+  os << "  parameters on this tp rank: " << e.params_local << "\n";
+  auto row = [&os](const std::string& k, double v) {
+    os << "  " << std::left << std::setw(34) << k << std::right << std::setw(14) << gib(v) << "\n";
+  };
+  row("parameters", e.parameters);
+  row("gradients", e.gradients);
+  row("optimizer state", e.optimizer);
+  row("model states (sum of the above)", e.modelStates());
+  if (e.gathered > 0) row("gathered units (ZeRO-3)", e.gathered);
+  row("activations (no checkpointing)", e.activations_full);
+  row("activations (checkpointing)", e.activations_checkpointed);
+  row("communication buffers", e.comm_buffers);
+  row("runtime baseline", e.runtime);
+  row(std::string("total (") + (e.checkpointing ? "checkpointing" : "no checkpointing") + ")",
+      e.total());
+  if (limit_bytes > 0)
+    os << "  memory_limit " << gib(limit_bytes) << ": "
+       << (e.total() <= limit_bytes ? "fits" : "does NOT fit") << "\n";
+  return os.str();
+}
+
+}  // namespace ftb

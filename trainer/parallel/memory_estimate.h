@@ -1,0 +1,53 @@
+// Per-rank memory estimate for a model, layout and batch, without training.
+//
+// Contract: estimateMemory() models exactly what this trainer allocates (see
+// parallel/zero.h for the stage semantics), in bytes per rank:
+//   parameters   fp32 model/master weights (stages 0-2: the full tp slice; stage 3:
+//                the 1/N shard)
+//   gradients    fp32 (stage 0: full tp slice; stages 1-2: full tp slice + this
+//                rank's shard, the same peak for 2 since gradients are reduced after
+//                backward; stage 3: the shard)
+//   gathered     stage 3 only: the fp32 root unit and its gradients for the whole
+//                step, plus one block gathered in the compute dtype and its gradients
+//   optimizer    AdamW m and v (8 bytes/param) or Adafactor row/col moments
+//   activations  autograd-saved tensors of one micro-batch, with and without
+//                activation checkpointing, plus the logits
+//   comm buffers flat all-reduce / reduce-scatter / all-gather staging buffers
+//   runtime      the process baseline (libtorch, BLAS buffers, allocator), measured
+// The closed forms it reduces to (ZeRO paper, Adam in mixed precision, 16Ψ bytes of
+// model state): stage 0: 16Ψ, stage 1: 8Ψ + 8Ψ/N, stage 3: 16Ψ/N (+ gathered units).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "trainer/run_config.h"
+
+namespace ftb {
+
+struct MemoryEstimate {
+  int64_t params_local = 0;  // parameters held by this tp rank (before ZeRO sharding)
+  double parameters = 0, gradients = 0, optimizer = 0, gathered = 0;
+  double activations_full = 0, activations_checkpointed = 0;  // per micro-batch
+  double comm_buffers = 0, runtime = 0;
+  bool checkpointing = false;  // which activation figure the total uses
+
+  double modelStates() const { return parameters + gradients + optimizer; }
+  double total() const {
+    return modelStates() + gathered + (checkpointing ? activations_checkpointed : activations_full) +
+           comm_buffers + runtime;
+  }
+};
+
+// The process baseline measured on these machines (libtorch CPU, one thread): the
+// peak RSS of a run of a 0.2 M-parameter model.
+inline constexpr double kRuntimeBaselineBytes = 210.0 * (1 << 20);
+
+MemoryEstimate estimateMemory(const TrainConfig& tc);
+
+// Human-readable per-component table, and whether it fits `limit_bytes` (0 = none).
+std::string formatMemoryEstimate(const TrainConfig& tc, const MemoryEstimate& e,
+                                 double limit_bytes);
+
+}  // namespace ftb
