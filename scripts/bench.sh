@@ -2,6 +2,8 @@
 # Benchmarks; every figure comes from a measurement on this machine and is written to
 # results/bench/. Run scripts/build.sh first (or scripts/test.sh).
 #   trainer   D512/L8/T512/B4 tokens/s and MFU, fp32 and bf16, one thread (issue 2)
+#   memory    peak RSS per rank, world 2, DDP vs ZeRO-1/2/3 on a 274 M model, and the
+#             --estimate-memory figure for each (issue 4)
 #   launcher  time from launcher start until every worker has exec'd (issue 3)
 #   aggregate sweep_tagger aggregate over 1,000 runs x 2 ranks x 1,000 steps (issue 5)
 # Usage: scripts/bench.sh [trainer|launcher|aggregate ...]   (default: all)
@@ -12,7 +14,7 @@ BUILD=${FTB_BUILD_DIR:-$ROOT/build/release}
 OUT=$ROOT/results/bench
 mkdir -p "$OUT"
 which=("$@")
-[ ${#which[@]} -gt 0 ] || which=(trainer launcher aggregate)
+[ ${#which[@]} -gt 0 ] || which=(trainer memory launcher aggregate)
 
 bench_trainer() {
   local md=$OUT/trainer_mfu.md runs=$OUT/runs
@@ -26,11 +28,34 @@ bench_trainer() {
   cat "$md"
 }
 
+bench_memory() {
+  local runs=$OUT/runs/memory
+  rm -rf "$runs"
+  mkdir -p "$runs"
+  for stage in 0 1 2 3; do
+    echo "bench: memory, world 2, zero_stage $stage"
+    local port=$((20000 + RANDOM % 20000)) pids=()
+    for r in 0 1; do
+      RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
+        MASTER_PORT=$port OMP_NUM_THREADS=1 "$BUILD/trainer/trainer" \
+        --config configs/runs/bench-memory.toml --output-dir "$runs/zero$stage" --no-sweep-dir \
+        parallel.dp_shard=2 parallel.zero_stage=$stage >"$runs/zero$stage.r$r.log" 2>&1 &
+      pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p"; done
+    "$BUILD/trainer/trainer" --config configs/runs/bench-memory.toml --estimate-memory \
+      --world-size 2 parallel.dp_shard=2 parallel.zero_stage=$stage >"$runs/zero$stage/estimate.txt"
+  done
+  /usr/bin/python3 scripts/bench_memory_report.py "$runs" > "$OUT/memory.md"
+  cat "$OUT/memory.md"
+}
+
 for b in "${which[@]}"; do
   case "$b" in
     trainer) bench_trainer ;;
-    launcher) [ -x scripts/bench_launcher.sh ] && scripts/bench_launcher.sh ;;
-    aggregate) [ -x scripts/bench_aggregate.sh ] && scripts/bench_aggregate.sh ;;
+    memory) bench_memory ;;
+    launcher) scripts/bench_launcher.sh ;;
+    aggregate) if [ -x scripts/bench_aggregate.sh ]; then scripts/bench_aggregate.sh; else echo "bench: aggregate benchmark not available yet" >&2; fi ;;
     *) echo "bench: unknown benchmark '$b'" >&2; exit 2 ;;
   esac
 done

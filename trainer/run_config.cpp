@@ -6,6 +6,9 @@
 #include "common/error.h"
 
 namespace ftb {
+
+bool ncclCompiledIn();  // parallel/backend_nccl{,_off}.cpp
+
 namespace {
 
 std::string num(int64_t v) { return std::to_string(v); }
@@ -214,6 +217,9 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size) {
   }
   c.backend = cfg.getString("parallel.backend");
   requireOneOf(cfg, "parallel.backend", {"auto", "gloo", "nccl"});
+  if (c.backend == "nccl" && !ncclCompiledIn())
+    cfg.fail("parallel.backend", "\"nccl\" is not compiled into this build (libtorch has no CUDA)",
+             "use backend = \"gloo\" or \"auto\"");
   c.timeout_seconds = cfg.getFloat("parallel.timeout_seconds");
   if (c.timeout_seconds <= 0) cfg.fail("parallel.timeout_seconds", "must be > 0");
 

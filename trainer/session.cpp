@@ -100,7 +100,8 @@ int runSession(const SessionOptions& opts) {
     at::set_num_threads(threadsFor(tc));
     installStopSignalHandlers();
     Distributed dist = initDistributed(
-        env, std::chrono::milliseconds(static_cast<int64_t>(tc.timeout_seconds * 1000)));
+        env, std::chrono::milliseconds(static_cast<int64_t>(tc.timeout_seconds * 1000)),
+        tc.backend);
     std::string run_dir = prepareRun(cfg, tc, dist);
 
     torch::ScalarType dt = tc.dtype == DType::kBf16 ? torch::kBFloat16 : torch::kFloat32;

@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
@@ -14,6 +13,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "trainer/parallel/backend.h"
 
 namespace ftb {
 namespace {
@@ -62,9 +62,12 @@ std::string where(const DistEnv& env) {
 
 }  // namespace
 
-Distributed initDistributed(const DistEnv& env, std::chrono::milliseconds timeout) {
+Distributed initDistributed(const DistEnv& env, std::chrono::milliseconds timeout,
+                            const std::string& backend) {
   Distributed d;
   d.env = env;
+  d.backend = backend;
+  resolveBackend(backend);  // refuse an unavailable backend before any socket opens
   if (env.world_size == 1) {
     d.world = makeSelfComm();
     return d;
@@ -99,15 +102,11 @@ std::unique_ptr<Comm> Distributed::newGroup(const std::string& name, const std::
   if (ranks.size() == 1) return makeSelfComm();
   std::string master = env.master_addr + ":" + std::to_string(env.master_port);
   try {
-    auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
-    std::string local = localAddressTowards(env.master_addr);
-    opts->devices.push_back(local.empty()
-                                ? c10d::ProcessGroupGloo::createDefaultDevice()
-                                : c10d::ProcessGroupGloo::createDeviceForHostname(local));
-    opts->threads = 2;
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>(name, store);
-    auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(
-        prefixed, static_cast<int>(it - ranks.begin()), static_cast<int>(ranks.size()), opts);
+    auto pg = makeProcessGroup(resolveBackend(backend), prefixed,
+                               static_cast<int>(it - ranks.begin()),
+                               static_cast<int>(ranks.size()), timeout,
+                               localAddressTowards(env.master_addr));
     return makeProcessGroupComm(pg, timeout);
   } catch (const FtbError&) {
     throw;

@@ -32,8 +32,11 @@ struct Distributed {
   std::unique_ptr<Comm> newGroup(const std::string& name, const std::vector<int>& ranks);
 
   std::chrono::milliseconds timeout{300000};
+  std::string backend = "auto";
 };
 
-Distributed initDistributed(const DistEnv& env, std::chrono::milliseconds timeout);
+// backend: "auto" | "gloo" | "nccl" (parallel.backend).
+Distributed initDistributed(const DistEnv& env, std::chrono::milliseconds timeout,
+                            const std::string& backend = "auto");
 
 }  // namespace ftb

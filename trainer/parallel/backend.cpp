@@ -1,0 +1,36 @@
+#include "trainer/parallel/backend.h"
+
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/cuda.h>
+
+#include "common/error.h"
+
+namespace ftb {
+
+BackendKind resolveBackend(const std::string& name) {
+  if (name == "gloo") return BackendKind::kGloo;
+  if (name == "nccl") {
+    if (!ncclCompiledIn())
+      throw ConfigError("parallel.backend", "config",
+                        "\"nccl\" is not compiled into this build (libtorch has no CUDA)",
+                        "use backend = \"gloo\" or \"auto\"");
+    return BackendKind::kNccl;
+  }
+  return ncclCompiledIn() && torch::cuda::is_available() ? BackendKind::kNccl : BackendKind::kGloo;
+}
+
+c10::intrusive_ptr<c10d::ProcessGroup> makeProcessGroup(BackendKind kind,
+                                                        c10::intrusive_ptr<c10d::Store> store,
+                                                        int rank, int size,
+                                                        std::chrono::milliseconds timeout,
+                                                        const std::string& local_addr) {
+  if (kind == BackendKind::kNccl) return makeNcclProcessGroup(std::move(store), rank, size, timeout);
+  auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
+  opts->devices.push_back(local_addr.empty()
+                              ? c10d::ProcessGroupGloo::createDefaultDevice()
+                              : c10d::ProcessGroupGloo::createDeviceForHostname(local_addr));
+  opts->threads = 2;
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(std::move(store), rank, size, opts);
+}
+
+}  // namespace ftb
