@@ -60,14 +60,16 @@ MemoryEstimate estimateMemory(const TrainConfig& tc) {
     e.gathered = 4 * c.root + elt * c.block + 4 * c.root + 4 * c.block;
     e.comm_buffers = 4 * std::max(c.block, c.root) + elt * c.block;
   }
-  if (tc.dtype == DType::kBf16 && stage < 3) e.parameters += 2 * c.block;  // per-use casts
 
   // Activations of one micro-batch (elements): per block ≈ 16·BTD + 4·B·H·T² (scores,
   // masked, softmax, probs) + 4·BTF in the compute dtype; the loss keeps ≈ 4 copies
   // of the local logits in fp32.
   const double B = tc.micro_batch_size, T = tc.seq_len, D = m.dim;
   const double H = double(m.n_heads) / tc.tp, F = double(m.ffn_dim) / tc.tp;
-  const double per_block = elt * (16 * B * T * D + 4 * B * H * T * T + 4 * B * T * F);
+  // In bf16 each block also keeps the bf16 casts of its weights for backward.
+  const double casts = tc.dtype == DType::kBf16 ? 2 * c.block : 0.0;
+  const double per_block =
+      elt * (16 * B * T * D + 4 * B * H * T * T + 4 * B * T * F) + casts;
   const double logits = 4.0 * 4 * B * T * double(m.vocab_size) / tc.tp;
   e.activations_full = L * per_block + logits;
   // Checkpointed blocks keep only their input; one block is live during recompute.

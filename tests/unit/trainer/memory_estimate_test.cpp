@@ -1,0 +1,80 @@
+// --estimate-memory against closed forms (ZeRO paper, Rajbhandari et al. 2020): with
+// Adam and fp32 master weights, model states take 16 bytes per parameter; ZeRO-3
+// divides all of it by the shard degree N, tensor parallel divides the split
+// matrices by tp and keeps the norms whole.
+#include "trainer/parallel/memory_estimate.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+
+namespace ftb {
+namespace {
+
+const std::string kTinyRun = std::string(FTB_SOURCE_DIR) + "/configs/runs/tiny.toml";
+
+TrainConfig llama7b(std::vector<std::string> overrides, int world) {
+  overrides.insert(overrides.end(), {"model.name=\"llama-2-7b\"", "data.seq_len=4096",
+                                     "training.micro_batch_size=1", "training.dtype=\"bf16\""});
+  return TrainConfig::fromConfig(Config::load(kTinyRun, overrides), world);
+}
+
+constexpr double kPsi = 6738415616.0;  // Llama-2-7B parameters
+
+TEST(MemoryEstimate, Zero3On8RanksIs16PsiOverN) {
+  TrainConfig tc = llama7b({"parallel.dp_shard=8", "parallel.zero_stage=3"}, 8);
+  MemoryEstimate e = estimateMemory(tc);
+  EXPECT_EQ(e.params_local, static_cast<int64_t>(kPsi));
+  EXPECT_DOUBLE_EQ(e.parameters, 4 * kPsi / 8);
+  EXPECT_DOUBLE_EQ(e.gradients, 4 * kPsi / 8);
+  EXPECT_DOUBLE_EQ(e.optimizer, 8 * kPsi / 8);
+  EXPECT_DOUBLE_EQ(e.modelStates(), 16 * kPsi / 8);
+  EXPECT_TRUE(e.checkpointing) << "ZeRO-3 recomputes every block in backward";
+  // One gathered block in bf16 + its fp32 gradients, and the fp32 root (embedding,
+  // output, norm) with its gradients.
+  const double block = 4.0 * 4096 * 4096 + 3.0 * 4096 * 11008 + 2 * 4096;
+  const double root = 2.0 * 32000 * 4096 + 4096;
+  EXPECT_DOUBLE_EQ(e.gathered, 2 * block + 4 * block + 8 * root);
+  std::string table = formatMemoryEstimate(tc, e, 80.0 * (1 << 30));
+  for (const char* row : {"parameters", "gradients", "optimizer state", "model states",
+                          "gathered units (ZeRO-3)", "activations (no checkpointing)",
+                          "activations (checkpointing)", "communication buffers",
+                          "runtime baseline", "total (checkpointing)", "fits"})
+    EXPECT_NE(table.find(row), std::string::npos) << row << "\n" << table;
+}
+
+TEST(MemoryEstimate, TensorParallel8SplitsMatricesNotNorms) {
+  TrainConfig tc = llama7b({"parallel.tp=8"}, 8);
+  MemoryEstimate e = estimateMemory(tc);
+  const double per_block = (4.0 * 4096 * 4096 + 3.0 * 4096 * 11008) / 8 + 2 * 4096;
+  const double local = 32 * per_block + 2.0 * 32000 * 4096 / 8 + 4096;
+  EXPECT_DOUBLE_EQ(e.params_local, static_cast<int64_t>(local));
+  EXPECT_DOUBLE_EQ(e.modelStates(), 16 * local);
+}
+
+TEST(MemoryEstimate, Zero1KeepsFullParamsAndGradsShardsOptimizer) {
+  TrainConfig tc = llama7b({"parallel.dp_shard=8", "parallel.zero_stage=1"}, 8);
+  MemoryEstimate e = estimateMemory(tc);
+  // fp32 master = model weights, full gradients + this rank's reduced shard, Adam/N.
+  EXPECT_DOUBLE_EQ(e.modelStates(), 8 * kPsi + 12 * kPsi / 8);
+  TrainConfig ddp = llama7b({}, 8);
+  EXPECT_DOUBLE_EQ(estimateMemory(ddp).modelStates(), 16 * kPsi);
+}
+
+TEST(MemoryEstimate, CheckpointingShrinksActivationsAndLimitIsReported) {
+  TrainConfig none = llama7b({"parallel.tp=8"}, 8);
+  TrainConfig full = llama7b({"parallel.tp=8", "training.activation_checkpointing=\"full\""}, 8);
+  MemoryEstimate a = estimateMemory(none), b = estimateMemory(full);
+  EXPECT_LT(b.activations_checkpointed * 5, a.activations_full);
+  EXPECT_FALSE(a.checkpointing);
+  EXPECT_TRUE(b.checkpointing);
+  EXPECT_LT(b.total(), a.total());
+  EXPECT_NE(formatMemoryEstimate(none, a, 1.0 * (1 << 30)).find("does NOT fit"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace ftb
