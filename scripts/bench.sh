@@ -46,6 +46,15 @@ bench_memory() {
     "$BUILD/trainer/trainer" --config configs/runs/bench-memory.toml --estimate-memory \
       --world-size 2 parallel.dp_shard=2 parallel.zero_stage=$stage >"$runs/zero$stage/estimate.txt"
   done
+  # Activation-dominated check: the D512/L8 model, B4 x T512, with and without checkpointing.
+  for ck in none full; do
+    echo "bench: memory, activations, checkpointing $ck"
+    OMP_NUM_THREADS=1 "$BUILD/trainer/trainer" --config configs/runs/bench-d512.toml \
+      --output-dir "$runs/act_$ck" --no-sweep-dir training.activation_checkpointing="\"$ck\"" \
+      training.max_steps=2 training.warmup_steps=0 metrics.peak_tflops=0.1 >"$runs/act_$ck.log" 2>&1
+    "$BUILD/trainer/trainer" --config configs/runs/bench-d512.toml --estimate-memory \
+      training.activation_checkpointing="\"$ck\"" >"$runs/act_$ck/estimate.txt"
+  done
   /usr/bin/python3 scripts/bench_memory_report.py "$runs" > "$OUT/memory.md"
   cat "$OUT/memory.md"
 }

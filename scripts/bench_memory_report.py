@@ -11,9 +11,9 @@ from pathlib import Path
 import h5py
 
 runs = Path(sys.argv[1])
-rows = []
-for stage in range(4):
-    d = runs / f"zero{stage}"
+
+
+def measure(d):
     peaks = []
     for f in sorted((d / "metrics").glob("rank_*.h5")):
         with h5py.File(f, "r") as h:
@@ -22,7 +22,11 @@ for stage in range(4):
     est_text = (d / "estimate.txt").read_text()
     est = float(re.search(r"total \([^)]*\)\s+([\d.]+) GiB", est_text).group(1)) * 2**30
     params = int(re.search(r"parameters on this tp rank: (\d+)", est_text).group(1))
-    rows.append((stage, max(peaks), min(peaks), est, params))
+    return max(peaks), min(peaks), est, params
+
+
+rows = [(stage, *measure(runs / f"zero{stage}")) for stage in range(4)]
+act = [(ck, *measure(runs / f"act_{ck}")) for ck in ("none", "full") if (runs / f"act_{ck}").exists()]
 
 ddp = rows[0][1]
 print("# Memory: peak RSS per rank, world 2 (DDP vs ZeRO), 274 M-parameter model\n")
@@ -35,7 +39,14 @@ for stage, mx, mn, est, _ in rows:
     print(f"| {stage} | {mx / 2**20:.0f} / {mn / 2**20:.0f} MiB | {mx / ddp:.2f} | "
           f"{est / 2**20:.0f} MiB | {100 * (est - mx) / mx:+.1f} % |")
 z1, z3 = rows[1][1], rows[3][1]
-worst = max(abs(est - mx) / mx for _, mx, _, est, _ in rows)
+if act:
+    print("\nActivation-dominated: D512/L8 (58 M params), fp32, world 1, micro-batch 4 x 512 tokens.\n")
+    print("| activation checkpointing | measured peak RSS | estimate | estimate error |")
+    print("|---|---|---|---|")
+    for ck, mx, _, est, _ in act:
+        print(f"| {ck} | {mx / 2**20:.0f} MiB | {est / 2**20:.0f} MiB | {100 * (est - mx) / mx:+.1f} % |")
+    print()
+worst = max(abs(est - mx) / mx for _, mx, _, est, _ in rows + act)
 print()
 print(f"- ZeRO-1 < DDP: {'yes' if z1 < ddp else 'NO'} ({z1 / 2**20:.0f} < {ddp / 2**20:.0f} MiB)")
 print(f"- ZeRO-3 <= 0.6 x DDP: {'yes' if z3 <= 0.6 * ddp else 'NO'} ({z3 / ddp:.2f})")

@@ -61,16 +61,19 @@ MemoryEstimate estimateMemory(const TrainConfig& tc) {
     e.comm_buffers = 4 * std::max(c.block, c.root) + elt * c.block;
   }
 
-  // Activations of one micro-batch (elements): per block ≈ 16·BTD + 4·B·H·T² (scores,
-  // masked, softmax, probs) + 4·BTF in the compute dtype; the loss keeps ≈ 4 copies
-  // of the local logits in fp32.
+  // Activations of one micro-batch: per block ≈ 16·BTD + 4·BTF values in the compute
+  // dtype, the fp32 softmax output B·H·T² (plus its compute-dtype copy when that is
+  // not fp32) and, in bf16, the weight casts saved for backward. The loss keeps 3 fp32
+  // copies of the local logits (logits, shifted, exp) plus the compute-dtype logits.
+  // Calibrated against measured peak RSS (README §Memory estimate).
   const double B = tc.micro_batch_size, T = tc.seq_len, D = m.dim;
   const double H = double(m.n_heads) / tc.tp, F = double(m.ffn_dim) / tc.tp;
-  // In bf16 each block also keeps the bf16 casts of its weights for backward.
-  const double casts = tc.dtype == DType::kBf16 ? 2 * c.block : 0.0;
-  const double per_block =
-      elt * (16 * B * T * D + 4 * B * H * T * T + 4 * B * T * F) + casts;
-  const double logits = 4.0 * 4 * B * T * double(m.vocab_size) / tc.tp;
+  const bool low = tc.dtype == DType::kBf16;
+  const double scores = (4.0 + (low ? elt : 0.0)) * B * H * T * T;
+  const double casts = low ? 2 * c.block : 0.0;
+  const double per_block = elt * (16 * B * T * D + 4 * B * T * F) + scores + casts;
+  const double logit_elems = B * T * double(m.vocab_size) / tc.tp;
+  const double logits = (3 * 4.0 + (low ? elt : 0.0)) * logit_elems;
   e.activations_full = L * per_block + logits;
   // Checkpointed blocks keep only their input; one block is live during recompute.
   const double every = tc.checkpoint_every > 0 ? double(tc.checkpoint_every) : 1.0;
