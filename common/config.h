@@ -112,4 +112,7 @@ std::vector<std::string> presetDirs(const std::string& config_path);
 
 std::string valueToString(const Value& v);  // TOML spelling: 1, 0.0001, true, "s", [1, 2]
 
+// | key | type | default | meaning | table of every key (trainer --help-config, README).
+std::string schemaMarkdown(const Schema& schema);
+
 }  // namespace ftb

@@ -297,4 +297,16 @@ const Schema& trainerSchema() {
   return schema;
 }
 
+std::string schemaMarkdown(const Schema& schema) {
+  std::string out = "| key | type | default | meaning |\n|---|---|---|---|\n";
+  for (const KeySpec& k : schema.keys()) {
+    std::string def = k.default_value ? valueToString(*k.default_value) : "(preset)";
+    if (!k.default_value && k.key.rfind("model.", 0) != 0) def = "(none)";
+    std::string doc = k.doc;
+    if (!k.affects_experiment) doc += " (not part of the sweep tag)";
+    out += "| `" + k.key + "` | " + valueTypeName(k.type) + " | `" + def + "` | " + doc + " |\n";
+  }
+  return out;
+}
+
 }  // namespace ftb

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "common/config.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "trainer/session.h"
@@ -24,6 +25,7 @@ int main(int argc, char** argv) {
       ("world-size", "world size to plan for with --estimate-memory (default: the environment's)",
        cxxopts::value<int>())
       ("overrides", "key=value overrides", cxxopts::value<std::vector<std::string>>())
+      ("help-config", "print every config key (type, default, meaning) as a markdown table")
       ("h,help", "show help");
   cli.parse_positional({"overrides"});
   cli.positional_help("[key=value ...]");
@@ -31,7 +33,11 @@ int main(int argc, char** argv) {
   try {
     auto args = cli.parse(argc, argv);
     if (args.count("help")) {
-      std::cout << cli.help() << "\nConfig keys: see README.md#config-keys\n";
+      std::cout << cli.help() << "\nConfig keys: trainer --help-config\n";
+      return 0;
+    }
+    if (args.count("help-config")) {
+      std::cout << schemaMarkdown(trainerSchema());
       return 0;
     }
     if (!args.count("config"))

@@ -50,6 +50,7 @@ struct TrainConfig {
   int64_t dp_replicate = 1, dp_shard = 1, tp = 1, zero_stage = 0;
   std::string backend;
   double timeout_seconds = 300;
+  double memory_limit_bytes = 0;  // 0 = none; above it a run ends with status "oom"
   // metrics
   int64_t log_every = 1;
   double peak_tflops = 0, price_per_hour = 0;

@@ -5,6 +5,7 @@
 #include <iomanip>
 #include <sstream>
 
+#include "common/error.h"
 #include "common/log.h"
 #include "trainer/data/dataset.h"
 #include "trainer/metrics/perf.h"
@@ -149,14 +150,15 @@ TrainSummary train(const TrainConfig& tc, Distributed& dist, MetricsFile& metric
     // the shard group; replicas (dp without ZeRO, dp_replicate) hold equal copies.
     double sq_local = gradSquaredNorm(grads, norm_weights) /
                       double(zero ? tc.dp_replicate : tc.dpSize());
-    // [loss sum, padded, dataset, stop flag, grad norm²]: one small world all-reduce
+    // [loss sum, padded, dataset, stop flag, grad norm², over memory limit]: one small world all-reduce
     // carries the step's global counts and the stop decision, so all ranks stop after
     // the same step. tp ranks hold identical data, hence the division by tp.
     double stop = g_stop_signal.load() != 0 ? 1.0 : 0.0;
     if (rank == 0 && tc.stop_after_seconds > 0 && nowSeconds() - t_start >= tc.stop_after_seconds)
       stop = std::max(stop, 0.5);
-    torch::Tensor red = torch::tensor({local_loss, local_padded, local_dataset, stop, sq_local},
-                                      torch::kFloat64);
+    double over = tc.memory_limit_bytes > 0 && double(peakRssBytes()) > tc.memory_limit_bytes;
+    torch::Tensor red = torch::tensor(
+        {local_loss, local_padded, local_dataset, stop, sq_local, over}, torch::kFloat64);
     comm.allReduceSum(red);
     r.comm = nowSeconds() - tcomm;
     auto rv = red.accessor<double, 1>();
@@ -193,6 +195,12 @@ TrainSummary train(const TrainConfig& tc, Distributed& dist, MetricsFile& metric
                         {"peak_rss_bytes", double(peakRssBytes())}});
     if ((step + 1) % tc.log_every == 0) metrics.flush();
 
+    if (rv[5] > 0)  // some rank is over parallel.memory_limit_gb: every rank ends as oom
+      throw OomError(logPrefix() + " " + std::to_string(int(rv[5])) + " rank(s) exceeded " +
+                     "parallel.memory_limit_gb (" +
+                     std::to_string(int64_t(tc.memory_limit_bytes) >> 20) + " MiB) at step " +
+                     std::to_string(step) + "; this rank's peak RSS is " +
+                     std::to_string(peakRssBytes() >> 20) + " MiB");
     if (step == 0) sum.first_loss = r.loss;
     sum.last_loss = r.loss;
     sum.steps = step + 1;

@@ -77,3 +77,9 @@ def test_bad_layouts(tmp_path, overrides, world, needle):
     p, _ = run(tmp_path, BASE, *overrides, "training.max_steps=1", world=world if world > 1 else None)
     assert p.returncode == 2, p.stderr
     assert needle in p.stderr
+
+
+def test_reserved_keys_are_refused_not_ignored(tmp_path):
+    p, _ = run(tmp_path, BASE, "checkpoint.interval=10")
+    assert p.returncode == 2
+    assert "checkpoint.interval" in p.stderr and "not implemented yet" in p.stderr

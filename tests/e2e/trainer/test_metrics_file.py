@@ -89,3 +89,21 @@ def test_sigterm_records_preempted(tmp_path):
         assert st["state"] == "preempted"
         assert "Terminated" in st["message"]
         assert st["steps_done"] == len(f["steps/loss"]) >= 3
+
+
+def test_memory_limit_ends_every_rank_as_oom(tmp_path):
+    # 0.1 GiB is below the ~200 MiB libtorch baseline: both ranks must stop at step 0
+    # with status oom and exit code 5, not hang in a collective.
+    from conftest import free_port
+    port = free_port()
+    procs = [subprocess.Popen(
+        [str(TRAINER), "--config", str(TINY), "--output-dir", str(tmp_path), "--no-sweep-dir",
+         "parallel.memory_limit_gb=0.1"],
+        env=base_env(RANK=r, WORLD_SIZE=2, MASTER_ADDR="127.0.0.1", MASTER_PORT=port),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE) for r in range(2)]
+    assert [p.wait(timeout=60) for p in procs] == [5, 5]
+    for r in range(2):
+        with metrics(tmp_path, r) as f:
+            st = f["status"].attrs
+            assert st["state"] == "oom" and st["exit_code"] == 5
+            assert "memory_limit_gb" in st["message"] and st["steps_done"] == 1
