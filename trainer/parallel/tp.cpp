@@ -58,6 +58,13 @@ torch::Tensor vocabParallelEmbedding(const torch::Tensor& tokens, const torch::T
 torch::Tensor vocabParallelCrossEntropySum(const torch::Tensor& logits_local,
                                            const torch::Tensor& targets, const torch::Tensor& mask,
                                            int64_t vocab_start, const TpContext& tp) {
+  if (!tp.active()) {  // one device holds the whole vocabulary: the fused kernel
+    torch::Tensor nll = torch::nn::functional::cross_entropy(
+        logits_local.to(torch::kFloat32).reshape({-1, logits_local.size(-1)}),
+        targets.reshape({-1}),
+        torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+    return (nll * mask.reshape({-1}).to(torch::kFloat32)).sum();
+  }
   torch::Tensor z = logits_local.to(torch::kFloat32);
   int64_t n = z.size(-1);
   // Stable log-sum-exp over the whole vocabulary: subtract the global max (no grad).
