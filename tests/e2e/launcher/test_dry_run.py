@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from conftest import HERE, run
+from launcher_util import HERE, run
 
 GOLDEN = HERE / "golden"
 CLEAN_ENV = {"PATH": "/usr/bin:/bin"}  # a fixed environment: the report prints it

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import (ALLREDUCE, REPO, TRAINER, alive, mpirun_prefix, mpmd, records, run,
+from launcher_util import (ALLREDUCE, REPO, TRAINER, alive, mpirun_prefix, mpmd, records, run,
                       torch_python, wait_for, worker_cmd)
 
 H1, H2 = "10.77.0.11", "10.77.0.12"

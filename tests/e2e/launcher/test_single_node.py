@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from conftest import (ALLREDUCE, REPO, TRAINER, alive, records, run, torch_python, wait_for,
+from launcher_util import (ALLREDUCE, REPO, TRAINER, alive, records, run, torch_python, wait_for,
                       worker_cmd)
 
 

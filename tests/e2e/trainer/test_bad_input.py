@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from conftest import ROOT, TRAINER, base_env
+from trainer_util import ROOT, TRAINER, base_env
 
 
 def run(tmp_path, toml_text, *overrides, world=None):

@@ -1,7 +1,7 @@
 """Issue 2, acceptance 2 and 3: layouts that compute the same global batch give the same losses."""
 import numpy as np
 
-from conftest import assert_close, losses, run_ranks, run_trainer
+from trainer_util import assert_close, losses, run_ranks, run_trainer
 
 
 def test_two_hand_started_ranks_match_world_one(tmp_path):

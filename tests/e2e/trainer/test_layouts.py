@@ -5,7 +5,7 @@ splits both). Losses and global gradient norms must equal world size 1 within 1e
 """
 import pytest
 
-from conftest import assert_close, run_ranks, run_trainer, steps
+from trainer_util import assert_close, run_ranks, run_trainer, steps
 
 LAYOUTS = {
     "ddp_world2": (2, ["training.micro_batch_size=2"]),

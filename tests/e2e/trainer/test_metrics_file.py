@@ -6,7 +6,7 @@ import time
 import h5py
 import numpy as np
 
-from conftest import TINY, TRAINER, base_env, metrics, run_trainer
+from trainer_util import TINY, TRAINER, base_env, metrics, run_trainer
 
 ROOT_ATTRS = {"schema_version", "tag", "config_hash", "world_size", "rank", "local_rank",
               "node_rank", "hostname", "start_utc", "ftbench_version", "torch_version", "device",
@@ -94,7 +94,7 @@ def test_sigterm_records_preempted(tmp_path):
 def test_memory_limit_ends_every_rank_as_oom(tmp_path):
     # 0.1 GiB is below the ~200 MiB libtorch baseline: both ranks must stop at step 0
     # with status oom and exit code 5, not hang in a collective.
-    from conftest import free_port
+    from trainer_util import free_port
     port = free_port()
     procs = [subprocess.Popen(
         [str(TRAINER), "--config", str(TINY), "--output-dir", str(tmp_path), "--no-sweep-dir",

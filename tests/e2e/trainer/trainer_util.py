@@ -1,0 +1,89 @@
+"""Helpers for trainer end-to-end tests: run real trainer processes, read their HDF5."""
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[3]
+BUILD = Path(os.environ.get("FTB_BUILD_DIR", ROOT / "build" / "release"))
+TRAINER = BUILD / "trainer" / "trainer"
+TINY = ROOT / "configs" / "runs" / "tiny.toml"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def base_env(**extra):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OMPI_", "PMIX_", "PMI_", "SLURM_"))
+           and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env["OMP_NUM_THREADS"] = "1"
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def run_trainer(out_dir, *overrides, config=TINY, timeout=120, check=True):
+    """Single-process run with --no-sweep-dir into out_dir; returns CompletedProcess."""
+    cmd = [str(TRAINER), "--config", str(config), "--output-dir", str(out_dir), "--no-sweep-dir",
+           *overrides]
+    p = subprocess.run(cmd, env=base_env(), capture_output=True, text=True, timeout=timeout)
+    if check and p.returncode != 0:
+        raise AssertionError(f"trainer failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+def run_ranks(out_dir, world, *overrides, config=TINY, timeout=180):
+    """Starts `world` trainer processes by hand with the torchrun variables."""
+    port = free_port()
+    procs = []
+    for r in range(world):
+        env = base_env(RANK=r, LOCAL_RANK=r, WORLD_SIZE=world, LOCAL_WORLD_SIZE=world,
+                       MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+        cmd = [str(TRAINER), "--config", str(config), "--output-dir", str(out_dir),
+               "--no-sweep-dir", *overrides]
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    outs = []
+    for p in procs:
+        try:
+            o, e = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+        outs.append((p.returncode, o, e))
+    for r, (rc, o, e) in enumerate(outs):
+        assert rc == 0, f"rank {r} exited {rc}:\n{o}\n{e}"
+    return outs
+
+
+def steps(out_dir, key, rank=0):
+    with metrics(out_dir, rank) as f:
+        return np.array(f["steps"][key][:])
+
+
+def metrics(out_dir, rank=0):
+    return h5py.File(Path(out_dir) / "metrics" / f"rank_{rank:05d}.h5", "r")
+
+
+def losses(out_dir, rank=0):
+    with metrics(out_dir, rank) as f:
+        return np.array(f["steps/loss"][:])
+
+
+def assert_close(a, b, rel):
+    a, b = np.asarray(a), np.asarray(b)
+    assert a.shape == b.shape, (a.shape, b.shape)
+    err = np.max(np.abs(a - b) / np.abs(b))
+    assert err <= rel, f"max relative difference {err:.3g} > {rel}:\n{a}\n{b}"
+
+
+if not TRAINER.exists():
+    raise RuntimeError(f"{TRAINER} not built: run scripts/build.sh")
