@@ -112,6 +112,9 @@ std::vector<std::string> presetDirs(const std::string& config_path);
 
 std::string valueToString(const Value& v);  // TOML spelling: 1, 0.0001, true, "s", [1, 2]
 
+// Levenshtein distance (insert/delete/substitute, cost 1 each), for did-you-mean hints.
+size_t editDistance(const std::string& a, const std::string& b);
+
 // | key | type | default | meaning | table of every key (trainer --help-config, README).
 std::string schemaMarkdown(const Schema& schema);
 

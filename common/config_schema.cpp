@@ -18,21 +18,6 @@
 namespace ftb {
 namespace {
 
-// Edit distance (insert/delete/substitute, cost 1 each).
-size_t levenshtein(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
 
 // "%.15g".."%.17g", the shortest that reads back exactly; always looks like a float.
 std::string formatFloat(double d) {
@@ -263,7 +248,7 @@ std::string Schema::closest(const std::string& key) const {
   const KeySpec* best = nullptr;
   size_t best_distance = kMaxDistance + 1;
   for (const KeySpec& s : keys_) {
-    size_t d = levenshtein(key, s.key);
+    size_t d = editDistance(key, s.key);
     if (d < best_distance) {
       best = &s;
       best_distance = d;
@@ -295,6 +280,22 @@ const Schema& trainerSchema() {
     return sc;
   }();
   return schema;
+}
+
+// Edit distance (insert/delete/substitute, cost 1 each).
+size_t editDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
 }
 
 std::string schemaMarkdown(const Schema& schema) {

@@ -125,21 +125,6 @@ std::vector<Token> tokenize(const std::string& fmt) {
   return tokens;
 }
 
-// Levenshtein distance, small strings only.
-size_t editDistance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1] ? 1u : 0u)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
 
 // The candidate whose last dotted part equals `name` (e.g. seq_len ->
 // data.seq_len), else the one within edit distance max(2, |name|/3); "" if none.

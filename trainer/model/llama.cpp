@@ -106,7 +106,9 @@ torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x, const RopeTa
     k = k.repeat_interleave(rep, 1);
     v = v.repeat_interleave(rep, 1);
   }
-  torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(head_dim_));
+  // Scale q (B·T·D values) rather than the scores (B·H·T² values).
+  q = q * (1.0 / std::sqrt(double(head_dim_)));
+  torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1));
   torch::Tensor causal = torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool)).triu(1);
   scores = scores.to(torch::kFloat32).masked_fill(causal, -INFINITY);
   torch::Tensor probs = torch::softmax(scores, -1).to(x.scalar_type());
