@@ -1,0 +1,347 @@
+"""SLURM end-to-end: a real slurmctld + two slurmd on network-namespace hosts h1, h2
+(tests/cluster/slurm_cluster.sh), driving slurm/train.sbatch, slurm/sweep.sbatch and
+slurm/submit_sweep.sh with the real launcher and trainer.
+
+Run:  /usr/bin/python3 -m pytest -q tests/cluster/test_slurm.py
+FTB_BUILD_DIR = build dir with launcher/, trainer/, sweep_tagger/ (default build/release).
+Skips only when not root or when network namespaces cannot be created here; anything else
+that is missing (slurm, munge, binaries) is a failure.
+"""
+import fcntl
+import json
+import os
+import pathlib
+import re
+import subprocess
+import time
+
+import h5py
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+BUILD = pathlib.Path(os.environ.get("FTB_BUILD_DIR", REPO / "build" / "release"))
+if not BUILD.is_absolute():
+    BUILD = REPO / BUILD
+CLUSTER = REPO / "tests" / "cluster" / "slurm_cluster.sh"
+NETNS = REPO / "tests" / "cluster" / "netns.sh"
+TRAINER = BUILD / "trainer" / "trainer"
+TAGGER = BUILD / "sweep_tagger" / "sweep_tagger"
+TINY = REPO / "configs" / "runs" / "tiny.toml"
+SWEEP = REPO / "configs" / "sweeps" / "slurm_test.toml"
+SLURM_CONF = "/run/ftb-slurm/slurm.conf"
+TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+            "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
+
+
+def _skip_reason():
+    if os.geteuid() != 0:
+        return f"needs root for network namespaces and slurmd (uid {os.geteuid()})"
+    chk = subprocess.run([str(NETNS), "check"], capture_output=True, text=True)
+    if chk.returncode == 77:
+        return f"network namespaces unavailable: {chk.stderr.strip()}"
+    return None
+
+
+pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason()))
+
+
+def clean_env(**extra):
+    """The test's environment minus anything that would make a job or the reference run
+    think it is part of another distributed job."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SLURM_", "OMPI_", "PMIX_", "PMI_", "TORCHELASTIC_"))
+           and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                         "MASTER_ADDR", "MASTER_PORT", "CONFIG", "OVERRIDES", "NPROC",
+                         "RESULTS")}
+    env.update(SLURM_CONF=SLURM_CONF, FTB_BUILD_DIR=str(BUILD), OMP_NUM_THREADS="1")
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def run(cmd, timeout=60, **kw):
+    kw.setdefault("env", clean_env())
+    kw.setdefault("cwd", REPO)
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True,
+                          timeout=timeout, **kw)
+
+
+SESSION_LOCK = "/run/ftb-slurm.session.lock"
+SESSION_LOCK_WAIT = 300  # seconds
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    for exe in (BUILD / "launcher" / "launcher", TRAINER, TAGGER):
+        if not exe.exists():
+            pytest.fail(f"{exe} not built (set FTB_BUILD_DIR)", pytrace=False)
+    # One test session at a time on the machine's single test cluster: another session's
+    # `down` would otherwise stop this one's daemons mid-test.
+    with open(SESSION_LOCK, "a+") as lock:
+        t0 = time.monotonic()
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() - t0 > SESSION_LOCK_WAIT:
+                    lock.seek(0)
+                    pytest.fail(f"another test session (pid {lock.read().strip() or '?'}) has held "
+                                f"the SLURM test cluster ({SESSION_LOCK}) for "
+                                f"{SESSION_LOCK_WAIT} s", pytrace=False)
+                time.sleep(1)
+        lock.truncate(0)
+        lock.write(str(os.getpid()))
+        lock.flush()
+        up = run([CLUSTER, "up", "2"], timeout=150)
+        if up.returncode != 0:
+            run([CLUSTER, "down"], timeout=90)
+            pytest.fail(f"slurm_cluster.sh up failed ({up.returncode}):\n{up.stderr}",
+                        pytrace=False)
+        try:
+            yield
+        finally:
+            down = run([CLUSTER, "down"], timeout=90)
+            assert down.returncode == 0, down.stderr
+
+
+def cluster_diag():
+    """The cluster's side of a failure: node states, namespaces, last daemon log lines."""
+    out = [run(["sinfo", "-N", "-o", "%N %T %E"], timeout=20).stdout,
+           "netns: " + run(["ip", "netns", "list"]).stdout.replace("\n", " ")]
+    for f in sorted(pathlib.Path("/run/ftb-slurm/log").glob("*.log")):
+        out.append(f"--- {f} (last lines)\n" + "".join(f.read_text(errors="replace")
+                                                      .splitlines(True)[-15:]))
+    return "\n".join(out)
+
+
+def job_records(job, tries=5):
+    """scontrol's records of a job (an array job: one per task) as dicts. Retries an
+    RPC error a few times: slurmctld is on a machine shared with other test runs."""
+    for i in range(tries):
+        p = run(["scontrol", "show", "job", "-o", job], timeout=20)
+        if p.returncode == 0:
+            break
+        time.sleep(0.5)
+    assert p.returncode == 0, f"scontrol show job {job}: {p.stderr}\n{cluster_diag()}"
+    recs = []
+    for line in p.stdout.splitlines():
+        rec = dict(m.groups() for m in re.finditer(r"(\w+)=(\S*)", line))
+        if rec:
+            recs.append(rec)
+    return recs
+
+
+def wait_until(pred, timeout, what, poll=0.25):
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        v = pred()
+        if v:
+            return v
+        time.sleep(poll)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def wait_job(job, timeout, log=None):
+    """Waits until every record of job is in a terminal state; returns the records."""
+    try:
+        return wait_until(lambda: (lambda r: r if r and all(x["JobState"] in TERMINAL for x in r)
+                                   else None)(job_records(job)), timeout, f"job {job} to end")
+    except AssertionError as e:
+        states = [(r.get("JobId"), r.get("JobState"), r.get("Reason")) for r in job_records(job)]
+        raise AssertionError(f"{e}; states {states}\n{tail(log)}\n{cluster_diag()}") from None
+
+
+def tail(path, n=60):
+    if path is None:
+        return ""
+    files = sorted(pathlib.Path(path).parent.glob(pathlib.Path(path).name))
+    return "".join(f"--- {f}\n" + "".join(f.read_text(errors="replace").splitlines(True)[-n:])
+                   for f in files)
+
+
+def sbatch(args, env, results):
+    (results / "logs").mkdir(parents=True, exist_ok=True)
+    p = run(["sbatch", "--parsable", "-o", results / "logs" / "%x-%j.out", *args], env=env)
+    assert p.returncode == 0, p.stderr
+    return p.stdout.strip().split(";")[0]
+
+
+def status(h5file):
+    with h5py.File(h5file, "r") as f:
+        return dict(f["status"].attrs)
+
+
+def steps(h5file):
+    with h5py.File(h5file, "r") as f:
+        return f["steps/step"][:].tolist(), f["steps/loss"][:].tolist(), dict(f.attrs)
+
+
+def test_srun_runs_a_task_on_each_node(cluster):
+    """srun -N2: one task in each namespace host, each with its own address."""
+    p = run(["srun", "-N2", "--ntasks-per-node=1", "sh", "-c",
+             'echo "$SLURM_PROCID $SLURMD_NODENAME $(ip -4 -o addr show dev eth0 | '
+             "awk '{print $4}')\""], timeout=60)
+    assert p.returncode == 0, p.stderr
+    lines = sorted(p.stdout.split("\n"))
+    lines = [l.split() for l in lines if l.strip()]
+    assert lines == [["0", "h1", "10.77.0.11/24"], ["1", "h2", "10.77.0.12/24"]], p.stdout
+
+
+def test_train_sbatch_two_nodes_matches_single_process(cluster, tmp_path):
+    """sbatch -N2 train.sbatch (2 nodes x 1 worker, srun --mpi=pmix launchers) completes;
+    both rank files say completed; the losses equal one process with the doubled micro
+    batch (data-parallel equivalence)."""
+    results = tmp_path / "res"
+    env = clean_env(CONFIG=TINY, RESULTS=results, NPROC=1)
+    job = sbatch(["-N2", "slurm/train.sbatch", "training.max_steps=12"], env, results)
+    log = results / "logs" / f"ftb-train-{job}.out"
+    rec = wait_job(job, 120, log)[0]
+    assert rec["JobState"] == "COMPLETED" and rec["ExitCode"] == "0:0", tail(log)
+    out = log.read_text()
+    # one launcher per namespace host: the placement table shows both addresses
+    assert re.search(r"^0\s+\S+\s+10\.77\.0\.11\s", out, re.M), out
+    assert re.search(r"^1\s+\S+\s+10\.77\.0\.12\s", out, re.M), out
+    (run_dir,) = [d for d in results.iterdir() if d.name.startswith("tiny.ws2.")]
+    files = sorted((run_dir / "metrics").glob("rank_*.h5"))
+    assert [f.name for f in files] == ["rank_00000.h5", "rank_00001.h5"]
+    for f in files:
+        st = status(f)
+        assert st["state"] == "completed", (f, st)
+        assert st["steps_done"] == 12
+    (s0, l0, a0), (s1, l1, a1) = steps(files[0]), steps(files[1])
+    assert (a0["world_size"], a0["node_rank"], a1["node_rank"]) == (2, 0, 1)
+    assert s0 == s1 == list(range(12)) and l0 == l1
+
+    ref_dir = tmp_path / "ref"
+    p = run([TRAINER, "--config", TINY, "training.micro_batch_size=4", "training.max_steps=12",
+             "--no-sweep-dir", "--output-dir", ref_dir], timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    sr, lr, ar = steps(ref_dir / "metrics" / "rank_00000.h5")
+    assert ar["world_size"] == 1
+    assert sr == s0
+    for step, a, b in zip(sr, lr, l0):
+        assert abs(a - b) <= 1e-5 * abs(a), f"step {step}: loss {b} (2 nodes) vs {a} (1 process)"
+
+
+def test_sweep_job_array_runs_every_point(cluster, tmp_path):
+    """submit_sweep.sh: one array per node count (1x2 and 2x1 points); both complete; a
+    second submission finds nothing pending."""
+    results = tmp_path / "sweep"
+    env = clean_env()
+    p = run([REPO / "slurm" / "submit_sweep.sh", SWEEP, results], env=env)
+    assert p.returncode == 0, p.stderr
+    jobs = p.stdout.split()
+    assert len(jobs) == 2, (p.stdout, p.stderr)  # the 1-node point and the 2-node point
+    for job in jobs:
+        for rec in wait_job(job, 120, results / "logs" / f"ftb-sweep-{job}_*.out"):
+            assert rec["JobState"] == "COMPLETED" and rec["ExitCode"] == "0:0", \
+                tail(results / "logs" / f"ftb-sweep-{job}_*.out")
+    points = [json.loads(l) for l in run([TAGGER, "expand", SWEEP, "--json"]).stdout.splitlines()]
+    assert [(q["nodes"], q["nproc_per_node"]) for q in points] == [(1, 2), (2, 1)]
+    for q in points:
+        files = sorted((results / q["tag"] / "metrics").glob("rank_*.h5"))
+        assert len(files) == 2, q["tag"]
+        for f in files:
+            assert status(f)["state"] == "completed", (f, status(f))
+        assert [steps(f)[2]["node_rank"] for f in files] == ([0, 0] if q["nodes"] == 1 else [0, 1])
+    pend = run([TAGGER, "expand", SWEEP, "--pending", results, "--json"])
+    assert pend.returncode == 0 and pend.stdout.strip() == "", pend.stdout
+    again = run([REPO / "slurm" / "submit_sweep.sh", SWEEP, results], env=env)
+    assert again.returncode == 0 and again.stdout.strip() == "", again.stderr
+    assert "nothing to submit" in again.stderr
+
+
+def _submit_long_run(tmp_path, name, **env_extra):
+    results = tmp_path / name
+    env = clean_env(CONFIG=TINY, RESULTS=results, NPROC=1, **env_extra)
+    # stop_after_seconds ends the (requeued) run as "completed"; max_steps never does
+    job = sbatch(["-N2", "slurm/train.sbatch", "training.max_steps=1000000",
+                  "training.stop_after_seconds=6"], env, results)
+    log = results / "logs" / f"ftb-train-{job}.out"
+    # Signal only once training runs: the trainer's handlers are installed by then.
+    try:
+        wait_until(lambda: log.exists() and re.search(r"\] step \d+/1000000", log.read_text()),
+                   90, f"training steps in {log}")
+    except AssertionError as e:
+        raise AssertionError(f"{e}; job {job_records(job)}\n{tail(log)}\n{cluster_diag()}") \
+            from None
+    return results, job, log
+
+
+def _rank_files(results, sub):
+    return sorted(results.glob(f"tiny.ws2.*/{sub}/rank_*.h5"))
+
+
+def test_preemption_usr1_requeues_and_the_rerun_completes(cluster, tmp_path):
+    """scancel --signal=USR1 --batch (what --signal=B:USR1@60 sends before the time limit):
+    both trainers record "preempted", the job requeues itself (Restarts=1), runs again after
+    slurm's requeue delay (cred_expire + 1 s) and completes; the preempted attempt's files
+    are kept as metrics.attempt_1/."""
+    results, job, log = _submit_long_run(tmp_path, "preempt")
+    p = run(["scancel", "--signal=USR1", "--batch", job])
+    assert p.returncode == 0, p.stderr
+    wait_until(lambda: int(job_records(job)[0]["Restarts"]) >= 1, 30, f"job {job} to requeue")
+    rec = wait_job(job, 90, log)[0]
+    assert rec["JobState"] == "COMPLETED" and rec["Restarts"] == "1", (rec, tail(log))
+    out = log.read_text()
+    assert "SIGUSR1: stopping the trainers" in out and f"scontrol requeue {job}" in out, out
+    assert f"job {job} attempt 1 on" in out, out
+    pre = _rank_files(results, "metrics.attempt_1")
+    assert len(pre) == 2, list(results.rglob("*.h5"))
+    for f in pre:
+        st = status(f)
+        assert st["state"] == "preempted" and st["exit_code"] == 128 + 15, (f, st)
+        assert 0 < st["steps_done"] < 1000000
+    post = _rank_files(results, "metrics")
+    assert len(post) == 2
+    for f in post:
+        assert status(f)["state"] == "completed", (f, status(f))
+
+
+def test_preemption_term_without_requeue(cluster, tmp_path):
+    """TERM to the batch shell with FTB_REQUEUE=0: the trainers record "preempted", the job
+    ends (exit 143, not requeued)."""
+    results, job, log = _submit_long_run(tmp_path, "term", FTB_REQUEUE=0)
+    p = run(["scancel", "--signal=TERM", "--batch", job])
+    assert p.returncode == 0, p.stderr
+    rec = wait_job(job, 60, log)[0]
+    assert rec["Restarts"] == "0" and rec["ExitCode"] == "143:0", (rec, tail(log))
+    assert "preempted by SIGTERM; FTB_REQUEUE=0: not requeued" in log.read_text()
+    files = _rank_files(results, "metrics")
+    assert len(files) == 2
+    for f in files:
+        assert status(f)["state"] == "preempted", (f, status(f))
+
+
+def test_plain_scancel_cancels_without_requeue(cluster, tmp_path):
+    """A user's `scancel JOB` also TERMs the batch shell, but the job is already CANCELLED
+    then: train.sbatch must not requeue it (scontrol requeue would)."""
+    results, job, log = _submit_long_run(tmp_path, "cancel")
+    p = run(["scancel", job])
+    assert p.returncode == 0, p.stderr
+    rec = wait_job(job, 60, log)[0]
+    assert rec["JobState"] == "CANCELLED" and rec["Restarts"] == "0", (rec, tail(log))
+    wait_until(lambda: "not requeued" in log.read_text(), 20, "the batch script's last words")
+    time.sleep(2)  # a wrongly issued requeue would show up by now
+    rec = job_records(job)[0]
+    assert rec["JobState"] == "CANCELLED" and rec["Restarts"] == "0", (rec, tail(log))
+
+
+def test_time_limit_notice_usr1_stops_the_run(cluster, tmp_path):
+    """The real notice: sbatch -t 1 --signal=B:USR1@55 (train.sbatch has @60 for longer
+    limits). slurmctld checks time limits every ~30 s, so USR1 arrives 5-35 s after the
+    start; the trainers record "preempted" (FTB_REQUEUE=0 here: the job then ends)."""
+    results = tmp_path / "limit"
+    env = clean_env(CONFIG=TINY, RESULTS=results, NPROC=1, FTB_REQUEUE=0)
+    job = sbatch(["-N2", "-t", "1", "--signal=B:USR1@55", "slurm/train.sbatch",
+                  "training.max_steps=1000000", "training.stop_after_seconds=50"], env, results)
+    log = results / "logs" / f"ftb-train-{job}.out"
+    rec = wait_job(job, 100, log)[0]
+    out = log.read_text()
+    assert "SIGUSR1: stopping the trainers" in out, (rec, out[-3000:])
+    assert "FTB_REQUEUE=0: not requeued" in out
+    assert rec["Restarts"] == "0" and rec["JobState"] != "TIMEOUT", rec
+    files = _rank_files(results, "metrics")
+    assert len(files) == 2
+    for f in files:
+        assert status(f)["state"] == "preempted", (f, status(f))
