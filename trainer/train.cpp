@@ -148,8 +148,10 @@ TrainSummary train(const TrainConfig& tc, Distributed& dist, MetricsFile& metric
     }
     // Each rank's share of the squared global grad norm: shards are disjoint across
     // the shard group; replicas (dp without ZeRO, dp_replicate) hold equal copies.
+    const double tnorm = nowSeconds();  // a local reduction: timed as optimizer work
     double sq_local = gradSquaredNorm(grads, norm_weights) /
                       double(zero ? tc.dp_replicate : tc.dpSize());
+    const double norm_s = nowSeconds() - tnorm;
     // [loss sum, padded, dataset, stop flag, grad norm², over memory limit]: one small world all-reduce
     // carries the step's global counts and the stop decision, so all ranks stop after
     // the same step. tp ranks hold identical data, hence the division by tp.
@@ -160,7 +162,7 @@ TrainSummary train(const TrainConfig& tc, Distributed& dist, MetricsFile& metric
     torch::Tensor red = torch::tensor(
         {local_loss, local_padded, local_dataset, stop, sq_local, over}, torch::kFloat64);
     comm.allReduceSum(red);
-    r.comm = nowSeconds() - tcomm;
+    r.comm = nowSeconds() - tcomm - norm_s;
     auto rv = red.accessor<double, 1>();
     const double tpd = double(tc.tp);
     r.loss = rv[0] / tpd / global_positions;
@@ -177,7 +179,7 @@ TrainSummary train(const TrainConfig& tc, Distributed& dist, MetricsFile& metric
       zero->afterStep();
     else
       for (auto& p : params) p.mutable_grad() = torch::Tensor();
-    r.opt = nowSeconds() - to;
+    r.opt = nowSeconds() - to + norm_s;
     r.total = nowSeconds() - t0;
 
     double tps_padded = r.padded / r.total, tps_dataset = r.dataset / r.total;

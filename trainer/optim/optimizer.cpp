@@ -108,12 +108,15 @@ std::unique_ptr<Optimizer> makeOptimizer(std::vector<torch::Tensor> params,
 double gradSquaredNorm(const std::vector<torch::Tensor>& grads,
                        const std::vector<torch::Tensor>& weights) {
   torch::NoGradGuard no_grad;
-  double s = 0;
+  double s = 0;  // per-tensor fp32 reductions (pairwise summed), accumulated in fp64
   for (size_t i = 0; i < grads.size(); ++i) {
     if (!grads[i].defined()) continue;
-    torch::Tensor sq = grads[i].to(torch::kFloat64).pow(2);
-    if (!weights.empty() && weights[i].defined()) sq.mul_(weights[i]);
-    s += sq.sum().item<double>();
+    if (!weights.empty() && weights[i].defined()) {
+      s += (grads[i].pow(2) * weights[i]).sum().item<double>();
+    } else {
+      double n = grads[i].norm().item<double>();
+      s += n * n;
+    }
   }
   return s;
 }
