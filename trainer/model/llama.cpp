@@ -109,8 +109,11 @@ torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x, const RopeTa
   // Scale q (B·T·D values) rather than the scores (B·H·T² values).
   q = q * (1.0 / std::sqrt(double(head_dim_)));
   torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1));
-  torch::Tensor causal = torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool)).triu(1);
-  scores = scores.to(torch::kFloat32).masked_fill(causal, -INFINITY);
+  // Causal mask as an additive bias, in place: no extra [B,H,T,T] tensor and no mask
+  // pass in backward (matmul's backward does not need its output).
+  torch::Tensor causal = torch::full({T, T}, -INFINITY).triu(1);
+  scores = scores.to(torch::kFloat32);
+  scores.add_(causal);
   torch::Tensor probs = torch::softmax(scores, -1).to(x.scalar_type());
   torch::Tensor attn = torch::matmul(probs, v).transpose(1, 2).reshape({B, T, -1});
   torch::Tensor out = x + reduceFromTp(proj(attn, wo), tp_);

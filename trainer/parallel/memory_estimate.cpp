@@ -63,8 +63,7 @@ MemoryEstimate estimateMemory(const TrainConfig& tc) {
 
   // Activations of one micro-batch: per block ≈ 16·BTD + 4·BTF values in the compute
   // dtype, the fp32 softmax output B·H·T² (plus its compute-dtype copy when that is
-  // not fp32) and, in bf16, the weight casts saved for backward. The loss keeps 3 fp32
-  // copies of the local logits (logits, shifted, exp) plus the compute-dtype logits.
+  // not fp32) and, in bf16, the weight casts saved for backward.
   // Calibrated against measured peak RSS (README §Memory estimate).
   const double B = tc.micro_batch_size, T = tc.seq_len, D = m.dim;
   const double H = double(m.n_heads) / tc.tp, F = double(m.ffn_dim) / tc.tp;
@@ -73,7 +72,10 @@ MemoryEstimate estimateMemory(const TrainConfig& tc) {
   const double casts = low ? 2 * c.block : 0.0;
   const double per_block = elt * (16 * B * T * D + 4 * B * T * F) + scores + casts;
   const double logit_elems = B * T * double(m.vocab_size) / tc.tp;
-  const double logits = (3 * 4.0 + (low ? elt : 0.0)) * logit_elems;
+  // One rank with the whole vocabulary: the chunked cross-entropy saves only the
+  // logits (4 bytes/value in fp32; bf16 logits + their bf16 gradient in bf16). The
+  // vocab-parallel path keeps ~3 fp32 copies plus the compute-dtype logits.
+  const double logits = (tc.tp > 1 ? 3 * 4.0 + elt : 4.0) * logit_elems;
   e.activations_full = L * per_block + logits;
   // Checkpointed blocks keep only their input; one block is live during recompute.
   const double every = tc.checkpoint_every > 0 ? double(tc.checkpoint_every) : 1.0;
