@@ -39,6 +39,9 @@ namespace ftb {
 
 using Cell = std::variant<std::monostate, int64_t, double, bool, std::string>;
 
+// A cell as CSV/plain text: shortest round-trip numbers, "" when missing or not finite.
+std::string cellText(const Cell& c);
+
 struct RunRow {
   std::string tag;  // run dir relative to results_dir
   std::string status, message;

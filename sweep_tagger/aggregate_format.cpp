@@ -38,24 +38,6 @@ Cell jsonCell(const Json& j) {
   return j.dump();
 }
 
-// CSV/plain text of a cell: shortest round-trip numbers, "" when missing.
-std::string cellText(const Cell& c) {
-  return std::visit(
-      [](const auto& x) -> std::string {
-        using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, std::monostate>)
-          return "";
-        else if constexpr (std::is_same_v<T, int64_t>)
-          return std::to_string(x);
-        else if constexpr (std::is_same_v<T, double>)
-          return std::isfinite(x) ? formatDouble(x) : "";
-        else if constexpr (std::is_same_v<T, bool>)
-          return x ? "true" : "false";
-        else
-          return x;
-      },
-      c);
-}
 
 std::string csvField(const std::string& s) {
   if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
@@ -81,6 +63,25 @@ std::string mdEscape(std::string s) {
 }
 
 }  // namespace
+
+// CSV/plain text of a cell: shortest round-trip numbers, "" when missing.
+std::string cellText(const Cell& c) {
+  return std::visit(
+      [](const auto& x) -> std::string {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, std::monostate>)
+          return "";
+        else if constexpr (std::is_same_v<T, int64_t>)
+          return std::to_string(x);
+        else if constexpr (std::is_same_v<T, double>)
+          return std::isfinite(x) ? formatDouble(x) : "";
+        else if constexpr (std::is_same_v<T, bool>)
+          return x ? "true" : "false";
+        else
+          return x;
+      },
+      c);
+}
 
 std::vector<std::pair<std::string, Cell>> rowCells(const RunRow& r,
                                                    const std::vector<std::string>& varying) {

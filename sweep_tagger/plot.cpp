@@ -30,22 +30,10 @@ struct Axis {
   std::function<Cell(const RunRow&)> get;
 };
 
+// Axis/legend label of a cell: "-" when missing.
 std::string text(const Cell& c) {
-  return std::visit(
-      [](const auto& x) -> std::string {
-        using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, std::monostate>)
-          return "-";
-        else if constexpr (std::is_same_v<T, int64_t>)
-          return std::to_string(x);
-        else if constexpr (std::is_same_v<T, double>)
-          return formatDouble(x);
-        else if constexpr (std::is_same_v<T, bool>)
-          return x ? "true" : "false";
-        else
-          return x;
-      },
-      c);
+  std::string t = cellText(c);
+  return t.empty() ? "-" : t;
 }
 
 std::optional<double> num(const Cell& c) {
