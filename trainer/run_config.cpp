@@ -188,6 +188,11 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size) {
   divides("n_kv_heads", m.n_kv_heads);
   divides("ffn_dim", m.ffn_dim);
   divides("vocab_size", m.vocab_size);
+  if (c.tp > 1 && cfg.getString("training.optimizer") == "adafactor")
+    cfg.fail("training.optimizer",
+             "adafactor's factored moments and update clipping are per tensor, but tp(" +
+                 num(c.tp) + ") splits tensors across ranks",
+             "use optimizer = \"adamw\" with tensor parallel");
   if (c.zero_stage > 0 && cfg.getString("training.optimizer") == "adafactor")
     cfg.fail("training.optimizer",
              "adafactor needs 2-D parameters for its factored moments, but zero_stage(" +

@@ -59,6 +59,8 @@ struct TrainConfig {
   bool no_sweep_dir = false;
 
   int64_t dpSize() const { return dp_replicate * dp_shard; }
+  // ZeRO over a shard group of one shards nothing: stage 0 then (trainer and estimator).
+  int64_t effectiveZeroStage() const { return dp_shard > 1 ? zero_stage : 0; }
   int64_t globalBatch() const { return micro_batch_size * grad_accum_steps * dpSize(); }
 
   // REQUIRES: cfg resolved by Config::load. Throws ConfigError on any violation.

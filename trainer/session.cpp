@@ -84,8 +84,7 @@ int runSession(const SessionOptions& opts) {
     TrainConfig tc =
         TrainConfig::fromConfig(cfg, opts.world_size > 0 ? opts.world_size : env.world_size);
     if (opts.estimate_memory) {
-      std::cout << formatMemoryEstimate(tc, estimateMemory(tc),
-                                        cfg.getFloat("parallel.memory_limit_gb") * (1 << 30));
+      std::cout << formatMemoryEstimate(tc, estimateMemory(tc), tc.memory_limit_bytes);
       return 0;
     }
     if (opts.print_config) {
@@ -98,7 +97,6 @@ int runSession(const SessionOptions& opts) {
       return 0;
     }
     at::set_num_threads(threadsFor(tc));
-    installStopSignalHandlers();
     Distributed dist = initDistributed(
         env, std::chrono::milliseconds(static_cast<int64_t>(tc.timeout_seconds * 1000)),
         tc.backend);

@@ -58,6 +58,7 @@ double lrAt(const TrainConfig& tc, int64_t step) {
 void installStopSignalHandlers() {
   struct sigaction sa {};
   sa.sa_handler = onStopSignal;
+  sa.sa_flags = SA_RESETHAND;  // a second signal takes its default action (kills a stuck rank)
   sigemptyset(&sa.sa_mask);
   for (int s : {SIGTERM, SIGINT, SIGUSR1, SIGHUP}) sigaction(s, &sa, nullptr);
 }
@@ -74,8 +75,8 @@ TrainSummary train(const TrainConfig& tc, Distributed& dist, MetricsFile& metric
   // Model math in model/, its sharding here: ZeRO shards each unit as it is built.
   std::unique_ptr<ZeroEngine> zero;
   TransformerImpl::UnitBuilt on_unit;
-  if (tc.zero_stage > 0) {
-    zero = std::make_unique<ZeroEngine>(static_cast<int>(tc.zero_stage), *mesh.shard_comm,
+  if (tc.effectiveZeroStage() > 0) {
+    zero = std::make_unique<ZeroEngine>(static_cast<int>(tc.effectiveZeroStage()), *mesh.shard_comm,
                                         *mesh.replicate_comm, dtype);
     on_unit = [&zero](int64_t layer, torch::nn::Module& unit) { zero->addUnit(layer, unit); };
   }
@@ -108,6 +109,7 @@ TrainSummary train(const TrainConfig& tc, Distributed& dist, MetricsFile& metric
                       << flops_per_token / 1e6 << " MFLOP/token; global batch " << G
                       << " x " << tc.seq_len << " tokens, world " << world);
 
+  installStopSignalHandlers();  // from here on, a signal stops every rank after one step
   TrainSummary sum;
   std::vector<double> step_times;
   StepRecord acc;  // sums over measured steps
@@ -116,8 +118,13 @@ TrainSummary train(const TrainConfig& tc, Distributed& dist, MetricsFile& metric
     StepRecord r;
     const double t0 = nowSeconds();
     const int64_t first = step * G + mesh.dpRank() * per_rank;  // tp ranks share data
-    if (zero) zero->beginStep();
     const double global_positions = double(countPositions(*ds, step * G, G, tc.seq_len));
+    r.data += nowSeconds() - t0;
+    if (zero) {
+      const double tg = nowSeconds();
+      zero->beginStep();  // ZeRO-3: all-gather of the root unit
+      r.comm += nowSeconds() - tg;
+    }
     double local_loss = 0, local_padded = 0, local_dataset = 0;
     for (int64_t m = 0; m < tc.grad_accum_steps; ++m) {
       double ta = nowSeconds();
@@ -162,7 +169,7 @@ TrainSummary train(const TrainConfig& tc, Distributed& dist, MetricsFile& metric
     torch::Tensor red = torch::tensor(
         {local_loss, local_padded, local_dataset, stop, sq_local, over}, torch::kFloat64);
     comm.allReduceSum(red);
-    r.comm = nowSeconds() - tcomm - norm_s;
+    r.comm += nowSeconds() - tcomm - norm_s;
     auto rv = red.accessor<double, 1>();
     const double tpd = double(tc.tp);
     r.loss = rv[0] / tpd / global_positions;

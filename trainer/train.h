@@ -37,7 +37,8 @@ struct TrainSummary {
   int stop_signal = 0;  // non-zero when a signal ended the run
 };
 
-// Set by the signal handler; polled once per step.
+// Set by the signal handler (installed by train() before the first step; until then
+// signals keep their default action); polled once per step.
 extern std::atomic<int> g_stop_signal;
 void installStopSignalHandlers();
 

@@ -12,8 +12,9 @@
 //   is split over the vocabulary; heads and kv heads are split across tp ranks.
 //   With tp = 1 every parallel op is the identity.
 // - Parameters are fp32 master weights. In bf16 compute each weight is cast on use
-//   (differentiably), so gradients arrive in fp32. RMSNorm, softmax and the loss
-//   run in fp32.
+//   (differentiably), so gradients arrive in fp32 (except under ZeRO-3, which gathers
+//   blocks in the compute dtype and reduces their gradients in fp32: parallel/zero.h).
+//   RMSNorm, softmax and the loss run in fp32.
 // - forward(tokens[B,T]) -> local logits [B,T,V/tp] in the compute dtype. Padding
 //   is on the right, so a causal mask alone keeps real tokens from seeing padding.
 // - A BlockExecutor, when set, runs each transformer block instead of the default

@@ -46,8 +46,8 @@ class Comm {
 // Single-process Comm (world size 1): every collective is the identity.
 std::unique_ptr<Comm> makeSelfComm();
 
-// A Comm over a c10d ProcessGroup (Gloo here; NCCL in CUDA builds). `what_host` is
-// used in error messages. Detects at construction which fused ops the backend has.
+// A Comm over a c10d ProcessGroup (Gloo here; NCCL in CUDA builds). Errors carry
+// logPrefix() (rank, host). Detects at construction which fused ops the backend has.
 std::unique_ptr<Comm> makeProcessGroupComm(c10::intrusive_ptr<c10d::ProcessGroup> pg,
                                            std::chrono::milliseconds timeout);
 

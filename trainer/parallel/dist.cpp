@@ -111,7 +111,8 @@ std::unique_ptr<Comm> Distributed::newGroup(const std::string& name, const std::
   } catch (const FtbError&) {
     throw;
   } catch (const std::exception& e) {
-    throw DistError(where(env) + ": Gloo rendezvous of group '" + name + "' (" +
+    throw DistError(where(env) + ": " + std::string(resolveBackend(backend) == BackendKind::kNccl ? "NCCL" : "Gloo") +
+                    " rendezvous of group '" + name + "' (" +
                     std::to_string(ranks.size()) + " ranks) through " + master +
                     " (waiting for all members to connect) failed: " + e.what());
   }

@@ -35,7 +35,7 @@ MemoryEstimate estimateMemory(const TrainConfig& tc) {
   const Counts c = countParams(m, tc.tp);
   const double L = m.n_layers, P = L * c.block + c.root;
   const double N = double(tc.dp_shard);
-  const int stage = tc.zero_stage > 0 && tc.dp_shard > 1 ? static_cast<int>(tc.zero_stage) : 0;
+  const int stage = static_cast<int>(tc.effectiveZeroStage());
   const double elt = tc.dtype == DType::kBf16 ? 2.0 : 4.0;  // compute dtype
   MemoryEstimate e;
   e.params_local = static_cast<int64_t>(P);
@@ -88,7 +88,7 @@ MemoryEstimate estimateMemory(const TrainConfig& tc) {
 std::string formatMemoryEstimate(const TrainConfig& tc, const MemoryEstimate& e,
                                  double limit_bytes) {
   std::ostringstream os;
-  const int stage = tc.zero_stage > 0 && tc.dp_shard > 1 ? static_cast<int>(tc.zero_stage) : 0;
+  const int stage = static_cast<int>(tc.effectiveZeroStage());
   os << "memory estimate per rank: " << tc.model.name << ", world " << tc.world_size << " = dp_replicate "
      << tc.dp_replicate << " x dp_shard " << tc.dp_shard << " x tp " << tc.tp << ", zero_stage "
      << stage << ", " << (tc.dtype == DType::kBf16 ? "bf16" : "fp32") << ", " << tc.optimizer

@@ -72,6 +72,7 @@ def test_world_size_does_not_divide_global_batch(tmp_path):
     (["parallel.tp=4"], 4, "tp(4) does not divide n_kv_heads(2)"),
     (["parallel.tp=2", "model.vocab_size=511"], 2, "tp(2) does not divide vocab_size(511)"),
     (["parallel.zero_stage=4"], 1, "zero_stage"),
+    (["parallel.tp=2", "training.optimizer=adafactor"], 2, "tp(2) splits tensors across ranks"),
 ])
 def test_bad_layouts(tmp_path, overrides, world, needle):
     p, _ = run(tmp_path, BASE, *overrides, "training.max_steps=1", world=world if world > 1 else None)
