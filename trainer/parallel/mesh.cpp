@@ -29,10 +29,27 @@ Mesh buildMesh(Distributed& dist, const TrainConfig& tc) {
     for (int r : ranks) n += "_" + std::to_string(r);
     return n;
   };
-  m.tp_comm = dist.newGroup(name("tp", tp_ranks), tp_ranks);
-  m.shard_comm = dist.newGroup(name("shard", shard_ranks), shard_ranks);
-  m.replicate_comm = dist.newGroup(name("rep", rep_ranks), rep_ranks);
-  m.dp_comm = dist.newGroup(name("dp", dp_ranks), dp_ranks);
+  // Every rank takes the same branches (they depend on tc only), so the collective
+  // group creation stays in the same order everywhere.
+  auto group = [&](const char* kind, const std::vector<int>& ranks) -> Comm* {
+    if (static_cast<int>(ranks.size()) == m.world) return dist.world.get();
+    m.owned.push_back(dist.newGroup(name(kind, ranks), ranks));
+    return m.owned.back().get();
+  };
+  auto self = [&m]() -> Comm* {
+    m.owned.push_back(makeSelfComm());
+    return m.owned.back().get();
+  };
+  m.tp_comm = m.tp > 1 ? group("tp", tp_ranks) : self();
+  if (tc.effectiveZeroStage() > 0) {  // ZeRO: shard group, plus replicas for HSDP
+    m.shard_comm = group("shard", shard_ranks);
+    m.replicate_comm = m.dp_replicate > 1 ? group("rep", rep_ranks) : self();
+    m.dp_comm = self();  // unused: gradients go through shard (+ replicate)
+  } else {
+    m.dp_comm = m.dpSize() > 1 ? group("dp", dp_ranks) : self();
+    m.shard_comm = self();
+    m.replicate_comm = self();
+  }
   return m;
 }
 

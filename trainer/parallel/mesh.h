@@ -12,6 +12,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "trainer/parallel/dist.h"
 #include "trainer/parallel/tp.h"
@@ -23,12 +24,16 @@ struct Mesh {
   int rank = 0, world = 1;
   int64_t tp = 1, dp_shard = 1, dp_replicate = 1;
   int64_t tp_rank = 0, shard_rank = 0, replicate_rank = 0;
-  std::unique_ptr<Comm> tp_comm, shard_comm, replicate_comm, dp_comm;
+  // Non-owning; valid while the Mesh and the Distributed it was built from live. Only
+  // the groups this layout uses are real (others are self Comms), and a group with
+  // every rank is the world Comm itself, so no ranks pair twice for the same members.
+  Comm *tp_comm = nullptr, *shard_comm = nullptr, *replicate_comm = nullptr, *dp_comm = nullptr;
+  std::vector<std::unique_ptr<Comm>> owned;
 
   int64_t dpRank() const { return replicate_rank * dp_shard + shard_rank; }
   int64_t dpSize() const { return dp_replicate * dp_shard; }
   TpContext tpContext() const {
-    return {static_cast<int>(tp_rank), static_cast<int>(tp), tp_comm.get()};
+    return {static_cast<int>(tp_rank), static_cast<int>(tp), tp_comm};
   }
 };
 
