@@ -61,6 +61,11 @@ RopeTables RopeTables::make(int64_t head_dim, int64_t max_seq_len, double theta)
   return {freqs.cos().to(torch::kFloat32), freqs.sin().to(torch::kFloat32)};
 }
 
+RopeTables RopeTables::forTokens(int64_t T, torch::ScalarType dtype) const {
+  return {cos.narrow(0, 0, T).to(dtype), sin.narrow(0, 0, T).to(dtype),
+          torch::full({T, T}, -INFINITY).triu(1)};
+}
+
 // HF layout: rotate the halves (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin).
 torch::Tensor applyRope(const torch::Tensor& x, const RopeTables& rope) {
   int64_t T = x.size(2), half = x.size(3) / 2;
@@ -111,9 +116,8 @@ torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x, const RopeTa
   torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1));
   // Causal mask as an additive bias, in place: no extra [B,H,T,T] tensor and no mask
   // pass in backward (matmul's backward does not need its output).
-  torch::Tensor causal = torch::full({T, T}, -INFINITY).triu(1);
   scores = scores.to(torch::kFloat32);
-  scores.add_(causal);
+  scores.add_(rope.causal.defined() ? rope.causal : torch::full({T, T}, -INFINITY).triu(1));
   torch::Tensor probs = torch::softmax(scores, -1).to(x.scalar_type());
   torch::Tensor attn = torch::matmul(probs, v).transpose(1, 2).reshape({B, T, -1});
   torch::Tensor out = x + reduceFromTp(proj(attn, wo), tp_);
@@ -153,18 +157,19 @@ bool TransformerImpl::isTpReplicated(const std::string& name) {
 
 torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) {
   ComputeDtypeGuard dtype(compute_dtype_);
+  step_rope_ = rope_.forTokens(tokens.size(1), compute_dtype_);
   const int64_t vocab_start = tp_.rank * (args_.vocab_size / tp_.size);
   torch::Tensor h = vocabParallelEmbedding(tokens, tok_embeddings, vocab_start, tp_)
                         .to(compute_dtype_);
   for (size_t i = 0; i < layers.size(); ++i) {
     TransformerBlockImpl& block = *layers[i];
     if (executor_) {
-      h = executor_->run(static_cast<int64_t>(i), block, h, rope_);
+      h = executor_->run(static_cast<int64_t>(i), block, h, step_rope_);
     } else if (checkpoint_every_ > 0 && static_cast<int64_t>(i) % checkpoint_every_ == 0 &&
                torch::GradMode::is_enabled()) {
-      h = checkpointedBlock(block, h, rope_, nullptr);
+      h = checkpointedBlock(block, h, step_rope_, nullptr);
     } else {
-      h = block.forward(h, rope_);
+      h = block.forward(h, step_rope_);
     }
   }
   h = copyToTp(rmsNorm(h, norm, args_.norm_eps), tp_);

@@ -30,10 +30,14 @@
 
 namespace ftb {
 
-// Precomputed rotary tables cos/sin [max_seq_len, head_dim/2], HF "rotate_half" layout.
+// Precomputed rotary tables cos/sin [max_seq_len, head_dim/2], HF "rotate_half" layout,
+// and (when built by forTokens) the additive causal bias [T, T] (0 / -inf).
 struct RopeTables {
-  torch::Tensor cos, sin;
+  torch::Tensor cos, sin, causal;
   static RopeTables make(int64_t head_dim, int64_t max_seq_len, double theta);
+  // The first T rows in `dtype` plus the causal bias: built once per forward and
+  // shared by every block (and its recompute).
+  RopeTables forTokens(int64_t T, torch::ScalarType dtype) const;
 };
 torch::Tensor applyRope(const torch::Tensor& x, const RopeTables& rope);  // x [B,H,T,hd]
 torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
@@ -97,6 +101,9 @@ class TransformerImpl : public torch::nn::Module {
   torch::ScalarType compute_dtype_;
   int64_t checkpoint_every_;
   RopeTables rope_;
+  // The current forward's tables; a member because checkpointed blocks read them
+  // again in backward (Invariant: a backward runs before the next forward).
+  RopeTables step_rope_;
   BlockExecutor* executor_ = nullptr;
 };
 TORCH_MODULE(Transformer);
