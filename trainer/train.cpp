@@ -185,7 +185,7 @@ TrainSummary train(const TrainConfig& tc, Distributed& dist, MetricsFile& metric
     if (zero)
       zero->afterStep();
     else
-      reducer->zeroGrads();
+      for (auto& p : params) p.mutable_grad() = torch::Tensor();
     r.opt = nowSeconds() - to + norm_s;
     r.total = nowSeconds() - t0;
 

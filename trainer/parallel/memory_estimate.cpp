@@ -47,7 +47,7 @@ MemoryEstimate estimateMemory(const TrainConfig& tc) {
   if (stage == 0) {
     e.parameters = 4 * P;
     e.gradients = 4 * P;
-    e.comm_buffers = 0;  // gradients live in the all-reduce buckets themselves
+    e.comm_buffers = 2 * 4 * std::min(P, 25.0 * (1 << 20) / 4);  // one bucket: cat + result
   } else if (stage < 3) {
     e.parameters = 4 * P;
     e.gradients = 4 * P + 4 * P / N;
