@@ -50,11 +50,14 @@ int64_t parseCheckpointing(const Config& cfg) {
 
 int64_t ModelArgs::numEmbeddingParams() const { return vocab_size * dim; }
 
-int64_t ModelArgs::numParams() const {
+int64_t ModelArgs::blockMatrixParams() const {
   int64_t hd = headDim();
   int64_t attn = dim * n_heads * hd + 2 * dim * n_kv_heads * hd + n_heads * hd * dim;
-  int64_t mlp = 3 * dim * ffn_dim;
-  int64_t block = attn + mlp + 2 * dim;
+  return attn + 3 * dim * ffn_dim;
+}
+
+int64_t ModelArgs::numParams() const {
+  int64_t block = blockMatrixParams() + 2 * dim;  // + the two RMSNorm weights
   int64_t out = tie_embeddings ? 0 : vocab_size * dim;
   return numEmbeddingParams() + n_layers * block + dim + out;
 }

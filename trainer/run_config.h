@@ -22,6 +22,7 @@ struct ModelArgs {
 
   int64_t headDim() const { return dim / n_heads; }
   int64_t numParams() const;          // every parameter, tied embedding counted once
+  int64_t blockMatrixParams() const;  // one block's projections (tensor-parallel split)
   int64_t numEmbeddingParams() const; // the input embedding table
   // torchtitan's 6N + 12·L·H·hd·T: N excludes the input embedding table but counts
   // the output projection (a real GEMM even when tied).

@@ -12,10 +12,9 @@ struct Counts {
 };
 
 Counts countParams(const ModelArgs& m, int64_t tp) {
-  const double D = m.dim, hd = m.headDim(), t = double(tp);
+  const double D = m.dim, t = double(tp);
   Counts c;
-  c.block = (m.n_heads * hd * D + 2 * m.n_kv_heads * hd * D + m.n_heads * hd * D +
-             3 * m.ffn_dim * D) / t + 2 * D;
+  c.block = double(m.blockMatrixParams()) / t + 2 * D;
   c.block_replicated = 2 * D;
   c.root = (m.tie_embeddings ? 1 : 2) * m.vocab_size * D / t + D;
   c.root_replicated = D;
