@@ -58,7 +58,9 @@ double lrAt(const TrainConfig& tc, int64_t step) {
 void installStopSignalHandlers() {
   struct sigaction sa {};
   sa.sa_handler = onStopSignal;
-  sa.sa_flags = SA_RESETHAND;  // a second signal takes its default action (kills a stuck rank)
+  // No SA_RESETHAND: launchers send TERM more than once while stopping a job (forward,
+  // then stop); a second TERM must not kill a rank mid-collective. A stuck rank is
+  // killed by the launcher's SIGKILL after --grace.
   sigemptyset(&sa.sa_mask);
   for (int s : {SIGTERM, SIGINT, SIGUSR1, SIGHUP}) sigaction(s, &sa, nullptr);
 }
