@@ -68,6 +68,12 @@ double ModelArgs::flopsPerToken(int64_t seq_len) const {
   return 6.0 * n + 12.0 * n_layers * n_heads * headDim() * static_cast<double>(seq_len);
 }
 
+std::string binDtypeProblem(const TrainConfig& c) {
+  if (c.bin_dtype == "uint16" && c.model.vocab_size > 65536)
+    return "uint16 cannot hold token ids of vocab_size(" + num(c.model.vocab_size) + ")";
+  return "";
+}
+
 ModelArgs modelArgsFromConfig(const Config& cfg) {
   ModelArgs m;
   m.name = cfg.getString("model.name");
@@ -114,11 +120,10 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size) {
   c.pad_longest = cfg.getString("data.padding") == "longest";
   requireOneOf(cfg, "data.bin_dtype", {"uint16", "uint32"});
   c.bin_dtype = cfg.getString("data.bin_dtype");
-  if (c.bin_dtype == "uint16" && c.model.vocab_size > 65536 &&
-      c.data_source.size() > 4 && c.data_source.compare(c.data_source.size() - 4, 4, ".bin") == 0)
-    cfg.fail("data.bin_dtype", "uint16 cannot hold token ids of vocab_size(" +
-                                   num(c.model.vocab_size) + ")",
-             "set data.bin_dtype = \"uint32\"");
+  if (c.data_source.size() > 4 &&
+      c.data_source.compare(c.data_source.size() - 4, 4, ".bin") == 0 &&
+      !binDtypeProblem(c).empty())
+    cfg.fail("data.bin_dtype", binDtypeProblem(c), "set data.bin_dtype = \"uint32\"");
   c.num_samples = cfg.getInt("data.num_samples");
   c.min_doc_len = cfg.getInt("data.min_doc_len");
   if (c.min_doc_len < 0 || c.min_doc_len > c.seq_len)

@@ -70,4 +70,8 @@ struct TrainConfig {
 
 ModelArgs modelArgsFromConfig(const Config& cfg);
 
+// Why a .bin token file with c.bin_dtype cannot hold c's vocabulary, or "" when it
+// can (uint16 holds ids below 65536). Used for data.source and --generate-data.
+std::string binDtypeProblem(const TrainConfig& c);
+
 }  // namespace ftb

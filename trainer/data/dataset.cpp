@@ -170,15 +170,13 @@ Batch makeBatch(const Dataset& ds, int64_t first, int64_t count, int64_t seq_len
 }
 
 void writeSyntheticDataset(const TrainConfig& c, const std::string& path) {
+  const bool bin = endsWith(path, ".bin");
+  if (bin && !binDtypeProblem(c).empty())  // before the file is created: nothing written
+    throw ConfigError("data.bin_dtype", "--generate-data " + path, binDtypeProblem(c),
+                      "set data.bin_dtype = \"uint32\"");
   SyntheticDataset ds(c);
   std::ofstream out(path, std::ios::binary);
   if (!out) throw IoError("cannot write " + path);
-  bool bin = endsWith(path, ".bin");
-  if (bin && c.bin_dtype == "uint16" && c.model.vocab_size > 65536)
-    throw ConfigError("data.bin_dtype", "--generate-data " + path,
-                      "uint16 cannot hold token ids of vocab_size(" +
-                          std::to_string(c.model.vocab_size) + ")",
-                      "set data.bin_dtype = \"uint32\"");
   for (int64_t i = 0; i < ds.size(); ++i) {
     std::vector<int32_t> ids = ds.document(i);
     if (bin) {

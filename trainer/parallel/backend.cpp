@@ -3,19 +3,14 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/cuda.h>
 
-#include "common/error.h"
 
 namespace ftb {
 
 BackendKind resolveBackend(const std::string& name) {
   if (name == "gloo") return BackendKind::kGloo;
-  if (name == "nccl") {
-    if (!ncclCompiledIn())
-      throw ConfigError("parallel.backend", "config",
-                        "\"nccl\" is not compiled into this build (libtorch has no CUDA)",
-                        "use backend = \"gloo\" or \"auto\"");
-    return BackendKind::kNccl;
-  }
+  // TrainConfig::fromConfig already refused "nccl" in a build without it (with
+  // file:line); makeNcclProcessGroup of backend_nccl_off.cpp is the runtime guard.
+  if (name == "nccl") return BackendKind::kNccl;
   return ncclCompiledIn() && torch::cuda::is_available() ? BackendKind::kNccl : BackendKind::kGloo;
 }
 
