@@ -13,7 +13,7 @@
 #include "common/config.h"
 #include "sweep_tagger/process_pool.h"
 #include "sweep_tagger/validity.h"
-#include "trainer/metrics/h5_metrics.h"
+#include "common/h5_metrics.h"
 
 namespace ftb {
 namespace fs = std::filesystem;

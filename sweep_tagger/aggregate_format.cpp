@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sweep_tagger/aggregate.h"
-#include "sweep_tagger/tag.h"
+#include "common/tag.h"
 
 namespace ftb {
 namespace {

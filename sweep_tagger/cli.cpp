@@ -14,9 +14,9 @@
 #include "common/error.h"
 #include "sweep_tagger/aggregate.h"
 #include "sweep_tagger/plot.h"
-#include "sweep_tagger/run_status.h"
+#include "common/run_status.h"
 #include "sweep_tagger/sweep.h"
-#include "sweep_tagger/tag.h"
+#include "common/tag.h"
 
 namespace ftb {
 namespace {

@@ -15,7 +15,7 @@
 #include <set>
 
 #include "common/error.h"
-#include "sweep_tagger/tag.h"
+#include "common/tag.h"
 
 extern char** environ;
 

@@ -11,7 +11,7 @@
 #include <tuple>
 
 #include "common/error.h"
-#include "sweep_tagger/tag.h"
+#include "common/tag.h"
 #include "sweep_tagger/validity.h"
 
 namespace ftb {

@@ -12,13 +12,13 @@
 #include "common/dist_env.h"
 #include "common/error.h"
 #include "common/log.h"
-#include "sweep_tagger/tag.h"
+#include "common/tag.h"
 #include "trainer/data/dataset.h"
-#include "trainer/metrics/h5_metrics.h"
+#include "common/h5_metrics.h"
 #include "trainer/metrics/perf.h"
 #include "trainer/parallel/dist.h"
 #include "trainer/parallel/memory_estimate.h"
-#include "trainer/run_config.h"
+#include "common/run_config.h"
 #include "trainer/train.h"
 
 namespace ftb {

@@ -18,9 +18,9 @@
 #include <string>
 
 #include "common/config.h"
-#include "trainer/metrics/h5_metrics.h"
+#include "common/h5_metrics.h"
 #include "trainer/parallel/dist.h"
-#include "trainer/run_config.h"
+#include "common/run_config.h"
 
 namespace ftb {
 

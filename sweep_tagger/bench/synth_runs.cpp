@@ -16,8 +16,8 @@
 
 #include "common/config.h"
 #include "common/error.h"
-#include "sweep_tagger/tag.h"
-#include "trainer/metrics/h5_metrics.h"
+#include "common/tag.h"
+#include "common/h5_metrics.h"
 
 namespace ftb {
 namespace {

@@ -26,7 +26,7 @@
 #include <functional>
 
 #include "trainer/parallel/tp.h"
-#include "trainer/run_config.h"
+#include "common/run_config.h"
 
 namespace ftb {
 

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "trainer/run_config.h"
+#include "common/run_config.h"
 
 namespace ftb {
 

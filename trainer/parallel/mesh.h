@@ -16,7 +16,7 @@
 
 #include "trainer/parallel/dist.h"
 #include "trainer/parallel/tp.h"
-#include "trainer/run_config.h"
+#include "common/run_config.h"
 
 namespace ftb {
 

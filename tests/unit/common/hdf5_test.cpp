@@ -16,7 +16,7 @@
 #include <fstream>
 
 #include "common/error.h"
-#include "trainer/metrics/h5_metrics.h"
+#include "common/h5_metrics.h"
 
 namespace ftb {
 namespace {

@@ -10,9 +10,9 @@
 
 #include "sweep_tagger/plot.h"
 #include "sweep_tagger/process_pool.h"
-#include "sweep_tagger/tag.h"
+#include "common/tag.h"
 #include "test_util.h"
-#include "trainer/metrics/h5_metrics.h"
+#include "common/h5_metrics.h"
 
 namespace ftb {
 namespace {

@@ -12,7 +12,7 @@
 #include <sstream>
 
 #include "common/error.h"
-#include "sweep_tagger/tag.h"
+#include "common/tag.h"
 #include "test_util.h"
 
 namespace ftb {

@@ -1,5 +1,5 @@
 // SHA-256 known-answer tests (FIPS 180-4 examples / NIST CAVP short messages).
-#include "sweep_tagger/sha256.h"
+#include "common/sha256.h"
 
 #include <gtest/gtest.h>
 

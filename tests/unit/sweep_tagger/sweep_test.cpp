@@ -12,7 +12,7 @@
 #include "sweep_tagger/cli.h"
 #include "sweep_tagger/validity.h"
 #include "test_util.h"
-#include "trainer/metrics/h5_metrics.h"
+#include "common/h5_metrics.h"
 
 namespace ftb {
 namespace {

@@ -10,7 +10,7 @@
 #include <random>
 #include <unordered_set>
 
-#include "sweep_tagger/tag.h"
+#include "common/tag.h"
 #include "test_util.h"
 
 namespace ftb {

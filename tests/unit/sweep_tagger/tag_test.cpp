@@ -1,5 +1,5 @@
 // Tag hash invariances, value rendering and run-directory creation.
-#include "sweep_tagger/tag.h"
+#include "common/tag.h"
 
 #include <gtest/gtest.h>
 

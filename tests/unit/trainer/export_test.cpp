@@ -17,7 +17,7 @@
 #include "common/config.h"
 #include "trainer/model/llama.h"
 #include "trainer/optim/optimizer.h"
-#include "trainer/run_config.h"
+#include "common/run_config.h"
 
 namespace ftb {
 namespace {

@@ -1,7 +1,7 @@
 // ModelArgs counts against published parameter counts (computed by hand below), the
 // torchtitan flops/token formula by hand, and TrainConfig invariant errors that carry
 // the numbers.
-#include "trainer/run_config.h"
+#include "common/run_config.h"
 
 #include <gtest/gtest.h>
 

@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "common/error.h"
-#include "sweep_tagger/tag.h"
+#include "common/tag.h"
 
 namespace ftb {
 namespace fs = std::filesystem;

@@ -1,4 +1,4 @@
-#include "sweep_tagger/tag.h"
+#include "common/tag.h"
 
 #include <algorithm>
 #include <charconv>
@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "sweep_tagger/sha256.h"
+#include "common/sha256.h"
 
 namespace ftb {
 namespace {

@@ -1,4 +1,4 @@
-#include "trainer/run_config.h"
+#include "common/run_config.h"
 
 #include <filesystem>
 #include <sstream>

@@ -1,4 +1,4 @@
-#include "sweep_tagger/sha256.h"
+#include "common/sha256.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "trainer/metrics/h5_metrics.h"
+#include "common/h5_metrics.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,9 +1,9 @@
-#include "sweep_tagger/run_status.h"
+#include "common/run_status.h"
 
 #include <filesystem>
 
 #include "common/error.h"
-#include "trainer/metrics/h5_metrics.h"
+#include "common/h5_metrics.h"
 
 namespace ftb {
 
