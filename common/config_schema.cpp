@@ -161,9 +161,18 @@ void addParallel(Schema& sc) {
 void addCheckpoint(Schema& sc) {
   sc.add(spec("checkpoint.dir", kString, s(""),
               "checkpoint directory; \"\" = <run_dir>/checkpoints", kNoTag));
-  sc.add(spec("checkpoint.interval", kInt, i(0), "steps between checkpoints; 0 = never", kNoTag));
-  sc.add(spec("checkpoint.resume", kString, s("auto"), "\"auto\" | \"none\" | path", kNoTag));
-  sc.add(spec("checkpoint.keep_last", kInt, i(2), "checkpoints kept on disk", kNoTag));
+  sc.add(spec("checkpoint.interval", kInt, i(0),
+              "steps between checkpoints; 0 = only at the end and on preemption", kNoTag));
+  sc.add(spec("checkpoint.resume", kString, s("auto"),
+              "\"auto\" (newest complete checkpoint of checkpoint.dir) | \"never\" | path of a "
+              "step_N directory",
+              kNoTag));
+  sc.add(spec("checkpoint.keep_last", kInt, i(2),
+              "complete checkpoints kept (older ones pruned); 0 = keep all", kNoTag));
+  sc.add(spec("checkpoint.preempt_grace_s", kFloat, f(0.0),
+              "after a stop signal, seconds to finish the step and save before exiting "
+              "without a checkpoint; 0 = no deadline",
+              kNoTag));
 }
 
 void addMetricsAndOutput(Schema& sc) {

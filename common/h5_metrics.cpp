@@ -60,6 +60,41 @@ MetricsFile MetricsFile::create(const std::string& path, const RunInfo& info) {
   return m;
 }
 
+MetricsFile MetricsFile::resume(const std::string& path, const RunInfo& info,
+                                int64_t resume_step) {
+  std::error_code ec;
+  const bool existed = std::filesystem::exists(path, ec);
+  MetricsFile m;
+  if (existed) {
+    m.path_ = path;
+    m.file_ = h5::openFile(path, /*writable=*/true, /*file_locking=*/false);
+    m.steps_group_ = h5::openGroup(m.file_, "steps");
+    m.status_group_ = h5::openGroup(m.file_, "status");
+    hsize_t keep = 0;
+    if (h5::exists(m.steps_group_, "step")) {
+      std::vector<int64_t> steps = h5::readInts(m.steps_group_, "step");
+      while (keep < steps.size() && steps[keep] < resume_step) ++keep;
+    }
+    for (const std::string& name : h5::listMembers(m.steps_group_)) {
+      h5::H5Handle d = h5::openDataset(m.steps_group_, name);
+      h5::truncateDataset(d, std::min<hsize_t>(keep, h5::datasetLength(d)));
+    }
+    m.steps_flushed_ = static_cast<int64_t>(keep);
+  } else {
+    m = create(path, info);
+  }
+  h5::H5Handle root = h5::openGroup(m.file_, "/");
+  std::vector<int64_t> steps;
+  if (h5::hasAttr(root, "resume_steps")) steps = h5::readAttrInts(root, "resume_steps");
+  steps.push_back(resume_step);
+  h5::writeAttrInts(root, "resume_steps", steps);
+  h5::writeAttrInt(root, "resume_count", static_cast<int64_t>(steps.size()));
+  m.message_ = "resumed from the checkpoint of step " + std::to_string(resume_step);
+  m.writeStatus(true);
+  h5::flushFile(m.file_);
+  return m;
+}
+
 MetricsFile& MetricsFile::operator=(MetricsFile&& other) noexcept {
   if (this != &other) {
     try {
@@ -74,6 +109,7 @@ MetricsFile& MetricsFile::operator=(MetricsFile&& other) noexcept {
     column_index_ = std::move(other.column_index_);
     steps_flushed_ = other.steps_flushed_;
     steps_buffered_ = other.steps_buffered_;
+    appended_ = other.appended_;
     state_ = std::move(other.state_);
     message_ = std::move(other.message_);
     exit_code_ = other.exit_code_;
@@ -96,7 +132,7 @@ void MetricsFile::declareMetric(const std::string& name, bool is_int) {
     }
     return;
   }
-  if (steps_flushed_ + steps_buffered_ > 0) {
+  if (appended_) {
     throw std::logic_error("metric '" + name + "' declared after the first appendStep");
   }
   if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
@@ -122,14 +158,17 @@ void MetricsFile::appendStep(const std::map<std::string, double>& values) {
     }
   }
   ++steps_buffered_;
+  appended_ = true;
 }
 
 void MetricsFile::flush() {
   if (!isOpen()) return;
   for (Column& c : columns_) {
-    if (!c.dset.valid()) {
-      c.dset = h5::createAppendable(steps_group_, c.name,
-                                    c.is_int ? h5::ElemType::kInt64 : h5::ElemType::kFloat64);
+    if (!c.dset.valid()) {  // a resumed file already has it
+      c.dset = h5::exists(steps_group_, c.name)
+                   ? h5::openDataset(steps_group_, c.name)
+                   : h5::createAppendable(steps_group_, c.name,
+                                          c.is_int ? h5::ElemType::kInt64 : h5::ElemType::kFloat64);
     }
     if (c.is_int) {
       h5::appendValues(c.dset, c.ints.data(), c.ints.size());

@@ -6,6 +6,8 @@
 //              world_size, rank, local_rank, node_rank (int64), peak_flops (float64, FLOP/s)
 //   /config    scalar UTF-8 string: the resolved config (TOML)
 //   /steps/<metric>  1-D float64 or int64, chunked, unlimited; row i = i-th appended step
+//   / attrs    resume_count, resume_steps (int64 array): only in a run resumed from a
+//              checkpoint (MetricsFile::resume)
 //   /status    group with attrs state (running|completed|failed|oom|preempted|invalid),
 //              exit_code (int64), message (string), steps_done (int64 = rows flushed)
 //
@@ -48,6 +50,13 @@ class MetricsFile {
   // the root attributes, /config, empty /steps, /status = running; flushes.
   // Throws IoError.
   static MetricsFile create(const std::string& path, const RunInfo& info);
+
+  // Continues an existing file after a resume from the checkpoint of `resume_step`
+  // (steps done): rows whose `step` is >= resume_step (written after that checkpoint
+  // by the attempt that died) are cut, the root attributes resume_count (+1) and
+  // resume_steps (int64 array, + resume_step) record the resume, /status is running.
+  // A missing file is created as by create(); the attributes say the same. Throws IoError.
+  static MetricsFile resume(const std::string& path, const RunInfo& info, int64_t resume_step);
 
   MetricsFile(MetricsFile&& other) noexcept = default;
   MetricsFile& operator=(MetricsFile&& other) noexcept;  // closes *this first (no throw)
@@ -93,6 +102,7 @@ class MetricsFile {
   std::vector<Column> columns_;  // declaration order
   std::map<std::string, size_t> column_index_;
   int64_t steps_flushed_ = 0, steps_buffered_ = 0;
+  bool appended_ = false;  // appendStep called on this object
   std::string state_ = "running", message_;
   int64_t exit_code_ = 0;
 };

@@ -1,5 +1,6 @@
 #include "common/hdf5.h"
 
+#include <algorithm>
 #include <mutex>
 
 #include "common/error.h"
@@ -261,6 +262,27 @@ void writeAttrString(hid_t obj, const std::string& name, const std::string& valu
   }
 }
 
+void writeAttrInts(hid_t obj, const std::string& name, const std::vector<int64_t>& values) {
+  std::string what = "attribute '" + name + "'";
+  if (hasAttr(obj, name)) checkStatus(H5Adelete(obj, name.c_str()), obj, "H5Adelete " + what);
+  hsize_t n = values.size();
+  H5Handle space(check(H5Screate_simple(1, &n, nullptr), obj, "H5Screate_simple " + what),
+                 Kind::kDataspace);
+  H5Handle attr(check(H5Acreate2(obj, name.c_str(), H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT),
+                      obj, "H5Acreate2 " + what),
+                Kind::kAttribute);
+  if (n > 0) checkStatus(H5Awrite(attr, H5T_NATIVE_INT64, values.data()), obj, "H5Awrite " + what);
+}
+
+std::vector<int64_t> readAttrInts(hid_t obj, const std::string& name) {
+  H5Handle attr = openAttr(obj, name);
+  H5Handle space(check(H5Aget_space(attr), obj, "H5Aget_space " + name), Kind::kDataspace);
+  hssize_t n = H5Sget_simple_extent_npoints(space);
+  std::vector<int64_t> v(static_cast<size_t>(std::max<hssize_t>(n, 0)));
+  if (!v.empty()) checkStatus(H5Aread(attr, H5T_NATIVE_INT64, v.data()), obj, "H5Aread " + name);
+  return v;
+}
+
 bool hasAttr(hid_t obj, const std::string& name) {
   return check(H5Aexists(obj, name.c_str()), obj, "H5Aexists '" + name + "'") > 0;
 }
@@ -360,6 +382,10 @@ hsize_t datasetLength(hid_t dset) {
   hsize_t len = 0;
   checkStatus(H5Sget_simple_extent_dims(space, &len, nullptr), dset, "get extent");
   return len;
+}
+
+void truncateDataset(hid_t dset, hsize_t length) {
+  checkStatus(H5Dset_extent(dset, &length), dset, "H5Dset_extent to " + std::to_string(length));
 }
 
 bool isIntDataset(hid_t dset) {

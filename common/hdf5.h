@@ -83,6 +83,11 @@ void writeAttrDouble(hid_t obj, const std::string& name, double value);
 void writeAttrString(hid_t obj, const std::string& name, const std::string& value,
                      bool fixed_length = false);
 
+// 1-D int64 array attribute (h5py: numpy int64 array); readAttrInts also accepts a
+// scalar integer attribute (one element).
+void writeAttrInts(hid_t obj, const std::string& name, const std::vector<int64_t>& values);
+std::vector<int64_t> readAttrInts(hid_t obj, const std::string& name);
+
 enum class AttrType { kInt, kFloat, kString, kOther };
 bool hasAttr(hid_t obj, const std::string& name);
 AttrType attrType(hid_t obj, const std::string& name);
@@ -106,6 +111,7 @@ H5Handle createAppendable(hid_t loc, const std::string& name, ElemType type, hsi
 void appendValues(hid_t dset, const double* values, size_t n);
 void appendValues(hid_t dset, const int64_t* values, size_t n);
 hsize_t datasetLength(hid_t dset);  // REQUIRES: 1-D dataset
+void truncateDataset(hid_t dset, hsize_t length);  // REQUIRES: 1-D chunked, length <= current
 bool isIntDataset(hid_t dset);      // H5T_INTEGER class
 // Whole 1-D numeric dataset, converted to the requested type.
 std::vector<double> readDoubles(hid_t loc, const std::string& name);

@@ -238,11 +238,11 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size) {
 
   // Declared for the next milestones (DESIGN.md: checkpoints/preemption, HF import,
   // profiling); refused rather than silently ignored until they exist.
-  for (const char* k : {"model.from_pretrained", "checkpoint.dir", "checkpoint.interval",
-                        "checkpoint.resume", "checkpoint.keep_last", "metrics.profile_steps"})
+  for (const char* k : {"model.from_pretrained", "metrics.profile_steps"})
     if (cfg.has(k) && cfg.where(k) != "default")
       cfg.fail(k, "is reserved and not implemented yet in this version",
                "remove it; see README.md \"Not implemented yet\"");
+  c.checkpoint = CheckpointConfig::fromConfig(cfg);
   c.memory_limit_bytes = cfg.getFloat("parallel.memory_limit_gb") * double(1LL << 30);
   if (c.memory_limit_bytes < 0) cfg.fail("parallel.memory_limit_gb", "must be >= 0");
   c.log_every = cfg.getInt("metrics.log_every");
@@ -252,6 +252,24 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size) {
   c.output_dir = cfg.getString("output.dir");
   c.sweep_fmt = cfg.getString("output.sweep_fmt");
   c.no_sweep_dir = cfg.getBool("output.no_sweep_dir");
+  return c;
+}
+
+CheckpointConfig CheckpointConfig::fromConfig(const Config& cfg) {
+  CheckpointConfig c;
+  c.dir = cfg.getString("checkpoint.dir");
+  c.interval = cfg.getInt("checkpoint.interval");
+  if (c.interval < 0) cfg.fail("checkpoint.interval", "must be >= 0, got " + std::to_string(c.interval),
+                               "0 saves only at the end and on preemption");
+  c.keep_last = cfg.getInt("checkpoint.keep_last");
+  if (c.keep_last < 0) cfg.fail("checkpoint.keep_last", "must be >= 0, got " + std::to_string(c.keep_last),
+                                "0 keeps every checkpoint");
+  c.resume = cfg.getString("checkpoint.resume");
+  if (c.resume.empty() || c.resume == "none")
+    cfg.fail("checkpoint.resume", "must be \"auto\", \"never\" or the path of a step_N directory",
+             "checkpoint.resume=never to start from step 0");
+  c.preempt_grace_s = cfg.getFloat("checkpoint.preempt_grace_s");
+  if (c.preempt_grace_s < 0) cfg.fail("checkpoint.preempt_grace_s", "must be >= 0 (0 = no deadline)");
   return c;
 }
 

@@ -31,6 +31,16 @@ struct ModelArgs {
 
 enum class DType { kFp32, kBf16 };
 
+// [checkpoint] (trainer/README.md "Checkpoints").
+struct CheckpointConfig {
+  std::string dir;         // "" = <run_dir>/checkpoints
+  int64_t interval = 0;    // 0 = only at the end and on preemption
+  int64_t keep_last = 2;   // 0 = keep all
+  std::string resume = "auto";  // "auto" | "never" | path of a step_N directory
+  double preempt_grace_s = 0;   // 0 = no deadline
+  static CheckpointConfig fromConfig(const Config& cfg);
+};
+
 struct TrainConfig {
   ModelArgs model;
   // data
@@ -52,6 +62,7 @@ struct TrainConfig {
   std::string backend;
   double timeout_seconds = 300;
   double memory_limit_bytes = 0;  // 0 = none; above it a run ends with status "oom"
+  CheckpointConfig checkpoint;
   // metrics
   int64_t log_every = 1;
   double peak_tflops = 0, price_per_hour = 0;

@@ -19,6 +19,7 @@
 #include "trainer/parallel/dist.h"
 #include "trainer/parallel/memory_estimate.h"
 #include "common/run_config.h"
+#include "trainer/checkpoint/hook.h"
 #include "trainer/train.h"
 
 namespace ftb {
@@ -33,9 +34,22 @@ int threadsFor(const TrainConfig& tc) {
   return 1;
 }
 
+// The run directory prepareRun() will create (nothing is created here).
+std::string runDirPath(const Config& cfg, const TrainConfig& tc) {
+  if (tc.no_sweep_dir) return tc.output_dir;
+  return (std::filesystem::path(tc.output_dir) / formatTag(cfg, tc.world_size, tc.sweep_fmt)).string();
+}
+
+std::string checkpointDir(const TrainConfig& tc, const std::string& run_dir) {
+  if (!tc.checkpoint.dir.empty()) return tc.checkpoint.dir;
+  return (std::filesystem::path(run_dir) / "checkpoints").string();
+}
+
 // Rank 0 creates <output>/<tag>/ (run.toml); all ranks check they computed the same
-// tag. An earlier attempt's metrics/ in the same directory is kept as metrics.attempt_N.
-std::string prepareRun(const Config& cfg, const TrainConfig& tc, Distributed& dist) {
+// tag. An earlier attempt's metrics/ in the same directory is kept as metrics.attempt_N,
+// unless this run resumes (`keep_metrics`): then the files continue.
+std::string prepareRun(const Config& cfg, const TrainConfig& tc, Distributed& dist,
+                       bool keep_metrics) {
   std::string tag = formatTag(cfg, tc.world_size, tc.sweep_fmt);
   std::vector<std::string> tags = dist.allGatherString("tag", tag);
   for (size_t r = 0; r < tags.size(); ++r)
@@ -50,7 +64,7 @@ std::string prepareRun(const Config& cfg, const TrainConfig& tc, Distributed& di
     dir = rd.path;
     namespace fs = std::filesystem;
     fs::path m = fs::path(dir) / "metrics";
-    if (fs::exists(m)) {
+    if (fs::exists(m) && !keep_metrics) {
       int n = 1;
       while (fs::exists(fs::path(dir) / ("metrics.attempt_" + std::to_string(n)))) ++n;
       fs::rename(m, fs::path(dir) / ("metrics.attempt_" + std::to_string(n)));
@@ -100,7 +114,11 @@ int runSession(const SessionOptions& opts) {
     Distributed dist = initDistributed(
         env, std::chrono::milliseconds(static_cast<int64_t>(tc.timeout_seconds * 1000)),
         tc.backend);
-    std::string run_dir = prepareRun(cfg, tc, dist);
+    // Which checkpoint to resume from is decided (and a bad or incompatible one refused)
+    // before anything is written to the run directory or the model is allocated.
+    std::optional<ResumePoint> plan =
+        planResume(tc, cfg, checkpointDir(tc, runDirPath(cfg, tc)), dist);
+    std::string run_dir = prepareRun(cfg, tc, dist, plan.has_value());
 
     torch::ScalarType dt = tc.dtype == DType::kBf16 ? torch::kBFloat16 : torch::kFloat32;
     double peak = tc.peak_tflops * 1e12;
@@ -125,12 +143,25 @@ int runSession(const SessionOptions& opts) {
     info.local_rank = env.local_rank;
     info.node_rank = env.node_rank;
     info.peak_flops = peak;
-    metrics.emplace(MetricsFile::create(metricsFilePath(run_dir, env.rank), info));
+    if (plan)
+      metrics.emplace(MetricsFile::resume(metricsFilePath(run_dir, env.rank), info,
+                                          plan->manifest.state.at("step")));
+    else
+      metrics.emplace(MetricsFile::create(metricsFilePath(run_dir, env.rank), info));
 
-    TrainSummary s = train(tc, dist, *metrics, peak);
+    Checkpointer::Identity id{info.tag, info.config_hash, checkpointCompatKeys(cfg),
+                              CkptLayout{tc.world_size, tc.dp_replicate, tc.dp_shard, tc.tp,
+                                         tc.effectiveZeroStage(),
+                                         std::max(1, env.world_size / std::max(1, env.local_world_size))}};
+    CheckpointHook ckpt(tc, std::move(plan),
+                        std::make_unique<Checkpointer>(checkpointDir(tc, run_dir),
+                                                       tc.checkpoint.keep_last, id, dist));
+    TrainSummary s = train(tc, dist, *metrics, peak, ckpt);
     if (s.stop_signal != 0) {
       std::string msg = std::string("stopped by signal ") + strsignal(s.stop_signal) +
-                        " after " + std::to_string(s.steps) + " steps";
+                        " after " + std::to_string(s.steps) + " steps" +
+                        (s.last_checkpoint.empty() ? std::string(", no checkpoint")
+                                                   : "; checkpoint " + s.last_checkpoint);
       metrics->setStatus("preempted", 128 + s.stop_signal, msg);
       FTB_WARN(msg);
       return 128 + s.stop_signal;

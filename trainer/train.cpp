@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "trainer/checkpoint/hook.h"
 #include "trainer/data/dataset.h"
 #include "trainer/metrics/perf.h"
 #include "trainer/model/llama.h"
@@ -66,7 +67,7 @@ void installStopSignalHandlers() {
 }
 
 TrainSummary train(const TrainConfig& tc, Distributed& dist, MetricsFile& metrics,
-                   double peak_flops) {
+                   double peak_flops, CheckpointHook& ckpt) {
   Comm& comm = *dist.world;
   const int rank = comm.rank(), world = comm.size();
   Mesh mesh = buildMesh(dist, tc);
@@ -112,15 +113,22 @@ TrainSummary train(const TrainConfig& tc, Distributed& dist, MetricsFile& metric
                       << " x " << tc.seq_len << " tokens, world " << world);
 
   installStopSignalHandlers();  // from here on, a signal stops every rank after one step
+  const LoopPosition pos = ckpt.restore(*model, zero.get(), *opt, mesh.tp_rank, rank);
+  // Global sample index of step s's first sample (the checkpoint records where the
+  // next step starts, so a resume continues the same sample sequence).
+  const int64_t sample0 = pos.next_sample - pos.step * G;
   TrainSummary sum;
+  sum.start_step = pos.step;
+  sum.steps = pos.step;
   std::vector<double> step_times;
   StepRecord acc;  // sums over measured steps
   const double t_start = nowSeconds();
-  for (int64_t step = 0; step < tc.max_steps; ++step) {
+  for (int64_t step = pos.step; step < tc.max_steps; ++step) {
     StepRecord r;
     const double t0 = nowSeconds();
-    const int64_t first = step * G + mesh.dpRank() * per_rank;  // tp ranks share data
-    const double global_positions = double(countPositions(*ds, step * G, G, tc.seq_len));
+    const int64_t first = sample0 + step * G + mesh.dpRank() * per_rank;  // tp ranks share data
+    const double global_positions =
+        double(countPositions(*ds, sample0 + step * G, G, tc.seq_len));
     r.data += nowSeconds() - t0;
     if (zero) {
       const double tg = nowSeconds();
@@ -212,10 +220,10 @@ TrainSummary train(const TrainConfig& tc, Distributed& dist, MetricsFile& metric
                      std::to_string(int64_t(tc.memory_limit_bytes) >> 20) + " MiB) at step " +
                      std::to_string(step) + "; this rank's peak RSS is " +
                      std::to_string(peakRssBytes() >> 20) + " MiB");
-    if (step == 0) sum.first_loss = r.loss;
+    if (step == pos.step) sum.first_loss = r.loss;
     sum.last_loss = r.loss;
     sum.steps = step + 1;
-    if (step >= tc.warmup_steps) {
+    if (step - pos.step >= tc.warmup_steps) {
       step_times.push_back(r.total);
       for (auto [a, b] : {std::pair{&acc.data, r.data}, {&acc.fwd, r.fwd}, {&acc.bwd, r.bwd},
                           {&acc.opt, r.opt}, {&acc.comm, r.comm}, {&acc.total, r.total},
@@ -232,6 +240,13 @@ TrainSummary train(const TrainConfig& tc, Distributed& dist, MetricsFile& metric
          << "% opt " << 100 * r.opt / r.total << "% comm " << 100 * r.comm / r.total
          << "%) | rss " << currentRssBytes() / (1 << 20) << " MiB";
       FTB_INFO(os.str());
+    }
+    const bool final = rv[3] > 0 || step + 1 == tc.max_steps;
+    if (ckpt.due(step + 1, final)) {
+      metrics.flush();  // rows up to the checkpoint are on disk before it exists
+      std::string dir = ckpt.saveIfDue(step + 1, sample0 + (step + 1) * G, final, *model,
+                                       zero.get(), *opt, mesh.tp_rank, rank);
+      if (!dir.empty()) sum.last_checkpoint = dir;
     }
     if (rv[3] >= 1.0) {
       sum.stop_signal = g_stop_signal.load() != 0 ? g_stop_signal.load() : SIGTERM;

@@ -35,15 +35,20 @@ struct TrainSummary {
   double peak_rss_max = 0;  // bytes, max over ranks
   double first_loss = 0, last_loss = 0;
   int stop_signal = 0;  // non-zero when a signal ended the run
+  int64_t start_step = 0;       // > 0 when resumed from a checkpoint
+  std::string last_checkpoint;  // directory of the last checkpoint saved, "" if none
 };
+
+class CheckpointHook;
 
 // Set by the signal handler (installed by train() before the first step; until then
 // signals keep their default action); polled once per step.
 extern std::atomic<int> g_stop_signal;
 void installStopSignalHandlers();
 
+// Restores from / saves checkpoints through `ckpt` (trainer/checkpoint/hook.h).
 TrainSummary train(const TrainConfig& tc, Distributed& dist, MetricsFile& metrics,
-                   double peak_flops);
+                   double peak_flops, CheckpointHook& ckpt);
 
 void printSummary(const TrainConfig& tc, const TrainSummary& s, double peak_flops,
                   const std::string& peak_source, const std::string& run_dir);

@@ -84,7 +84,9 @@ TransformerBlockImpl::TransformerBlockImpl(const ModelArgs& a, const TpContext& 
   // Registered under short names (libtorch forbids dots); seeded by the full name.
   auto add = [&](const char* name, const std::string& full, std::vector<int64_t> shape, int dim,
                  bool ones) {
-    return register_parameter(name, initParam({pre + full, shape, dim, ones}, tp, seed));
+    ParamInit init{pre + full, shape, dim, ones};
+    inits_[name] = init;
+    return register_parameter(name, initParam(init, tp, seed));
   };
   attention_norm = add("attention_norm", "attention_norm.weight", {D}, -1, true);
   wq = add("wq", "attention.wq.weight", {a.n_heads * hd, D}, 0, false);
@@ -135,12 +137,13 @@ TransformerImpl::TransformerImpl(const ModelArgs& a, const TpContext& tp,
                                      TransformerBlock(a, tp, i, seed)));
     if (on_unit) on_unit(i, *layers.back());
   }
-  tok_embeddings = register_parameter(
-      "tok_embeddings", initParam({"tok_embeddings.weight", {a.vocab_size, a.dim}, 0, false}, tp, seed));
-  norm = register_parameter("norm", initParam({"norm.weight", {a.dim}, -1, true}, tp, seed));
-  if (!a.tie_embeddings)
-    output = register_parameter(
-        "output", initParam({"output.weight", {a.vocab_size, a.dim}, 0, false}, tp, seed));
+  auto add = [&](const char* name, ParamInit init) {
+    root_inits_[name] = init;
+    return register_parameter(name, initParam(init, tp, seed));
+  };
+  tok_embeddings = add("tok_embeddings", {"tok_embeddings.weight", {a.vocab_size, a.dim}, 0, false});
+  norm = add("norm", {"norm.weight", {a.dim}, -1, true});
+  if (!a.tie_embeddings) output = add("output", {"output.weight", {a.vocab_size, a.dim}, 0, false});
   rope_ = RopeTables::make(a.headDim(), a.max_seq_len, a.rope_theta);
   if (on_unit) on_unit(-1, *this);
 }
@@ -149,6 +152,14 @@ std::vector<torch::Tensor> TransformerImpl::rootParameters() const {
   std::vector<torch::Tensor> p{tok_embeddings, norm};
   if (output.defined()) p.push_back(output);
   return p;
+}
+
+std::map<std::string, ParamInit> TransformerImpl::paramInits() const {
+  std::map<std::string, ParamInit> m = root_inits_;
+  for (size_t i = 0; i < layers.size(); ++i)
+    for (const auto& [k, init] : layers[i]->paramInits())
+      m["layers_" + std::to_string(i) + "." + k] = init;
+  return m;
 }
 
 bool TransformerImpl::isTpReplicated(const std::string& name) {

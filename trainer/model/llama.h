@@ -24,6 +24,7 @@
 #include <torch/torch.h>
 
 #include <functional>
+#include <map>
 
 #include "trainer/parallel/tp.h"
 #include "common/run_config.h"
@@ -56,8 +57,12 @@ class TransformerBlockImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope);
 
   torch::Tensor attention_norm, wq, wk, wv, wo, ffn_norm, w1, w2, w3;
+  // How each parameter was created, by registered name ("wq"): global name, full
+  // shape, tensor-parallel shard dimension (checkpoints map slices with it).
+  const std::map<std::string, ParamInit>& paramInits() const { return inits_; }
 
  private:
+  std::map<std::string, ParamInit> inits_;
   int64_t n_local_heads_, n_local_kv_heads_, head_dim_;
   double eps_;
   TpContext tp_;
@@ -91,6 +96,9 @@ class TransformerImpl : public torch::nn::Module {
   std::vector<torch::Tensor> rootParameters() const;
   // True for parameters replicated (not split) across tensor-parallel ranks.
   static bool isTpReplicated(const std::string& name);
+  // ParamInit of every parameter by its named_parameters() key ("layers_3.wq",
+  // "tok_embeddings").
+  std::map<std::string, ParamInit> paramInits() const;
 
   torch::Tensor tok_embeddings, norm, output;  // output undefined when tied
   std::vector<TransformerBlock> layers;
@@ -98,6 +106,7 @@ class TransformerImpl : public torch::nn::Module {
  private:
   ModelArgs args_;
   TpContext tp_;
+  std::map<std::string, ParamInit> root_inits_;
   torch::ScalarType compute_dtype_;
   int64_t checkpoint_every_;
   RopeTables rope_;

@@ -34,6 +34,11 @@ class AdamW final : public Optimizer {
     for (auto& t : m_) b += 2 * t.numel() * t.element_size();
     return b;
   }
+  std::vector<std::pair<std::string, torch::Tensor>> state(size_t i) const override {
+    return {{"exp_avg", m_[i]}, {"exp_avg_sq", v_[i]}};
+  }
+  int64_t stepCount() const override { return t_; }
+  void setStepCount(int64_t t) override { t_ = t; }
 
  private:
   std::vector<torch::Tensor> params_, m_, v_;
@@ -90,6 +95,12 @@ class Adafactor final : public Optimizer {
         if (t->defined()) b += t->numel() * t->element_size();
     return b;
   }
+  std::vector<std::pair<std::string, torch::Tensor>> state(size_t i) const override {
+    if (full_[i].defined()) return {{"sq", full_[i]}};
+    return {{"row", row_[i]}, {"col", col_[i]}};
+  }
+  int64_t stepCount() const override { return t_; }
+  void setStepCount(int64_t t) override { t_ = t; }
 
  private:
   std::vector<torch::Tensor> params_, row_, col_, full_;

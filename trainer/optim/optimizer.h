@@ -23,6 +23,12 @@ class Optimizer {
   virtual ~Optimizer() = default;
   virtual void step(const std::vector<torch::Tensor>& grads, double lr) = 0;
   virtual int64_t stateBytes() const = 0;
+  // Checkpointing: the state tensors of parameter i by name ("exp_avg", "exp_avg_sq";
+  // Adafactor "row", "col", "sq"), aliasing the live state (writes restore it), and the
+  // number of steps taken (bias correction / decay schedule).
+  virtual std::vector<std::pair<std::string, torch::Tensor>> state(size_t i) const = 0;
+  virtual int64_t stepCount() const = 0;
+  virtual void setStepCount(int64_t t) = 0;
 };
 
 struct OptimizerOptions {

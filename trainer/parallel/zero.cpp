@@ -74,6 +74,9 @@ class FlatUnit : public UnitHooks {
     return w.narrow(0, shard_.rank() * shard_numel_, shard_numel_).clone();
   }
 
+  UnitLayout layout(int64_t layer) const {
+    return {layer, names_, shapes_, offsets_, shard_.rank() * shard_numel_, shard_numel_};
+  }
   torch::Tensor& master() { return master_; }
   torch::Tensor& grad() { return grad_; }
 
@@ -188,6 +191,19 @@ void ZeroEngine::afterStep() {
   }
   for (auto& b : blocks_) b->grad().zero_();
   root_->grad().zero_();
+}
+
+std::vector<UnitLayout> ZeroEngine::unitLayouts() const {
+  std::vector<UnitLayout> v;
+  for (size_t i = 0; i < blocks_.size(); ++i) v.push_back(blocks_[i]->layout(int64_t(i)));
+  v.push_back(root_->layout(-1));
+  return v;
+}
+
+void ZeroEngine::afterLoad() {
+  if (stage_ >= 3) return;
+  for (auto& b : blocks_) b->gatherUpdated();
+  root_->gatherUpdated();
 }
 
 torch::Tensor ZeroEngine::run(int64_t layer, TransformerBlockImpl& block, const torch::Tensor& x,

@@ -32,6 +32,16 @@ namespace ftb {
 
 class FlatUnit;
 
+// Where each parameter of a unit lies in its flat buffer, and which part of that
+// buffer this rank's shard is (for checkpoints: flat ranges -> tensor slices).
+struct UnitLayout {
+  int64_t layer = -1;                       // -1 = root
+  std::vector<std::string> names;           // named_parameters() keys within the unit
+  std::vector<std::vector<int64_t>> shapes; // this tp rank's parameter shapes
+  std::vector<int64_t> offsets;             // flat offset of each parameter
+  int64_t shard_begin = 0, shard_numel = 0; // this rank's shard of the flat buffer
+};
+
 class ZeroEngine : public BlockExecutor {
  public:
   ZeroEngine(int stage, Comm& shard, Comm& replicate, torch::ScalarType compute_dtype);
@@ -48,6 +58,11 @@ class ZeroEngine : public BlockExecutor {
   // global grad norm); undefined when tp == 1.
   std::vector<torch::Tensor> normWeights(int64_t tp) const;
   void afterStep();                  // stages 1-2: all-gather shards; all: zero grads
+  // Layouts of the units in masterShards() order.
+  std::vector<UnitLayout> unitLayouts() const;
+  // After the master shards were overwritten (checkpoint load): stages 1-2 refresh
+  // the materialised parameters from them. Collective over the shard group.
+  void afterLoad();
 
   torch::Tensor run(int64_t layer, TransformerBlockImpl& block, const torch::Tensor& x,
                     const RopeTables& rope) override;

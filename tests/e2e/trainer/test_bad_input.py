@@ -81,6 +81,6 @@ def test_bad_layouts(tmp_path, overrides, world, needle):
 
 
 def test_reserved_keys_are_refused_not_ignored(tmp_path):
-    p, _ = run(tmp_path, BASE, "checkpoint.interval=10")
+    p, _ = run(tmp_path, BASE, "metrics.profile_steps=10")
     assert p.returncode == 2
-    assert "checkpoint.interval" in p.stderr and "not implemented yet" in p.stderr
+    assert "metrics.profile_steps" in p.stderr and "not implemented yet" in p.stderr

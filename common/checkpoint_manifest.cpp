@@ -1,0 +1,233 @@
+#include "common/checkpoint_manifest.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "common/error.h"
+
+namespace ftb {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+json sliceJson(const CkptSlice& s) {
+  return {{"file", s.file}, {"dataset", s.dataset}, {"offset", s.offset}, {"size", s.size}};
+}
+
+// Typed field access that names the manifest and the field on failure.
+template <typename T>
+T field(const json& j, const char* key, const std::string& where, const std::string& path) {
+  if (!j.is_object() || !j.contains(key))
+    throw CheckpointError(path, "manifest is missing '" + where + key + "'");
+  try {
+    return j.at(key).get<T>();
+  } catch (const json::exception& e) {
+    throw CheckpointError(path, "manifest field '" + where + key + "' has the wrong type (" +
+                                    e.what() + ")");
+  }
+}
+
+CkptTensor parseTensor(const json& j, const std::string& name, const std::string& path) {
+  const std::string w = "tensors." + name + ".";
+  CkptTensor t;
+  t.shape = field<std::vector<int64_t>>(j, "shape", w, path);
+  t.dtype = field<std::string>(j, "dtype", w, path);
+  for (const json& s : field<json>(j, "slices", w, path)) {
+    CkptSlice c;
+    c.file = field<std::string>(s, "file", w + "slices[].", path);
+    c.dataset = field<std::string>(s, "dataset", w + "slices[].", path);
+    c.offset = field<std::vector<int64_t>>(s, "offset", w + "slices[].", path);
+    c.size = field<std::vector<int64_t>>(s, "size", w + "slices[].", path);
+    if (c.offset.size() != t.shape.size() || c.size.size() != t.shape.size())
+      throw CheckpointError(path, "manifest slice of '" + name + "' has " +
+                                      std::to_string(c.offset.size()) + "-D offset but the tensor is " +
+                                      std::to_string(t.shape.size()) + "-D");
+    for (size_t d = 0; d < t.shape.size(); ++d)
+      if (c.offset[d] < 0 || c.size[d] < 0 || c.offset[d] + c.size[d] > t.shape[d])
+        throw CheckpointError(path, "manifest slice of '" + name + "' in " + c.file +
+                                        " lies outside the tensor's shape in dimension " +
+                                        std::to_string(d));
+    t.slices.push_back(std::move(c));
+  }
+  return t;
+}
+
+}  // namespace
+
+std::string manifestToJson(const Manifest& m) {
+  json j;
+  j["format"] = "ftbench-checkpoint";
+  j["format_version"] = m.format_version;
+  j["ftbench_version"] = m.ftbench_version;
+  j["config_hash"] = m.config_hash;
+  j["tag"] = m.tag;
+  j["created_utc"] = m.created_utc;
+  const CkptLayout& l = m.layout;
+  j["layout"] = {{"world", l.world},     {"dp_replicate", l.dp_replicate}, {"dp_shard", l.dp_shard},
+                 {"tp", l.tp},           {"zero_stage", l.zero_stage},     {"nodes", l.nodes}};
+  j["compat"] = m.compat;
+  j["state"] = m.state;
+  j["files"] = json::array();
+  for (const CkptFile& f : m.files)
+    j["files"].push_back({{"name", f.name}, {"rank", f.rank}, {"bytes", f.bytes}, {"crc32", f.crc32}});
+  j["tensors"] = json::object();
+  for (const auto& [name, t] : m.tensors) {
+    json s = json::array();
+    for (const CkptSlice& c : t.slices) s.push_back(sliceJson(c));
+    j["tensors"][name] = {{"shape", t.shape}, {"dtype", t.dtype}, {"slices", s}};
+  }
+  return j.dump(1) + "\n";
+}
+
+Manifest parseManifest(const std::string& text, const std::string& path) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    throw CheckpointError(path, std::string("manifest is not valid JSON (truncated or damaged): ") +
+                                    e.what());
+  }
+  if (field<std::string>(j, "format", "", path) != "ftbench-checkpoint")
+    throw CheckpointError(path, "not an ftbench checkpoint manifest (format field)");
+  Manifest m;
+  m.format_version = field<int64_t>(j, "format_version", "", path);
+  if (m.format_version != kCheckpointFormatVersion)
+    throw CheckpointError(path, "format_version " + std::to_string(m.format_version) +
+                                    ", this ftbench reads " +
+                                    std::to_string(kCheckpointFormatVersion));
+  m.ftbench_version = field<std::string>(j, "ftbench_version", "", path);
+  m.config_hash = field<std::string>(j, "config_hash", "", path);
+  m.tag = field<std::string>(j, "tag", "", path);
+  m.created_utc = field<std::string>(j, "created_utc", "", path);
+  json l = field<json>(j, "layout", "", path);
+  for (auto [k, v] : {std::pair{"world", &m.layout.world}, {"dp_replicate", &m.layout.dp_replicate},
+                      {"dp_shard", &m.layout.dp_shard}, {"tp", &m.layout.tp},
+                      {"zero_stage", &m.layout.zero_stage}, {"nodes", &m.layout.nodes}})
+    *v = field<int64_t>(l, k, "layout.", path);
+  m.compat = field<std::map<std::string, std::string>>(j, "compat", "", path);
+  m.state = field<std::map<std::string, int64_t>>(j, "state", "", path);
+  for (const json& f : field<json>(j, "files", "", path))
+    m.files.push_back({field<std::string>(f, "name", "files[].", path),
+                       field<int64_t>(f, "rank", "files[].", path),
+                       field<int64_t>(f, "bytes", "files[].", path),
+                       field<std::string>(f, "crc32", "files[].", path)});
+  for (const auto& [name, t] : field<json>(j, "tensors", "", path).items())
+    m.tensors[name] = parseTensor(t, name, path);
+  return m;
+}
+
+std::string checkpointDirName(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step_%08lld", static_cast<long long>(step));
+  return buf;
+}
+
+std::optional<int64_t> checkpointStepOf(const std::string& name) {
+  if (name.rfind("step_", 0) != 0 || name.size() == 5 || name.size() > 5 + 18) return std::nullopt;
+  for (size_t i = 5; i < name.size(); ++i)
+    if (name[i] < '0' || name[i] > '9') return std::nullopt;
+  return std::stoll(name.substr(5));
+}
+
+std::vector<std::string> listCheckpointDirs(const std::string& ckpt_dir) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  std::error_code ec;
+  for (fs::directory_iterator it(ckpt_dir, ec), end; !ec && it != end; it.increment(ec))
+    if (auto s = checkpointStepOf(it->path().filename().string()); s && it->is_directory())
+      found.emplace_back(*s, it->path().string());
+  std::sort(found.begin(), found.end(), [](auto& a, auto& b) { return a.first > b.first; });
+  std::vector<std::string> out;
+  for (auto& f : found) out.push_back(f.second);
+  return out;
+}
+
+std::string fileCrc32(const std::string& path, int64_t* bytes) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) throw CheckpointError(path, std::string("cannot open: ") + std::strerror(errno));
+  std::vector<unsigned char> buf(1 << 20);
+  uLong crc = crc32(0L, Z_NULL, 0);
+  int64_t n = 0;
+  size_t got;
+  while ((got = std::fread(buf.data(), 1, buf.size(), f)) > 0) {
+    crc = crc32(crc, buf.data(), static_cast<uInt>(got));
+    n += static_cast<int64_t>(got);
+  }
+  bool err = std::ferror(f);
+  std::fclose(f);
+  if (err) throw CheckpointError(path, "read error while checksumming");
+  if (bytes) *bytes = n;
+  char hex[16];
+  std::snprintf(hex, sizeof hex, "%08lx", static_cast<unsigned long>(crc));
+  return hex;
+}
+
+Manifest loadVerifiedManifest(const std::string& dir, const std::vector<int64_t>& ranks) {
+  const std::string mpath = (fs::path(dir) / kManifestName).string();
+  std::ifstream in(mpath, std::ios::binary);
+  if (!in) throw CheckpointError(mpath, "manifest missing (the save did not finish)");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  Manifest m = parseManifest(ss.str(), mpath);
+  std::set<std::string> names;
+  for (const CkptFile& f : m.files) {
+    names.insert(f.name);
+    if (!ranks.empty() && std::find(ranks.begin(), ranks.end(), f.rank) == ranks.end()) continue;
+    const std::string p = (fs::path(dir) / f.name).string();
+    int64_t bytes = 0;
+    std::string crc = fileCrc32(p, &bytes);
+    if (bytes != f.bytes)
+      throw CheckpointError(p, "size " + std::to_string(bytes) + " bytes, the manifest says " +
+                                   std::to_string(f.bytes) + " (truncated or replaced)");
+    if (crc != f.crc32)
+      throw CheckpointError(p, "crc32 " + crc + ", the manifest says " + f.crc32 +
+                                   " (the file is damaged)");
+  }
+  for (const auto& [name, t] : m.tensors)
+    for (const CkptSlice& s : t.slices)
+      if (!names.count(s.file))
+        throw CheckpointError(mpath, "tensor '" + name + "' names file " + s.file +
+                                         ", which the manifest does not list");
+  return m;
+}
+
+void fsyncPath(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw IoError("cannot open " + path + " to fsync it: " + std::strerror(errno));
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  if (rc != 0) throw IoError("fsync of " + path + " failed: " + std::strerror(err));
+}
+
+void renameDurably(const std::string& from, const std::string& to) {
+  if (std::rename(from.c_str(), to.c_str()) != 0)
+    throw IoError("cannot rename " + from + " to " + to + ": " + std::strerror(errno));
+  std::string parent = fs::path(to).parent_path().string();
+  fsyncPath(parent.empty() ? "." : parent);
+}
+
+void writeFileDurably(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) throw IoError("cannot write " + tmp + ": " + std::strerror(errno));
+  }
+  fsyncPath(tmp);
+  renameDurably(tmp, path);
+}
+
+}  // namespace ftb

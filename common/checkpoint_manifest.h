@@ -1,0 +1,101 @@
+// Checkpoint directory layout, manifest and verification (no libtorch: the trainer
+// writes checkpoints, sweep_tagger only asks whether a run has a complete one).
+//
+// Layout of one checkpoint (trainer/README.md "Checkpoints"):
+//   <checkpoint.dir>/step_00000008/rank_00000.h5   one HDF5 file per rank: the slices of
+//                                                   the global tensors this rank owns
+//   <checkpoint.dir>/step_00000008/manifest.json   written last by rank 0
+// A save writes into step_N.tmp/, rank 0 writes the manifest there after every rank
+// has fsynced its file, then renames the directory to step_N and fsyncs the parent.
+// Invariant: a directory named step_N (no suffix) was complete when it was renamed;
+// it is *usable* only if verifyCheckpoint() finds nothing wrong (files can be damaged
+// later). Partial saves stay behind as step_N.tmp and are never loaded.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace ftb {
+
+inline constexpr int64_t kCheckpointFormatVersion = 1;
+inline constexpr const char* kManifestName = "manifest.json";
+
+// A part of a global tensor held by one dataset of one file: the box
+// [offset[d], offset[d] + size[d]) in every dimension d.
+struct CkptSlice {
+  std::string file;     // file name inside the step directory
+  std::string dataset;  // HDF5 path inside that file
+  std::vector<int64_t> offset, size;
+};
+
+struct CkptTensor {
+  std::vector<int64_t> shape;  // global shape
+  std::string dtype;           // "float32", "float64", "int64", "uint8"
+  std::vector<CkptSlice> slices;
+};
+
+struct CkptFile {
+  std::string name;  // "rank_00000.h5"
+  int64_t rank = 0, bytes = 0;
+  std::string crc32;  // zlib crc32 of the whole file, 8 lower-case hex digits
+};
+
+struct CkptLayout {
+  int64_t world = 1, dp_replicate = 1, dp_shard = 1, tp = 1, zero_stage = 0, nodes = 1;
+};
+
+struct Manifest {
+  int64_t format_version = kCheckpointFormatVersion;
+  std::string ftbench_version, config_hash, tag, created_utc;
+  CkptLayout layout;
+  // Keys that must not change across a resume (model shape, optimizer): key -> TOML value.
+  std::map<std::string, std::string> compat;
+  // Loop state: step (steps done), next_sample, optimizer_step, global_batch, ...
+  std::map<std::string, int64_t> state;
+  std::vector<CkptFile> files;
+  std::map<std::string, CkptTensor> tensors;  // by global name ("model.norm.weight")
+};
+
+std::string manifestToJson(const Manifest& m);
+// Throws CheckpointError naming `path` and what is missing or malformed.
+Manifest parseManifest(const std::string& json_text, const std::string& path);
+
+// A checkpoint that must not be loaded: names the file and what is wrong.
+class CheckpointError : public std::runtime_error {
+ public:
+  CheckpointError(std::string file, const std::string& what)
+      : std::runtime_error(file + ": " + what), file_(std::move(file)) {}
+  const std::string& file() const { return file_; }
+
+ private:
+  std::string file_;
+};
+
+// "step_%08d".
+std::string checkpointDirName(int64_t step);
+// Step of a directory name "step_N" (no suffix), else nullopt.
+std::optional<int64_t> checkpointStepOf(const std::string& dir_name);
+// Paths of every step_N directory under `ckpt_dir`, newest (largest N) first. Does
+// not verify them. A missing ckpt_dir gives {}.
+std::vector<std::string> listCheckpointDirs(const std::string& ckpt_dir);
+
+// Reads and parses <dir>/manifest.json, then checks each file the manifest lists
+// whose rank is in `ranks` (all files when `ranks` is empty): present, its size, its
+// crc32; and that every tensor slice names a listed file. Throws CheckpointError
+// naming the first bad file and what is wrong.
+Manifest loadVerifiedManifest(const std::string& dir, const std::vector<int64_t>& ranks = {});
+
+// crc32 (zlib, as Python's zlib.crc32) of a whole file and its size. Throws
+// CheckpointError when it cannot be read.
+std::string fileCrc32(const std::string& path, int64_t* bytes);
+
+// Durability helpers. Throw IoError naming the path and errno text.
+void fsyncPath(const std::string& path);  // a file or a directory
+void writeFileDurably(const std::string& path, const std::string& text);  // tmp, fsync, rename, fsync dir
+void renameDurably(const std::string& from, const std::string& to);      // rename, fsync parent
+
+}  // namespace ftb

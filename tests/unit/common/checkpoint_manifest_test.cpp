@@ -1,0 +1,132 @@
+// Tests for common/checkpoint_manifest.h: JSON round trip, directory naming, and that
+// damaged checkpoints (missing/partial manifest, truncated file, flipped byte) are
+// refused with a message naming the file.
+#include "common/checkpoint_manifest.h"
+
+#include <gtest/gtest.h>
+#include <zlib.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+namespace ftb {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string tempDir() {
+  std::string tmpl = ::testing::TempDir() + "ftb_ckpt_XXXXXX";
+  EXPECT_NE(mkdtemp(tmpl.data()), nullptr);
+  return tmpl;
+}
+
+void writeBytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// A step directory holding one 4 KiB file and a manifest that describes it.
+std::string makeCheckpoint(const std::string& root, int64_t step) {
+  std::string dir = (fs::path(root) / checkpointDirName(step)).string();
+  fs::create_directories(dir);
+  std::string data(4096, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = char(i * 7);
+  writeBytes(dir + "/rank_00000.h5", data);
+  Manifest m;
+  m.ftbench_version = "test";
+  m.layout.world = 1;
+  m.compat["model.dim"] = "64";
+  m.state["step"] = step;
+  int64_t bytes = 0;
+  m.files.push_back({"rank_00000.h5", 0, 4096, fileCrc32(dir + "/rank_00000.h5", &bytes)});
+  m.tensors["model.norm.weight"] = {{64}, "float32", {{"rank_00000.h5", "/x/0", {0}, {64}}}};
+  writeFileDurably(dir + "/" + kManifestName, manifestToJson(m));
+  return dir;
+}
+
+std::string problemOf(const std::string& dir) {
+  try {
+    loadVerifiedManifest(dir);
+  } catch (const CheckpointError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(CheckpointManifest, RoundTripsThroughJson) {
+  std::string root = tempDir();
+  std::string dir = makeCheckpoint(root, 8);
+  Manifest m = loadVerifiedManifest(dir);
+  EXPECT_EQ(m.state.at("step"), 8);
+  EXPECT_EQ(m.compat.at("model.dim"), "64");
+  ASSERT_EQ(m.files.size(), 1u);
+  EXPECT_EQ(m.files[0].bytes, 4096);
+  const CkptTensor& t = m.tensors.at("model.norm.weight");
+  EXPECT_EQ(t.shape, std::vector<int64_t>{64});
+  EXPECT_EQ(t.slices.at(0).dataset, "/x/0");
+  // Same crc as zlib (and Python's zlib.crc32) over the same bytes.
+  std::string data(4096, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = char(i * 7);
+  char hex[16];
+  std::snprintf(hex, sizeof hex, "%08lx",
+                crc32(0, reinterpret_cast<const Bytef*>(data.data()), uInt(data.size())));
+  EXPECT_EQ(m.files[0].crc32, hex);
+}
+
+TEST(CheckpointManifest, ListsStepDirsNewestFirstAndIgnoresPartialOnes) {
+  std::string root = tempDir();
+  makeCheckpoint(root, 4);
+  makeCheckpoint(root, 12);
+  fs::create_directories(root + "/step_00000016.tmp");
+  fs::create_directories(root + "/step_00000008.replaced_1");
+  std::vector<std::string> dirs = listCheckpointDirs(root);
+  ASSERT_EQ(dirs.size(), 2u);
+  EXPECT_EQ(fs::path(dirs[0]).filename(), "step_00000012");
+  EXPECT_EQ(fs::path(dirs[1]).filename(), "step_00000004");
+  EXPECT_EQ(checkpointStepOf("step_00000012"), 12);
+  EXPECT_FALSE(checkpointStepOf("step_12.tmp").has_value());
+  EXPECT_TRUE(listCheckpointDirs(root + "/missing").empty());
+}
+
+TEST(CheckpointManifest, MissingManifestIsRefused) {
+  std::string dir = makeCheckpoint(tempDir(), 4);
+  fs::remove(dir + "/manifest.json");
+  EXPECT_NE(problemOf(dir).find("manifest.json: manifest missing"), std::string::npos);
+}
+
+TEST(CheckpointManifest, PartialManifestIsRefused) {
+  std::string dir = makeCheckpoint(tempDir(), 4);
+  std::string path = dir + "/manifest.json";
+  fs::resize_file(path, fs::file_size(path) / 2);
+  EXPECT_NE(problemOf(dir).find("not valid JSON"), std::string::npos) << problemOf(dir);
+  writeBytes(path, R"({"format": "ftbench-checkpoint", "format_version": 1})");
+  EXPECT_NE(problemOf(dir).find("missing 'ftbench_version'"), std::string::npos) << problemOf(dir);
+}
+
+TEST(CheckpointManifest, TruncatedShardIsRefused) {
+  std::string dir = makeCheckpoint(tempDir(), 4);
+  fs::resize_file(dir + "/rank_00000.h5", 1000);
+  std::string p = problemOf(dir);
+  EXPECT_NE(p.find("rank_00000.h5: size 1000 bytes, the manifest says 4096"), std::string::npos) << p;
+}
+
+TEST(CheckpointManifest, FlippedByteIsRefused) {
+  std::string dir = makeCheckpoint(tempDir(), 4);
+  std::fstream f(dir + "/rank_00000.h5", std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(100);
+  f.put(char(0x55));
+  f.close();
+  std::string p = problemOf(dir);
+  EXPECT_NE(p.find("rank_00000.h5: crc32"), std::string::npos) << p;
+  EXPECT_NE(p.find("damaged"), std::string::npos) << p;
+}
+
+TEST(CheckpointManifest, SliceOutsideTheTensorIsRefused) {
+  std::string dir = makeCheckpoint(tempDir(), 4);
+  Manifest m = loadVerifiedManifest(dir);
+  m.tensors["model.norm.weight"].slices[0].size = {65};
+  EXPECT_THROW(parseManifest(manifestToJson(m), "m.json"), CheckpointError);
+}
+
+}  // namespace
+}  // namespace ftb

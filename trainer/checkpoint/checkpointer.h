@@ -1,0 +1,81 @@
+// Sharded checkpoints: collective save and resharding load (trainer/README.md
+// "Checkpoints"; on-disk layout in common/checkpoint_manifest.h).
+//
+// Contracts:
+// - planResume() runs on every rank before the model is built and before anything is
+//   written to the run directory. resume = "never": nullopt. "auto": the newest
+//   checkpoint under `ckpt_dir` whose manifest parses and whose files all verify (size,
+//   crc32); a bad one is skipped with a warning naming the file and what is wrong.
+//   PATH: that step directory; a bad one throws ConfigError (exit 2) naming the file.
+//   A checkpoint saved with other model.* shape keys or another optimizer throws
+//   ConfigError naming every differing key. Every rank returns the same answer (the
+//   files are verified by different ranks and the verdicts gathered).
+// - Checkpointer::save() is collective over the world: every rank writes its own file
+//   (each replicated slice is written by exactly one of its holders, balanced by
+//   bytes), fsyncs it, then rank 0 writes the manifest, renames step_N.tmp -> step_N,
+//   fsyncs the parent and prunes complete checkpoints beyond keep_last (never the one
+//   just written). Returns only when the checkpoint is complete on every rank; a failure
+//   on any rank throws IoError on every rank (no hang: store waits time out).
+// - Checkpointer::load() fills every piece from the slices that intersect it (any
+//   saved layout), sets the CPU generator state, and returns the manifest's loop state.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/checkpoint_manifest.h"
+#include "common/config.h"
+#include "common/run_config.h"
+#include "trainer/checkpoint/state.h"
+#include "trainer/parallel/dist.h"
+
+namespace ftb {
+
+struct ResumePoint {
+  std::string dir;  // the step_N directory
+  Manifest manifest;
+};
+
+// Keys whose values a checkpoint must share with the run resuming it (key -> TOML).
+std::map<std::string, std::string> checkpointCompatKeys(const Config& cfg);
+
+std::optional<ResumePoint> planResume(const TrainConfig& tc, const Config& cfg,
+                                      const std::string& ckpt_dir, Distributed& dist);
+
+class Checkpointer {
+ public:
+  struct Identity {
+    std::string tag, config_hash;
+    std::map<std::string, std::string> compat;
+    CkptLayout layout;
+  };
+  Checkpointer(std::string dir, int64_t keep_last, Identity id, Distributed& dist)
+      : dir_(std::move(dir)), keep_last_(keep_last), id_(std::move(id)), dist_(dist) {}
+
+  // Returns the checkpoint directory written. `state`: step, next_sample, ...
+  std::string save(int64_t step, const std::vector<ckpt::StatePiece>& pieces,
+                   const std::map<std::string, int64_t>& state);
+  std::map<std::string, int64_t> load(const ResumePoint& rp, std::vector<ckpt::StatePiece>& pieces);
+
+  double lastSaveSeconds() const { return last_save_s_; }
+  int64_t lastSaveBytes() const { return last_save_bytes_; }  // this rank's file
+
+ private:
+  std::vector<ckpt::SliceToWrite> mySlices(int64_t step, const std::vector<ckpt::StatePiece>& pieces);
+  std::string writeManifest(int64_t step, const std::string& tmp,
+                            const std::vector<std::string>& file_records,
+                            const std::map<std::string, int64_t>& state);
+  void prune(int64_t newest_step);
+
+  std::string dir_;
+  int64_t keep_last_;
+  Identity id_;
+  Distributed& dist_;
+  int64_t seq_ = 0;
+  double last_save_s_ = 0;
+  int64_t last_save_bytes_ = 0;
+};
+
+}  // namespace ftb
