@@ -201,7 +201,8 @@ StopMsg decodeStop(const std::string& b) {
 
 std::string encode(const NodeEnd& v) {
   Writer w;
-  w.i(v.attempt).i(v.node).i(v.shutdown_signal).i(v.all_clean);
+  w.i(v.attempt).i(v.node).i(v.shutdown_signal).i(v.all_clean).i(v.stop_exit_code).i(
+      v.stop_exit_time_us);
   put(w, v.failures);
   return w.take();
 }
@@ -213,6 +214,8 @@ NodeEnd decodeNodeEnd(const std::string& b) {
   v.node = r.n();
   v.shutdown_signal = r.n();
   v.all_clean = r.i() != 0;
+  v.stop_exit_code = r.n();
+  v.stop_exit_time_us = r.i();
   v.failures = getFailures(r);
   r.done();
   return v;
