@@ -123,7 +123,8 @@ Manifest parseManifest(const std::string& text, const std::string& path) {
                        field<int64_t>(f, "rank", "files[].", path),
                        field<int64_t>(f, "bytes", "files[].", path),
                        field<std::string>(f, "crc32", "files[].", path)});
-  for (const auto& [name, t] : field<json>(j, "tensors", "", path).items())
+  const json tensors = field<json>(j, "tensors", "", path);
+  for (const auto& [name, t] : tensors.items())
     m.tensors[name] = parseTensor(t, name, path);
   return m;
 }

@@ -298,7 +298,10 @@ std::map<std::string, int64_t> Checkpointer::load(const ResumePoint& rp,
       throw CheckpointError(mpath, "the slices of '" + p.name + "' cover " + std::to_string(covered) +
                                        " of the " + std::to_string(want.numel()) + " elements this rank needs");
     if (p.per_rank && p.name.rfind("rng.torch_cpu.", 0) == 0)
-      at::detail::getDefaultCPUGenerator().set_state(p.view);
+    {
+      at::Generator g = at::detail::getDefaultCPUGenerator();
+      g.set_state(p.view);
+    }
   }
   return rp.manifest.state;
 }

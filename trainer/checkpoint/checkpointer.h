@@ -28,6 +28,7 @@
 #include "common/checkpoint_manifest.h"
 #include "common/config.h"
 #include "common/run_config.h"
+#include "trainer/checkpoint/shard_io.h"
 #include "trainer/checkpoint/state.h"
 #include "trainer/parallel/dist.h"
 

@@ -88,15 +88,18 @@ def losses(out, rank=0):
 
 def preempt(out, world, overrides, signal_ranks=None, sig=signal.SIGTERM, at_step=8):
     """Starts a run, sends `sig` to `signal_ranks` (default all) once step `at_step` is in
-    the metrics file, and checks every rank stops as preempted with 128+sig."""
+    the metrics file, and checks every rank stops as preempted: 128+sig on a signalled
+    rank, 143 (128+SIGTERM) on a rank stopped by the agreement alone."""
     procs = start(out, world, *overrides)
     wait_until(lambda: steps_done(out) >= at_step or any(p.poll() is not None for p in procs),
                f"step {at_step}")
-    for r in (signal_ranks if signal_ranks is not None else range(world)):
+    signalled = list(signal_ranks if signal_ranks is not None else range(world))
+    for r in signalled:
         procs[r].send_signal(sig)
     outs = finish(procs)
     for r, (rc, o, e) in enumerate(outs):
-        assert rc == 128 + sig, f"rank {r} exited {rc}:\n{o}\n{e}"
+        want = 128 + sig if r in signalled else 128 + signal.SIGTERM
+        assert rc == want, f"rank {r} exited {rc}, expected {want}:\n{o}\n{e}"
     for r in range(world):
         with h5(out, r) as f:
             st = dict(f["status"].attrs)
