@@ -72,10 +72,12 @@ int resolveNproc(const std::string& spec, int cores, int gpus) {
   return std::stoi(spec);
 }
 
-LaunchOptions parseOptions(int argc, const char* const* argv) {
-  // Split: launcher options | PROGRAM ARGS...
+namespace {
+
+// Splits argv into launcher options (returned, argv[0] first) and PROGRAM ARGS...
+// (out.program): PROGRAM starts after "--" or at the first non-option argument.
+std::vector<std::string> splitCommandLine(int argc, const char* const* argv, LaunchOptions& out) {
   std::vector<std::string> opts{argc > 0 ? argv[0] : "launcher"};
-  LaunchOptions out;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--") {
@@ -91,20 +93,11 @@ LaunchOptions parseOptions(int argc, const char* const* argv) {
       opts.push_back(argv[++i]);
     }
   }
-  std::vector<const char*> cargv;
-  for (auto& s : opts) cargv.push_back(s.c_str());
+  return opts;
+}
 
-  auto parser = makeParser();
-  cxxopts::ParseResult r;
-  try {
-    r = parser.parse(static_cast<int>(cargv.size()), cargv.data());
-  } catch (const cxxopts::exceptions::exception& e) {
-    bad("arguments", e.what(), "see launcher --help");
-  }
-  if (r.count("help")) {
-    out.help = true;
-    return out;
-  }
+// Copies the parsed values into `out`.
+void readOptions(const cxxopts::ParseResult& r, LaunchOptions& out) {
   out.nproc_per_node = r["nproc-per-node"].as<std::string>();
   out.nproc_given = r.count("nproc-per-node") > 0;
   out.max_restarts = r["max-restarts"].as<int>();
@@ -121,8 +114,10 @@ LaunchOptions parseOptions(int argc, const char* const* argv) {
   if (r.count("hosts")) out.hosts = r["hosts"].as<std::string>();
   if (r.count("cores-per-node")) out.cores_per_node = r["cores-per-node"].as<int>();
   out.bind_cores = r.count("bind-cores") > 0;
+}
 
-  // Validation: everything that can be checked without looking at the machine.
+// Everything that can be checked without looking at the machine.
+void validateOptions(const cxxopts::ParseResult& r, const LaunchOptions& out) {
   if (out.program.empty())
     bad("PROGRAM", "no program given", "usage: launcher [OPTION...] -- PROGRAM [ARGS...]");
   if (out.program[0].empty()) bad("PROGRAM", "program name is empty");
@@ -154,6 +149,28 @@ LaunchOptions parseOptions(int argc, const char* const* argv) {
   if (r.count("cores-per-node") && out.cores_per_node < 1)
     bad("--cores-per-node", "must be >= 1, got " + std::to_string(out.cores_per_node));
   if (r.count("log-dir") && out.log_dir.empty()) bad("--log-dir", "directory is empty");
+}
+
+}  // namespace
+
+LaunchOptions parseOptions(int argc, const char* const* argv) {
+  LaunchOptions out;
+  std::vector<std::string> opts = splitCommandLine(argc, argv, out);
+  std::vector<const char*> cargv;
+  for (auto& s : opts) cargv.push_back(s.c_str());
+  auto parser = makeParser();
+  cxxopts::ParseResult r;
+  try {
+    r = parser.parse(static_cast<int>(cargv.size()), cargv.data());
+  } catch (const cxxopts::exceptions::exception& e) {
+    bad("arguments", e.what(), "see launcher --help");
+  }
+  if (r.count("help")) {
+    out.help = true;
+    return out;
+  }
+  readOptions(r, out);
+  validateOptions(r, out);
   return out;
 }
 
