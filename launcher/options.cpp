@@ -36,6 +36,11 @@ cxxopts::Options makeParser() {
                              "TORCHELASTIC_RUN_ID and log subdirectory (default: generated)",
                              cxxopts::value<std::string>())(
       "dry-run", "Print placement, argv and environment of every worker; start nothing")(
+      "full", "With --dry-run: list every node and worker (default only up to 64 workers)")(
+      "summary", "With --dry-run: grouped node rows and node 0's workers only")(
+      "env", "With --dry-run: 'set' (default) prints the variables the launcher sets; 'all' also "
+             "the inherited environment (secrets masked)",
+      cxxopts::value<std::string>())(
       "hosts", "Plan a dry run without MPI: 'n[01-02]:2,n03:1' (host[:nproc],...)",
       cxxopts::value<std::string>())(
       "cores-per-node", "Cores used for OMP_NUM_THREADS and nproc=cpu (default: detected)",
@@ -46,7 +51,8 @@ cxxopts::Options makeParser() {
 }
 
 // Options that take no value; every other "--opt" without "=" consumes the next argument.
-const std::set<std::string> kFlags = {"--tee", "--dry-run", "--bind-cores", "--help", "-h"};
+const std::set<std::string> kFlags = {"--tee",     "--dry-run", "--bind-cores", "--help",
+                                      "-h",        "--full",    "--summary"};
 
 [[noreturn]] void bad(const std::string& flag, const std::string& what,
                       const std::string& hint = "") {
@@ -112,6 +118,13 @@ void readOptions(const cxxopts::ParseResult& r, LaunchOptions& out) {
   if (r.count("run-id")) out.run_id = r["run-id"].as<std::string>();
   out.dry_run = r.count("dry-run") > 0;
   if (r.count("hosts")) out.hosts = r["hosts"].as<std::string>();
+  out.full = r.count("full") > 0;
+  out.summary = r.count("summary") > 0;
+  if (r.count("env")) {
+    std::string e = r["env"].as<std::string>();
+    if (e != "all" && e != "set") bad("--env", "expected 'set' or 'all', got '" + e + "'");
+    out.env_all = e == "all";
+  }
   if (r.count("cores-per-node")) out.cores_per_node = r["cores-per-node"].as<int>();
   out.bind_cores = r.count("bind-cores") > 0;
 }
@@ -146,6 +159,10 @@ void validateOptions(const cxxopts::ParseResult& r, const LaunchOptions& out) {
   if (r.count("hosts") && !out.dry_run)
     bad("--hosts", "only valid with --dry-run", "real runs take nodes from mpirun/srun");
   if (r.count("hosts") && out.hosts.empty()) bad("--hosts", "host list is empty");
+  for (const char* f : {"full", "summary", "env"})
+    if (r.count(f) && !out.dry_run)
+      bad(std::string("--") + f, "only valid with --dry-run", "add --dry-run");
+  if (out.full && out.summary) bad("--full", "give either --full or --summary, not both");
   if (r.count("cores-per-node") && out.cores_per_node < 1)
     bad("--cores-per-node", "must be >= 1, got " + std::to_string(out.cores_per_node));
   if (r.count("log-dir") && out.log_dir.empty()) bad("--log-dir", "directory is empty");

@@ -92,6 +92,8 @@ void to_json(Json& j, const NodeEnd& v) {
            {"node", v.node},
            {"shutdown_signal", v.shutdown_signal},
            {"all_clean", v.all_clean},
+           {"stop_exit_code", v.stop_exit_code},
+           {"stop_exit_time_us", v.stop_exit_time_us},
            {"failures", v.failures}};
 }
 void from_json(const Json& j, NodeEnd& v) {
@@ -99,6 +101,8 @@ void from_json(const Json& j, NodeEnd& v) {
   j.at("node").get_to(v.node);
   j.at("shutdown_signal").get_to(v.shutdown_signal);
   j.at("all_clean").get_to(v.all_clean);
+  j.at("stop_exit_code").get_to(v.stop_exit_code);
+  j.at("stop_exit_time_us").get_to(v.stop_exit_time_us);
   j.at("failures").get_to(v.failures);
 }
 
