@@ -9,6 +9,7 @@
 #include "launcher/mpi_transport.h"
 #include "launcher/plan_only.h"
 #include "launcher/process.h"
+#include "launcher/reaper.h"
 #include "launcher/report.h"
 
 using namespace ftb::launcher;
@@ -25,18 +26,21 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (isPlanOnly(opts)) {
-      std::cout << dryRunReport(planWithoutMpi(opts), opts.program[0], opts.program,
-                                inheritableEnv(environ));
+      writeDryRunReport(std::cout, planWithoutMpi(opts), opts.program[0], opts.program,
+                        environList(), dryRunView(opts));
+      std::cout << std::flush;
       return 0;
     }
     rejectSrunWithoutPmi();
     SignalChannel signals;  // before MPI creates threads: they inherit the mask
+    std::unique_ptr<Reaper> reaper;
+    if (!opts.dry_run) reaper = std::make_unique<Reaper>();  // forks: before MPI threads exist
     if (launchedByMpi()) {
       transport = std::make_unique<MpiTransport>();
     } else {
       transport = std::make_unique<LocalTransport>();
     }
-    int code = Launcher(opts, *transport, signals, start).run();
+    int code = Launcher(opts, *transport, signals, start, reaper.get()).run();
     transport->finish(30.0, code);
     FTB_DEBUG("finished " << msSince(start) << " ms after start");
     return code;

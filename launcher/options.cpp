@@ -36,6 +36,11 @@ cxxopts::Options makeParser() {
                              "TORCHELASTIC_RUN_ID and log subdirectory (default: generated)",
                              cxxopts::value<std::string>())(
       "dry-run", "Print placement, argv and environment of every worker; start nothing")(
+      "full", "With --dry-run: list every node and worker (default only up to 64 workers)")(
+      "summary", "With --dry-run: grouped node rows and node 0's workers only")(
+      "env", "With --dry-run: 'set' (default) prints the variables the launcher sets; 'all' also "
+             "the inherited environment (secrets masked)",
+      cxxopts::value<std::string>())(
       "hosts", "Plan a dry run without MPI: 'n[01-02]:2,n03:1' (host[:nproc],...)",
       cxxopts::value<std::string>())(
       "cores-per-node", "Cores used for OMP_NUM_THREADS and nproc=cpu (default: detected)",
@@ -46,7 +51,8 @@ cxxopts::Options makeParser() {
 }
 
 // Options that take no value; every other "--opt" without "=" consumes the next argument.
-const std::set<std::string> kFlags = {"--tee", "--dry-run", "--bind-cores", "--help", "-h"};
+const std::set<std::string> kFlags = {"--tee",     "--dry-run", "--bind-cores", "--help",
+                                      "-h",        "--full",    "--summary"};
 
 [[noreturn]] void bad(const std::string& flag, const std::string& what,
                       const std::string& hint = "") {
@@ -72,10 +78,12 @@ int resolveNproc(const std::string& spec, int cores, int gpus) {
   return std::stoi(spec);
 }
 
-LaunchOptions parseOptions(int argc, const char* const* argv) {
-  // Split: launcher options | PROGRAM ARGS...
+namespace {
+
+// Splits argv into launcher options (returned, argv[0] first) and PROGRAM ARGS...
+// (out.program): PROGRAM starts after "--" or at the first non-option argument.
+std::vector<std::string> splitCommandLine(int argc, const char* const* argv, LaunchOptions& out) {
   std::vector<std::string> opts{argc > 0 ? argv[0] : "launcher"};
-  LaunchOptions out;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--") {
@@ -91,20 +99,11 @@ LaunchOptions parseOptions(int argc, const char* const* argv) {
       opts.push_back(argv[++i]);
     }
   }
-  std::vector<const char*> cargv;
-  for (auto& s : opts) cargv.push_back(s.c_str());
+  return opts;
+}
 
-  auto parser = makeParser();
-  cxxopts::ParseResult r;
-  try {
-    r = parser.parse(static_cast<int>(cargv.size()), cargv.data());
-  } catch (const cxxopts::exceptions::exception& e) {
-    bad("arguments", e.what(), "see launcher --help");
-  }
-  if (r.count("help")) {
-    out.help = true;
-    return out;
-  }
+// Copies the parsed values into `out`.
+void readOptions(const cxxopts::ParseResult& r, LaunchOptions& out) {
   out.nproc_per_node = r["nproc-per-node"].as<std::string>();
   out.nproc_given = r.count("nproc-per-node") > 0;
   out.max_restarts = r["max-restarts"].as<int>();
@@ -119,10 +118,19 @@ LaunchOptions parseOptions(int argc, const char* const* argv) {
   if (r.count("run-id")) out.run_id = r["run-id"].as<std::string>();
   out.dry_run = r.count("dry-run") > 0;
   if (r.count("hosts")) out.hosts = r["hosts"].as<std::string>();
+  out.full = r.count("full") > 0;
+  out.summary = r.count("summary") > 0;
+  if (r.count("env")) {
+    std::string e = r["env"].as<std::string>();
+    if (e != "all" && e != "set") bad("--env", "expected 'set' or 'all', got '" + e + "'");
+    out.env_all = e == "all";
+  }
   if (r.count("cores-per-node")) out.cores_per_node = r["cores-per-node"].as<int>();
   out.bind_cores = r.count("bind-cores") > 0;
+}
 
-  // Validation: everything that can be checked without looking at the machine.
+// Everything that can be checked without looking at the machine.
+void validateOptions(const cxxopts::ParseResult& r, const LaunchOptions& out) {
   if (out.program.empty())
     bad("PROGRAM", "no program given", "usage: launcher [OPTION...] -- PROGRAM [ARGS...]");
   if (out.program[0].empty()) bad("PROGRAM", "program name is empty");
@@ -151,9 +159,35 @@ LaunchOptions parseOptions(int argc, const char* const* argv) {
   if (r.count("hosts") && !out.dry_run)
     bad("--hosts", "only valid with --dry-run", "real runs take nodes from mpirun/srun");
   if (r.count("hosts") && out.hosts.empty()) bad("--hosts", "host list is empty");
+  for (const char* f : {"full", "summary", "env"})
+    if (r.count(f) && !out.dry_run)
+      bad(std::string("--") + f, "only valid with --dry-run", "add --dry-run");
+  if (out.full && out.summary) bad("--full", "give either --full or --summary, not both");
   if (r.count("cores-per-node") && out.cores_per_node < 1)
     bad("--cores-per-node", "must be >= 1, got " + std::to_string(out.cores_per_node));
   if (r.count("log-dir") && out.log_dir.empty()) bad("--log-dir", "directory is empty");
+}
+
+}  // namespace
+
+LaunchOptions parseOptions(int argc, const char* const* argv) {
+  LaunchOptions out;
+  std::vector<std::string> opts = splitCommandLine(argc, argv, out);
+  std::vector<const char*> cargv;
+  for (auto& s : opts) cargv.push_back(s.c_str());
+  auto parser = makeParser();
+  cxxopts::ParseResult r;
+  try {
+    r = parser.parse(static_cast<int>(cargv.size()), cargv.data());
+  } catch (const cxxopts::exceptions::exception& e) {
+    bad("arguments", e.what(), "see launcher --help");
+  }
+  if (r.count("help")) {
+    out.help = true;
+    return out;
+  }
+  readOptions(r, out);
+  validateOptions(r, out);
   return out;
 }
 
