@@ -20,7 +20,7 @@ std::string env(const char* k) {
 }  // namespace
 
 bool isPlanOnly(const LaunchOptions& opts) {
-  return opts.dry_run && !launchedByMpi() &&
+  return opts.dry_run && !launchedByMpi() && !opts.tcpRendezvous() &&
          (!opts.hosts.empty() || !env("SLURM_JOB_NODELIST").empty());
 }
 
