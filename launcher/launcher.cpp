@@ -62,7 +62,7 @@ Message Launcher::await(int tag, int attempt, std::optional<Clock::time_point> d
     if (deadline && Clock::now() > *deadline)
       throw DistError(describeNode(t.rank()) + ": timed out after " +
                       std::to_string(std::chrono::duration<double>(Clock::now() - t0).count()) +
-                      " s " + what);
+                      " s " + what + " (" + t.describe() + ")");
     pollfd p{rt_.signals.fd(), POLLIN, 0};
     poll(&p, 1, polls < 200 ? 1 : 10);  // fast at first: rendezvous latency matters
   }
@@ -91,7 +91,9 @@ std::optional<Plan> Launcher::rendezvous() {
         msg.error = "node " + std::to_string(n->node) + " (host " + n->host + "): " + n->error;
     }
     Plan& p = msg.plan;
-    p.source = t.size() > 1 ? "mpi" : "this node";
+    p.source = rt_.opts.tcpRendezvous() ? "TCP rendezvous (--nnodes)"
+               : t.size() > 1               ? "mpi"
+                                            : "this node";
     p.master_addr = assignAddresses(p.nodes);
     p.run_id = rt_.opts.run_id.empty() ? generateRunId() : rt_.opts.run_id;
     p.max_restarts = rt_.opts.max_restarts;

@@ -160,12 +160,13 @@ std::unique_ptr<Checkpointer> makeCheckpointer(const Config& cfg, const TrainCon
 }
 
 int finishRun(MetricsFile& metrics, const TrainConfig& tc, const TrainSummary& s,
-              const Peak& peak, const std::string& run_dir, int rank) {
+              const Peak& peak, const std::string& run_dir, int rank,
+              const std::string& last_checkpoint) {
   if (s.stop_signal != 0) {
     std::string msg = std::string("stopped by signal ") + strsignal(s.stop_signal) + " after " +
                       std::to_string(s.steps) + " steps" +
-                      (s.last_checkpoint.empty() ? std::string(", no checkpoint")
-                                                 : "; checkpoint " + s.last_checkpoint);
+                      (last_checkpoint.empty() ? std::string(", no checkpoint")
+                                               : "; checkpoint " + last_checkpoint);
     metrics.setStatus("preempted", 128 + s.stop_signal, msg);
     FTB_WARN(msg);
     return 128 + s.stop_signal;
@@ -230,9 +231,10 @@ int runSession(const SessionOptions& opts) {
     metrics.emplace(plan ? MetricsFile::resume(mpath, info, plan->manifest.state.at("step"))
                          : MetricsFile::create(mpath, info));
 
-    CheckpointHook ckpt(tc, std::move(plan), makeCheckpointer(cfg, tc, env, info, run_dir, dist));
-    TrainSummary s = train(tc, dist, *metrics, peak.flops, ckpt);
-    return finishRun(*metrics, tc, s, peak, run_dir, env.rank);
+    CheckpointHook ckpt(tc, std::move(plan), makeCheckpointer(cfg, tc, env, info, run_dir, dist),
+                        env.rank);
+    TrainSummary s = train(tc, dist, *metrics, peak.flops, &ckpt);
+    return finishRun(*metrics, tc, s, peak, run_dir, env.rank, ckpt.lastSaved());
   } catch (const ConfigError& e) {
     return failInvalid(e, metrics);
   } catch (const std::exception& e) {

@@ -122,6 +122,14 @@ std::optional<ResumePoint> planResume(const TrainConfig& tc, const Config& cfg,
                         "checkpoint " + dir + " was saved by a different model or optimizer: " + diff,
                         "resume with the model and optimizer it was saved with, or "
                         "checkpoint.resume=never to start over");
+    auto gb = m.state.find("global_batch");
+    if (gb != m.state.end() && gb->second != tc.globalBatch())
+      throw ConfigError("training.global_batch_size", cfg.where("training.micro_batch_size"),
+                        "checkpoint " + dir + " was saved with a global batch of " +
+                            std::to_string(gb->second) + " samples, this run has " +
+                            std::to_string(tc.globalBatch()),
+                        "keep micro_batch_size * grad_accum_steps * dp equal (set "
+                        "training.global_batch_size) so the data order continues");
     return ResumePoint{dir, std::move(m)};
   }
   if (explicit_path) return std::nullopt;  // unreachable: an explicit path either loads or throws

@@ -6,43 +6,42 @@
 
 namespace ftb {
 
-LoopPosition CheckpointHook::restore(TransformerImpl& model, ZeroEngine* zero, Optimizer& opt,
-                                     int64_t tp_rank, int rank) {
-  if (!plan_) return {};
+void CheckpointHook::onStart(TrainContext& ctx, TrainState& state) {
+  if (!plan_) return;
   const double t0 = nowSeconds();
-  std::vector<ckpt::StatePiece> pieces = ckpt::collectState(model, zero, opt, tp_rank, rank);
+  std::vector<ckpt::StatePiece> pieces =
+      ckpt::collectState(ctx.sync, ctx.opt, ctx.mesh.tp_rank, ctx.mesh.tp, rank_);
   std::map<std::string, int64_t> st;
   try {
     st = saver_->load(*plan_, pieces);
   } catch (const CheckpointError& e) {  // verified before: the files changed under us
     throw IoError(logPrefix() + " loading checkpoint " + plan_->dir + ": " + e.what());
   }
-  if (zero) zero->afterLoad();
-  opt.setStepCount(st.at("optimizer_step"));
-  LoopPosition pos{st.at("step"), st.at("next_sample")};
-  last_saved_ = pos.step;
-  if (rank == 0)
-    FTB_INFO("resumed from " << plan_->dir << " (step " << pos.step << ", saved with world "
-                             << plan_->manifest.layout.world << ", zero_stage "
-                             << plan_->manifest.layout.zero_stage << ", tp "
-                             << plan_->manifest.layout.tp << ") in " << nowSeconds() - t0 << " s");
-  return pos;
+  ctx.sync.paramsLoaded();
+  ctx.opt.setStepCount(st.at("optimizer_step"));
+  state.step = st.at("step");
+  last_saved_ = state.step;
+  const CkptLayout& l = plan_->manifest.layout;
+  if (rank_ == 0)
+    FTB_INFO("resumed from " << plan_->dir << " (step " << state.step << ", saved with world "
+                             << l.world << ", zero_stage " << l.zero_stage << ", tp " << l.tp
+                             << ") in " << nowSeconds() - t0 << " s");
 }
 
-std::string CheckpointHook::saveIfDue(int64_t steps_done, int64_t next_sample, bool final,
-                                      TransformerImpl& model, ZeroEngine* zero, Optimizer& opt,
-                                      int64_t tp_rank, int rank) {
-  if (!due(steps_done, final)) return "";
-  std::vector<ckpt::StatePiece> pieces = ckpt::collectState(model, zero, opt, tp_rank, rank);
-  std::map<std::string, int64_t> st{{"next_sample", next_sample},
-                                    {"optimizer_step", opt.stepCount()},
+void CheckpointHook::onStepEnd(TrainContext& ctx, const StepEnd& end) {
+  const int64_t done = end.step + 1, every = tc_.checkpoint.interval;
+  if (done == last_saved_ || !(end.last || (every > 0 && done % every == 0))) return;
+  ctx.metrics.flush();  // rows up to the checkpoint are on disk before it exists
+  std::vector<ckpt::StatePiece> pieces =
+      ckpt::collectState(ctx.sync, ctx.opt, ctx.mesh.tp_rank, ctx.mesh.tp, rank_);
+  std::map<std::string, int64_t> st{{"next_sample", done * tc_.globalBatch()},
+                                    {"optimizer_step", ctx.opt.stepCount()},
                                     {"global_batch", tc_.globalBatch()}};
-  std::string dir = saver_->save(steps_done, pieces, st);
-  last_saved_ = steps_done;
-  if (rank == 0)
-    FTB_INFO("checkpoint " << dir << " saved in " << saver_->lastSaveSeconds() << " s ("
+  last_dir_ = saver_->save(done, pieces, st);
+  last_saved_ = done;
+  if (rank_ == 0)
+    FTB_INFO("checkpoint " << last_dir_ << " saved in " << saver_->lastSaveSeconds() << " s ("
                            << saver_->lastSaveBytes() << " bytes on rank 0)");
-  return dir;
 }
 
 }  // namespace ftb

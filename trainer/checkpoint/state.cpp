@@ -16,49 +16,31 @@ struct Entry {
   int64_t flat_begin = 0;  // into the optimizer parameter, flattened
 };
 
-// Box of this tp rank's slice (`local` shape) inside the full tensor of `init`.
-Box tpBox(const ParamInit& init, const std::vector<int64_t>& local, int64_t tp_rank) {
-  Box b{std::vector<int64_t>(local.size(), 0), local};
-  if (init.shard_dim >= 0 && local != init.full_shape)
-    b.offset[init.shard_dim] = tp_rank * local[init.shard_dim];
-  return b;
-}
-
-// Entries of each ZeRO unit's shard: the part of every parameter inside the shard.
-std::vector<std::vector<Entry>> zeroEntries(const ZeroEngine& zero,
-                                            const std::map<std::string, ParamInit>& inits,
-                                            int64_t tp_rank) {
+// Entries of each optimizer parameter: the part of every model parameter inside this
+// rank's flat range, as boxes of the global (all tp ranks) tensor.
+std::vector<std::vector<Entry>> entriesOf(const std::vector<FlatLayout>& layouts, int64_t tp_rank,
+                                          int64_t tp) {
   std::vector<std::vector<Entry>> out;
-  for (const UnitLayout& u : zero.unitLayouts()) {
+  for (const FlatLayout& u : layouts) {
     std::vector<Entry> es;
-    const int64_t lo = u.shard_begin, hi = u.shard_begin + u.shard_numel;
-    for (size_t i = 0; i < u.names.size(); ++i) {
-      const std::string key = u.layer >= 0 ? "layers_" + std::to_string(u.layer) + "." + u.names[i]
-                                           : u.names[i];
-      const ParamInit& init = inits.at(key);
-      int64_t numel = 1;
-      for (int64_t d : u.shapes[i]) numel *= d;
-      const int64_t b = std::max(lo, u.offsets[i]), e = std::min(hi, u.offsets[i] + numel);
+    const int64_t lo = u.begin, hi = u.begin + u.numel;
+    for (size_t i = 0; i < u.params.size(); ++i) {
+      const ModelParam& p = u.params[i];
+      std::vector<int64_t> local = p.tensor.sizes().vec(), global = local;
+      std::vector<int64_t> tp_off(local.size(), 0);
+      if (p.shard_dim >= 0 && tp > 1) {
+        global[p.shard_dim] *= tp;
+        tp_off[p.shard_dim] = tp_rank * local[p.shard_dim];
+      }
+      const int64_t b = std::max(lo, u.offsets[i]), e = std::min(hi, u.offsets[i] + p.tensor.numel());
       if (b >= e) continue;
-      const Box tp = tpBox(init, u.shapes[i], tp_rank);
-      for (const FlatBox& fb : flatRangeBoxes(u.shapes[i], b - u.offsets[i], e - u.offsets[i])) {
+      for (const FlatBox& fb : flatRangeBoxes(local, b - u.offsets[i], e - u.offsets[i])) {
         Box g = fb.box;
-        for (size_t d = 0; d < g.offset.size(); ++d) g.offset[d] += tp.offset[d];
-        es.push_back({init.name, init.full_shape, g, u.offsets[i] + fb.flat_begin - lo});
+        for (size_t d = 0; d < g.offset.size(); ++d) g.offset[d] += tp_off[d];
+        es.push_back({p.name, global, g, u.offsets[i] + fb.flat_begin - lo});
       }
     }
     out.push_back(std::move(es));
-  }
-  return out;
-}
-
-std::vector<std::vector<Entry>> plainEntries(TransformerImpl& model, int64_t tp_rank) {
-  std::map<std::string, ParamInit> inits = model.paramInits();
-  std::vector<std::vector<Entry>> out;
-  for (const auto& np : model.named_parameters()) {
-    const ParamInit& init = inits.at(np.key());
-    std::vector<int64_t> local = np.value().sizes().vec();
-    out.push_back({{init.name, init.full_shape, tpBox(init, local, tp_rank), 0}});
   }
   return out;
 }
@@ -79,11 +61,10 @@ std::string dtypeName(torch::ScalarType t) {
   }
 }
 
-std::vector<StatePiece> collectState(TransformerImpl& model, ZeroEngine* zero, Optimizer& opt,
-                                     int64_t tp_rank, int rank) {
-  std::vector<torch::Tensor> params = zero ? zero->masterShards() : model.parameters();
-  std::vector<std::vector<Entry>> entries =
-      zero ? zeroEntries(*zero, model.paramInits(), tp_rank) : plainEntries(model, tp_rank);
+std::vector<StatePiece> collectState(const GradSync& sync, Optimizer& opt, int64_t tp_rank,
+                                     int64_t tp, int rank) {
+  std::vector<torch::Tensor> params = sync.optimizerParams();
+  std::vector<std::vector<Entry>> entries = entriesOf(sync.optimizerLayout(), tp_rank, tp);
   std::vector<StatePiece> out;
   for (size_t i = 0; i < params.size(); ++i) {
     for (const Entry& e : entries[i])

@@ -18,7 +18,7 @@
 #include "trainer/checkpoint/slices.h"
 #include "trainer/model/llama.h"
 #include "trainer/optim/optimizer.h"
-#include "trainer/parallel/zero.h"
+#include "trainer/parallel/grad_sync.h"
 
 namespace ftb::ckpt {
 
@@ -30,10 +30,10 @@ struct StatePiece {
   bool per_rank = false;  // rank-private (RNG): never deduplicated across ranks
 };
 
-// REQUIRES: opt was built over `zero ? zero->masterShards() : model->parameters()`.
-// `tp_rank` places tensor-parallel slices in their global tensors.
-std::vector<StatePiece> collectState(TransformerImpl& model, ZeroEngine* zero, Optimizer& opt,
-                                     int64_t tp_rank, int rank);
+// REQUIRES: opt was built over sync.optimizerParams(). `tp_rank` of `tp` places
+// tensor-parallel slices in their global tensors.
+std::vector<StatePiece> collectState(const GradSync& sync, Optimizer& opt, int64_t tp_rank,
+                                     int64_t tp, int rank);
 
 // Dtype names used in the manifest and the HDF5 files.
 std::string dtypeName(torch::ScalarType t);
