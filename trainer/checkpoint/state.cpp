@@ -26,13 +26,15 @@ std::vector<std::vector<Entry>> entriesOf(const std::vector<FlatLayout>& layouts
     const int64_t lo = u.begin, hi = u.begin + u.numel;
     for (size_t i = 0; i < u.params.size(); ++i) {
       const ModelParam& p = u.params[i];
-      std::vector<int64_t> local = p.tensor.sizes().vec(), global = local;
+      std::vector<int64_t> local = u.shapes[i], global = local;
       std::vector<int64_t> tp_off(local.size(), 0);
       if (p.shard_dim >= 0 && tp > 1) {
         global[p.shard_dim] *= tp;
         tp_off[p.shard_dim] = tp_rank * local[p.shard_dim];
       }
-      const int64_t b = std::max(lo, u.offsets[i]), e = std::min(hi, u.offsets[i] + p.tensor.numel());
+      int64_t numel = 1;
+      for (int64_t d : local) numel *= d;
+      const int64_t b = std::max(lo, u.offsets[i]), e = std::min(hi, u.offsets[i] + numel);
       if (b >= e) continue;
       for (const FlatBox& fb : flatRangeBoxes(local, b - u.offsets[i], e - u.offsets[i])) {
         Box g = fb.box;

@@ -57,7 +57,7 @@ void DdpSync::afterOptimizer() {
 
 std::vector<FlatLayout> DdpSync::optimizerLayout() const {
   std::vector<FlatLayout> v;
-  for (const ModelParam& p : model_params_) v.push_back({{p}, {0}, 0, p.tensor.numel()});
+  for (const ModelParam& p : model_params_) v.push_back({{p}, {p.tensor.sizes().vec()}, {0}, 0, p.tensor.numel()});
   return v;
 }
 

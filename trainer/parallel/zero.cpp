@@ -81,7 +81,7 @@ class FlatUnit : public UnitHooks {
   }
 
   FlatLayout layout() const {
-    return {model_params_, offsets_, shard_.rank() * shard_numel_, shard_numel_};
+    return {model_params_, shapes_, offsets_, shard_.rank() * shard_numel_, shard_numel_};
   }
   torch::Tensor& master() { return master_; }
   torch::Tensor& grad() { return grad_; }
