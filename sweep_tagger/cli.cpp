@@ -87,6 +87,14 @@ std::string fieldText(const Json& j, const std::string& field) {
   return v.is_string() ? v.get<std::string>() : v.dump();
 }
 
+// A multi-line message (a refusal with its hint) on one table line.
+std::string oneLine(std::string s) {
+  for (size_t at; (at = s.find("\n  ")) != std::string::npos;) s.replace(at, 3, " ");
+  for (char& c : s)
+    if (c == '\n') c = ' ';
+  return s;
+}
+
 void printTable(const std::vector<std::pair<const SweepPoint*, std::string>>& rows, bool with_state,
                 std::ostream& out) {
   size_t tag_w = 3;
@@ -102,7 +110,7 @@ void printTable(const std::vector<std::pair<const SweepPoint*, std::string>>& ro
   line("index", "tag", "ws", "NxP", "valid", "state", "overrides");
   for (const auto& [p, state] : rows) {
     std::string rest = overridesText(*p);
-    if (!p->valid) rest += (rest.empty() ? "" : "  ") + std::string("# ") + p->reason;
+    if (!p->valid) rest += (rest.empty() ? "" : "  ") + std::string("# ") + oneLine(p->reason);
     line(std::to_string(p->index), p->tag, std::to_string(p->world_size),
          std::to_string(p->nodes) + "x" + std::to_string(p->nproc_per_node),
          p->valid ? "yes" : "NO", state, rest);

@@ -12,7 +12,7 @@
 
 #include "common/error.h"
 #include "common/tag.h"
-#include "sweep_tagger/validity.h"
+#include "common/run_config.h"
 
 namespace ftb {
 namespace fs = std::filesystem;
@@ -232,8 +232,7 @@ std::vector<SweepPoint> expandSweep(const SweepSpec& spec) {
     if (fmt.empty()) fmt = kDefaultTagFmt;
     p.hash = configHash(cfg, p.world_size);
     p.tag = formatTag(cfg, p.world_size, fmt);
-    for (const std::string& problem : pointProblems(cfg, p.world_size))
-      p.reason += (p.reason.empty() ? "" : "; ") + problem;
+    p.reason = refusalOf(cfg, p.world_size);
     if (auto it = seen.find(p.hash); it != seen.end()) {
       const SweepPoint& first = points[it->second];
       if (first.nodes == p.nodes) return;  // the same run: listed once
