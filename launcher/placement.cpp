@@ -3,22 +3,25 @@
 #include <algorithm>
 #include <set>
 
+#include <unistd.h>
+
 #include "common/error.h"
 #include "common/hostlist.h"
 
 namespace ftb::launcher {
 
-int Plan::worldSize() const {
-  int w = 0;
-  for (const auto& n : nodes) w += n.nproc;
-  return w;
+const std::vector<int>& Plan::prefix() const {
+  if (first_.size() != nodes.size() + 1) {
+    first_.assign(1, 0);
+    first_.reserve(nodes.size() + 1);
+    for (const auto& n : nodes) first_.push_back(first_.back() + n.nproc);
+  }
+  return first_;
 }
 
-int Plan::firstRank(int node) const {
-  int r = 0;
-  for (int i = 0; i < node; ++i) r += nodes[i].nproc;
-  return r;
-}
+int Plan::worldSize() const { return prefix().back(); }
+
+int Plan::firstRank(int node) const { return prefix().at(node); }
 
 // Rule: a node that chose with --iface/--network keeps its choice. Otherwise node 0 takes
 // the non-loopback address whose subnet holds an address of the most other nodes (first in
@@ -109,7 +112,10 @@ std::vector<HostCount> parseHostsSpec(const std::string& spec) {
       expr = item.substr(0, colon);
     }
     if (expr.empty()) bad("entry '" + item + "' has no host name");
-    for (auto& h : expandHostlist(expr, "--hosts")) out.push_back({h, count});
+    std::vector<std::string> hosts = expandHostlist(expr, "--hosts");
+    if (out.size() + hosts.size() > kMaxHostlistHosts)
+      bad("more than " + std::to_string(kMaxHostlistHosts) + " hosts");
+    for (auto& h : hosts) out.push_back({std::move(h), count});
   }
   return out;
 }
@@ -139,6 +145,12 @@ EnvVars contractEnv(const Plan& plan, int node, int local_rank, int attempt) {
 
 bool isStrippedVar(const std::string& s) {
   return s.rfind("OMPI_", 0) == 0 || s.rfind("PMIX_", 0) == 0 || s.rfind("PMI_", 0) == 0;
+}
+
+std::vector<std::string> environList() {
+  std::vector<std::string> out;
+  for (char** e = environ; e && *e; ++e) out.emplace_back(*e);
+  return out;
 }
 
 std::vector<std::string> inheritableEnv(const char* const* envp) {

@@ -2,9 +2,13 @@
 //
 // Invariants of a Plan: nodes[i].node == i (node rank = MPI rank of its launcher);
 // every nproc >= 1; global ranks are assigned node by node, so node i runs ranks
-// [firstRank(i), firstRank(i) + nodes[i].nproc).
+// [firstRank(i), firstRank(i) + nodes[i].nproc). The world size fits in an int
+// (planners refuse larger totals). Node counts are not changed after the first
+// firstRank()/worldSize() call (they cache prefix sums, so that plans of 10^6 nodes
+// stay linear).
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <utility>
@@ -29,6 +33,9 @@ struct NodeInfo {
   std::string error;                          // local validation failure -> whole job exits 2
 };
 
+// Largest world size a plan may have (RANK and WORLD_SIZE are C ints in torch).
+inline constexpr int64_t kMaxWorldSize = 2147483647;
+
 struct Plan {
   std::vector<NodeInfo> nodes;
   std::string master_addr;
@@ -38,7 +45,11 @@ struct Plan {
   std::string source;  // "mpi", "single", "--hosts", "slurm": where the node list came from
 
   int worldSize() const;
-  int firstRank(int node) const;
+  int firstRank(int node) const;  // O(1) after the first call
+
+ private:
+  mutable std::vector<int> first_;  // first_[i] = firstRank(i); size nodes.size() + 1
+  const std::vector<int>& prefix() const;
 };
 
 // Fills ip/iface of every node and returns MASTER_ADDR (see placement.cpp for the rule).
@@ -53,6 +64,7 @@ struct HostCount {
   std::string host;
   int nproc = 0;
 };
+// At most kMaxHostlistHosts hosts in total.
 std::vector<HostCount> parseHostsSpec(const std::string& spec);
 
 using EnvVars = std::vector<std::pair<std::string, std::string>>;
@@ -63,6 +75,8 @@ EnvVars contractEnv(const Plan& plan, int node, int local_rank, int attempt);
 
 // True for variables that must not leak into workers: OMPI_*, PMIX_*, PMI_*.
 bool isStrippedVar(const std::string& name_or_kv);
+// This process's environment (`environ`), K=V, in order.
+std::vector<std::string> environList();
 // `environ`-style list minus stripped variables, in the original order.
 std::vector<std::string> inheritableEnv(const char* const* envp);
 // inherited minus names in `set`, then `set` appended: the worker's complete environment.

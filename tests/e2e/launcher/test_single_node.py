@@ -189,6 +189,51 @@ def test_launcher_sigkill_leaves_no_orphans(launcher, tmp_path):
              "workers to die with their launcher (PR_SET_PDEATHSIG)")
 
 
+def test_launcher_sigkill_takes_grandchildren(launcher, tmp_path):
+    """Issue 13 item 11: what a worker started itself (same process group) dies with a
+    SIGKILLed launcher: the reaper kills every worker's process group."""
+    proc, recs = _start(launcher, tmp_path, "--grandchild", "--sleep", "60", "--ignore-term")
+    kids = [r["grandchild"] for r in recs.values()]
+    assert all(alive(k) for k in kids)
+    assert all(os.getpgid(k) == r["pgid"] for k, r in zip(kids, recs.values()))
+    proc.kill()
+    proc.communicate(timeout=10)
+    wait_for(lambda: not any(alive(k) for k in kids), 2,
+             "grandchildren to die within 2 s of the launcher's SIGKILL")
+    assert not any(alive(r["pid"]) for r in recs.values())
+
+
+def test_normal_exit_ends_grandchildren(launcher, tmp_path):
+    """A worker that exits and leaves a child behind: the launcher kills the group."""
+    p = run([launcher, "--nproc-per-node", "1", "--",
+             *worker_cmd("--record", tmp_path, "--grandchild")])
+    assert p.returncode == 0, p.stderr
+    kid = records(tmp_path)[0]["grandchild"]
+    wait_for(lambda: not alive(kid), 2, "the leftover grandchild to be killed")
+
+
+def test_usr1_is_a_stop_and_the_workers_code_passes_through(launcher, tmp_path):
+    """Issue 10: a forwarded USR1 after which workers exit with a requeue code is a stop,
+    not a failure: no failure table, no restart, the workers' code is the exit code."""
+    proc, recs = _start(launcher, tmp_path, "--sleep", "60", "--on-usr1", "75",
+                        launcher_args=("--max-restarts", "2"))
+    proc.send_signal(signal.SIGUSR1)
+    out, err = proc.communicate(timeout=15)
+    assert proc.returncode == 75, err
+    assert "job failed" not in err and "root cause" not in err, err
+    assert "workers stopped by SIGUSR1; exit code 75" in err
+    assert not records(tmp_path, 1), "a stop must not restart"
+
+
+def test_usr1_default_action_passes_128_plus_signal(launcher, tmp_path):
+    """Workers that do not handle USR1 die by it: exit 138, reported as a stop."""
+    proc, recs = _start(launcher, tmp_path, "--sleep", "60")
+    proc.send_signal(signal.SIGUSR1)
+    out, err = proc.communicate(timeout=15)
+    assert proc.returncode == 138, err
+    assert "root cause" not in err and "stopped by SIGUSR1" in err, err
+
+
 def test_exec_failure_is_a_failure(launcher, tmp_path):
     script = tmp_path / "noexec.sh"
     script.write_text("#!/nonexistent/interpreter\n")

@@ -108,7 +108,8 @@ TEST(HostsSpec, ListsInsideBracketsAndDefaults) {
 }
 
 TEST(HostsSpec, Malformed) {
-  for (const char* bad : {"", "n[01-", "n01]", "n1:0", "n1:x", "n1:", ":2", "a,,b", "n[3-1]"}) {
+  for (const char* bad : {"", "n[01-", "n01]", "n1:0", "n1:x", "n1:", ":2", "a,,b", "n[3-1]",
+                          "n1:2:3", "a/b:2", "a[1-999999],b[1-999999]"}) {
     EXPECT_THROW(parseHostsSpec(bad), ConfigError) << bad;
   }
 }
@@ -144,6 +145,27 @@ TEST(Addresses, ExplicitChoiceIsKept) {
   nodes[1].addrs = {addr("eth0", "192.168.1.6", 24), addr("ib0", "172.16.0.2", 16)};
   EXPECT_EQ(assignAddresses(nodes), "172.16.0.1");
   EXPECT_EQ(nodes[1].ip, "172.16.0.2");  // same subnet as the master
+}
+
+}  // namespace
+}  // namespace ftb::launcher
+
+namespace ftb::launcher {
+namespace {
+
+TEST(PlanRanks, PrefixSumsOverManyNodes) {
+  Plan p;
+  p.nodes.resize(100000);
+  for (size_t i = 0; i < p.nodes.size(); ++i) {
+    p.nodes[i].node = static_cast<int>(i);
+    p.nodes[i].nproc = 1 + static_cast<int>(i % 3);
+  }
+  int expect = 0;
+  for (size_t i = 0; i < p.nodes.size(); ++i) {  // quadratic before: 10^10 steps
+    ASSERT_EQ(p.firstRank(static_cast<int>(i)), expect);
+    expect += p.nodes[i].nproc;
+  }
+  EXPECT_EQ(p.worldSize(), expect);
 }
 
 }  // namespace
