@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every pending point of a sweep on this machine through `launcher`, one after the
 # other. Completed points (status "completed" in their HDF5) are skipped, so an
-# interrupted sweep resumes where it stopped; invalid points and points needing more than
-# one node are listed and skipped.
+# interrupted sweep resumes where it stopped; invalid points, points needing more than
+# one node, and points another runner completed or holds (checked again just before each
+# point starts) are listed and skipped, so several runners can share one sweep.
 #
 #   scripts/sweep.sh SWEEP.toml RESULTS_DIR [key=value ...]
 #
@@ -24,6 +25,7 @@ abspath() { if [[ $1 == /* ]]; then echo "$1"; else echo "$PWD/$1"; fi; }
 [[ -f $1 ]] || die "sweep file '$1' not found (relative to $PWD)"
 SWEEP=$(abspath "$1") RESULTS=$(abspath "$2")
 shift 2
+OVERRIDES=("$@")
 BUILD=$(abspath "${FTB_BUILD_DIR:-$ROOT/build/release}")
 TAGGER=$BUILD/sweep_tagger/sweep_tagger LAUNCHER=$BUILD/launcher/launcher
 TRAINER=$BUILD/trainer/trainer
@@ -33,7 +35,7 @@ done
 
 # Bad sweep files and overrides exit 2 here, naming the file, line or key.
 rc=0
-listing=$("$TAGGER" expand "$SWEEP" "$@" --pending "$RESULTS" --json) || rc=$?
+listing=$("$TAGGER" expand "$SWEEP" "${OVERRIDES[@]}" --pending "$RESULTS" --json) || rc=$?
 [[ $rc == 0 ]] || exit "$rc"
 mapfile -t points <<<"$listing"
 [[ -n $listing ]] || points=()
@@ -41,6 +43,12 @@ mkdir -p "$RESULTS"
 STAMP=$(date +%Y%m%d-%H%M%S)
 echo "sweep: ${#points[@]} pending point(s) of $SWEEP -> $RESULTS"
 
+# True when `expand --pending` no longer lists point $1: completed, or held by a runner.
+taken_elsewhere() {
+  local now
+  now=$("$TAGGER" expand "$SWEEP" "${OVERRIDES[@]}" --index "$1" --pending "$RESULTS" --json 2>/dev/null) || return 1
+  [[ -z $now ]]
+}
 failed=() skipped=() completed=()
 for p in "${points[@]}"; do
   # Fields one per NUL-terminated item, then the trainer arguments (any bytes allowed).
@@ -62,6 +70,13 @@ sys.stdout.write("".join(s + "\0" for s in out))' "$p")
     skipped+=("$idx ($tag): needs $nodes nodes")
     continue
   fi
+  # Another runner of this sweep may have completed the point, or hold it now (expand
+  # --pending lists neither): skip it, before starting it and after a failure.
+  if taken_elsewhere "$idx"; then
+    echo "sweep: point $idx ($tag) is completed or held by another runner, skipped"
+    skipped+=("$idx ($tag): completed or held by another runner")
+    continue
+  fi
   run_id=$(printf %s "$tag" | tr -c 'A-Za-z0-9._-' '_' | head -c 200).$STAMP
   echo "sweep: point $idx: $tag (log $RESULTS/.logs/$run_id/attempt_0/)"
   prc=0
@@ -69,6 +84,9 @@ sys.stdout.write("".join(s + "\0" for s in out))' "$p")
     "$TRAINER" --config "$base" "${args[@]}" "output.dir=$RESULTS" || prc=$?
   if [[ $prc == 0 ]]; then
     completed+=("$idx")
+  elif taken_elsewhere "$idx"; then
+    echo "sweep: point $idx ($tag) was taken by another runner (exit $prc), skipped"
+    skipped+=("$idx ($tag): held by another runner")
   else
     echo "sweep: point $idx ($tag) failed (exit $prc); its status is in $RESULTS/$tag/metrics" >&2
     failed+=("$idx ($tag): exit $prc, log $RESULTS/.logs/$run_id/attempt_0/")
