@@ -48,7 +48,10 @@ cxxopts::Options makeParser() {
       cxxopts::value<std::string>())(
       "cores-per-node", "Cores used for OMP_NUM_THREADS and nproc=cpu (default: detected)",
       cxxopts::value<int>())("bind-cores",
-                             "Pin each worker to cores/nproc cores of the launcher's CPU set")(
+                             "Pin each worker to cores/nproc cores of the launcher's CPU set "
+                             "(the default; kept for --no-tune-env)")(
+      "no-tune-env", "Keep the caller's environment: no core binding, no thread counts, no "
+                     "OPENBLAS_CORETYPE fix (only the torchrun variables are set)")(
       "nnodes", "torchrun: number of nodes, N or N:N (static rendezvous without MPI)",
       cxxopts::value<std::string>())(
       "node-rank", "torchrun: this node's rank, 0..nnodes-1", cxxopts::value<int>())(
@@ -155,6 +158,7 @@ void readOptions(const cxxopts::ParseResult& r, LaunchOptions& out) {
   }
   if (r.count("cores-per-node")) out.cores_per_node = r["cores-per-node"].as<int>();
   out.bind_cores = r.count("bind-cores") > 0;
+  out.tune_env = r.count("no-tune-env") == 0;
 }
 
 // A positive integer of at most 6 digits, or throws naming `flag`.

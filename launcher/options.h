@@ -40,7 +40,8 @@ struct LaunchOptions {
   bool env_all = false;              // --env all: dry run prints the inherited environment
   std::string hosts;                 // --hosts spec for plan-only dry runs
   int cores_per_node = 0;            // 0 = detect (affinity mask)
-  bool bind_cores = false;           // pin local rank r to its share of the cores
+  bool bind_cores = false;           // pin local rank r to its share (also with --no-tune-env)
+  bool tune_env = true;              // --no-tune-env: keep the caller's environment untouched
   std::vector<std::string> program;  // PROGRAM ARGS...; never empty after parsing
   bool help = false;                 // --help was given; usage() has the text
 };
