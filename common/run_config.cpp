@@ -256,12 +256,11 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size, Checks ch
   c.timeout_seconds = cfg.getFloat("parallel.timeout_seconds");
   if (c.timeout_seconds <= 0) cfg.fail("parallel.timeout_seconds", "must be > 0");
 
-  // Declared for the next milestones (DESIGN.md: checkpoints/preemption, HF import,
-  // profiling); refused rather than silently ignored until they exist.
-  for (const char* k : {"model.from_pretrained", "checkpoint.dir", "checkpoint.interval",
-                        "checkpoint.resume", "checkpoint.keep_last", "metrics.profile_steps"})
-    if (differsFromDefault(cfg, k))
-      cfg.fail(k, "is reserved and not implemented yet in this version",
+  // Planned keys (KeySpec::planned: checkpoints, HF import, profiling) are refused rather
+  // than silently ignored until they exist.
+  for (const KeySpec& k : cfg.schema().keys())
+    if (k.planned && differsFromDefault(cfg, k.key))
+      cfg.fail(k.key, "is planned and not implemented yet in this version",
                "remove it; see README.md \"Not implemented yet\"");
   c.memory_limit_bytes = cfg.getFloat("parallel.memory_limit_gb") * double(1LL << 30);
   if (c.memory_limit_bytes < 0) cfg.fail("parallel.memory_limit_gb", "must be >= 0");

@@ -28,7 +28,8 @@ std::string Launcher::describeNode(int node) const {
     return "node " + std::to_string(node) + " (host " + n.host + ", " + n.ip + ")";
   }
   std::string host = node == rt_.transport.rank() ? "host " + hostName() + ", " : "";
-  return "node " + std::to_string(node) + " (" + host + "MPI rank " + std::to_string(node) + ")";
+  std::string what = rt_.opts.tcpRendezvous() ? "node rank " : "MPI rank ";
+  return "node " + std::to_string(node) + " (" + host + what + std::to_string(node) + ")";
 }
 
 Message Launcher::await(int tag, int attempt, std::optional<Clock::time_point> deadline,
@@ -62,7 +63,7 @@ Message Launcher::await(int tag, int attempt, std::optional<Clock::time_point> d
     if (deadline && Clock::now() > *deadline)
       throw DistError(describeNode(t.rank()) + ": timed out after " +
                       std::to_string(std::chrono::duration<double>(Clock::now() - t0).count()) +
-                      " s " + what);
+                      " s " + what + " (" + t.describe() + ")");
     pollfd p{rt_.signals.fd(), POLLIN, 0};
     poll(&p, 1, polls < 200 ? 1 : 10);  // fast at first: rendezvous latency matters
   }
@@ -81,7 +82,9 @@ std::optional<Plan> Launcher::rendezvous() {
       for (int n = 0; n < t.size(); ++n)
         if (!nodes[n]) missing += (missing.empty() ? "" : ", ") + std::to_string(n);
       Message m = await(kTagInfo, -1, deadline,
-                        "waiting at rendezvous for node info from MPI rank(s) " + missing);
+                        "waiting at rendezvous for node info from " +
+                            std::string(rt_.opts.tcpRendezvous() ? "node rank(s) " : "MPI rank(s) ") +
+                            missing);
       nodes[m.source] = decodeNodeInfo(m.payload);
       nodes[m.source]->node = m.source;
     }
@@ -91,7 +94,9 @@ std::optional<Plan> Launcher::rendezvous() {
         msg.error = "node " + std::to_string(n->node) + " (host " + n->host + "): " + n->error;
     }
     Plan& p = msg.plan;
-    p.source = t.size() > 1 ? "mpi" : "this node";
+    p.source = rt_.opts.tcpRendezvous() ? "TCP rendezvous (--nnodes)"
+               : t.size() > 1               ? "mpi"
+                                            : "this node";
     p.master_addr = assignAddresses(p.nodes);
     p.run_id = rt_.opts.run_id.empty() ? generateRunId() : rt_.opts.run_id;
     p.max_restarts = rt_.opts.max_restarts;

@@ -10,9 +10,30 @@
 #include "launcher/plan_only.h"
 #include "launcher/process.h"
 #include "launcher/reaper.h"
+#include "launcher/tcp_transport.h"
 #include "launcher/report.h"
 
 using namespace ftb::launcher;
+
+namespace {
+
+// MPI when started by mpirun/srun+PMI; TCP for torchrun-style --nnodes > 1; else one node.
+std::unique_ptr<Transport> makeTransport(const LaunchOptions& opts) {
+  if (opts.tcpRendezvous()) {
+    if (launchedByMpi())
+      throw ftb::ConfigError("--nnodes", "command line",
+                             "the launchers were started by mpirun/srun with PMI, which already "
+                             "connects them",
+                             "drop --nnodes/--node-rank/--master-addr, or start one launcher per "
+                             "node without mpirun");
+    return std::make_unique<TcpTransport>(opts.node_rank, opts.nnodes, opts.rdzv_host,
+                                          opts.rdzv_port, opts.rdzv_id);
+  }
+  if (launchedByMpi() && !opts.standalone) return std::make_unique<MpiTransport>();
+  return std::make_unique<LocalTransport>();
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   const auto start = Clock::now();
@@ -31,15 +52,11 @@ int main(int argc, char** argv) {
       std::cout << std::flush;
       return 0;
     }
-    rejectSrunWithoutPmi();
+    if (!opts.tcpRendezvous()) rejectSrunWithoutPmi();
     SignalChannel signals;  // before MPI creates threads: they inherit the mask
     std::unique_ptr<Reaper> reaper;
     if (!opts.dry_run) reaper = std::make_unique<Reaper>();  // forks: before MPI threads exist
-    if (launchedByMpi()) {
-      transport = std::make_unique<MpiTransport>();
-    } else {
-      transport = std::make_unique<LocalTransport>();
-    }
+    transport = makeTransport(opts);
     int code = Launcher(opts, *transport, signals, start, reaper.get()).run();
     transport->finish(30.0, code);
     FTB_DEBUG("finished " << msSince(start) << " ms after start");

@@ -20,7 +20,7 @@ std::string env(const char* k) {
 }  // namespace
 
 bool isPlanOnly(const LaunchOptions& opts) {
-  return opts.dry_run && !launchedByMpi() &&
+  return opts.dry_run && !launchedByMpi() && !opts.tcpRendezvous() &&
          (!opts.hosts.empty() || !env("SLURM_JOB_NODELIST").empty());
 }
 
@@ -54,13 +54,18 @@ Plan planWithoutMpi(const LaunchOptions& opts) {
     if (c.size() == hosts.size()) cores = c;
   }
   std::map<std::string, std::string> preset;
-  for (const char* k : {"OMP_NUM_THREADS", "GLOO_SOCKET_IFNAME"})
+  for (const char* k : kPresetVars)
     if (const char* v = std::getenv(k)) preset[k] = v;
+  // The nodes' CPUs are unknown here: empty cpus = ids 0..cores-1 stand for each node's CPU
+  // set (see workerCpus); CPU model, ISA and the core-type check are left out.
+  NodeInfo shape;
+  shape.tune_env = opts.tune_env;
+  shape.bind_cores = opts.bind_cores;
   std::map<int, int> default_nproc;  // cores -> resolved --nproc-per-node (regex once)
   int64_t world = 0;
   plan.nodes.reserve(hosts.size());
   for (size_t i = 0; i < hosts.size(); ++i) {
-    NodeInfo n;
+    NodeInfo n = shape;
     n.node = static_cast<int>(i);
     n.host = std::move(hosts[i].host);
     n.cores = cores[i];

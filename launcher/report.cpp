@@ -121,6 +121,30 @@ void writeWorker(std::ostream& o, const Plan& plan, const NodeInfo& n, int lr,
   }
   o << "\n";
   if (!replaced.empty()) o << "  replaces inherited:" << replaced << "\n";
+  std::vector<int> cpus = workerCpus(n, lr);
+  if (!cpus.empty()) o << "  cpus: " << cpuList(cpus) << "\n";
+  for (const auto& c : tunedEnv(n, lr))
+    o << "  tuned: " << c.name << "=" << displayValue(c.name, c.value) << "  (" << c.reason
+      << ")\n";
+}
+
+// One line per node: CPU, ISA, BLAS core type, threads against bound CPUs (issue 11).
+void writeEnvironmentCheck(std::ostream& o, const NodeInfo& n) {
+  o << "environment check, node " << n.node << " (" << n.host << "): ";
+  if (n.cpu_model.empty()) {
+    o << "CPU unknown (planned without the node)";
+  } else {
+    o << "CPU " << n.cpu_model << "; ISA " << (n.isa.empty() ? "-" : n.isa);
+  }
+  auto it = n.preset.find("OPENBLAS_CORETYPE");
+  o << "; OPENBLAS_CORETYPE " << (it == n.preset.end() ? "unset" : it->second);
+  if (!n.coretype_note.empty()) o << " (" << n.coretype_note << ")";
+  if (!n.coretype_fix.empty() && n.tune_env) o << " -> " << n.coretype_fix << " for the workers";
+  size_t bound = workerCpus(n, 0).size();
+  o << "; threads " << threadsFor(n) << " per worker, "
+    << (bound ? std::to_string(bound) + " bound CPU(s) each" : std::string("not bound"));
+  if (!n.tune_env) o << " (--no-tune-env: caller's environment unchanged)";
+  o << "\n";
 }
 
 void writeEnvironment(std::ostream& o, const std::vector<std::string>& launcher_env, bool all) {
@@ -172,7 +196,11 @@ void writeDryRunReport(std::ostream& o, const Plan& plan, const std::string& pro
          "shown; --full lists every node and worker\n"
       << placementSummary(plan) << "\n";
   }
-  o << "program: " << program_path << "\n";
+  for (const auto& n : plan.nodes) {
+    if (!full && n.node != 0) break;
+    writeEnvironmentCheck(o, n);
+  }
+  o << "\nprogram: " << program_path << "\n";
   writeEnvironment(o, launcher_env, view.env_all);
   std::map<std::string, std::string> inherited;
   for (const auto& e : launcher_env)

@@ -30,19 +30,18 @@ Fd openLog(const std::string& path) {
   return Fd(fd);
 }
 
-// Local rank r's share of `cpus`: a contiguous block of size(cpus)/n (at least one).
-std::vector<int> cpuShare(const std::vector<int>& cpus, int n, int r) {
-  if (cpus.empty()) return {};
-  size_t k = std::max<size_t>(1, cpus.size() / n);
-  std::vector<int> out;
-  for (size_t i = 0; i < k; ++i) out.push_back(cpus[(r * k + i) % cpus.size()]);
-  return out;
-}
-
 std::string ms(double v) {
   char b[32];
   snprintf(b, sizeof b, "%.1f", v);
   return b;
+}
+
+// The tuned variables of one worker and why, once per worker (values masked like --dry-run).
+void logTuning(int rank, const NodeInfo& n, int local_rank) {
+  std::string line;
+  for (const auto& c : tunedEnv(n, local_rank))
+    line += "; " + c.name + "=" + displayValue(c.name, c.value) + " (" + c.reason + ")";
+  if (!line.empty()) FTB_INFO("rank " << rank << " tuned environment" << line.substr(1));
 }
 
 }  // namespace
@@ -85,7 +84,8 @@ void Supervisor::spawnAll() {
     req.path = rt_.program_path;
     req.argv = rt_.opts.program;
     req.env = mergeEnv(rt_.inherited_env, contractEnv(plan_, node_, lr, attempt_));
-    if (rt_.opts.bind_cores) req.cpus = cpuShare(rt_.cpus, me.nproc, lr);
+    req.cpus = workerCpus(me, lr);
+    if (attempt_ == 0) logTuning(w.rank, me, lr);
     req.stdout_fd = out.write.get();
     req.stderr_fd = err.write.get();
     req.mask = &rt_.signals.originalMask();

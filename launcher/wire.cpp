@@ -24,7 +24,10 @@ void from_json(const Json& j, IfAddr& a) {
 void to_json(Json& j, const NodeInfo& v) {
   j = Json{{"node", v.node},   {"host", v.host},   {"ip", v.ip},       {"iface", v.iface},
            {"chosen", v.chosen}, {"cores", v.cores}, {"gpus", v.gpus},   {"nproc", v.nproc},
-           {"preset", v.preset}, {"addrs", v.addrs}, {"error", v.error}};
+           {"preset", v.preset}, {"addrs", v.addrs}, {"error", v.error},
+           {"tune_env", v.tune_env}, {"bind_cores", v.bind_cores}, {"cpus", v.cpus},
+           {"cpu_model", v.cpu_model}, {"isa", v.isa}, {"coretype_fix", v.coretype_fix},
+           {"coretype_note", v.coretype_note}};
 }
 void from_json(const Json& j, NodeInfo& v) {
   j.at("node").get_to(v.node);
@@ -38,6 +41,13 @@ void from_json(const Json& j, NodeInfo& v) {
   j.at("preset").get_to(v.preset);
   j.at("addrs").get_to(v.addrs);
   j.at("error").get_to(v.error);
+  j.at("tune_env").get_to(v.tune_env);
+  j.at("bind_cores").get_to(v.bind_cores);
+  j.at("cpus").get_to(v.cpus);
+  j.at("cpu_model").get_to(v.cpu_model);
+  j.at("isa").get_to(v.isa);
+  j.at("coretype_fix").get_to(v.coretype_fix);
+  j.at("coretype_note").get_to(v.coretype_note);
 }
 
 void to_json(Json& j, const Failure& f) {

@@ -211,6 +211,7 @@ std::vector<SweepPoint> expandSweep(const SweepSpec& spec) {
       }
     }
     p.world_size = static_cast<int>(p.nodes * p.nproc_per_node);
+    overrides.insert(overrides.end(), spec.overrides.begin(), spec.overrides.end());
     Config cfg;
     try {
       cfg = Config::load(spec.base, overrides);

@@ -112,6 +112,31 @@ TEST(Sweep, JsonIndexAndFieldForJobArrays) {
             "world_size nodes nproc_per_node valid reason included overrides args base state");
 }
 
+// Command-line overrides apply to every point after the point's own: the hash a runner
+// prints and checks with --pending is the hash of the config the trainer will run.
+TEST(Sweep, OverridesFoldIntoEveryPointsHashAndArgs) {
+  auto point = [](std::vector<std::string> args) {
+    args.insert(args.begin(), kThreeAxis);
+    for (const char* a : {"--index", "0"}) args.push_back(a);
+    return nlohmann::json::parse(run(expandCommand, args));
+  };
+  const auto plain = point({});
+  const auto lr = point({"training.lr=0.5"});
+  EXPECT_NE(lr["hash"], plain["hash"]);
+  EXPECT_EQ(lr["args"][2], "training.lr=0.5");  // after data.seq_len, micro_batch_size
+  const std::string base = lr["base"];
+  EXPECT_EQ(run(tagCommand, {"--config", base, "--world-size", "1", "--hash", "data.seq_len=256",
+                             "training.micro_batch_size=1", "training.lr=0.5"}),
+            lr["hash"].get<std::string>() + "\n");
+  // An override of an axis wins over the point's value (the point's run is that config).
+  EXPECT_EQ(point({"data.seq_len=128"})["tag"], "tinytest.sl128.mb1.ws1");
+  std::ostringstream sink;
+  EXPECT_NE(errorOf([&] {
+              expandCommand({kThreeAxis, "training.lrr=1"}, sink);
+            }).find("training.lrr"),
+            std::string::npos);
+}
+
 // Run dirs for --pending: completed (dropped) and every other state (kept).
 void makeRun(const std::string& results, const std::string& tag, const std::string& state) {
   const std::string dir = results + "/" + tag;
