@@ -168,7 +168,9 @@ int finishRun(MetricsFile& metrics, const TrainConfig& tc, const TrainSummary& s
                       (last_checkpoint.empty() ? std::string(", no checkpoint")
                                                : "; checkpoint " + last_checkpoint);
     metrics.setStatus("preempted", 128 + s.stop_signal, msg);
+    metrics.close();
     FTB_WARN(msg);
+    if (rank == 0) printSummary(tc, s, peak.flops, peak.source, run_dir);  // of the steps done
     return 128 + s.stop_signal;
   }
   metrics.setStatus("completed", 0, "completed " + std::to_string(s.steps) + " steps");
