@@ -242,6 +242,8 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size) {
     if (k.planned && cfg.has(k.key) && cfg.where(k.key) != "default")
       cfg.fail(k.key, "is planned and not implemented yet in this version",
                "remove it; see README.md \"Not implemented yet\"");
+  c.bucket_bytes = cfg.getFloat("parallel.bucket_mb") * double(1 << 20);
+  if (c.bucket_bytes <= 0) cfg.fail("parallel.bucket_mb", "must be > 0", "the default is 25");
   c.memory_limit_bytes = cfg.getFloat("parallel.memory_limit_gb") * double(1LL << 30);
   if (c.memory_limit_bytes < 0) cfg.fail("parallel.memory_limit_gb", "must be >= 0");
   c.log_every = cfg.getInt("metrics.log_every");

@@ -52,6 +52,7 @@ struct TrainConfig {
   std::string backend;
   double timeout_seconds = 300;
   double memory_limit_bytes = 0;  // 0 = none; above it a run ends with status "oom"
+  double bucket_bytes = 25 << 20;  // DDP gradient bucket size
   // metrics
   int64_t log_every = 1;
   double peak_tflops = 0, price_per_hour = 0;

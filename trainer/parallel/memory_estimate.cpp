@@ -46,7 +46,7 @@ MemoryEstimate estimateMemory(const TrainConfig& tc) {
   if (stage == 0) {
     e.parameters = 4 * P;
     e.gradients = 4 * P;
-    e.comm_buffers = 2 * 4 * std::min(P, 25.0 * (1 << 20) / 4);  // one bucket: cat + result
+    e.comm_buffers = 0;  // gradients are views of the all-reduce buckets (parallel/ddp.h)
   } else if (stage < 3) {
     e.parameters = 4 * P;
     e.gradients = 4 * P + 4 * P / N;
