@@ -116,7 +116,7 @@ TEST_F(ConfigTest, UnknownKeyListsTableKeys) {
   std::string msg = loadError("[parallel]\nsomething_else = 1\n");
   EXPECT_EQ(msg, "config error: " + run("r.toml") +
                      ":2: key 'parallel.something_else': unknown key\n"
-                     "  hint: valid keys in [parallel]: backend, dp_replicate, dp_shard, "
+                     "  hint: valid keys in [parallel]: backend, bucket_mb, dp_replicate, dp_shard, "
                      "memory_limit_gb, timeout_seconds, tp, zero_stage");
   EXPECT_EQ(loadError("[zzzzzz]\nqqqq = 1\n"),
             "config error: " + run("r.toml") +
