@@ -5,12 +5,12 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <regex>
 #include <set>
 #include <sstream>
 
 #include "common/config.h"
+#include "common/files.h"
 #include "sweep_tagger/process_pool.h"
 #include "sweep_tagger/validity.h"
 #include "common/h5_metrics.h"
@@ -24,13 +24,6 @@ struct RankFile {
   MetricsData data;
   double age_seconds = 0;  // since the file's last modification
 };
-
-std::string readText(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 void flattenToml(const toml::table& t, const std::string& prefix,
                  std::map<std::string, Cell>& out) {
@@ -233,7 +226,7 @@ RunRow summarizeRun(const std::string& results_dir, const std::string& run_dir,
     std::string run_toml;
     std::error_code ec;
     if (fs::exists(fs::path(run_dir) / "run.toml", ec)) {
-      run_toml = readText(fs::path(run_dir) / "run.toml");
+      run_toml = readInputFile((fs::path(run_dir) / "run.toml").string(), "run.toml");
       row.config = flattenConfig(run_toml, "run.toml", row.message);
       static const std::regex kWs("^# world_size = ([0-9]+)$", std::regex::multiline);
       std::smatch m;
@@ -248,6 +241,11 @@ RunRow summarizeRun(const std::string& results_dir, const std::string& run_dir,
       const std::string name = e.path().filename().string();
       if (!std::regex_match(name, m, kRankFile)) continue;
       int rank = std::stoi(m[1]);
+      // HDF5 opens by path: a FIFO or device here would block or read without end.
+      if (std::string kind = notRegularFileReason(e.path().string()); !kind.empty()) {
+        corrupt.emplace_back(rank, name + " is " + kind + ", expected a regular file");
+        continue;
+      }
       try {
         RankFile r{rank, readMetricsFile(e.path().string()), 0};
         r.age_seconds = std::chrono::duration<double>(now - fs::last_write_time(e.path())).count();

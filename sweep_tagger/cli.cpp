@@ -1,7 +1,6 @@
 #include "sweep_tagger/cli.h"
 
 #include <algorithm>
-#include <cxxopts.hpp>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -10,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "common/cli_args.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "sweep_tagger/aggregate.h"
@@ -130,8 +130,8 @@ int tagCommand(const std::vector<std::string>& args, std::ostream& out) {
       "hash", "print the config hash instead of the tag")("h,help", "this help")(
       "overrides", "key=value overrides", cxxopts::value<std::vector<std::string>>());
   opts.parse_positional({"overrides"});
-  opts.positional_help("[key=value ...]");
-  auto r = parse(opts, args);
+  opts.positional_help("[key=value ...]  (or --key VALUE, --key=VALUE)");
+  auto r = parse(opts, torchtitanOverrides(args));
   if (r.count("help")) {
     out << opts.help();
     return 0;
