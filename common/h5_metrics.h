@@ -5,7 +5,9 @@
 //              ftbench_version, torch_version, device, peak_source (UTF-8 strings),
 //              world_size, rank, local_rank, node_rank (int64), peak_flops (float64, FLOP/s)
 //   /config    scalar UTF-8 string: the resolved config (TOML)
-//   /steps/<metric>  1-D float64 or int64, chunked, unlimited; row i = i-th appended step
+//   /steps/<metric>  1-D float64 or int64, chunked (Fletcher-32 per chunk), unlimited;
+//                    row i = i-th appended step; attrs `units` and `description` (strings;
+//                    empty for a name outside the trainer's metric set)
 //   /status    group with attrs state (running|completed|failed|oom|preempted|invalid),
 //              exit_code (int64), message (string), steps_done (int64 = rows flushed)
 //
@@ -117,5 +119,13 @@ struct MetricsData {
 // Throws IoError naming `path` when the file is missing, corrupt or truncated, has
 // no /status or /steps, or a schema_version other than kMetricsSchemaVersion.
 MetricsData readMetricsFile(const std::string& path);
+
+// Sanity of a file's numbers, "" if sane, else the first problem ("/steps/loss row 3
+// is -1.6e+19: expected a finite value >= 0"). Checks: every /steps value finite and
+// >= 0; /steps/step strictly increasing integers; /steps/time_s non-decreasing;
+// /status steps_done equal to the number of rows. A `completed` file that fails is
+// corrupt; a failed run may legitimately hold a non-finite loss, so callers apply
+// this to completed files.
+std::string metricsProblem(const MetricsData& d);
 
 }  // namespace ftb

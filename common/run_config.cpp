@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "common/checked_math.h"
 #include "common/error.h"
 
 namespace ftb {
@@ -211,7 +212,11 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size) {
   int64_t gbs = cfg.getInt("training.global_batch_size");
   if (gbs < 0) cfg.fail("training.global_batch_size", "must be >= 0, got " + num(gbs));
   if (gbs > 0) {
-    int64_t per_step = c.micro_batch_size * c.dpSize();
+    auto checked = checkedProduct({c.micro_batch_size, c.dpSize()});
+    if (!checked)
+      cfg.fail("training.micro_batch_size", "micro_batch_size(" + num(c.micro_batch_size) +
+                                                ") * data-parallel size overflows int64");
+    int64_t per_step = *checked;
     if (gbs % per_step != 0)
       cfg.fail("training.global_batch_size",
                "global_batch_size(" + num(gbs) + ") is not divisible by micro_batch_size(" +
@@ -252,6 +257,7 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size) {
   c.output_dir = cfg.getString("output.dir");
   c.sweep_fmt = cfg.getString("output.sweep_fmt");
   c.no_sweep_dir = cfg.getBool("output.no_sweep_dir");
+  checkSizes(cfg, c);
   return c;
 }
 

@@ -70,6 +70,11 @@ struct TrainConfig {
 
 ModelArgs modelArgsFromConfig(const Config& cfg);
 
+// Every size the trainer derives by multiplying config values (parameter count,
+// global batch, tokens per run) fits int64; else ConfigError naming the key most
+// likely at fault, with the factors. Called by fromConfig() after the layout is set.
+void checkSizes(const Config& cfg, const TrainConfig& c);
+
 // Why a .bin token file with c.bin_dtype cannot hold c's vocabulary, or "" when it
 // can (uint16 holds ids below 65536). Used for data.source and --generate-data.
 std::string binDtypeProblem(const TrainConfig& c);

@@ -200,7 +200,7 @@ TEST_F(ConfigTest, NonRegularAndHugeFilesAreRefused) {
     Config::load(big, {});
     FAIL();
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find(big + ": config file is 1048580 bytes (1024 KiB), more "
+    EXPECT_NE(std::string(e.what()).find(big + ": config file is 1048579 bytes (1024 KiB), more "
                                          "than the limit of 1048576 bytes (1024 KiB)"),
               std::string::npos)
         << e.what();
