@@ -2,7 +2,7 @@
 //
 // Grammar accepted by expandHostlist (whitespace around top-level commas ignored):
 //   list  := item (',' item)*
-//   item  := (text | '[' range (',' range)* ']')+    -- text: any char but [ ] , space
+//   item  := (text | '[' range (',' range)* ']')+    -- text: letters, digits, '-', '.', '_'
 //   range := digits | digits '-' digits               -- lo <= hi
 // The expansion of one item is the cartesian product of its bracket groups, the
 // leftmost group varying slowest. Each number is zero-padded to the width of the
@@ -17,8 +17,7 @@
 namespace ftb {
 namespace {
 
-// Upper bound on the expansion size: a typo like n[1-99999999] must fail fast.
-constexpr size_t kMaxHosts = 1000000;
+constexpr size_t kMaxHosts = kMaxHostlistHosts;
 
 [[noreturn]] void fail(const std::string& what, const std::string& expr, size_t pos,
                        const std::string& problem) {
@@ -28,6 +27,10 @@ constexpr size_t kMaxHosts = 1000000;
 
 bool isSpace(char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; }
 bool isDigit(char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; }
+// Characters of a host name (RFC 1123 plus '_', which SLURM node names allow).
+bool isHostChar(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '-' || c == '.' || c == '_';
+}
 
 // Parses a run of digits at expr[pos..]; advances pos. Fails when there is none.
 int64_t parseNumber(const std::string& expr, size_t& pos, const std::string& what,
@@ -100,6 +103,10 @@ void expandItem(const std::string& expr, size_t begin, size_t end, const std::st
       fail(what, expr, pos, "unbalanced ']'");
     } else if (isSpace(c)) {
       fail(what, expr, pos, "whitespace inside a host name");
+    } else if (!isHostChar(c)) {
+      fail(what, expr, pos,
+           std::string("character '") + c +
+               "' is not allowed in a host name (letters, digits, '-', '.', '_')");
     } else {
       for (std::string& p : partial) p += c;
       ++pos;

@@ -5,13 +5,18 @@
 // zero padding (width of the lower bound), comma lists at top level.
 // expandTasksPerNode("2(x3),1") -> {2,2,2,1} (SLURM_TASKS_PER_NODE format).
 // Throws ConfigError (key = `what`) with the offending position on malformed input:
-// unbalanced brackets, empty ranges, hi < lo, non-numeric ranges.
+// unbalanced brackets, empty ranges, hi < lo, non-numeric ranges, characters other than
+// letters, digits, '-', '.', '_' in a name. Time and memory are linear in the output.
 #pragma once
 
 #include <string>
 #include <vector>
 
 namespace ftb {
+
+// Upper bound on one expansion: a typo like n[1-99999999] fails fast instead of
+// allocating without limit.
+inline constexpr size_t kMaxHostlistHosts = 1000000;
 
 std::vector<std::string> expandHostlist(const std::string& expr,
                                         const std::string& what = "hostlist");

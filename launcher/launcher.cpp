@@ -17,8 +17,10 @@ extern char** environ;
 
 namespace ftb::launcher {
 Launcher::Launcher(const LaunchOptions& opts, Transport& transport, SignalChannel& signals,
-                   Clock::time_point start)
-    : rt_(opts, transport, signals, inheritableEnv(environ), allowedCpus(), start) {}
+                   Clock::time_point start, Reaper* reaper)
+    : rt_(opts, transport, signals, inheritableEnv(environ), allowedCpus(), start) {
+  rt_.reaper = reaper;
+}
 
 std::string Launcher::describeNode(int node) const {
   if (node < static_cast<int>(plan_.nodes.size())) {
@@ -60,7 +62,7 @@ Message Launcher::await(int tag, int attempt, std::optional<Clock::time_point> d
     if (deadline && Clock::now() > *deadline)
       throw DistError(describeNode(t.rank()) + ": timed out after " +
                       std::to_string(std::chrono::duration<double>(Clock::now() - t0).count()) +
-                      " s " + what);
+                      " s " + what + " (" + t.describe() + ")");
     pollfd p{rt_.signals.fd(), POLLIN, 0};
     poll(&p, 1, polls < 200 ? 1 : 10);  // fast at first: rendezvous latency matters
   }
@@ -89,7 +91,9 @@ std::optional<Plan> Launcher::rendezvous() {
         msg.error = "node " + std::to_string(n->node) + " (host " + n->host + "): " + n->error;
     }
     Plan& p = msg.plan;
-    p.source = t.size() > 1 ? "mpi" : "this node";
+    p.source = rt_.opts.tcpRendezvous() ? "TCP rendezvous (--nnodes)"
+               : t.size() > 1               ? "mpi"
+                                            : "this node";
     p.master_addr = assignAddresses(p.nodes);
     p.run_id = rt_.opts.run_id.empty() ? generateRunId() : rt_.opts.run_id;
     p.max_restarts = rt_.opts.max_restarts;
@@ -114,7 +118,8 @@ Decision Launcher::finishAttempt(const NodeEnd& end) {
   const int attempt = end.attempt;
   const double stop_wait = rt_.opts.grace_s + kKillWaitS + kStopSlackS;
   t.send(0, kTagEnd, encode(end));
-  const bool known = !end.failures.empty() || end.shutdown_signal || rt_.stops.count(attempt);
+  const bool known = !end.failures.empty() || isShutdownSignal(end.shutdown_signal) ||
+                     rt_.stops.count(attempt);
   std::optional<Clock::time_point> deadline;
   if (known) deadline = after(stop_wait);
   if (t.rank() != 0) {
@@ -134,7 +139,8 @@ Decision Launcher::finishAttempt(const NodeEnd& end) {
                           missing + " (workers still running there)");
     NodeEnd e = decodeNodeEnd(m.payload);
     if (e.attempt != attempt || ends[m.source]) continue;  // stale or duplicate
-    if (!deadline && (!e.failures.empty() || e.shutdown_signal)) deadline = after(stop_wait);
+    if (!deadline && (!e.failures.empty() || isShutdownSignal(e.shutdown_signal)))
+      deadline = after(stop_wait);
     ends[m.source] = std::move(e);
     ++got;
   }
@@ -170,8 +176,9 @@ int Launcher::run() {
                me.host + " " + me.ip + "]");
   if (rt_.opts.dry_run) {
     if (t.rank() == 0)
-      std::cout << dryRunReport(plan_, rt_.program_path, rt_.opts.program, rt_.inherited_env)
-                << std::flush;
+      writeDryRunReport(std::cout, plan_, rt_.program_path, rt_.opts.program, environList(),
+                        dryRunView(rt_.opts));
+    std::cout << std::flush;
     return 0;
   }
   if (t.rank() == 0)

@@ -17,8 +17,9 @@ namespace ftb::launcher {
 
 class Launcher {
  public:
+  // `reaper` (may be null) learns every worker's process group.
   Launcher(const LaunchOptions& opts, Transport& transport, SignalChannel& signals,
-           Clock::time_point start);
+           Clock::time_point start, Reaper* reaper = nullptr);
   int run();
 
  private:

@@ -16,6 +16,7 @@
 #include <regex>
 #include <sstream>
 
+#include "common/cpu_info.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "launcher/process.h"
@@ -56,14 +57,30 @@ std::vector<std::string> visibleGpus() {
   return out;
 }
 
+void fillTuning(const LaunchOptions& opts, NodeInfo& n) {
+  n.tune_env = opts.tune_env;
+  n.bind_cores = opts.bind_cores;
+  CpuInfo cpu = detectCpu();
+  n.cpus = allowedCpus();
+  n.cpu_model = cpu.model_name;
+  n.isa = cpu.isaString();
+  const char* coretype = std::getenv("OPENBLAS_CORETYPE");
+  CoretypeCheck check = checkOpenblasCoretype(cpu, coretype ? coretype : "");
+  n.coretype_note = check.message;
+  if (check.verdict == CoretypeCheck::Verdict::kBelow ||
+      check.verdict == CoretypeCheck::Verdict::kAbove)
+    n.coretype_fix = check.recommended;
+}
+
 NodeInfo localNodeInfo(const LaunchOptions& opts, int node, std::string* program_path) {
   NodeInfo n;
   n.node = node;
   n.host = hostName();
   n.cores = opts.cores_per_node > 0 ? opts.cores_per_node : static_cast<int>(allowedCpus().size());
   n.gpus = visibleGpus();
-  for (const char* k : {"OMP_NUM_THREADS", "GLOO_SOCKET_IFNAME"})
+  for (const char* k : kPresetVars)
     if (const char* v = std::getenv(k)) n.preset[k] = v;
+  fillTuning(opts, n);
   n.addrs = listInterfaces();
   try {
     n.nproc = resolveNproc(opts.nproc_per_node, n.cores, static_cast<int>(n.gpus.size()));

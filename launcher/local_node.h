@@ -12,6 +12,11 @@ namespace ftb::launcher {
 std::vector<int> allowedCpus();          // sched_getaffinity, sorted
 std::vector<std::string> visibleGpus();  // CUDA_VISIBLE_DEVICES, else /dev/nvidiaN ids
 
+// Fills n.cpus, cpu_model, isa and the OPENBLAS_CORETYPE check (coretype_fix/note) from
+// this machine (common/cpu_info) and the inherited OPENBLAS_CORETYPE; tune_env/bind_cores
+// from opts.
+void fillTuning(const LaunchOptions& opts, NodeInfo& n);
+
 // This node's contribution to the rendezvous. Local validation problems (unknown
 // interface, nproc=gpu without GPUs, PROGRAM not found, log dir not creatable) are
 // returned in `error` rather than thrown, so that every node learns about them and the

@@ -9,9 +9,31 @@
 #include "launcher/mpi_transport.h"
 #include "launcher/plan_only.h"
 #include "launcher/process.h"
+#include "launcher/reaper.h"
+#include "launcher/tcp_transport.h"
 #include "launcher/report.h"
 
 using namespace ftb::launcher;
+
+namespace {
+
+// MPI when started by mpirun/srun+PMI; TCP for torchrun-style --nnodes > 1; else one node.
+std::unique_ptr<Transport> makeTransport(const LaunchOptions& opts) {
+  if (opts.tcpRendezvous()) {
+    if (launchedByMpi())
+      throw ftb::ConfigError("--nnodes", "command line",
+                             "the launchers were started by mpirun/srun with PMI, which already "
+                             "connects them",
+                             "drop --nnodes/--node-rank/--master-addr, or start one launcher per "
+                             "node without mpirun");
+    return std::make_unique<TcpTransport>(opts.node_rank, opts.nnodes, opts.rdzv_host,
+                                          opts.rdzv_port, opts.rdzv_id);
+  }
+  if (launchedByMpi() && !opts.standalone) return std::make_unique<MpiTransport>();
+  return std::make_unique<LocalTransport>();
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   const auto start = Clock::now();
@@ -25,18 +47,17 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (isPlanOnly(opts)) {
-      std::cout << dryRunReport(planWithoutMpi(opts), opts.program[0], opts.program,
-                                inheritableEnv(environ));
+      writeDryRunReport(std::cout, planWithoutMpi(opts), opts.program[0], opts.program,
+                        environList(), dryRunView(opts));
+      std::cout << std::flush;
       return 0;
     }
-    rejectSrunWithoutPmi();
+    if (!opts.tcpRendezvous()) rejectSrunWithoutPmi();
     SignalChannel signals;  // before MPI creates threads: they inherit the mask
-    if (launchedByMpi()) {
-      transport = std::make_unique<MpiTransport>();
-    } else {
-      transport = std::make_unique<LocalTransport>();
-    }
-    int code = Launcher(opts, *transport, signals, start).run();
+    std::unique_ptr<Reaper> reaper;
+    if (!opts.dry_run) reaper = std::make_unique<Reaper>();  // forks: before MPI threads exist
+    transport = makeTransport(opts);
+    int code = Launcher(opts, *transport, signals, start, reaper.get()).run();
     transport->finish(30.0, code);
     FTB_DEBUG("finished " << msSince(start) << " ms after start");
     return code;

@@ -1,9 +1,12 @@
 #include "launcher/options.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <cxxopts.hpp>
 #include <regex>
 #include <set>
 
+#include "common/config.h"
 #include "common/error.h"
 
 namespace ftb::launcher {
@@ -36,21 +39,185 @@ cxxopts::Options makeParser() {
                              "TORCHELASTIC_RUN_ID and log subdirectory (default: generated)",
                              cxxopts::value<std::string>())(
       "dry-run", "Print placement, argv and environment of every worker; start nothing")(
+      "full", "With --dry-run: list every node and worker (default only up to 64 workers)")(
+      "summary", "With --dry-run: grouped node rows and node 0's workers only")(
+      "env", "With --dry-run: 'set' (default) prints the variables the launcher sets; 'all' also "
+             "the inherited environment (secrets masked)",
+      cxxopts::value<std::string>())(
       "hosts", "Plan a dry run without MPI: 'n[01-02]:2,n03:1' (host[:nproc],...)",
       cxxopts::value<std::string>())(
       "cores-per-node", "Cores used for OMP_NUM_THREADS and nproc=cpu (default: detected)",
       cxxopts::value<int>())("bind-cores",
-                             "Pin each worker to cores/nproc cores of the launcher's CPU set")(
+                             "Pin each worker to cores/nproc cores of the launcher's CPU set "
+                             "(the default; kept for --no-tune-env)")(
+      "no-tune-env", "Keep the caller's environment: no core binding, no thread counts, no "
+                     "OPENBLAS_CORETYPE fix (only the torchrun variables are set)")(
+      "nnodes", "torchrun: number of nodes, N or N:N (static rendezvous without MPI)",
+      cxxopts::value<std::string>())(
+      "node-rank", "torchrun: this node's rank, 0..nnodes-1", cxxopts::value<int>())(
+      "master-addr", "torchrun: node 0's address; with --nnodes > 1 its launcher hosts the "
+                     "rendezvous store on --master-port (default 29500)",
+      cxxopts::value<std::string>())(
+      "rdzv-endpoint", "torchrun: HOST[:PORT] of the rendezvous store (default port 29400)",
+      cxxopts::value<std::string>())(
+      "rdzv-backend", "torchrun: 'static' or 'c10d'; both rendezvous statically by --node-rank",
+      cxxopts::value<std::string>())(
+      "rdzv-id", "torchrun: job id every node must agree on", cxxopts::value<std::string>())(
+      "standalone", "torchrun: one node, no MPI and no rendezvous store")(
       "h,help", "Print this help");
   return o;
 }
 
-// Options that take no value; every other "--opt" without "=" consumes the next argument.
-const std::set<std::string> kFlags = {"--tee", "--dry-run", "--bind-cores", "--help", "-h"};
-
 [[noreturn]] void bad(const std::string& flag, const std::string& what,
                       const std::string& hint = "") {
   throw ConfigError(flag, "command line", what, hint);
+}
+
+// "--nproc_per_node=2" -> "--nproc-per-node=2": torchrun accepts both spellings.
+std::string normalizeFlag(const std::string& a) {
+  if (a.rfind("--", 0) != 0) return a;
+  size_t eq = std::min(a.find('='), a.size());
+  std::string out = a;
+  std::replace(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(eq), '_', '-');
+  return out;
+}
+
+// Long names of every option, and those that take no value.
+struct KnownFlags {
+  std::vector<std::string> all;
+  std::set<std::string> boolean;
+};
+
+KnownFlags knownFlags() {
+  KnownFlags k;
+  auto parser = makeParser();
+  for (const auto& d : parser.group_help("").options)
+    for (const auto& name : d.l) {
+      k.all.push_back("--" + name);
+      if (d.is_boolean) k.boolean.insert("--" + name);
+    }
+  k.boolean.insert("-h");
+  return k;
+}
+
+// Splits argv into launcher options (returned, argv[0] first, spelling normalized) and
+// PROGRAM ARGS... (out.program): PROGRAM starts after "--" or at the first non-option.
+// Unknown flags throw ConfigError with the closest known flag as hint.
+std::vector<std::string> splitCommandLine(int argc, const char* const* argv, LaunchOptions& out) {
+  const KnownFlags known = knownFlags();
+  std::vector<std::string> opts{argc > 0 ? argv[0] : "launcher"};
+  for (int i = 1; i < argc; ++i) {
+    std::string a = normalizeFlag(argv[i]);
+    if (a == "--") {
+      out.program.assign(argv + i + 1, argv + argc);
+      break;
+    }
+    if (a.empty() || a[0] != '-') {
+      out.program.assign(argv + i, argv + argc);
+      break;
+    }
+    std::string name = a.substr(0, a.find('='));
+    if (name != "-h" &&
+        std::find(known.all.begin(), known.all.end(), name) == known.all.end()) {
+      std::string near;  // closest known flag by edit distance (common/config.h), if close
+      size_t best = std::max<size_t>(2, name.size() / 3) + 1;
+      for (const auto& k : known.all)
+        if (size_t d = editDistance(name, k); d < best) best = d, near = k;
+      bad(name, "unknown option",
+          near.empty() ? "see launcher --help" : "did you mean '" + near + "'?");
+    }
+    opts.push_back(a);
+    if (a.find('=') == std::string::npos && !known.boolean.count(a) && i + 1 < argc)
+      opts.push_back(argv[++i]);
+  }
+  return opts;
+}
+
+// Copies the parsed values into `out`.
+void readOptions(const cxxopts::ParseResult& r, LaunchOptions& out) {
+  out.nproc_per_node = r["nproc-per-node"].as<std::string>();
+  out.nproc_given = r.count("nproc-per-node") > 0;
+  out.max_restarts = r["max-restarts"].as<int>();
+  out.monitor_interval_s = r["monitor-interval"].as<double>();
+  out.grace_s = r["grace"].as<double>();
+  out.rdzv_timeout_s = r["rdzv-timeout"].as<double>();
+  if (r.count("log-dir")) out.log_dir = r["log-dir"].as<std::string>();
+  out.tee = r.count("tee") > 0;
+  if (r.count("iface")) out.iface = r["iface"].as<std::string>();
+  if (r.count("network")) out.network = r["network"].as<std::string>();
+  if (r.count("master-port")) out.master_port = r["master-port"].as<int>();
+  if (r.count("run-id")) out.run_id = r["run-id"].as<std::string>();
+  out.dry_run = r.count("dry-run") > 0;
+  if (r.count("hosts")) out.hosts = r["hosts"].as<std::string>();
+  out.full = r.count("full") > 0;
+  out.summary = r.count("summary") > 0;
+  if (r.count("env")) {
+    std::string e = r["env"].as<std::string>();
+    if (e != "all" && e != "set") bad("--env", "expected 'set' or 'all', got '" + e + "'");
+    out.env_all = e == "all";
+  }
+  if (r.count("cores-per-node")) out.cores_per_node = r["cores-per-node"].as<int>();
+  out.bind_cores = r.count("bind-cores") > 0;
+  out.tune_env = r.count("no-tune-env") == 0;
+}
+
+// A positive integer of at most 6 digits, or throws naming `flag`.
+int smallCount(const std::string& flag, const std::string& v) {
+  if (v.empty() || v.size() > 6 || v.find_first_not_of("0123456789") != std::string::npos ||
+      std::stoi(v) < 1)
+    bad(flag, "expected an integer in 1..999999, got '" + v + "'");
+  return std::stoi(v);
+}
+
+// --nnodes, --node-rank, --master-addr/--rdzv-endpoint, --standalone (torchrun static
+// rendezvous). With --nnodes > 1, --master-port is the store's port, not the workers'.
+void readRendezvous(const cxxopts::ParseResult& r, LaunchOptions& out) {
+  if (r.count("nnodes")) {
+    std::string v = r["nnodes"].as<std::string>();
+    auto colon = v.find(':');
+    out.nnodes = smallCount("--nnodes", v.substr(0, colon));
+    if (colon != std::string::npos && smallCount("--nnodes", v.substr(colon + 1)) != out.nnodes)
+      bad("--nnodes", "'" + v + "': elastic node counts (MIN:MAX) are not supported",
+          "give a fixed count, e.g. --nnodes 2");
+  }
+  if (r.count("node-rank")) out.node_rank = r["node-rank"].as<int>();
+  if (out.node_rank < 0 || out.node_rank >= out.nnodes)
+    bad("--node-rank", "must be in 0.." + std::to_string(out.nnodes - 1) + " for --nnodes " +
+                           std::to_string(out.nnodes) + ", got " + std::to_string(out.node_rank));
+  out.standalone = r.count("standalone") > 0;
+  if (r.count("rdzv-id")) out.rdzv_id = r["rdzv-id"].as<std::string>();
+  if (r.count("rdzv-backend")) {
+    std::string b = r["rdzv-backend"].as<std::string>();
+    if (b != "static" && b != "c10d")
+      bad("--rdzv-backend", "expected 'static' or 'c10d', got '" + b + "'");
+  }
+  if (r.count("rdzv-endpoint")) {
+    std::string e = r["rdzv-endpoint"].as<std::string>();
+    auto colon = e.rfind(':');
+    out.rdzv_host = e.substr(0, colon);
+    out.rdzv_port = colon == std::string::npos ? 29400 : std::atoi(e.c_str() + colon + 1);
+    if (out.rdzv_host.empty() || out.rdzv_port < 1 || out.rdzv_port > 65535)
+      bad("--rdzv-endpoint", "expected HOST[:PORT] with PORT in 1..65535, got '" + e + "'");
+  }
+  if (r.count("master-addr")) {
+    if (r.count("rdzv-endpoint"))
+      bad("--master-addr", "give either --master-addr or --rdzv-endpoint, not both");
+    out.rdzv_host = r["master-addr"].as<std::string>();
+    out.rdzv_port = out.master_port > 0 ? out.master_port : 29500;
+    if (out.rdzv_host.empty()) bad("--master-addr", "address is empty");
+  }
+  if (!out.tcpRendezvous()) return;
+  if (out.standalone) bad("--standalone", "means one node; it contradicts --nnodes " +
+                                              std::to_string(out.nnodes));
+  if (!r.count("node-rank"))
+    bad("--node-rank", "required with --nnodes " + std::to_string(out.nnodes),
+        "give each launcher its own --node-rank 0.." + std::to_string(out.nnodes - 1));
+  if (out.rdzv_host.empty())
+    bad("--master-addr", "required with --nnodes " + std::to_string(out.nnodes),
+        "give node 0's address: --master-addr HOST [--master-port P] or --rdzv-endpoint "
+        "HOST:PORT (or start the launchers with mpirun/srun and no --nnodes)");
+  if (r.count("hosts")) bad("--hosts", "plans without rendezvous; it contradicts --nnodes");
+  if (r.count("master-addr")) out.master_port = 0;  // the store has it; workers get a free one
 }
 
 }  // namespace
@@ -72,57 +239,10 @@ int resolveNproc(const std::string& spec, int cores, int gpus) {
   return std::stoi(spec);
 }
 
-LaunchOptions parseOptions(int argc, const char* const* argv) {
-  // Split: launcher options | PROGRAM ARGS...
-  std::vector<std::string> opts{argc > 0 ? argv[0] : "launcher"};
-  LaunchOptions out;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--") {
-      out.program.assign(argv + i + 1, argv + argc);
-      break;
-    }
-    if (a.empty() || a[0] != '-') {
-      out.program.assign(argv + i, argv + argc);
-      break;
-    }
-    opts.push_back(a);
-    if (a.find('=') == std::string::npos && !kFlags.count(a) && i + 1 < argc) {
-      opts.push_back(argv[++i]);
-    }
-  }
-  std::vector<const char*> cargv;
-  for (auto& s : opts) cargv.push_back(s.c_str());
+namespace {
 
-  auto parser = makeParser();
-  cxxopts::ParseResult r;
-  try {
-    r = parser.parse(static_cast<int>(cargv.size()), cargv.data());
-  } catch (const cxxopts::exceptions::exception& e) {
-    bad("arguments", e.what(), "see launcher --help");
-  }
-  if (r.count("help")) {
-    out.help = true;
-    return out;
-  }
-  out.nproc_per_node = r["nproc-per-node"].as<std::string>();
-  out.nproc_given = r.count("nproc-per-node") > 0;
-  out.max_restarts = r["max-restarts"].as<int>();
-  out.monitor_interval_s = r["monitor-interval"].as<double>();
-  out.grace_s = r["grace"].as<double>();
-  out.rdzv_timeout_s = r["rdzv-timeout"].as<double>();
-  if (r.count("log-dir")) out.log_dir = r["log-dir"].as<std::string>();
-  out.tee = r.count("tee") > 0;
-  if (r.count("iface")) out.iface = r["iface"].as<std::string>();
-  if (r.count("network")) out.network = r["network"].as<std::string>();
-  if (r.count("master-port")) out.master_port = r["master-port"].as<int>();
-  if (r.count("run-id")) out.run_id = r["run-id"].as<std::string>();
-  out.dry_run = r.count("dry-run") > 0;
-  if (r.count("hosts")) out.hosts = r["hosts"].as<std::string>();
-  if (r.count("cores-per-node")) out.cores_per_node = r["cores-per-node"].as<int>();
-  out.bind_cores = r.count("bind-cores") > 0;
-
-  // Validation: everything that can be checked without looking at the machine.
+// Everything that can be checked without looking at the machine.
+void validateOptions(const cxxopts::ParseResult& r, const LaunchOptions& out) {
   if (out.program.empty())
     bad("PROGRAM", "no program given", "usage: launcher [OPTION...] -- PROGRAM [ARGS...]");
   if (out.program[0].empty()) bad("PROGRAM", "program name is empty");
@@ -137,8 +257,8 @@ LaunchOptions parseOptions(int argc, const char* const* argv) {
     bad("--grace", "must be in [0, 3600] seconds, got " + std::to_string(out.grace_s));
   if (!(out.rdzv_timeout_s > 0))
     bad("--rdzv-timeout", "must be > 0 seconds, got " + std::to_string(out.rdzv_timeout_s));
-  if (r.count("master-port") && (out.master_port < 1 || out.master_port > 65535))
-    bad("--master-port", "must be in 1..65535, got " + std::to_string(out.master_port));
+  if (r.count("master-port") && (r["master-port"].as<int>() < 1 || r["master-port"].as<int>() > 65535))
+    bad("--master-port", "must be in 1..65535, got " + std::to_string(r["master-port"].as<int>()));
   if (!out.iface.empty() && !out.network.empty())
     bad("--iface", "give either --iface or --network, not both");
   if (r.count("iface") && out.iface.empty()) bad("--iface", "interface name is empty");
@@ -151,9 +271,36 @@ LaunchOptions parseOptions(int argc, const char* const* argv) {
   if (r.count("hosts") && !out.dry_run)
     bad("--hosts", "only valid with --dry-run", "real runs take nodes from mpirun/srun");
   if (r.count("hosts") && out.hosts.empty()) bad("--hosts", "host list is empty");
+  for (const char* f : {"full", "summary", "env"})
+    if (r.count(f) && !out.dry_run)
+      bad(std::string("--") + f, "only valid with --dry-run", "add --dry-run");
+  if (out.full && out.summary) bad("--full", "give either --full or --summary, not both");
   if (r.count("cores-per-node") && out.cores_per_node < 1)
     bad("--cores-per-node", "must be >= 1, got " + std::to_string(out.cores_per_node));
   if (r.count("log-dir") && out.log_dir.empty()) bad("--log-dir", "directory is empty");
+}
+
+}  // namespace
+
+LaunchOptions parseOptions(int argc, const char* const* argv) {
+  LaunchOptions out;
+  std::vector<std::string> opts = splitCommandLine(argc, argv, out);
+  std::vector<const char*> cargv;
+  for (auto& s : opts) cargv.push_back(s.c_str());
+  auto parser = makeParser();
+  cxxopts::ParseResult r;
+  try {
+    r = parser.parse(static_cast<int>(cargv.size()), cargv.data());
+  } catch (const cxxopts::exceptions::exception& e) {
+    bad("arguments", e.what(), "see launcher --help");
+  }
+  if (r.count("help")) {
+    out.help = true;
+    return out;
+  }
+  readOptions(r, out);
+  validateOptions(r, out);
+  readRendezvous(r, out);
   return out;
 }
 

@@ -34,8 +34,14 @@ struct NodeEnd {
   int attempt = 0;
   int node = 0;
   std::vector<Failure> failures;
-  int shutdown_signal = 0;  // TERM/INT/HUP received by this launcher during the attempt
-  bool all_clean = true;    // every local worker exited 0
+  // First stop signal (TERM/INT/HUP/USR1/USR2) this launcher received, or was told of by a
+  // STOP message, during the attempt. Worker exits after it are not failures.
+  int shutdown_signal = 0;
+  bool all_clean = true;  // every local worker exited 0
+  // The first non-zero code (exit code or 128 + signal) of a local worker that exited after
+  // the stop began, and when (CLOCK_REALTIME, us); 0 if none.
+  int stop_exit_code = 0;
+  int64_t stop_exit_time_us = 0;
 };
 
 struct Decision {
@@ -49,9 +55,10 @@ struct Decision {
 
 // REQUIRES: one NodeEnd per node, all for `attempt`. `late_signal`: a shutdown signal a
 // launcher received after it had reported its NodeEnd (known from its STOP message).
-// Restart iff there is a failure, no shutdown signal and attempt < max_restarts.
+// Restart iff there is a failure, no stop signal and attempt < max_restarts.
 // Exit code: 0 when no failure and all clean; the root cause's code (earliest failure;
-// ties by rank); else 128 + shutdown signal.
+// ties by rank); else the earliest stop_exit_code of any node (the workers' own code after
+// a forwarded stop signal, e.g. a requeue code), else 128 + stop signal, else 1.
 Decision decide(const std::vector<NodeEnd>& ends, int attempt, int max_restarts,
                 int late_signal = 0);
 

@@ -3,22 +3,25 @@
 #include <algorithm>
 #include <set>
 
+#include <unistd.h>
+
 #include "common/error.h"
 #include "common/hostlist.h"
 
 namespace ftb::launcher {
 
-int Plan::worldSize() const {
-  int w = 0;
-  for (const auto& n : nodes) w += n.nproc;
-  return w;
+const std::vector<int>& Plan::prefix() const {
+  if (first_.size() != nodes.size() + 1) {
+    first_.assign(1, 0);
+    first_.reserve(nodes.size() + 1);
+    for (const auto& n : nodes) first_.push_back(first_.back() + n.nproc);
+  }
+  return first_;
 }
 
-int Plan::firstRank(int node) const {
-  int r = 0;
-  for (int i = 0; i < node; ++i) r += nodes[i].nproc;
-  return r;
-}
+int Plan::worldSize() const { return prefix().back(); }
+
+int Plan::firstRank(int node) const { return prefix().at(node); }
 
 // Rule: a node that chose with --iface/--network keeps its choice. Otherwise node 0 takes
 // the non-loopback address whose subnet holds an address of the most other nodes (first in
@@ -66,10 +69,80 @@ std::string assignAddresses(std::vector<NodeInfo>& nodes) {
   return n0.ip;
 }
 
+const char* const kPresetVars[5] = {"OMP_NUM_THREADS", "GLOO_SOCKET_IFNAME", "MKL_NUM_THREADS",
+                                    "OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE"};
+
+std::vector<int> workerCpus(const NodeInfo& n, int local_rank) {
+  if (!(n.tune_env || n.bind_cores) || n.nproc < 1) return {};
+  size_t cores = static_cast<size_t>(std::max(1, n.cores));
+  size_t usable = n.cpus.empty() ? cores : std::min(n.cpus.size(), cores);
+  size_t block = usable / static_cast<size_t>(n.nproc);
+  std::vector<int> out;
+  for (size_t i = block * local_rank; i < block * (local_rank + 1); ++i)
+    out.push_back(n.cpus.empty() ? static_cast<int>(i) : n.cpus[i]);
+  return out;
+}
+
+namespace {
+
+}  // namespace
+
+std::string cpuList(const std::vector<int>& cpus) {
+  std::string out;
+  for (size_t i = 0; i < cpus.size();) {
+    size_t j = i;
+    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
+    out += (out.empty() ? "" : ",") + std::to_string(cpus[i]) +
+           (j > i ? "-" + std::to_string(cpus[j]) : "");
+    i = j + 1;
+  }
+  return out;
+}
+
+namespace {
+
+long parsedCount(const std::string& v) {  // -1 unless a plain positive integer
+  if (v.empty() || v.size() > 6 || v.find_first_not_of("0123456789") != std::string::npos)
+    return -1;
+  return std::stol(v);
+}
+
+}  // namespace
+
+std::vector<EnvChange> tunedEnv(const NodeInfo& n, int local_rank) {
+  std::vector<EnvChange> out;
+  if (!n.tune_env) return out;
+  std::vector<int> cpus = workerCpus(n, local_rank);
+  long threads = cpus.empty() ? std::max(1, n.cores / std::max(1, n.nproc))
+                              : static_cast<long>(cpus.size());
+  std::string basis =
+      cpus.empty() ? std::to_string(threads) + " of the node's " + std::to_string(n.cores) +
+                         " cores per worker (not bound: " + std::to_string(n.nproc) +
+                         " workers, " +
+                         std::to_string(n.cpus.empty() ? n.cores : static_cast<int>(n.cpus.size())) +
+                         " CPUs)"
+                   : std::to_string(cpus.size()) + " CPU(s) bound to this worker (" +
+                         cpuList(cpus) + ")";
+  for (const char* name : {"OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"}) {
+    auto it = n.preset.find(name);
+    bool omp = std::string(name) == "OMP_NUM_THREADS";
+    if (it == n.preset.end() || it->second.empty()) {
+      if (omp) out.push_back({name, std::to_string(threads), "unset; " + basis});
+    } else if (parsedCount(it->second) > threads || parsedCount(it->second) == 0) {
+      out.push_back({name, std::to_string(threads),
+                     "inherited " + it->second + " exceeds " + basis});
+    }
+  }
+  if (!n.coretype_fix.empty())
+    out.push_back({"OPENBLAS_CORETYPE", n.coretype_fix, n.coretype_note});
+  return out;
+}
+
 std::string threadsFor(const NodeInfo& n) {
+  for (const auto& c : tunedEnv(n, 0))
+    if (c.name == "OMP_NUM_THREADS") return c.value;
   auto it = n.preset.find("OMP_NUM_THREADS");
-  if (it != n.preset.end()) return it->second;
-  return std::to_string(std::max(1, n.cores / std::max(1, n.nproc)));
+  return it != n.preset.end() ? it->second : "-";
 }
 
 std::vector<HostCount> parseHostsSpec(const std::string& spec) {
@@ -109,7 +182,10 @@ std::vector<HostCount> parseHostsSpec(const std::string& spec) {
       expr = item.substr(0, colon);
     }
     if (expr.empty()) bad("entry '" + item + "' has no host name");
-    for (auto& h : expandHostlist(expr, "--hosts")) out.push_back({h, count});
+    std::vector<std::string> hosts = expandHostlist(expr, "--hosts");
+    if (out.size() + hosts.size() > kMaxHostlistHosts)
+      bad("more than " + std::to_string(kMaxHostlistHosts) + " hosts");
+    for (auto& h : hosts) out.push_back({std::move(h), count});
   }
   return out;
 }
@@ -129,7 +205,7 @@ EnvVars contractEnv(const Plan& plan, int node, int local_rank, int attempt) {
       {"TORCHELASTIC_RUN_ID", plan.run_id},
       {"WORLD_SIZE", std::to_string(plan.worldSize())},
   };
-  if (!n.preset.count("OMP_NUM_THREADS")) v.emplace_back("OMP_NUM_THREADS", threadsFor(n));
+  for (auto& c : tunedEnv(n, local_rank)) v.emplace_back(c.name, c.value);
   if (!n.iface.empty() && !n.preset.count("GLOO_SOCKET_IFNAME"))
     v.emplace_back("GLOO_SOCKET_IFNAME", n.iface);
   if (!n.gpus.empty()) v.emplace_back("CUDA_VISIBLE_DEVICES", n.gpus[local_rank % n.gpus.size()]);
@@ -139,6 +215,12 @@ EnvVars contractEnv(const Plan& plan, int node, int local_rank, int attempt) {
 
 bool isStrippedVar(const std::string& s) {
   return s.rfind("OMPI_", 0) == 0 || s.rfind("PMIX_", 0) == 0 || s.rfind("PMI_", 0) == 0;
+}
+
+std::vector<std::string> environList() {
+  std::vector<std::string> out;
+  for (char** e = environ; e && *e; ++e) out.emplace_back(*e);
+  return out;
 }
 
 std::vector<std::string> inheritableEnv(const char* const* envp) {

@@ -2,9 +2,13 @@
 //
 // Invariants of a Plan: nodes[i].node == i (node rank = MPI rank of its launcher);
 // every nproc >= 1; global ranks are assigned node by node, so node i runs ranks
-// [firstRank(i), firstRank(i) + nodes[i].nproc).
+// [firstRank(i), firstRank(i) + nodes[i].nproc). The world size fits in an int
+// (planners refuse larger totals). Node counts are not changed after the first
+// firstRank()/worldSize() call (they cache prefix sums, so that plans of 10^6 nodes
+// stay linear).
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <utility>
@@ -24,10 +28,22 @@ struct NodeInfo {
   int cores = 1;
   std::vector<std::string> gpus;  // visible GPU ids
   int nproc = 1;
-  std::map<std::string, std::string> preset;  // OMP_NUM_THREADS/GLOO_SOCKET_IFNAME if set
+  // Inherited values of the variables the launcher may set (kPresetVars), if set.
+  std::map<std::string, std::string> preset;
+  // Worker environment tuning (default; off with --no-tune-env): bind local rank r to its
+  // block of `cpus`, thread counts to match, OPENBLAS_CORETYPE corrected (coretype_fix).
+  bool tune_env = true;
+  bool bind_cores = false;        // --bind-cores: bind even with --no-tune-env
+  std::vector<int> cpus;          // CPU ids this launcher may use; empty = 0..cores-1 (plan-only)
+  std::string cpu_model, isa;     // common/cpu_info; "" when unknown (plan-only --hosts)
+  std::string coretype_fix;       // OPENBLAS_CORETYPE to set; "" = leave as is
+  std::string coretype_note;      // checkOpenblasCoretype's message ("" = fine or unset)
   std::vector<IfAddr> addrs;                  // candidates for assignAddresses
   std::string error;                          // local validation failure -> whole job exits 2
 };
+
+// Largest world size a plan may have (RANK and WORLD_SIZE are C ints in torch).
+inline constexpr int64_t kMaxWorldSize = 2147483647;
 
 struct Plan {
   std::vector<NodeInfo> nodes;
@@ -38,13 +54,39 @@ struct Plan {
   std::string source;  // "mpi", "single", "--hosts", "slurm": where the node list came from
 
   int worldSize() const;
-  int firstRank(int node) const;
+  int firstRank(int node) const;  // O(1) after the first call
+
+ private:
+  mutable std::vector<int> first_;  // first_[i] = firstRank(i); size nodes.size() + 1
+  const std::vector<int>& prefix() const;
 };
 
 // Fills ip/iface of every node and returns MASTER_ADDR (see placement.cpp for the rule).
 std::string assignAddresses(std::vector<NodeInfo>& nodes);
 
-// OMP_NUM_THREADS a worker on `n` sees: the inherited value, else max(1, cores / nproc).
+// Variables whose inherited values a node reports in NodeInfo::preset.
+extern const char* const kPresetVars[5];
+
+// CPUs local worker `local_rank` of `n` is bound to: block r of size
+// min(|cpus|, cores) / nproc of n.cpus (of 0..cores-1 when cpus is empty); empty (not
+// bound) without tuning/--bind-cores or when there are more workers than CPUs.
+std::vector<int> workerCpus(const NodeInfo& n, int local_rank);
+
+// "0-3,8" for {0,1,2,3,8}.
+std::string cpuList(const std::vector<int>& cpus);
+
+// One variable the tuning sets, and why (for --dry-run and the launcher log).
+struct EnvChange {
+  std::string name, value, reason;
+};
+// The tuned variables of local worker `local_rank` (empty without tuning): OMP_NUM_THREADS
+// = its bound CPUs (or cores / nproc when not bound) unless the inherited value is not
+// larger; MKL_NUM_THREADS/OPENBLAS_NUM_THREADS lowered to that when larger; OPENBLAS_CORETYPE
+// = n.coretype_fix when set.
+std::vector<EnvChange> tunedEnv(const NodeInfo& n, int local_rank);
+
+// OMP_NUM_THREADS a worker on `n` sees: the tuned value, else the inherited one, else "-"
+// (unset: the library's default).
 std::string threadsFor(const NodeInfo& n);
 
 // "n[01-02]:2,n03" -> {n01,2},{n02,2},{n03,0}; 0 = use the default count.
@@ -53,16 +95,19 @@ struct HostCount {
   std::string host;
   int nproc = 0;
 };
+// At most kMaxHostlistHosts hosts in total.
 std::vector<HostCount> parseHostsSpec(const std::string& spec);
 
 using EnvVars = std::vector<std::pair<std::string, std::string>>;
 
-// The variables the launcher sets for global worker `local_rank` on `node`, sorted by name:
-// the torchrun contract (DESIGN.md §Environment contract).
+// The variables the launcher sets for worker `local_rank` on `node`, sorted by name: the
+// torchrun contract, GLOO_SOCKET_IFNAME/CUDA_VISIBLE_DEVICES, and tunedEnv().
 EnvVars contractEnv(const Plan& plan, int node, int local_rank, int attempt);
 
 // True for variables that must not leak into workers: OMPI_*, PMIX_*, PMI_*.
 bool isStrippedVar(const std::string& name_or_kv);
+// This process's environment (`environ`), K=V, in order.
+std::vector<std::string> environList();
 // `environ`-style list minus stripped variables, in the original order.
 std::vector<std::string> inheritableEnv(const char* const* envp);
 // inherited minus names in `set`, then `set` appended: the worker's complete environment.

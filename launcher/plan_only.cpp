@@ -1,6 +1,8 @@
 #include "launcher/plan_only.h"
 
+#include <cstdint>
 #include <cstdlib>
+#include <map>
 
 #include "common/error.h"
 #include "common/hostlist.h"
@@ -18,7 +20,7 @@ std::string env(const char* k) {
 }  // namespace
 
 bool isPlanOnly(const LaunchOptions& opts) {
-  return opts.dry_run && !launchedByMpi() &&
+  return opts.dry_run && !launchedByMpi() && !opts.tcpRendezvous() &&
          (!opts.hosts.empty() || !env("SLURM_JOB_NODELIST").empty());
 }
 
@@ -51,17 +53,40 @@ Plan planWithoutMpi(const LaunchOptions& opts) {
     auto c = expandTasksPerNode(cpn, "SLURM_JOB_CPUS_PER_NODE");
     if (c.size() == hosts.size()) cores = c;
   }
+  std::map<std::string, std::string> preset;
+  for (const char* k : kPresetVars)
+    if (const char* v = std::getenv(k)) preset[k] = v;
+  // The nodes' CPUs are unknown here: empty cpus = ids 0..cores-1 stand for each node's CPU
+  // set (see workerCpus); CPU model, ISA and the core-type check are left out.
+  NodeInfo shape;
+  shape.tune_env = opts.tune_env;
+  shape.bind_cores = opts.bind_cores;
+  std::map<int, int> default_nproc;  // cores -> resolved --nproc-per-node (regex once)
+  int64_t world = 0;
+  plan.nodes.reserve(hosts.size());
   for (size_t i = 0; i < hosts.size(); ++i) {
-    NodeInfo n;
+    NodeInfo n = shape;
     n.node = static_cast<int>(i);
-    n.host = hosts[i].host;
+    n.host = std::move(hosts[i].host);
     n.cores = cores[i];
-    n.nproc = hosts[i].nproc > 0 ? hosts[i].nproc : resolveNproc(opts.nproc_per_node, n.cores, 0);
+    if (hosts[i].nproc > 0) {
+      n.nproc = hosts[i].nproc;
+    } else {
+      auto it = default_nproc.find(n.cores);
+      if (it == default_nproc.end())
+        it = default_nproc.emplace(n.cores, resolveNproc(opts.nproc_per_node, n.cores, 0)).first;
+      n.nproc = it->second;
+    }
     n.iface = opts.iface;  // same interface name on every node, if given
-    for (const char* k : {"OMP_NUM_THREADS", "GLOO_SOCKET_IFNAME"})
-      if (const char* v = std::getenv(k)) n.preset[k] = v;
-    plan.nodes.push_back(n);
+    n.preset = preset;
+    world += n.nproc;
+    plan.nodes.push_back(std::move(n));
   }
+  if (world > kMaxWorldSize)
+    throw ConfigError(plan.source, opts.hosts.empty() ? "environment" : "command line",
+                      std::to_string(world) + " workers in total; at most " +
+                          std::to_string(kMaxWorldSize) + " are supported",
+                      "check the per-host counts");
   plan.master_addr = plan.nodes.at(0).host;
   std::string job = env("SLURM_JOB_ID");
   plan.master_port = opts.master_port > 0 ? opts.master_port

@@ -9,7 +9,8 @@
 
 namespace ftb::launcher {
 
-// True for --dry-run outside mpirun/srun+PMI with --hosts or SLURM_JOB_NODELIST set.
+// True for --dry-run outside mpirun/srun+PMI and without --nnodes > 1 (those do the real
+// rendezvous), with --hosts or SLURM_JOB_NODELIST set.
 bool isPlanOnly(const LaunchOptions& opts);
 
 // REQUIRES: isPlanOnly(opts). Node list from --hosts, else SLURM_JOB_NODELIST with

@@ -1,6 +1,8 @@
 #include "launcher/report.h"
 
 #include <algorithm>
+#include <cctype>
+#include <map>
 #include <ctime>
 #include <sstream>
 
@@ -65,36 +67,159 @@ std::string placementTable(const Plan& plan) {
   return table(rows, "");
 }
 
-std::string dryRunReport(const Plan& plan, const std::string& program_path,
-                         const std::vector<std::string>& argv,
-                         const std::vector<std::string>& inherited) {
-  std::ostringstream o;
+bool isSecretName(const std::string& name) {
+  std::string up;
+  for (char c : name) up += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  for (const char* w : {"TOKEN", "KEY", "SECRET", "PASSWORD"})
+    if (up.find(w) != std::string::npos) return true;
+  return false;
+}
+
+std::string displayValue(const std::string& name, const std::string& value) {
+  return isSecretName(name) ? "<masked>" : shellQuote(value);
+}
+
+std::string placementSummary(const Plan& plan) {
+  std::vector<std::vector<std::string>> rows = {{"nodes", "hosts", "count", "cores", "gpus",
+                                                 "nproc", "global ranks", "local ranks",
+                                                 "threads"}};
+  auto same = [](const NodeInfo& a, const NodeInfo& b) {
+    return a.cores == b.cores && a.gpus.size() == b.gpus.size() && a.nproc == b.nproc &&
+           threadsFor(a) == threadsFor(b);
+  };
+  for (size_t i = 0; i < plan.nodes.size();) {
+    size_t j = i + 1;
+    while (j < plan.nodes.size() && same(plan.nodes[i], plan.nodes[j])) ++j;
+    const NodeInfo& a = plan.nodes[i];
+    const NodeInfo& b = plan.nodes[j - 1];
+    int count = static_cast<int>(j - i);
+    int first = plan.firstRank(a.node);
+    rows.push_back({rankRange(a.node, count), count == 1 ? a.host : a.host + " .. " + b.host,
+                    std::to_string(count), std::to_string(a.cores), std::to_string(a.gpus.size()),
+                    std::to_string(a.nproc), rankRange(first, plan.firstRank(b.node) + b.nproc - first),
+                    rankRange(0, a.nproc), threadsFor(a)});
+    i = j;
+  }
+  return table(rows, "");
+}
+
+namespace {
+
+void writeWorker(std::ostream& o, const Plan& plan, const NodeInfo& n, int lr,
+                 const std::vector<std::string>& argv,
+                 const std::map<std::string, std::string>& inherited) {
+  o << "\nrank " << plan.firstRank(n.node) + lr << "  node " << n.node << "  host " << n.host
+    << "  local " << lr << "/" << n.nproc << "\n  argv:";
+  for (const auto& a : argv) o << " " << shellQuote(a);
+  o << "\n  env: ";
+  std::string replaced;
+  for (const auto& [k, v] : contractEnv(plan, n.node, lr, 0)) {
+    o << " " << k << "=" << displayValue(k, v);
+    auto it = inherited.find(k);
+    if (it != inherited.end() && it->second != v)
+      replaced += " " + k + "=" + displayValue(k, it->second);
+  }
+  o << "\n";
+  if (!replaced.empty()) o << "  replaces inherited:" << replaced << "\n";
+  std::vector<int> cpus = workerCpus(n, lr);
+  if (!cpus.empty()) o << "  cpus: " << cpuList(cpus) << "\n";
+  for (const auto& c : tunedEnv(n, lr))
+    o << "  tuned: " << c.name << "=" << displayValue(c.name, c.value) << "  (" << c.reason
+      << ")\n";
+}
+
+// One line per node: CPU, ISA, BLAS core type, threads against bound CPUs (issue 11).
+void writeEnvironmentCheck(std::ostream& o, const NodeInfo& n) {
+  o << "environment check, node " << n.node << " (" << n.host << "): ";
+  if (n.cpu_model.empty()) {
+    o << "CPU unknown (planned without the node)";
+  } else {
+    o << "CPU " << n.cpu_model << "; ISA " << (n.isa.empty() ? "-" : n.isa);
+  }
+  auto it = n.preset.find("OPENBLAS_CORETYPE");
+  o << "; OPENBLAS_CORETYPE " << (it == n.preset.end() ? "unset" : it->second);
+  if (!n.coretype_note.empty()) o << " (" << n.coretype_note << ")";
+  if (!n.coretype_fix.empty() && n.tune_env) o << " -> " << n.coretype_fix << " for the workers";
+  size_t bound = workerCpus(n, 0).size();
+  o << "; threads " << threadsFor(n) << " per worker, "
+    << (bound ? std::to_string(bound) + " bound CPU(s) each" : std::string("not bound"));
+  if (!n.tune_env) o << " (--no-tune-env: caller's environment unchanged)";
+  o << "\n";
+}
+
+void writeEnvironment(std::ostream& o, const std::vector<std::string>& launcher_env, bool all) {
+  std::vector<std::string> kept, removed;
+  for (const auto& e : launcher_env) (isStrippedVar(e) ? removed : kept).push_back(e);
+  std::sort(kept.begin(), kept.end());
+  if (!all) {
+    o << "environment: each worker inherits this launcher's " << kept.size()
+      << " variable(s) unchanged except those listed per worker";
+    if (!removed.empty()) o << ", minus " << removed.size() << " OMPI_*/PMIX_*/PMI_* variable(s)";
+    o << "; --env all prints them\n";
+    return;
+  }
+  o << "inherited environment (this launcher's, minus OMPI_*, PMIX_*, PMI_*; values of names "
+       "containing TOKEN, KEY, SECRET, PASSWORD masked; the variables below each worker "
+       "override it):\n";
+  for (const auto& e : kept) {
+    auto eq = e.find('=');
+    std::string k = e.substr(0, eq);
+    o << "  " << k << "=" << displayValue(k, eq == std::string::npos ? "" : e.substr(eq + 1))
+      << "\n";
+  }
+  if (!removed.empty()) {
+    std::sort(removed.begin(), removed.end());
+    o << "removed:";
+    for (const auto& e : removed) o << " " << e.substr(0, e.find('='));
+    o << "\n";
+  }
+}
+
+}  // namespace
+
+void writeDryRunReport(std::ostream& o, const Plan& plan, const std::string& program_path,
+                       const std::vector<std::string>& argv,
+                       const std::vector<std::string>& launcher_env, const DryRunView& view) {
+  const bool full =
+      view.full || (!view.summary && plan.worldSize() <= kFullListMaxWorkers);
   o << "launcher --dry-run: " << plan.nodes.size() << " node(s), " << plan.worldSize()
     << " worker(s), nodes from " << plan.source << "; nothing is started\n";
   o << "MASTER_ADDR:MASTER_PORT = " << plan.master_addr << ":" << plan.master_port << "   run id "
     << plan.run_id << "   max restarts " << plan.max_restarts << "\n\n";
-  o << placementTable(plan) << "\n";
-  o << "program: " << program_path << "\n";
-  o << "inherited environment (this launcher's, minus OMPI_*, PMIX_*, PMI_*; the variables "
-       "below each worker override it):\n";
-  std::vector<std::string> env = inherited;
-  std::sort(env.begin(), env.end());
-  for (const auto& e : env) {
-    auto eq = e.find('=');
-    o << "  " << e.substr(0, eq + 1) << shellQuote(e.substr(eq + 1)) << "\n";
+  if (full) {
+    o << placementTable(plan) << "\n";
+  } else {
+    o << "summary (" << (view.summary ? "--summary" : "more than " +
+                                                          std::to_string(kFullListMaxWorkers) +
+                                                          " workers")
+      << "): nodes of equal shape share a row, only node 0's workers and the last worker are "
+         "shown; --full lists every node and worker\n"
+      << placementSummary(plan) << "\n";
   }
   for (const auto& n : plan.nodes) {
-    for (int lr = 0; lr < n.nproc; ++lr) {
-      o << "\nrank " << plan.firstRank(n.node) + lr << "  node " << n.node << "  host " << n.host
-        << "  local " << lr << "/" << n.nproc << "\n  argv:";
-      for (const auto& a : argv) o << " " << shellQuote(a);
-      o << "\n  env: ";
-      for (const auto& [k, v] : contractEnv(plan, n.node, lr, 0))
-        o << " " << k << "=" << shellQuote(v);
-      o << "\n";
-    }
+    if (!full && n.node != 0) break;
+    writeEnvironmentCheck(o, n);
   }
-  return o.str();
+  o << "\nprogram: " << program_path << "\n";
+  writeEnvironment(o, launcher_env, view.env_all);
+  std::map<std::string, std::string> inherited;
+  for (const auto& e : launcher_env)
+    if (!isStrippedVar(e)) {
+      auto eq = e.find('=');
+      if (eq != std::string::npos) inherited[e.substr(0, eq)] = e.substr(eq + 1);
+    }
+  const NodeInfo* last = plan.nodes.empty() ? nullptr : &plan.nodes.back();
+  for (const auto& n : plan.nodes) {
+    if (!full && n.node != 0) break;
+    for (int lr = 0; lr < n.nproc; ++lr) writeWorker(o, plan, n, lr, argv, inherited);
+  }
+  if (!full && last && last->node != 0) {
+    int shown = plan.nodes[0].nproc, hidden = plan.worldSize() - shown - 1;
+    if (hidden > 0)
+      o << "\n... " << hidden << " worker(s) not shown (ranks " << rankRange(shown, hidden)
+        << "); --full lists them\n";
+    writeWorker(o, plan, *last, last->nproc - 1, argv, inherited);
+  }
 }
 
 std::string failureReport(const Decision& d, int max_restarts) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "launcher/options.h"
+#include "launcher/reaper.h"
 #include "launcher/signals.h"
 #include "launcher/transport.h"
 #include "launcher/wire.h"
@@ -46,14 +47,24 @@ struct Runtime {
   std::string program_path;                // resolved PROGRAM
   std::vector<std::string> inherited_env;  // launcher env minus OMPI_*/PMIX_*/PMI_*
   std::vector<int> cpus;                   // this launcher's CPU set
+  Reaper* reaper = nullptr;                // kills worker process groups if we die; may be null
   Clock::time_point start;                 // launcher process start
   int shutdown_signal = 0;                 // first TERM/INT/HUP this launcher received
-  std::map<int, StopMsg> stops;            // first STOP received per attempt
-  std::map<int, int> stop_signals;         // first shutdown signal named by a STOP, per attempt
+  // First STOP per attempt that ends it now: a worker failure or TERM/INT/HUP. Once one is
+  // known, waits for the other nodes get a deadline.
+  std::map<int, StopMsg> stops;
+  std::map<int, int> stop_signals;     // first signal named by any STOP, per attempt
+  std::vector<StopMsg> remote_signals;  // USR1/USR2 STOPs from other nodes, not yet forwarded
 
-  // Records a STOP message; returns true if it is the first one for its attempt.
+  // Records a STOP message; returns true if it is the first ending STOP for its attempt.
+  // A USR1/USR2 STOP does not end the attempt: the workers decide when to exit (e.g. after
+  // a checkpoint); it is queued for the supervisor to forward to the local workers.
   bool noteStop(const StopMsg& m) {
     if (m.signal) stop_signals.emplace(m.attempt, m.signal);
+    if (m.signal && !isShutdownSignal(m.signal)) {
+      if (m.from_node != transport.rank()) remote_signals.push_back(m);
+      return false;
+    }
     return stops.emplace(m.attempt, m).second;
   }
   // Drains every STOP message that has arrived (any attempt).

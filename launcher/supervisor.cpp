@@ -30,19 +30,18 @@ Fd openLog(const std::string& path) {
   return Fd(fd);
 }
 
-// Local rank r's share of `cpus`: a contiguous block of size(cpus)/n (at least one).
-std::vector<int> cpuShare(const std::vector<int>& cpus, int n, int r) {
-  if (cpus.empty()) return {};
-  size_t k = std::max<size_t>(1, cpus.size() / n);
-  std::vector<int> out;
-  for (size_t i = 0; i < k; ++i) out.push_back(cpus[(r * k + i) % cpus.size()]);
-  return out;
-}
-
 std::string ms(double v) {
   char b[32];
   snprintf(b, sizeof b, "%.1f", v);
   return b;
+}
+
+// The tuned variables of one worker and why, once per worker (values masked like --dry-run).
+void logTuning(int rank, const NodeInfo& n, int local_rank) {
+  std::string line;
+  for (const auto& c : tunedEnv(n, local_rank))
+    line += "; " + c.name + "=" + displayValue(c.name, c.value) + " (" + c.reason + ")";
+  if (!line.empty()) FTB_INFO("rank " << rank << " tuned environment" << line.substr(1));
 }
 
 }  // namespace
@@ -85,11 +84,13 @@ void Supervisor::spawnAll() {
     req.path = rt_.program_path;
     req.argv = rt_.opts.program;
     req.env = mergeEnv(rt_.inherited_env, contractEnv(plan_, node_, lr, attempt_));
-    if (rt_.opts.bind_cores) req.cpus = cpuShare(rt_.cpus, me.nproc, lr);
+    req.cpus = workerCpus(me, lr);
+    if (attempt_ == 0) logTuning(w.rank, me, lr);
     req.stdout_fd = out.write.get();
     req.stderr_fd = err.write.get();
     req.mask = &rt_.signals.originalMask();
     w.proc = std::make_unique<WorkerProcess>(req);
+    if (rt_.reaper) rt_.reaper->add(w.proc->pid());  // pgid == pid (setpgid in the child)
     std::string base = dir + "/rank_" + std::to_string(w.rank);
     std::string prefix = rt_.opts.tee ? "[" + std::to_string(w.rank) + "] " : "";
     w.out = std::make_unique<StreamPump>(std::move(out.read),
@@ -164,10 +165,20 @@ void Supervisor::reap() {
     w.reported = true;
     bool bad = w.proc->termSignal() != 0 || w.proc->exitCode() != 0;
     if (bad) end_.all_clean = false;
-    if (bad && !stopping_) {  // exits after the stop began are consequences, not causes
+    if (bad && !stopping_ && !signal_stop_) {  // exits after a stop are consequences
       recordFailure(w);
       if (first.empty())
         first = "rank " + std::to_string(w.rank) + " " + end_.failures.back().describe();
+    } else if (bad && end_.stop_exit_code == 0) {
+      int sig = w.proc->termSignal();
+      end_.stop_exit_code = sig ? 128 + sig : w.proc->exitCode();
+      end_.stop_exit_time_us = nowUs();
+    }
+    if (signal_stop_ && !stopping_ && first.empty()) {
+      // The workers are ending after a USR1/USR2: the rest get --grace, then SIGKILL.
+      std::string code = bad ? "code " + std::to_string(end_.stop_exit_code) : "code 0";
+      beginStop(end_.shutdown_signal, "rank " + std::to_string(w.rank) + " exited (" + code +
+                                          ") after " + signalName(end_.shutdown_signal));
     }
   }
   if (!first.empty() && !stopping_) {
@@ -176,38 +187,51 @@ void Supervisor::reap() {
   }
 }
 
+void Supervisor::forward(int sig, const std::string& from) {
+  FTB_INFO("forwarding " << signalName(sig) << from << " to local workers");
+  for (auto& w : workers_)
+    if (w.proc->running()) w.proc->signalGroup(sig);
+  if (!end_.shutdown_signal) end_.shutdown_signal = sig;
+}
+
 void Supervisor::handleSignals() {
   for (int sig : rt_.signals.drain()) {
     if (!isForwardedSignal(sig)) continue;  // SIGCHLD: reap() looks at every worker
-    if (isShutdownSignal(sig)) {
-      bool again = rt_.shutdown_signal != 0;
-      if (!again) rt_.shutdown_signal = sig;
-      end_.shutdown_signal = rt_.shutdown_signal;
-      if (again) {
-        FTB_WARN("second " << signalName(sig) << ": killing local workers now");
-        for (auto& w : workers_) w.proc->signalGroup(SIGKILL);
-        killed_ = true;
-        abandon_at_ = after(kKillWaitS);
-        continue;
-      }
+    const bool shutdown = isShutdownSignal(sig);
+    if (shutdown && rt_.shutdown_signal) {
+      FTB_WARN("second " << signalName(sig) << ": killing local workers now");
+      for (auto& w : workers_) w.proc->signalGroup(SIGKILL);
+      killed_ = true;
+      abandon_at_ = after(kKillWaitS);
+      continue;
     }
-    FTB_INFO("forwarding " << signalName(sig) << " to local workers");
-    for (auto& w : workers_)
-      if (w.proc->running()) w.proc->signalGroup(sig);
-    if (isShutdownSignal(sig) && !stopping_) {
-      std::string why =
-          "launcher on node " + std::to_string(node_) + " received " + signalName(sig);
-      rt_.broadcastStop(attempt_, sig, why);
-      beginStop(sig, why);
-    }
+    if (shutdown) rt_.shutdown_signal = sig;
+    forward(sig, "");
+    std::string why = "launcher on node " + std::to_string(node_) + " received " + signalName(sig);
+    // Other nodes forward it too (a USR1 may reach only some launchers); the first stop
+    // signal of each kind is announced.
+    if (shutdown ? !stopping_ : !signal_stop_) rt_.broadcastStop(attempt_, sig, why);
+    signal_stop_ = true;
+    if (shutdown && !stopping_) beginStop(sig, why);
   }
 }
 
 void Supervisor::checkStops() {
   rt_.pollStops();
+  for (const StopMsg& m : rt_.remote_signals)
+    if (m.attempt == attempt_) {
+      forward(m.signal, " from node " + std::to_string(m.from_node));
+      signal_stop_ = true;
+    }
+  rt_.remote_signals.clear();
   auto it = rt_.stops.find(attempt_);
-  if (it != rt_.stops.end() && !stopping_ && it->second.from_node != node_)
+  if (it != rt_.stops.end() && !stopping_ && it->second.from_node != node_) {
+    if (it->second.signal) {
+      signal_stop_ = true;
+      if (!end_.shutdown_signal) end_.shutdown_signal = it->second.signal;
+    }
     beginStop(0, "node " + std::to_string(it->second.from_node) + ": " + it->second.reason);
+  }
 }
 
 int Supervisor::pollTimeoutMs() const {
@@ -236,9 +260,10 @@ NodeEnd Supervisor::run() {
     if (n < 0 && errno != EINTR) throw DistError(std::string("poll: ") + std::strerror(errno));
     for (size_t i = 1; i < fds.size(); ++i)
       if (fds[i].revents) pumps[i - 1]->pump();
-    reap();
+    // Signals and STOPs first: an exit that follows a stop signal is then not a failure.
     handleSignals();
     checkStops();
+    reap();
     auto now = Clock::now();
     if (stopping_ && !killed_ && now >= kill_at_ && anyRunning()) {
       FTB_WARN("workers still running " << rt_.opts.grace_s << " s after stop; sending SIGKILL");
@@ -259,6 +284,7 @@ NodeEnd Supervisor::run() {
     w.out->finish();
     w.err->finish();
     w.proc->signalGroup(SIGKILL);  // leftovers of the worker's process group
+    if (rt_.reaper && !w.proc->running()) rt_.reaper->remove(w.proc->pid());
   }
   checkStops();
   return end_;

@@ -36,6 +36,7 @@ class Supervisor {
   void handleSignals();
   void reap();
   void checkStops();
+  void forward(int sig, const std::string& from);
   void beginStop(int sig_sent, const std::string& why);
   bool anyRunning() const;
   int pollTimeoutMs() const;
@@ -47,7 +48,8 @@ class Supervisor {
   const int node_;
   std::vector<Worker> workers_;
   NodeEnd end_;
-  bool stopping_ = false;
+  bool stopping_ = false;     // TERM sent or to be followed by SIGKILL at kill_at_
+  bool signal_stop_ = false;  // a stop signal was forwarded: exits are not failures
   bool killed_ = false;
   Clock::time_point kill_at_;     // SIGKILL deadline once stopping
   Clock::time_point abandon_at_;  // give up on unreaped workers

@@ -1,241 +1,166 @@
+// Messages as JSON objects (nlohmann-json), sent as CBOR: field names make a
+// malformed or mismatched message fail loudly, and CBOR carries stderr bytes that
+// are not UTF-8 unchanged.
 #include "launcher/wire.h"
 
-#include <cstring>
+#include <nlohmann/json.hpp>
 
 #include "common/error.h"
 
 namespace ftb::launcher {
+
+using Json = nlohmann::json;
+
+void to_json(Json& j, const IfAddr& a) {
+  j = Json{{"name", a.name}, {"ip", a.ip}, {"prefix", a.prefix}, {"loopback", a.loopback}};
+}
+void from_json(const Json& j, IfAddr& a) {
+  j.at("name").get_to(a.name);
+  j.at("ip").get_to(a.ip);
+  j.at("prefix").get_to(a.prefix);
+  j.at("loopback").get_to(a.loopback);
+}
+
+void to_json(Json& j, const NodeInfo& v) {
+  j = Json{{"node", v.node},   {"host", v.host},   {"ip", v.ip},       {"iface", v.iface},
+           {"chosen", v.chosen}, {"cores", v.cores}, {"gpus", v.gpus},   {"nproc", v.nproc},
+           {"preset", v.preset}, {"addrs", v.addrs}, {"error", v.error},
+           {"tune_env", v.tune_env}, {"bind_cores", v.bind_cores}, {"cpus", v.cpus},
+           {"cpu_model", v.cpu_model}, {"isa", v.isa}, {"coretype_fix", v.coretype_fix},
+           {"coretype_note", v.coretype_note}};
+}
+void from_json(const Json& j, NodeInfo& v) {
+  j.at("node").get_to(v.node);
+  j.at("host").get_to(v.host);
+  j.at("ip").get_to(v.ip);
+  j.at("iface").get_to(v.iface);
+  j.at("chosen").get_to(v.chosen);
+  j.at("cores").get_to(v.cores);
+  j.at("gpus").get_to(v.gpus);
+  j.at("nproc").get_to(v.nproc);
+  j.at("preset").get_to(v.preset);
+  j.at("addrs").get_to(v.addrs);
+  j.at("error").get_to(v.error);
+  j.at("tune_env").get_to(v.tune_env);
+  j.at("bind_cores").get_to(v.bind_cores);
+  j.at("cpus").get_to(v.cpus);
+  j.at("cpu_model").get_to(v.cpu_model);
+  j.at("isa").get_to(v.isa);
+  j.at("coretype_fix").get_to(v.coretype_fix);
+  j.at("coretype_note").get_to(v.coretype_note);
+}
+
+void to_json(Json& j, const Failure& f) {
+  j = Json{{"time_us", f.time_us},   {"node", f.node}, {"host", f.host},
+           {"ip", f.ip},             {"rank", f.rank}, {"local_rank", f.local_rank},
+           {"pid", f.pid},           {"exit_code", f.exit_code}, {"signal", f.signal},
+           {"note", f.note},         {"stderr_tail", f.stderr_tail}};
+}
+void from_json(const Json& j, Failure& f) {
+  j.at("time_us").get_to(f.time_us);
+  j.at("node").get_to(f.node);
+  j.at("host").get_to(f.host);
+  j.at("ip").get_to(f.ip);
+  j.at("rank").get_to(f.rank);
+  j.at("local_rank").get_to(f.local_rank);
+  j.at("pid").get_to(f.pid);
+  j.at("exit_code").get_to(f.exit_code);
+  j.at("signal").get_to(f.signal);
+  j.at("note").get_to(f.note);
+  j.at("stderr_tail").get_to(f.stderr_tail);
+}
+
+void to_json(Json& j, const PlanMsg& v) {
+  j = Json{{"error", v.error},          {"master_addr", v.plan.master_addr},
+           {"master_port", v.plan.master_port}, {"run_id", v.plan.run_id},
+           {"max_restarts", v.plan.max_restarts}, {"source", v.plan.source},
+           {"nodes", v.plan.nodes}};
+}
+void from_json(const Json& j, PlanMsg& v) {
+  j.at("error").get_to(v.error);
+  j.at("master_addr").get_to(v.plan.master_addr);
+  j.at("master_port").get_to(v.plan.master_port);
+  j.at("run_id").get_to(v.plan.run_id);
+  j.at("max_restarts").get_to(v.plan.max_restarts);
+  j.at("source").get_to(v.plan.source);
+  j.at("nodes").get_to(v.plan.nodes);
+}
+
+void to_json(Json& j, const StopMsg& v) {
+  j = Json{{"attempt", v.attempt}, {"from_node", v.from_node}, {"signal", v.signal},
+           {"reason", v.reason}};
+}
+void from_json(const Json& j, StopMsg& v) {
+  j.at("attempt").get_to(v.attempt);
+  j.at("from_node").get_to(v.from_node);
+  j.at("signal").get_to(v.signal);
+  j.at("reason").get_to(v.reason);
+}
+
+void to_json(Json& j, const NodeEnd& v) {
+  j = Json{{"attempt", v.attempt},
+           {"node", v.node},
+           {"shutdown_signal", v.shutdown_signal},
+           {"all_clean", v.all_clean},
+           {"stop_exit_code", v.stop_exit_code},
+           {"stop_exit_time_us", v.stop_exit_time_us},
+           {"failures", v.failures}};
+}
+void from_json(const Json& j, NodeEnd& v) {
+  j.at("attempt").get_to(v.attempt);
+  j.at("node").get_to(v.node);
+  j.at("shutdown_signal").get_to(v.shutdown_signal);
+  j.at("all_clean").get_to(v.all_clean);
+  j.at("stop_exit_code").get_to(v.stop_exit_code);
+  j.at("stop_exit_time_us").get_to(v.stop_exit_time_us);
+  j.at("failures").get_to(v.failures);
+}
+
+void to_json(Json& j, const Decision& v) {
+  j = Json{{"attempt", v.attempt},     {"restart", v.restart},
+           {"exit_code", v.exit_code}, {"next_port", v.next_port},
+           {"shutdown_signal", v.shutdown_signal}, {"failures", v.failures}};
+}
+void from_json(const Json& j, Decision& v) {
+  j.at("attempt").get_to(v.attempt);
+  j.at("restart").get_to(v.restart);
+  j.at("exit_code").get_to(v.exit_code);
+  j.at("next_port").get_to(v.next_port);
+  j.at("shutdown_signal").get_to(v.shutdown_signal);
+  j.at("failures").get_to(v.failures);
+}
+
 namespace {
 
-class Writer {
- public:
-  Writer& i(int64_t v) {
-    char b[8];
-    std::memcpy(b, &v, 8);
-    buf_.append(b, 8);
-    return *this;
-  }
-  Writer& s(const std::string& v) {
-    i(static_cast<int64_t>(v.size()));
-    buf_ += v;
-    return *this;
-  }
-  Writer& ss(const std::vector<std::string>& v) {
-    i(static_cast<int64_t>(v.size()));
-    for (const auto& x : v) s(x);
-    return *this;
-  }
-  std::string take() { return std::move(buf_); }
-
- private:
-  std::string buf_;
-};
-
-class Reader {
- public:
-  Reader(const std::string& b, const char* kind) : b_(b), kind_(kind) {}
-  int64_t i() {
-    need(8);
-    int64_t v;
-    std::memcpy(&v, b_.data() + pos_, 8);
-    pos_ += 8;
-    return v;
-  }
-  int n() {  // a count or small int
-    int64_t v = i();
-    if (v < INT32_MIN || v > INT32_MAX) fail();
-    return static_cast<int>(v);
-  }
-  std::string s() {
-    int64_t len = i();
-    if (len < 0) fail();
-    need(static_cast<size_t>(len));
-    std::string v = b_.substr(pos_, len);
-    pos_ += len;
-    return v;
-  }
-  std::vector<std::string> ss() {
-    int count = n();
-    if (count < 0) fail();
-    std::vector<std::string> v;
-    for (int k = 0; k < count; ++k) v.push_back(s());
-    return v;
-  }
-  void done() {
-    if (pos_ != b_.size()) fail();
-  }
-
- private:
-  void need(size_t len) {
-    if (pos_ + len > b_.size()) fail();
-  }
-  [[noreturn]] void fail() {
-    throw DistError(std::string("malformed ") + kind_ + " message (" + std::to_string(b_.size()) +
-                    " bytes)");
-  }
-  const std::string& b_;
-  const char* kind_;
-  size_t pos_ = 0;
-};
-
-void put(Writer& w, const NodeInfo& v) {
-  w.i(v.node).s(v.host).s(v.ip).s(v.iface).i(v.chosen).i(v.cores).ss(v.gpus).i(v.nproc);
-  w.i(static_cast<int64_t>(v.preset.size()));
-  for (const auto& [k, x] : v.preset) w.s(k).s(x);
-  w.i(static_cast<int64_t>(v.addrs.size()));
-  for (const auto& a : v.addrs) w.s(a.name).s(a.ip).i(a.prefix).i(a.loopback);
-  w.s(v.error);
+template <typename T>
+std::string encodeAs(const T& v) {
+  std::vector<std::uint8_t> bytes = Json::to_cbor(Json(v));
+  return std::string(bytes.begin(), bytes.end());
 }
 
-NodeInfo getNodeInfo(Reader& r) {
-  NodeInfo v;
-  v.node = r.n();
-  v.host = r.s();
-  v.ip = r.s();
-  v.iface = r.s();
-  v.chosen = r.i() != 0;
-  v.cores = r.n();
-  v.gpus = r.ss();
-  v.nproc = r.n();
-  for (int k = r.n(); k > 0; --k) {
-    std::string key = r.s();
-    v.preset[key] = r.s();
+// Any parse error, trailing byte, missing field or wrong type is a DistError.
+template <typename T>
+T decodeAs(const std::string& b, const char* kind) {
+  try {
+    return Json::from_cbor(b, /*strict=*/true).get<T>();
+  } catch (const Json::exception& e) {
+    throw DistError(std::string("malformed ") + kind + " message (" + std::to_string(b.size()) +
+                    " bytes): " + e.what());
   }
-  for (int k = r.n(); k > 0; --k) {
-    IfAddr a;
-    a.name = r.s();
-    a.ip = r.s();
-    a.prefix = r.n();
-    a.loopback = r.i() != 0;
-    v.addrs.push_back(a);
-  }
-  v.error = r.s();
-  return v;
-}
-
-void put(Writer& w, const Failure& f) {
-  w.i(f.time_us).i(f.node).s(f.host).s(f.ip).i(f.rank).i(f.local_rank).i(f.pid);
-  w.i(f.exit_code).i(f.signal).s(f.note).ss(f.stderr_tail);
-}
-
-Failure getFailure(Reader& r) {
-  Failure f;
-  f.time_us = r.i();
-  f.node = r.n();
-  f.host = r.s();
-  f.ip = r.s();
-  f.rank = r.n();
-  f.local_rank = r.n();
-  f.pid = r.n();
-  f.exit_code = r.n();
-  f.signal = r.n();
-  f.note = r.s();
-  f.stderr_tail = r.ss();
-  return f;
-}
-
-void put(Writer& w, const std::vector<Failure>& v) {
-  w.i(static_cast<int64_t>(v.size()));
-  for (const auto& f : v) put(w, f);
-}
-
-std::vector<Failure> getFailures(Reader& r) {
-  std::vector<Failure> v;
-  for (int k = r.n(); k > 0; --k) v.push_back(getFailure(r));
-  return v;
 }
 
 }  // namespace
 
-std::string encode(const NodeInfo& v) {
-  Writer w;
-  put(w, v);
-  return w.take();
-}
+std::string encode(const NodeInfo& v) { return encodeAs(v); }
+std::string encode(const PlanMsg& v) { return encodeAs(v); }
+std::string encode(const StopMsg& v) { return encodeAs(v); }
+std::string encode(const NodeEnd& v) { return encodeAs(v); }
+std::string encode(const Decision& v) { return encodeAs(v); }
 
-NodeInfo decodeNodeInfo(const std::string& b) {
-  Reader r(b, "node info");
-  NodeInfo v = getNodeInfo(r);
-  r.done();
-  return v;
-}
-
-std::string encode(const PlanMsg& v) {
-  Writer w;
-  w.s(v.error).s(v.plan.master_addr).i(v.plan.master_port).s(v.plan.run_id);
-  w.i(v.plan.max_restarts).s(v.plan.source).i(static_cast<int64_t>(v.plan.nodes.size()));
-  for (const auto& n : v.plan.nodes) put(w, n);
-  return w.take();
-}
-
-PlanMsg decodePlan(const std::string& b) {
-  Reader r(b, "plan");
-  PlanMsg v;
-  v.error = r.s();
-  v.plan.master_addr = r.s();
-  v.plan.master_port = r.n();
-  v.plan.run_id = r.s();
-  v.plan.max_restarts = r.n();
-  v.plan.source = r.s();
-  for (int k = r.n(); k > 0; --k) v.plan.nodes.push_back(getNodeInfo(r));
-  r.done();
-  return v;
-}
-
-std::string encode(const StopMsg& v) {
-  Writer w;
-  w.i(v.attempt).i(v.from_node).i(v.signal).s(v.reason);
-  return w.take();
-}
-
-StopMsg decodeStop(const std::string& b) {
-  Reader r(b, "stop");
-  StopMsg v;
-  v.attempt = r.n();
-  v.from_node = r.n();
-  v.signal = r.n();
-  v.reason = r.s();
-  r.done();
-  return v;
-}
-
-std::string encode(const NodeEnd& v) {
-  Writer w;
-  w.i(v.attempt).i(v.node).i(v.shutdown_signal).i(v.all_clean);
-  put(w, v.failures);
-  return w.take();
-}
-
-NodeEnd decodeNodeEnd(const std::string& b) {
-  Reader r(b, "attempt end");
-  NodeEnd v;
-  v.attempt = r.n();
-  v.node = r.n();
-  v.shutdown_signal = r.n();
-  v.all_clean = r.i() != 0;
-  v.failures = getFailures(r);
-  r.done();
-  return v;
-}
-
-std::string encode(const Decision& v) {
-  Writer w;
-  w.i(v.attempt).i(v.restart).i(v.exit_code).i(v.next_port).i(v.shutdown_signal);
-  put(w, v.failures);
-  return w.take();
-}
-
-Decision decodeDecision(const std::string& b) {
-  Reader r(b, "decision");
-  Decision v;
-  v.attempt = r.n();
-  v.restart = r.i() != 0;
-  v.exit_code = r.n();
-  v.next_port = r.n();
-  v.shutdown_signal = r.n();
-  v.failures = getFailures(r);
-  r.done();
-  return v;
-}
+NodeInfo decodeNodeInfo(const std::string& b) { return decodeAs<NodeInfo>(b, "node info"); }
+PlanMsg decodePlan(const std::string& b) { return decodeAs<PlanMsg>(b, "plan"); }
+StopMsg decodeStop(const std::string& b) { return decodeAs<StopMsg>(b, "stop"); }
+NodeEnd decodeNodeEnd(const std::string& b) { return decodeAs<NodeEnd>(b, "attempt end"); }
+Decision decodeDecision(const std::string& b) { return decodeAs<Decision>(b, "decision"); }
 
 }  // namespace ftb::launcher

@@ -1,6 +1,7 @@
 // Byte encoding of the messages launchers exchange (rendezvous, stop, end, decision).
 //
-// Contract: decode(encode(x)) == x. Decoding malformed bytes throws DistError naming the
+// Contract: decode(encode(x)) == x (nlohmann-json objects, CBOR bytes). Decoding malformed
+// bytes, a missing field or a wrong type throws DistError naming the
 // message kind; peers always run the same launcher binary, so there is no versioning.
 #pragma once
 

@@ -2,6 +2,8 @@
 # Launcher start-up benchmark: time from starting the launcher (or mpirun) until every worker
 # has exec'd, on one node without MPI, and under mpirun on 1 and 2 network-namespace hosts
 # (2 workers per host). Writes results/bench/launcher.md. Target (issue 3): <= 0.3 s.
+# Also times plan-only dry runs of huge host lists (issue 13): target <= 1 s for
+# 'n[1-100000]:8' --summary. Run under `flock /tmp/ftb-netns.lock` (namespace hosts).
 #
 #   scripts/bench_launcher.sh            # FTB_BUILD_DIR (default build/release), REPS (10)
 #
@@ -58,6 +60,23 @@ bench() {  # NAME NWORKERS CMD...
   for _ in $(seq "$REPS"); do run_once "$@"; done
 }
 
+# Dry-run planning of huge host lists: wall time of the whole command, output to /dev/null.
+dryrun() {  # NAME ARGS...
+  local name=$1
+  shift
+  rm -f "$WORK/$name.txt"
+  for _ in $(seq "$REPS"); do
+    local t0 t1
+    t0=$(date +%s%N)
+    "$LAUNCHER" --dry-run "$@" -- /bin/true >/dev/null || { echo "bench_launcher: dry run failed" >&2; exit 1; }
+    t1=$(date +%s%N)
+    echo "$(( (t1 - t0) / 1000 )) nan" >>"$WORK/$name.txt"
+  done
+}
+dryrun dry100k --hosts 'n[1-100000]:8' --summary
+dryrun dry1m --hosts 'n[0001-999999]:8'
+dryrun dry30kfull --hosts 'n[1-30000]:8' --full
+
 STAMPS=$WORK/stamps
 bench single 2 "$LAUNCHER" --nproc-per-node 2 -- "${WORKER[@]}" "$STAMPS"
 
@@ -81,13 +100,19 @@ fi
 python3 - "$WORK" "$OUT" "$REPS" "$SKIP" <<'PY'
 import os, statistics, sys, time
 work, out, reps, skip = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
+            if l.startswith("model name")), "unknown CPU")
+dry = [("dry100k", "`--dry-run --hosts 'n[1-100000]:8' --summary`", 800000, 1000),
+       ("dry1m", "`--dry-run --hosts 'n[0001-999999]:8'` (summary by default)", 7999992, None),
+       ("dry30kfull", "`--dry-run --hosts 'n[1-30000]:8' --full` (240 000 worker blocks)", 240000,
+        None)]
 rows = [("single", "1 node, no MPI (launcher alone)", 2),
         ("mpi1", "mpirun, 1 namespace host", 2),
         ("mpi2", "mpirun, 2 namespace hosts", 4),
         ("base2", "baseline: mpirun alone starting the program, 2 namespace hosts", 2)]
 lines = ["# Launcher start-up: start -> every worker exec'd", "",
          f"{time.strftime('%Y-%m-%d %H:%M:%S')}, {os.cpu_count()} CPUs, load average "
-         f"{os.getloadavg()[0]:.2f}, {reps} runs each. Target: <= 300 ms.", "",
+         f"{os.getloadavg()[0]:.2f}, {reps} runs each, {cpu}. Target: <= 300 ms.", "",
          "External: from starting `launcher`/`mpirun` until the last worker's first instruction "
          "(`sh -c 'date ...'`, ~2 ms of its own). Launcher: its own log, from the launcher "
          "process start (after mpirun started it) until all of its workers exec'd.", "",
@@ -108,6 +133,19 @@ for key, label, n in rows:
     ok = "-" if key.startswith("base") else ("yes" if med <= 300 else "NO")
     lines.append(f"| {label} | {n} | {med:.1f} ({min(ext):.1f}-{max(ext):.1f}) | {imed} | "
                  f"{ok} |")
+lines += ["", "## Plan-only dry runs of large host lists", "",
+          "Wall time of the whole command (parse, expand, place, print to /dev/null). Before "
+          "(quadratic placement): 'n[1-30000]:8' took 23 s, 'n[0001-999999]:8' did not finish "
+          "in 2 minutes.", "",
+          "| command | workers | median (min-max) ms | target |", "|---|---|---|---|"]
+for key, label, n, target in dry:
+    path = os.path.join(work, key + ".txt")
+    if not os.path.exists(path):
+        continue
+    t = [int(l.split()[0]) / 1000.0 for l in open(path)]
+    med = statistics.median(t)
+    ok = "-" if target is None else (f"<= {target} ms: " + ("yes" if med <= target else "NO"))
+    lines.append(f"| {label} | {n} | {med:.1f} ({min(t):.1f}-{max(t):.1f}) | {ok} |")
 if skip:
     lines += ["", skip]
 lines += ["", "Produced by `scripts/bench_launcher.sh`."]

@@ -1,4 +1,5 @@
-// The training loop and its measurements.
+// The training loop: build -> for each step (data, forward/backward, gradient sync,
+// optimizer, metrics, step-end hook) -> close.
 //
 // Contracts:
 // - Step s consumes global samples [s·G, (s+1)·G), G = TrainConfig::globalBatch();
@@ -7,9 +8,15 @@
 //   Σ token CE / (non-padding tokens of the whole global batch), so after the
 //   gradient sum over ranks every layout optimises the same objective, and the
 //   logged loss is the global per-token mean.
+// - Everything a step reads besides the model and optimizer state is a function of
+//   its index s (data, learning rate; the model has no dropout or other RNG), so a run
+//   restored to the state after step k-1 and started at TrainState::step = k continues
+//   exactly as the uninterrupted run.
 // - Every rank runs the same number of steps: the stop decision (max_steps,
 //   stop_after_seconds measured on rank 0, a signal on any rank) travels inside the
 //   per-step all-reduce of the loss.
+// - A non-finite loss ends the run: train() throws TrainingDiverged (every rank, same
+//   step, after the step's row is recorded).
 // - Each step appends one row to the metrics file and flushes every log_every steps.
 #pragma once
 
@@ -18,23 +25,59 @@
 #include <string>
 
 #include "common/config.h"
+#include "common/error.h"
 #include "common/h5_metrics.h"
-#include "trainer/parallel/dist.h"
 #include "common/run_config.h"
+#include "trainer/model/llama.h"
+#include "trainer/optim/optimizer.h"
+#include "trainer/parallel/dist.h"
+#include "trainer/parallel/grad_sync.h"
+#include "trainer/parallel/mesh.h"
+#include "trainer/step_log.h"
 
 namespace ftb {
 
-struct TrainSummary {
-  int64_t steps = 0;
-  int64_t measured_steps = 0;  // steps after warmup
-  double train_seconds = 0;    // wall time of the measured steps
-  double tokens_per_s_padded = 0, tokens_per_s_dataset = 0;  // global, measured steps
-  double mfu = 0;
-  double step_p50 = 0, step_p90 = 0;
-  double data_frac = 0, fwd_frac = 0, bwd_frac = 0, opt_frac = 0, comm_frac = 0;
-  double peak_rss_max = 0;  // bytes, max over ranks
-  double first_loss = 0, last_loss = 0;
-  int stop_signal = 0;  // non-zero when a signal ended the run
+// Where the loop (re)starts. Invariant: `step` is the index of the next step to run;
+// the data position and learning rate derive from it.
+struct TrainState {
+  int64_t step = 0;
+};
+
+// What step hooks may read and modify; valid for the duration of train().
+struct TrainContext {
+  const TrainConfig& tc;
+  Mesh& mesh;
+  Transformer& model;
+  GradSync& sync;   // sync.optimizerParams(): the tensors the optimizer updates
+  Optimizer& opt;
+  MetricsFile& metrics;
+};
+
+// The end of one step, as every rank agreed in the step's all-reduce.
+struct StepEnd {
+  int64_t step = 0;      // 0-based index of the step just completed
+  bool last = false;     // no further step runs (max_steps reached, or stopping)
+  int stop_signal = 0;   // a signal on some rank stops the run after this step (else 0)
+  bool stop_time = false;  // training.stop_after_seconds reached
+};
+
+// Checkpoint seam. Every rank calls each hook at the same point (hooks may run
+// collectives over ctx.mesh / the world Comm). Exceptions propagate out of train().
+class StepHooks {
+ public:
+  virtual ~StepHooks() = default;
+  // Once, after model, gradient sync and optimizer are built and before the first
+  // step: may restore their state and set state.step (then call ctx.sync.paramsLoaded()).
+  virtual void onStart(TrainContext& ctx, TrainState& state) { (void)ctx, (void)state; }
+  // After each step's optimizer update and metrics row, before the next step: the model
+  // and optimizer hold the state after step end.step (resume at end.step + 1).
+  virtual void onStepEnd(TrainContext& ctx, const StepEnd& end) { (void)ctx, (void)end; }
+};
+
+// A non-finite loss or gradient norm: status "failed", exit code 6.
+class TrainingDiverged : public FtbError {
+ public:
+  explicit TrainingDiverged(const std::string& msg) : FtbError(msg, 6) {}
 };
 
 // Set by the signal handler (installed by train() before the first step; until then
@@ -42,10 +85,8 @@ struct TrainSummary {
 extern std::atomic<int> g_stop_signal;
 void installStopSignalHandlers();
 
+// hooks may be null.
 TrainSummary train(const TrainConfig& tc, Distributed& dist, MetricsFile& metrics,
-                   double peak_flops);
-
-void printSummary(const TrainConfig& tc, const TrainSummary& s, double peak_flops,
-                  const std::string& peak_source, const std::string& run_dir);
+                   double peak_flops, StepHooks* hooks = nullptr);
 
 }  // namespace ftb

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "trainer/model/checkpoint.h"
+#include "trainer/model/activation_checkpoint.h"
 
 namespace ftb {
 namespace {
@@ -84,7 +84,9 @@ TransformerBlockImpl::TransformerBlockImpl(const ModelArgs& a, const TpContext& 
   // Registered under short names (libtorch forbids dots); seeded by the full name.
   auto add = [&](const char* name, const std::string& full, std::vector<int64_t> shape, int dim,
                  bool ones) {
-    return register_parameter(name, initParam({pre + full, shape, dim, ones}, tp, seed));
+    torch::Tensor t = register_parameter(name, initParam({pre + full, shape, dim, ones}, tp, seed));
+    params_.push_back({pre + full, t, dim});
+    return t;
   };
   attention_norm = add("attention_norm", "attention_norm.weight", {D}, -1, true);
   wq = add("wq", "attention.wq.weight", {a.n_heads * hd, D}, 0, false);
@@ -133,26 +135,26 @@ TransformerImpl::TransformerImpl(const ModelArgs& a, const TpContext& tp,
   for (int64_t i = 0; i < a.n_layers; ++i) {
     layers.push_back(register_module("layers_" + std::to_string(i),
                                      TransformerBlock(a, tp, i, seed)));
-    if (on_unit) on_unit(i, *layers.back());
+    if (on_unit) on_unit(i, layers.back()->modelParams());
   }
-  tok_embeddings = register_parameter(
-      "tok_embeddings", initParam({"tok_embeddings.weight", {a.vocab_size, a.dim}, 0, false}, tp, seed));
-  norm = register_parameter("norm", initParam({"norm.weight", {a.dim}, -1, true}, tp, seed));
-  if (!a.tie_embeddings)
-    output = register_parameter(
-        "output", initParam({"output.weight", {a.vocab_size, a.dim}, 0, false}, tp, seed));
+  auto add = [&](const char* name, const ParamInit& init) {
+    torch::Tensor t = register_parameter(name, initParam(init, tp, seed));
+    root_params_.push_back({init.name, t, init.shard_dim});
+    return t;
+  };
+  tok_embeddings = add("tok_embeddings", {"tok_embeddings.weight", {a.vocab_size, a.dim}, 0, false});
+  norm = add("norm", {"norm.weight", {a.dim}, -1, true});
+  if (!a.tie_embeddings) output = add("output", {"output.weight", {a.vocab_size, a.dim}, 0, false});
   rope_ = RopeTables::make(a.headDim(), a.max_seq_len, a.rope_theta);
-  if (on_unit) on_unit(-1, *this);
+  if (on_unit) on_unit(-1, root_params_);
 }
 
-std::vector<torch::Tensor> TransformerImpl::rootParameters() const {
-  std::vector<torch::Tensor> p{tok_embeddings, norm};
-  if (output.defined()) p.push_back(output);
-  return p;
-}
-
-bool TransformerImpl::isTpReplicated(const std::string& name) {
-  return name.find("norm") != std::string::npos;
+std::vector<ModelParam> TransformerImpl::paramsInForwardOrder() const {
+  std::vector<ModelParam> v{root_params_[0]};  // tok_embeddings
+  for (const auto& layer : layers)
+    v.insert(v.end(), layer->modelParams().begin(), layer->modelParams().end());
+  v.insert(v.end(), root_params_.begin() + 1, root_params_.end());
+  return v;
 }
 
 torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) {

@@ -1,5 +1,8 @@
 // Llama-family decoder (RMSNorm, RoPE, GQA attention, SwiGLU MLP, tied or untied
-// embeddings) in libtorch. Model math only; how it is sharded lives in parallel/.
+// embeddings) in libtorch. The model math, written for one tensor-parallel rank: its
+// forward and backward run the Megatron tp collectives (parallel/tp.h) in place.
+// Which parameters ZeRO shards and how gradients are synchronised across data-parallel
+// ranks lives in parallel/ (parallelize.h).
 //
 // Contracts:
 // - Parameters are registered as layers_3.wq, tok_embeddings, ... (libtorch forbids
@@ -42,6 +45,16 @@ struct RopeTables {
 torch::Tensor applyRope(const torch::Tensor& x, const RopeTables& rope);  // x [B,H,T,hd]
 torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 
+// A parameter as the model created it. Invariant: shard_dim is the dimension split
+// across tensor-parallel ranks, -1 when every tp rank holds the same full tensor
+// (norm weights): those count once, not tp times, in the global gradient norm.
+struct ModelParam {
+  std::string name;  // torchtitan name, e.g. "layers.3.attention.wq.weight"
+  torch::Tensor tensor;
+  int shard_dim = -1;
+  bool tpReplicated() const { return shard_dim < 0; }
+};
+
 // How a parameter is split across tensor-parallel ranks: the dimension (or -1).
 struct ParamInit {
   std::string name;
@@ -54,10 +67,13 @@ class TransformerBlockImpl : public torch::nn::Module {
  public:
   TransformerBlockImpl(const ModelArgs& a, const TpContext& tp, int64_t layer, uint64_t seed);
   torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope);
+  // This block's parameters in registration order (= parameters() order).
+  const std::vector<ModelParam>& modelParams() const { return params_; }
 
   torch::Tensor attention_norm, wq, wk, wv, wo, ffn_norm, w1, w2, w3;
 
  private:
+  std::vector<ModelParam> params_;
   int64_t n_local_heads_, n_local_kv_heads_, head_dim_;
   double eps_;
   TpContext tp_;
@@ -74,9 +90,10 @@ class BlockExecutor {
 class TransformerImpl : public torch::nn::Module {
  public:
   // Called once per block right after it is built and initialised, then once with
-  // layer = -1 for the root parameters (embedding, final norm, output). ZeRO uses it
-  // to shard parameters before the next block is allocated.
-  using UnitBuilt = std::function<void(int64_t layer, torch::nn::Module& unit)>;
+  // layer = -1 for the root parameters (embedding, final norm, output), each time with
+  // that unit's parameters in registration order. ZeRO uses it to shard parameters
+  // before the next block is allocated.
+  using UnitBuilt = std::function<void(int64_t layer, const std::vector<ModelParam>& params)>;
 
   // checkpoint_every: 0 = none, n = recompute every n-th block in backward.
   TransformerImpl(const ModelArgs& a, const TpContext& tp, torch::ScalarType compute_dtype,
@@ -87,15 +104,17 @@ class TransformerImpl : public torch::nn::Module {
                         const torch::Tensor& mask) const;
   void setBlockExecutor(BlockExecutor* e) { executor_ = e; }
   const ModelArgs& args() const { return args_; }
-  // Parameters of the root unit (everything outside the blocks).
-  std::vector<torch::Tensor> rootParameters() const;
-  // True for parameters replicated (not split) across tensor-parallel ranks.
-  static bool isTpReplicated(const std::string& name);
+  // Parameters of the root unit (everything outside the blocks), registration order.
+  const std::vector<ModelParam>& rootParams() const { return root_params_; }
+  // Every parameter in the order forward first uses them: embedding, blocks 0..L-1,
+  // final norm, output. Backward produces gradients roughly in reverse.
+  std::vector<ModelParam> paramsInForwardOrder() const;
 
   torch::Tensor tok_embeddings, norm, output;  // output undefined when tied
   std::vector<TransformerBlock> layers;
 
  private:
+  std::vector<ModelParam> root_params_;
   ModelArgs args_;
   TpContext tp_;
   torch::ScalarType compute_dtype_;

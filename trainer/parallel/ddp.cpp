@@ -1,9 +1,13 @@
 #include "trainer/parallel/ddp.h"
 
+#include "trainer/optim/optimizer.h"
+
 namespace ftb {
 
-GradReducer::GradReducer(std::vector<torch::Tensor> params, Comm& comm, int64_t bucket_bytes)
-    : params_(std::move(params)), comm_(comm) {
+DdpSync::DdpSync(const std::vector<ModelParam>& params, Comm& comm, int64_t tp,
+                 int64_t bucket_bytes)
+    : norm_weights_(tpNormWeights(params, tp)), comm_(comm) {
+  for (const auto& p : params) params_.push_back(p.tensor);
   int64_t bytes = 0;
   for (size_t k = params_.size(); k-- > 0;) {
     int64_t b = params_[k].numel() * 4;
@@ -16,7 +20,7 @@ GradReducer::GradReducer(std::vector<torch::Tensor> params, Comm& comm, int64_t 
   }
 }
 
-void GradReducer::reduce() {
+void DdpSync::finishGradients() {
   if (comm_.size() == 1) return;
   torch::NoGradGuard no_grad;
   for (const auto& bucket : buckets_) {
@@ -34,6 +38,21 @@ void GradReducer::reduce() {
       off += g.numel();
     }
   }
+}
+
+std::vector<torch::Tensor> DdpSync::gradients() const {
+  std::vector<torch::Tensor> g;
+  for (const auto& p : params_) g.push_back(p.grad());
+  return g;
+}
+
+// Replicas hold equal copies of the reduced gradient: each contributes 1/dp.
+double DdpSync::localSquaredNorm() const {
+  return gradSquaredNorm(gradients(), norm_weights_) / double(comm_.size());
+}
+
+void DdpSync::afterOptimizer() {
+  for (auto& p : params_) p.mutable_grad() = torch::Tensor();
 }
 
 }  // namespace ftb

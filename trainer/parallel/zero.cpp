@@ -1,15 +1,20 @@
 #include "trainer/parallel/zero.h"
 
+#include "trainer/optim/optimizer.h"
+
 namespace ftb {
 
 // One unit's flat shard and the bookkeeping to materialise its parameters.
 class FlatUnit : public UnitHooks {
  public:
-  FlatUnit(std::vector<std::string> names, std::vector<torch::Tensor> params, Comm& shard,
-           Comm& replicate, bool persistent, torch::ScalarType gather_dtype)
-      : names_(std::move(names)), params_(std::move(params)), shard_(shard),
-        replicate_(replicate), persistent_(persistent), gather_dtype_(gather_dtype) {
+  FlatUnit(const std::vector<ModelParam>& params, Comm& shard, Comm& replicate, bool persistent,
+           torch::ScalarType gather_dtype)
+      : shard_(shard), replicate_(replicate), persistent_(persistent), gather_dtype_(gather_dtype) {
     torch::NoGradGuard no_grad;
+    for (const auto& p : params) {
+      params_.push_back(p.tensor);
+      replicated_.push_back(p.tpReplicated());
+    }
     int64_t total = 0;
     for (auto& p : params_) {
       shapes_.push_back(p.sizes().vec());
@@ -69,7 +74,7 @@ class FlatUnit : public UnitHooks {
   torch::Tensor normWeight(int64_t tp) const {
     torch::Tensor w = torch::ones({padded_});
     for (size_t i = 0; i < params_.size(); ++i)
-      if (TransformerImpl::isTpReplicated(names_[i]))
+      if (replicated_[i])
         w.narrow(0, offsets_[i], numel(i)).fill_(1.0 / double(tp));
     return w.narrow(0, shard_.rank() * shard_numel_, shard_numel_).clone();
   }
@@ -105,8 +110,8 @@ class FlatUnit : public UnitHooks {
     }
   }
 
-  std::vector<std::string> names_;
   std::vector<torch::Tensor> params_;
+  std::vector<bool> replicated_;  // tp-replicated (ModelParam::tpReplicated)
   std::vector<std::vector<int64_t>> shapes_;
   std::vector<int64_t> offsets_;
   int64_t shard_numel_ = 0, padded_ = 0;
@@ -117,89 +122,123 @@ class FlatUnit : public UnitHooks {
   torch::Tensor full_, master_, grad_;
 };
 
-ZeroEngine::ZeroEngine(int stage, Comm& shard, Comm& replicate, torch::ScalarType compute_dtype)
-    : stage_(stage), shard_(shard), replicate_(replicate), compute_dtype_(compute_dtype) {}
-ZeroEngine::~ZeroEngine() = default;
+namespace {
 
-void ZeroEngine::addUnit(int64_t layer, torch::nn::Module& unit) {
-  std::vector<std::string> names;
-  std::vector<torch::Tensor> params;
-  if (layer >= 0) {
-    for (auto& np : unit.named_parameters()) {
-      names.push_back(np.key());
-      params.push_back(np.value());
-    }
-  } else {  // root: only the parameters outside the blocks
-    for (auto& np : unit.named_parameters(/*recurse=*/false)) {
-      names.push_back(np.key());
-      params.push_back(np.value());
-    }
+// Stages 1 and 2: full parameters stay materialised between steps.
+class PersistentZeroSync : public ZeroSync {
+ public:
+  PersistentZeroSync(Comm& shard, Comm& replicate, torch::ScalarType compute_dtype, int64_t tp)
+      : ZeroSync(shard, replicate, compute_dtype, tp, /*persistent=*/true) {}
+  void afterOptimizer() override {
+    for (auto& b : blocks_) b->gatherUpdated();
+    root_->gatherUpdated();
+    zeroGrads();
   }
-  bool persistent = stage_ < 3;
-  // Blocks travel in the compute dtype; the root stays fp32 for the whole step.
-  torch::ScalarType dt = (stage_ == 3 && layer >= 0) ? compute_dtype_ : torch::kFloat32;
-  auto u = std::make_unique<FlatUnit>(std::move(names), std::move(params), shard_, replicate_,
-                                      persistent, dt);
+  void paramsLoaded() override {
+    for (auto& b : blocks_) b->gatherUpdated();
+    root_->gatherUpdated();
+  }
+};
+
+class Zero1Sync final : public PersistentZeroSync {
+ public:
+  using PersistentZeroSync::PersistentZeroSync;
+  void finishGradients() override {
+    for (auto& b : blocks_) b->reduceParamGrads(/*scatter=*/false);
+    root_->reduceParamGrads(/*scatter=*/false);
+    finishReplicas();
+  }
+};
+
+class Zero2Sync final : public PersistentZeroSync {
+ public:
+  using PersistentZeroSync::PersistentZeroSync;
+  void finishGradients() override {
+    for (auto& b : blocks_) b->reduceParamGrads(/*scatter=*/true);
+    root_->reduceParamGrads(/*scatter=*/true);
+    finishReplicas();
+  }
+};
+
+class Zero3Sync final : public ZeroSync, public BlockExecutor {
+ public:
+  Zero3Sync(Comm& shard, Comm& replicate, torch::ScalarType compute_dtype, int64_t tp)
+      : ZeroSync(shard, replicate, compute_dtype, tp, /*persistent=*/false) {}
+  BlockExecutor* blockExecutor() override { return this; }
+  void beginStep() override { root_->materialize(); }
+  // Block gradients were reduce-scattered in backward (UnitHooks::consumeGrads).
+  void finishGradients() override {
+    root_->reduceParamGrads(/*scatter=*/true);
+    root_->release();
+    finishReplicas();
+  }
+  void afterOptimizer() override { zeroGrads(); }
+
+  torch::Tensor run(int64_t layer, TransformerBlockImpl& block, const torch::Tensor& x,
+                    const RopeTables& rope) override {
+    if (!torch::GradMode::is_enabled()) {  // evaluation: gather, run, free
+      blocks_[layer]->materialize();
+      torch::Tensor y = block.forward(x, rope);
+      blocks_[layer]->release();
+      return y;
+    }
+    return checkpointedBlock(block, x, rope, blocks_[layer].get());
+  }
+};
+
+}  // namespace
+
+ZeroSync::ZeroSync(Comm& shard, Comm& replicate, torch::ScalarType compute_dtype, int64_t tp,
+                   bool persistent)
+    : shard_(shard), replicate_(replicate), compute_dtype_(compute_dtype), tp_(tp),
+      persistent_(persistent) {}
+ZeroSync::~ZeroSync() = default;
+
+std::unique_ptr<ZeroSync> makeZeroSync(int stage, Comm& shard, Comm& replicate,
+                                       torch::ScalarType compute_dtype, int64_t tp) {
+  if (stage == 1) return std::make_unique<Zero1Sync>(shard, replicate, compute_dtype, tp);
+  if (stage == 2) return std::make_unique<Zero2Sync>(shard, replicate, compute_dtype, tp);
+  return std::make_unique<Zero3Sync>(shard, replicate, compute_dtype, tp);
+}
+
+void ZeroSync::addUnit(int64_t layer, const std::vector<ModelParam>& params) {
+  // Stage 3 blocks travel in the compute dtype; the root stays fp32 for the whole step.
+  torch::ScalarType dt = (!persistent_ && layer >= 0) ? compute_dtype_ : torch::kFloat32;
+  auto u = std::make_unique<FlatUnit>(params, shard_, replicate_, persistent_, dt);
+  if (tp_ > 1) norm_weights_.push_back(u->normWeight(tp_));
   if (layer >= 0)
     blocks_.push_back(std::move(u));
   else
     root_ = std::move(u);
 }
 
-void ZeroEngine::beginStep() {
-  if (stage_ == 3) root_->materialize();
-}
-
-void ZeroEngine::reduceGradients() {
-  if (stage_ < 3)
-    for (auto& b : blocks_) b->reduceParamGrads(/*scatter=*/stage_ == 2);
-  root_->reduceParamGrads(/*scatter=*/stage_ >= 2);
-  if (stage_ == 3) root_->release();
-  for (auto& b : blocks_) b->finishGrads();
-  root_->finishGrads();
-}
-
-std::vector<torch::Tensor> ZeroEngine::masterShards() const {
+std::vector<torch::Tensor> ZeroSync::optimizerParams() const {
   std::vector<torch::Tensor> v;
   for (auto& b : blocks_) v.push_back(b->master());
   v.push_back(root_->master());
   return v;
 }
 
-std::vector<torch::Tensor> ZeroEngine::gradShards() const {
+std::vector<torch::Tensor> ZeroSync::gradients() const {
   std::vector<torch::Tensor> v;
   for (auto& b : blocks_) v.push_back(b->grad());
   v.push_back(root_->grad());
   return v;
 }
 
-std::vector<torch::Tensor> ZeroEngine::normWeights(int64_t tp) const {
-  std::vector<torch::Tensor> v;
-  if (tp == 1) return v;
-  for (auto& b : blocks_) v.push_back(b->normWeight(tp));
-  v.push_back(root_->normWeight(tp));
-  return v;
+// Shards are disjoint across the shard group; replicas (HSDP) hold equal copies.
+double ZeroSync::localSquaredNorm() const {
+  return gradSquaredNorm(gradients(), norm_weights_) / double(replicate_.size());
 }
 
-void ZeroEngine::afterStep() {
-  if (stage_ < 3) {
-    for (auto& b : blocks_) b->gatherUpdated();
-    root_->gatherUpdated();
-  }
+void ZeroSync::finishReplicas() {
+  for (auto& b : blocks_) b->finishGrads();
+  root_->finishGrads();
+}
+
+void ZeroSync::zeroGrads() {
   for (auto& b : blocks_) b->grad().zero_();
   root_->grad().zero_();
-}
-
-torch::Tensor ZeroEngine::run(int64_t layer, TransformerBlockImpl& block, const torch::Tensor& x,
-                              const RopeTables& rope) {
-  if (stage_ < 3) return block.forward(x, rope);
-  if (!torch::GradMode::is_enabled()) {  // evaluation: gather, run, free
-    blocks_[layer]->materialize();
-    torch::Tensor y = block.forward(x, rope);
-    blocks_[layer]->release();
-    return y;
-  }
-  return checkpointedBlock(block, x, rope, blocks_[layer].get());
 }
 
 }  // namespace ftb

@@ -15,8 +15,10 @@
 //            are reduce-scattered (fp32) into the shard. The root unit is gathered
 //            (fp32) for the whole step. Implies recompute of every block in backward.
 // With dp_replicate > 1 (HSDP), shard gradients are then all-reduced across replicas.
-// Invariant: after afterStep(), every rank's materialised parameters (stages 1-2) are
-// identical across the shard group.
+// Each stage is a GradSync strategy (grad_sync.h); the gradients and optimizer
+// parameters are this rank's flat fp32 shards, one per unit (blocks, then the root).
+// Invariant: after afterOptimizer(), every rank's materialised parameters (stages 1-2)
+// are identical across the shard group.
 #pragma once
 
 #include <torch/torch.h>
@@ -24,43 +26,47 @@
 #include <memory>
 #include <vector>
 
-#include "trainer/model/checkpoint.h"
+#include "trainer/model/activation_checkpoint.h"
 #include "trainer/model/llama.h"
 #include "trainer/parallel/comm.h"
+#include "trainer/parallel/grad_sync.h"
 
 namespace ftb {
 
 class FlatUnit;
 
-class ZeroEngine : public BlockExecutor {
+class ZeroSync : public GradSync {
  public:
-  ZeroEngine(int stage, Comm& shard, Comm& replicate, torch::ScalarType compute_dtype);
-  ~ZeroEngine() override;
+  ~ZeroSync() override;
 
-  // TransformerImpl::UnitBuilt callback: shards `unit`'s parameters (layer -1 = root).
-  void addUnit(int64_t layer, torch::nn::Module& unit);
+  // TransformerImpl::UnitBuilt callback: shards one unit's parameters (layer -1 = root,
+  // built last). REQUIRES: called for every block, then the root, before the first step.
+  void addUnit(int64_t layer, const std::vector<ModelParam>& params);
+  // Stage 3 runs the blocks (gathers their parameters); null for stages 1-2.
+  virtual BlockExecutor* blockExecutor() { return nullptr; }
 
-  void beginStep();                  // stage 3: gather the root unit
-  void reduceGradients();            // after the last micro-batch's backward
-  std::vector<torch::Tensor> masterShards() const;  // optimizer parameters
-  std::vector<torch::Tensor> gradShards() const;    // their gradients (same order)
-  // 1/tp on positions of tensor-parallel-replicated parameters, else 1 (for the
-  // global grad norm); undefined when tp == 1.
-  std::vector<torch::Tensor> normWeights(int64_t tp) const;
-  void afterStep();                  // stages 1-2: all-gather shards; all: zero grads
+  std::vector<torch::Tensor> optimizerParams() const override;
+  std::vector<torch::Tensor> gradients() const override;
+  double localSquaredNorm() const override;
 
-  torch::Tensor run(int64_t layer, TransformerBlockImpl& block, const torch::Tensor& x,
-                    const RopeTables& rope) override;
+ protected:
+  ZeroSync(Comm& shard, Comm& replicate, torch::ScalarType compute_dtype, int64_t tp,
+           bool persistent);
+  void finishReplicas();  // HSDP: all-reduce the shard gradients across replicas
+  void zeroGrads();
 
-  int stage() const { return stage_; }
-
- private:
-  int stage_;
   Comm& shard_;
   Comm& replicate_;
   torch::ScalarType compute_dtype_;
+  int64_t tp_;
+  bool persistent_;  // stages 1-2: full parameters stay materialised
   std::vector<std::unique_ptr<FlatUnit>> blocks_;
   std::unique_ptr<FlatUnit> root_;
+  std::vector<torch::Tensor> norm_weights_;  // per unit, when tp > 1
 };
+
+// stage 1, 2 or 3 over the shard group `shard` (and `replicate` for HSDP).
+std::unique_ptr<ZeroSync> makeZeroSync(int stage, Comm& shard, Comm& replicate,
+                                       torch::ScalarType compute_dtype, int64_t tp);
 
 }  // namespace ftb

@@ -92,6 +92,15 @@ BAD = {
     "bad_cidr": (["--network", "10.0.0.0/40"], {}, "prefix"),
     "program_not_found": ([], {}, "not found in PATH"),
     "hosts_without_dry_run": (["--hosts", "n1"], {}, "only valid with --dry-run"),
+    # Issue 13 item 6: these were accepted as host names
+    "hosts_two_colons": (["--dry-run", "--hosts", "n1:2:3"], {},
+                         "character ':' is not allowed in a host name"),
+    "hosts_slash": (["--dry-run", "--hosts", "a/b:2"], {},
+                    "character '/' is not allowed in a host name"),
+    "hosts_world_overflow": (["--dry-run", "--hosts", "n[1-999999]:9999"], {},
+                             "at most 2147483647"),
+    "full_without_dry_run": (["--full"], {}, "only valid with --dry-run"),
+    "env_bad_value": (["--dry-run", "--env", "some"], {}, "expected 'set' or 'all'"),
     "srun_without_pmi": ([], {"SLURM_STEP_NUM_TASKS": "2"}, "srun tasks without PMI"),
 }
 
@@ -121,3 +130,62 @@ def test_help(launcher):
                  "--log-dir", "--tee", "--iface", "--network", "--master-port", "--run-id",
                  "--dry-run", "--hosts"):
         assert flag in p.stdout
+
+
+def _ranks_shown(out):
+    return [l for l in out.splitlines() if l.startswith("rank ")]
+
+
+def test_large_plan_prints_a_summary(launcher):
+    """Issue 13 item 6: 800 000 workers give a short summary (speed: bench_launcher.sh)."""
+    p = dry_run(launcher, ["--dry-run", "--hosts", "n[1-100000]:8", "--run-id", "big", "--",
+                           "/bin/true"], {})
+    assert p.returncode == 0, p.stderr
+    assert "100000 node(s), 800000 worker(s)" in p.stdout
+    assert "0-99999  n1 .. n100000  100000" in p.stdout
+    shown = _ranks_shown(p.stdout)
+    assert [l.split()[1] for l in shown] == [*map(str, range(8)), "799999"]
+    assert "... 799991 worker(s) not shown (ranks 8-799998); --full lists them" in p.stdout
+    assert "WORLD_SIZE=800000" in p.stdout and "RANK=799999" in p.stdout
+    assert len(p.stdout.splitlines()) < 60
+
+
+def test_full_and_summary_flags(launcher):
+    base = ["--dry-run", "--hosts", "n[1-10]:8,m[1-2]:4", "--run-id", "f", "--cores-per-node",
+            "8"]
+    default = dry_run(launcher, [*base, "--", "/bin/true"], {}).stdout  # 88 > 64: summary
+    assert len(_ranks_shown(default)) == 9
+    assert "0-9    n1 .. n10  10" in default and "10-11  m1 .. m2   2" in default
+    full = dry_run(launcher, [*base, "--full", "--", "/bin/true"], {}).stdout
+    assert [int(l.split()[1]) for l in _ranks_shown(full)] == list(range(88))
+    small = ["--dry-run", "--hosts", "a,b", "--run-id", "s", "--"]
+    forced = dry_run(launcher, [*small[:-1], "--summary", "--", "/bin/true"], {}).stdout
+    assert "summary (--summary)" in forced and len(_ranks_shown(forced)) == 2
+
+
+SECRETS = {"HF_TOKEN": "hf_s3cr3t", "MY_API_KEY": "k3y", "DB_PASSWORD": "pw1", "aws_secret": "sx1zz",
+           "PLAIN_SETTING": "visible", "OMPI_MCA_fake": "1"}
+
+
+def test_dry_run_prints_only_what_the_launcher_sets(launcher):
+    """Issue 14: no inherited variables (and no secrets) unless --env all."""
+    p = dry_run(launcher, ["--dry-run", "--hosts", "a", "--run-id", "e", "--", "/bin/true"],
+                {**SECRETS, "RANK": "5"})
+    assert p.returncode == 0, p.stderr
+    for v in ("hf_s3cr3t", "k3y", "pw1", "PLAIN_SETTING", "OMPI_MCA_fake"):
+        assert v not in p.stdout, v
+    assert "inherits this launcher's 7 variable(s) unchanged" in p.stdout
+    assert "minus 1 OMPI_*/PMIX_*/PMI_* variable(s)" in p.stdout
+    assert "  replaces inherited: RANK=5" in p.stdout  # a value the launcher changes
+
+
+def test_env_all_masks_secrets(launcher):
+    p = dry_run(launcher, ["--dry-run", "--env", "all", "--hosts", "a", "--run-id", "e", "--",
+                           "/bin/true"], SECRETS)
+    assert p.returncode == 0, p.stderr
+    assert "  PLAIN_SETTING=visible" in p.stdout
+    for k in ("HF_TOKEN", "MY_API_KEY", "DB_PASSWORD", "aws_secret"):
+        assert f"  {k}=<masked>" in p.stdout, k
+    for v in ("hf_s3cr3t", "k3y", "pw1", "sx1zz"):
+        assert v not in p.stdout, v
+    assert "removed: OMPI_MCA_fake" in p.stdout

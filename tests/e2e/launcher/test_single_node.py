@@ -39,22 +39,73 @@ def test_environment_contract(launcher, tmp_path):
 
 
 def test_omp_num_threads_inherited(launcher, tmp_path):
-    p = run([launcher, "--nproc-per-node", "2", "--", *worker_cmd("--record", tmp_path)],
-            env={"OMP_NUM_THREADS": "5"})
+    """An inherited OMP_NUM_THREADS is kept when it fits the bound cores, lowered when not."""
+    cpus = len(os.sched_getaffinity(0))
+    p = run([launcher, "--nproc-per-node", "1", "--", *worker_cmd("--record", tmp_path)],
+            env={"OMP_NUM_THREADS": "1"})
     assert p.returncode == 0, p.stderr
-    assert {r["env"]["OMP_NUM_THREADS"] for r in records(tmp_path).values()} == {"5"}
+    assert records(tmp_path)[0]["env"]["OMP_NUM_THREADS"] == "1"
+    p = run([launcher, "--nproc-per-node", "1", "--", *worker_cmd("--record", tmp_path)],
+            env={"OMP_NUM_THREADS": str(cpus + 5)})
+    assert records(tmp_path)[0]["env"]["OMP_NUM_THREADS"] == str(cpus)
+    assert f"inherited {cpus + 5} exceeds {cpus} CPU(s) bound to this worker" in p.stderr
 
 
 def test_bind_cores(launcher, tmp_path):
+    """Issue 11: by default the cores are split and bound among local workers, threads match."""
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         pytest.skip("needs 2 CPUs")
-    p = run([launcher, "--nproc-per-node", "2", "--bind-cores", "--",
-             *worker_cmd("--record", tmp_path)])
+    p = run([launcher, "--nproc-per-node", "2", "--", *worker_cmd("--record", tmp_path)],
+            env={"OMP_NUM_THREADS": ""})
     assert p.returncode == 0, p.stderr
     recs = records(tmp_path)
     half = len(cpus) // 2
     assert recs[0]["affinity"] == cpus[:half] and recs[1]["affinity"] == cpus[half:2 * half]
+    assert {r["env"]["OMP_NUM_THREADS"] for r in recs.values()} == {str(half)}
+
+
+def test_tuned_env_versus_no_tune_env(launcher, tmp_path):
+    """Issue 11 acceptance 3: the tuned worker env differs from the caller's only by the
+    torchrun variables and the logged tuning; --no-tune-env leaves it untouched."""
+    caller = {"OMP_NUM_THREADS": "64", "OPENBLAS_CORETYPE": "Prescott", "KEEP_ME": "1"}
+    contract = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
+                "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS"}
+    base = {**os.environ, **caller}
+    dirs = {}
+    for mode in ("tuned", "untouched"):
+        d = tmp_path / mode
+        d.mkdir()
+        flags = [] if mode == "tuned" else ["--no-tune-env"]
+        p = run([launcher, *flags, "--nproc-per-node", "1", "--",
+                 *worker_cmd("--record", d)], env=caller)
+        assert p.returncode == 0, p.stderr
+        dirs[mode] = (records(d)[0], p.stderr)
+    rec, log = dirs["untouched"]
+    changed = {k for k in set(rec["env"]) | set(base) if rec["env"].get(k) != base.get(k)}
+    assert changed <= contract, changed  # nothing but the torchrun variables
+    assert rec["affinity"] == sorted(os.sched_getaffinity(0))
+    assert "tuned environment" not in log
+    rec, log = dirs["tuned"]
+    changed = {k for k in set(rec["env"]) | set(base) if rec["env"].get(k) != base.get(k)}
+    assert changed - contract == {"OMP_NUM_THREADS", "OPENBLAS_CORETYPE"}, changed
+    cpus = len(os.sched_getaffinity(0))
+    assert rec["env"]["OMP_NUM_THREADS"] == str(cpus)
+    assert rec["env"]["OPENBLAS_CORETYPE"] != "Prescott"
+    assert "rank 0 tuned environment" in log and "OPENBLAS_CORETYPE=Prescott uses narrower" in log
+
+
+def test_dry_run_shows_the_tuning_and_reasons(launcher):
+    p = run([launcher, "--dry-run", "--nproc-per-node", "1", "--", "/bin/true"],
+            env={"OPENBLAS_CORETYPE": "Prescott", "OMP_NUM_THREADS": "999"})
+    assert p.returncode == 0, p.stderr
+    assert "environment check, node 0" in p.stdout and "ISA " in p.stdout
+    assert "  tuned: OMP_NUM_THREADS=" in p.stdout and "(inherited 999 exceeds" in p.stdout
+    assert "  tuned: OPENBLAS_CORETYPE=" in p.stdout
+    q = run([launcher, "--dry-run", "--no-tune-env", "--nproc-per-node", "1", "--", "/bin/true"],
+            env={"OPENBLAS_CORETYPE": "Prescott", "OMP_NUM_THREADS": "999"})
+    assert "tuned:" not in q.stdout and "caller's environment unchanged" in q.stdout
 
 
 def test_log_files_and_tee(launcher, tmp_path):
@@ -187,6 +238,51 @@ def test_launcher_sigkill_leaves_no_orphans(launcher, tmp_path):
     proc.communicate(timeout=10)
     wait_for(lambda: not any(alive(r["pid"]) for r in recs.values()), 2,
              "workers to die with their launcher (PR_SET_PDEATHSIG)")
+
+
+def test_launcher_sigkill_takes_grandchildren(launcher, tmp_path):
+    """Issue 13 item 11: what a worker started itself (same process group) dies with a
+    SIGKILLed launcher: the reaper kills every worker's process group."""
+    proc, recs = _start(launcher, tmp_path, "--grandchild", "--sleep", "60", "--ignore-term")
+    kids = [r["grandchild"] for r in recs.values()]
+    assert all(alive(k) for k in kids)
+    assert all(os.getpgid(k) == r["pgid"] for k, r in zip(kids, recs.values()))
+    proc.kill()
+    proc.communicate(timeout=10)
+    wait_for(lambda: not any(alive(k) for k in kids), 2,
+             "grandchildren to die within 2 s of the launcher's SIGKILL")
+    assert not any(alive(r["pid"]) for r in recs.values())
+
+
+def test_normal_exit_ends_grandchildren(launcher, tmp_path):
+    """A worker that exits and leaves a child behind: the launcher kills the group."""
+    p = run([launcher, "--nproc-per-node", "1", "--",
+             *worker_cmd("--record", tmp_path, "--grandchild")])
+    assert p.returncode == 0, p.stderr
+    kid = records(tmp_path)[0]["grandchild"]
+    wait_for(lambda: not alive(kid), 2, "the leftover grandchild to be killed")
+
+
+def test_usr1_is_a_stop_and_the_workers_code_passes_through(launcher, tmp_path):
+    """Issue 10: a forwarded USR1 after which workers exit with a requeue code is a stop,
+    not a failure: no failure table, no restart, the workers' code is the exit code."""
+    proc, recs = _start(launcher, tmp_path, "--sleep", "60", "--on-usr1", "75",
+                        launcher_args=("--max-restarts", "2"))
+    proc.send_signal(signal.SIGUSR1)
+    out, err = proc.communicate(timeout=15)
+    assert proc.returncode == 75, err
+    assert "job failed" not in err and "root cause" not in err, err
+    assert "workers stopped by SIGUSR1; exit code 75" in err
+    assert not records(tmp_path, 1), "a stop must not restart"
+
+
+def test_usr1_default_action_passes_128_plus_signal(launcher, tmp_path):
+    """Workers that do not handle USR1 die by it: exit 138, reported as a stop."""
+    proc, recs = _start(launcher, tmp_path, "--sleep", "60")
+    proc.send_signal(signal.SIGUSR1)
+    out, err = proc.communicate(timeout=15)
+    assert proc.returncode == 138, err
+    assert "root cause" not in err and "stopped by SIGUSR1" in err, err
 
 
 def test_exec_failure_is_a_failure(launcher, tmp_path):

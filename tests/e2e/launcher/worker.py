@@ -16,6 +16,9 @@ Records what the launcher gave it, then acts:
   --until-restart N   apply --exit/--kill only while TORCHELASTIC_RESTART_COUNT < N
   --on-term CODE      exit CODE on SIGTERM (graceful worker); --ignore-term ignores it
   --signals           append every received USR1/USR2/HUP/INT/TERM name to the record dir
+  --grandchild        start `sleep 600` (same process group) before recording; its pid is
+                      recorded as "grandchild"
+  --on-usr1 CODE      exit CODE on SIGUSR1 (a trainer that saves and asks to be requeued)
 """
 import argparse
 import json
@@ -53,6 +56,8 @@ def main():
     p.add_argument("--on-term", type=int)
     p.add_argument("--ignore-term", action="store_true")
     p.add_argument("--signals", action="store_true")
+    p.add_argument("--grandchild", action="store_true")
+    p.add_argument("--on-usr1", type=int)
     a = p.parse_args()
 
     rank = int(os.environ.get("RANK", "-1"))
@@ -68,18 +73,25 @@ def main():
                 f.write(name + "\n")
         if sig == signal.SIGTERM and a.on_term is not None:
             sys.exit(a.on_term)
+        if sig == signal.SIGUSR1 and a.on_usr1 is not None:
+            sys.exit(a.on_usr1)
         if sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
             os.kill(os.getpid(), sig)
 
-    if a.signals or a.on_term is not None:
+    if a.signals or a.on_term is not None or a.on_usr1 is not None:
         for s in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
             signal.signal(s, on_signal)
     if a.ignore_term:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
+    grandchild = None
+    if a.grandchild:
+        import subprocess
+        grandchild = subprocess.Popen(["sleep", "600"]).pid
     if a.record:
         info = {
+            "grandchild": grandchild,
             "env": dict(os.environ),
             "pid": os.getpid(),
             "ppid": os.getppid(),

@@ -76,6 +76,23 @@ TEST(Hostlist, Errors) {
   EXPECT_NE(errorOf("n[1-99999999]").find("too large"), std::string::npos);
 }
 
+TEST(Hostlist, RejectsCharactersHostNamesCannotHave) {
+  EXPECT_EQ(errorOf("n1:2"),
+            "config error: key 'SLURM_JOB_NODELIST': character ':' is not allowed in a host name "
+            "(letters, digits, '-', '.', '_') at position 2 in 'n1:2'");
+  for (const char* bad : {"a/b", "n[1-2]x*", "h@1", "n;1"})
+    EXPECT_NE(errorOf(bad).find("is not allowed in a host name"), std::string::npos) << bad;
+  EXPECT_EQ(expandHostlist("a_b.c-d[1-2]"), Hosts({"a_b.c-d1", "a_b.c-d2"}));
+}
+
+TEST(Hostlist, MillionHostsExpandsInLinearTime) {
+  // n[0001-999999] used to hang the dry run; the expansion itself is one pass.
+  auto hosts = expandHostlist("n[000001-999999]");
+  ASSERT_EQ(hosts.size(), 999999u);
+  EXPECT_EQ(hosts.front(), "n000001");
+  EXPECT_EQ(hosts.back(), "n999999");
+}
+
 TEST(Hostlist, DefaultKeyName) {
   try {
     expandHostlist("n[");

@@ -88,3 +88,72 @@ TEST(Options, HelpNeedsNoProgram) { EXPECT_TRUE(parse({"--help"}).help); }
 
 }  // namespace
 }  // namespace ftb::launcher
+
+namespace ftb::launcher {
+namespace {
+
+std::string errorOf(std::vector<std::string> args) {
+  try {
+    parse(std::move(args));
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(TorchrunFlags, BothSpellingsOfEveryFlag) {
+  for (const std::string& f : {"--nproc_per_node", "--nproc-per-node"})
+    EXPECT_EQ(parse({f, "3", "x"}).nproc_per_node, "3");
+  auto o = parse({"--nnodes=2", "--node_rank", "1", "--master_addr", "n01", "--master_port=1234",
+                  "--max_restarts", "2", "--log_dir", "/tmp/l", "x"});
+  EXPECT_EQ(o.nnodes, 2);
+  EXPECT_EQ(o.node_rank, 1);
+  EXPECT_EQ(o.rdzv_host, "n01");
+  EXPECT_EQ(o.rdzv_port, 1234);
+  EXPECT_EQ(o.master_port, 0) << "workers get a free port; 1234 is the store's";
+  EXPECT_EQ(o.max_restarts, 2);
+  EXPECT_EQ(o.log_dir, "/tmp/l");
+  EXPECT_TRUE(o.tcpRendezvous());
+  auto e = parse({"--nnodes", "2:2", "--node-rank", "0", "--rdzv_endpoint", "h:29401",
+                  "--rdzv-backend", "c10d", "--rdzv_id", "job7", "x"});
+  EXPECT_EQ(e.rdzv_host, "h");
+  EXPECT_EQ(e.rdzv_port, 29401);
+  EXPECT_EQ(e.rdzv_id, "job7");
+  EXPECT_EQ(parse({"--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", "h", "x"}).rdzv_port,
+            29400);
+  EXPECT_TRUE(parse({"--standalone", "--nproc-per-node", "2", "x"}).standalone);
+  EXPECT_FALSE(parse({"--nnodes", "1", "x"}).tcpRendezvous());
+}
+
+TEST(TorchrunFlags, UnknownFlagGetsDidYouMean) {
+  EXPECT_EQ(errorOf({"--nproc-per-nod", "2", "x"}),
+            "config error: command line: key '--nproc-per-nod': unknown option\n"
+            "  hint: did you mean '--nproc-per-node'?");
+  EXPECT_NE(errorOf({"--master_adr=a", "x"}).find("did you mean '--master-addr'?"),
+            std::string::npos);
+  EXPECT_NE(errorOf({"--zzzzzzzz", "x"}).find("see launcher --help"), std::string::npos);
+}
+
+TEST(TorchrunFlags, RendezvousErrors) {
+  EXPECT_NE(errorOf({"--nnodes", "2", "--master-addr", "a", "x"}).find("'--node-rank': required"),
+            std::string::npos);
+  EXPECT_NE(errorOf({"--nnodes", "2", "--node-rank", "0", "x"}).find("'--master-addr': required"),
+            std::string::npos);
+  EXPECT_NE(errorOf({"--nnodes", "2", "--node-rank", "2", "--master-addr", "a", "x"})
+                .find("must be in 0..1"),
+            std::string::npos);
+  EXPECT_NE(errorOf({"--nnodes", "1:4", "x"}).find("elastic"), std::string::npos);
+  EXPECT_NE(errorOf({"--nnodes", "0", "x"}).find("'--nnodes'"), std::string::npos);
+  EXPECT_NE(errorOf({"--nnodes", "2", "--node-rank", "0", "--standalone", "--master-addr", "a",
+                     "x"})
+                .find("'--standalone'"),
+            std::string::npos);
+  EXPECT_NE(errorOf({"--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "h:0", "x"})
+                .find("'--rdzv-endpoint'"),
+            std::string::npos);
+  EXPECT_NE(errorOf({"--rdzv-backend", "etcd", "x"}).find("'static' or 'c10d'"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace ftb::launcher

@@ -56,6 +56,21 @@ TEST(Decide, ShutdownSignalPreventsRestart) {
   EXPECT_FALSE(decide({end(0, {fail(0, 1, 7)}, 15)}, 0, 5).restart);
 }
 
+TEST(Decide, WorkersCodeAfterAStopSignalPassesThrough) {
+  // USR1 forwarded; the workers saved and exited with a requeue code: no failure, no
+  // restart, exit code = the earliest such worker code on any node.
+  NodeEnd a = end(0, {}, 10, false), b = end(1, {}, 10, false);
+  a.stop_exit_code = 75, a.stop_exit_time_us = 200;
+  b.stop_exit_code = 137, b.stop_exit_time_us = 300;
+  Decision d = decide({a, b}, 0, 3);
+  EXPECT_FALSE(d.restart);
+  EXPECT_TRUE(d.failures.empty());
+  EXPECT_EQ(d.exit_code, 75);
+  EXPECT_EQ(d.shutdown_signal, 10);
+  b.stop_exit_time_us = 100;
+  EXPECT_EQ(decide({a, b}, 0, 3).exit_code, 137);
+}
+
 TEST(Decide, Describe) {
   EXPECT_EQ(fail(0, 0, 3).describe(), "exit code 3");
   EXPECT_EQ(fail(0, 0, 0, 9).describe(), "SIGKILL (137)");

@@ -108,7 +108,8 @@ TEST(HostsSpec, ListsInsideBracketsAndDefaults) {
 }
 
 TEST(HostsSpec, Malformed) {
-  for (const char* bad : {"", "n[01-", "n01]", "n1:0", "n1:x", "n1:", ":2", "a,,b", "n[3-1]"}) {
+  for (const char* bad : {"", "n[01-", "n01]", "n1:0", "n1:x", "n1:", ":2", "a,,b", "n[3-1]",
+                          "n1:2:3", "a/b:2", "a[1-999999],b[1-999999]"}) {
     EXPECT_THROW(parseHostsSpec(bad), ConfigError) << bad;
   }
 }
@@ -144,6 +145,85 @@ TEST(Addresses, ExplicitChoiceIsKept) {
   nodes[1].addrs = {addr("eth0", "192.168.1.6", 24), addr("ib0", "172.16.0.2", 16)};
   EXPECT_EQ(assignAddresses(nodes), "172.16.0.1");
   EXPECT_EQ(nodes[1].ip, "172.16.0.2");  // same subnet as the master
+}
+
+}  // namespace
+}  // namespace ftb::launcher
+
+namespace ftb::launcher {
+namespace {
+
+TEST(PlanRanks, PrefixSumsOverManyNodes) {
+  Plan p;
+  p.nodes.resize(100000);
+  for (size_t i = 0; i < p.nodes.size(); ++i) {
+    p.nodes[i].node = static_cast<int>(i);
+    p.nodes[i].nproc = 1 + static_cast<int>(i % 3);
+  }
+  int expect = 0;
+  for (size_t i = 0; i < p.nodes.size(); ++i) {  // quadratic before: 10^10 steps
+    ASSERT_EQ(p.firstRank(static_cast<int>(i)), expect);
+    expect += p.nodes[i].nproc;
+  }
+  EXPECT_EQ(p.worldSize(), expect);
+}
+
+}  // namespace
+}  // namespace ftb::launcher
+
+namespace ftb::launcher {
+namespace {
+
+NodeInfo tunedNode(int cores, int nproc, std::vector<int> cpus) {
+  NodeInfo n;
+  n.cores = cores;
+  n.nproc = nproc;
+  n.cpus = std::move(cpus);
+  return n;
+}
+
+TEST(TunedEnv, CoresSplitIntoBlocksAndThreadsMatch) {
+  NodeInfo n = tunedNode(4, 2, {2, 3, 6, 7});
+  EXPECT_EQ(workerCpus(n, 0), (std::vector<int>{2, 3}));
+  EXPECT_EQ(workerCpus(n, 1), (std::vector<int>{6, 7}));
+  auto t = tunedEnv(n, 1);
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_EQ(t[0].name, "OMP_NUM_THREADS");
+  EXPECT_EQ(t[0].value, "2");
+  EXPECT_EQ(t[0].reason, "unset; 2 CPU(s) bound to this worker (6-7)");
+  // More workers than CPUs: no binding, at least one thread.
+  NodeInfo over = tunedNode(2, 4, {0, 1});
+  EXPECT_TRUE(workerCpus(over, 3).empty());
+  EXPECT_EQ(tunedEnv(over, 3)[0].value, "1");
+}
+
+TEST(TunedEnv, InheritedCountsAboveTheBoundCoresAndABadCoretypeAreCorrected) {
+  NodeInfo n = tunedNode(8, 4, {0, 1, 2, 3, 4, 5, 6, 7});
+  n.preset = {{"OMP_NUM_THREADS", "16"}, {"MKL_NUM_THREADS", "1"},
+              {"OPENBLAS_NUM_THREADS", "32"}, {"OPENBLAS_CORETYPE", "Haswell"}};
+  n.coretype_fix = "Cooperlake";
+  n.coretype_note = "below";
+  std::map<std::string, std::string> got;
+  for (auto& c : tunedEnv(n, 0)) got[c.name] = c.value;
+  EXPECT_EQ(got, (std::map<std::string, std::string>{{"OMP_NUM_THREADS", "2"},
+                                                     {"OPENBLAS_NUM_THREADS", "2"},
+                                                     {"OPENBLAS_CORETYPE", "Cooperlake"}}));
+  Plan p;
+  p.nodes = {n};
+  EXPECT_EQ(asMap(contractEnv(p, 0, 3, 0))["OPENBLAS_CORETYPE"], "Cooperlake");
+}
+
+TEST(TunedEnv, NoTuneEnvChangesNothing) {
+  NodeInfo n = tunedNode(8, 2, {0, 1, 2, 3, 4, 5, 6, 7});
+  n.tune_env = false;
+  n.preset = {{"OMP_NUM_THREADS", "16"}};
+  n.coretype_fix = "Cooperlake";
+  EXPECT_TRUE(tunedEnv(n, 0).empty());
+  EXPECT_TRUE(workerCpus(n, 0).empty());
+  EXPECT_EQ(threadsFor(n), "16");
+  n.bind_cores = true;  // --no-tune-env --bind-cores: binding only
+  EXPECT_EQ(workerCpus(n, 1), (std::vector<int>{4, 5, 6, 7}));
+  EXPECT_TRUE(tunedEnv(n, 1).empty());
 }
 
 }  // namespace

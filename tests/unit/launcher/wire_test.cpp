@@ -73,7 +73,11 @@ TEST(Wire, PlanDecisionEndStopRoundTrip) {
   e.failures = {sampleFailure()};
   e.shutdown_signal = 15;
   e.all_clean = false;
+  e.stop_exit_code = 75;
+  e.stop_exit_time_us = 1700000000654321;
   NodeEnd e2 = decodeNodeEnd(encode(e));
+  EXPECT_EQ(e2.stop_exit_code, 75);
+  EXPECT_EQ(e2.stop_exit_time_us, 1700000000654321);
   EXPECT_EQ(e2.attempt, 2);
   EXPECT_EQ(e2.shutdown_signal, 15);
   EXPECT_FALSE(e2.all_clean);

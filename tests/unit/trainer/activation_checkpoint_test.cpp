@@ -3,7 +3,7 @@
 // gradient (input and parameters) must match the plain graph bit for bit (max abs
 // diff 0), in fp32 and under a bf16 compute dtype. With UnitHooks (ZeRO-3) the same
 // gradients go to consumeGrads() instead of .grad, between materialize and release.
-#include "trainer/model/checkpoint.h"
+#include "trainer/model/activation_checkpoint.h"
 
 #include <gtest/gtest.h>
 

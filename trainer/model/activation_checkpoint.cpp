@@ -1,4 +1,4 @@
-#include "trainer/model/checkpoint.h"
+#include "trainer/model/activation_checkpoint.h"
 
 #include "trainer/model/llama.h"
 

@@ -1,0 +1,30 @@
+#include "trainer/parallel/parallelize.h"
+
+#include "trainer/parallel/ddp.h"
+#include "trainer/parallel/zero.h"
+
+namespace ftb {
+
+ParallelModel parallelize(const TrainConfig& tc, Mesh& mesh) {
+  const torch::ScalarType dtype = tc.dtype == DType::kBf16 ? torch::kBFloat16 : torch::kFloat32;
+  const auto seed = static_cast<uint64_t>(tc.seed);
+  ParallelModel pm;
+  const int stage = static_cast<int>(tc.effectiveZeroStage());
+  if (stage == 0) {
+    pm.model = Transformer(tc.model, mesh.tpContext(), dtype, tc.checkpoint_every, seed);
+    pm.sync = std::make_unique<DdpSync>(pm.model->paramsInForwardOrder(), *mesh.dp_comm, tc.tp);
+    return pm;
+  }
+  std::unique_ptr<ZeroSync> zero =
+      makeZeroSync(stage, *mesh.shard_comm, *mesh.replicate_comm, dtype, tc.tp);
+  ZeroSync* z = zero.get();
+  pm.model = Transformer(tc.model, mesh.tpContext(), dtype, tc.checkpoint_every, seed,
+                         [z](int64_t layer, const std::vector<ModelParam>& params) {
+                           z->addUnit(layer, params);
+                         });
+  if (BlockExecutor* e = zero->blockExecutor()) pm.model->setBlockExecutor(e);
+  pm.sync = std::move(zero);
+  return pm;
+}
+
+}  // namespace ftb

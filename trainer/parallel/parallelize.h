@@ -1,0 +1,29 @@
+// Applies the configured layout to the model (torchtitan's parallelize step): builds
+// this rank's tensor-parallel slice of the model, lets ZeRO shard each unit as it is
+// built, and picks the gradient-synchronisation strategy (grad_sync.h).
+//
+// Strategy by layout (TrainConfig::effectiveZeroStage()):
+//   0  DdpSync   bucketed all-reduce over the data-parallel group (parallel/ddp.h)
+//   1  ZeRO-1, 2  ZeRO-2, 3  ZeRO-3 / FSDP over the shard group (parallel/zero.h)
+// Tensor parallelism (tp > 1) composes with each.
+// REQUIRES: mesh built by buildMesh(dist, tc); both outlive the result. Collective over
+// the shard group for ZeRO (flat shards are cut at construction).
+#pragma once
+
+#include <memory>
+
+#include "common/run_config.h"
+#include "trainer/model/llama.h"
+#include "trainer/parallel/grad_sync.h"
+#include "trainer/parallel/mesh.h"
+
+namespace ftb {
+
+struct ParallelModel {
+  Transformer model{nullptr};
+  std::unique_ptr<GradSync> sync;
+};
+
+ParallelModel parallelize(const TrainConfig& tc, Mesh& mesh);
+
+}  // namespace ftb

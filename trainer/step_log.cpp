@@ -1,0 +1,154 @@
+#include "trainer/step_log.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <iomanip>
+#include <sstream>
+#include <utility>
+
+#include "common/log.h"
+#include "trainer/metrics/perf.h"
+
+namespace ftb {
+namespace {
+
+const char* kMetrics[] = {"step", "time_s", "step_time_s", "data_s", "forward_s", "backward_s",
+                          "optimizer_s", "comm_s", "loss", "grad_norm", "lr",
+                          "tokens_padded", "tokens_dataset", "tokens_per_s_padded",
+                          "tokens_per_s_dataset", "tokens_per_s_per_device", "mfu", "flops_per_token",
+                          "rss_bytes", "peak_rss_bytes"};
+bool isIntMetric(const std::string& m) {
+  return m == "step" || m == "tokens_padded" || m == "tokens_dataset" || m == "rss_bytes" ||
+         m == "peak_rss_bytes";
+}
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t i = static_cast<size_t>(q * double(v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
+}
+
+}  // namespace
+
+StepLog::StepLog(const TrainConfig& tc, MetricsFile& metrics, double peak_flops, int rank,
+                 int world)
+    : tc_(tc), metrics_(metrics), peak_flops_(peak_flops),
+      flops_per_token_(tc.model.flopsPerToken(tc.seq_len)), t_start_(nowSeconds()), rank_(rank),
+      world_(world) {
+  for (const char* m : kMetrics) metrics_.declareMetric(m, isIntMetric(m));
+}
+
+double StepLog::elapsed() const { return nowSeconds() - t_start_; }
+
+void StepLog::record(int64_t step, const StepRecord& r) {
+  double tps_padded = r.padded / r.total, tps_dataset = r.dataset / r.total;
+  double mfu = peak_flops_ > 0 ? flops_per_token_ * tps_padded / world_ / peak_flops_ : 0;
+  metrics_.appendStep({{"step", double(step)}, {"time_s", elapsed()},
+                       {"step_time_s", r.total}, {"data_s", r.data}, {"forward_s", r.fwd},
+                       {"backward_s", r.bwd}, {"optimizer_s", r.opt}, {"comm_s", r.comm},
+                       {"loss", r.loss}, {"grad_norm", r.grad_norm}, {"lr", r.lr},
+                       {"tokens_padded", r.padded}, {"tokens_dataset", r.dataset},
+                       {"tokens_per_s_padded", tps_padded},
+                       {"tokens_per_s_dataset", tps_dataset},
+                       {"tokens_per_s_per_device", tps_padded / world_}, {"mfu", mfu},
+                       {"flops_per_token", flops_per_token_},
+                       {"rss_bytes", double(currentRssBytes())},
+                       {"peak_rss_bytes", double(peakRssBytes())}});
+  if ((step + 1) % tc_.log_every == 0) metrics_.flush();
+  if (sum_.steps == 0) sum_.first_loss = r.loss;
+  sum_.last_loss = r.loss;
+  sum_.steps = step + 1;
+  if (step >= tc_.warmup_steps) {
+    step_times_.push_back(r.total);
+    for (auto [a, b] : {std::pair{&acc_.data, r.data}, {&acc_.fwd, r.fwd}, {&acc_.bwd, r.bwd},
+                        {&acc_.opt, r.opt}, {&acc_.comm, r.comm}, {&acc_.total, r.total},
+                        {&acc_.padded, r.padded}, {&acc_.dataset, r.dataset}})
+      *a += b;
+  }
+  if (rank_ == 0 && (step + 1) % tc_.log_every == 0)
+    printProgress(step, r, tps_padded, tps_dataset, mfu);
+}
+
+void StepLog::printProgress(int64_t step, const StepRecord& r, double tps_padded,
+                            double tps_dataset, double mfu) const {
+  std::ostringstream os;
+  os << std::fixed << "step " << step + 1 << "/" << tc_.max_steps << " | loss "
+     << std::setprecision(5) << r.loss << " | " << std::setprecision(0) << tps_padded
+     << " tok/s (dataset " << tps_dataset << ") | MFU " << std::setprecision(1) << 100 * mfu
+     << "% | step " << std::setprecision(3) << r.total << " s (fwd " << std::setprecision(0)
+     << 100 * r.fwd / r.total << "% bwd " << 100 * r.bwd / r.total << "% opt "
+     << 100 * r.opt / r.total << "% comm " << 100 * r.comm / r.total << "%) | rss "
+     << currentRssBytes() / (1 << 20) << " MiB";
+  FTB_INFO(os.str());
+}
+
+TrainSummary StepLog::finish(Comm& world) {
+  metrics_.flush();
+  TrainSummary s = sum_;
+  s.measured_steps = static_cast<int64_t>(step_times_.size());
+  s.train_seconds = acc_.total;
+  if (acc_.total > 0) {
+    s.tokens_per_s_padded = acc_.padded / acc_.total;
+    s.tokens_per_s_dataset = acc_.dataset / acc_.total;
+    s.mfu = peak_flops_ > 0 ? flops_per_token_ * s.tokens_per_s_padded / world_ / peak_flops_ : 0;
+    s.data_frac = acc_.data / acc_.total;
+    s.fwd_frac = acc_.fwd / acc_.total;
+    s.bwd_frac = acc_.bwd / acc_.total;
+    s.opt_frac = acc_.opt / acc_.total;
+    s.comm_frac = acc_.comm / acc_.total;
+  }
+  s.step_p50 = percentile(step_times_, 0.5);
+  s.step_p90 = percentile(step_times_, 0.9);
+  torch::Tensor rss = torch::tensor({double(peakRssBytes())}, torch::kFloat64);
+  torch::Tensor all = torch::zeros({world_}, torch::kFloat64);
+  world.allGather(all, rss);
+  s.peak_rss_max = all.max().item<double>();
+  return s;
+}
+
+void printSummary(const TrainConfig& tc, const TrainSummary& s, double peak_flops,
+                  const std::string& peak_source, const std::string& run_dir) {
+  const int world = tc.world_size;
+  std::ostringstream os;
+  auto row = [&os](const std::string& k, const std::string& v) {
+    os << "  " << std::left << std::setw(28) << k << v << "\n";
+  };
+  auto fmt = [](double v, int prec) {
+    std::ostringstream o;
+    o << std::fixed << std::setprecision(prec) << v;
+    return o.str();
+  };
+  os << "\n== ftbench summary (" << s.measured_steps << " measured steps after "
+     << std::min(tc.warmup_steps, s.steps) << " warmup) ==\n";
+  row("model", tc.model.name + " (" + fmt(tc.model.numParams() / 1e6, 2) + " M params)");
+  row("layout", "world " + std::to_string(world) + " = dp " + std::to_string(tc.dpSize()) +
+                    " x tp " + std::to_string(tc.tp) + ", micro-batch " +
+                    std::to_string(tc.micro_batch_size) + " x accum " +
+                    std::to_string(tc.grad_accum_steps) + ", seq " + std::to_string(tc.seq_len) +
+                    ", " + (tc.dtype == DType::kBf16 ? "bf16" : "fp32"));
+  row("tokens/s (padded, global)", fmt(s.tokens_per_s_padded, 1));
+  row("tokens/s (dataset, global)", fmt(s.tokens_per_s_dataset, 1));
+  row("tokens/s per device", fmt(s.tokens_per_s_padded / world, 1));
+  row("MFU", fmt(100 * s.mfu, 1) + " % of " + fmt(peak_flops / 1e9, 1) + " GFLOP/s (" +
+                 peak_source + ")");
+  row("step time p50 / p90", fmt(s.step_p50, 4) + " / " + fmt(s.step_p90, 4) + " s");
+  row("breakdown", "data " + fmt(100 * s.data_frac, 1) + "%, fwd " + fmt(100 * s.fwd_frac, 1) +
+                       "%, bwd " + fmt(100 * s.bwd_frac, 1) + "%, opt " +
+                       fmt(100 * s.opt_frac, 1) + "%, comm " + fmt(100 * s.comm_frac, 1) + "%");
+  row("peak RSS (max over ranks)", fmt(s.peak_rss_max / (1 << 20), 1) + " MiB");
+  row("loss first / last", fmt(s.first_loss, 5) + " / " + fmt(s.last_loss, 5));
+  if (tc.price_per_hour > 0 && s.tokens_per_s_dataset > 0) {
+    double mt_per_hour = s.tokens_per_s_dataset * 3600 / 1e6;
+    row("M tokens/hour (dataset)", fmt(mt_per_hour, 3));
+    row("$ per M tokens", fmt(tc.price_per_hour * world / mt_per_hour, 4) + " (at $" +
+                              fmt(tc.price_per_hour, 2) + "/device-hour)");
+  }
+  row("run directory", run_dir);
+  std::fputs(os.str().c_str(), stdout);
+  std::fflush(stdout);
+}
+
+}  // namespace ftb
