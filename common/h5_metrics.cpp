@@ -79,6 +79,7 @@ MetricsFile MetricsFile::create(const std::string& path, const RunInfo& info) {
       {"device", &info.device},
       {"peak_source", &info.peak_source}};
   for (const auto& [name, value] : strings) h5::writeAttrString(root, name, *value);
+  if (!info.cpu_model.empty()) h5::writeAttrString(root, "cpu_model", info.cpu_model);
   h5::writeAttrInt(root, "world_size", info.world_size);
   h5::writeAttrInt(root, "rank", info.rank);
   h5::writeAttrInt(root, "local_rank", info.local_rank);

@@ -2,7 +2,8 @@
 //
 // Layout of <run_dir>/metrics/rank_%05d.h5 (schema_version 1):
 //   / attrs    schema_version (int64 = 1), tag, config_hash, hostname, start_utc,
-//              ftbench_version, torch_version, device, peak_source (UTF-8 strings),
+//              ftbench_version, torch_version, device, peak_source, cpu_model (UTF-8 strings;
+//              cpu_model only in files that have it),
 //              world_size, rank, local_rank, node_rank (int64), peak_flops (float64, FLOP/s)
 //   /config    scalar UTF-8 string: the resolved config (TOML)
 //   /steps/<metric>  1-D float64 or int64, chunked (Fletcher-32 per chunk), unlimited;
@@ -37,6 +38,7 @@ inline constexpr int64_t kMetricsSchemaVersion = 1;
 struct RunInfo {
   std::string tag, config_hash, hostname, start_utc, ftbench_version, torch_version, device,
       peak_source, config_toml;
+  std::string cpu_model;  // /proc/cpuinfo model name; root attr `cpu_model` when non-empty
   int world_size = 1, rank = 0, local_rank = 0, node_rank = 0;
   double peak_flops = 0;  // FLOP/s
 };

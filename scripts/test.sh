@@ -16,9 +16,6 @@ PY=/usr/bin/python3
 echo "== unit tests (ctest)"
 ctest --test-dir build/release --output-on-failure -j2 --timeout 300
 
-echo "== fuzz harnesses (libFuzzer, FTB_FUZZ_SECONDS=${FTB_FUZZ_SECONDS:-60} s per target)"
-scripts/fuzz.sh
-
 echo "== end-to-end tests (pytest)"
 args=(-q -x --durations=15 -p no:cacheprovider tests/e2e tests/cluster)
 if [ $# -gt 0 ]; then args+=(-k "$*"); fi

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "common/config.h"
+#include "common/cpu_info.h"
 #include "common/dist_env.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -143,6 +144,7 @@ RunInfo runInfo(const Config& cfg, const TrainConfig& tc, const DistEnv& env,
   info.ftbench_version = FTB_VERSION;
   info.torch_version = TORCH_VERSION;
   info.device = "cpu";
+  info.cpu_model = detectCpu().model_name;
   info.peak_source = peak.source;
   info.config_toml = cfg.toToml();
   info.world_size = env.world_size;
