@@ -38,6 +38,9 @@ struct KeySpec {
   std::optional<Value> default_value;  // nullopt: optional, no default
   std::string doc;   // one line, shown by --help-config and in README
   bool affects_experiment = true;  // false for output dirs / logging: excluded from the sweep tag
+  // Declared but not implemented yet: a value other than the default is refused (exit 2)
+  // by RunConfig, and --help-config marks the key "planned". Drop the flag when it lands.
+  bool planned = false;
 };
 
 class Schema {
@@ -52,7 +55,7 @@ class Schema {
   std::vector<KeySpec> keys_;
 };
 
-// The schema of trainer run configs: every key in DESIGN.md §Trainer.
+// The schema of trainer run configs: every key the trainer reads (and the planned ones).
 const Schema& trainerSchema();
 
 // A resolved leaf: its value and where it came from ("configs/runs/tiny.toml:7",

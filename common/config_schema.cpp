@@ -1,7 +1,7 @@
 // Value types and their TOML spelling, Schema lookup, and the trainer's schema:
 // every run-config key, its type, default and doc.
 //
-// Contract: trainerSchema() is the single source of truth for DESIGN.md §Trainer
+// Contract: trainerSchema() is the single source of truth for the trainer's config
 // keys; anything that lists keys (--help-config, README) should read it. Keys with
 // affects_experiment = false (output, checkpointing, logging, timeouts) are left out
 // of the sweep tag hash. model.* shape keys have no default: they come from the
@@ -81,6 +81,12 @@ KeySpec spec(const char* key, ValueType type, std::optional<Value> def, const ch
   return KeySpec{key, type, std::move(def), doc, affects_experiment};
 }
 
+// A key declared for work not landed yet (KeySpec::planned).
+KeySpec planned(KeySpec k) {
+  k.planned = true;
+  return k;
+}
+
 Value i(int64_t v) { return Value(v); }
 Value f(double v) { return Value(v); }
 Value b(bool v) { return Value(v); }
@@ -104,8 +110,8 @@ void addModel(Schema& sc) {
   sc.add(spec("model.rope_theta", kFloat, f(10000.0), "RoPE base frequency"));
   sc.add(spec("model.norm_eps", kFloat, f(1e-5), "RMSNorm epsilon"));
   sc.add(spec("model.tie_embeddings", kBool, b(false), "share input embedding and output head"));
-  sc.add(spec("model.from_pretrained", kString, std::nullopt,
-              "directory with HF config.json + safetensors to load"));
+  sc.add(planned(spec("model.from_pretrained", kString, std::nullopt,
+                      "directory with HF config.json + safetensors to load")));
 }
 
 void addData(Schema& sc) {
@@ -159,11 +165,13 @@ void addParallel(Schema& sc) {
 }
 
 void addCheckpoint(Schema& sc) {
-  sc.add(spec("checkpoint.dir", kString, s(""),
-              "checkpoint directory; \"\" = <run_dir>/checkpoints", kNoTag));
-  sc.add(spec("checkpoint.interval", kInt, i(0), "steps between checkpoints; 0 = never", kNoTag));
-  sc.add(spec("checkpoint.resume", kString, s("auto"), "\"auto\" | \"none\" | path", kNoTag));
-  sc.add(spec("checkpoint.keep_last", kInt, i(2), "checkpoints kept on disk", kNoTag));
+  sc.add(planned(spec("checkpoint.dir", kString, s(""),
+                      "checkpoint directory; \"\" = <run_dir>/checkpoints", kNoTag)));
+  sc.add(planned(
+      spec("checkpoint.interval", kInt, i(0), "steps between checkpoints; 0 = never", kNoTag)));
+  sc.add(planned(
+      spec("checkpoint.resume", kString, s("auto"), "\"auto\" | \"none\" | path", kNoTag)));
+  sc.add(planned(spec("checkpoint.keep_last", kInt, i(2), "checkpoints kept on disk", kNoTag)));
 }
 
 void addMetricsAndOutput(Schema& sc) {
@@ -171,7 +179,7 @@ void addMetricsAndOutput(Schema& sc) {
   sc.add(spec("metrics.peak_tflops", kFloat, f(0.0),
               "peak TFLOP/s per device for MFU; 0 = measure GEMM at start"));
   sc.add(spec("metrics.price_per_hour", kFloat, f(0.0), "$/hour for cost metrics", kNoTag));
-  sc.add(spec("metrics.profile_steps", kInt, i(0), "steps to profile; 0 = off", kNoTag));
+  sc.add(planned(spec("metrics.profile_steps", kInt, i(0), "steps to profile; 0 = off", kNoTag)));
   sc.add(spec("output.dir", kString, s("results"), "output root", kNoTag));
   sc.add(spec("output.sweep_fmt", kString, s("{model.name}.ws{world_size}.{hash}"),
               "run directory name format", kNoTag));
@@ -298,6 +306,18 @@ size_t editDistance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
+// A markdown table cell: `|` escaped (GitHub markdown splits cells on it, also inside
+// code spans); outside code spans also `<` (`<run_dir>` would render as an unknown HTML
+// tag, i.e. not at all); newlines as spaces.
+std::string markdownCell(const std::string& text, bool code_span) {
+  std::string out;
+  for (char c : text) {
+    if (c == '|' || (c == '<' && !code_span)) out += '\\';
+    out += c == '\n' ? ' ' : c;
+  }
+  return out;
+}
+
 std::string schemaMarkdown(const Schema& schema) {
   std::string out = "| key | type | default | meaning |\n|---|---|---|---|\n";
   for (const KeySpec& k : schema.keys()) {
@@ -305,7 +325,9 @@ std::string schemaMarkdown(const Schema& schema) {
     if (!k.default_value && k.key.rfind("model.", 0) != 0) def = "(none)";
     std::string doc = k.doc;
     if (!k.affects_experiment) doc += " (not part of the sweep tag)";
-    out += "| `" + k.key + "` | " + valueTypeName(k.type) + " | `" + def + "` | " + doc + " |\n";
+    if (k.planned) doc = "**planned** (not implemented yet; refused if set): " + doc;
+    out += "| `" + k.key + "` | " + valueTypeName(k.type) + " | `" + markdownCell(def, true) +
+           "` | " + markdownCell(doc, false) + " |\n";
   }
   return out;
 }

@@ -8,7 +8,7 @@
 
 namespace ftb {
 
-bool ncclCompiledIn();  // parallel/backend_nccl{,_off}.cpp
+bool ncclCompiledIn() { return FTB_NCCL_COMPILED_IN != 0; }
 
 namespace {
 
@@ -28,6 +28,14 @@ void requireOneOf(const Config& cfg, const std::string& key,
     list += (list.empty() ? "" : " | ") + std::string("\"") + o + "\"";
   }
   cfg.fail(key, "expected one of " + list + ", got \"" + v + "\"");
+}
+
+// A value other than the schema default (a resolved run.toml lists every default
+// explicitly, so "where it came from" does not tell).
+bool differsFromDefault(const Config& cfg, const std::string& key) {
+  if (!cfg.has(key)) return false;
+  const KeySpec* spec = cfg.schema().find(key);
+  return !spec || !spec->default_value || !(*spec->default_value == cfg.entries().at(key).value);
 }
 
 int64_t parseCheckpointing(const Config& cfg) {
@@ -106,7 +114,19 @@ ModelArgs modelArgsFromConfig(const Config& cfg) {
   return m;
 }
 
-TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size) {
+std::string refusalOf(const Config& cfg, int world_size, Checks checks) {
+  try {
+    TrainConfig::fromConfig(cfg, world_size, checks);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size, Checks checks) {
+  if (world_size < 1)
+    throw ConfigError("", "world size", "world_size(" + num(world_size) + ") must be >= 1",
+                      "the launcher sets WORLD_SIZE = nodes * nproc_per_node");
   TrainConfig c;
   c.model = modelArgsFromConfig(cfg);
   c.world_size = world_size;
@@ -138,7 +158,7 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size) {
              "padding positions are masked out of the loss, but they still go through the embedding");
   if (c.data_source == "synthetic") {
     requirePositive(cfg, "data.num_samples");
-  } else if (!std::filesystem::is_regular_file(c.data_source)) {
+  } else if (checks == Checks::kAll && !std::filesystem::is_regular_file(c.data_source)) {
     cfg.fail("data.source", "data file \"" + c.data_source + "\" does not exist",
              "use \"synthetic\" or a .bin/.jsonl token file (trainer --generate-data writes one)");
   }
@@ -235,18 +255,17 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size) {
   }
   c.backend = cfg.getString("parallel.backend");
   requireOneOf(cfg, "parallel.backend", {"auto", "gloo", "nccl"});
-  if (c.backend == "nccl" && !ncclCompiledIn())
+  if (checks == Checks::kAll && c.backend == "nccl" && !ncclCompiledIn())
     cfg.fail("parallel.backend", "\"nccl\" is not compiled into this build (libtorch has no CUDA)",
              "use backend = \"gloo\" or \"auto\"");
   c.timeout_seconds = cfg.getFloat("parallel.timeout_seconds");
   if (c.timeout_seconds <= 0) cfg.fail("parallel.timeout_seconds", "must be > 0");
 
-  // Declared for the next milestones (DESIGN.md: checkpoints/preemption, HF import,
-  // profiling); refused rather than silently ignored until they exist.
-  for (const char* k : {"model.from_pretrained", "checkpoint.dir", "checkpoint.interval",
-                        "checkpoint.resume", "checkpoint.keep_last", "metrics.profile_steps"})
-    if (cfg.has(k) && cfg.where(k) != "default")
-      cfg.fail(k, "is reserved and not implemented yet in this version",
+  // Planned keys (KeySpec::planned: checkpoints, HF import, profiling) are refused rather
+  // than silently ignored until they exist.
+  for (const KeySpec& k : cfg.schema().keys())
+    if (k.planned && differsFromDefault(cfg, k.key))
+      cfg.fail(k.key, "is planned and not implemented yet in this version",
                "remove it; see README.md \"Not implemented yet\"");
   c.memory_limit_bytes = cfg.getFloat("parallel.memory_limit_gb") * double(1LL << 30);
   if (c.memory_limit_bytes < 0) cfg.fail("parallel.memory_limit_gb", "must be >= 0");

@@ -28,7 +28,8 @@ std::string Launcher::describeNode(int node) const {
     return "node " + std::to_string(node) + " (host " + n.host + ", " + n.ip + ")";
   }
   std::string host = node == rt_.transport.rank() ? "host " + hostName() + ", " : "";
-  return "node " + std::to_string(node) + " (" + host + "MPI rank " + std::to_string(node) + ")";
+  std::string what = rt_.opts.tcpRendezvous() ? "node rank " : "MPI rank ";
+  return "node " + std::to_string(node) + " (" + host + what + std::to_string(node) + ")";
 }
 
 Message Launcher::await(int tag, int attempt, std::optional<Clock::time_point> deadline,
@@ -81,7 +82,9 @@ std::optional<Plan> Launcher::rendezvous() {
       for (int n = 0; n < t.size(); ++n)
         if (!nodes[n]) missing += (missing.empty() ? "" : ", ") + std::to_string(n);
       Message m = await(kTagInfo, -1, deadline,
-                        "waiting at rendezvous for node info from MPI rank(s) " + missing);
+                        "waiting at rendezvous for node info from " +
+                            std::string(rt_.opts.tcpRendezvous() ? "node rank(s) " : "MPI rank(s) ") +
+                            missing);
       nodes[m.source] = decodeNodeInfo(m.payload);
       nodes[m.source]->node = m.source;
     }

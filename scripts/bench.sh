@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Benchmarks; every figure comes from a measurement on this machine and is written to
 # results/bench/. Run scripts/build.sh first (or scripts/test.sh).
-#   trainer   D512/L8/T512/B4 tokens/s and MFU, fp32 and bf16, one thread (issue 2)
+#   trainer   D512/L8/T512/B4 tokens/s and MFU, fp32 and bf16, one thread
 #   memory    peak RSS per rank, world 2, DDP vs ZeRO-1/2/3 on a 274 M model, and the
-#             --estimate-memory figure for each (issue 4)
-#   launcher  time from launcher start until every worker has exec'd (issue 3)
-#   aggregate sweep_tagger aggregate over 1,000 runs x 2 ranks x 1,000 steps (issue 5)
+#             --estimate-memory figure for each
+#   launcher  time from launcher start until every worker has exec'd
+#   aggregate sweep_tagger aggregate over 1,000 runs x 2 ranks x 1,000 steps
 # Usage: scripts/bench.sh [trainer|launcher|aggregate ...]   (default: all)
 set -euo pipefail
 cd "$(dirname "$0")/.."

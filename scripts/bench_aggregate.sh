@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Aggregation benchmark (issue 5, acceptance 5): `sweep_tagger aggregate` over 1,000
+# Aggregation benchmark: `sweep_tagger aggregate` over 1,000
 # synthetic runs x 2 ranks x 1,000 steps (files written by ftb_synth_runs through the
 # trainer's MetricsFile), page cache warm. Target: <= 2 s. Writes
 # results/bench/aggregate.md. Exit 1 if the median is over the target and

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Launcher start-up benchmark: time from starting the launcher (or mpirun) until every worker
 # has exec'd, on one node without MPI, and under mpirun on 1 and 2 network-namespace hosts
-# (2 workers per host). Writes results/bench/launcher.md. Target (issue 3): <= 0.3 s.
-# Also times plan-only dry runs of huge host lists (issue 13): target <= 1 s for
+# (2 workers per host). Writes results/bench/launcher.md. Target: <= 0.3 s.
+# Also times plan-only dry runs of huge host lists: target <= 1 s for
 # 'n[1-100000]:8' --summary. Run under `flock /tmp/ftb-netns.lock` (namespace hosts).
 #
 #   scripts/bench_launcher.sh            # FTB_BUILD_DIR (default build/release), REPS (10)

@@ -2,7 +2,7 @@
 """Markdown report of the memory benchmark: measured peak RSS per rank (VmHWM, from
 each rank's HDF5 peak_rss_bytes) against `trainer --estimate-memory`, for ZeRO 0-3.
 
-Targets (issue 4): ZeRO-1 < DDP, ZeRO-3 <= 0.6 x DDP, estimate within 25 % of measured.
+Targets: ZeRO-1 < DDP, ZeRO-3 <= 0.6 x DDP, estimate within 25 % of measured.
 """
 import re
 import sys

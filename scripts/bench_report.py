@@ -45,7 +45,7 @@ rows = [summarise(d) for d in sys.argv[1:]]
 print("# Trainer throughput: D512/L8 (58 M params), seq 512, micro-batch 4, 1 thread\n")
 print(f"Machine: {platform.processor() or platform.machine()}, `scripts/bench.sh trainer`. "
       "MFU = flops/token (6N + 12·L·H·hd·T) × tokens/s ÷ the GEMM peak measured by the trainer "
-      "at start in the same dtype and thread count. Targets (issue 2): ≥ 85 % fp32, ≥ 70 % bf16.\n")
+      "at start in the same dtype and thread count. Targets: ≥ 85 % fp32, ≥ 70 % bf16.\n")
 print("| dtype | measured steps | tokens/s | MFU | best-step MFU | GEMM peak GFLOP/s | step p50 s "
       "| fwd / bwd / opt | peak RSS MiB |")
 print("|---|---|---|---|---|---|---|---|---|")

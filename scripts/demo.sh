@@ -1,21 +1,49 @@
 #!/usr/bin/env bash
 # The main job: measure finetuning throughput on this machine. Runs the 4-point demo
-# sweep (seq_len 512/1024 x micro-batch 1/2, a small Llama, 2 data-parallel ranks
-# through `launcher`, each run capped by stop_after_seconds) and aggregates it into
-# one table (results/demo/summary.md, .csv) with plots (results/demo/plots/).
+# sweep configs/sweeps/demo.toml (seq_len 512/1024 x micro-batch 1/2, a small Llama,
+# 2 data-parallel ranks through `launcher`, each run capped by stop_after_seconds) with
+# scripts/sweep.sh, which shows each trainer's progress and keeps its log, and aggregates it
+# into one table (OUT/summary.md, .csv) with plots (OUT/plots/).
+#
+#   scripts/demo.sh [OUT]      # OUT default <repo>/results/demo; relative to the caller's dir
+#
+# A re-run measures again: it removes the demo's own outputs in OUT (the sweep's run
+# directories, .logs/, summary.*, plots/), nothing else.
+# Environment: FTB_BUILD_DIR = build dir to use (relative to the caller's dir). Unset: the
+# default <repo>/build/release, which is set up and built first when missing.
+# Exit: as scripts/sweep.sh (1 when a point failed; the table is still written).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-if [ ! -x build/release/trainer/trainer ] || [ ! -x build/release/launcher/launcher ]; then
-  scripts/setup.sh
-  scripts/build.sh
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+abspath() { if [[ $1 == /* ]]; then echo "$1"; else echo "$PWD/$1"; fi; }
+[[ $# -le 1 && ${1:-} != -* ]] || { echo "usage: scripts/demo.sh [OUT]" >&2; exit 2; }
+OUT=$(abspath "${1:-$ROOT/results/demo}")
+if [[ -n ${FTB_BUILD_DIR:-} ]]; then
+  BUILD=$(abspath "$FTB_BUILD_DIR")
+  [[ -x $BUILD/trainer/trainer && -x $BUILD/launcher/launcher ]] ||
+    { echo "demo.sh: FTB_BUILD_DIR=$FTB_BUILD_DIR has no trainer/trainer and launcher/launcher" >&2; exit 2; }
+else
+  BUILD=$ROOT/build/release
+  if [[ ! -x $BUILD/trainer/trainer || ! -x $BUILD/launcher/launcher ]]; then
+    "$ROOT/scripts/setup.sh"
+    "$ROOT/scripts/build.sh"
+  fi
 fi
-BUILD=$PWD/build/release
-OUT=results/demo
-rm -rf "$OUT"
-scripts/sweep.sh configs/sweeps/demo.toml "$OUT"
-"$BUILD/sweep_tagger/sweep_tagger" aggregate "$OUT" --format csv --out "$OUT/summary.csv" >/dev/null
-"$BUILD/sweep_tagger/sweep_tagger" aggregate "$OUT" --format md --out "$OUT/summary.md" \
-  --plot "$OUT/plots" >/dev/null
+export FTB_BUILD_DIR=$BUILD
+TAGGER=$BUILD/sweep_tagger/sweep_tagger
+SWEEP=$ROOT/configs/sweeps/demo.toml
+
+if [[ -d $OUT ]]; then
+  mapfile -t tags < <("$TAGGER" expand "$SWEEP" --field tag)
+  for t in "${tags[@]}"; do rm -rf "${OUT:?}/$t"; done
+  rm -rf "$OUT/.logs" "$OUT/plots" "$OUT/summary.md" "$OUT/summary.csv" "$OUT/summary.constants.csv"
+fi
+start=$(date +%s)
+rc=0
+"$ROOT/scripts/sweep.sh" "$SWEEP" "$OUT" || rc=$?
+[[ $rc -le 1 ]] || exit "$rc"
+"$TAGGER" aggregate "$OUT" --format csv --out "$OUT/summary.csv" >/dev/null
+"$TAGGER" aggregate "$OUT" --format md --out "$OUT/summary.md" --plot "$OUT/plots" >/dev/null
 echo
-echo "== throughput of finetuning locally ($OUT/summary.md, plots in $OUT/plots)"
+echo "== throughput of finetuning locally ($OUT/summary.md, plots in $OUT/plots; $(($(date +%s) - start)) s)"
 cat "$OUT/summary.md"
+exit "$rc"

@@ -12,7 +12,7 @@
 #include "common/config.h"
 #include "common/files.h"
 #include "sweep_tagger/process_pool.h"
-#include "sweep_tagger/validity.h"
+#include "common/run_config.h"
 #include "common/h5_metrics.h"
 
 namespace ftb {
@@ -331,7 +331,8 @@ RunRow summarizeRun(const std::string& results_dir, const std::string& run_dir,
     } else if (!run_toml.empty() && row.world_size) {
       try {
         Config cfg = Config::fromString(run_toml, run_dir + "/run.toml", {});
-        row.is_valid = pointProblems(cfg, static_cast<int>(*row.world_size)).empty();
+        row.is_valid =
+            refusalOf(cfg, static_cast<int>(*row.world_size), Checks::kConfigOnly).empty();
       } catch (const std::exception&) {
         // Older or foreign schema: validity unknown.
       }

@@ -87,6 +87,14 @@ std::string fieldText(const Json& j, const std::string& field) {
   return v.is_string() ? v.get<std::string>() : v.dump();
 }
 
+// A multi-line message (a refusal with its hint) on one table line.
+std::string oneLine(std::string s) {
+  for (size_t at; (at = s.find("\n  ")) != std::string::npos;) s.replace(at, 3, " ");
+  for (char& c : s)
+    if (c == '\n') c = ' ';
+  return s;
+}
+
 void printTable(const std::vector<std::pair<const SweepPoint*, std::string>>& rows, bool with_state,
                 std::ostream& out) {
   size_t tag_w = 3;
@@ -102,7 +110,7 @@ void printTable(const std::vector<std::pair<const SweepPoint*, std::string>>& ro
   line("index", "tag", "ws", "NxP", "valid", "state", "overrides");
   for (const auto& [p, state] : rows) {
     std::string rest = overridesText(*p);
-    if (!p->valid) rest += (rest.empty() ? "" : "  ") + std::string("# ") + p->reason;
+    if (!p->valid) rest += (rest.empty() ? "" : "  ") + std::string("# ") + oneLine(p->reason);
     line(std::to_string(p->index), p->tag, std::to_string(p->world_size),
          std::to_string(p->nodes) + "x" + std::to_string(p->nproc_per_node),
          p->valid ? "yes" : "NO", state, rest);
@@ -162,9 +170,11 @@ int expandCommand(const std::vector<std::string>& args, std::ostream& out) {
       cxxopts::value<std::string>())("pending",
                                      "only points whose run in RESULTS_DIR has not completed and is not held by a running trainer",
                                      cxxopts::value<std::string>())("h,help", "this help")(
-      "sweep", "sweep TOML", cxxopts::value<std::string>());
-  opts.parse_positional({"sweep"});
-  opts.positional_help("SWEEP.toml");
+      "sweep", "sweep TOML", cxxopts::value<std::string>())(
+      "overrides", "key=value overrides for every point (after the point's own)",
+      cxxopts::value<std::vector<std::string>>());
+  opts.parse_positional({"sweep", "overrides"});
+  opts.positional_help("SWEEP.toml [key=value ...]");
   auto r = parse(opts, args);
   if (r.count("help")) {
     out << opts.help();
@@ -173,6 +183,7 @@ int expandCommand(const std::vector<std::string>& args, std::ostream& out) {
   if (!r.count("sweep"))
     throw ConfigError("", "command line", "missing SWEEP.toml", "sweep_tagger expand --help");
   SweepSpec spec = loadSweep(r["sweep"].as<std::string>());
+  if (r.count("overrides")) spec.overrides = r["overrides"].as<std::vector<std::string>>();
   std::vector<SweepPoint> points = expandSweep(spec);
 
   std::vector<std::pair<const SweepPoint*, std::string>> rows;  // point, state
@@ -267,7 +278,7 @@ int aggregateCommand(const std::vector<std::string>& args, std::ostream& out) {
 int runSweepTagger(int argc, char** argv, std::ostream& out, std::ostream& err) {
   const std::string usage =
       "usage: sweep_tagger tag --config X.toml [key=value ...] [--world-size N] [--fmt F]\n"
-      "       sweep_tagger expand SWEEP.toml [--json] [--index I] [--field F] "
+      "       sweep_tagger expand SWEEP.toml [key=value ...] [--json] [--index I] [--field F] "
       "[--pending RESULTS_DIR]\n"
       "       sweep_tagger aggregate RESULTS_DIR [--format csv|md|json] [--out F] [--plot DIR]\n";
   if (argc < 2) {

@@ -13,7 +13,7 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "common/tag.h"
-#include "sweep_tagger/validity.h"
+#include "common/run_config.h"
 
 namespace ftb {
 namespace fs = std::filesystem;
@@ -211,6 +211,7 @@ std::vector<SweepPoint> expandSweep(const SweepSpec& spec) {
       }
     }
     p.world_size = static_cast<int>(p.nodes * p.nproc_per_node);
+    overrides.insert(overrides.end(), spec.overrides.begin(), spec.overrides.end());
     Config cfg;
     try {
       cfg = Config::load(spec.base, overrides);
@@ -232,8 +233,7 @@ std::vector<SweepPoint> expandSweep(const SweepSpec& spec) {
     if (fmt.empty()) fmt = kDefaultTagFmt;
     p.hash = configHash(cfg, p.world_size);
     p.tag = formatTag(cfg, p.world_size, fmt);
-    for (const std::string& problem : pointProblems(cfg, p.world_size))
-      p.reason += (p.reason.empty() ? "" : "; ") + problem;
+    p.reason = refusalOf(cfg, p.world_size);
     if (auto it = seen.find(p.hash); it != seen.end()) {
       const SweepPoint& first = points[it->second];
       if (first.nodes == p.nodes) return;  // the same run: listed once

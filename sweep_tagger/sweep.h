@@ -23,12 +23,16 @@
 //   1x4 ranks) would share a run directory: such a point is listed as invalid. Indices 0..N-1
 //   number the listed points and are stable for a given file, so a SLURM array index maps to one
 //   point.
-// - Invalid points (pointProblems) stay in the list with valid = false and reason.
+// - Invalid points stay in the list with valid = false and reason = refusalOf() (the
+//   trainer's own validation: the exact text it prints when it exits 2 on that point).
 // - A bad sweep file or a value the trainer config rejects (unknown key, wrong type)
 //   throws ConfigError naming the sweep file.
+// - SweepSpec::overrides ("key=value", from the command line) apply to every point after
+//   the point's own overrides (so they win), before the tag, the hash, exclude rules and
+//   validity are computed: the tag a runner prints and checks is the directory it writes.
 // - args() is what a run of the point passes to the trainer after --config base:
-//   the point's overrides plus output.sweep_fmt when the sweep sets fmt, so that the
-//   trainer names the run directory exactly `tag`.
+//   the point's overrides, then SweepSpec::overrides, plus output.sweep_fmt when the sweep
+//   sets fmt, so that the trainer names the run directory exactly `tag`.
 #pragma once
 
 #include <string>
@@ -48,6 +52,7 @@ struct SweepSpec {
   int64_t nodes = 1, nproc_per_node = 1;
   std::vector<std::pair<std::string, std::vector<Value>>> grid;  // file order
   std::vector<KeyValues> exclude, include;
+  std::vector<std::string> overrides;  // "key=value" for every point (command line)
 };
 
 struct SweepPoint {
@@ -57,7 +62,7 @@ struct SweepPoint {
   int world_size = 1;
   std::string tag, hash;
   bool valid = true;
-  std::string reason;             // "; "-joined pointProblems() when invalid
+  std::string reason;             // refusalOf(): the trainer's refusal text when invalid
   bool included = false;          // from [[include]]
   std::vector<std::string> args;  // "key=VALUE" trainer overrides (see above)
 };

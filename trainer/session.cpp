@@ -163,7 +163,9 @@ int finishRun(MetricsFile& metrics, const TrainConfig& tc, const TrainSummary& s
     std::string msg = std::string("stopped by signal ") + strsignal(s.stop_signal) + " after " +
                       std::to_string(s.steps) + " steps";
     metrics.setStatus("preempted", 128 + s.stop_signal, msg);
+    metrics.close();
     FTB_WARN(msg);
+    if (rank == 0) printSummary(tc, s, peak.flops, peak.source, run_dir);  // of the steps done
     return 128 + s.stop_signal;
   }
   metrics.setStatus("completed", 0, "completed " + std::to_string(s.steps) + " steps");

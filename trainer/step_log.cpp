@@ -58,7 +58,10 @@ void StepLog::record(int64_t step, const StepRecord& r) {
                        {"rss_bytes", double(currentRssBytes())},
                        {"peak_rss_bytes", double(peakRssBytes())}});
   if ((step + 1) % tc_.log_every == 0) metrics_.flush();
-  if (sum_.steps == 0) sum_.first_loss = r.loss;
+  if (sum_.steps == 0) {
+    sum_.first_loss = r.loss;
+    first_step_ = step;
+  }
   sum_.last_loss = r.loss;
   sum_.steps = step + 1;
   if (step >= tc_.warmup_steps) {
@@ -74,14 +77,18 @@ void StepLog::record(int64_t step, const StepRecord& r) {
 
 void StepLog::printProgress(int64_t step, const StepRecord& r, double tps_padded,
                             double tps_dataset, double mfu) const {
+  // Steps done so far / planned; ETA from this process's mean step time.
+  const double elapsed = this->elapsed(), done = double(step + 1 - first_step_);
+  const double eta = done > 0 ? elapsed / done * double(tc_.max_steps - step - 1) : 0;
   std::ostringstream os;
   os << std::fixed << "step " << step + 1 << "/" << tc_.max_steps << " | loss "
-     << std::setprecision(5) << r.loss << " | " << std::setprecision(0) << tps_padded
-     << " tok/s (dataset " << tps_dataset << ") | MFU " << std::setprecision(1) << 100 * mfu
-     << "% | step " << std::setprecision(3) << r.total << " s (fwd " << std::setprecision(0)
-     << 100 * r.fwd / r.total << "% bwd " << 100 * r.bwd / r.total << "% opt "
-     << 100 * r.opt / r.total << "% comm " << 100 * r.comm / r.total << "%) | rss "
-     << currentRssBytes() / (1 << 20) << " MiB";
+     << std::setprecision(5) << r.loss << " | global tok/s " << std::setprecision(0)
+     << tps_padded << " padded, " << tps_dataset << " dataset | MFU " << std::setprecision(1)
+     << 100 * mfu << "% | step " << std::setprecision(3) << r.total << " s (fwd "
+     << std::setprecision(0) << 100 * r.fwd / r.total << "% bwd " << 100 * r.bwd / r.total
+     << "% opt " << 100 * r.opt / r.total << "% comm " << 100 * r.comm / r.total << "%) | rss "
+     << currentRssBytes() / (1 << 20) << " MiB | elapsed " << std::setprecision(1) << elapsed
+     << " s, ETA " << eta << " s";
   FTB_INFO(os.str());
 }
 

@@ -5,7 +5,8 @@
 // - StepRecord holds one step's phase times (s) and its global figures (identical on
 //   every rank: loss, grad norm, token counts from the step's all-reduce).
 // - StepLog::record() appends the row for 0-based step index `step`; the row's `step`
-//   column is that index. Steps >= training.warmup_steps enter the summary.
+//   column is that index, and the progress line counts steps done ("step s+1/max").
+//   Steps >= training.warmup_steps enter the summary.
 // - StepLog::finish() is collective (the peak RSS max over ranks).
 #pragma once
 
@@ -55,6 +56,7 @@ class StepLog {
   double peak_flops_, flops_per_token_, t_start_;
   int rank_, world_;
   TrainSummary sum_;
+  int64_t first_step_ = 0;  // the first step this process ran (a resumed run starts later)
   StepRecord acc_;  // sums over measured steps
   std::vector<double> step_times_;
 };

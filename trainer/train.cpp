@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <csignal>
+#include <sstream>
 
 #include "common/log.h"
 #include "trainer/data/dataset.h"
@@ -127,11 +128,13 @@ void checkStep(const TrainConfig& tc, int64_t step, const StepRecord& r, const A
                    std::to_string(int64_t(tc.memory_limit_bytes) >> 20) + " MiB) at step " +
                    std::to_string(step) + "; this rank's peak RSS is " +
                    std::to_string(peakRssBytes() >> 20) + " MiB");
-  if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm))
-    throw TrainingDiverged(logPrefix() + " training diverged at step " + std::to_string(step) +
-                           ": loss " + std::to_string(r.loss) + ", grad norm " +
-                           std::to_string(r.grad_norm) + " (lr " + std::to_string(r.lr) +
-                           "); lower training.lr or set training.max_grad_norm");
+  if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
+    std::ostringstream os;
+    os << logPrefix() << " training diverged at step " << step << " (HDF5 row " << step
+       << "): loss " << r.loss << ", grad norm " << r.grad_norm << " at lr " << r.lr
+       << "; lower training.lr or set training.max_grad_norm";
+    throw TrainingDiverged(os.str());
+  }
 }
 
 }  // namespace
@@ -143,7 +146,7 @@ void installStopSignalHandlers() {
   // then stop); a second TERM must not kill a rank mid-collective. A stuck rank is
   // killed by the launcher's SIGKILL after --grace.
   sigemptyset(&sa.sa_mask);
-  for (int s : {SIGTERM, SIGINT, SIGUSR1, SIGHUP}) sigaction(s, &sa, nullptr);
+  for (int s : {SIGTERM, SIGINT, SIGUSR1, SIGUSR2, SIGHUP}) sigaction(s, &sa, nullptr);
 }
 
 TrainSummary train(const TrainConfig& tc, Distributed& dist, MetricsFile& metrics,

@@ -190,18 +190,21 @@ def test_srun_runs_a_task_on_each_node(cluster):
 def test_train_sbatch_two_nodes_matches_single_process(cluster, tmp_path):
     """sbatch -N2 train.sbatch (2 nodes x 1 worker, srun --mpi=pmix launchers) completes;
     both rank files say completed; the losses equal one process with the doubled micro
-    batch (data-parallel equivalence)."""
+    batch (data-parallel equivalence). NPROC unset on CPU nodes: one worker per node. An
+    override argument containing a space reaches the trainers whole; OVERRIDES still works."""
     results = tmp_path / "res"
-    env = clean_env(CONFIG=TINY, RESULTS=results, NPROC=1)
-    job = sbatch(["-N2", "slurm/train.sbatch", "training.max_steps=12"], env, results)
+    out_dir = tmp_path / "runs with spaces"
+    env = clean_env(CONFIG=TINY, RESULTS=results, OVERRIDES="training.max_steps=12")
+    job = sbatch(["-N2", "slurm/train.sbatch", f"output.dir={out_dir}"], env, results)
     log = results / "logs" / f"ftb-train-{job}.out"
     rec = wait_job(job, 120, log)[0]
     assert rec["JobState"] == "COMPLETED" and rec["ExitCode"] == "0:0", tail(log)
     out = log.read_text()
+    assert "(2 node(s) x 1)" in out, out
     # one launcher per namespace host: the placement table shows both addresses
     assert re.search(r"^0\s+\S+\s+10\.77\.0\.11\s", out, re.M), out
     assert re.search(r"^1\s+\S+\s+10\.77\.0\.12\s", out, re.M), out
-    (run_dir,) = [d for d in results.iterdir() if d.name.startswith("tiny.ws2.")]
+    (run_dir,) = [d for d in out_dir.iterdir() if d.name.startswith("tiny.ws2.")]
     files = sorted((run_dir / "metrics").glob("rank_*.h5"))
     assert [f.name for f in files] == ["rank_00000.h5", "rank_00001.h5"]
     for f in files:

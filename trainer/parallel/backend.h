@@ -13,13 +13,14 @@
 #include <chrono>
 #include <string>
 
+#include "common/run_config.h"  // ncclCompiledIn()
+
 namespace ftb {
 
 enum class BackendKind { kGloo, kNccl };
 
 // "auto" -> NCCL when compiled in and CUDA is available, else Gloo.
 BackendKind resolveBackend(const std::string& name);
-bool ncclCompiledIn();
 
 c10::intrusive_ptr<c10d::ProcessGroup> makeProcessGroup(BackendKind kind,
                                                         c10::intrusive_ptr<c10d::Store> store,

@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "common/error.h"
 #include "common/files.h"
@@ -440,6 +441,29 @@ TEST(SchemaTest, TrainerSchemaKeys) {
   EXPECT_FALSE(s.find("metrics.log_every")->affects_experiment);
   EXPECT_TRUE(s.find("metrics.peak_tflops")->affects_experiment);
   for (const KeySpec& k : s.keys()) EXPECT_FALSE(k.doc.empty()) << k.key;
+}
+
+// Every row of the --help-config table has its 4 cells in markdown (a `|` in a doc or a
+// default would start a new cell), `<x>` outside code is not swallowed as an HTML tag, and
+// planned keys say so.
+TEST(SchemaTest, MarkdownEscapesBarsAndMarksPlannedKeys) {
+  Schema sc;
+  sc.add(KeySpec{"a.mode", ValueType::kString, Value(std::string("x|<y>")), "\"x\" | <y>"});
+  KeySpec later{"a.later", ValueType::kInt, Value(int64_t{0}), "comes later"};
+  later.planned = true;
+  sc.add(later);
+  const std::string md = schemaMarkdown(sc);
+  EXPECT_EQ(md,
+            "| key | type | default | meaning |\n|---|---|---|---|\n"
+            "| `a.mode` | string | `\"x\\|<y>\"` | \"x\" \\| \\<y> |\n"
+            "| `a.later` | int | `0` | **planned** (not implemented yet; refused if set): comes "
+            "later |\n");
+  std::istringstream rows(schemaMarkdown(trainerSchema()));
+  for (std::string row; std::getline(rows, row);) {
+    int cells = -1;  // a row starts and ends with a bar
+    for (size_t i = 0; i < row.size(); ++i) cells += row[i] == '|' && (i == 0 || row[i - 1] != '\\');
+    EXPECT_EQ(cells, 4) << row;
+  }
 }
 
 TEST(SchemaTest, Closest) {

@@ -10,7 +10,7 @@
 
 #include "common/error.h"
 #include "sweep_tagger/cli.h"
-#include "sweep_tagger/validity.h"
+#include "common/run_config.h"
 #include "test_util.h"
 #include "common/h5_metrics.h"
 
@@ -52,12 +52,17 @@ TEST(Sweep, ThreeAxisWithExcludeListsTheRightPoints) {
   for (int i = 0; i < 6; ++i) EXPECT_TRUE(pts[i].valid) << i;
   for (int i = 6; i < 10; ++i) {
     EXPECT_FALSE(pts[i].valid);
-    EXPECT_EQ(pts[i].reason, "seq_len(2048) exceeds model.max_seq_len(1024)");
+    EXPECT_EQ(pts[i].reason,
+              "config error: override 'data.seq_len=2048': key 'data.seq_len': seq_len(2048) "
+              "exceeds model.max_seq_len(1024)");
   }
   EXPECT_TRUE(pts[10].included);
-  EXPECT_EQ(pts[10].reason,
-            "dp_shard(1) * tp(3) does not divide world_size(1); tp(3) does not divide "
-            "n_heads(4); tp(3) does not divide n_kv_heads(2)");
+  // The trainer's refusal of the same point, word for word.
+  EXPECT_EQ(pts[10].reason, refusalOf(Config::load(test::dataDir() + "/base.toml",
+                                                   {"data.seq_len=128", "parallel.tp=3"}),
+                                      1));
+  EXPECT_NE(pts[10].reason.find("dp_shard(1) * tp(3) does not divide world_size(1)"),
+            std::string::npos);
   EXPECT_EQ(pts[3].args,
             (std::vector<std::string>{
                 "data.seq_len=256", "training.micro_batch_size=2",
@@ -105,6 +110,31 @@ TEST(Sweep, JsonIndexAndFieldForJobArrays) {
             }),
             "config error: command line: unknown --field 'color'\n  hint: one of: index tag hash "
             "world_size nodes nproc_per_node valid reason included overrides args base state");
+}
+
+// Command-line overrides apply to every point after the point's own: the hash a runner
+// prints and checks with --pending is the hash of the config the trainer will run.
+TEST(Sweep, OverridesFoldIntoEveryPointsHashAndArgs) {
+  auto point = [](std::vector<std::string> args) {
+    args.insert(args.begin(), kThreeAxis);
+    for (const char* a : {"--index", "0"}) args.push_back(a);
+    return nlohmann::json::parse(run(expandCommand, args));
+  };
+  const auto plain = point({});
+  const auto lr = point({"training.lr=0.5"});
+  EXPECT_NE(lr["hash"], plain["hash"]);
+  EXPECT_EQ(lr["args"][2], "training.lr=0.5");  // after data.seq_len, micro_batch_size
+  const std::string base = lr["base"];
+  EXPECT_EQ(run(tagCommand, {"--config", base, "--world-size", "1", "--hash", "data.seq_len=256",
+                             "training.micro_batch_size=1", "training.lr=0.5"}),
+            lr["hash"].get<std::string>() + "\n");
+  // An override of an axis wins over the point's value (the point's run is that config).
+  EXPECT_EQ(point({"data.seq_len=128"})["tag"], "tinytest.sl128.mb1.ws1");
+  std::ostringstream sink;
+  EXPECT_NE(errorOf([&] {
+              expandCommand({kThreeAxis, "training.lrr=1"}, sink);
+            }).find("training.lrr"),
+            std::string::npos);
 }
 
 // Run dirs for --pending: completed (dropped) and every other state (kept).
@@ -227,22 +257,31 @@ TEST(Sweep, ErrorsNameTheFileLineAndKey) {
   EXPECT_NE(msg.find("in sweep " + f + ", point data.seq_len=\"x\""), std::string::npos) << msg;
 }
 
+// The sweep's validity is the trainer's own validation (refusalOf = the text of the
+// ConfigError TrainConfig::fromConfig throws): the same numbers, key and location.
 TEST(Validity, LayoutRules) {
   auto problems = [](const std::vector<std::string>& ov, int ws) {
-    std::string s;
-    for (const std::string& p : pointProblems(test::configFrom(test::kModelToml, ov), ws))
-      s += (s.empty() ? "" : "; ") + p;
-    return s;
+    return refusalOf(test::configFrom(test::kModelToml, ov), ws);
+  };
+  auto has = [](const std::string& msg, const std::string& part) {
+    return msg.find(part) != std::string::npos;
   };
   EXPECT_EQ(problems({}, 3), "");
   EXPECT_EQ(problems({"parallel.tp=2"}, 4), "");
-  EXPECT_EQ(problems({"parallel.tp=2"}, 3), "dp_shard(1) * tp(2) does not divide world_size(3)");
-  EXPECT_EQ(problems({"parallel.dp_replicate=2"}, 3),
-            "dp_replicate(2) * dp_shard(1) * tp(1) = 2 does not equal world_size(3)");
-  EXPECT_EQ(problems({"parallel.tp=4"}, 4), "tp(4) does not divide n_kv_heads(2)");
-  EXPECT_EQ(problems({"parallel.tp=0"}, 4), "tp(0) must be >= 1");
-  EXPECT_EQ(problems({"data.seq_len=1025"}, 1), "seq_len(1025) exceeds model.max_seq_len(1024)");
-  EXPECT_EQ(problems({}, 0), "world_size(0) must be >= 1");
+  EXPECT_PRED2(has, problems({"parallel.tp=2"}, 3),
+               "dp_shard(1) * tp(2) does not divide world_size(3)");
+  EXPECT_PRED2(has, problems({"parallel.dp_replicate=2"}, 3),
+               "dp_replicate(2) * dp_shard(1) * tp(1) = 2 does not equal world_size(3)");
+  EXPECT_PRED2(has, problems({"parallel.tp=4"}, 4), "tp(4) does not divide n_kv_heads(2)");
+  EXPECT_PRED2(has, problems({"parallel.tp=0"}, 4), "must be >= 1, got 0");
+  EXPECT_PRED2(has, problems({"data.seq_len=1025"}, 1),
+               "seq_len(1025) exceeds model.max_seq_len(1024)");
+  EXPECT_PRED2(has, problems({}, 0), "world_size(0) must be >= 1");
+  // The two points issue 9 found valid in expand but refused by the trainer.
+  EXPECT_PRED2(has, problems({"parallel.tp=2", "model.ffn_dim=345"}, 2),
+               "tp(2) does not divide ffn_dim(345)");
+  EXPECT_PRED2(has, problems({"parallel.tp=2", "training.optimizer=\"adafactor\""}, 2),
+               "tp(2) splits tensors across ranks");
 }
 
 TEST(ShellQuote, QuotesOnlyWhenNeeded) {
