@@ -3,11 +3,12 @@
 #include <filesystem>
 #include <sstream>
 
+#include "common/checked_math.h"
 #include "common/error.h"
 
 namespace ftb {
 
-bool ncclCompiledIn();  // parallel/backend_nccl{,_off}.cpp
+bool ncclCompiledIn() { return FTB_NCCL_COMPILED_IN != 0; }
 
 namespace {
 
@@ -27,6 +28,14 @@ void requireOneOf(const Config& cfg, const std::string& key,
     list += (list.empty() ? "" : " | ") + std::string("\"") + o + "\"";
   }
   cfg.fail(key, "expected one of " + list + ", got \"" + v + "\"");
+}
+
+// A value other than the schema default (a resolved run.toml lists every default
+// explicitly, so "where it came from" does not tell).
+bool differsFromDefault(const Config& cfg, const std::string& key) {
+  if (!cfg.has(key)) return false;
+  const KeySpec* spec = cfg.schema().find(key);
+  return !spec || !spec->default_value || !(*spec->default_value == cfg.entries().at(key).value);
 }
 
 int64_t parseCheckpointing(const Config& cfg) {
@@ -105,7 +114,19 @@ ModelArgs modelArgsFromConfig(const Config& cfg) {
   return m;
 }
 
-TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size) {
+std::string refusalOf(const Config& cfg, int world_size, Checks checks) {
+  try {
+    TrainConfig::fromConfig(cfg, world_size, checks);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size, Checks checks) {
+  if (world_size < 1)
+    throw ConfigError("", "world size", "world_size(" + num(world_size) + ") must be >= 1",
+                      "the launcher sets WORLD_SIZE = nodes * nproc_per_node");
   TrainConfig c;
   c.model = modelArgsFromConfig(cfg);
   c.world_size = world_size;
@@ -137,7 +158,7 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size) {
              "padding positions are masked out of the loss, but they still go through the embedding");
   if (c.data_source == "synthetic") {
     requirePositive(cfg, "data.num_samples");
-  } else if (!std::filesystem::is_regular_file(c.data_source)) {
+  } else if (checks == Checks::kAll && !std::filesystem::is_regular_file(c.data_source)) {
     cfg.fail("data.source", "data file \"" + c.data_source + "\" does not exist",
              "use \"synthetic\" or a .bin/.jsonl token file (trainer --generate-data writes one)");
   }
@@ -211,7 +232,11 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size) {
   int64_t gbs = cfg.getInt("training.global_batch_size");
   if (gbs < 0) cfg.fail("training.global_batch_size", "must be >= 0, got " + num(gbs));
   if (gbs > 0) {
-    int64_t per_step = c.micro_batch_size * c.dpSize();
+    auto checked = checkedProduct({c.micro_batch_size, c.dpSize()});
+    if (!checked)
+      cfg.fail("training.micro_batch_size", "micro_batch_size(" + num(c.micro_batch_size) +
+                                                ") * data-parallel size overflows int64");
+    int64_t per_step = *checked;
     if (gbs % per_step != 0)
       cfg.fail("training.global_batch_size",
                "global_batch_size(" + num(gbs) + ") is not divisible by micro_batch_size(" +
@@ -230,7 +255,7 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size) {
   }
   c.backend = cfg.getString("parallel.backend");
   requireOneOf(cfg, "parallel.backend", {"auto", "gloo", "nccl"});
-  if (c.backend == "nccl" && !ncclCompiledIn())
+  if (checks == Checks::kAll && c.backend == "nccl" && !ncclCompiledIn())
     cfg.fail("parallel.backend", "\"nccl\" is not compiled into this build (libtorch has no CUDA)",
              "use backend = \"gloo\" or \"auto\"");
   c.timeout_seconds = cfg.getFloat("parallel.timeout_seconds");
@@ -239,7 +264,7 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size) {
   // Planned keys (KeySpec::planned: checkpoints, HF import, profiling) are refused rather
   // than silently ignored until they exist.
   for (const KeySpec& k : cfg.schema().keys())
-    if (k.planned && cfg.has(k.key) && cfg.where(k.key) != "default")
+    if (k.planned && differsFromDefault(cfg, k.key))
       cfg.fail(k.key, "is planned and not implemented yet in this version",
                "remove it; see README.md \"Not implemented yet\"");
   c.bucket_bytes = cfg.getFloat("parallel.bucket_mb") * double(1 << 20);
@@ -253,6 +278,7 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size) {
   c.output_dir = cfg.getString("output.dir");
   c.sweep_fmt = cfg.getString("output.sweep_fmt");
   c.no_sweep_dir = cfg.getBool("output.no_sweep_dir");
+  checkSizes(cfg, c);
   return c;
 }
 

@@ -31,6 +31,11 @@ struct ModelArgs {
 
 enum class DType { kFp32, kBf16 };
 
+// What validation may look at besides the config. kAll (trainer, sweep expand) also
+// checks this machine: data.source exists, the backend is compiled in. kConfigOnly
+// (aggregating runs recorded elsewhere) checks the config and layout alone.
+enum class Checks { kAll, kConfigOnly };
+
 struct TrainConfig {
   ModelArgs model;
   // data
@@ -66,10 +71,23 @@ struct TrainConfig {
   int64_t globalBatch() const { return micro_batch_size * grad_accum_steps * dpSize(); }
 
   // REQUIRES: cfg resolved by Config::load. Throws ConfigError on any violation.
-  static TrainConfig fromConfig(const Config& cfg, int world_size);
+  static TrainConfig fromConfig(const Config& cfg, int world_size, Checks checks = Checks::kAll);
 };
 
+// The trainer's refusal of (cfg, world_size): exactly the text of the ConfigError
+// TrainConfig::fromConfig throws (what the trainer prints before exiting 2), or ""
+// when it accepts. The one validity check of sweep_tagger expand and aggregate.
+std::string refusalOf(const Config& cfg, int world_size, Checks checks = Checks::kAll);
+
+// Whether this build can create an NCCL process group (FTB_USE_NCCL at configure time).
+bool ncclCompiledIn();
+
 ModelArgs modelArgsFromConfig(const Config& cfg);
+
+// Every size the trainer derives by multiplying config values (parameter count,
+// global batch, tokens per run) fits int64; else ConfigError naming the key most
+// likely at fault, with the factors. Called by fromConfig() after the layout is set.
+void checkSizes(const Config& cfg, const TrainConfig& c);
 
 // Why a .bin token file with c.bin_dtype cannot hold c's vocabulary, or "" when it
 // can (uint16 holds ids below 65536). Used for data.source and --generate-data.

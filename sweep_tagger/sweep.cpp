@@ -11,8 +11,9 @@
 #include <tuple>
 
 #include "common/error.h"
+#include "common/files.h"
 #include "common/tag.h"
-#include "sweep_tagger/validity.h"
+#include "common/run_config.h"
 
 namespace ftb {
 namespace fs = std::filesystem;
@@ -145,9 +146,8 @@ SweepSpec loadSweep(const std::string& path) {
   spec.path = path;
   toml::table root;
   try {
-    root = toml::parse_file(path);
+    root = toml::parse(readInputFile(path, "sweep file"), path);
   } catch (const toml::parse_error& e) {
-    if (!fs::exists(path)) throw ConfigError("", path, "sweep file not found");
     throw ConfigError("", path + ":" + std::to_string(e.source().begin.line),
                       "TOML syntax error: " + std::string(e.description()));
   }
@@ -233,8 +233,7 @@ std::vector<SweepPoint> expandSweep(const SweepSpec& spec) {
     if (fmt.empty()) fmt = kDefaultTagFmt;
     p.hash = configHash(cfg, p.world_size);
     p.tag = formatTag(cfg, p.world_size, fmt);
-    for (const std::string& problem : pointProblems(cfg, p.world_size))
-      p.reason += (p.reason.empty() ? "" : "; ") + problem;
+    p.reason = refusalOf(cfg, p.world_size);
     if (auto it = seen.find(p.hash); it != seen.end()) {
       const SweepPoint& first = points[it->second];
       if (first.nodes == p.nodes) return;  // the same run: listed once

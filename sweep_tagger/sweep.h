@@ -23,7 +23,8 @@
 //   1x4 ranks) would share a run directory: such a point is listed as invalid. Indices 0..N-1
 //   number the listed points and are stable for a given file, so a SLURM array index maps to one
 //   point.
-// - Invalid points (pointProblems) stay in the list with valid = false and reason.
+// - Invalid points stay in the list with valid = false and reason = refusalOf() (the
+//   trainer's own validation: the exact text it prints when it exits 2 on that point).
 // - A bad sweep file or a value the trainer config rejects (unknown key, wrong type)
 //   throws ConfigError naming the sweep file.
 // - SweepSpec::overrides ("key=value", from the command line) apply to every point after
@@ -61,7 +62,7 @@ struct SweepPoint {
   int world_size = 1;
   std::string tag, hash;
   bool valid = true;
-  std::string reason;             // "; "-joined pointProblems() when invalid
+  std::string reason;             // refusalOf(): the trainer's refusal text when invalid
   bool included = false;          // from [[include]]
   std::vector<std::string> args;  // "key=VALUE" trainer overrides (see above)
 };

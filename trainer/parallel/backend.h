@@ -13,6 +13,8 @@
 #include <chrono>
 #include <string>
 
+#include "common/run_config.h"  // ncclCompiledIn()
+
 namespace ftb {
 
 enum class BackendKind { kGloo, kNccl };
@@ -22,7 +24,6 @@ enum class BackendKind { kGloo, kNccl };
 // on the CPU, so its "auto" is Gloo even where CUDA exists (NCCL cannot reduce CPU
 // tensors).
 BackendKind resolveBackend(const std::string& name, bool tensors_on_cuda = false);
-bool ncclCompiledIn();
 
 c10::intrusive_ptr<c10d::ProcessGroup> makeProcessGroup(BackendKind kind,
                                                         c10::intrusive_ptr<c10d::Store> store,

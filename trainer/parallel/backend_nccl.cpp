@@ -6,8 +6,6 @@
 
 namespace ftb {
 
-bool ncclCompiledIn() { return true; }
-
 c10::intrusive_ptr<c10d::ProcessGroup> makeNcclProcessGroup(c10::intrusive_ptr<c10d::Store> store,
                                                             int rank, int size,
                                                             std::chrono::milliseconds timeout) {

@@ -4,8 +4,6 @@
 
 namespace ftb {
 
-bool ncclCompiledIn() { return false; }
-
 c10::intrusive_ptr<c10d::ProcessGroup> makeNcclProcessGroup(c10::intrusive_ptr<c10d::Store>, int,
                                                             int, std::chrono::milliseconds) {
   throw ConfigError("parallel.backend", "config",
