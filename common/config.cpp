@@ -11,12 +11,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <set>
 #include <sstream>
 
 #include "common/error.h"
+#include "common/files.h"
 
 namespace ftb {
 namespace fs = std::filesystem;
@@ -248,10 +248,7 @@ void applyPreset(Config& cfg, const std::string& config_path) {
             "; or set model.dim, model.n_layers, ... explicitly");
   }
 
-  std::ifstream in(path);
-  std::stringstream buf;
-  buf << in.rdbuf();
-  toml::table preset = parseToml(buf.str(), path);
+  toml::table preset = parseToml(readInputFile(path, "model preset"), path);
   if (!preset["model"].is_table())
     throw ConfigError("model.name", path, "preset has no [model] table");
   std::vector<std::pair<std::string, Entry>> found;
@@ -318,19 +315,7 @@ std::vector<std::string> presetDirs(const std::string& config_path) {
 
 Config Config::load(const std::string& path, const std::vector<std::string>& overrides,
                     const Schema& schema) {
-  std::error_code ec;
-  if (fs::is_directory(path, ec))
-    throw ConfigError("", path, "is a directory, expected a TOML config file");
-  std::ifstream in(path);
-  if (!in) {
-    throw ConfigError("", path, "cannot read config file",
-                      fs::exists(path, ec)
-                          ? "check its permissions"
-                          : "no such file (relative to " + fs::current_path(ec).string() + ")");
-  }
-  std::stringstream buf;
-  buf << in.rdbuf();
-  return fromString(buf.str(), path, overrides, schema);
+  return fromString(readInputFile(path, "config file"), path, overrides, schema);
 }
 
 Config Config::fromString(const std::string& toml_text, const std::string& source_name,

@@ -160,6 +160,10 @@ void addParallel(Schema& sc) {
   sc.add(spec("parallel.backend", kString, s("auto"), "\"auto\" | \"gloo\" | \"nccl\""));
   sc.add(
       spec("parallel.timeout_seconds", kFloat, f(300.0), "collective/rendezvous timeout", kNoTag));
+  sc.add(spec("parallel.bucket_mb", kFloat, f(25.0),
+              "DDP gradient bucket size (MiB of fp32); each bucket's all-reduce starts "
+              "during backward as soon as its gradients are ready",
+              kNoTag));
   sc.add(spec("parallel.memory_limit_gb", kFloat, f(0.0),
               "per-rank memory limit (OOM above it); 0 = none"));
 }
@@ -175,10 +179,10 @@ void addCheckpoint(Schema& sc) {
               kNoTag));
   sc.add(spec("checkpoint.keep_last", kInt, i(2),
               "complete checkpoints kept (older ones pruned); 0 = keep all", kNoTag));
-  sc.add(spec("checkpoint.preempt_grace_s", kFloat, f(0.0),
+  sc.add(planned(spec("checkpoint.preempt_grace_s", kFloat, f(0.0),
               "after a stop signal, seconds to finish the step and save before exiting "
               "without a checkpoint; 0 = no deadline",
-              kNoTag));
+              kNoTag)));
 }
 
 void addMetricsAndOutput(Schema& sc) {

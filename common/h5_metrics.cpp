@@ -18,6 +18,38 @@ const std::set<std::string> kStates = {"running", "completed", "failed",
 
 int64_t toInt(double v) { return std::isnan(v) ? -1 : static_cast<int64_t>(std::llround(v)); }
 
+// `units` and `description` attributes of the trainer's /steps datasets (trainer/README.md
+// "Metrics"). Scope: "global" = summed or identical over all ranks; "rank" = this rank.
+struct MetricDoc {
+  const char* units;
+  const char* description;
+};
+const std::map<std::string, MetricDoc>& metricDocs() {
+  static const std::map<std::string, MetricDoc> docs = {
+      {"step", {"1", "step index, 0-based (the progress line shows step + 1)"}},
+      {"time_s", {"s", "wall time from the start of the first step to the end of this one (rank)"}},
+      {"step_time_s", {"s", "wall time of this step (rank)"}},
+      {"data_s", {"s", "time building batches in this step (rank)"}},
+      {"forward_s", {"s", "time in forward passes in this step (rank)"}},
+      {"backward_s", {"s", "time in backward passes in this step (rank)"}},
+      {"optimizer_s", {"s", "time in the optimizer step (rank)"}},
+      {"comm_s", {"s", "exposed communication time in this step (rank)"}},
+      {"loss", {"nats/token", "mean cross-entropy per non-padding token of the global batch"}},
+      {"grad_norm", {"1", "global L2 norm of the gradients before clipping"}},
+      {"lr", {"1", "learning rate used in this step"}},
+      {"tokens_padded", {"tokens", "tokens of the global batch including padding"}},
+      {"tokens_dataset", {"tokens", "non-padding tokens of the global batch"}},
+      {"tokens_per_s_padded", {"tokens/s", "global padded tokens / step wall time"}},
+      {"tokens_per_s_dataset", {"tokens/s", "global non-padding tokens / step wall time"}},
+      {"tokens_per_s_per_device", {"tokens/s/device", "padded tokens/s / world size"}},
+      {"mfu", {"1", "model FLOPs utilization: flops_per_token * tokens/s per device / peak_flops"}},
+      {"flops_per_token", {"FLOP/token", "6N + 12 L H hd T (torchtitan)"}},
+      {"rss_bytes", {"bytes", "resident set size of this rank (VmRSS)"}},
+      {"peak_rss_bytes", {"bytes", "peak resident set size of this rank so far (VmHWM)"}},
+  };
+  return docs;
+}
+
 }  // namespace
 
 std::string metricsFilePath(const std::string& run_dir, int rank) {
@@ -47,6 +79,7 @@ MetricsFile MetricsFile::create(const std::string& path, const RunInfo& info) {
       {"device", &info.device},
       {"peak_source", &info.peak_source}};
   for (const auto& [name, value] : strings) h5::writeAttrString(root, name, *value);
+  if (!info.cpu_model.empty()) h5::writeAttrString(root, "cpu_model", info.cpu_model);
   h5::writeAttrInt(root, "world_size", info.world_size);
   h5::writeAttrInt(root, "rank", info.rank);
   h5::writeAttrInt(root, "local_rank", info.local_rank);
@@ -164,11 +197,17 @@ void MetricsFile::appendStep(const std::map<std::string, double>& values) {
 void MetricsFile::flush() {
   if (!isOpen()) return;
   for (Column& c : columns_) {
-    if (!c.dset.valid()) {  // a resumed file already has it
-      c.dset = h5::exists(steps_group_, c.name)
-                   ? h5::openDataset(steps_group_, c.name)
-                   : h5::createAppendable(steps_group_, c.name,
-                                          c.is_int ? h5::ElemType::kInt64 : h5::ElemType::kFloat64);
+    if (!c.dset.valid()) {  // a resumed file already has it (and its attributes)
+      if (h5::exists(steps_group_, c.name)) {
+        c.dset = h5::openDataset(steps_group_, c.name);
+      } else {
+        c.dset = h5::createAppendable(steps_group_, c.name,
+                                      c.is_int ? h5::ElemType::kInt64 : h5::ElemType::kFloat64);
+        auto doc = metricDocs().find(c.name);
+        h5::writeAttrString(c.dset, "units", doc == metricDocs().end() ? "" : doc->second.units);
+        h5::writeAttrString(c.dset, "description",
+                            doc == metricDocs().end() ? "" : doc->second.description);
+      }
     }
     if (c.is_int) {
       h5::appendValues(c.dset, c.ints.data(), c.ints.size());
@@ -267,6 +306,57 @@ MetricsData readMetricsFile(const std::string& path) {
   }
   for (auto& kv : d.steps) kv.second.resize(rows);
   return d;
+}
+
+}  // namespace ftb
+
+namespace ftb {
+namespace {
+
+std::string valueText(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+// "" or the first row of `col` breaking the order `ok(prev, cur)`.
+template <typename Ok>
+std::string orderProblem(const std::vector<double>& col, const std::string& name, Ok ok,
+                         const char* expected) {
+  for (size_t i = 1; i < col.size(); ++i)
+    if (!ok(col[i - 1], col[i]))
+      return "/steps/" + name + " row " + std::to_string(i) + " is " + valueText(col[i]) +
+             " after " + valueText(col[i - 1]) + ": expected " + expected;
+  return "";
+}
+
+}  // namespace
+
+std::string metricsProblem(const MetricsData& d) {
+  for (const auto& [name, col] : d.steps)
+    for (size_t i = 0; i < col.size(); ++i)
+      if (!std::isfinite(col[i]) || col[i] < 0)
+        return "/steps/" + name + " row " + std::to_string(i) + " is " + valueText(col[i]) +
+               ": expected a finite value >= 0";
+  if (auto it = d.steps.find("step"); it != d.steps.end()) {
+    for (size_t i = 0; i < it->second.size(); ++i)
+      if (it->second[i] != std::floor(it->second[i]))
+        return "/steps/step row " + std::to_string(i) + " is " + valueText(it->second[i]) +
+               ": expected an integer";
+    std::string p = orderProblem(it->second, "step", [](double a, double b) { return b > a; },
+                                 "strictly increasing step numbers");
+    if (!p.empty()) return p;
+  }
+  if (auto it = d.steps.find("time_s"); it != d.steps.end()) {
+    std::string p = orderProblem(it->second, "time_s", [](double a, double b) { return b >= a; },
+                                 "non-decreasing times");
+    if (!p.empty()) return p;
+  }
+  const size_t rows = d.steps.empty() ? 0 : d.steps.begin()->second.size();
+  if (d.status.steps_done != static_cast<int64_t>(rows))
+    return "/status steps_done is " + std::to_string(d.status.steps_done) + " but /steps has " +
+           std::to_string(rows) + " rows";
+  return "";
 }
 
 }  // namespace ftb

@@ -2,10 +2,13 @@
 //
 // Layout of <run_dir>/metrics/rank_%05d.h5 (schema_version 1):
 //   / attrs    schema_version (int64 = 1), tag, config_hash, hostname, start_utc,
-//              ftbench_version, torch_version, device, peak_source (UTF-8 strings),
+//              ftbench_version, torch_version, device, peak_source, cpu_model (UTF-8 strings;
+//              cpu_model only in files that have it),
 //              world_size, rank, local_rank, node_rank (int64), peak_flops (float64, FLOP/s)
 //   /config    scalar UTF-8 string: the resolved config (TOML)
-//   /steps/<metric>  1-D float64 or int64, chunked, unlimited; row i = i-th appended step
+//   /steps/<metric>  1-D float64 or int64, chunked (Fletcher-32 per chunk), unlimited;
+//                    row i = i-th appended step; attrs `units` and `description` (strings;
+//                    empty for a name outside the trainer's metric set)
 //   / attrs    resume_count, resume_steps (int64 array): only in a run resumed from a
 //              checkpoint (MetricsFile::resume)
 //   /status    group with attrs state (running|completed|failed|oom|preempted|invalid),
@@ -37,6 +40,7 @@ inline constexpr int64_t kMetricsSchemaVersion = 1;
 struct RunInfo {
   std::string tag, config_hash, hostname, start_utc, ftbench_version, torch_version, device,
       peak_source, config_toml;
+  std::string cpu_model;  // /proc/cpuinfo model name; root attr `cpu_model` when non-empty
   int world_size = 1, rank = 0, local_rank = 0, node_rank = 0;
   double peak_flops = 0;  // FLOP/s
 };
@@ -127,5 +131,13 @@ struct MetricsData {
 // Throws IoError naming `path` when the file is missing, corrupt or truncated, has
 // no /status or /steps, or a schema_version other than kMetricsSchemaVersion.
 MetricsData readMetricsFile(const std::string& path);
+
+// Sanity of a file's numbers, "" if sane, else the first problem ("/steps/loss row 3
+// is -1.6e+19: expected a finite value >= 0"). Checks: every /steps value finite and
+// >= 0; /steps/step strictly increasing integers; /steps/time_s non-decreasing;
+// /status steps_done equal to the number of rows. A `completed` file that fails is
+// corrupt; a failed run may legitimately hold a non-finite loss, so callers apply
+// this to completed files.
+std::string metricsProblem(const MetricsData& d);
 
 }  // namespace ftb

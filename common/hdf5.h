@@ -63,7 +63,9 @@ void silenceErrorPrinting();  // H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr), on
 // `file_locking` false: no flock(2) on the file, so other processes may open it while
 // it is open here (HDF5's default takes an exclusive lock for writers and a shared one
 // for readers; the env HDF5_USE_FILE_LOCKING overrides both).
-H5Handle createFile(const std::string& path, bool file_locking = true);  // truncates
+// Truncates. Object headers, B-trees and the superblock use the 1.8+ formats, which
+// carry checksums (readable by HDF5 >= 1.8 and h5py).
+H5Handle createFile(const std::string& path, bool file_locking = true);
 H5Handle openFile(const std::string& path, bool writable = false, bool file_locking = true);
 // Writes every dirty buffer of the file containing `loc` to the OS (H5F_SCOPE_GLOBAL).
 void flushFile(hid_t loc);
@@ -104,7 +106,8 @@ void writeStringDataset(hid_t loc, const std::string& name, const std::string& v
 std::string readStringDataset(hid_t loc, const std::string& name);
 
 enum class ElemType { kFloat64, kInt64 };
-// 1-D dataset of length 0, max length unlimited, chunked by `chunk` elements.
+// 1-D dataset of length 0, max length unlimited, chunked by `chunk` elements, each
+// chunk with a Fletcher-32 checksum (H5Dread fails on a corrupt chunk).
 H5Handle createAppendable(hid_t loc, const std::string& name, ElemType type, hsize_t chunk = 1024);
 // Extends a 1-D dataset by n and writes values at its old end. The values are
 // converted to the dataset's element type by HDF5.

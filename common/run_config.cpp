@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "common/checked_math.h"
 #include "common/error.h"
 
 namespace ftb {
@@ -231,7 +232,11 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size, Checks ch
   int64_t gbs = cfg.getInt("training.global_batch_size");
   if (gbs < 0) cfg.fail("training.global_batch_size", "must be >= 0, got " + num(gbs));
   if (gbs > 0) {
-    int64_t per_step = c.micro_batch_size * c.dpSize();
+    auto checked = checkedProduct({c.micro_batch_size, c.dpSize()});
+    if (!checked)
+      cfg.fail("training.micro_batch_size", "micro_batch_size(" + num(c.micro_batch_size) +
+                                                ") * data-parallel size overflows int64");
+    int64_t per_step = *checked;
     if (gbs % per_step != 0)
       cfg.fail("training.global_batch_size",
                "global_batch_size(" + num(gbs) + ") is not divisible by micro_batch_size(" +
@@ -263,6 +268,8 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size, Checks ch
       cfg.fail(k.key, "is planned and not implemented yet in this version",
                "remove it; see README.md \"Not implemented yet\"");
   c.checkpoint = CheckpointConfig::fromConfig(cfg);
+  c.bucket_bytes = cfg.getFloat("parallel.bucket_mb") * double(1 << 20);
+  if (c.bucket_bytes <= 0) cfg.fail("parallel.bucket_mb", "must be > 0", "the default is 25");
   c.memory_limit_bytes = cfg.getFloat("parallel.memory_limit_gb") * double(1LL << 30);
   if (c.memory_limit_bytes < 0) cfg.fail("parallel.memory_limit_gb", "must be >= 0");
   c.log_every = cfg.getInt("metrics.log_every");
@@ -272,6 +279,7 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size, Checks ch
   c.output_dir = cfg.getString("output.dir");
   c.sweep_fmt = cfg.getString("output.sweep_fmt");
   c.no_sweep_dir = cfg.getBool("output.no_sweep_dir");
+  checkSizes(cfg, c);
   return c;
 }
 

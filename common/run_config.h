@@ -68,6 +68,7 @@ struct TrainConfig {
   double timeout_seconds = 300;
   double memory_limit_bytes = 0;  // 0 = none; above it a run ends with status "oom"
   CheckpointConfig checkpoint;
+  double bucket_bytes = 25 << 20;  // DDP gradient bucket size
   // metrics
   int64_t log_every = 1;
   double peak_tflops = 0, price_per_hour = 0;
@@ -93,6 +94,11 @@ std::string refusalOf(const Config& cfg, int world_size, Checks checks = Checks:
 bool ncclCompiledIn();
 
 ModelArgs modelArgsFromConfig(const Config& cfg);
+
+// Every size the trainer derives by multiplying config values (parameter count,
+// global batch, tokens per run) fits int64; else ConfigError naming the key most
+// likely at fault, with the factors. Called by fromConfig() after the layout is set.
+void checkSizes(const Config& cfg, const TrainConfig& c);
 
 // Why a .bin token file with c.bin_dtype cannot hold c's vocabulary, or "" when it
 // can (uint16 holds ids below 65536). Used for data.source and --generate-data.

@@ -5,12 +5,12 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <regex>
 #include <set>
 #include <sstream>
 
 #include "common/config.h"
+#include "common/files.h"
 #include "sweep_tagger/process_pool.h"
 #include "common/run_config.h"
 #include "common/h5_metrics.h"
@@ -24,13 +24,6 @@ struct RankFile {
   MetricsData data;
   double age_seconds = 0;  // since the file's last modification
 };
-
-std::string readText(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 void flattenToml(const toml::table& t, const std::string& prefix,
                  std::map<std::string, Cell>& out) {
@@ -153,6 +146,7 @@ void computeNumbers(RunRow& row, const RankFile& ref, const std::vector<RankFile
   if (row.tokens_per_s_dataset && *row.tokens_per_s_dataset > 0) {
     row.mt_per_hour = *row.tokens_per_s_dataset * 3600 / 1e6;
     double price = numberOf(row.config, "metrics.price_per_hour").value_or(0);
+    if (price > 0) row.price_per_hour = price;
     if (price > 0 && row.world_size)
       row.usd_per_mt = price * double(*row.world_size) / *row.mt_per_hour;
   }
@@ -203,6 +197,32 @@ std::string statusOf(const RunRow& row, const std::vector<RankFile>& ranks,
 
 }  // namespace
 
+bool naturalLess(const std::string& a, const std::string& b) {
+  auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (digit(a[i]) && digit(b[j])) {
+      size_t ie = i, je = j;
+      while (ie < a.size() && digit(a[ie])) ++ie;
+      while (je < b.size() && digit(b[je])) ++je;
+      size_t iz = i, jz = j;  // skip leading zeros, then longer = larger
+      while (iz + 1 < ie && a[iz] == '0') ++iz;
+      while (jz + 1 < je && b[jz] == '0') ++jz;
+      if (ie - iz != je - jz) return ie - iz < je - jz;
+      int c = a.compare(iz, ie - iz, b, jz, je - jz);
+      if (c != 0) return c < 0;
+      i = ie;
+      j = je;
+    } else {
+      if (a[i] != b[j]) return static_cast<unsigned char>(a[i]) < static_cast<unsigned char>(b[j]);
+      ++i;
+      ++j;
+    }
+  }
+  if ((i < a.size()) != (j < b.size())) return i >= a.size();
+  return a < b;  // equal up to leading zeros
+}
+
 std::vector<std::string> findRunDirs(const std::string& results_dir) {
   std::vector<std::string> dirs;
   std::error_code ec;
@@ -233,7 +253,7 @@ RunRow summarizeRun(const std::string& results_dir, const std::string& run_dir,
     std::string run_toml;
     std::error_code ec;
     if (fs::exists(fs::path(run_dir) / "run.toml", ec)) {
-      run_toml = readText(fs::path(run_dir) / "run.toml");
+      run_toml = readInputFile((fs::path(run_dir) / "run.toml").string(), "run.toml");
       row.config = flattenConfig(run_toml, "run.toml", row.message);
       static const std::regex kWs("^# world_size = ([0-9]+)$", std::regex::multiline);
       std::smatch m;
@@ -248,8 +268,19 @@ RunRow summarizeRun(const std::string& results_dir, const std::string& run_dir,
       const std::string name = e.path().filename().string();
       if (!std::regex_match(name, m, kRankFile)) continue;
       int rank = std::stoi(m[1]);
+      // HDF5 opens by path: a FIFO or device here would block or read without end.
+      if (std::string kind = notRegularFileReason(e.path().string()); !kind.empty()) {
+        corrupt.emplace_back(rank, name + " is " + kind + ", expected a regular file");
+        continue;
+      }
       try {
         RankFile r{rank, readMetricsFile(e.path().string()), 0};
+        if (r.data.status.state == "completed") {
+          if (std::string problem = metricsProblem(r.data); !problem.empty()) {
+            corrupt.emplace_back(rank, e.path().string() + ": " + problem);
+            continue;
+          }
+        }
         r.age_seconds = std::chrono::duration<double>(now - fs::last_write_time(e.path())).count();
         ranks.push_back(std::move(r));
       } catch (const std::exception& ex) {
@@ -275,6 +306,19 @@ RunRow summarizeRun(const std::string& results_dir, const std::string& run_dir,
           max_node = std::max(max_node, std::get<int64_t>(nr->second));
       }
       if (max_node >= 0) row.nodes = max_node + 1;
+      auto text = [&d0](const char* k) {
+        auto it = d0.attrs.find(k);
+        return it != d0.attrs.end() && std::holds_alternative<std::string>(it->second)
+                   ? std::get<std::string>(it->second)
+                   : std::string();
+      };
+      row.host = text("hostname");
+      row.cpu_model = text("cpu_model");
+      row.peak_source = text("peak_source");
+      if (auto pf = d0.attrs.find("peak_flops");
+          pf != d0.attrs.end() && std::holds_alternative<double>(pf->second) &&
+          std::get<double>(pf->second) > 0)
+        row.peak_flops = std::get<double>(pf->second);
     }
     std::string status_msg;
     row.status = statusOf(row, ranks, corrupt, opts.stale_seconds, status_msg);
@@ -306,19 +350,23 @@ AggregateTable aggregateRuns(const std::string& results_dir, const AggregateOpti
   const std::vector<std::string> dirs = findRunDirs(results_dir);
   std::vector<std::optional<std::string>> rows = mapInProcesses(
       dirs.size(), opts.jobs,
-      [&](size_t i) { return rowToJsonLine(summarizeRun(results_dir, dirs[i], opts)); });
+      [&](size_t i) { return rowToJsonLine(summarizeRun(results_dir, dirs[i], opts)); },
+      opts.reader_timeout_s);
   for (size_t i = 0; i < dirs.size(); ++i) {
     if (rows[i]) {
       t.runs.push_back(rowFromJsonLine(*rows[i]));
       continue;
     }
-    RunRow r;  // its reader crashed twice
+    RunRow r;  // its reader crashed or hung twice
     r.tag = fs::path(dirs[i]).lexically_relative(results_dir).generic_string();
     r.status = "corrupt";
-    r.message = "the HDF5 reader crashed on this run";
+    r.message = "the HDF5 reader crashed on this run, or gave no answer within " +
+                std::to_string(static_cast<int>(opts.reader_timeout_s)) +
+                " s (--reader-timeout): a damaged file";
     t.runs.push_back(std::move(r));
   }
-  std::sort(t.runs.begin(), t.runs.end(), [](auto& a, auto& b) { return a.tag < b.tag; });
+  std::sort(t.runs.begin(), t.runs.end(),
+            [](const RunRow& a, const RunRow& b) { return naturalLess(a.tag, b.tag); });
 
   // Experiment keys: varying if any two runs with a config disagree (or one lacks it).
   std::set<std::string> keys;

@@ -53,16 +53,24 @@ struct RunRow {
       step_time_p90_s, data_frac, forward_frac, backward_frac, optimizer_frac, comm_frac,
       peak_mem_mib, first_loss, last_loss, mt_per_hour, usd_per_mt;
   std::optional<bool> is_valid;
+  // Where and against what it ran (rank 0's HDF5 root attributes).
+  std::string host, cpu_model, peak_source;
+  std::optional<double> peak_flops, price_per_hour;  // FLOP/s per device; $ per device-hour
 };
+
+// Tag order for tables: digit runs compare as numbers ("sl512" < "sl1024"), the rest
+// byte-wise; ties (leading zeros) fall back to byte order. A strict weak order.
+bool naturalLess(const std::string& a, const std::string& b);
 
 struct AggregateOptions {
   double stale_seconds = 600;
   int jobs = 1;
+  double reader_timeout_s = 60;  // a run whose reader answers no sooner is `corrupt`
 };
 
 struct AggregateTable {
   std::string results_dir;
-  std::vector<RunRow> runs;              // sorted by tag
+  std::vector<RunRow> runs;              // sorted by tag (naturalLess)
   std::vector<std::string> varying;      // experiment config keys that differ across runs
   std::map<std::string, Cell> constant;  // experiment config keys equal in every run
 };
@@ -78,11 +86,13 @@ AggregateTable aggregateRuns(const std::string& results_dir, const AggregateOpti
 // tokens_per_s_dataset_per_device, tokens_per_s_padded_per_device, mfu,
 // step_time_p50_s, step_time_p90_s, data_frac, forward_frac, backward_frac,
 // optimizer_frac, comm_frac, peak_mem_mib, first_loss, last_loss, mt_per_hour,
-// usd_per_mt, is_valid, message.
+// usd_per_mt, price_per_hour, is_valid, host, cpu_model, peak_flops, peak_source, message.
 std::vector<std::pair<std::string, Cell>> rowCells(const RunRow& row,
                                                    const std::vector<std::string>& varying);
 std::string toCsv(const AggregateTable& t);         // RFC 4180, empty cell = missing
-std::string toMarkdown(const AggregateTable& t);    // constants line + compact table
+// Constants one per line, then a table whose headers give unit and scope (global, per
+// device, rank), then footnotes spelling out M tokens/h and $/M tokens with the price.
+std::string toMarkdown(const AggregateTable& t);
 std::string toJson(const AggregateTable& t);        // {"results_dir","constant","varying","runs"}
 std::string constantsCsv(const AggregateTable& t);  // key,value side file
 

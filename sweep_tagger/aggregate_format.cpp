@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "sweep_tagger/aggregate.h"
 #include "common/tag.h"
@@ -113,7 +114,12 @@ std::vector<std::pair<std::string, Cell>> rowCells(const RunRow& r,
                      {"last_loss", opt(r.last_loss)},
                      {"mt_per_hour", opt(r.mt_per_hour)},
                      {"usd_per_mt", opt(r.usd_per_mt)},
+                     {"price_per_hour", opt(r.price_per_hour)},
                      {"is_valid", opt(r.is_valid)},
+                     {"host", r.host},
+                     {"cpu_model", r.cpu_model},
+                     {"peak_flops", opt(r.peak_flops)},
+                     {"peak_source", r.peak_source},
                      {"message", r.message}});
   return c;
 }
@@ -153,16 +159,38 @@ std::string toJson(const AggregateTable& t) {
   return j.dump(1) + "\n";
 }
 
-std::string toMarkdown(const AggregateTable& t) {
-  std::string out;
-  if (!t.constant.empty()) {
-    out += "Constant:";
-    for (const auto& [k, v] : t.constant) {
-      if (k.rfind("model.", 0) == 0 && k != "model.name") continue;  // shape: see model.name
-      out += " " + k + "=" + cellText(v);
-    }
-    out += "\n\n";
+namespace {
+
+// "Constant (identical in every run):" then one "- `key` = value" line per key; model
+// shape keys are implied by model.name.
+std::string constantsBlock(const AggregateTable& t) {
+  if (t.constant.empty()) return "";
+  std::string out = "Constant (identical in every run):\n\n";
+  for (const auto& [k, v] : t.constant) {
+    if (k.rfind("model.", 0) == 0 && k != "model.name") continue;
+    out += "- `" + k + "` = " + mdEscape(cellText(v)) + "\n";
   }
+  return out + "\n";
+}
+
+// The footnotes of the price columns: what MT/h and $/MT mean and which price was used.
+std::string priceNotes(const AggregateTable& t) {
+  std::set<std::string> prices;
+  for (const RunRow& r : t.runs)
+    if (r.price_per_hour) prices.insert(formatDouble(*r.price_per_hour));
+  std::string used;
+  for (const std::string& p : prices) used += (used.empty() ? "" : ", ") + p;
+  return "\n¹ M tokens/h: million dataset (non-padding) tokens per hour over all devices "
+         "(tokens/s, global, dataset × 3600 / 10⁶).\n"
+         "² $/M tokens: US dollars per million dataset tokens = price × world size / "
+         "(M tokens/h), with price = `metrics.price_per_hour` = " +
+         used + " $ per device-hour" + (prices.size() > 1 ? " (per run: see CSV)" : "") + ".\n";
+}
+
+}  // namespace
+
+std::string toMarkdown(const AggregateTable& t) {
+  std::string out = constantsBlock(t);
   bool any_price = false, any_note = false;
   for (const RunRow& r : t.runs) {
     any_price |= r.usd_per_mt.has_value();
@@ -171,10 +199,12 @@ std::string toMarkdown(const AggregateTable& t) {
   std::vector<std::string> head = {"tag", "status"};
   head.insert(head.end(), t.varying.begin(), t.varying.end());
   for (const char* h :
-       {"ws", "nodes", "steps", "tok/s dataset", "tok/s/dev padded", "MFU %", "step p50 s", "p90 s",
-        "data/fwd/bwd/opt/comm %", "peak MiB", "loss first→last"})
+       {"world size", "nodes", "steps", "tokens/s global (dataset)",
+        "tokens/s per device (padded)", "MFU % (per device)", "step p50 (s)", "step p90 (s)",
+        "time % data/fwd/bwd/opt/comm (rank 0)", "peak RSS MiB (max rank)",
+        "loss first→last (nats/token)"})
     head.push_back(h);
-  if (any_price) head.insert(head.end(), {"MT/h", "$/MT"});
+  if (any_price) head.insert(head.end(), {"M tokens/h global¹", "$/M tokens²"});
   head.push_back("valid");
   if (any_note) head.push_back("note");
   auto line = [&out](const std::vector<std::string>& cells) {
@@ -209,6 +239,7 @@ std::string toMarkdown(const AggregateTable& t) {
     if (any_note) c.push_back(r.status == "completed" ? "" : r.message);
     line(c);
   }
+  if (any_price) out += priceNotes(t);
   return out;
 }
 
@@ -257,6 +288,12 @@ RunRow rowFromJsonLine(const std::string& line) {
   r.last_loss = d("last_loss");
   r.mt_per_hour = d("mt_per_hour");
   r.usd_per_mt = d("usd_per_mt");
+  r.price_per_hour = d("price_per_hour");
+  r.peak_flops = d("peak_flops");
+  auto str = [&](const char* k) { return j[k].is_string() ? j[k].get<std::string>() : ""; };
+  r.host = str("host");
+  r.cpu_model = str("cpu_model");
+  r.peak_source = str("peak_source");
   if (j["is_valid"].is_boolean()) r.is_valid = j["is_valid"].get<bool>();
   for (const auto& [k, v] : j["config"].items()) r.config[k] = jsonCell(v);
   return r;

@@ -1,7 +1,6 @@
 #include "sweep_tagger/cli.h"
 
 #include <algorithm>
-#include <cxxopts.hpp>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -10,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "common/cli_args.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "sweep_tagger/aggregate.h"
@@ -138,8 +138,8 @@ int tagCommand(const std::vector<std::string>& args, std::ostream& out) {
       "hash", "print the config hash instead of the tag")("h,help", "this help")(
       "overrides", "key=value overrides", cxxopts::value<std::vector<std::string>>());
   opts.parse_positional({"overrides"});
-  opts.positional_help("[key=value ...]");
-  auto r = parse(opts, args);
+  opts.positional_help("[key=value ...]  (or --key VALUE, --key=VALUE)");
+  auto r = parse(opts, torchtitanOverrides(args));
   if (r.count("help")) {
     out << opts.help();
     return 0;
@@ -168,7 +168,7 @@ int expandCommand(const std::vector<std::string>& args, std::ostream& out) {
       "index", "only point I (as JSON, or --field)", cxxopts::value<int>())(
       "field", "print only this field (overrides: shell words for the trainer)",
       cxxopts::value<std::string>())("pending",
-                                     "only points whose run in RESULTS_DIR has not completed",
+                                     "only points whose run in RESULTS_DIR has not completed and is not held by a running trainer",
                                      cxxopts::value<std::string>())("h,help", "this help")(
       "sweep", "sweep TOML", cxxopts::value<std::string>())(
       "overrides", "key=value overrides for every point (after the point's own)",
@@ -193,7 +193,7 @@ int expandCommand(const std::vector<std::string>& args, std::ostream& out) {
     std::string state;
     if (pending) {
       state = runState((std::filesystem::path(r["pending"].as<std::string>()) / p.tag).string());
-      if (state == "completed") continue;
+      if (state == "completed" || state == "held") continue;  // held: another runner has it
     }
     rows.emplace_back(&p, state);
   }
@@ -226,7 +226,9 @@ int aggregateCommand(const std::vector<std::string>& args, std::ostream& out) {
                                      cxxopts::value<std::string>())(
       "jobs", "reader processes (default: cores)", cxxopts::value<int>())(
       "stale-seconds", "a 'running' run not updated for longer is 'killed'",
-      cxxopts::value<double>()->default_value("600"))("h,help", "this help")(
+      cxxopts::value<double>()->default_value("600"))(
+      "reader-timeout", "seconds one run's files may take to read before it is 'corrupt'",
+      cxxopts::value<double>()->default_value("60"))("h,help", "this help")(
       "results", "results dir", cxxopts::value<std::string>());
   opts.parse_positional({"results"});
   opts.positional_help("RESULTS_DIR");
@@ -245,6 +247,9 @@ int aggregateCommand(const std::vector<std::string>& args, std::ostream& out) {
     throw ConfigError("", "command line", "--format must be csv, md or json, got '" + format + "'");
   AggregateOptions ao;
   ao.stale_seconds = r["stale-seconds"].as<double>();
+  ao.reader_timeout_s = r["reader-timeout"].as<double>();
+  if (!(ao.reader_timeout_s > 0))
+    throw ConfigError("--reader-timeout", "command line", "must be > 0 seconds");
   ao.jobs = r.count("jobs") ? r["jobs"].as<int>()
                             : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   AggregateTable table = aggregateRuns(results, ao);

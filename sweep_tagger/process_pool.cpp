@@ -1,18 +1,24 @@
 #include "sweep_tagger/process_pool.h"
 
 #include <poll.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 
 namespace ftb {
 namespace {
+
+using Clock = std::chrono::steady_clock;
 
 struct Worker {
   pid_t pid;
   int fd;  // read end of the child's result pipe
   std::string buf;
+  Clock::time_point last = Clock::now();  // start, or the last result line
 };
 
 // Child: writes "i\tresult\n" per job, then _exit (no atexit handlers, no flushing of
@@ -49,14 +55,27 @@ std::optional<Worker> spawn(const std::vector<size_t>& jobs,
   return Worker{pid, fds[0], ""};
 }
 
+// SIGKILLs every worker whose last result is older than timeout_s (> 0).
+void killStalled(std::vector<Worker>& workers, const std::vector<pollfd>& pfds,
+                 double timeout_s) {
+  if (timeout_s <= 0) return;
+  for (size_t k = 0; k < workers.size(); ++k)
+    if (pfds[k].fd >= 0 &&
+        std::chrono::duration<double>(Clock::now() - workers[k].last).count() > timeout_s)
+      kill(workers[k].pid, SIGKILL);  // its pipe then reaches EOF
+}
+
 // Reads every worker's lines until EOF into `out`, then reaps the workers.
-void drain(std::vector<Worker>& workers, std::vector<std::optional<std::string>>& out) {
+void drain(std::vector<Worker>& workers, std::vector<std::optional<std::string>>& out,
+           double timeout_s) {
   std::vector<pollfd> pfds;
   for (const Worker& w : workers) pfds.push_back({w.fd, POLLIN, 0});
   size_t open = workers.size();
   char chunk[1 << 16];
+  const int poll_ms = timeout_s > 0 ? std::max(10, static_cast<int>(timeout_s * 250)) : -1;
   while (open > 0) {
-    if (poll(pfds.data(), pfds.size(), -1) < 0) {
+    killStalled(workers, pfds, timeout_s);
+    if (poll(pfds.data(), pfds.size(), poll_ms) < 0) {
       if (errno == EINTR) continue;
       break;
     }
@@ -78,6 +97,7 @@ void drain(std::vector<Worker>& workers, std::vector<std::optional<std::string>>
         if (tab == std::string::npos || tab > nl) continue;
         size_t i = std::stoul(buf.substr(start, tab - start));
         if (i < out.size()) out[i] = buf.substr(tab + 1, nl - tab - 1);
+        workers[k].last = Clock::now();
       }
       buf.erase(0, start);
     }
@@ -94,10 +114,10 @@ void drain(std::vector<Worker>& workers, std::vector<std::optional<std::string>>
 }  // namespace
 
 std::vector<std::optional<std::string>> mapInProcesses(
-    size_t n, int jobs, const std::function<std::string(size_t)>& f) {
+    size_t n, int jobs, const std::function<std::string(size_t)>& f, double item_timeout_s) {
   std::vector<std::optional<std::string>> out(n);
   const size_t workers = std::min<size_t>(static_cast<size_t>(std::max(jobs, 1)), n);
-  if (workers <= 1) {
+  if (workers <= 1 && item_timeout_s <= 0) {
     for (size_t i = 0; i < n; ++i) out[i] = f(i);
     return out;
   }
@@ -107,12 +127,12 @@ std::vector<std::optional<std::string>> mapInProcesses(
     for (size_t i = w; i < n; i += workers) mine.push_back(i);
     if (auto worker = spawn(mine, f)) pool.push_back(std::move(*worker));
   }
-  drain(pool, out);
+  drain(pool, out, item_timeout_s);
   for (size_t i = 0; i < n; ++i) {  // lost to a crash (or a failed fork): alone
     if (out[i]) continue;
     std::vector<Worker> one;
     if (auto worker = spawn({i}, f)) one.push_back(std::move(*worker));
-    drain(one, out);
+    drain(one, out, item_timeout_s);
   }
   return out;
 }

@@ -7,6 +7,10 @@
 // exits early loses the results it had not written; each lost i is then retried
 // alone in a fresh child, and if that child crashes too the result is nullopt, so
 // one bad input costs one result. The caller must not hold threads (fork).
+// Deadline: with item_timeout_s > 0 every result is computed in a child (also for
+// jobs <= 1), and a child that produces no result for item_timeout_s seconds is
+// SIGKILLed and treated as crashed (a damaged HDF5 file can make libhdf5 loop), so
+// mapInProcesses returns within about (n + 1) * item_timeout_s even if every f hangs.
 #pragma once
 
 #include <functional>
@@ -17,6 +21,7 @@
 namespace ftb {
 
 std::vector<std::optional<std::string>> mapInProcesses(size_t n, int jobs,
-                                                       const std::function<std::string(size_t)>& f);
+                                                       const std::function<std::string(size_t)>& f,
+                                                       double item_timeout_s = 0);
 
 }  // namespace ftb

@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "common/error.h"
+#include "common/files.h"
 #include "common/tag.h"
 #include "common/run_config.h"
 
@@ -145,9 +146,8 @@ SweepSpec loadSweep(const std::string& path) {
   spec.path = path;
   toml::table root;
   try {
-    root = toml::parse_file(path);
+    root = toml::parse(readInputFile(path, "sweep file"), path);
   } catch (const toml::parse_error& e) {
-    if (!fs::exists(path)) throw ConfigError("", path, "sweep file not found");
     throw ConfigError("", path + ":" + std::to_string(e.source().begin.line),
                       "TOML syntax error: " + std::string(e.description()));
   }

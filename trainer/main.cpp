@@ -1,10 +1,9 @@
 // trainer: one process per rank. parse -> init dist -> build -> train -> close.
-#include <cxxopts.hpp>
-
 #include <csignal>
 #include <cstdio>
 #include <iostream>
 
+#include "common/cli_args.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -13,7 +12,9 @@
 int main(int argc, char** argv) {
   using namespace ftb;
   cxxopts::Options cli("trainer", "ftbench trainer: one process per rank.\n"
-                                  "  trainer --config configs/runs/tiny.toml [key=value ...]");
+                                  "  trainer --config configs/runs/tiny.toml [key=value ...]\n"
+                                  "  overrides also as --key VALUE or --key=VALUE (torchtitan style),\n"
+                                  "  e.g. --training.lr 1e-3");
   cli.add_options()
       ("config", "run config (TOML)", cxxopts::value<std::string>())
       ("output-dir", "same as output.dir=DIR", cxxopts::value<std::string>())
@@ -31,7 +32,13 @@ int main(int argc, char** argv) {
   cli.positional_help("[key=value ...]");
   SessionOptions opts;
   try {
-    auto args = cli.parse(argc, argv);
+    // Owned copies: torchtitanOverrides() rewrites --a.b VALUE into a.b=VALUE.
+    std::vector<std::string> words =
+        torchtitanOverrides(std::vector<std::string>(argv + 1, argv + argc));
+    words.insert(words.begin(), argv[0]);
+    std::vector<char*> cargv;
+    for (std::string& w : words) cargv.push_back(w.data());
+    auto args = cli.parse(static_cast<int>(cargv.size()), cargv.data());
     if (args.count("help")) {
       std::cout << cli.help() << "\nConfig keys: trainer --help-config\n";
       return 0;

@@ -7,11 +7,15 @@
 #include <filesystem>
 #include <iostream>
 #include <optional>
+#include <stdexcept>
+#include <thread>
 
 #include "common/config.h"
+#include "common/cpu_info.h"
 #include "common/dist_env.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/run_lock.h"
 #include "common/tag.h"
 #include "trainer/data/dataset.h"
 #include "common/h5_metrics.h"
@@ -24,6 +28,17 @@
 
 namespace ftb {
 namespace {
+
+// An earlier attempt's metrics/ in `dir` is kept as metrics.attempt_N.
+// REQUIRES: the caller holds dir's RunLock.
+void keepEarlierAttempt(const std::string& dir) {
+  namespace fs = std::filesystem;
+  fs::path m = fs::path(dir) / "metrics";
+  if (!fs::exists(m)) return;
+  int n = 1;
+  while (fs::exists(fs::path(dir) / ("metrics.attempt_" + std::to_string(n)))) ++n;
+  fs::rename(m, fs::path(dir) / ("metrics.attempt_" + std::to_string(n)));
+}
 
 int threadsFor(const TrainConfig& tc) {
   if (tc.threads > 0) return static_cast<int>(tc.threads);
@@ -45,11 +60,13 @@ std::string checkpointDir(const TrainConfig& tc, const std::string& run_dir) {
   return (std::filesystem::path(run_dir) / "checkpoints").string();
 }
 
-// Rank 0 creates <output>/<tag>/ (run.toml); all ranks check they computed the same
-// tag. An earlier attempt's metrics/ in the same directory is kept as metrics.attempt_N,
-// unless this run resumes (`keep_metrics`): then the files continue.
+// Rank 0 creates <output>/<tag>/ (run.toml), takes the run directory's lock (held in
+// `lock` for the run's lifetime) and only then moves an earlier attempt's metrics/
+// aside as metrics.attempt_N, unless this run resumes (`keep_metrics`): then the files
+// continue. All ranks check they computed the same tag, and all ranks throw rank 0's
+// error (e.g. the directory is held by another run).
 std::string prepareRun(const Config& cfg, const TrainConfig& tc, Distributed& dist,
-                       bool keep_metrics) {
+                       std::optional<RunLock>& lock, bool keep_metrics) {
   std::string tag = formatTag(cfg, tc.world_size, tc.sweep_fmt);
   std::vector<std::string> tags = dist.allGatherString("tag", tag);
   for (size_t r = 0; r < tags.size(); ++r)
@@ -58,20 +75,24 @@ std::string prepareRun(const Config& cfg, const TrainConfig& tc, Distributed& di
                         "ranks disagree on the run tag: rank 0 has '" + tags[0] + "', rank " +
                             std::to_string(r) + " has '" + tags[r] + "'",
                         "all ranks must get the same config and overrides");
-  std::string dir;
+  std::string result;  // "ok <dir>" or "<exit code> <message>"
   if (dist.env.rank == 0) {
-    RunDir rd = prepareRunDir(cfg, tc.world_size, tc.output_dir, tc.no_sweep_dir);
-    dir = rd.path;
-    namespace fs = std::filesystem;
-    fs::path m = fs::path(dir) / "metrics";
-    if (fs::exists(m) && !keep_metrics) {
-      int n = 1;
-      while (fs::exists(fs::path(dir) / ("metrics.attempt_" + std::to_string(n)))) ++n;
-      fs::rename(m, fs::path(dir) / ("metrics.attempt_" + std::to_string(n)));
+    try {
+      RunDir rd = prepareRunDir(cfg, tc.world_size, tc.output_dir, tc.no_sweep_dir);
+      lock.emplace(RunLock::acquire(rd.path));
+      if (!lock->takeover().empty()) FTB_WARN(lock->path() << ": " << lock->takeover());
+      if (!keep_metrics) keepEarlierAttempt(rd.path);
+      result = "ok " + rd.path;
+    } catch (const FtbError& e) {
+      result = std::to_string(e.exitCode()) + " " + e.what();
     }
   }
-  std::vector<std::string> dirs = dist.allGatherString("run_dir", dir);
-  return dirs[0];
+  std::string r0 = dist.allGatherString("run_dir", result)[0];
+  const size_t sp = r0.find(' ');
+  const std::string head = r0.substr(0, sp), body = r0.substr(sp + 1);
+  if (head == "ok") return body;
+  if (head == "2") throw ConfigError(body);
+  throw IoError(dist.env.rank == 0 ? body : "rank 0 could not prepare the run directory: " + body);
 }
 
 std::string stateFor(const std::exception& e) {
@@ -136,6 +157,7 @@ RunInfo runInfo(const Config& cfg, const TrainConfig& tc, const DistEnv& env,
   info.ftbench_version = FTB_VERSION;
   info.torch_version = TORCH_VERSION;
   info.device = "cpu";
+  info.cpu_model = detectCpu().model_name;
   info.peak_source = peak.source;
   info.config_toml = cfg.toToml();
   info.world_size = env.world_size;
@@ -205,11 +227,67 @@ int failRun(const std::exception& e, std::optional<MetricsFile>& metrics) {
   return code;
 }
 
+
+// A stop signal seen between set-up phases (handlers are installed before set-up).
+struct StopRequested : std::runtime_error {
+  int sig;
+  explicit StopRequested(int s, const std::string& phase)
+      : std::runtime_error(std::string("stopped by signal ") + strsignal(s) + " during set-up (" +
+                           phase + "), before the first step"),
+        sig(s) {}
+};
+
+void checkStop(const char* phase) {
+  if (int sig = g_stop_signal.load(); sig != 0) throw StopRequested(sig, phase);
+}
+
+// Invariant: once a stop signal has arrived, the process ends within kStopGraceSeconds.
+// Set-up phases and steps poll g_stop_signal; a phase that does not come back in time
+// (a huge step, a stuck library call) is ended by this thread with 128+signal and a
+// message naming the wait. The HDF5 file then keeps its last flushed rows and status.
+class StopWatchdog {
+ public:
+  static constexpr double kStopGraceSeconds = 10;
+  StopWatchdog() : thread_([this] { watch(); }) {}
+  ~StopWatchdog() {
+    done_.store(true);
+    thread_.join();
+  }
+
+ private:
+  void watch() {
+    using clock = std::chrono::steady_clock;
+    std::optional<clock::time_point> since;
+    while (!done_.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      const int sig = g_stop_signal.load();
+      if (sig == 0) continue;
+      if (!since) since = clock::now();
+      if (std::chrono::duration<double>(clock::now() - *since).count() < kStopGraceSeconds)
+        continue;
+      FTB_ERROR("stop signal " << strsignal(sig) << " not honoured within "
+                               << kStopGraceSeconds << " s (a set-up phase or step is still "
+                               << "running); exiting with " << 128 + sig);
+      std::_Exit(128 + sig);
+    }
+  }
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
+// The pre-flight memory check: "" or why this layout cannot fit (see memoryFitProblem).
+std::string memoryVerdict(const TrainConfig& tc, const DistEnv& env) {
+  return memoryFitProblem(tc, estimateMemory(tc), memoryBudget(tc, env.local_world_size));
+}
+
 }  // namespace
 
 // load + validate -> (info command) -> process group -> run dir -> metrics file ->
 // train -> record the outcome.
 int runSession(const SessionOptions& opts) {
+  installStopSignalHandlers();  // before set-up: every phase honours stop signals
+  StopWatchdog watchdog;
+  std::optional<RunLock> lock;  // rank 0: the run directory, until the status is recorded
   std::optional<MetricsFile> metrics;
   try {
     DistEnv env = discoverDistEnv();
@@ -217,21 +295,28 @@ int runSession(const SessionOptions& opts) {
     Config cfg = Config::load(opts.config_path, opts.overrides);
     TrainConfig tc = resolveConfig(opts, cfg, env);
     if (std::optional<int> rc = runInfoCommand(opts, cfg, tc)) return *rc;
+    // Before anything is allocated: a layout that cannot fit ends as oom at once.
+    const std::string no_fit = memoryVerdict(tc, env);
+    checkStop("configuration");
 
     at::set_num_threads(threadsFor(tc));
     Distributed dist = initDistributed(
         env, std::chrono::milliseconds(static_cast<int64_t>(tc.timeout_seconds * 1000)),
         tc.backend);
+    checkStop("process group");
     // Which checkpoint to resume from is decided (and a bad or incompatible one refused)
     // before anything is written to the run directory or the model is allocated.
     std::optional<ResumePoint> plan =
         planResume(tc, cfg, checkpointDir(tc, runDirPath(cfg, tc)), dist);
-    std::string run_dir = prepareRun(cfg, tc, dist, plan.has_value());
-    Peak peak = resolvePeak(tc);
+    std::string run_dir = prepareRun(cfg, tc, dist, lock, plan.has_value());
+    checkStop("run directory");
+    Peak peak = no_fit.empty() ? resolvePeak(tc) : Peak{0, "not measured (run refused)"};
     RunInfo info = runInfo(cfg, tc, env, run_dir, peak);
     const std::string mpath = metricsFilePath(run_dir, env.rank);
     metrics.emplace(plan ? MetricsFile::resume(mpath, info, plan->manifest.state.at("step"))
                          : MetricsFile::create(mpath, info));
+    if (!no_fit.empty()) throw OomError(no_fit);
+    checkStop("metrics file");
 
     CheckpointHook ckpt(tc, std::move(plan), makeCheckpointer(cfg, tc, env, info, run_dir, dist),
                         env.rank);
@@ -239,6 +324,10 @@ int runSession(const SessionOptions& opts) {
     return finishRun(*metrics, tc, s, peak, run_dir, env.rank, ckpt.lastSaved());
   } catch (const ConfigError& e) {
     return failInvalid(e, metrics);
+  } catch (const StopRequested& e) {
+    FTB_WARN(e.what());
+    if (metrics) metrics->setStatus("preempted", 128 + e.sig, e.what());
+    return 128 + e.sig;
   } catch (const std::exception& e) {
     return failRun(e, metrics);
   }

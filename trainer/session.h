@@ -1,7 +1,13 @@
 // One trainer process from config to closed metrics file.
 //
 // Contract: runSession() never throws. Bad input (ConfigError) is reported before
-// any file or socket is created and returns 2. Once the metrics file exists, every
+// any file or socket is created and returns 2; the one exception is a run directory
+// held by another run (its run.lock), refused with 2 after the rendezvous, nothing in
+// that directory changed. A layout whose memory estimate exceeds the per-rank budget
+// (parallel.memory_limit_gb, else node memory / ranks on the node) is recorded as
+// "oom" (exit 5) before anything is allocated. Stop signals are handled from the start:
+// between set-up phases they end the run as "preempted" (128+signal), and a phase
+// that does not return within 10 s of the signal is ended by a watchdog. Once the metrics file exists, every
 // failure is recorded in its /status (failed, oom, preempted) before returning the
 // error's exit code; a clean run records "completed" and returns 0.
 #pragma once

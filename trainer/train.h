@@ -80,8 +80,8 @@ class TrainingDiverged : public FtbError {
   explicit TrainingDiverged(const std::string& msg) : FtbError(msg, 6) {}
 };
 
-// Set by the signal handler (installed by train() before the first step; until then
-// signals keep their default action); polled once per step.
+// Set by the signal handler (installed by runSession() before set-up, which polls it
+// between set-up phases; train() installs it too); polled once per step.
 extern std::atomic<int> g_stop_signal;
 void installStopSignalHandlers();
 

@@ -9,11 +9,11 @@
 // at S/2 steps; oom: the last rank says oom, the others failed; running: no final
 // status (a run killed with SIGKILL, or still running). Values are deterministic.
 #include <cmath>
-#include <cxxopts.hpp>
 #include <iostream>
 #include <random>
 #include <sstream>
 
+#include "common/cli_args.h"  // cxxopts, as in every ftbench program
 #include "common/config.h"
 #include "common/error.h"
 #include "common/tag.h"

@@ -6,12 +6,13 @@
 
 namespace ftb {
 
-BackendKind resolveBackend(const std::string& name) {
+BackendKind resolveBackend(const std::string& name, bool tensors_on_cuda) {
   if (name == "gloo") return BackendKind::kGloo;
   // TrainConfig::fromConfig already refused "nccl" in a build without it (with
   // file:line); makeNcclProcessGroup of backend_nccl_off.cpp is the runtime guard.
   if (name == "nccl") return BackendKind::kNccl;
-  return ncclCompiledIn() && torch::cuda::is_available() ? BackendKind::kNccl : BackendKind::kGloo;
+  return tensors_on_cuda && ncclCompiledIn() && torch::cuda::is_available() ? BackendKind::kNccl
+                                                                           : BackendKind::kGloo;
 }
 
 c10::intrusive_ptr<c10d::ProcessGroup> makeProcessGroup(BackendKind kind,

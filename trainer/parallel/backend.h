@@ -19,8 +19,11 @@ namespace ftb {
 
 enum class BackendKind { kGloo, kNccl };
 
-// "auto" -> NCCL when compiled in and CUDA is available, else Gloo.
-BackendKind resolveBackend(const std::string& name);
+// "auto" -> the backend for the device the tensors live on: NCCL only for CUDA
+// tensors in a build with NCCL, else Gloo. This trainer places its model and batches
+// on the CPU, so its "auto" is Gloo even where CUDA exists (NCCL cannot reduce CPU
+// tensors).
+BackendKind resolveBackend(const std::string& name, bool tensors_on_cuda = false);
 
 c10::intrusive_ptr<c10d::ProcessGroup> makeProcessGroup(BackendKind kind,
                                                         c10::intrusive_ptr<c10d::Store> store,

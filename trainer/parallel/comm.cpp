@@ -8,6 +8,19 @@
 #include "common/log.h"
 
 namespace ftb {
+
+namespace {
+class DoneWork final : public PendingWork {
+ public:
+  void wait() override {}
+};
+}  // namespace
+
+std::unique_ptr<PendingWork> Comm::allReduceSumAsync(torch::Tensor& t) {
+  allReduceSum(t);
+  return std::make_unique<DoneWork>();
+}
+
 namespace {
 
 class SelfComm final : public Comm {
@@ -41,6 +54,14 @@ class ProcessGroupComm final : public Comm {
 
   void allReduceSum(torch::Tensor& t) override { allReduce(t, c10d::ReduceOp::SUM, "allreduce(sum)"); }
   void allReduceMax(torch::Tensor& t) override { allReduce(t, c10d::ReduceOp::MAX, "allreduce(max)"); }
+
+  std::unique_ptr<PendingWork> allReduceSumAsync(torch::Tensor& t) override {
+    if (isReducedPrecision(t) && !native_low_precision_) return Comm::allReduceSumAsync(t);
+    std::vector<torch::Tensor> v{t};
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = c10d::ReduceOp::SUM;
+    return std::make_unique<Pending>(this, pg_->allreduce(v, opts), "allreduce(sum) async", t);
+  }
 
   void allReduce(torch::Tensor& t, c10d::ReduceOp op, const char* what) {
     if (isReducedPrecision(t) && !native_low_precision_) {
@@ -115,6 +136,20 @@ class ProcessGroupComm final : public Comm {
   void barrier() override { wait(pg_->barrier(), "barrier", torch::Tensor()); }
 
  private:
+  class Pending final : public PendingWork {
+   public:
+    Pending(ProcessGroupComm* comm, c10::intrusive_ptr<c10d::Work> work, const char* op,
+            torch::Tensor t)
+        : comm_(comm), work_(std::move(work)), op_(op), t_(std::move(t)) {}
+    void wait() override { comm_->wait(work_, op_, t_); }
+
+   private:
+    ProcessGroupComm* comm_;
+    c10::intrusive_ptr<c10d::Work> work_;
+    const char* op_;
+    torch::Tensor t_;
+  };
+
   void wait(const c10::intrusive_ptr<c10d::Work>& work, const char* op, const torch::Tensor& t) {
     try {
       work->wait(timeout_);

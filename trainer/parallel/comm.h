@@ -28,9 +28,23 @@ class Store;
 
 namespace ftb {
 
+// A collective in flight. wait() blocks until it is done (or the Comm's timeout:
+// DistError naming rank, host, the collective and its size). REQUIRES: wait() is
+// called exactly once, and the tensors given to the collective stay alive until then.
+class PendingWork {
+ public:
+  virtual ~PendingWork() = default;
+  virtual void wait() = 0;
+};
+
 class Comm {
  public:
   virtual ~Comm() = default;
+  // Starts allReduceSum(t) and returns without waiting where the backend runs
+  // collectives asynchronously (Gloo: its worker threads), so compute overlaps it.
+  // The default runs it to completion here. Collectives are matched by issue order:
+  // every rank issues the same sequence.
+  virtual std::unique_ptr<PendingWork> allReduceSumAsync(torch::Tensor& t);
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual void allReduceSum(torch::Tensor& t) = 0;  // in place

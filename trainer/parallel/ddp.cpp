@@ -1,5 +1,8 @@
 #include "trainer/parallel/ddp.h"
 
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
 #include "trainer/optim/optimizer.h"
 
 namespace ftb {
@@ -8,6 +11,7 @@ DdpSync::DdpSync(const std::vector<ModelParam>& params, Comm& comm, int64_t tp,
                  int64_t bucket_bytes)
     : model_params_(params), norm_weights_(tpNormWeights(params, tp)), comm_(comm) {
   for (const auto& p : params) params_.push_back(p.tensor);
+  bucket_of_.resize(params_.size());
   int64_t bytes = 0;
   for (size_t k = params_.size(); k-- > 0;) {
     int64_t b = params_[k].numel() * 4;
@@ -15,28 +19,65 @@ DdpSync::DdpSync(const std::vector<ModelParam>& params, Comm& comm, int64_t tp,
       buckets_.emplace_back();
       bytes = 0;
     }
-    buckets_.back().push_back(k);
+    buckets_.back().params.push_back(k);
+    bucket_of_[k] = buckets_.size() - 1;
     bytes += b;
+  }
+  torch::NoGradGuard no_grad;
+  for (auto& bucket : buckets_) {
+    int64_t n = 0;
+    for (size_t k : bucket.params) n += params_[k].numel();
+    bucket.flat = torch::zeros({n});
+    int64_t off = 0;
+    for (size_t k : bucket.params) {
+      torch::Tensor& p = params_[k];
+      p.mutable_grad() = bucket.flat.narrow(0, off, p.numel()).view(p.sizes());
+      off += p.numel();
+    }
+  }
+  if (comm_.size() == 1) return;  // nothing to overlap
+  for (size_t k = 0; k < params_.size(); ++k) {
+    std::shared_ptr<torch::autograd::Node> acc =
+        torch::autograd::impl::grad_accumulator(params_[k]);
+    acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+        [this, k](const torch::autograd::variable_list& outputs,
+                  const torch::autograd::variable_list&) {
+          if (armed_) markReady(k);
+          return outputs;
+        }));
+    accumulators_.push_back(std::move(acc));
+  }
+}
+
+DdpSync::~DdpSync() = default;
+
+void DdpSync::beforeBackward(bool last) {
+  armed_ = last && comm_.size() > 1;
+  if (!armed_) return;
+  next_launch_ = 0;
+  for (auto& b : buckets_) b.pending = b.params.size();
+}
+
+void DdpSync::markReady(size_t param) {
+  Bucket& b = buckets_[bucket_of_[param]];
+  if (b.pending > 0 && --b.pending == 0) launchReady();
+}
+
+void DdpSync::launchReady() {
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
+    Bucket& b = buckets_[next_launch_++];
+    b.work = comm_.allReduceSumAsync(b.flat);
   }
 }
 
 void DdpSync::finishGradients() {
-  if (comm_.size() == 1) return;
-  torch::NoGradGuard no_grad;
-  for (const auto& bucket : buckets_) {
-    std::vector<torch::Tensor> grads;
-    for (size_t k : bucket) {
-      torch::Tensor& p = params_[k];
-      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
-      grads.push_back(p.grad().view(-1));
-    }
-    torch::Tensor flat = torch::cat(grads);
-    comm_.allReduceSum(flat);
-    int64_t off = 0;
-    for (auto& g : grads) {
-      g.copy_(flat.narrow(0, off, g.numel()));
-      off += g.numel();
-    }
+  if (!armed_) return;  // world of one, or no backward this step
+  armed_ = false;
+  for (auto& b : buckets_) b.pending = 0;  // a parameter without gradient keeps its zeros
+  launchReady();
+  for (auto& b : buckets_) {
+    b.work->wait();
+    b.work.reset();
   }
 }
 
@@ -52,7 +93,8 @@ double DdpSync::localSquaredNorm() const {
 }
 
 void DdpSync::afterOptimizer() {
-  for (auto& p : params_) p.mutable_grad() = torch::Tensor();
+  torch::NoGradGuard no_grad;
+  for (auto& b : buckets_) b.flat.zero_();
 }
 
 std::vector<FlatLayout> DdpSync::optimizerLayout() const {

@@ -1,15 +1,28 @@
-// Data parallel (DDP) gradient synchronisation: bucketed all-reduce (sum) of gradients.
+// Data parallel (DDP) gradient synchronisation overlapped with backward, as PyTorch
+// DDP's Reducer does it.
 //
 // Contract (GradSync): after finishGradients(), every parameter's .grad() holds the sum
 // over the data-parallel group of the local gradients (the trainer scales the loss by
-// the global token count, so the sum is the global mean). Buckets are ~bucket_bytes of
-// fp32 and are formed in reverse forward order (about the order backward produces
-// gradients). Parameters without a gradient get a zero gradient first, so every rank
-// sends identical bucket layouts.
+// the global token count, so the sum is the global mean).
+// - Buckets of ~bucket_bytes fp32 are formed in reverse forward order (about the order
+//   backward produces gradients). Each bucket is one flat buffer and the parameters'
+//   .grad are views into it (allocated once, zeroed after each optimizer step), so
+//   autograd accumulates straight into the buffer that is reduced: no copies.
+// - A post-hook on each parameter's gradient accumulator marks it ready during the
+//   backward of the step's last micro-batch (beforeBackward(true)); when a bucket's
+//   parameters are all ready and every earlier bucket has been launched, its all-reduce
+//   starts asynchronously (Comm::allReduceSumAsync) while backward continues. Earlier
+//   micro-batches only accumulate (no communication: DDP's no_sync).
+// - finishGradients() launches buckets whose parameters got no gradient (zeros) and
+//   waits on every bucket in launch order. Buckets launch in index order on every
+//   rank, so collectives match.
+// Invariant: bucket layouts are identical on every rank of the group (same model
+// slice: the dp group shares a tp rank).
 #pragma once
 
 #include <torch/torch.h>
 
+#include <memory>
 #include <vector>
 
 #include "trainer/parallel/comm.h"
@@ -22,6 +35,8 @@ class DdpSync final : public GradSync {
   // params: the model's parameters (forward order); comm: the data-parallel group.
   DdpSync(const std::vector<ModelParam>& params, Comm& comm, int64_t tp,
           int64_t bucket_bytes = 25 << 20);
+  ~DdpSync() override;
+  void beforeBackward(bool last) override;
   void finishGradients() override;
   std::vector<torch::Tensor> optimizerParams() const override { return params_; }
   std::vector<torch::Tensor> gradients() const override;
@@ -29,12 +44,27 @@ class DdpSync final : public GradSync {
   void afterOptimizer() override;
   std::vector<FlatLayout> optimizerLayout() const override;
 
+  int64_t numBuckets() const { return static_cast<int64_t>(buckets_.size()); }
+
  private:
   std::vector<ModelParam> model_params_;
+  struct Bucket {
+    torch::Tensor flat;            // fp32; the parameters' .grad are views of it
+    std::vector<size_t> params;    // indices into params_
+    size_t pending = 0;            // parameters not yet ready this step
+    std::unique_ptr<PendingWork> work;
+  };
+  void markReady(size_t param);
+  void launchReady();  // launches consecutive complete buckets from next_launch_
+
   std::vector<torch::Tensor> params_;
   std::vector<torch::Tensor> norm_weights_;
-  std::vector<std::vector<size_t>> buckets_;  // indices into params_
+  std::vector<Bucket> buckets_;
+  std::vector<size_t> bucket_of_;  // param index -> bucket index
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // keep hooks alive
   Comm& comm_;
+  bool armed_ = false;  // the current backward is the step's last micro-batch
+  size_t next_launch_ = 0;
 };
 
 }  // namespace ftb

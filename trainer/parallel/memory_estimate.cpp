@@ -1,5 +1,10 @@
 #include "trainer/parallel/memory_estimate.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
 #include <iomanip>
 #include <sstream>
 
@@ -37,7 +42,7 @@ MemoryEstimate estimateMemory(const TrainConfig& tc) {
   const int stage = static_cast<int>(tc.effectiveZeroStage());
   const double elt = tc.dtype == DType::kBf16 ? 2.0 : 4.0;  // compute dtype
   MemoryEstimate e;
-  e.params_local = static_cast<int64_t>(P);
+  e.params_local = static_cast<int64_t>(std::min(P, 9.2e18));  // checkSizes bounds P
   e.runtime = kRuntimeBaselineBytes;
   e.checkpointing = tc.checkpoint_every > 0 || stage == 3;
 
@@ -46,7 +51,7 @@ MemoryEstimate estimateMemory(const TrainConfig& tc) {
   if (stage == 0) {
     e.parameters = 4 * P;
     e.gradients = 4 * P;
-    e.comm_buffers = 2 * 4 * std::min(P, 25.0 * (1 << 20) / 4);  // one bucket: cat + result
+    e.comm_buffers = 0;  // gradients are views of the all-reduce buckets (parallel/ddp.h)
   } else if (stage < 3) {
     e.parameters = 4 * P;
     e.gradients = 4 * P + 4 * P / N;
@@ -111,6 +116,71 @@ std::string formatMemoryEstimate(const TrainConfig& tc, const MemoryEstimate& e,
     os << "  memory_limit " << gib(limit_bytes) << ": "
        << (e.total() <= limit_bytes ? "fits" : "does NOT fit") << "\n";
   return os.str();
+}
+
+}  // namespace ftb
+
+namespace ftb {
+namespace {
+
+// A cgroup memory limit in bytes, 0 when none is set or readable.
+double cgroupLimitBytes() {
+  for (const char* path : {"/sys/fs/cgroup/memory.max",
+                           "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    std::ifstream in(path);
+    std::string v;
+    if (in >> v && v != "max") {
+      double b = std::atof(v.c_str());
+      if (b > 0 && b < 1e18) return b;  // v1 reports ~9.2e18 for "no limit"
+    }
+  }
+  return 0;
+}
+
+// The term of `e` that dominates, and what shrinks it.
+std::pair<std::string, double> largestTerm(const MemoryEstimate& e, std::string& hint) {
+  const double act = e.checkpointing ? e.activations_checkpointed : e.activations_full;
+  std::vector<std::pair<std::string, double>> terms = {
+      {"parameters", e.parameters}, {"gradients", e.gradients},
+      {"optimizer state", e.optimizer}, {"gathered units", e.gathered},
+      {std::string("activations") + (e.checkpointing ? " (checkpointing)" : ""), act},
+      {"communication buffers", e.comm_buffers}};
+  auto it = std::max_element(terms.begin(), terms.end(),
+                             [](auto& a, auto& b) { return a.second < b.second; });
+  hint = it->first.rfind("activations", 0) == 0
+             ? "lower training.micro_batch_size or data.seq_len, or set "
+               "training.activation_checkpointing = \"full\""
+             : "a smaller model (model.*), or shard it: parallel.dp_shard with "
+               "parallel.zero_stage, or parallel.tp";
+  return *it;
+}
+
+}  // namespace
+
+double nodeMemoryBytes() {
+  double phys = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  double cg = cgroupLimitBytes();
+  return cg > 0 ? std::min(phys, cg) : phys;
+}
+
+MemoryBudget memoryBudget(const TrainConfig& tc, int ranks_on_node) {
+  if (tc.memory_limit_bytes > 0) return {tc.memory_limit_bytes, "parallel.memory_limit_gb"};
+  const int n = std::max(1, ranks_on_node);
+  const double node = nodeMemoryBytes();
+  return {node / n, "this node's memory " + gib(node) + " / " + std::to_string(n) +
+                        " rank(s) on it"};
+}
+
+std::string memoryFitProblem(const TrainConfig& tc, const MemoryEstimate& e,
+                             const MemoryBudget& budget) {
+  if (!(e.total() > budget.bytes)) return "";
+  std::string hint;
+  auto [name, bytes] = largestTerm(e, hint);
+  return "estimated memory per rank " + gib(e.total()) + " exceeds " + gib(budget.bytes) +
+         " (" + budget.source + "); largest term: " + name + " " + gib(bytes) + " (micro-batch " +
+         std::to_string(tc.micro_batch_size) + " x seq " + std::to_string(tc.seq_len) + ", " +
+         std::to_string(e.params_local) + " parameters per tp rank). Hint: " + hint +
+         "; trainer --estimate-memory shows every term";
 }
 
 }  // namespace ftb

@@ -46,6 +46,23 @@ inline constexpr double kRuntimeBaselineBytes = 210.0 * (1 << 20);
 
 MemoryEstimate estimateMemory(const TrainConfig& tc);
 
+// Memory this node offers its ranks: the smaller of physical memory (sysconf) and the
+// cgroup limit (v2 memory.max, v1 memory.limit_in_bytes) when one is set. Bytes.
+double nodeMemoryBytes();
+
+struct MemoryBudget {
+  double bytes = 0;     // per rank
+  std::string source;   // "parallel.memory_limit_gb" or "physical memory 15.6 GiB / 2 ranks"
+};
+// parallel.memory_limit_gb when set, else nodeMemoryBytes() shared by the node's ranks.
+MemoryBudget memoryBudget(const TrainConfig& tc, int ranks_on_node);
+
+// "" when e.total() fits `budget`, else a message naming the total, the budget and
+// the largest term with the keys that shrink it. Pure arithmetic: call it before
+// allocating anything.
+std::string memoryFitProblem(const TrainConfig& tc, const MemoryEstimate& e,
+                             const MemoryBudget& budget);
+
 // Human-readable per-component table, and whether it fits `limit_bytes` (0 = none).
 std::string formatMemoryEstimate(const TrainConfig& tc, const MemoryEstimate& e,
                                  double limit_bytes);

@@ -12,7 +12,8 @@ ParallelModel parallelize(const TrainConfig& tc, Mesh& mesh) {
   const int stage = static_cast<int>(tc.effectiveZeroStage());
   if (stage == 0) {
     pm.model = Transformer(tc.model, mesh.tpContext(), dtype, tc.checkpoint_every, seed);
-    pm.sync = std::make_unique<DdpSync>(pm.model->paramsInForwardOrder(), *mesh.dp_comm, tc.tp);
+    pm.sync = std::make_unique<DdpSync>(pm.model->paramsInForwardOrder(), *mesh.dp_comm, tc.tp,
+                                        static_cast<int64_t>(tc.bucket_bytes));
     return pm;
   }
   std::unique_ptr<ZeroSync> zero =

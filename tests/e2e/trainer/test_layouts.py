@@ -15,6 +15,10 @@ LAYOUTS = {
     "tp2": (2, ["training.micro_batch_size=4", "parallel.tp=2"]),
     "tp2_fsdp2": (4, ["training.micro_batch_size=2", "parallel.tp=2", "parallel.dp_shard=2",
                       "parallel.zero_stage=3"]),
+    # Overlapped bucketed DDP: many small buckets, gradient accumulation, and with tp.
+    "ddp_accum2_small_buckets": (2, ["training.micro_batch_size=1", "training.grad_accum_steps=2",
+                                     "parallel.bucket_mb=0.05"]),
+    "tp2_dp2": (4, ["training.micro_batch_size=2", "parallel.tp=2", "parallel.bucket_mb=0.05"]),
     "hsdp_2x2": (4, ["training.micro_batch_size=1", "parallel.dp_replicate=2",
                      "parallel.dp_shard=2", "parallel.zero_stage=2"]),
 }

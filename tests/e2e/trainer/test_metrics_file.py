@@ -92,8 +92,9 @@ def test_sigterm_records_preempted(tmp_path):
 
 
 def test_memory_limit_ends_every_rank_as_oom(tmp_path):
-    # 0.1 GiB is below the ~200 MiB libtorch baseline: both ranks must stop at step 0
-    # with status oom and exit code 5, not hang in a collective.
+    # 0.1 GiB is below the ~200 MiB libtorch baseline: the memory estimate refuses the
+    # run on both ranks before anything is allocated (status oom, exit 5, no step), and
+    # neither hangs in a collective.
     from trainer_util import free_port
     port = free_port()
     procs = [subprocess.Popen(
@@ -106,4 +107,5 @@ def test_memory_limit_ends_every_rank_as_oom(tmp_path):
         with metrics(tmp_path, r) as f:
             st = f["status"].attrs
             assert st["state"] == "oom" and st["exit_code"] == 5
-            assert "memory_limit_gb" in st["message"] and st["steps_done"] == 1
+            assert "memory_limit_gb" in st["message"] and st["steps_done"] == 0
+            assert "estimated memory per rank" in st["message"]

@@ -6,12 +6,14 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "common/error.h"
+#include "common/files.h"
 
 namespace ftb {
 namespace {
@@ -116,7 +118,7 @@ TEST_F(ConfigTest, UnknownKeyListsTableKeys) {
   std::string msg = loadError("[parallel]\nsomething_else = 1\n");
   EXPECT_EQ(msg, "config error: " + run("r.toml") +
                      ":2: key 'parallel.something_else': unknown key\n"
-                     "  hint: valid keys in [parallel]: backend, dp_replicate, dp_shard, "
+                     "  hint: valid keys in [parallel]: backend, bucket_mb, dp_replicate, dp_shard, "
                      "memory_limit_gb, timeout_seconds, tp, zero_stage");
   EXPECT_EQ(loadError("[zzzzzz]\nqqqq = 1\n"),
             "config error: " + run("r.toml") +
@@ -172,7 +174,37 @@ TEST_F(ConfigTest, DirectoryIsNotAConfig) {
     FAIL();
   } catch (const ConfigError& e) {
     EXPECT_EQ(std::string(e.what()),
-              "config error: " + models() + ": is a directory, expected a TOML config file");
+              "config error: " + models() +
+                  ": is a directory, expected a regular file\n  hint: pass the path of a TOML "
+                  "config file");
+  }
+}
+
+// /dev/zero would read without limit and a FIFO would block: both are refused
+// before reading, naming the file; an over-size regular file is refused by size.
+TEST_F(ConfigTest, NonRegularAndHugeFilesAreRefused) {
+  std::string fifo = run("fifo.toml");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  for (const std::string& path : {std::string("/dev/zero"), fifo}) {
+    try {
+      Config::load(path, {});
+      FAIL() << path;
+    } catch (const ConfigError& e) {
+      std::string msg = e.what();
+      EXPECT_NE(msg.find(path + ": is a "), std::string::npos) << msg;
+      EXPECT_NE(msg.find("expected a regular file"), std::string::npos) << msg;
+      EXPECT_EQ(e.exitCode(), 2);
+    }
+  }
+  std::string big = write("runs/big.toml", "# " + std::string(kMaxInputFileBytes, 'x') + "\n");
+  try {
+    Config::load(big, {});
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(big + ": config file is 1048579 bytes (1024 KiB), more "
+                                         "than the limit of 1048576 bytes (1024 KiB)"),
+              std::string::npos)
+        << e.what();
   }
 }
 

@@ -4,7 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <filesystem>
+#include <limits>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -211,16 +217,89 @@ TEST_F(AggregateTableTest, FormatsParseAndQuote) {
             "train_runtime_s,tokens_per_s_dataset,tokens_per_s_padded,"
             "tokens_per_s_dataset_per_device,tokens_per_s_padded_per_device,mfu,step_time_p50_s,"
             "step_time_p90_s,data_frac,forward_frac,backward_frac,optimizer_frac,comm_frac,"
-            "peak_mem_mib,first_loss,last_loss,mt_per_hour,usd_per_mt,is_valid,message");
+            "peak_mem_mib,first_loss,last_loss,mt_per_hour,usd_per_mt,price_per_hour,is_valid,"
+            "host,cpu_model,peak_flops,peak_source,message");
   EXPECT_NE(csv.find("\"a, \"\"quoted\"\"\nmessage\""), std::string::npos);
   auto j = nlohmann::json::parse(toJson(t));
   EXPECT_EQ(j["runs"].size(), 5u);
   EXPECT_EQ(j["varying"][0], "data.seq_len");
   std::string md = toMarkdown(t);
-  EXPECT_NE(md.find("| tag | status | data.seq_len | ws |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| tag | status | data.seq_len | world size | nodes | steps | tokens/s global "
+                    "(dataset) | tokens/s per device (padded) | MFU % (per device) |"),
+            std::string::npos)
+      << md;
+  // Constants one per line; MT/h and $/MT spelled out with the price used.
+  EXPECT_EQ(md.rfind("Constant (identical in every run):\n\n- `data.", 0), 0u) << md;
+  EXPECT_NE(md.find("\n- `training.warmup_steps` = 2\n"), std::string::npos) << md;
+  EXPECT_NE(md.find("| M tokens/h global¹ | $/M tokens² |"), std::string::npos) << md;
+  EXPECT_NE(md.find("¹ M tokens/h: million dataset (non-padding) tokens per hour over all devices"),
+            std::string::npos);
+  EXPECT_NE(md.find("`metrics.price_per_hour` = 2.0 $ per device-hour."), std::string::npos) << md;
   EXPECT_EQ(constantsCsv(t).substr(0, 10), "key,value\n");
   for (const RunRow& r : t.runs)
     EXPECT_EQ(rowToJsonLine(rowFromJsonLine(rowToJsonLine(r))), rowToJsonLine(r));
+}
+
+TEST(NaturalLess, NumbersCompareByValue) {
+  std::vector<std::string> tags = {"m.sl1024.mb2", "m.sl512.mb16", "m.sl512.mb2", "m.sl64",
+                                   "m.sl0512", "a", "m.sl2048.mb1", "b1", "b01"};
+  std::sort(tags.begin(), tags.end(), naturalLess);
+  EXPECT_EQ(tags, (std::vector<std::string>{"a", "b01", "b1", "m.sl64", "m.sl0512", "m.sl512.mb2",
+                                            "m.sl512.mb16", "m.sl1024.mb2", "m.sl2048.mb1"}));
+  EXPECT_FALSE(naturalLess("x", "x"));
+}
+
+TEST_F(AggregateTableTest, RowsSortNaturallyAndCarryHostAndPeak) {
+  AggregateTable t = aggregateRuns(tmp_.path(), AggregateOptions{});
+  for (size_t i = 1; i < t.runs.size(); ++i)
+    EXPECT_FALSE(naturalLess(t.runs[i].tag, t.runs[i - 1].tag)) << t.runs[i].tag;
+  EXPECT_EQ(t.runs[0].peak_flops, 1e12);
+  EXPECT_EQ(t.runs[0].price_per_hour, 2.0);
+}
+
+// Values a corrupt block can produce in a file that still opens: each makes a
+// completed file corrupt, with the dataset, row and value in the message.
+TEST(Aggregate, ImplausibleValuesMakeACompletedFileCorrupt) {
+  test::TempDir tmp;
+  int seed = 0;
+  auto withSteps = [&](const Steps& s) {
+    std::string dir = makeRun(tmp.path(), runConfig({"training.seed=" + std::to_string(++seed)}),
+                              1, {"completed"}, s);
+    RunRow r = summarize(tmp.path(), dir);
+    return r.status + " | " + r.message;
+  };
+  Steps neg = fiveSteps();
+  neg.tokens_dataset[3] = -1.67e19;
+  EXPECT_NE(withSteps(neg).find("corrupt | rank 0: "), std::string::npos);
+  EXPECT_NE(withSteps(neg).find("/steps/tokens_dataset row 3 is -1.67e+19: expected a finite "
+                                "value >= 0"),
+            std::string::npos)
+      << withSteps(neg);
+  Steps inf = fiveSteps();
+  inf.loss[1] = std::numeric_limits<double>::infinity();
+  EXPECT_NE(withSteps(inf).find("/steps/loss row 1 is inf"), std::string::npos);
+  Steps nan = fiveSteps();
+  nan.mfu[4] = std::nan("");
+  EXPECT_NE(withSteps(nan).find("/steps/mfu row 4 is nan"), std::string::npos);
+  // A failed run may hold a non-finite loss: it stays failed.
+  std::string failed = makeRun(tmp.path(), runConfig({"training.seed=99"}), 1, {"failed"}, inf);
+  EXPECT_EQ(summarize(tmp.path(), failed).status, "failed");
+}
+
+TEST(MetricsProblem, StepOrderAndRowCount) {
+  MetricsData d;
+  d.steps["step"] = {0, 1, 1};
+  d.status.steps_done = 3;
+  EXPECT_EQ(metricsProblem(d),
+            "/steps/step row 2 is 1 after 1: expected strictly increasing step numbers");
+  d.steps["step"] = {0, 1, 2};
+  d.steps["time_s"] = {0.5, 0.4, 0.6};
+  EXPECT_EQ(metricsProblem(d), "/steps/time_s row 1 is 0.4 after 0.5: expected non-decreasing times");
+  d.steps["time_s"] = {0.5, 0.6, 0.7};
+  d.status.steps_done = 5;
+  EXPECT_EQ(metricsProblem(d), "/status steps_done is 5 but /steps has 3 rows");
+  d.status.steps_done = 3;
+  EXPECT_EQ(metricsProblem(d), "");
 }
 
 TEST_F(AggregateTableTest, PlotsWithGnuplot) {
@@ -257,6 +336,23 @@ TEST(ProcessPool, CrashCostsOneResult) {
   }
   auto serial = mapInProcesses(3, 1, [](size_t i) { return std::to_string(i * i); });
   EXPECT_EQ(serial[2], "4");
+}
+
+// A reader that hangs (libhdf5 looping on a damaged file) costs its result, not the
+// table: it is killed after the per-item deadline, also with one job.
+TEST(ProcessPool, HangCostsOneResultWithinTheDeadline) {
+  auto f = [](size_t i) -> std::string {
+    if (i == 2) pause();  // never returns
+    return "r" + std::to_string(i);
+  };
+  for (int jobs : {1, 2}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto out = mapInProcesses(5, jobs, f, 0.5);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_LT(s, 10.0);  // about 2 x 0.5 s: the first attempt, then the retry alone
+    for (size_t i = 0; i < 5; ++i)
+      EXPECT_EQ(out[i], i == 2 ? std::nullopt : std::optional<std::string>("r" + std::to_string(i)));
+  }
 }
 
 }  // namespace

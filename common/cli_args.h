@@ -1,0 +1,28 @@
+// Command-line helpers shared by trainer and sweep_tagger (override arguments).
+//
+// Contract:
+// - Include this header instead of <cxxopts.hpp>: it sets cxxopts' vector delimiter
+//   to '\0', which no argv string contains, so each positional `key=value` argument
+//   reaches the program whole ('output.dir=/tmp/x,y', 'model.x=[1,2]'). Every
+//   translation unit of a program must include cxxopts the same way (ODR).
+// - torchtitanOverrides() rewrites torchtitan's override spellings `--a.b VALUE` and
+//   `--a.b=VALUE` (a dotted key after "--") into `a.b=VALUE`. A bool key given alone
+//   (`--output.no_sweep_dir`, next argument not true/false) means `=true`. A dotted
+//   key with no value (last argument, or followed by "--flag") is a ConfigError
+//   naming the key. Arguments without a dot after "--" are left for cxxopts.
+#pragma once
+
+#define CXXOPTS_VECTOR_DELIMITER '\0'
+#include <cxxopts.hpp>
+
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+
+namespace ftb {
+
+std::vector<std::string> torchtitanOverrides(const std::vector<std::string>& args,
+                                             const Schema& schema = trainerSchema());
+
+}  // namespace ftb
