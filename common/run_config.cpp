@@ -207,6 +207,15 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size, Checks ch
                  ") * tp(" + num(c.tp) + ") = " + num(c.dp_replicate * c.dp_shard * c.tp) +
                  " does not equal world_size(" + num(world_size) + ")",
              "set parallel.dp_replicate = 0 to derive it from the world size");
+  // ZeRO shards over dp_shard only: a stage with dp_shard = 1 over several replicas would
+  // silently run plain DDP while the tag and tables said ZeRO.
+  if (c.zero_stage > 0 && c.dp_shard == 1 && c.dp_replicate > 1)
+    cfg.fail("parallel.zero_stage",
+             "zero_stage(" + num(c.zero_stage) + ") shards over parallel.dp_shard, which is 1: " +
+                 "this layout would run plain DDP over dp_replicate(" + num(c.dp_replicate) +
+                 ") replicas",
+             "set parallel.dp_shard = " + num(c.dp_replicate) +
+                 " to shard over every data-parallel rank (FSDP), or zero_stage = 0 for DDP");
   const ModelArgs& m = c.model;
   auto divides = [&](const char* what, int64_t n) {
     if (n % c.tp != 0)

@@ -132,7 +132,10 @@ void printSummary(const TrainConfig& tc, const TrainSummary& s, double peak_flop
      << std::min(tc.warmup_steps, s.steps) << " warmup) ==\n";
   row("model", tc.model.name + " (" + fmt(tc.model.numParams() / 1e6, 2) + " M params)");
   row("layout", "world " + std::to_string(world) + " = dp " + std::to_string(tc.dpSize()) +
-                    " x tp " + std::to_string(tc.tp) + ", micro-batch " +
+                    " (replicate " + std::to_string(tc.dp_replicate) + " x shard " +
+                    std::to_string(tc.dp_shard) + ", ZeRO stage " +
+                    std::to_string(tc.effectiveZeroStage()) + ") x tp " +
+                    std::to_string(tc.tp) + ", micro-batch " +
                     std::to_string(tc.micro_batch_size) + " x accum " +
                     std::to_string(tc.grad_accum_steps) + ", seq " + std::to_string(tc.seq_len) +
                     ", " + (tc.dtype == DType::kBf16 ? "bf16" : "fp32"));

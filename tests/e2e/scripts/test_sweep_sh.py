@@ -42,7 +42,8 @@ def sweep(cwd, *args):
 
 def status(run_dir):
     with h5py.File(run_dir / "metrics" / "rank_00000.h5", "r") as f:
-        return dict(f["status"].attrs), len(f["steps/loss"])
+        # A run refused before its first step (e.g. oom by the estimate) has no step rows.
+        return dict(f["status"].attrs), len(f["steps/loss"]) if "steps/loss" in f else 0
 
 
 def printed_tags(out):

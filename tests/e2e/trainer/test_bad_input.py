@@ -72,6 +72,8 @@ def test_world_size_does_not_divide_global_batch(tmp_path):
     (["parallel.tp=4"], 4, "tp(4) does not divide n_kv_heads(2)"),
     (["parallel.tp=2", "model.vocab_size=511"], 2, "tp(2) does not divide vocab_size(511)"),
     (["parallel.zero_stage=4"], 1, "zero_stage"),
+    # ZeRO without a shard degree would silently run DDP: refused, naming dp_shard.
+    (["parallel.zero_stage=3"], 2, "zero_stage(3) shards over parallel.dp_shard, which is 1"),
     (["parallel.tp=2", "training.optimizer=adafactor"], 2, "tp(2) splits tensors across ranks"),
 ])
 def test_bad_layouts(tmp_path, overrides, world, needle):
