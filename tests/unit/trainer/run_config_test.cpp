@@ -164,9 +164,13 @@ TEST(TrainConfig, TensorParallelMustDivideTheModel) {
       {"global_batch_size(6)", "data-parallel size(2) = 4", "tp(2)"});
   expectConfigError(
       [] {
-        load({"parallel.zero_stage=1", "training.optimizer=\"adafactor\""}, 2);
+        load({"parallel.zero_stage=1", "parallel.dp_shard=2", "training.optimizer=\"adafactor\""},
+             2);
       },
       {"training.optimizer", "zero_stage(1)"});
+  // ZeRO without a shard degree over several replicas would run plain DDP: refused.
+  expectConfigError([] { load({"parallel.zero_stage=3"}, 2); },
+                    {"parallel.zero_stage", "dp_shard", "plain DDP"});
 }
 
 TEST(TrainConfig, OtherInvariantsNameTheNumbers) {
