@@ -277,9 +277,10 @@ def _rank_files(results, sub):
 
 def test_preemption_usr1_requeues_and_the_rerun_completes(cluster, tmp_path):
     """scancel --signal=USR1 --batch (what --signal=B:USR1@60 sends before the time limit):
-    both trainers record "preempted", the job requeues itself (Restarts=1), runs again after
-    slurm's requeue delay (cred_expire + 1 s) and completes; the preempted attempt's files
-    are kept as metrics.attempt_1/."""
+    both trainers save a checkpoint at the agreed stop step, the job requeues itself
+    (Restarts=1), runs again after slurm's requeue delay (cred_expire + 1 s), resumes from
+    that checkpoint in the same content-tagged run directory and completes; the metrics
+    files continue (every step exactly once) and record the resume."""
     results, job, log = _submit_long_run(tmp_path, "preempt")
     p = run(["scancel", "--signal=USR1", "--batch", job])
     assert p.returncode == 0, p.stderr
@@ -289,16 +290,19 @@ def test_preemption_usr1_requeues_and_the_rerun_completes(cluster, tmp_path):
     out = log.read_text()
     assert "SIGUSR1: stopping the trainers" in out and f"scontrol requeue {job}" in out, out
     assert f"job {job} attempt 1 on" in out, out
-    pre = _rank_files(results, "metrics.attempt_1")
-    assert len(pre) == 2, list(results.rglob("*.h5"))
-    for f in pre:
-        st = status(f)
-        assert st["state"] == "preempted" and st["exit_code"] == 128 + 15, (f, st)
-        assert 0 < st["steps_done"] < 1000000
+    assert not _rank_files(results, "metrics.attempt_1"), "a resumed run continues its files"
+    (ckpt_dir,) = results.glob("tiny.ws2.*/checkpoints")
+    assert list(ckpt_dir.glob("step_*/manifest.json")), list(ckpt_dir.rglob("*"))
     post = _rank_files(results, "metrics")
     assert len(post) == 2
     for f in post:
-        assert status(f)["state"] == "completed", (f, status(f))
+        with h5py.File(f, "r") as h:
+            st = dict(h["status"].attrs)
+            assert st["state"] == "completed", (f, st)
+            assert h.attrs["resume_count"] == 1, dict(h.attrs)
+            assert 0 < h.attrs["resume_steps"][0] < st["steps_done"], dict(h.attrs)
+            steps = list(h["steps/step"][:])
+            assert steps == list(range(len(steps))) and len(steps) == st["steps_done"], f
 
 
 def test_preemption_term_without_requeue(cluster, tmp_path):
