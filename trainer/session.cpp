@@ -309,7 +309,8 @@ int runSession(const SessionOptions& opts) {
     std::optional<ResumePoint> plan =
         planResume(tc, cfg, checkpointDir(tc, runDirPath(cfg, tc)), dist);
     std::string run_dir = prepareRun(cfg, tc, dist, lock, plan.has_value());
-    checkStop("run directory");
+    // No stop check between the run directory and its metrics file: a stop signal arriving
+    // now is honoured right after the file exists, so the run records "preempted".
     Peak peak = no_fit.empty() ? resolvePeak(tc) : Peak{0, "not measured (run refused)"};
     RunInfo info = runInfo(cfg, tc, env, run_dir, peak);
     const std::string mpath = metricsFilePath(run_dir, env.rank);
