@@ -349,6 +349,11 @@ def test_time_limit_notice_usr1_stops_the_run(cluster, tmp_path):
     assert "FTB_REQUEUE=0: not requeued" in out
     assert rec["Restarts"] == "0" and rec["JobState"] != "TIMEOUT", rec
     files = _rank_files(results, "metrics")
+    if not files:
+        # slurmctld's limit check can fire within a second of the start: the stop then lands
+        # during set-up, before any metrics file exists, and the workers exit 143.
+        assert "launcher exit code 143" in out, out[-3000:]
+        return
     assert len(files) == 2
     for f in files:
         assert status(f)["state"] == "preempted", (f, status(f))
