@@ -15,7 +15,7 @@ import h5py
 import numpy as np
 import pytest
 
-from trainer_util import TINY, TRAINER, assert_close, base_env, free_port
+from trainer_util import TINY, TRAINER, assert_close, base_env, finish, free_port
 
 # seq 128 makes a step slow enough (~10-40 ms) that a signal sent at step ~8 lands mid-run.
 COMMON = ("metrics.log_every=1", "data.seq_len=128")
@@ -38,19 +38,6 @@ def start(out, world, *overrides, env_extra=None):
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True))
     return procs
-
-
-def finish(procs, timeout=120):
-    outs = []
-    for p in procs:
-        try:
-            o, e = p.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise
-        outs.append((p.returncode, o, e))
-    return outs
 
 
 def run(out, world, *overrides, expect=0, env_extra=None):

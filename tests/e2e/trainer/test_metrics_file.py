@@ -6,7 +6,7 @@ import time
 import h5py
 import numpy as np
 
-from trainer_util import TINY, TRAINER, base_env, metrics, run_trainer
+from trainer_util import TINY, TRAINER, base_env, metrics, run_trainer, wait_for_steps
 
 ROOT_ATTRS = {"schema_version", "tag", "config_hash", "world_size", "rank", "local_rank",
               "node_rank", "hostname", "start_utc", "ftbench_version", "torch_version", "device",
@@ -50,23 +50,10 @@ def _start_long_run(tmp_path, *extra):
     return subprocess.Popen(cmd, env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
-def _wait_for_steps(path, n, timeout=60):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            with h5py.File(path, "r") as f:
-                if f["status"].attrs["steps_done"] >= n:
-                    return
-        except (OSError, KeyError):
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"{path} never reached {n} flushed steps")
-
-
 def test_sigkill_leaves_a_readable_file(tmp_path):
     p = _start_long_run(tmp_path)
     path = tmp_path / "metrics" / "rank_00000.h5"
-    _wait_for_steps(path, 5)
+    wait_for_steps(path, 5)
     p.send_signal(signal.SIGKILL)
     p.wait(timeout=10)
     with h5py.File(path, "r") as f:
@@ -81,7 +68,7 @@ def test_sigkill_leaves_a_readable_file(tmp_path):
 def test_sigterm_records_preempted(tmp_path):
     p = _start_long_run(tmp_path)
     path = tmp_path / "metrics" / "rank_00000.h5"
-    _wait_for_steps(path, 3)
+    wait_for_steps(path, 3)
     p.send_signal(signal.SIGTERM)
     assert p.wait(timeout=30) == 128 + signal.SIGTERM
     with metrics(tmp_path) as f:

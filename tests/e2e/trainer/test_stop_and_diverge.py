@@ -11,20 +11,7 @@ import time
 import h5py
 import pytest
 
-from trainer_util import TINY, TRAINER, base_env, metrics, run_trainer
-
-
-def _wait_for_steps(path, n, timeout=60):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            with h5py.File(path, "r") as f:
-                if f["status"].attrs["steps_done"] >= n:
-                    return
-        except (OSError, KeyError):
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"{path} never reached {n} flushed steps")
+from trainer_util import TINY, TRAINER, base_env, metrics, run_trainer, wait_for_steps
 
 
 @pytest.mark.parametrize("sig", [signal.SIGUSR2, signal.SIGTERM])
@@ -33,7 +20,7 @@ def test_stop_signal_records_preempted_and_prints_summary(tmp_path, sig):
            "training.max_steps=100000", "metrics.log_every=1", "training.warmup_steps=1"]
     p = subprocess.Popen(cmd, env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True)
-    _wait_for_steps(tmp_path / "metrics" / "rank_00000.h5", 3)
+    wait_for_steps(tmp_path / "metrics" / "rank_00000.h5", 3)
     p.send_signal(sig)
     out, err = p.communicate(timeout=30)
     assert p.returncode == 128 + sig, err

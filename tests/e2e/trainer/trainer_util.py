@@ -3,6 +3,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import h5py
@@ -50,15 +51,7 @@ def run_ranks(out_dir, world, *overrides, config=TINY, timeout=180):
                "--no-sweep-dir", *overrides]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True))
-    outs = []
-    for p in procs:
-        try:
-            o, e = p.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise
-        outs.append((p.returncode, o, e))
+    outs = finish(procs, timeout)
     for r, (rc, o, e) in enumerate(outs):
         assert rc == 0, f"rank {r} exited {rc}:\n{o}\n{e}"
     return outs
@@ -87,3 +80,31 @@ def assert_close(a, b, rel):
 
 if not TRAINER.exists():
     raise RuntimeError(f"{TRAINER} not built: run scripts/build.sh")
+
+
+def finish(procs, timeout=120):
+    """(returncode, stdout, stderr) of each process; all are killed if one times out."""
+    outs = []
+    for p in procs:
+        try:
+            o, e = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+        outs.append((p.returncode, o, e))
+    return outs
+
+
+def wait_for_steps(path, n, timeout=60):
+    """Waits until the metrics file at `path` has flushed at least n steps."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with h5py.File(path, "r") as f:
+                if f["status"].attrs["steps_done"] >= n:
+                    return
+        except (OSError, KeyError):
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"{path} never reached {n} flushed steps")
