@@ -68,15 +68,15 @@ struct Loop {
 // batch's non-padding positions (the loss normaliser).
 double forwardBackward(const Loop& l, int64_t step, StepRecord& r, Agreement& a) {
   const TrainConfig& tc = l.tc;
-  const int64_t G = tc.globalBatch(), mbs = tc.micro_batch_size;
-  const int64_t first = step * G + l.mesh.dpRank() * (G / tc.dpSize());  // tp ranks share data
+  const RankSamples mine = rankSamples(tc, step, l.mesh.dpRank());  // tp ranks share data
   double t = nowSeconds();
-  const double positions = double(countPositions(l.ds, step * G, G, tc.seq_len));
+  const double positions = double(stepPositions(l.ds, tc, step));
   t = lap(r.data, t);
   l.sync.beginStep();  // ZeRO-3: all-gather of the root unit
   t = lap(r.comm, t);
-  for (int64_t m = 0; m < tc.grad_accum_steps; ++m) {
-    Batch b = makeBatch(l.ds, first + m * mbs, mbs, tc.seq_len, tc.pad_longest, tc.pad_id);
+  for (int64_t m = 0; m < mine.micro_batches; ++m) {
+    Batch b = makeBatch(l.ds, mine.microFirst(m), mine.micro_batch, tc.seq_len, tc.pad_longest,
+                        tc.pad_id);
     t = lap(r.data, t);
     torch::Tensor loss_sum = l.model->lossSum(l.model->forward(b.inputs), b.targets, b.mask);
     t = lap(r.fwd, t);

@@ -140,6 +140,16 @@ int64_t countPositions(const Dataset& ds, int64_t first, int64_t count, int64_t 
   return n;
 }
 
+RankSamples rankSamples(const TrainConfig& tc, int64_t step, int64_t dp_rank) {
+  const int64_t G = tc.globalBatch();
+  return {step * G + dp_rank * (G / tc.dpSize()), tc.micro_batch_size, tc.grad_accum_steps};
+}
+
+int64_t stepPositions(const Dataset& ds, const TrainConfig& tc, int64_t step) {
+  const int64_t G = tc.globalBatch();
+  return countPositions(ds, step * G, G, tc.seq_len);
+}
+
 Batch makeBatch(const Dataset& ds, int64_t first, int64_t count, int64_t seq_len,
                 bool pad_longest, int64_t pad_id) {
   std::vector<std::vector<int32_t>> docs;

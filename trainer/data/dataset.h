@@ -51,6 +51,22 @@ Batch makeBatch(const Dataset& ds, int64_t first, int64_t count, int64_t seq_len
 // building tensors (for the global token count that normalises the loss).
 int64_t countPositions(const Dataset& ds, int64_t first, int64_t count, int64_t seq_len);
 
+// The samples data-parallel rank `dp_rank` trains on at step `step` (trainer/train.h):
+// the contiguous slice [step·G + dp_rank·G/dp, +G/dp) of the global batch, cut into
+// grad_accum_steps micro-batches of micro_batch_size. Tensor-parallel ranks of one
+// data-parallel rank share it. REQUIRES: 0 <= dp_rank < tc.dpSize().
+struct RankSamples {
+  int64_t first = 0;          // global index of the rank's first sample at this step
+  int64_t micro_batch = 0;    // samples per micro-batch
+  int64_t micro_batches = 0;  // micro-batches per step
+  int64_t microFirst(int64_t m) const { return first + m * micro_batch; }
+};
+RankSamples rankSamples(const TrainConfig& tc, int64_t step, int64_t dp_rank);
+
+// Non-padding positions of the whole global batch of `step`: the loss normaliser,
+// identical on every rank.
+int64_t stepPositions(const Dataset& ds, const TrainConfig& tc, int64_t step);
+
 // Writes `num_samples` synthetic documents (exactly SyntheticDataset's) to `path`:
 // .jsonl (one {"input_ids": [...]} per line) or .bin (flat stream, bin_dtype).
 void writeSyntheticDataset(const TrainConfig& c, const std::string& path);
