@@ -145,9 +145,15 @@ RankSamples rankSamples(const TrainConfig& tc, int64_t step, int64_t dp_rank) {
   return {step * G + dp_rank * (G / tc.dpSize()), tc.micro_batch_size, tc.grad_accum_steps};
 }
 
-int64_t stepPositions(const Dataset& ds, const TrainConfig& tc, int64_t step) {
-  const int64_t G = tc.globalBatch();
-  return countPositions(ds, step * G, G, tc.seq_len);
+StepBatches rankBatches(const Dataset& ds, const TrainConfig& tc, int64_t step, int64_t dp_rank) {
+  const RankSamples mine = rankSamples(tc, step, dp_rank);
+  StepBatches sb;
+  for (int64_t m = 0; m < mine.micro_batches; ++m) {
+    sb.micro.push_back(makeBatch(ds, mine.microFirst(m), mine.micro_batch, tc.seq_len,
+                                 tc.pad_longest, tc.pad_id));
+    sb.positions += sb.micro.back().dataset_tokens;
+  }
+  return sb;
 }
 
 Batch makeBatch(const Dataset& ds, int64_t first, int64_t count, int64_t seq_len,

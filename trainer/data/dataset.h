@@ -63,9 +63,14 @@ struct RankSamples {
 };
 RankSamples rankSamples(const TrainConfig& tc, int64_t step, int64_t dp_rank);
 
-// Non-padding positions of the whole global batch of `step`: the loss normaliser,
-// identical on every rank.
-int64_t stepPositions(const Dataset& ds, const TrainConfig& tc, int64_t step);
+// One rank's micro-batches of one step. Only this rank's samples are read: the cost
+// does not grow with the world size. The loss normaliser (the global batch's
+// non-padding positions) is the sum of `positions` over the data-parallel ranks.
+struct StepBatches {
+  std::vector<Batch> micro;
+  int64_t positions = 0;  // Σ dataset_tokens of `micro`
+};
+StepBatches rankBatches(const Dataset& ds, const TrainConfig& tc, int64_t step, int64_t dp_rank);
 
 // Writes `num_samples` synthetic documents (exactly SyntheticDataset's) to `path`:
 // .jsonl (one {"input_ids": [...]} per line) or .bin (flat stream, bin_dtype).

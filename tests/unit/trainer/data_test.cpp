@@ -324,17 +324,16 @@ struct Layout {
   std::vector<uint64_t> pinned;  // one checksum per data-parallel rank
 };
 
-// What each data-parallel rank trains on over `steps` steps: every micro-batch's
-// inputs, targets and mask, its token counts, and the step's loss normaliser.
+// What each data-parallel rank trains on over `steps` steps: the step's loss
+// normaliser (Σ over ranks of their positions, what the trainer's all-reduce sums),
+// then every micro-batch's inputs, targets, mask and token counts.
 uint64_t rankChecksum(const TrainConfig& tc, const Dataset& ds, int64_t dp_rank, int steps) {
   uint64_t h = 0xcbf29ce484222325ULL;
   for (int64_t step = 0; step < steps; ++step) {
-    RankSamples mine = rankSamples(tc, step, dp_rank);
-    int64_t positions = stepPositions(ds, tc, step);
+    int64_t positions = 0;
+    for (int64_t r = 0; r < tc.dpSize(); ++r) positions += rankBatches(ds, tc, step, r).positions;
     h = fnv(h, &positions, sizeof(positions));
-    for (int64_t m = 0; m < mine.micro_batches; ++m) {
-      Batch b = makeBatch(ds, mine.microFirst(m), mine.micro_batch, tc.seq_len, tc.pad_longest,
-                          tc.pad_id);
+    for (const Batch& b : rankBatches(ds, tc, step, dp_rank).micro) {
       for (const torch::Tensor& t : {b.inputs, b.targets, b.mask}) h = fnv(h, t);
       h = fnv(h, &b.dataset_tokens, sizeof(b.dataset_tokens));
       h = fnv(h, &b.padded_tokens, sizeof(b.padded_tokens));
@@ -380,15 +379,17 @@ TEST(RankSamples, RanksTileTheGlobalBatch) {
   const int64_t G = tc.globalBatch();
   for (int64_t step : {0, 2, 5}) {
     std::vector<torch::Tensor> parts;
+    int64_t positions = 0;
     for (int64_t r = 0; r < tc.dpSize(); ++r) {
-      RankSamples mine = rankSamples(tc, step, r);
-      for (int64_t m = 0; m < mine.micro_batches; ++m)
-        parts.push_back(makeBatch(*ds, mine.microFirst(m), mine.micro_batch, tc.seq_len, false,
-                                  tc.pad_id).inputs);
+      StepBatches mine = rankBatches(*ds, tc, step, r);
+      ASSERT_EQ(int64_t(mine.micro.size()), tc.grad_accum_steps);
+      for (const Batch& b : mine.micro) parts.push_back(b.inputs);
+      positions += mine.positions;
     }
     Batch whole = makeBatch(*ds, step * G, G, tc.seq_len, false, tc.pad_id);
     EXPECT_TRUE(torch::equal(torch::cat(parts), whole.inputs)) << "step " << step;
-    EXPECT_EQ(stepPositions(*ds, tc, step), whole.mask.sum().item<int64_t>()) << "step " << step;
+    EXPECT_EQ(positions, whole.mask.sum().item<int64_t>()) << "step " << step;
+    EXPECT_EQ(positions, countPositions(*ds, step * G, G, tc.seq_len)) << "step " << step;
   }
 }
 
