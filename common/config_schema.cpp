@@ -117,13 +117,24 @@ void addModel(Schema& sc) {
 void addData(Schema& sc) {
   sc.add(spec("data.source", kString, s("synthetic"), "\"synthetic\" or a path to .bin/.jsonl"));
   sc.add(spec("data.seq_len", kInt, i(256), "tokens per sample"));
-  sc.add(spec("data.padding", kString, s("max_length"), "\"max_length\" | \"longest\""));
+  sc.add(spec("data.padding", kString, s("max_length"),
+              "\"max_length\" | \"longest\" | \"packing\" (documents concatenated and cut "
+              "into seq_len windows)"));
   sc.add(spec("data.num_samples", kInt, i(4096), "synthetic dataset size (samples)"));
   sc.add(spec("data.min_doc_len", kInt, i(0),
               "synthetic: shortest document in tokens; 0 = seq_len/4"));
   sc.add(spec("data.bin_dtype", kString, s("uint16"),
               "token dtype of .bin files: \"uint16\" | \"uint32\""));
   sc.add(spec("data.pad_id", kInt, i(0), "padding token id"));
+  // JSONL text datasets (trainer/data/text_dataset.h).
+  sc.add(spec("data.tokenizer", kString, s(""),
+              "sentencepiece model for a .jsonl of texts; \"\" = "
+              "<model.from_pretrained>/tokenizer.model if set, else the .jsonl holds input_ids"));
+  sc.add(spec("data.text_field", kString, s("text"), "JSONL field with the text to train on"));
+  sc.add(spec("data.prompt_field", kString, s(""),
+              "JSONL prompt field; with data.completion_field the loss is on the completion "
+              "only"));
+  sc.add(spec("data.completion_field", kString, s(""), "JSONL completion field"));
 }
 
 void addTraining(Schema& sc) {

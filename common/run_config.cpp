@@ -55,6 +55,40 @@ int64_t parseCheckpointing(const Config& cfg) {
            "\"every_2\" checkpoints every second transformer block");
 }
 
+// The JSONL text dataset keys: the tokenizer (data.tokenizer, else
+// <model.from_pretrained>/tokenizer.model) and the fields.
+void textDataConfig(const Config& cfg, TrainConfig& c, Checks checks) {
+  c.tokenizer = cfg.getString("data.tokenizer");
+  if (c.tokenizer.empty() && cfg.has("model.from_pretrained"))
+    c.tokenizer =
+        (std::filesystem::path(cfg.getString("model.from_pretrained")) / "tokenizer.model")
+            .string();
+  c.text_field = cfg.getString("data.text_field");
+  c.prompt_field = cfg.getString("data.prompt_field");
+  c.completion_field = cfg.getString("data.completion_field");
+  if (c.prompt_field.empty() != c.completion_field.empty())
+    cfg.fail(c.prompt_field.empty() ? "data.prompt_field" : "data.completion_field",
+             "data.prompt_field and data.completion_field are set together (got \"" +
+                 c.prompt_field + "\" and \"" + c.completion_field + "\")",
+             "set both for completion-only loss, or neither and use data.text_field");
+  if (c.text_field.empty()) cfg.fail("data.text_field", "must name a JSONL field, got \"\"");
+  const bool text = !c.prompt_field.empty() || !c.tokenizer.empty();
+  if (!text) return;
+  if (std::filesystem::path(c.data_source).extension() != ".jsonl")
+    cfg.fail(c.tokenizer.empty() ? "data.prompt_field" : "data.tokenizer",
+             "text fields and a tokenizer need a .jsonl data.source, got \"" + c.data_source +
+                 "\"");
+  if (c.tokenizer.empty())
+    cfg.fail("data.tokenizer", "data.prompt_field needs a tokenizer",
+             "set data.tokenizer to a sentencepiece tokenizer.model");
+  if (checks == Checks::kAll && !std::filesystem::is_regular_file(c.tokenizer))
+    cfg.fail(cfg.has("data.tokenizer") && !cfg.getString("data.tokenizer").empty()
+                 ? "data.tokenizer"
+                 : "model.from_pretrained",
+             "tokenizer model \"" + c.tokenizer + "\" does not exist",
+             "set data.tokenizer to a sentencepiece tokenizer.model");
+}
+
 }  // namespace
 
 int64_t ModelArgs::numEmbeddingParams() const { return vocab_size * dim; }
@@ -137,8 +171,9 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size, Checks ch
   if (c.seq_len > c.model.max_seq_len)
     cfg.fail("data.seq_len", "seq_len(" + num(c.seq_len) + ") exceeds model.max_seq_len(" +
                                  num(c.model.max_seq_len) + ")");
-  requireOneOf(cfg, "data.padding", {"max_length", "longest"});
+  requireOneOf(cfg, "data.padding", {"max_length", "longest", "packing"});
   c.pad_longest = cfg.getString("data.padding") == "longest";
+  c.pack = cfg.getString("data.padding") == "packing";
   requireOneOf(cfg, "data.bin_dtype", {"uint16", "uint32"});
   c.bin_dtype = cfg.getString("data.bin_dtype");
   if (c.data_source.size() > 4 &&
@@ -162,6 +197,10 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size, Checks ch
     cfg.fail("data.source", "data file \"" + c.data_source + "\" does not exist",
              "use \"synthetic\" or a .bin/.jsonl token file (trainer --generate-data writes one)");
   }
+  if (c.pack && std::filesystem::path(c.data_source).extension() == ".bin")
+    cfg.fail("data.padding", "\"packing\": a .bin source is already one packed stream",
+             "use data.padding = \"max_length\" with a .bin file");
+  textDataConfig(cfg, c, checks);
 
   for (const char* k : {"training.micro_batch_size", "training.grad_accum_steps",
                         "training.max_steps"})

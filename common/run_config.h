@@ -52,7 +52,10 @@ struct TrainConfig {
   std::string data_source;  // "synthetic" or a .bin / .jsonl path
   int64_t seq_len = 0, num_samples = 0, min_doc_len = 0, pad_id = 0;
   bool pad_longest = false;
+  bool pack = false;  // data.padding = "packing"
   std::string bin_dtype;
+  // JSONL text datasets: tokenizer path ("" = the .jsonl holds input_ids) and fields
+  std::string tokenizer, text_field, prompt_field, completion_field;
   // training
   int64_t micro_batch_size = 1, grad_accum_steps = 1, max_steps = 0, warmup_steps = 0;
   double stop_after_seconds = 0;

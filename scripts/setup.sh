@@ -10,6 +10,7 @@ PKGS=(
   libopenmpi-dev openmpi-bin                        # launcher rendezvous
   libhdf5-dev hdf5-tools                            # metrics files
   libtomlplusplus-dev libcxxopts-dev nlohmann-json3-dev libgtest-dev
+  libsentencepiece-dev sentencepiece               # JSONL text datasets (spm_train/spm_encode: tests)
   gnuplot-nox                                       # sweep_tagger aggregate --plot
   python3 python3-torch python3-h5py python3-pandas python3-pytest   # interop + e2e tests
   iproute2 procps psmisc                            # netns hosts, ps/pkill in tests

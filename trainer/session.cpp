@@ -298,6 +298,10 @@ int runSession(const SessionOptions& opts) {
     // Before anything is allocated: a layout that cannot fit ends as oom at once.
     const std::string no_fit = memoryVerdict(tc, env);
     checkStop("configuration");
+    // Bad data (a malformed JSONL line, a missing field) is refused before anything is
+    // written; every rank reads (or tokenizes) the same file.
+    std::unique_ptr<Dataset> ds = makeDataset(tc, env.rank == 0);
+    checkStop("data");
 
     at::set_num_threads(threadsFor(tc));
     Distributed dist = initDistributed(
@@ -321,7 +325,7 @@ int runSession(const SessionOptions& opts) {
 
     CheckpointHook ckpt(tc, std::move(plan), makeCheckpointer(cfg, tc, env, info, run_dir, dist),
                         env.rank);
-    TrainSummary s = train(tc, dist, *metrics, peak.flops, &ckpt);
+    TrainSummary s = train(tc, *ds, dist, *metrics, peak.flops, &ckpt);
     return finishRun(*metrics, tc, s, peak, run_dir, env.rank, ckpt.lastSaved());
   } catch (const ConfigError& e) {
     return failInvalid(e, metrics);

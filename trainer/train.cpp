@@ -155,20 +155,19 @@ void installStopSignalHandlers() {
   for (int s : {SIGTERM, SIGINT, SIGUSR1, SIGUSR2, SIGHUP}) sigaction(s, &sa, nullptr);
 }
 
-TrainSummary train(const TrainConfig& tc, Distributed& dist, MetricsFile& metrics,
-                   double peak_flops, StepHooks* hooks) {
+TrainSummary train(const TrainConfig& tc, const Dataset& ds, Distributed& dist,
+                   MetricsFile& metrics, double peak_flops, StepHooks* hooks) {
   Comm& world = *dist.world;
   Mesh mesh = buildMesh(dist, tc);
   ParallelModel pm = parallelize(tc, mesh);
   OptimizerOptions oo{tc.optimizer, tc.beta1, tc.beta2, tc.eps, tc.weight_decay};
   std::unique_ptr<Optimizer> opt = makeOptimizer(pm.sync->optimizerParams(), oo);
-  std::unique_ptr<Dataset> ds = makeDataset(tc);
   if (world.rank() == 0)
     FTB_INFO("model " << tc.model.name << ": " << tc.model.numParams() / 1e6 << " M params, "
                       << tc.model.flopsPerToken(tc.seq_len) / 1e6 << " MFLOP/token; global batch "
                       << tc.globalBatch() << " x " << tc.seq_len << " tokens, world "
                       << world.size());
-  const Loop loop{tc, world, mesh, pm.model, *pm.sync, *opt, *ds};
+  const Loop loop{tc, world, mesh, pm.model, *pm.sync, *opt, ds};
   TrainContext ctx{tc, mesh, pm.model, *pm.sync, *opt, metrics};
   StepHooks no_hooks;
   if (!hooks) hooks = &no_hooks;

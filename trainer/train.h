@@ -28,6 +28,7 @@
 #include "common/error.h"
 #include "common/h5_metrics.h"
 #include "common/run_config.h"
+#include "trainer/data/dataset.h"
 #include "trainer/model/llama.h"
 #include "trainer/optim/optimizer.h"
 #include "trainer/parallel/dist.h"
@@ -85,8 +86,9 @@ class TrainingDiverged : public FtbError {
 extern std::atomic<int> g_stop_signal;
 void installStopSignalHandlers();
 
-// hooks may be null.
-TrainSummary train(const TrainConfig& tc, Distributed& dist, MetricsFile& metrics,
-                   double peak_flops, StepHooks* hooks = nullptr);
+// hooks may be null. `ds` is makeDataset(tc), built before the run directory so that
+// bad data is refused before anything is written.
+TrainSummary train(const TrainConfig& tc, const Dataset& ds, Distributed& dist,
+                   MetricsFile& metrics, double peak_flops, StepHooks* hooks = nullptr);
 
 }  // namespace ftb

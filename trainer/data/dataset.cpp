@@ -2,10 +2,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <random>
 
 #include "common/error.h"
+#include "common/log.h"
+#include "trainer/data/text_dataset.h"
 
 namespace ftb {
 namespace {
@@ -43,15 +46,99 @@ class SyntheticDataset final : public Dataset {
   int64_t n_, seed_, vocab_, min_len_, max_len_;
 };
 
+// Invariant: targets_ is empty (every id a target) or has one flag vector per
+// document, each empty or as long as the document.
 class InMemoryDataset final : public Dataset {
  public:
-  explicit InMemoryDataset(std::vector<std::vector<int32_t>> docs) : docs_(std::move(docs)) {}
+  explicit InMemoryDataset(std::vector<std::vector<int32_t>> docs,
+                           std::vector<std::vector<uint8_t>> targets = {})
+      : docs_(std::move(docs)), targets_(std::move(targets)) {}
   int64_t size() const override { return static_cast<int64_t>(docs_.size()); }
   std::vector<int32_t> document(int64_t index) const override { return docs_[index % size()]; }
+  std::vector<uint8_t> targets(int64_t index) const override {
+    return targets_.empty() ? std::vector<uint8_t>{} : targets_[index % size()];
+  }
 
  private:
   std::vector<std::vector<int32_t>> docs_;
+  std::vector<std::vector<uint8_t>> targets_;
 };
+
+// Loss positions of a document cut to seq_len+1 ids with target flags `tg`.
+int64_t lossPositions(const std::vector<int32_t>& ids, const std::vector<uint8_t>& tg,
+                      int64_t seq_len) {
+  const int64_t n = std::min<int64_t>(seq_len, int64_t(ids.size()) - 1);
+  if (tg.empty()) return std::max<int64_t>(n, 0);
+  int64_t k = 0;
+  for (int64_t t = 1; t <= n; ++t) k += tg[size_t(t)] != 0;
+  return k;
+}
+
+// Every document of `ds` concatenated and cut into windows of seq_len+1 ids with
+// stride seq_len (each id after the first is a target in exactly one window); windows
+// without a loss target are dropped.
+std::unique_ptr<Dataset> pack(const Dataset& ds, int64_t seq_len) {
+  std::vector<int32_t> stream;
+  std::vector<uint8_t> flags;
+  bool masked = false;
+  for (int64_t i = 0; i < ds.size(); ++i) {
+    std::vector<int32_t> d = ds.document(i);
+    std::vector<uint8_t> tg = ds.targets(i);
+    masked = masked || !tg.empty();
+    if (tg.empty()) tg.assign(d.size(), 1);
+    stream.insert(stream.end(), d.begin(), d.end());
+    flags.insert(flags.end(), tg.begin(), tg.end());
+  }
+  std::vector<std::vector<int32_t>> docs;
+  std::vector<std::vector<uint8_t>> targets;
+  const int64_t n = int64_t(stream.size());
+  for (int64_t s = 0; s + 1 < n; s += seq_len) {
+    const int64_t e = std::min(n, s + seq_len + 1);
+    std::vector<int32_t> w(stream.begin() + s, stream.begin() + e);
+    std::vector<uint8_t> f(flags.begin() + s, flags.begin() + e);
+    if (lossPositions(w, f, seq_len) == 0) continue;
+    docs.push_back(std::move(w));
+    if (masked) targets.push_back(std::move(f));
+  }
+  if (docs.empty())
+    throw ConfigError("data.padding", "\"packing\"", "packing left no window with a loss target");
+  return std::make_unique<InMemoryDataset>(std::move(docs), std::move(targets));
+}
+
+// Tokenized text documents, cut to seq_len+1 ids; documents without a loss target
+// within seq_len (a prompt that fills it) are dropped, with a warning.
+std::unique_ptr<Dataset> loadText(const TrainConfig& c) {
+  TokenizedDocs t = loadTextJsonl(c);
+  std::vector<std::vector<int32_t>> docs;
+  std::vector<std::vector<uint8_t>> targets;
+  const bool masked = !c.prompt_field.empty();
+  int64_t dropped = 0;
+  for (size_t i = 0; i < t.ids.size(); ++i) {
+    std::vector<int32_t>& ids = t.ids[i];
+    if (!c.pack && int64_t(ids.size()) > c.seq_len + 1) ids.resize(size_t(c.seq_len + 1));
+    std::vector<uint8_t> tg;
+    if (masked) {
+      tg.assign(ids.size(), 1);
+      std::fill(tg.begin(), tg.begin() + std::min<int64_t>(t.prompt[i], int64_t(ids.size())), 0);
+    }
+    if (!c.pack && lossPositions(ids, tg, c.seq_len) == 0) {
+      ++dropped;
+      continue;
+    }
+    docs.push_back(std::move(ids));
+    if (masked) targets.push_back(std::move(tg));
+  }
+  if (dropped > 0)
+    FTB_WARN(c.data_source << ": " << dropped << " of " << t.ids.size()
+                           << " documents have no loss target within seq_len(" << c.seq_len
+                           << ") and are skipped");
+  if (docs.empty())
+    throw ConfigError("data.source", c.data_source,
+                      "no document has a loss target within seq_len(" + std::to_string(c.seq_len) +
+                          ")",
+                      "raise data.seq_len, or shorten the prompts");
+  return std::make_unique<InMemoryDataset>(std::move(docs), std::move(targets));
+}
 
 bool endsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -86,7 +173,8 @@ std::unique_ptr<Dataset> loadJsonl(const TrainConfig& c) {
       if (!v.is_number_integer()) throw ConfigError("data.source", where, "non-integer token id");
       int64_t id = v.get<int64_t>();
       checkId(id, c.model.vocab_size, where);
-      if (static_cast<int64_t>(ids.size()) <= c.seq_len) ids.push_back(static_cast<int32_t>(id));
+      if (c.pack || static_cast<int64_t>(ids.size()) <= c.seq_len)
+        ids.push_back(static_cast<int32_t>(id));
     }
     if (ids.size() < 2) continue;  // nothing to predict
     docs.push_back(std::move(ids));
@@ -122,15 +210,33 @@ std::unique_ptr<Dataset> loadBin(const TrainConfig& c) {
   return std::make_unique<InMemoryDataset>(std::move(docs));
 }
 
-}  // namespace
-
-std::unique_ptr<Dataset> makeDataset(const TrainConfig& c) {
+std::unique_ptr<Dataset> loadSource(const TrainConfig& c) {
   if (c.data_source == "synthetic") return std::make_unique<SyntheticDataset>(c);
-  if (endsWith(c.data_source, ".jsonl")) return loadJsonl(c);
+  if (endsWith(c.data_source, ".jsonl")) return c.tokenizer.empty() ? loadJsonl(c) : loadText(c);
   if (endsWith(c.data_source, ".bin"))
     return c.bin_dtype == "uint32" ? loadBin<uint32_t>(c) : loadBin<uint16_t>(c);
   throw ConfigError("data.source", "config", "unknown data file type \"" + c.data_source + "\"",
                     "expected \"synthetic\", a .jsonl or a .bin file");
+}
+
+}  // namespace
+
+std::unique_ptr<Dataset> makeDataset(const TrainConfig& c, bool announce) {
+  std::unique_ptr<Dataset> ds = loadSource(c);
+  if (c.pack) ds = pack(*ds, c.seq_len);
+  if (announce && c.data_source != "synthetic") {
+    int64_t positions = 0, loss = 0;
+    for (int64_t i = 0; i < ds->size(); ++i) {
+      std::vector<int32_t> d = ds->document(i);
+      positions += std::min<int64_t>(c.seq_len, int64_t(d.size()) - 1);
+      loss += lossPositions(d, ds->targets(i), c.seq_len);
+    }
+    FTB_INFO("data " << c.data_source << ": " << ds->size() << " samples, " << positions
+                     << " training positions, " << positions - loss
+                     << " of them masked prompt positions"
+                     << (c.pack ? " (packed)" : ""));
+  }
+  return ds;
 }
 
 int64_t countPositions(const Dataset& ds, int64_t first, int64_t count, int64_t seq_len) {
@@ -151,7 +257,7 @@ StepBatches rankBatches(const Dataset& ds, const TrainConfig& tc, int64_t step, 
   for (int64_t m = 0; m < mine.micro_batches; ++m) {
     sb.micro.push_back(makeBatch(ds, mine.microFirst(m), mine.micro_batch, tc.seq_len,
                                  tc.pad_longest, tc.pad_id));
-    sb.positions += sb.micro.back().dataset_tokens;
+    sb.positions += sb.micro.back().loss_tokens;
   }
   return sb;
 }
@@ -159,9 +265,11 @@ StepBatches rankBatches(const Dataset& ds, const TrainConfig& tc, int64_t step, 
 Batch makeBatch(const Dataset& ds, int64_t first, int64_t count, int64_t seq_len,
                 bool pad_longest, int64_t pad_id) {
   std::vector<std::vector<int32_t>> docs;
+  std::vector<std::vector<uint8_t>> tgs;
   int64_t T = pad_longest ? 1 : seq_len;
   for (int64_t i = 0; i < count; ++i) {
     docs.push_back(ds.document(first + i));
+    tgs.push_back(ds.targets(first + i));
     if (static_cast<int64_t>(docs.back().size()) > seq_len + 1) docs.back().resize(seq_len + 1);
     if (pad_longest) T = std::max<int64_t>(T, static_cast<int64_t>(docs.back().size()) - 1);
   }
@@ -177,7 +285,8 @@ Batch makeBatch(const Dataset& ds, int64_t first, int64_t count, int64_t seq_len
     for (int64_t t = 0; t < n; ++t) {
       in[i][t] = docs[i][t];
       tg[i][t] = docs[i][t + 1];
-      mk[i][t] = true;
+      mk[i][t] = tgs[i].empty() || tgs[i][size_t(t + 1)] != 0;
+      b.loss_tokens += mk[i][t];
     }
     b.dataset_tokens += n;
   }

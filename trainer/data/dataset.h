@@ -12,6 +12,12 @@
 // - Token files: `.bin` is a flat stream of uint16/uint32 ids cut into windows of
 //   seq_len+1 tokens (stride seq_len); `.jsonl` holds one {"input_ids": [...]} per
 //   line, each truncated to seq_len+1. Bad files throw ConfigError with file:line.
+// - Text files (c.tokenizer set): a `.jsonl` of texts or prompt/completion pairs,
+//   tokenized with sentencepiece (trainer/data/text_dataset.h); prompt tokens are not
+//   loss targets. A document with no loss target within seq_len is dropped.
+// - Packing (data.padding = "packing"): the documents, in order, are concatenated into
+//   one stream cut like a `.bin` file; a window with no loss target is dropped.
+//   Attention is not reset at document boundaries (as in the .bin source).
 #pragma once
 
 #include <torch/torch.h>
@@ -30,16 +36,21 @@ class Dataset {
   virtual ~Dataset() = default;
   virtual int64_t size() const = 0;
   virtual std::vector<int32_t> document(int64_t index) const = 0;
+  // Which ids of document(index) are loss targets: empty = all; else one flag per id
+  // (flag k for ids[k]; flag 0 is unused, ids[0] is never a target).
+  virtual std::vector<uint8_t> targets(int64_t index) const { (void)index; return {}; }
 };
 
-std::unique_ptr<Dataset> makeDataset(const TrainConfig& c);
+// `announce`: log the dataset's size and masked prompt positions (rank 0).
+std::unique_ptr<Dataset> makeDataset(const TrainConfig& c, bool announce = false);
 
 struct Batch {
   torch::Tensor inputs;   // [B,T] int64, pad_id on padding
   torch::Tensor targets;  // [B,T] int64
-  torch::Tensor mask;     // [B,T] bool, true on real (non-padding) positions
+  torch::Tensor mask;     // [B,T] bool, true where the target counts in the loss
   int64_t padded_tokens = 0;   // B*T
-  int64_t dataset_tokens = 0;  // mask.sum()
+  int64_t dataset_tokens = 0;  // real (non-padding) positions
+  int64_t loss_tokens = 0;     // mask.sum(): dataset_tokens less masked prompt targets
 };
 
 // Builds the batch for global sample indices [first, first+count). T is seq_len
@@ -48,7 +59,7 @@ Batch makeBatch(const Dataset& ds, int64_t first, int64_t count, int64_t seq_len
                 bool pad_longest, int64_t pad_id);
 
 // Counts the non-padding positions of samples [first, first+count) without
-// building tensors (for the global token count that normalises the loss).
+// building tensors.
 int64_t countPositions(const Dataset& ds, int64_t first, int64_t count, int64_t seq_len);
 
 // The samples data-parallel rank `dp_rank` trains on at step `step` (trainer/train.h):
@@ -64,11 +75,11 @@ struct RankSamples {
 RankSamples rankSamples(const TrainConfig& tc, int64_t step, int64_t dp_rank);
 
 // One rank's micro-batches of one step. Only this rank's samples are read: the cost
-// does not grow with the world size. The loss normaliser (the global batch's
-// non-padding positions) is the sum of `positions` over the data-parallel ranks.
+// does not grow with the world size. The loss normaliser (the global batch's loss
+// positions) is the sum of `positions` over the data-parallel ranks.
 struct StepBatches {
   std::vector<Batch> micro;
-  int64_t positions = 0;  // Σ dataset_tokens of `micro`
+  int64_t positions = 0;  // Σ loss_tokens of `micro`
 };
 StepBatches rankBatches(const Dataset& ds, const TrainConfig& tc, int64_t step, int64_t dp_rank);
 

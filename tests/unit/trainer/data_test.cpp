@@ -393,5 +393,66 @@ TEST(RankSamples, RanksTileTheGlobalBatch) {
   }
 }
 
+// The text-dataset keys are checked together before anything is read.
+TEST(TextDataConfig, RefusesInconsistentKeys) {
+  TempDir dir;
+  std::string jsonl = dir.file("d.jsonl"), bin = dir.file("d.bin");
+  std::ofstream(jsonl) << "{\"text\": \"x\"}\n";
+  std::ofstream(bin) << std::string(200, '\0');
+  auto refusal = [&](std::vector<std::string> o) {
+    try {
+      tinyConfig(o);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  const std::string src = "data.source=\"" + jsonl + "\"";
+  EXPECT_NE(refusal({src, "data.prompt_field=\"p\""}).find("data.prompt_field and "
+                                                           "data.completion_field are set together"),
+            std::string::npos);
+  EXPECT_NE(refusal({src, "data.prompt_field=\"p\"", "data.completion_field=\"c\""})
+                .find("data.prompt_field needs a tokenizer"),
+            std::string::npos);
+  EXPECT_NE(refusal({src, "data.tokenizer=\"/nonexistent/tokenizer.model\""})
+                .find("tokenizer model \"/nonexistent/tokenizer.model\" does not exist"),
+            std::string::npos);
+  EXPECT_NE(refusal({"data.source=\"" + bin + "\"", "data.tokenizer=\"" + jsonl + "\""})
+                .find("need a .jsonl data.source"),
+            std::string::npos);
+  EXPECT_NE(refusal({"data.source=\"" + bin + "\"", "data.padding=\"packing\""})
+                .find("already one packed stream"),
+            std::string::npos);
+  EXPECT_EQ(refusal({src}), "") << "a .jsonl without a tokenizer holds input_ids";
+}
+
+// Packing: the documents in order, cut into seq_len+1 windows with stride seq_len, no
+// padding except in the last window; every id after the first is a target once.
+TEST(Packing, WindowsOfTheDocumentStream) {
+  TrainConfig c = tinyConfig();
+  auto docs = makeDataset(c);
+  std::vector<int32_t> stream;
+  for (int64_t i = 0; i < docs->size(); ++i) {
+    auto d = docs->document(i);
+    stream.insert(stream.end(), d.begin(), d.end());
+  }
+  TrainConfig pc = tinyConfig({"data.padding=\"packing\""});
+  ASSERT_TRUE(pc.pack);
+  auto packed = makeDataset(pc);
+  const int64_t S = c.seq_len, n = int64_t(stream.size());
+  ASSERT_EQ(packed->size(), (n - 1 + S - 1) / S);
+  int64_t positions = 0;
+  for (int64_t w = 0; w < packed->size(); ++w) {
+    const int64_t e = std::min(n, w * S + S + 1);
+    EXPECT_EQ(packed->document(w), std::vector<int32_t>(stream.begin() + w * S, stream.begin() + e));
+    EXPECT_TRUE(packed->targets(w).empty()) << "no masks without a prompt";
+    positions += e - w * S - 1;
+  }
+  EXPECT_EQ(positions, n - 1);
+  Batch b = makeBatch(*packed, 0, 3, S, false, 0);
+  EXPECT_EQ(b.dataset_tokens, 3 * S);
+  EXPECT_EQ(b.loss_tokens, 3 * S);
+}
+
 }  // namespace
 }  // namespace ftb

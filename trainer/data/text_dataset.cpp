@@ -1,0 +1,229 @@
+#include "trainer/data/text_dataset.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "common/checkpoint_manifest.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "common/sha256.h"
+#include "trainer/data/tokenizer.h"
+
+namespace ftb {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr char kCacheMagic[8] = {'F', 'T', 'B', 'T', 'O', 'K', '0', '1'};
+
+std::string fileSha256(const std::string& path, const std::string& key) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError(key, path, "cannot open file: " + std::string(std::strerror(errno)));
+  Sha256 h;
+  std::vector<char> buf(1 << 20);
+  while (in.read(buf.data(), std::streamsize(buf.size())) || in.gcount() > 0)
+    h.update(buf.data(), size_t(in.gcount()));
+  std::string hex;
+  char b[3];
+  for (uint8_t x : h.finish()) {
+    std::snprintf(b, sizeof(b), "%02x", x);
+    hex += b;
+  }
+  return hex;
+}
+
+bool promptMode(const TrainConfig& c) { return !c.prompt_field.empty(); }
+
+std::string fieldsKey(const TrainConfig& c) {
+  return promptMode(c) ? "prompt:" + c.prompt_field + "\ncompletion:" + c.completion_field
+                       : "text:" + c.text_field;
+}
+
+// The field `name` (config key `key`) of line `where` as a string.
+std::string field(const nlohmann::json& j, const std::string& name, const std::string& key,
+                  const std::string& where) {
+  auto it = j.find(name);
+  if (it == j.end()) {
+    std::string present;
+    for (auto& kv : j.items()) present += (present.empty() ? "" : ", ") + kv.key();
+    throw ConfigError(key, where,
+                      "no \"" + name + "\" field in this line (fields: " +
+                          (present.empty() ? "none" : present) + ")",
+                      "set " + key + " to the field that holds the text");
+  }
+  if (!it->is_string())
+    throw ConfigError(key, where,
+                      "field \"" + name + "\" is a " + it->type_name() + ", expected a string");
+  return it->get<std::string>();
+}
+
+// Parses and tokenizes every line of the dataset.
+TokenizedDocs tokenize(const TrainConfig& c) {
+  auto tok = SpmTokenizer::load(c.tokenizer, "data.tokenizer");
+  if (tok->pieces() > c.model.vocab_size)
+    throw ConfigError("data.tokenizer", c.tokenizer,
+                      "the tokenizer has " + std::to_string(tok->pieces()) +
+                          " pieces, more than model.vocab_size(" +
+                          std::to_string(c.model.vocab_size) + ")",
+                      "use the model's own tokenizer.model or a model with a larger vocabulary");
+  std::ifstream in(c.data_source);
+  if (!in) throw ConfigError("data.source", c.data_source, "cannot open data file");
+  TokenizedDocs d;
+  std::string line;
+  for (int64_t lineno = 1; std::getline(in, line); ++lineno) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = c.data_source + ":" + std::to_string(lineno);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const std::exception& e) {
+      throw ConfigError("data.source", where, std::string("invalid JSON: ") + e.what());
+    }
+    if (!j.is_object()) throw ConfigError("data.source", where, "expected a JSON object");
+    std::vector<int32_t> ids;
+    if (tok->bos() >= 0) ids.push_back(tok->bos());
+    int64_t prompt = 0;
+    std::string text;
+    if (promptMode(c)) {
+      std::string p = field(j, c.prompt_field, "data.prompt_field", where);
+      text = p + field(j, c.completion_field, "data.completion_field", where);
+      prompt = int64_t(ids.size()) + int64_t(tok->encode(p).size());
+    } else {
+      text = field(j, c.text_field, "data.text_field", where);
+    }
+    std::vector<int32_t> body = tok->encode(text);
+    ids.insert(ids.end(), body.begin(), body.end());
+    if (tok->eos() >= 0) ids.push_back(tok->eos());
+    d.ids.push_back(std::move(ids));
+    d.prompt.push_back(prompt);
+  }
+  if (d.ids.empty())
+    throw ConfigError("data.source", c.data_source, "empty file: no JSON line to train on",
+                      "one JSON object per line, e.g. {\"" +
+                          (promptMode(c) ? c.prompt_field : c.text_field) + "\": \"...\"}");
+  return d;
+}
+
+template <typename T>
+void put(std::string& out, T v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof(v));
+}
+
+std::string serialize(const TokenizedDocs& d) {
+  std::string out(kCacheMagic, sizeof(kCacheMagic));
+  put<uint64_t>(out, d.ids.size());
+  for (size_t i = 0; i < d.ids.size(); ++i) {
+    put<uint64_t>(out, d.ids[i].size());
+    put<int64_t>(out, d.prompt[i]);
+    out.append(reinterpret_cast<const char*>(d.ids[i].data()), d.ids[i].size() * sizeof(int32_t));
+  }
+  return out;
+}
+
+// Reads a cache file; false when it is missing or not a complete cache file.
+bool readCache(const std::string& path, TokenizedDocs& d) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  char magic[sizeof(kCacheMagic)];
+  uint64_t n = 0;
+  if (!in.read(magic, sizeof(magic)) || std::memcmp(magic, kCacheMagic, sizeof(magic)) != 0 ||
+      !in.read(reinterpret_cast<char*>(&n), sizeof(n)))
+    return false;
+  const auto bytes = fs::file_size(path);
+  for (uint64_t i = 0; i < n; ++i) {
+    uint64_t len = 0;
+    int64_t prompt = 0;
+    if (!in.read(reinterpret_cast<char*>(&len), sizeof(len)) ||
+        !in.read(reinterpret_cast<char*>(&prompt), sizeof(prompt)) || len > bytes / 4)
+      return false;
+    std::vector<int32_t> ids(len);
+    if (!in.read(reinterpret_cast<char*>(ids.data()), std::streamsize(len * sizeof(int32_t))))
+      return false;
+    d.ids.push_back(std::move(ids));
+    d.prompt.push_back(prompt);
+  }
+  return in.peek() == std::char_traits<char>::eof();
+}
+
+// Holds an exclusive flock on the dataset file itself (no lock file to leave behind;
+// a read-only descriptor can hold one) until destroyed.
+class DataLock {
+ public:
+  DataLock(const std::string& path, double timeout_s) {
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0)
+      throw ConfigError("data.source", path, "cannot open data file: " +
+                                                 std::string(std::strerror(errno)));
+    const auto t0 = std::chrono::steady_clock::now();
+    while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      const double waited =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (waited > timeout_s) {
+        ::close(fd_);
+        throw IoError(logPrefix() + " waited " + std::to_string(int(waited)) +
+                      " s for the lock on " + path +
+                      " (another trainer process is tokenizing it); raise "
+                      "parallel.timeout_seconds, or end the process holding it");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  ~DataLock() { ::close(fd_); }  // releases the lock
+  DataLock(const DataLock&) = delete;
+  DataLock& operator=(const DataLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+}  // namespace
+
+std::string tokenCachePath(const TrainConfig& c) {
+  const std::string key = fileSha256(c.tokenizer, "data.tokenizer") + "\n" +
+                          fileSha256(c.data_source, "data.source") + "\n" + fieldsKey(c) +
+                          "\n" + std::string(kCacheMagic, sizeof(kCacheMagic));
+  return c.data_source + ".tok-" + sha256HexPrefix(key, 8) + ".bin";
+}
+
+TokenizedDocs loadTextJsonl(const TrainConfig& c) {
+  const std::string cache = tokenCachePath(c);
+  TokenizedDocs d;
+  if (readCache(cache, d)) {
+    d.cache_path = cache;
+    d.cache_hit = true;
+    return d;
+  }
+  DataLock lock(c.data_source, c.timeout_seconds);
+  d = TokenizedDocs{};
+  if (readCache(cache, d)) {  // written while this process waited for the lock
+    d.cache_path = cache;
+    d.cache_hit = true;
+    return d;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  d = tokenize(c);
+  int64_t tokens = 0;
+  for (const auto& ids : d.ids) tokens += int64_t(ids.size());
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  try {
+    writeFileDurably(cache, serialize(d));
+    d.cache_path = cache;
+  } catch (const IoError& e) {
+    FTB_WARN("no token cache for " << c.data_source << " (every start tokenizes again): "
+                                   << e.what());
+  }
+  FTB_INFO("tokenized " << d.ids.size() << " documents of " << c.data_source << " (" << tokens
+                        << " tokens) in " << s << " s with " << c.tokenizer
+                        << (d.cache_path.empty() ? "" : "; cached in " + d.cache_path));
+  return d;
+}
+
+}  // namespace ftb

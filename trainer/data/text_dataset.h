@@ -1,0 +1,42 @@
+// JSONL text datasets tokenized with sentencepiece: one JSON object per line with a
+// text field (data.text_field), or a prompt and a completion field
+// (data.prompt_field + data.completion_field: loss on the completion only).
+//
+// Contracts:
+// - A text line gives [bos] + encode(text) + [eos] (bos/eos when the tokenizer model
+//   defines them; encode() is sentencepiece's own, spm_encode's ids).
+// - A prompt/completion line gives [bos] + encode(prompt + completion) + [eos], and its
+//   first 1 + |encode(prompt)| ids (bos and the prompt, counted as TRL's SFTTrainer
+//   counts them) are not loss targets: the |encode(prompt)| positions that predict a
+//   prompt token are masked, as by SFTTrainer's completion-only collator.
+// - Bad input throws ConfigError (exit 2) naming `file:line` and the key of the field:
+//   an invalid JSON line, a missing or non-string field, an empty file.
+// - The token ids are cached beside the dataset in `<file>.tok-<key>.bin`, key = hash
+//   of (tokenizer bytes, dataset bytes, fields, format). It is written once, by
+//   whichever process first takes an flock on the dataset file (tmp + fsync + rename);
+//   the others wait for the lock (at most parallel.timeout_seconds) and read it. A
+//   directory that cannot be written means no cache (a warning), not a failure.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/run_config.h"
+
+namespace ftb {
+
+struct TokenizedDocs {
+  std::vector<std::vector<int32_t>> ids;  // untruncated, in file order
+  std::vector<int64_t> prompt;            // leading ids of ids[i] that are not targets
+  std::string cache_path;                 // "" when not cached
+  bool cache_hit = false;
+};
+
+// REQUIRES: c.tokenizer non-empty, c.data_source a .jsonl file.
+TokenizedDocs loadTextJsonl(const TrainConfig& c);
+
+// Where loadTextJsonl caches the ids of c.data_source tokenized as c says.
+std::string tokenCachePath(const TrainConfig& c);
+
+}  // namespace ftb
