@@ -1,4 +1,4 @@
-// Per-rank HDF5 metrics file (DESIGN.md §HDF5 metrics) and its reader.
+// Per-rank HDF5 metrics file (docs/architecture.md § HDF5 metrics schema) and its reader.
 //
 // Layout of <run_dir>/metrics/rank_%05d.h5 (schema_version 1):
 //   / attrs    schema_version (int64 = 1), tag, config_hash, hostname, start_utc,
