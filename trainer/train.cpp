@@ -156,7 +156,7 @@ void installStopSignalHandlers() {
 }
 
 TrainSummary train(const TrainConfig& tc, Distributed& dist, MetricsFile& metrics,
-                   double peak_flops, StepHooks* hooks) {
+                   const RunPeaks& peaks, StepHooks* hooks) {
   Comm& world = *dist.world;
   Mesh mesh = buildMesh(dist, tc);
   ParallelModel pm = parallelize(tc, mesh);
@@ -176,7 +176,7 @@ TrainSummary train(const TrainConfig& tc, Distributed& dist, MetricsFile& metric
   hooks->onStart(ctx, state);
 
   installStopSignalHandlers();  // from here on, a signal stops every rank after one step
-  StepLog log(tc, metrics, peak_flops, world.rank(), world.size());
+  StepLog log(tc, metrics, peaks, world.rank(), world.size());
   int stop_signal = 0;
   for (; state.step < tc.max_steps; ++state.step) {
     const double t0 = nowSeconds();
