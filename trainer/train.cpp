@@ -156,7 +156,7 @@ void installStopSignalHandlers() {
 }
 
 TrainSummary train(const TrainConfig& tc, const Dataset& ds, Distributed& dist,
-                   MetricsFile& metrics, double peak_flops, StepHooks* hooks) {
+                   MetricsFile& metrics, const RunPeaks& peaks, StepHooks* hooks) {
   Comm& world = *dist.world;
   Mesh mesh = buildMesh(dist, tc);
   ParallelModel pm = parallelize(tc, mesh);
@@ -175,7 +175,7 @@ TrainSummary train(const TrainConfig& tc, const Dataset& ds, Distributed& dist,
   hooks->onStart(ctx, state);
 
   installStopSignalHandlers();  // from here on, a signal stops every rank after one step
-  StepLog log(tc, metrics, peak_flops, world.rank(), world.size());
+  StepLog log(tc, metrics, peaks, world.rank(), world.size());
   int stop_signal = 0;
   for (; state.step < tc.max_steps; ++state.step) {
     const double t0 = nowSeconds();

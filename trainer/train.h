@@ -89,6 +89,6 @@ void installStopSignalHandlers();
 // hooks may be null. `ds` is makeDataset(tc), built before the run directory so that
 // bad data is refused before anything is written.
 TrainSummary train(const TrainConfig& tc, const Dataset& ds, Distributed& dist,
-                   MetricsFile& metrics, double peak_flops, StepHooks* hooks = nullptr);
+                   MetricsFile& metrics, const RunPeaks& peaks, StepHooks* hooks = nullptr);
 
 }  // namespace ftb
