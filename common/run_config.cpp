@@ -129,6 +129,7 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size, Checks ch
                       "the launcher sets WORLD_SIZE = nodes * nproc_per_node");
   TrainConfig c;
   c.model = modelArgsFromConfig(cfg);
+  if (cfg.has("model.from_pretrained")) c.from_pretrained = cfg.getString("model.from_pretrained");
   c.world_size = world_size;
 
   c.data_source = cfg.getString("data.source");
