@@ -115,7 +115,7 @@ torch::Tensor readTensor(const ResumePoint& rp, const HfParam& p) {
 
 void writeShard(const ResumePoint& rp, const std::string& path, const std::vector<HfParam>& ps) {
   std::vector<StTensor> decl;
-  for (const HfParam& p : ps) decl.push_back({p.hf_name, "F32", p.shape});
+  for (const HfParam& p : ps) decl.push_back({p.hf_name, "F32", p.shape, 0, 0});
   SafetensorsWriter w(path, decl);
   for (const HfParam& p : ps) w.write(readTensor(rp, p));
   w.close();

@@ -1,5 +1,6 @@
 #include "trainer/hf/pretrained.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -77,9 +78,10 @@ PretrainedModel PretrainedModel::open(const std::string& dir, const ModelArgs& a
   std::vector<std::string> names{kSingleFile};
   if (sharded) {
     index = readIndex(dir);
-    std::set<std::string> files;
-    for (const auto& [t, f] : index) files.insert(f);
-    names.assign(files.begin(), files.end());
+    names.clear();
+    for (const auto& [t, f] : index)
+      if (std::find(names.begin(), names.end(), f) == names.end()) names.push_back(f);
+    std::sort(names.begin(), names.end());
   } else if (!fs::exists(fs::path(dir) / kSingleFile)) {
     fail(dir, std::string("no ") + kSingleFile + " and no " + kIndexFile,
          "a Hugging Face model directory holds config.json plus its safetensors weights");

@@ -116,7 +116,9 @@ void SafetensorsFile::parseHeader() {
     const std::string t = "tensor '" + name + "': ";
     if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets"))
       fail(path_, t + "expected {\"dtype\", \"shape\", \"data_offsets\"}, found " + v.dump());
-    StTensor st{name, v["dtype"].is_string() ? v["dtype"].get<std::string>() : v["dtype"].dump()};
+    StTensor st;
+    st.name = name;
+    st.dtype = v["dtype"].is_string() ? v["dtype"].get<std::string>() : v["dtype"].dump();
     if (st.dtype != "F32" && st.dtype != "F16" && st.dtype != "BF16")
       fail(path_, t + "dtype " + st.dtype + ", expected F32, F16 or BF16");
     const json& sh = v["shape"];

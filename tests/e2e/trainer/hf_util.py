@@ -97,8 +97,10 @@ def hf_params(cfg):
     return out
 
 
-def make_hf_dir(d, seed=0, dtype="F32", shards=1, arch="LlamaForCausalLM", **overrides):
-    """Writes config.json + random weights; returns (cfg, {name: float32 values stored})."""
+def make_hf_dir(d, seed=0, dtype="F32", shards=1, arch="LlamaForCausalLM", keep_values=True,
+                **overrides):
+    """Writes config.json + random weights; returns (cfg, {name: float32 values stored})
+    ({} unless keep_values)."""
     d = Path(d)
     d.mkdir(parents=True, exist_ok=True)
     cfg = dict(CONFIG, **overrides)
@@ -111,7 +113,8 @@ def make_hf_dir(d, seed=0, dtype="F32", shards=1, arch="LlamaForCausalLM", **ove
             a = rng.standard_normal(shape) / np.sqrt(shape[-1]) * 1.5
         raw, stored = encode(a.astype("<f4"), dtype)
         tensors.append((name, dtype, shape, raw))
-        values[name] = stored
+        if keep_values:
+            values[name] = stored
     full = dict(cfg, architectures=[arch], model_type="llama", hidden_act="silu",
                 torch_dtype={"F32": "float32", "F16": "float16", "BF16": "bfloat16"}[dtype])
     (d / "config.json").write_text(json.dumps(full, indent=2))
