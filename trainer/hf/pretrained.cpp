@@ -165,8 +165,9 @@ void loadPretrained(const TrainConfig& tc, const Mesh& mesh, GradSync& sync) {
                      << (st.peak_rss >> 20) << " MiB peak while loading");
 }
 
-void checkPretrained(const TrainConfig& tc) {
-  if (tc.from_pretrained.empty()) return;
+namespace {
+
+void checkOnThisRank(const TrainConfig& tc) {
   const int64_t window = hfSlidingWindow(tc.from_pretrained);
   if (window > 0 && window < tc.seq_len)
     throw ConfigError("data.seq_len", tc.from_pretrained + "/" + kHfConfigName,
@@ -174,6 +175,20 @@ void checkPretrained(const TrainConfig& tc) {
                           std::to_string(tc.seq_len) + "; ftbench attends over the whole sequence",
                       "set data.seq_len <= " + std::to_string(window));
   PretrainedModel::open(tc.from_pretrained, tc.model);
+}
+
+}  // namespace
+
+void checkPretrained(const TrainConfig& tc, Distributed& dist) {
+  if (tc.from_pretrained.empty()) return;
+  std::string problem;
+  try {
+    checkOnThisRank(tc);
+  } catch (const ConfigError& e) {
+    problem = e.what();
+  }
+  for (const std::string& p : dist.allGatherString("hf/check", problem))
+    if (!p.empty()) throw ConfigError(p);
 }
 
 }  // namespace ftb::hf

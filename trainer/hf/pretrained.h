@@ -29,6 +29,7 @@
 #include "common/run_config.h"
 #include "trainer/checkpoint/state.h"
 #include "trainer/hf/safetensors.h"
+#include "trainer/parallel/dist.h"
 #include "trainer/parallel/grad_sync.h"
 #include "trainer/parallel/mesh.h"
 
@@ -68,8 +69,10 @@ class PretrainedModel {
 // load time, this rank's RSS before loading and its peak while loading.
 void loadPretrained(const TrainConfig& tc, const Mesh& mesh, GradSync& sync);
 
-// The run's pretrained directory, validated before anything is written (exit 2 on a
-// bad one): config.json's sliding_window (Mistral) must cover data.seq_len.
-void checkPretrained(const TrainConfig& tc);
+// The run's pretrained directory, validated by every rank before anything is written:
+// PretrainedModel::open, and config.json's sliding_window (Mistral) must cover
+// data.seq_len. Collective: when any rank finds a problem (a file missing on its node),
+// every rank throws that ConfigError (exit 2), so none waits for the others.
+void checkPretrained(const TrainConfig& tc, Distributed& dist);
 
 }  // namespace ftb::hf
