@@ -428,8 +428,9 @@ TEST(ConfigErrorFormat, WithAndWithoutHint) {
 
 TEST(SchemaTest, TrainerSchemaKeys) {
   const Schema& s = trainerSchema();
-  EXPECT_EQ(s.keys().size(), 61u);  // 55 + parallel.bucket_mb + checkpoint.preempt_grace_s
-                                    // + data.tokenizer/text_field/prompt_field/completion_field
+  EXPECT_EQ(s.keys().size(), 62u);  // 55 + parallel.bucket_mb + checkpoint.preempt_grace_s
+                                    // + training.device + data.tokenizer/text_field/
+                                    // prompt_field/completion_field
   ASSERT_NE(s.find("training.lr"), nullptr);
   EXPECT_EQ(s.find("training.lr")->type, ValueType::kFloat);
   EXPECT_EQ(std::get<double>(*s.find("training.lr")->default_value), 3e-4);
