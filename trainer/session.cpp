@@ -54,7 +54,9 @@ int threadsFor(const TrainConfig& tc) {
 // The run directory prepareRun() will create (nothing is created here).
 std::string runDirPath(const Config& cfg, const TrainConfig& tc) {
   if (tc.no_sweep_dir) return tc.output_dir;
-  return (std::filesystem::path(tc.output_dir) / formatTag(cfg, tc.world_size, tc.sweep_fmt)).string();
+  return (std::filesystem::path(tc.output_dir) /
+          formatTag(cfg, tc.world_size, tc.sweep_fmt, tc.nodes))
+      .string();
 }
 
 std::string checkpointDir(const TrainConfig& tc, const std::string& run_dir) {
@@ -69,7 +71,7 @@ std::string checkpointDir(const TrainConfig& tc, const std::string& run_dir) {
 // error (e.g. the directory is held by another run).
 std::string prepareRun(const Config& cfg, const TrainConfig& tc, Distributed& dist,
                        std::optional<RunLock>& lock, bool keep_metrics) {
-  std::string tag = formatTag(cfg, tc.world_size, tc.sweep_fmt);
+  std::string tag = formatTag(cfg, tc.world_size, tc.sweep_fmt, tc.nodes);
   std::vector<std::string> tags = dist.allGatherString("tag", tag);
   for (size_t r = 0; r < tags.size(); ++r)
     if (tags[r] != tags[0])
@@ -80,7 +82,7 @@ std::string prepareRun(const Config& cfg, const TrainConfig& tc, Distributed& di
   std::string result;  // "ok <dir>" or "<exit code> <message>"
   if (dist.env.rank == 0) {
     try {
-      RunDir rd = prepareRunDir(cfg, tc.world_size, tc.output_dir, tc.no_sweep_dir);
+      RunDir rd = prepareRunDir(cfg, tc.world_size, tc.output_dir, tc.no_sweep_dir, tc.nodes);
       lock.emplace(RunLock::acquire(rd.path));
       if (!lock->takeover().empty()) FTB_WARN(lock->path() << ": " << lock->takeover());
       if (!keep_metrics) keepEarlierAttempt(rd.path);
@@ -112,7 +114,10 @@ TrainConfig resolveConfig(const SessionOptions& opts, const Config& cfg, const D
     throw ConfigError("--world-size", "command line",
                       "only valid with --estimate-memory, and must be >= 1",
                       "training takes its world size from the launcher's environment");
-  return TrainConfig::fromConfig(cfg, opts.world_size > 0 ? opts.world_size : env.world_size);
+  TrainConfig tc =
+      TrainConfig::fromConfig(cfg, opts.world_size > 0 ? opts.world_size : env.world_size);
+  tc.nodes = env.nodes;
+  return tc;
 }
 
 // --estimate-memory, --print-config, --generate-data: answer and return 0; nullopt
@@ -157,7 +162,7 @@ RunInfo runInfo(const Config& cfg, const TrainConfig& tc, const DistEnv& env,
                 const std::string& run_dir, const CpuInfo& cpu, const RunPeaks& peaks) {
   RunInfo info;
   info.tag = std::filesystem::path(run_dir).filename().string();
-  info.config_hash = configHash(cfg, tc.world_size);
+  info.config_hash = configHash(cfg, tc.world_size, tc.nodes);
   info.hostname = hostName();
   info.start_utc = utcNowIso8601();
   info.ftbench_version = FTB_VERSION;
