@@ -118,8 +118,9 @@ void addModel(Schema& sc) {
   sc.add(spec("model.rope_theta", kFloat, f(10000.0), "RoPE base frequency"), above(0));
   sc.add(spec("model.norm_eps", kFloat, f(1e-5), "RMSNorm epsilon"), above(0));
   sc.add(spec("model.tie_embeddings", kBool, b(false), "share input embedding and output head"));
-  sc.add(planned(spec("model.from_pretrained", kString, std::nullopt,
-                      "directory with HF config.json + safetensors to load")));
+  sc.add(spec("model.from_pretrained", kString, std::nullopt,
+              "Hugging Face model directory (config.json + model*.safetensors) to start from; "
+              "its config.json gives every other model.* key"));
 }
 
 void addData(Schema& sc) {
@@ -164,6 +165,12 @@ void addTraining(Schema& sc) {
               "\"none\" | \"full\" | \"every_N\""));
   sc.add(spec("training.threads", kInt, i(0), "intra-op threads; 0 = OMP_NUM_THREADS or 1"),
          atLeast(0));
+  // Device placement (issue 11); recorded in the metrics file's `device` attribute.
+  sc.add(spec("training.device", kString, s("auto"),
+              "\"auto\" (cuda:LOCAL_RANK with parallel.backend \"nccl\", else cpu) | \"cpu\" | "
+              "\"cuda\" (cuda:LOCAL_RANK) | \"cuda:N\"; CUDA placement is not implemented yet "
+              "(refused, exit 2)",
+              kNoTag));
 }
 
 void addParallel(Schema& sc) {
