@@ -46,7 +46,7 @@ double StepLog::elapsed() const { return nowSeconds() - t_start_; }
 void StepLog::record(int64_t step, const StepRecord& r) {
   double tps_padded = r.padded / r.total, tps_dataset = r.dataset / r.total;
   double mfu = peak_flops_ > 0 ? flops_per_token_ * tps_padded / world_ / peak_flops_ : 0;
-  metrics_.appendStep({{"step", double(step)}, {"time_s", elapsed()},
+  metrics_.appendStep({{"step", double(step)}, {"time_s", metrics_.resumedTimeS() + elapsed()},
                        {"step_time_s", r.total}, {"data_s", r.data}, {"forward_s", r.fwd},
                        {"backward_s", r.bwd}, {"optimizer_s", r.opt}, {"comm_s", r.comm},
                        {"loss", r.loss}, {"grad_norm", r.grad_norm}, {"lr", r.lr},
