@@ -188,7 +188,8 @@ void addCheckpoint(Schema& sc) {
 void addMetricsAndOutput(Schema& sc) {
   sc.add(spec("metrics.log_every", kInt, i(1), "rank 0 prints every N steps", kNoTag));
   sc.add(spec("metrics.peak_tflops", kFloat, f(0.0),
-              "peak TFLOP/s per device for MFU; 0 = measure GEMM at start"));
+              "hardware peak TFLOP/s per device, MFU's denominator; 0 = computed "
+              "(CPU: cores x measured clock x FLOP/cycle; GPU: table)"));
   sc.add(spec("metrics.price_per_hour", kFloat, f(0.0), "$/hour for cost metrics", kNoTag));
   sc.add(planned(spec("metrics.profile_steps", kInt, i(0), "steps to profile; 0 = off", kNoTag)));
   sc.add(spec("output.dir", kString, s("results"), "output root", kNoTag));

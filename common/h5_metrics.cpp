@@ -16,6 +16,9 @@ namespace {
 const std::set<std::string> kStates = {"running", "completed", "failed",
                                        "oom",     "preempted", "invalid"};
 
+// Ratios the trainer writes as NaN when their denominator is unknown (see metricDocs).
+const std::set<std::string> kMayBeNaN = {"mfu", "gemm_efficiency"};
+
 int64_t toInt(double v) { return std::isnan(v) ? -1 : static_cast<int64_t>(std::llround(v)); }
 
 // `units` and `description` attributes of the trainer's /steps datasets (trainer/README.md
@@ -45,12 +48,23 @@ const std::map<std::string, MetricDoc>& metricDocs() {
       {"tokens_per_s_padded", {"tokens/s", "global padded tokens / step wall time"}},
       {"tokens_per_s_dataset", {"tokens/s", "global non-padding tokens / step wall time"}},
       {"tokens_per_s_per_device", {"tokens/s/device", "padded tokens/s / world size"}},
-      {"mfu", {"1", "model FLOPs utilization: flops_per_token * tokens/s per device / peak_flops"}},
+      {"mfu", {"1", "model FLOPs utilization against the hardware peak: flops_per_token * "
+                    "tokens/s per device / peak_flops (root attrs peak_source, peak_check); NaN "
+                    "when that peak is unknown or below the measured GEMM"}},
+      {"gemm_efficiency", {"1", "flops_per_token * tokens/s per device / gemm_flops, a GEMM "
+                                "measured at start with this run's threads and BLAS (root "
+                                "attr gemm_source); not the hardware"}},
       {"flops_per_token", {"FLOP/token", "6N + 12 L H hd T (torchtitan)"}},
       {"rss_bytes", {"bytes", "resident set size of this rank (VmRSS)"}},
       {"peak_rss_bytes", {"bytes", "peak resident set size of this rank so far (VmHWM)"}},
   };
   return docs;
+}
+
+void writeAttr(hid_t obj, const std::string& name, const AttrValue& v) {
+  if (const auto* i = std::get_if<int64_t>(&v)) h5::writeAttrInt(obj, name, *i);
+  else if (const auto* d = std::get_if<double>(&v)) h5::writeAttrDouble(obj, name, *d);
+  else h5::writeAttrString(obj, name, std::get<std::string>(v));
 }
 
 }  // namespace
@@ -88,6 +102,7 @@ MetricsFile MetricsFile::create(const std::string& path, const RunInfo& info) {
   h5::writeAttrInt(root, "local_rank", info.local_rank);
   h5::writeAttrInt(root, "node_rank", info.node_rank);
   h5::writeAttrDouble(root, "peak_flops", info.peak_flops);
+  for (const auto& [name, value] : info.extra_attrs) writeAttr(root, name, value);
   h5::writeStringDataset(m.file_, "config", info.config_toml);
   m.steps_group_ = h5::createGroup(m.file_, "steps");
   m.status_group_ = h5::createGroup(m.file_, "status");
@@ -124,6 +139,11 @@ MetricsFile MetricsFile::resume(const std::string& path, const RunInfo& info,
     m = create(path, info);
   }
   h5::H5Handle root = h5::openGroup(m.file_, "/");
+  if (existed) {  // this attempt's peak and environment replace the earlier attempt's
+    h5::writeAttrString(root, "peak_source", info.peak_source);
+    h5::writeAttrDouble(root, "peak_flops", info.peak_flops);
+    for (const auto& [name, value] : info.extra_attrs) writeAttr(root, name, value);
+  }
   std::vector<int64_t> steps;
   if (h5::hasAttr(root, "resume_steps")) steps = h5::readAttrInts(root, "resume_steps");
   steps.push_back(resume_step);
@@ -342,7 +362,8 @@ std::string orderProblem(const std::vector<double>& col, const std::string& name
 std::string metricsProblem(const MetricsData& d) {
   for (const auto& [name, col] : d.steps)
     for (size_t i = 0; i < col.size(); ++i)
-      if (!std::isfinite(col[i]) || col[i] < 0)
+      if (kMayBeNaN.count(name) && std::isnan(col[i])) continue;  // "not reported"
+      else if (!std::isfinite(col[i]) || col[i] < 0)
         return "/steps/" + name + " row " + std::to_string(i) + " is " + valueText(col[i]) +
                ": expected a finite value >= 0";
   if (auto it = d.steps.find("step"); it != d.steps.end()) {

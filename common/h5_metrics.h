@@ -1,10 +1,12 @@
-// Per-rank HDF5 metrics file (DESIGN.md §HDF5 metrics) and its reader.
+// Per-rank HDF5 metrics file (docs/architecture.md § HDF5 metrics schema) and its reader.
 //
 // Layout of <run_dir>/metrics/rank_%05d.h5 (schema_version 1):
 //   / attrs    schema_version (int64 = 1), tag, config_hash, hostname, start_utc,
 //              ftbench_version, torch_version, device, peak_source, cpu_model (UTF-8 strings;
 //              cpu_model only in files that have it),
-//              world_size, rank, local_rank, node_rank (int64), peak_flops (float64, FLOP/s)
+//              world_size, rank, local_rank, node_rank (int64), peak_flops (float64, FLOP/s),
+//              then RunInfo::extra_attrs (the trainer's peak_* / gemm_* / env_* attributes,
+//              trainer/README.md "HDF5 metrics files")
 //   /config    scalar UTF-8 string: the resolved config (TOML)
 //   /steps/<metric>  1-D float64 or int64, chunked (Fletcher-32 per chunk), unlimited;
 //                    row i = i-th appended step; attrs `units` and `description` (strings;
@@ -28,6 +30,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -37,12 +40,17 @@ namespace ftb {
 
 inline constexpr int64_t kMetricsSchemaVersion = 1;
 
+using AttrValue = std::variant<int64_t, double, std::string>;
+
 struct RunInfo {
   std::string tag, config_hash, hostname, start_utc, ftbench_version, torch_version, device,
       peak_source, config_toml;
   std::string cpu_model;  // /proc/cpuinfo model name; root attr `cpu_model` when non-empty
   int world_size = 1, rank = 0, local_rank = 0, node_rank = 0;
   double peak_flops = 0;  // FLOP/s
+  // More root attributes (the trainer's peak details and environment check), written
+  // by create() and rewritten by resume() (the resumed process's environment).
+  std::vector<std::pair<std::string, AttrValue>> extra_attrs;
 };
 
 // "<run_dir>/metrics/rank_%05d.h5"
@@ -115,8 +123,6 @@ class MetricsFile {
   double resumed_time_s_ = 0;  // see resume()
 };
 
-using AttrValue = std::variant<int64_t, double, std::string>;
-
 struct MetricsStatus {
   std::string state, message;
   int64_t exit_code = 0, steps_done = 0;
@@ -138,7 +144,7 @@ MetricsData readMetricsFile(const std::string& path);
 
 // Sanity of a file's numbers, "" if sane, else the first problem ("/steps/loss row 3
 // is -1.6e+19: expected a finite value >= 0"). Checks: every /steps value finite and
-// >= 0; /steps/step strictly increasing integers; /steps/time_s non-decreasing;
+// >= 0 (mfu and gemm_efficiency may also be NaN: not reported); /steps/step strictly increasing integers; /steps/time_s non-decreasing;
 // /status steps_done equal to the number of rows. A `completed` file that fails is
 // corrupt; a failed run may legitimately hold a non-finite loss, so callers apply
 // this to completed files.

@@ -1,6 +1,6 @@
 // Sweep tag: a run directory name derived from the resolved config.
 //
-// Contract (DESIGN.md §Sweep tag):
+// Contract (sweep_tagger/README.md § Tags; docs/architecture.md § Data flow):
 // - configHash() covers every resolved key whose KeySpec::affects_experiment is
 //   true (keys unknown to the schema count), plus world_size. Keys are sorted by
 //   bytes; each leaf is serialized type-tagged and length-prefixed (see

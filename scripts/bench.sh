@@ -6,6 +6,7 @@
 #             --estimate-memory figure for each
 #   launcher  time from launcher start until every worker has exec'd
 #   aggregate sweep_tagger aggregate over 1,000 runs x 2 ranks x 1,000 steps
+#   data      per-rank data time at world 1, 2, 4 (tiny model, through the launcher)
 # Usage: scripts/bench.sh [trainer|launcher|aggregate ...]   (default: all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +15,7 @@ BUILD=${FTB_BUILD_DIR:-$ROOT/build/release}
 OUT=$ROOT/results/bench
 mkdir -p "$OUT"
 which=("$@")
-[ ${#which[@]} -gt 0 ] || which=(trainer memory launcher aggregate)
+[ ${#which[@]} -gt 0 ] || which=(trainer memory launcher aggregate data)
 
 bench_trainer() {
   local md=$OUT/trainer_mfu.md runs=$OUT/runs
@@ -59,10 +60,25 @@ bench_memory() {
   cat "$OUT/memory.md"
 }
 
+bench_data() {
+  local runs=$OUT/runs/data
+  rm -rf "$runs"
+  for n in 1 2 4; do
+    echo "bench: data, world $n"
+    "$BUILD/launcher/launcher" --nproc-per-node "$n" -- "$BUILD/trainer/trainer" \
+      --config configs/runs/tiny.toml --output-dir "$runs/w$n" --no-sweep-dir \
+      data.seq_len=256 training.micro_batch_size=4 training.max_steps=40 \
+      training.warmup_steps=5 >"$runs.w$n.log" 2>&1
+  done
+  /usr/bin/python3 scripts/bench_data_report.py "$runs/w1" "$runs/w2" "$runs/w4" > "$OUT/data.md"
+  cat "$OUT/data.md"
+}
+
 for b in "${which[@]}"; do
   case "$b" in
     trainer) bench_trainer ;;
     memory) bench_memory ;;
+    data) bench_data ;;
     launcher) scripts/bench_launcher.sh ;;
     aggregate) if [ -x scripts/bench_aggregate.sh ]; then scripts/bench_aggregate.sh; else echo "bench: aggregate benchmark not available yet" >&2; fi ;;
     *) echo "bench: unknown benchmark '$b'" >&2; exit 2 ;;

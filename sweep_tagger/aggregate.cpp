@@ -129,14 +129,19 @@ void computeNumbers(RunRow& row, const RankFile& ref, const std::vector<RankFile
   row.comm_frac = share("comm_s");
   row.tokens_per_s_padded = share("tokens_padded");
   row.tokens_per_s_dataset = share("tokens_dataset");
-  if (const auto* mfu = column(d, "mfu")) {
+  // Step-time-weighted mean; empty when any measured step did not report it (NaN).
+  auto weighted = [&](const char* name) -> std::optional<double> {
+    const auto* c = column(d, name);
+    if (!c) return std::nullopt;
     double w = 0;
-    for (size_t i : measured) w += (*mfu)[i] * (*step_time)[i];
-    auto peak = d.attrs.find("peak_flops");
-    if (peak != d.attrs.end() && std::holds_alternative<double>(peak->second) &&
-        std::get<double>(peak->second) > 0)
-      row.mfu = w / total;
-  }
+    for (size_t i : measured) w += (*c)[i] * (*step_time)[i];
+    return std::isfinite(w) ? std::optional<double>(w / total) : std::nullopt;
+  };
+  if (auto peak = d.attrs.find("peak_flops"); peak != d.attrs.end() &&
+                                             std::holds_alternative<double>(peak->second) &&
+                                             std::get<double>(peak->second) > 0)
+    row.mfu = weighted("mfu");
+  row.gemm_efficiency = weighted("gemm_efficiency");
   if (row.world_size && *row.world_size > 0) {
     if (row.tokens_per_s_padded)
       row.tokens_per_s_padded_per_device = *row.tokens_per_s_padded / double(*row.world_size);
@@ -318,10 +323,16 @@ RunRow summarizeRun(const std::string& results_dir, const std::string& run_dir,
       row.host = text("hostname");
       row.cpu_model = text("cpu_model");
       row.peak_source = text("peak_source");
-      if (auto pf = d0.attrs.find("peak_flops");
-          pf != d0.attrs.end() && std::holds_alternative<double>(pf->second) &&
-          std::get<double>(pf->second) > 0)
-        row.peak_flops = std::get<double>(pf->second);
+      row.gemm_source = text("gemm_source");
+      auto positive = [&d0](const char* k) -> std::optional<double> {
+        auto it = d0.attrs.find(k);
+        if (it == d0.attrs.end() || !std::holds_alternative<double>(it->second) ||
+            !(std::get<double>(it->second) > 0))
+          return std::nullopt;
+        return std::get<double>(it->second);
+      };
+      row.peak_flops = positive("peak_flops");
+      row.gemm_flops = positive("gemm_flops");
     }
     std::string status_msg;
     row.status = statusOf(row, ranks, corrupt, opts.stale_seconds, status_msg);

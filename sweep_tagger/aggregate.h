@@ -17,7 +17,9 @@
 //   measured steps are those with step >= training.warmup_steps; tokens/s = sum of
 //   the (global) tokens over measured steps / sum of step_time_s of the reference
 //   rank (rank 0, else the lowest readable rank); per device = / world_size;
-//   MFU = step-time-weighted mean of the per-step mfu; p50/p90 nearest rank of
+//   MFU (against the hardware peak, peak_flops) and GEMM efficiency (against the
+//   GEMM measured at start, gemm_flops) = step-time-weighted means of the per-step
+//   mfu / gemm_efficiency, empty when a measured step has NaN; p50/p90 nearest rank of
 //   measured step times; shares = sum of data/forward/backward/optimizer/comm
 //   seconds / sum of step seconds; peak memory = max over readable ranks of
 //   peak_rss_bytes; MT/hour = dataset tokens/s * 3600 / 1e6; $/MT =
@@ -50,13 +52,15 @@ struct RunRow {
   int64_t ranks_found = 0, steps_done = 0, measured_steps = 0;
   int64_t resumes = 0;  // rank 0's resume_count attribute (resumes from a checkpoint)
   std::optional<double> train_runtime_s, tokens_per_s_dataset, tokens_per_s_padded,
-      tokens_per_s_dataset_per_device, tokens_per_s_padded_per_device, mfu, step_time_p50_s,
+      tokens_per_s_dataset_per_device, tokens_per_s_padded_per_device, mfu, gemm_efficiency,
+      step_time_p50_s,
       step_time_p90_s, data_frac, forward_frac, backward_frac, optimizer_frac, comm_frac,
       peak_mem_mib, first_loss, last_loss, mt_per_hour, usd_per_mt;
   std::optional<bool> is_valid;
   // Where and against what it ran (rank 0's HDF5 root attributes).
-  std::string host, cpu_model, peak_source;
-  std::optional<double> peak_flops, price_per_hour;  // FLOP/s per device; $ per device-hour
+  std::string host, cpu_model, peak_source, gemm_source;
+  // FLOP/s per device (hardware peak, measured GEMM); $ per device-hour
+  std::optional<double> peak_flops, gemm_flops, price_per_hour;
 };
 
 // Tag order for tables: digit runs compare as numbers ("sl512" < "sl1024"), the rest
@@ -84,10 +88,11 @@ AggregateTable aggregateRuns(const std::string& results_dir, const AggregateOpti
 // ---- Output ------------------------------------------------------------------
 // Column order: tag, status, <varying keys>, world_size, nodes, ranks, steps_done, resumes,
 // measured_steps, train_runtime_s, tokens_per_s_dataset, tokens_per_s_padded,
-// tokens_per_s_dataset_per_device, tokens_per_s_padded_per_device, mfu,
+// tokens_per_s_dataset_per_device, tokens_per_s_padded_per_device, mfu, gemm_efficiency,
 // step_time_p50_s, step_time_p90_s, data_frac, forward_frac, backward_frac,
 // optimizer_frac, comm_frac, peak_mem_mib, first_loss, last_loss, mt_per_hour,
-// usd_per_mt, price_per_hour, is_valid, host, cpu_model, peak_flops, peak_source, message.
+// usd_per_mt, price_per_hour, is_valid, host, cpu_model, peak_flops, peak_source,
+// gemm_flops, gemm_source, message.
 std::vector<std::pair<std::string, Cell>> rowCells(const RunRow& row,
                                                    const std::vector<std::string>& varying);
 std::string toCsv(const AggregateTable& t);         // RFC 4180, empty cell = missing

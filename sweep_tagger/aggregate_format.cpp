@@ -103,6 +103,7 @@ std::vector<std::pair<std::string, Cell>> rowCells(const RunRow& r,
                      {"tokens_per_s_dataset_per_device", opt(r.tokens_per_s_dataset_per_device)},
                      {"tokens_per_s_padded_per_device", opt(r.tokens_per_s_padded_per_device)},
                      {"mfu", opt(r.mfu)},
+                     {"gemm_efficiency", opt(r.gemm_efficiency)},
                      {"step_time_p50_s", opt(r.step_time_p50_s)},
                      {"step_time_p90_s", opt(r.step_time_p90_s)},
                      {"data_frac", opt(r.data_frac)},
@@ -121,6 +122,8 @@ std::vector<std::pair<std::string, Cell>> rowCells(const RunRow& r,
                      {"cpu_model", r.cpu_model},
                      {"peak_flops", opt(r.peak_flops)},
                      {"peak_source", r.peak_source},
+                     {"gemm_flops", opt(r.gemm_flops)},
+                     {"gemm_source", r.gemm_source},
                      {"message", r.message}});
   return c;
 }
@@ -201,7 +204,8 @@ std::string toMarkdown(const AggregateTable& t) {
   head.insert(head.end(), t.varying.begin(), t.varying.end());
   for (const char* h :
        {"world size", "nodes", "steps", "resumes", "tokens/s global (dataset)",
-        "tokens/s per device (padded)", "MFU % (per device)", "step p50 (s)", "step p90 (s)",
+        "tokens/s per device (padded)", "MFU % (hw peak)", "GEMM eff. % (measured GEMM)",
+        "step p50 (s)", "step p90 (s)",
         "time % data/fwd/bwd/opt/comm (rank 0)", "peak RSS MiB (max rank)",
         "loss first→last (nats/token)"})
     head.push_back(h);
@@ -233,8 +237,8 @@ std::string toMarkdown(const AggregateTable& t) {
     c.insert(
         c.end(),
         {cellText(opt(r.world_size)), cellText(opt(r.nodes)), std::to_string(r.steps_done),
-         std::to_string(r.resumes),
-         o(r.tokens_per_s_dataset, 1), o(r.tokens_per_s_padded_per_device, 1), o(r.mfu, 2, 100),
+         std::to_string(r.resumes), o(r.tokens_per_s_dataset, 1),
+         o(r.tokens_per_s_padded_per_device, 1), o(r.mfu, 2, 100), o(r.gemm_efficiency, 2, 100),
          o(r.step_time_p50_s, 4), o(r.step_time_p90_s, 4), shares, o(r.peak_mem_mib, 1), loss});
     if (any_price) c.insert(c.end(), {o(r.mt_per_hour, 3), o(r.usd_per_mt, 4)});
     c.push_back(cellText(opt(r.is_valid)));
@@ -279,6 +283,7 @@ RunRow rowFromJsonLine(const std::string& line) {
   r.tokens_per_s_dataset_per_device = d("tokens_per_s_dataset_per_device");
   r.tokens_per_s_padded_per_device = d("tokens_per_s_padded_per_device");
   r.mfu = d("mfu");
+  r.gemm_efficiency = d("gemm_efficiency");
   r.step_time_p50_s = d("step_time_p50_s");
   r.step_time_p90_s = d("step_time_p90_s");
   r.data_frac = d("data_frac");
@@ -293,10 +298,12 @@ RunRow rowFromJsonLine(const std::string& line) {
   r.usd_per_mt = d("usd_per_mt");
   r.price_per_hour = d("price_per_hour");
   r.peak_flops = d("peak_flops");
+  r.gemm_flops = d("gemm_flops");
   auto str = [&](const char* k) { return j[k].is_string() ? j[k].get<std::string>() : ""; };
   r.host = str("host");
   r.cpu_model = str("cpu_model");
   r.peak_source = str("peak_source");
+  r.gemm_source = str("gemm_source");
   if (j["is_valid"].is_boolean()) r.is_valid = j["is_valid"].get<bool>();
   for (const auto& [k, v] : j["config"].items()) r.config[k] = jsonCell(v);
   return r;

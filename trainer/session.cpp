@@ -20,6 +20,8 @@
 #include "trainer/data/dataset.h"
 #include "common/h5_metrics.h"
 #include "trainer/metrics/perf.h"
+#include "trainer/metrics/env_check.h"
+#include "trainer/metrics/peaks.h"
 #include "trainer/parallel/dist.h"
 #include "trainer/parallel/memory_estimate.h"
 #include "common/run_config.h"
@@ -133,22 +135,26 @@ std::optional<int> runInfoCommand(const SessionOptions& opts, const Config& cfg,
   return std::nullopt;
 }
 
-struct Peak {
-  double flops = 0;    // per device, for MFU
-  std::string source;  // what it was measured against (or that the config gave it)
-};
-
-Peak resolvePeak(const TrainConfig& tc) {
-  if (tc.peak_tflops > 0) return {tc.peak_tflops * 1e12, "config metrics.peak_tflops"};
-  torch::ScalarType dt = tc.dtype == DType::kBf16 ? torch::kBFloat16 : torch::kFloat32;
-  return {measureGemmPeak(dt), std::string("measured ") +
-                                   (dt == torch::kBFloat16 ? "bf16" : "fp32") +
-                                   " GEMM 2048^3, " + std::to_string(at::get_num_threads()) +
-                                   " thread(s)"};
+// The environment check (trainer/metrics/env_check.h): rank 0 logs what it found, every
+// rank warns about its own problems; returns the env_* attributes for the metrics file.
+std::vector<std::pair<std::string, AttrValue>> checkEnvironment(const TrainConfig& tc,
+                                                                const CpuInfo& cpu,
+                                                                const RunPeaks& peaks, int rank) {
+  const EnvFacts f = detectEnv(cpu, at::get_num_threads());
+  const std::string dtype = tc.dtype == DType::kBf16 ? "bf16" : "fp32";
+  const std::vector<std::string> warnings = envWarnings(f, peaks.gemm_flops, peaks.hw, dtype);
+  if (rank == 0)
+    FTB_INFO("environment: BLAS " << f.blas << (f.blas_core.empty() ? "" : ", core " + f.blas_core)
+             << " (" << isaLevelName(f.blas_isa_level) << ") on a CPU with "
+             << isaLevelName(f.cpu_isa_level) << "; " << f.intra_threads << " intra-op / "
+             << f.blas_threads << " BLAS thread(s); " << bindingText(f) << "; allocator "
+             << f.allocator);
+  for (const std::string& w : warnings) FTB_WARN(w);
+  return envAttrs(f, warnings);
 }
 
 RunInfo runInfo(const Config& cfg, const TrainConfig& tc, const DistEnv& env,
-                const std::string& run_dir, const Peak& peak) {
+                const std::string& run_dir, const CpuInfo& cpu, const RunPeaks& peaks) {
   RunInfo info;
   info.tag = std::filesystem::path(run_dir).filename().string();
   info.config_hash = configHash(cfg, tc.world_size);
@@ -157,14 +163,15 @@ RunInfo runInfo(const Config& cfg, const TrainConfig& tc, const DistEnv& env,
   info.ftbench_version = FTB_VERSION;
   info.torch_version = TORCH_VERSION;
   info.device = "cpu";
-  info.cpu_model = detectCpu().model_name;
-  info.peak_source = peak.source;
+  info.cpu_model = cpu.model_name;
+  info.peak_source = peaks.hw.source;
   info.config_toml = cfg.toToml();
   info.world_size = env.world_size;
   info.rank = env.rank;
   info.local_rank = env.local_rank;
   info.node_rank = env.node_rank;
-  info.peak_flops = peak.flops;
+  info.peak_flops = peaks.hw.flops;
+  info.extra_attrs = peaks.attrs();
   return info;
 }
 
@@ -183,7 +190,7 @@ std::unique_ptr<Checkpointer> makeCheckpointer(const Config& cfg, const TrainCon
 // rank 0's summary; returns the process exit code: 0, kExitRequeue
 // (preempted with a checkpoint) or 128+signal (preempted without one).
 int finishRun(MetricsFile& metrics, const TrainConfig& tc, const TrainSummary& s,
-              const Peak& peak, const std::string& run_dir, int rank,
+              const RunPeaks& peaks, const std::string& run_dir, int rank,
               const std::string& last_checkpoint) {
   if (s.stop_signal != 0) {
     std::string msg = std::string("stopped by signal ") + strsignal(s.stop_signal) + " after " +
@@ -195,12 +202,12 @@ int finishRun(MetricsFile& metrics, const TrainConfig& tc, const TrainSummary& s
     metrics.setStatus("preempted", code, msg);
     metrics.close();
     FTB_WARN(msg << " (exit code " << code << ")");
-    if (rank == 0) printSummary(tc, s, peak.flops, peak.source, run_dir);  // of the steps done
+    if (rank == 0) printSummary(tc, s, peaks, run_dir);  // of the steps done
     return code;
   }
   metrics.setStatus("completed", 0, "completed " + std::to_string(s.steps) + " steps");
   metrics.close();
-  if (rank == 0) printSummary(tc, s, peak.flops, peak.source, run_dir);
+  if (rank == 0) printSummary(tc, s, peaks, run_dir);
   return 0;
 }
 
@@ -314,8 +321,11 @@ int runSession(const SessionOptions& opts) {
     std::string run_dir = prepareRun(cfg, tc, dist, lock, plan.has_value());
     // No stop check between the run directory and its metrics file: a stop signal arriving
     // now is honoured right after the file exists, so the run records "preempted".
-    Peak peak = no_fit.empty() ? resolvePeak(tc) : Peak{0, "not measured (run refused)"};
-    RunInfo info = runInfo(cfg, tc, env, run_dir, peak);
+    const CpuInfo cpu = detectCpu();
+    const RunPeaks peaks = no_fit.empty() ? resolvePeaks(tc, cpu, "cpu", "")
+                                          : unmeasuredPeaks("not measured (run refused)");
+    RunInfo info = runInfo(cfg, tc, env, run_dir, cpu, peaks);
+    for (auto& a : checkEnvironment(tc, cpu, peaks, env.rank)) info.extra_attrs.push_back(a);
     const std::string mpath = metricsFilePath(run_dir, env.rank);
     metrics.emplace(plan ? MetricsFile::resume(mpath, info, plan->manifest.state.at("step"))
                          : MetricsFile::create(mpath, info));
@@ -324,8 +334,8 @@ int runSession(const SessionOptions& opts) {
 
     CheckpointHook ckpt(tc, std::move(plan), makeCheckpointer(cfg, tc, env, info, run_dir, dist),
                         env.rank);
-    TrainSummary s = train(tc, dist, *metrics, peak.flops, &ckpt);
-    return finishRun(*metrics, tc, s, peak, run_dir, env.rank, ckpt.lastSaved());
+    TrainSummary s = train(tc, dist, *metrics, peaks, &ckpt);
+    return finishRun(*metrics, tc, s, peaks, run_dir, env.rank, ckpt.lastSaved());
   } catch (const ConfigError& e) {
     return failInvalid(e, metrics);
   } catch (const StopRequested& e) {

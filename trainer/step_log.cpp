@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <iomanip>
 #include <sstream>
@@ -17,11 +18,20 @@ namespace {
 const char* kMetrics[] = {"step", "time_s", "step_time_s", "data_s", "forward_s", "backward_s",
                           "optimizer_s", "comm_s", "loss", "grad_norm", "lr",
                           "tokens_padded", "tokens_dataset", "tokens_per_s_padded",
-                          "tokens_per_s_dataset", "tokens_per_s_per_device", "mfu", "flops_per_token",
+                          "tokens_per_s_dataset", "tokens_per_s_per_device", "mfu", "gemm_efficiency",
+                          "flops_per_token",
                           "rss_bytes", "peak_rss_bytes"};
 bool isIntMetric(const std::string& m) {
   return m == "step" || m == "tokens_padded" || m == "tokens_dataset" || m == "rss_bytes" ||
          m == "peak_rss_bytes";
+}
+
+// "44.1%" or "n/a" (NaN: not reported).
+std::string pct(double v) {
+  if (std::isnan(v)) return "n/a";
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(1) << 100 * v << "%";
+  return o.str();
 }
 
 double percentile(std::vector<double> v, double q) {
@@ -33,9 +43,9 @@ double percentile(std::vector<double> v, double q) {
 
 }  // namespace
 
-StepLog::StepLog(const TrainConfig& tc, MetricsFile& metrics, double peak_flops, int rank,
+StepLog::StepLog(const TrainConfig& tc, MetricsFile& metrics, const RunPeaks& peaks, int rank,
                  int world)
-    : tc_(tc), metrics_(metrics), peak_flops_(peak_flops),
+    : tc_(tc), metrics_(metrics), mfu_peak_(peaks.mfuPeak()), gemm_peak_(peaks.gemmPeak()),
       flops_per_token_(tc.model.flopsPerToken(tc.seq_len)), t_start_(nowSeconds()), rank_(rank),
       world_(world) {
   for (const char* m : kMetrics) metrics_.declareMetric(m, isIntMetric(m));
@@ -43,9 +53,14 @@ StepLog::StepLog(const TrainConfig& tc, MetricsFile& metrics, double peak_flops,
 
 double StepLog::elapsed() const { return nowSeconds() - t_start_; }
 
+double StepLog::flopsPerDevice(double tokens_per_s) const {
+  return flops_per_token_ * tokens_per_s / world_;
+}
+
 void StepLog::record(int64_t step, const StepRecord& r) {
   double tps_padded = r.padded / r.total, tps_dataset = r.dataset / r.total;
-  double mfu = peak_flops_ > 0 ? flops_per_token_ * tps_padded / world_ / peak_flops_ : 0;
+  const double mfu = flopsPerDevice(tps_padded) / mfu_peak_;
+  const double gemm_eff = flopsPerDevice(tps_padded) / gemm_peak_;
   metrics_.appendStep({{"step", double(step)}, {"time_s", metrics_.resumedTimeS() + elapsed()},
                        {"step_time_s", r.total}, {"data_s", r.data}, {"forward_s", r.fwd},
                        {"backward_s", r.bwd}, {"optimizer_s", r.opt}, {"comm_s", r.comm},
@@ -54,7 +69,7 @@ void StepLog::record(int64_t step, const StepRecord& r) {
                        {"tokens_per_s_padded", tps_padded},
                        {"tokens_per_s_dataset", tps_dataset},
                        {"tokens_per_s_per_device", tps_padded / world_}, {"mfu", mfu},
-                       {"flops_per_token", flops_per_token_},
+                       {"gemm_efficiency", gemm_eff}, {"flops_per_token", flops_per_token_},
                        {"rss_bytes", double(currentRssBytes())},
                        {"peak_rss_bytes", double(peakRssBytes())}});
   if ((step + 1) % tc_.log_every == 0) metrics_.flush();
@@ -72,19 +87,19 @@ void StepLog::record(int64_t step, const StepRecord& r) {
       *a += b;
   }
   if (rank_ == 0 && (step + 1) % tc_.log_every == 0)
-    printProgress(step, r, tps_padded, tps_dataset, mfu);
+    printProgress(step, r, tps_padded, tps_dataset, mfu, gemm_eff);
 }
 
 void StepLog::printProgress(int64_t step, const StepRecord& r, double tps_padded,
-                            double tps_dataset, double mfu) const {
+                            double tps_dataset, double mfu, double gemm_eff) const {
   // Steps done so far / planned; ETA from this process's mean step time.
   const double elapsed = this->elapsed(), done = double(step + 1 - first_step_);
   const double eta = done > 0 ? elapsed / done * double(tc_.max_steps - step - 1) : 0;
   std::ostringstream os;
   os << std::fixed << "step " << step + 1 << "/" << tc_.max_steps << " | loss "
      << std::setprecision(5) << r.loss << " | global tok/s " << std::setprecision(0)
-     << tps_padded << " padded, " << tps_dataset << " dataset | MFU " << std::setprecision(1)
-     << 100 * mfu << "% | step " << std::setprecision(3) << r.total << " s (fwd "
+     << tps_padded << " padded, " << tps_dataset << " dataset | MFU " << pct(mfu)
+     << " (hw peak), GEMM eff " << pct(gemm_eff) << " | step " << std::setprecision(3) << r.total << " s (fwd "
      << std::setprecision(0) << 100 * r.fwd / r.total << "% bwd " << 100 * r.bwd / r.total
      << "% opt " << 100 * r.opt / r.total << "% comm " << 100 * r.comm / r.total << "%) | rss "
      << currentRssBytes() / (1 << 20) << " MiB | elapsed " << std::setprecision(1) << elapsed
@@ -100,7 +115,8 @@ TrainSummary StepLog::finish(Comm& world) {
   if (acc_.total > 0) {
     s.tokens_per_s_padded = acc_.padded / acc_.total;
     s.tokens_per_s_dataset = acc_.dataset / acc_.total;
-    s.mfu = peak_flops_ > 0 ? flops_per_token_ * s.tokens_per_s_padded / world_ / peak_flops_ : 0;
+    s.mfu = flopsPerDevice(s.tokens_per_s_padded) / mfu_peak_;
+    s.gemm_efficiency = flopsPerDevice(s.tokens_per_s_padded) / gemm_peak_;
     s.data_frac = acc_.data / acc_.total;
     s.fwd_frac = acc_.fwd / acc_.total;
     s.bwd_frac = acc_.bwd / acc_.total;
@@ -116,8 +132,8 @@ TrainSummary StepLog::finish(Comm& world) {
   return s;
 }
 
-void printSummary(const TrainConfig& tc, const TrainSummary& s, double peak_flops,
-                  const std::string& peak_source, const std::string& run_dir) {
+void printSummary(const TrainConfig& tc, const TrainSummary& s, const RunPeaks& peaks,
+                  const std::string& run_dir) {
   const int world = tc.world_size;
   std::ostringstream os;
   auto row = [&os](const std::string& k, const std::string& v) {
@@ -142,8 +158,16 @@ void printSummary(const TrainConfig& tc, const TrainSummary& s, double peak_flop
   row("tokens/s (padded, global)", fmt(s.tokens_per_s_padded, 1));
   row("tokens/s (dataset, global)", fmt(s.tokens_per_s_dataset, 1));
   row("tokens/s per device", fmt(s.tokens_per_s_padded / world, 1));
-  row("MFU", fmt(100 * s.mfu, 1) + " % of " + fmt(peak_flops / 1e9, 1) + " GFLOP/s (" +
-                 peak_source + ")");
+  row("MFU (hardware peak)",
+      !peaks.check.ok       ? "not reported: " + peaks.check.message
+      : std::isnan(s.mfu)   ? "not reported: " + peaks.hw.source
+                            : fmt(100 * s.mfu, 1) + " % of " + fmt(peaks.hw.flops / 1e9, 1) +
+                                " GFLOP/s (" + peaks.hw.source + ")");
+  row("GEMM efficiency", std::isnan(s.gemm_efficiency)
+                             ? "not reported: " + peaks.gemm_source
+                             : fmt(100 * s.gemm_efficiency, 1) + " % of " +
+                                   fmt(peaks.gemm_flops / 1e9, 1) + " GFLOP/s (measured " +
+                                   peaks.gemm_source + ")");
   row("step time p50 / p90", fmt(s.step_p50, 4) + " / " + fmt(s.step_p90, 4) + " s");
   row("breakdown", "data " + fmt(100 * s.data_frac, 1) + "%, fwd " + fmt(100 * s.fwd_frac, 1) +
                        "%, bwd " + fmt(100 * s.bwd_frac, 1) + "%, opt " +

@@ -8,6 +8,9 @@
 //   column is that index, and the progress line counts steps done ("step s+1/max").
 //   Steps >= training.warmup_steps enter the summary.
 // - StepLog::finish() is collective (the peak RSS max over ranks).
+// - mfu divides the model FLOP/s per device by the hardware peak, gemm_efficiency by
+//   the GEMM measured at start (trainer/metrics/peaks.h); either is NaN when its
+//   denominator is (printed "n/a").
 #pragma once
 
 #include <cstdint>
@@ -16,6 +19,7 @@
 
 #include "common/h5_metrics.h"
 #include "common/run_config.h"
+#include "trainer/metrics/peaks.h"
 #include "trainer/parallel/comm.h"
 
 namespace ftb {
@@ -31,7 +35,7 @@ struct TrainSummary {
   int64_t measured_steps = 0;  // steps after warmup
   double train_seconds = 0;    // wall time of the measured steps
   double tokens_per_s_padded = 0, tokens_per_s_dataset = 0;  // global, measured steps
-  double mfu = 0;
+  double mfu = 0, gemm_efficiency = 0;  // NaN: not reported
   double step_p50 = 0, step_p90 = 0;
   double data_frac = 0, fwd_frac = 0, bwd_frac = 0, opt_frac = 0, comm_frac = 0;
   double peak_rss_max = 0;  // bytes, max over ranks
@@ -43,18 +47,20 @@ class StepLog {
  public:
   // Declares the step metrics in `metrics`; starts the run clock (elapsed()). time_s =
   // metrics.resumedTimeS() + elapsed(): a resumed run's clock continues.
-  StepLog(const TrainConfig& tc, MetricsFile& metrics, double peak_flops, int rank, int world);
+  StepLog(const TrainConfig& tc, MetricsFile& metrics, const RunPeaks& peaks, int rank,
+          int world);
   void record(int64_t step, const StepRecord& r);
   double elapsed() const;  // seconds since construction
   TrainSummary finish(Comm& world);
 
  private:
   void printProgress(int64_t step, const StepRecord& r, double tps_padded, double tps_dataset,
-                     double mfu) const;
+                     double mfu, double gemm_eff) const;
+  double flopsPerDevice(double tokens_per_s) const;
 
   const TrainConfig& tc_;
   MetricsFile& metrics_;
-  double peak_flops_, flops_per_token_, t_start_;
+  double mfu_peak_, gemm_peak_, flops_per_token_, t_start_;
   int rank_, world_;
   TrainSummary sum_;
   int64_t first_step_ = 0;  // the first step this process ran (a resumed run starts later)
@@ -62,7 +68,7 @@ class StepLog {
   std::vector<double> step_times_;
 };
 
-void printSummary(const TrainConfig& tc, const TrainSummary& s, double peak_flops,
-                  const std::string& peak_source, const std::string& run_dir);
+void printSummary(const TrainConfig& tc, const TrainSummary& s, const RunPeaks& peaks,
+                  const std::string& run_dir);
 
 }  // namespace ftb

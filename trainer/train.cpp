@@ -63,24 +63,30 @@ struct Loop {
   const Dataset& ds;
 };
 
+// The global batch's non-padding positions (the loss normaliser): each rank counts
+// its own samples, one world all-reduce sums them (tp ranks hold identical data).
+double globalPositions(Comm& world, int64_t local, int64_t tp) {
+  torch::Tensor n = torch::tensor({double(local)}, torch::kFloat64);
+  world.allReduceSum(n);
+  return n.item<double>() / double(tp);  // integers below 2^53: exact
+}
+
 // Data, forward and backward of every micro-batch of `step`: adds this rank's
 // [loss sum, padded, dataset] to `a` and the phase times to `r`; returns the global
 // batch's non-padding positions (the loss normaliser).
 double forwardBackward(const Loop& l, int64_t step, StepRecord& r, Agreement& a) {
   const TrainConfig& tc = l.tc;
-  const int64_t G = tc.globalBatch(), mbs = tc.micro_batch_size;
-  const int64_t first = step * G + l.mesh.dpRank() * (G / tc.dpSize());  // tp ranks share data
   double t = nowSeconds();
-  const double positions = double(countPositions(l.ds, step * G, G, tc.seq_len));
+  const StepBatches mine = rankBatches(l.ds, tc, step, l.mesh.dpRank());  // tp ranks share data
   t = lap(r.data, t);
+  const double positions = globalPositions(l.world, mine.positions, tc.tp);
   l.sync.beginStep();  // ZeRO-3: all-gather of the root unit
   t = lap(r.comm, t);
-  for (int64_t m = 0; m < tc.grad_accum_steps; ++m) {
-    Batch b = makeBatch(l.ds, first + m * mbs, mbs, tc.seq_len, tc.pad_longest, tc.pad_id);
-    t = lap(r.data, t);
+  for (size_t m = 0; m < mine.micro.size(); ++m) {
+    const Batch& b = mine.micro[m];
     torch::Tensor loss_sum = l.model->lossSum(l.model->forward(b.inputs), b.targets, b.mask);
     t = lap(r.fwd, t);
-    l.sync.beforeBackward(m + 1 == tc.grad_accum_steps);
+    l.sync.beforeBackward(m + 1 == mine.micro.size());
     (loss_sum / positions).backward();
     t = lap(r.bwd, t);
     a.loss_sum += loss_sum.item<double>();
@@ -150,7 +156,7 @@ void installStopSignalHandlers() {
 }
 
 TrainSummary train(const TrainConfig& tc, Distributed& dist, MetricsFile& metrics,
-                   double peak_flops, StepHooks* hooks) {
+                   const RunPeaks& peaks, StepHooks* hooks) {
   Comm& world = *dist.world;
   Mesh mesh = buildMesh(dist, tc);
   ParallelModel pm = parallelize(tc, mesh);
@@ -170,7 +176,7 @@ TrainSummary train(const TrainConfig& tc, Distributed& dist, MetricsFile& metric
   hooks->onStart(ctx, state);
 
   installStopSignalHandlers();  // from here on, a signal stops every rank after one step
-  StepLog log(tc, metrics, peak_flops, world.rank(), world.size());
+  StepLog log(tc, metrics, peaks, world.rank(), world.size());
   int stop_signal = 0;
   for (; state.step < tc.max_steps; ++state.step) {
     const double t0 = nowSeconds();

@@ -87,6 +87,6 @@ void installStopSignalHandlers();
 
 // hooks may be null.
 TrainSummary train(const TrainConfig& tc, Distributed& dist, MetricsFile& metrics,
-                   double peak_flops, StepHooks* hooks = nullptr);
+                   const RunPeaks& peaks, StepHooks* hooks = nullptr);
 
 }  // namespace ftb

@@ -56,6 +56,7 @@ const char* kMetrics[] = {"step",
                           "tokens_per_s_dataset",
                           "tokens_per_s_per_device",
                           "mfu",
+                          "gemm_efficiency",
                           "rss_bytes",
                           "peak_rss_bytes"};
 bool isInt(const std::string& m) {
@@ -73,7 +74,7 @@ void writeRun(const std::string& out, int i, int nodes, int per_node, int steps,
        "training.seed=" + std::to_string(i / 16)});
   RunDir rd = prepareRunDir(cfg, world, out, false);
   const int done = state == "completed" ? steps : steps / 2;
-  const double peak = 2e13, flops_per_token = 6.0 * 4 * (4 * 256 * 256 + 3 * 256 * 688);
+  const double peak = 2e13, gemm = 1e13, flops_per_token = 6.0 * 4 * (4 * 256 * 256 + 3 * 256 * 688);
   for (int rank = 0; rank < world; ++rank) {
     RunInfo info;
     info.tag = rd.tag;
@@ -89,6 +90,7 @@ void writeRun(const std::string& out, int i, int nodes, int per_node, int steps,
     info.local_rank = rank % per_node;
     info.node_rank = rank / per_node;
     info.peak_flops = peak;
+    info.extra_attrs = {{"gemm_flops", gemm}, {"gemm_source", std::string("synthetic")}};
     MetricsFile f = MetricsFile::create(metricsFilePath(rd.path, rank), info);
     for (const char* m : kMetrics) f.declareMetric(m, isInt(m));
     std::mt19937_64 rng(static_cast<uint64_t>(i) * 1000 + rank);
@@ -119,6 +121,7 @@ void writeRun(const std::string& out, int i, int nodes, int per_node, int steps,
                     {"tokens_per_s_dataset", dataset / total},
                     {"tokens_per_s_per_device", tps / world},
                     {"mfu", flops_per_token * tps / world / peak},
+                    {"gemm_efficiency", flops_per_token * tps / world / gemm},
                     {"rss_bytes", 1e8 + 1e5 * s + 1e6 * rank},
                     {"peak_rss_bytes", 1e8 + 1e5 * s + 1e6 * rank}});
     }

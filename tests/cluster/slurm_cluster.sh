@@ -16,7 +16,7 @@
 # Layout (all under $STATE, default /run/ftb-slurm; removed by `down`):
 #   slurm.conf, munge/ (own munged: key, socket, pid, log — the system munged is not touched),
 #   ctld/ (StateSaveLocation), log/ (slurmctld.log, slurmd-hN.log), netns_created (marker).
-# Node spool dirs /var/spool/slurmd/hN and pid files /run/slurmd-hN.pid (DESIGN.md recipe).
+# Node spool dirs /var/spool/slurmd/hN and pid files /run/slurmd-hN.pid (recipe in slurm/README.md § The test cluster).
 # TmpFS=$STATE/tmp/%n: srun --mpi=pmix creates TmpFS/spmix_appdir_JOB.STEP on every node, and
 # the hosts share /tmp, so with the default TmpFS=/tmp the second node fails ("File exists").
 #
@@ -66,7 +66,7 @@ write_conf() {
   mkdir -p "$STATE/ctld" "$STATE/log"
   {
     echo "$MARK"
-    echo "# hosts 1..$n of netns.sh; see tests/cluster/slurm_cluster.sh and /work/shared/DESIGN.md"
+    echo "# hosts 1..$n of netns.sh; see tests/cluster/slurm_cluster.sh and slurm/README.md"
     cat <<EOF
 ClusterName=ftb
 SlurmctldHost=${ctl_host}(${NET}.1)

@@ -1,4 +1,4 @@
-"""HDF5 metrics layout as seen by h5py and h5dump (DESIGN.md §HDF5 metrics).
+"""HDF5 metrics layout as seen by h5py and h5dump (docs/architecture.md § HDF5 metrics schema).
 
 The files are written by the C++ unit tests (common_tests, MetricsFileTest.RoundTrip and
 MetricsFileTest.SigkillKeepsEveryFlushedStep) through FTB_H5_OUT / FTB_H5_KILLED_OUT.

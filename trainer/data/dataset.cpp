@@ -140,6 +140,22 @@ int64_t countPositions(const Dataset& ds, int64_t first, int64_t count, int64_t 
   return n;
 }
 
+RankSamples rankSamples(const TrainConfig& tc, int64_t step, int64_t dp_rank) {
+  const int64_t G = tc.globalBatch();
+  return {step * G + dp_rank * (G / tc.dpSize()), tc.micro_batch_size, tc.grad_accum_steps};
+}
+
+StepBatches rankBatches(const Dataset& ds, const TrainConfig& tc, int64_t step, int64_t dp_rank) {
+  const RankSamples mine = rankSamples(tc, step, dp_rank);
+  StepBatches sb;
+  for (int64_t m = 0; m < mine.micro_batches; ++m) {
+    sb.micro.push_back(makeBatch(ds, mine.microFirst(m), mine.micro_batch, tc.seq_len,
+                                 tc.pad_longest, tc.pad_id));
+    sb.positions += sb.micro.back().dataset_tokens;
+  }
+  return sb;
+}
+
 Batch makeBatch(const Dataset& ds, int64_t first, int64_t count, int64_t seq_len,
                 bool pad_longest, int64_t pad_id) {
   std::vector<std::vector<int32_t>> docs;

@@ -51,6 +51,27 @@ Batch makeBatch(const Dataset& ds, int64_t first, int64_t count, int64_t seq_len
 // building tensors (for the global token count that normalises the loss).
 int64_t countPositions(const Dataset& ds, int64_t first, int64_t count, int64_t seq_len);
 
+// The samples data-parallel rank `dp_rank` trains on at step `step` (trainer/train.h):
+// the contiguous slice [step·G + dp_rank·G/dp, +G/dp) of the global batch, cut into
+// grad_accum_steps micro-batches of micro_batch_size. Tensor-parallel ranks of one
+// data-parallel rank share it. REQUIRES: 0 <= dp_rank < tc.dpSize().
+struct RankSamples {
+  int64_t first = 0;          // global index of the rank's first sample at this step
+  int64_t micro_batch = 0;    // samples per micro-batch
+  int64_t micro_batches = 0;  // micro-batches per step
+  int64_t microFirst(int64_t m) const { return first + m * micro_batch; }
+};
+RankSamples rankSamples(const TrainConfig& tc, int64_t step, int64_t dp_rank);
+
+// One rank's micro-batches of one step. Only this rank's samples are read: the cost
+// does not grow with the world size. The loss normaliser (the global batch's
+// non-padding positions) is the sum of `positions` over the data-parallel ranks.
+struct StepBatches {
+  std::vector<Batch> micro;
+  int64_t positions = 0;  // Σ dataset_tokens of `micro`
+};
+StepBatches rankBatches(const Dataset& ds, const TrainConfig& tc, int64_t step, int64_t dp_rank);
+
 // Writes `num_samples` synthetic documents (exactly SyntheticDataset's) to `path`:
 // .jsonl (one {"input_ids": [...]} per line) or .bin (flat stream, bin_dtype).
 void writeSyntheticDataset(const TrainConfig& c, const std::string& path);

@@ -3,8 +3,9 @@
 // Contracts:
 // - measureGemmPeak(dtype) times square matmuls of size n in `dtype` with the
 //   current intra-op thread count and returns the best FLOP/s over `reps` runs
-//   (after one warm-up). It is the denominator of MFU on CPU, so it must run in the
-//   same environment (threads, BLAS) as the training it is compared with.
+//   (after one warm-up). It is the denominator of gemm_efficiency (not of MFU, which
+//   uses the hardware peak: peaks.h), so it must run in the same environment
+//   (threads, BLAS) as the training it is compared with.
 // - peakRssBytes() is VmHWM of this process (Linux), currentRssBytes() VmRSS.
 #pragma once
 

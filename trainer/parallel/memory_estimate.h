@@ -1,7 +1,10 @@
 // Per-rank memory estimate for a model, layout and batch, without training.
 //
-// Contract: estimateMemory() models exactly what this trainer allocates (see
-// parallel/zero.h for the stage semantics), in bytes per rank:
+// Contract: estimateMemory() sums the tensors this trainer allocates, term by term (see
+// parallel/zero.h for the stage semantics), in bytes per rank. It is a model, not a
+// measurement: allocator overhead, libtorch temporaries and thread stacks are not in
+// it (README "Memory" benchmark: within ~10 % of measured peak RSS on the tested
+// configs). Terms:
 //   parameters   fp32 model/master weights (stages 0-2: the full tp slice; stage 3:
 //                the 1/N shard)
 //   gradients    fp32 (stage 0: full tp slice; stages 1-2: full tp slice + this

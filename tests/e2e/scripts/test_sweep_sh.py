@@ -20,7 +20,7 @@ REPO = pathlib.Path(__file__).resolve().parents[3]
 BUILD = pathlib.Path(os.environ.get("FTB_BUILD_DIR", REPO / "build" / "release")).resolve()
 SWEEP_SH = REPO / "scripts" / "sweep.sh"
 TINY = REPO / "configs" / "runs" / "tiny.toml"
-# 3 steps, no GEMM peak measurement at start: each point takes about a second.
+# 3 steps and a given hardware peak: each point takes a few seconds (the GEMM timed at start).
 OVERRIDES = ["training.max_steps=3", "metrics.peak_tflops=1.0"]
 
 

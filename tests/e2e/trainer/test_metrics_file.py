@@ -5,16 +5,24 @@ import time
 
 import h5py
 import numpy as np
+import pytest
 
 from trainer_util import REQUEUE_EXIT, TINY, TRAINER, base_env, metrics, run_trainer, wait_for_steps
 
 ROOT_ATTRS = {"schema_version", "tag", "config_hash", "world_size", "rank", "local_rank",
               "node_rank", "hostname", "start_utc", "ftbench_version", "torch_version", "device",
-              "peak_flops", "peak_source"}
+              "peak_flops", "peak_source", "cpu_model", "peak_unit", "peak_cores", "peak_clock_hz",
+              "peak_flops_per_cycle", "peak_check", "cpu_isa", "gemm_flops", "gemm_source"}
+# trainer/README.md "HDF5 metrics files": the environment check
+ENV_ATTRS = {"env_blas", "env_blas_core", "env_blas_isa", "env_cpu_isa_best",
+             "env_openblas_coretype", "env_intra_threads", "env_blas_threads",
+             "env_blas_threads_source", "env_omp_num_threads", "env_bound_cpus",
+             "env_bound_physical_cores", "env_online_cpus", "env_core_binding", "env_allocator",
+             "env_warnings"}
 STEP_METRICS = {"step", "time_s", "step_time_s", "data_s", "forward_s", "backward_s",
                 "optimizer_s", "comm_s", "loss", "grad_norm", "lr", "tokens_padded",
                 "tokens_dataset", "tokens_per_s_padded", "tokens_per_s_dataset",
-                "tokens_per_s_per_device", "mfu", "flops_per_token", "rss_bytes", "peak_rss_bytes"}
+                "tokens_per_s_per_device", "mfu", "gemm_efficiency", "flops_per_token", "rss_bytes", "peak_rss_bytes"}
 
 
 def test_layout_in_h5py_and_h5dump(tmp_path):
@@ -23,8 +31,9 @@ def test_layout_in_h5py_and_h5dump(tmp_path):
     with h5py.File(path, "r") as f:
         assert ROOT_ATTRS <= set(f.attrs)
         assert f.attrs["schema_version"] == 1 and f.attrs["world_size"] == 1
-        assert f.attrs["peak_flops"] > 1e9, "the measured GEMM peak is at least 1 GFLOP/s"
-        assert "GEMM" in f.attrs["peak_source"]
+        assert f.attrs["peak_flops"] > 1e9, "the hardware peak is at least 1 GFLOP/s"
+        assert f.attrs["gemm_flops"] > 1e8, "the measured GEMM is at least 0.1 GFLOP/s"
+        assert "GEMM" in f.attrs["gemm_source"]
         assert "[training]" in f["config"].asstr()[()]
         assert STEP_METRICS <= set(f["steps"])
         steps = f["steps"]
@@ -36,12 +45,44 @@ def test_layout_in_h5py_and_h5dump(tmp_path):
                                    steps["tokens_padded"][:] / steps["step_time_s"][:], rtol=1e-9)
         assert np.all(steps["tokens_dataset"][:] <= steps["tokens_padded"][:])
         assert np.all(steps["tokens_padded"][:] == 2 * 64)
-        assert np.all((steps["mfu"][:] > 0) & (steps["mfu"][:] < 1.5))
+        assert np.all((steps["gemm_efficiency"][:] > 0) & (steps["gemm_efficiency"][:] < 1.5))
         st = f["status"].attrs
         assert st["state"] == "completed" and st["exit_code"] == 0 and st["steps_done"] == 20
     dump = subprocess.run(["h5dump", "-A", str(path)], capture_output=True, text=True)
     assert dump.returncode == 0, dump.stderr
     assert "schema_version" in dump.stdout and "completed" in dump.stdout
+
+
+def test_mfu_is_against_the_hardware_peak_and_env_is_recorded(tmp_path):
+    """mfu uses the CPU's peak (cores x measured clock x FLOP/cycle), gemm_efficiency the GEMM
+    measured at start; the environment check is in the attributes. 3 intra-op threads on a
+    process bound to fewer CPUs must warn, naming the fix."""
+    import os
+    threads = len(os.sched_getaffinity(0)) + 1
+    p = run_trainer(tmp_path, "training.max_steps=4", f"training.threads={threads}")
+    with metrics(tmp_path) as f:
+        a = f.attrs
+        assert ROOT_ATTRS | ENV_ATTRS <= set(a)
+        per_device = f["steps/flops_per_token"][:] * f["steps/tokens_per_s_per_device"][:]
+        if a["peak_check"] == "ok":
+            np.testing.assert_allclose(f["steps/mfu"][:], per_device / a["peak_flops"], rtol=1e-12)
+            assert np.all((f["steps/mfu"][:] > 0) & (f["steps/mfu"][:] <= 1))
+        else:  # the GEMM beat the computed peak: not reported, never > 100 %
+            assert np.all(np.isnan(f["steps/mfu"][:])) and "peak error" in a["peak_check"]
+        np.testing.assert_allclose(f["steps/gemm_efficiency"][:], per_device / a["gemm_flops"],
+                                   rtol=1e-12)
+        if a["peak_unit"] != "config":  # the CPU peak formula, as recorded
+            assert a["peak_cores"] == min(threads, a["env_bound_physical_cores"])
+            assert a["peak_flops"] == pytest.approx(
+                a["peak_cores"] * a["peak_clock_hz"] * a["peak_flops_per_cycle"], rel=1e-12)
+            assert a["cpu_model"] in a["peak_source"] and a["peak_unit"] in a["peak_source"]
+        assert a["env_intra_threads"] == threads
+        assert a["env_online_cpus"] >= len(os.sched_getaffinity(0))
+        assert "time-share cores" in a["env_warnings"]
+        assert f"training.threads={len(os.sched_getaffinity(0))}" in a["env_warnings"]
+    assert "time-share cores" in p.stderr + p.stdout
+    summary = p.stdout[p.stdout.index("== ftbench summary"):]
+    assert "MFU (hardware peak)" in summary and "GEMM efficiency" in summary
 
 
 def _start_long_run(tmp_path, *extra):

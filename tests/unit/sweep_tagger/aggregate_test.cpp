@@ -26,6 +26,7 @@ namespace fs = std::filesystem;
 
 struct Steps {
   std::vector<double> step_time, tokens_padded, tokens_dataset, mfu, loss, peak_rss;
+  std::vector<double> gemm_eff;  // empty: 2 x mfu
 };
 
 // 5 steps; warmup_steps = 2 in the config, so steps 2..4 are measured.
@@ -64,7 +65,8 @@ std::string makeRun(const std::string& results, const Config& cfg, int world,
     MetricsFile f = MetricsFile::create(metricsFilePath(rd.path, r), info);
     for (const char* m :
          {"step", "time_s", "step_time_s", "data_s", "forward_s", "backward_s", "optimizer_s",
-          "comm_s", "loss", "tokens_padded", "tokens_dataset", "mfu", "peak_rss_bytes"})
+          "comm_s", "loss", "tokens_padded", "tokens_dataset", "mfu", "gemm_efficiency",
+          "peak_rss_bytes"})
       f.declareMetric(m, std::string(m) == "step");
     double t = 0;
     for (size_t i = 0; i < steps; ++i) {
@@ -82,6 +84,7 @@ std::string makeRun(const std::string& results, const Config& cfg, int world,
                     {"tokens_padded", s.tokens_padded[i]},
                     {"tokens_dataset", s.tokens_dataset[i]},
                     {"mfu", s.mfu[i]},
+                    {"gemm_efficiency", s.gemm_eff.empty() ? 2 * s.mfu[i] : s.gemm_eff[i]},
                     {"peak_rss_bytes", s.peak_rss[i] * (r + 1)}});
     }
     if (state != "running") f.setStatus(state, state == "completed" ? 0 : 1, state + " msg");
@@ -112,6 +115,7 @@ TEST(Aggregate, CompletedRunMatchesTrainerFormulas) {
   EXPECT_DOUBLE_EQ(*r.tokens_per_s_dataset, 2000 / 0.9);
   EXPECT_DOUBLE_EQ(*r.tokens_per_s_padded_per_device, 3000 / 0.9 / 2);
   EXPECT_DOUBLE_EQ(*r.mfu, (0.3 * 0.2 + 0.1 * 0.4 + 0.2 * 0.3) / 0.9);
+  EXPECT_DOUBLE_EQ(*r.gemm_efficiency, 2 * (0.3 * 0.2 + 0.1 * 0.4 + 0.2 * 0.3) / 0.9);
   EXPECT_DOUBLE_EQ(*r.step_time_p50_s, 0.3);
   EXPECT_DOUBLE_EQ(*r.step_time_p90_s, 0.4);
   EXPECT_NEAR(*r.forward_frac, 0.3, 1e-12);
@@ -215,17 +219,18 @@ TEST_F(AggregateTableTest, FormatsParseAndQuote) {
   EXPECT_EQ(csv.substr(0, csv.find('\n')),
             "tag,status,data.seq_len,world_size,nodes,ranks,steps_done,resumes,measured_steps,"
             "train_runtime_s,tokens_per_s_dataset,tokens_per_s_padded,"
-            "tokens_per_s_dataset_per_device,tokens_per_s_padded_per_device,mfu,step_time_p50_s,"
-            "step_time_p90_s,data_frac,forward_frac,backward_frac,optimizer_frac,comm_frac,"
+            "tokens_per_s_dataset_per_device,tokens_per_s_padded_per_device,mfu,gemm_efficiency,"
+            "step_time_p50_s,step_time_p90_s,data_frac,forward_frac,backward_frac,optimizer_frac,comm_frac,"
             "peak_mem_mib,first_loss,last_loss,mt_per_hour,usd_per_mt,price_per_hour,is_valid,"
-            "host,cpu_model,peak_flops,peak_source,message");
+            "host,cpu_model,peak_flops,peak_source,gemm_flops,gemm_source,message");
   EXPECT_NE(csv.find("\"a, \"\"quoted\"\"\nmessage\""), std::string::npos);
   auto j = nlohmann::json::parse(toJson(t));
   EXPECT_EQ(j["runs"].size(), 5u);
   EXPECT_EQ(j["varying"][0], "data.seq_len");
   std::string md = toMarkdown(t);
   EXPECT_NE(md.find("| tag | status | data.seq_len | world size | nodes | steps | resumes | "
-                    "tokens/s global (dataset) | tokens/s per device (padded) | MFU % (per device) |"),
+                    "tokens/s global (dataset) | tokens/s per device (padded) | MFU % (hw peak) | "
+                    "GEMM eff. % (measured GEMM) |"),
             std::string::npos)
       << md;
   // Constants one per line; MT/h and $/MT spelled out with the price used.
@@ -262,11 +267,12 @@ TEST_F(AggregateTableTest, RowsSortNaturallyAndCarryHostAndPeak) {
 TEST(Aggregate, ImplausibleValuesMakeACompletedFileCorrupt) {
   test::TempDir tmp;
   int seed = 0;
+  RunRow last;
   auto withSteps = [&](const Steps& s) {
     std::string dir = makeRun(tmp.path(), runConfig({"training.seed=" + std::to_string(++seed)}),
                               1, {"completed"}, s);
-    RunRow r = summarize(tmp.path(), dir);
-    return r.status + " | " + r.message;
+    last = summarize(tmp.path(), dir);
+    return last.status + " | " + last.message;
   };
   Steps neg = fiveSteps();
   neg.tokens_dataset[3] = -1.67e19;
@@ -279,8 +285,15 @@ TEST(Aggregate, ImplausibleValuesMakeACompletedFileCorrupt) {
   inf.loss[1] = std::numeric_limits<double>::infinity();
   EXPECT_NE(withSteps(inf).find("/steps/loss row 1 is inf"), std::string::npos);
   Steps nan = fiveSteps();
-  nan.mfu[4] = std::nan("");
-  EXPECT_NE(withSteps(nan).find("/steps/mfu row 4 is nan"), std::string::npos);
+  nan.loss[4] = std::nan("");
+  EXPECT_NE(withSteps(nan).find("/steps/loss row 4 is nan"), std::string::npos);
+  // mfu NaN = "the hardware peak is wrong or unknown": completed, MFU left empty.
+  Steps no_mfu = fiveSteps();
+  no_mfu.gemm_eff = no_mfu.mfu;
+  for (double& m : no_mfu.mfu) m = std::nan("");
+  EXPECT_EQ(withSteps(no_mfu), "completed | ");
+  EXPECT_FALSE(last.mfu.has_value());  // the md/csv cell is empty, never "nan"
+  EXPECT_TRUE(last.gemm_efficiency.has_value());
   // A failed run may hold a non-finite loss: it stays failed.
   std::string failed = makeRun(tmp.path(), runConfig({"training.seed=99"}), 1, {"failed"}, inf);
   EXPECT_EQ(summarize(tmp.path(), failed).status, "failed");

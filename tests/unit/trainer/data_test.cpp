@@ -18,11 +18,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-TrainConfig tinyConfig(std::vector<std::string> overrides = {}) {
+TrainConfig tinyConfig(std::vector<std::string> overrides = {}, int world = 1) {
   overrides.insert(overrides.begin(), {"data.seq_len=16", "data.num_samples=50",
                                        "data.min_doc_len=4", "training.seed=99"});
   Config cfg = Config::load(FTB_SOURCE_DIR "/configs/runs/tiny.toml", overrides);
-  return TrainConfig::fromConfig(cfg, 1);
+  return TrainConfig::fromConfig(cfg, world);
 }
 
 class TempDir {
@@ -304,6 +304,93 @@ TEST(TokenFiles, JsonlTruncatesAndSkipsShortDocuments) {
             std::vector<int32_t>(longdoc.begin(), longdoc.begin() + c.seq_len + 1));
   EXPECT_EQ(ds->document(1), (std::vector<int32_t>{3, 4}));
   EXPECT_EQ(countPositions(*ds, 0, 2, c.seq_len), c.seq_len + 1);
+}
+
+// FNV-1a over a tensor's shape and bytes.
+uint64_t fnv(uint64_t h, const void* p, size_t n) {
+  const auto* b = static_cast<const unsigned char*>(p);
+  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 0x100000001b3ULL;
+  return h;
+}
+uint64_t fnv(uint64_t h, const torch::Tensor& t) {
+  for (int64_t d : t.sizes()) h = fnv(h, &d, sizeof(d));
+  torch::Tensor c = t.contiguous();
+  return fnv(h, c.data_ptr(), size_t(c.numel() * c.element_size()));
+}
+
+struct Layout {
+  int world;
+  std::vector<std::string> overrides;
+  std::vector<uint64_t> pinned;  // one checksum per data-parallel rank
+};
+
+// What each data-parallel rank trains on over `steps` steps: the step's loss
+// normaliser (Σ over ranks of their positions, what the trainer's all-reduce sums),
+// then every micro-batch's inputs, targets, mask and token counts.
+uint64_t rankChecksum(const TrainConfig& tc, const Dataset& ds, int64_t dp_rank, int steps) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (int64_t step = 0; step < steps; ++step) {
+    int64_t positions = 0;
+    for (int64_t r = 0; r < tc.dpSize(); ++r) positions += rankBatches(ds, tc, step, r).positions;
+    h = fnv(h, &positions, sizeof(positions));
+    for (const Batch& b : rankBatches(ds, tc, step, dp_rank).micro) {
+      for (const torch::Tensor& t : {b.inputs, b.targets, b.mask}) h = fnv(h, t);
+      h = fnv(h, &b.dataset_tokens, sizeof(b.dataset_tokens));
+      h = fnv(h, &b.padded_tokens, sizeof(b.padded_tokens));
+    }
+  }
+  return h;
+}
+
+// Issue 11: the samples each rank sees are pinned. These checksums were computed with
+// the code in which every rank regenerated the whole global batch each step; a data
+// path that changes what any rank trains on (order, slicing, padding, normaliser)
+// fails here. 8 steps wrap the 50-sample dataset in every layout.
+TEST(RankSamples, PinnedPerRankChecksums) {
+  const std::vector<Layout> layouts = {
+      {1, {"training.micro_batch_size=2", "training.grad_accum_steps=4"}, {0xc926ce135c1d7cf1ULL}},
+      {1, {"training.micro_batch_size=3", "data.padding=\"longest\""}, {0x9e90c37d19da944fULL}},
+      {2, {"training.micro_batch_size=2", "training.grad_accum_steps=2"},
+       {0x2e7ef504758e4f19ULL, 0xc99c61c8bbceae45ULL}},
+      {2, {"training.micro_batch_size=1", "parallel.dp_shard=2", "data.padding=\"longest\""},
+       {0xd5288498d21149dbULL, 0xde6efad08a2043efULL}},
+      {4, {"training.micro_batch_size=2", "training.grad_accum_steps=3", "parallel.tp=2"},
+       {0xbd6878f365120abdULL, 0xe5d8804f8b0bdc4cULL}},
+  };
+  for (const Layout& l : layouts) {
+    TrainConfig tc = tinyConfig(l.overrides, l.world);
+    auto ds = makeDataset(tc);
+    ASSERT_EQ(tc.dpSize(), int64_t(l.pinned.size())) << l.overrides.back();
+    for (int64_t r = 0; r < tc.dpSize(); ++r)
+      EXPECT_EQ(rankChecksum(tc, *ds, r, 8), l.pinned[size_t(r)])
+          << "world " << l.world << ", " << l.overrides.back() << ", dp rank " << r << " of "
+          << tc.dpSize() << ": the samples this rank trains on changed";
+  }
+}
+
+// The data-parallel ranks' micro-batches of one step tile the global batch: every
+// sample once, in order, and the normaliser is the global batch's mask sum.
+TEST(RankSamples, RanksTileTheGlobalBatch) {
+  TrainConfig tc = tinyConfig({"training.micro_batch_size=2", "training.grad_accum_steps=3",
+                               "parallel.tp=2"},
+                              8);
+  ASSERT_EQ(tc.dpSize(), 4);
+  auto ds = makeDataset(tc);
+  const int64_t G = tc.globalBatch();
+  for (int64_t step : {0, 2, 5}) {
+    std::vector<torch::Tensor> parts;
+    int64_t positions = 0;
+    for (int64_t r = 0; r < tc.dpSize(); ++r) {
+      StepBatches mine = rankBatches(*ds, tc, step, r);
+      ASSERT_EQ(int64_t(mine.micro.size()), tc.grad_accum_steps);
+      for (const Batch& b : mine.micro) parts.push_back(b.inputs);
+      positions += mine.positions;
+    }
+    Batch whole = makeBatch(*ds, step * G, G, tc.seq_len, false, tc.pad_id);
+    EXPECT_TRUE(torch::equal(torch::cat(parts), whole.inputs)) << "step " << step;
+    EXPECT_EQ(positions, whole.mask.sum().item<int64_t>()) << "step " << step;
+    EXPECT_EQ(positions, countPositions(*ds, step * G, G, tc.seq_len)) << "step " << step;
+  }
 }
 
 }  // namespace

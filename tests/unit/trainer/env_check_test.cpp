@@ -1,0 +1,181 @@
+// Tests for the trainer's start-up environment check (trainer/metrics/env_check.h) and
+// the two utilisation denominators (trainer/metrics/peaks.h).
+#include "trainer/metrics/env_check.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include "trainer/metrics/peaks.h"
+
+namespace ftb {
+namespace {
+
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// An AVX512-BF16 CPU bound to 2 CPUs, OpenBLAS forced to Haswell kernels.
+EnvFacts zen5WithHaswellBlas() {
+  EnvFacts f;
+  f.blas = "OpenBLAS 0.3.21 DYNAMIC_ARCH";
+  f.blas_core = "Haswell";
+  f.openblas_coretype = "Haswell";
+  f.blas_isa_level = 3;
+  f.cpu_isa_level = 5;
+  f.recommended_core = "Cooperlake";
+  f.cpu_best_unit = "avx512 FMA";
+  f.intra_threads = 2;
+  f.blas_threads = 2;
+  f.bound_cpus = 2;
+  f.bound_physical_cores = 2;
+  f.bound_cpu_list = "0-1";
+  f.online_cpus = 4;
+  return f;
+}
+
+PeakFlops cpuPeakOf(double gflops) {
+  PeakFlops p;
+  p.flops = gflops * 1e9;
+  p.unit = "avx512 FMA";
+  p.cores = 2;
+  return p;
+}
+
+TEST(EnvCheck, IsaLevelNames) {
+  EXPECT_EQ(isaLevelName(3), "avx2 FMA");
+  EXPECT_EQ(isaLevelName(openblasCoretypeLevel("SkylakeX")), "avx512");
+  EXPECT_EQ(isaLevelName(6), "amx_bf16");
+  EXPECT_EQ(isaLevelName(0), "unknown");
+}
+
+TEST(EnvCheck, ThreadsAboveBoundCpusWarnWithTheFix) {
+  EnvFacts f = zen5WithHaswellBlas();
+  EXPECT_TRUE(envWarnings(f, 180e9, cpuPeakOf(200), "fp32").empty());  // 90 %, 2 on 2
+  f.intra_threads = 4;
+  auto w = envWarnings(f, 180e9, cpuPeakOf(200), "fp32");
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_TRUE(has(w[0], "4 intra-op thread(s) and 2 BLAS thread(s) on 2 bound CPU(s) (0-1)")) << w[0];
+  EXPECT_TRUE(has(w[0], "fix: training.threads=2")) << w[0];
+  f.intra_threads = 2;
+  f.blas_threads = 8;  // OpenBLAS's own pool counts too
+  EXPECT_EQ(envWarnings(f, 180e9, cpuPeakOf(200), "fp32").size(), 1u);
+}
+
+TEST(EnvCheck, GemmBelowSeventyPercentNamesTheCoretypeCause) {
+  EnvFacts f = zen5WithHaswellBlas();
+  EXPECT_TRUE(envWarnings(f, 141e9, cpuPeakOf(200), "fp32").empty());  // 70.5 %
+  auto w = envWarnings(f, 88e9, cpuPeakOf(200), "fp32");                 // 44 %
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_TRUE(has(w[0], "measured fp32 GEMM 88.0 GFLOP/s is 44 % of the fp32 hardware peak "
+                        "200.0 GFLOP/s (avx512 FMA, 2 core(s)), below 70 %"))
+      << w[0];
+  EXPECT_TRUE(has(w[0], "cause: OpenBLAS runs its Haswell (avx2 FMA) kernels because "
+                        "OPENBLAS_CORETYPE=Haswell on a CPU with avx512_bf16"))
+      << w[0];
+  EXPECT_TRUE(has(w[0], "fix: unset OPENBLAS_CORETYPE or set it to Cooperlake")) << w[0];
+  EXPECT_EQ(w[0].find('\n'), std::string::npos);  // one line
+}
+
+TEST(EnvCheck, GemmCauseFallsBackInOrder) {
+  EnvFacts f = zen5WithHaswellBlas();
+  f.blas_core = "Cooperlake";
+  f.blas_isa_level = 5;
+  f.openblas_coretype.clear();
+  f.intra_threads = 3;  // oversubscribed: both lines, the GEMM one blames the threads
+  auto w = envWarnings(f, 50e9, cpuPeakOf(200), "fp32");
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_TRUE(has(w[1], "cause: 3 intra-op thread(s)")) << w[1];
+  f.intra_threads = 2;
+  w = envWarnings(f, 50e9, cpuPeakOf(200), "bf16");
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_TRUE(has(w[0], "cause: this libtorch's bf16 matmul does not reach the avx512 FMA")) << w[0];
+  w = envWarnings(f, 50e9, cpuPeakOf(200), "fp32");
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_TRUE(has(w[0], "cause: other processes on these cores")) << w[0];
+}
+
+TEST(EnvCheck, ConfigOrGpuPeakIsNotAnFmaPeak) {
+  PeakFlops config = applyPeakOverride(PeakFlops{}, 1.0);
+  EXPECT_TRUE(envWarnings(zen5WithHaswellBlas(), 1e9, config, "fp32").empty());
+}
+
+TEST(EnvCheck, DetectsThisProcess) {
+  CpuInfo cpu = detectCpu();
+  EnvFacts f = detectEnv(cpu, 3);
+  EXPECT_EQ(f.intra_threads, 3);
+  EXPECT_EQ(f.bound_cpus, static_cast<int>(cpu.bound_cpus.size()));
+  EXPECT_GE(f.online_cpus, f.bound_cpus);
+  EXPECT_EQ(f.cpu_isa_level, cpuIsaLevel(cpu));
+  // libtorch here links OpenBLAS: its config and core name come from the library itself.
+  if (has(f.blas, "OpenBLAS")) {
+    EXPECT_FALSE(f.blas_core.empty());
+    EXPECT_GT(f.blas_threads, 0);
+    EXPECT_EQ(f.blas_isa_level, openblasCoretypeLevel(f.blas_core));
+  }
+  const char* ct = std::getenv("OPENBLAS_CORETYPE");
+  EXPECT_EQ(f.openblas_coretype, ct ? ct : "");
+  EXPECT_FALSE(f.allocator.empty());
+}
+
+TEST(EnvCheck, AttrsHoldEveryFactAndTheWarnings) {
+  EnvFacts f = zen5WithHaswellBlas();
+  std::map<std::string, AttrValue> a;
+  for (auto& [k, v] : envAttrs(f, {"one", "two"})) a[k] = v;
+  EXPECT_EQ(std::get<std::string>(a.at("env_blas_core")), "Haswell");
+  EXPECT_EQ(std::get<std::string>(a.at("env_blas_isa")), "avx2 FMA");
+  EXPECT_EQ(std::get<std::string>(a.at("env_cpu_isa_best")), "avx512_bf16");
+  EXPECT_EQ(std::get<int64_t>(a.at("env_intra_threads")), 2);
+  EXPECT_EQ(std::get<std::string>(a.at("env_core_binding")),
+            "bound to CPUs 0-1 (2 of 4 online, 2 physical cores)");
+  EXPECT_EQ(std::get<std::string>(a.at("env_warnings")), "one\ntwo");
+  for (const char* k : {"env_blas", "env_openblas_coretype", "env_blas_threads",
+                        "env_blas_threads_source",
+                        "env_omp_num_threads", "env_bound_cpus", "env_bound_physical_cores",
+                        "env_online_cpus", "env_allocator"})
+    EXPECT_TRUE(a.count(k)) << k;
+}
+
+TEST(RunPeaks, MfuIsNaNWhenTheGemmBeatsThePeak) {
+  RunPeaks p;
+  p.hw = cpuPeakOf(100);
+  p.gemm_flops = 110e9;
+  p.check = checkGemmAgainstPeak(p.gemm_flops, p.hw);
+  EXPECT_TRUE(std::isnan(p.mfuPeak()));  // never MFU > 100 %
+  EXPECT_EQ(p.gemmPeak(), 110e9);
+  p.gemm_flops = 90e9;
+  p.check = checkGemmAgainstPeak(p.gemm_flops, p.hw);
+  EXPECT_EQ(p.mfuPeak(), 100e9);
+  std::map<std::string, AttrValue> a;
+  for (auto& [k, v] : p.attrs()) a[k] = v;
+  EXPECT_EQ(std::get<std::string>(a.at("peak_check")), "ok");
+  EXPECT_EQ(std::get<int64_t>(a.at("peak_cores")), 2);
+  EXPECT_EQ(std::get<double>(a.at("gemm_flops")), 90e9);
+  EXPECT_TRUE(std::isnan(unmeasuredPeaks("refused").mfuPeak()));
+  EXPECT_TRUE(std::isnan(unmeasuredPeaks("refused").gemmPeak()));
+}
+
+TEST(RunPeaks, HardwarePeakPerDevice) {
+  CpuInfo cpu = detectCpu();
+  if (!cpu.avx2 && !cpu.avx512f) GTEST_SKIP() << "no FMA unit on " << cpu.model_name;
+  char tmpl[] = "/tmp/ftb_env_check_test_XXXXXX";
+  const std::string dir = ::mkdtemp(tmpl);
+  setenv("FTB_CACHE_DIR", dir.c_str(), 1);
+  // One thread can use one core, whatever the binding.
+  PeakFlops one = hardwarePeak(cpu, "cpu", "", "fp32", 1, 0);
+  EXPECT_EQ(one.cores, 1);
+  EXPECT_GT(one.flops, 1e9);
+  PeakFlops many = hardwarePeak(cpu, "cpu", "", "fp32", 1000, 0);
+  EXPECT_EQ(many.cores, cpu.bound_physical_cores);
+  EXPECT_EQ(hardwarePeak(cpu, "cuda:1", "NVIDIA A100-SXM4-80GB", "bf16", 1, 0).flops, 312e12);
+  PeakFlops over = hardwarePeak(cpu, "cpu", "", "fp32", 1, 2.5);
+  EXPECT_EQ(over.flops, 2.5e12);
+  EXPECT_EQ(over.unit, "config");
+  unsetenv("FTB_CACHE_DIR");
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace ftb

@@ -1,0 +1,176 @@
+#include "trainer/metrics/env_check.h"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <iomanip>
+#include <sstream>
+
+namespace ftb {
+namespace {
+
+template <typename Fn>
+Fn symbol(const char* name) {
+  return reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, name));
+}
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+std::string fmt(double v, int prec) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(prec) << v;
+  return os.str();
+}
+
+std::string trimmed(std::string s) {
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\n')) s.pop_back();
+  return s;
+}
+
+void detectBlas(EnvFacts& f) {
+  if (auto config = symbol<char* (*)()>("openblas_get_config")) {
+    f.blas = trimmed(config());  // "OpenBLAS 0.3.21 ... USE_OPENMP Haswell MAX_THREADS=64"
+    if (f.blas.rfind("OpenBLAS", 0) != 0) f.blas = "OpenBLAS " + f.blas;
+    if (auto core = symbol<char* (*)()>("openblas_get_corename")) f.blas_core = trimmed(core());
+    // An OpenMP build runs each call on omp_get_max_threads() of the calling thread
+    // (libtorch's at::set_num_threads sets it); a pthreads build on its own pool.
+    auto omp = symbol<int (*)()>("omp_get_max_threads");
+    if (f.blas.find("USE_OPENMP") != std::string::npos && omp) {
+      f.blas_threads = omp();
+      f.blas_threads_source = "omp_get_max_threads() (OpenMP build)";
+    } else if (auto n = symbol<int (*)()>("openblas_get_num_threads")) {
+      f.blas_threads = n();
+      f.blas_threads_source = "openblas_get_num_threads()";
+    }
+  } else if (auto mkl = symbol<void (*)(char*, int)>("mkl_get_version_string")) {
+    char buf[256] = {};
+    mkl(buf, sizeof buf - 1);
+    f.blas = trimmed(buf);
+  }
+  f.blas_isa_level = openblasCoretypeLevel(f.blas_core);
+}
+
+void detectAllocator(EnvFacts& f) {
+  using Mallctl = int (*)(const char*, void*, size_t*, void*, size_t);
+  if (auto mallctl = symbol<Mallctl>("mallctl")) {
+    const char* version = nullptr;
+    size_t len = sizeof version;
+    f.allocator = mallctl("version", &version, &len, nullptr, 0) == 0 && version
+                      ? std::string("jemalloc ") + version
+                      : "jemalloc";
+  }
+}
+
+int maxThreads(const EnvFacts& f) { return std::max(f.intra_threads, f.blas_threads); }
+
+bool oversubscribed(const EnvFacts& f) {
+  return f.bound_cpus > 0 && maxThreads(f) > f.bound_cpus;
+}
+
+std::string threadsText(const EnvFacts& f) {
+  return std::to_string(f.intra_threads) + " intra-op thread(s)" +
+         (f.blas_threads > 0 ? " and " + std::to_string(f.blas_threads) + " BLAS thread(s)" : "");
+}
+
+std::string threadFix(const EnvFacts& f) {
+  return "training.threads=" + std::to_string(f.bound_cpus) + " (or OMP_NUM_THREADS=" +
+         std::to_string(f.bound_cpus) +
+         "), or start ranks through the launcher, which binds cores and sizes threads";
+}
+
+// Why a GEMM falls short of the peak, most specific first: "cause: ...; fix: ...".
+std::string gemmCause(const EnvFacts& f, const std::string& dtype, const PeakFlops& peak) {
+  if (f.blas_isa_level > 0 && f.blas_isa_level < std::min(f.cpu_isa_level, 5))
+    return "cause: OpenBLAS runs its " + f.blas_core + " (" + isaLevelName(f.blas_isa_level) +
+           ") kernels" +
+           (f.openblas_coretype.empty() ? "" : " because OPENBLAS_CORETYPE=" + f.openblas_coretype) +
+           " on a CPU with " + isaLevelName(f.cpu_isa_level) + "; fix: unset OPENBLAS_CORETYPE or "
+           "set it to " + f.recommended_core + " (the launcher does this by default)";
+  if (oversubscribed(f))
+    return "cause: " + threadsText(f) + " on " + std::to_string(f.bound_cpus) +
+           " bound CPU(s); fix: " + threadFix(f);
+  if (dtype == "bf16")
+    return "cause: this libtorch's bf16 matmul does not reach the " + peak.unit +
+           " units; fix: none in the environment (compare gemm_efficiency, or run fp32)";
+  return "cause: other processes on these cores, or a BLAS (" + f.blas + ") without " +
+         f.cpu_best_unit + " kernels; fix: run on idle cores bound to this rank (the launcher "
+         "binds them), and check the BLAS with `perf top`";
+}
+
+}  // namespace
+
+std::string isaLevelName(int level) {
+  static const char* kNames[] = {"unknown", "sse", "avx", "avx2 FMA", "avx512", "avx512_bf16",
+                                 "amx_bf16"};
+  return level >= 1 && level <= 6 ? kNames[level] : kNames[0];
+}
+
+EnvFacts detectEnv(const CpuInfo& cpu, int intra_threads) {
+  EnvFacts f;
+  detectBlas(f);
+  detectAllocator(f);
+  f.openblas_coretype = env("OPENBLAS_CORETYPE");
+  f.omp_num_threads = env("OMP_NUM_THREADS");
+  f.cpu_isa_level = cpuIsaLevel(cpu);
+  f.recommended_core = recommendedOpenblasCoretype(cpu);
+  f.cpu_best_unit = cpu.bestFmaUnit();
+  f.intra_threads = intra_threads;
+  f.bound_cpus = static_cast<int>(cpu.bound_cpus.size());
+  f.bound_physical_cores = cpu.bound_physical_cores;
+  f.bound_cpu_list = cpu.boundCpuList();
+  f.online_cpus = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  return f;
+}
+
+std::vector<std::string> envWarnings(const EnvFacts& f, double gemm_flops,
+                                     const PeakFlops& peak, const std::string& dtype) {
+  std::vector<std::string> w;
+  if (oversubscribed(f))
+    w.push_back("environment: " + threadsText(f) + " on " + std::to_string(f.bound_cpus) +
+                " bound CPU(s) (" + f.bound_cpu_list + "): the threads time-share cores; fix: " +
+                threadFix(f));
+  const bool cpu_peak = peak.cores > 0 && peak.flops > 0;
+  if (cpu_peak && gemm_flops > 0 && gemm_flops < kGemmWarnFraction * peak.flops)
+    w.push_back("environment: measured " + dtype + " GEMM " + fmt(gemm_flops / 1e9, 1) +
+                " GFLOP/s is " + fmt(100 * gemm_flops / peak.flops, 0) + " % of the " + dtype +
+                " hardware peak " + fmt(peak.flops / 1e9, 1) + " GFLOP/s (" + peak.unit + ", " +
+                std::to_string(peak.cores) + " core(s)), below " +
+                fmt(100 * kGemmWarnFraction, 0) + " %; " + gemmCause(f, dtype, peak));
+  return w;
+}
+
+std::string bindingText(const EnvFacts& f) {
+  if (f.bound_cpus <= 0 || f.bound_cpus >= f.online_cpus)
+    return "not bound (all " + std::to_string(f.online_cpus) + " online CPUs)";
+  return "bound to CPUs " + f.bound_cpu_list + " (" + std::to_string(f.bound_cpus) + " of " +
+         std::to_string(f.online_cpus) + " online, " + std::to_string(f.bound_physical_cores) +
+         " physical cores)";
+}
+
+std::vector<std::pair<std::string, AttrValue>> envAttrs(const EnvFacts& f,
+                                                        const std::vector<std::string>& warnings) {
+  std::string joined;
+  for (const std::string& w : warnings) joined += (joined.empty() ? "" : "\n") + w;
+  return {{"env_blas", f.blas},
+          {"env_blas_core", f.blas_core},
+          {"env_blas_isa", isaLevelName(f.blas_isa_level)},
+          {"env_cpu_isa_best", isaLevelName(f.cpu_isa_level)},
+          {"env_openblas_coretype", f.openblas_coretype},
+          {"env_intra_threads", int64_t{f.intra_threads}},
+          {"env_blas_threads", int64_t{f.blas_threads}},
+          {"env_blas_threads_source", f.blas_threads_source},
+          {"env_omp_num_threads", f.omp_num_threads},
+          {"env_bound_cpus", f.bound_cpu_list},
+          {"env_bound_physical_cores", int64_t{f.bound_physical_cores}},
+          {"env_online_cpus", int64_t{f.online_cpus}},
+          {"env_core_binding", bindingText(f)},
+          {"env_allocator", f.allocator},
+          {"env_warnings", joined}};
+}
+
+}  // namespace ftb

@@ -1,0 +1,56 @@
+// The two denominators of the trainer's utilisation figures, resolved once at start.
+//
+// - mfu = model FLOP/s per device ÷ the HARDWARE peak (PaLM / torchtitan MFU):
+//   CPU: common/hw_peak cpuPeak() over the physical cores this rank's intra-op threads
+//   can run on (min(threads, bound physical cores)), its measured clock and the best
+//   unit for the compute dtype; GPU (device "cuda*"): gpuPeakTable(); metrics.peak_tflops
+//   > 0 overrides either. When a GEMM measured here beats that peak, the peak is wrong:
+//   mfu is NaN (never > 100 %) and `peak_check` says why.
+// - gemm_efficiency = the same model FLOP/s ÷ a square GEMM timed at start in the
+//   compute dtype with the run's threads and BLAS (measureGemmPeak): how well the step
+//   uses the matmul this environment delivers, not the hardware.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/cpu_info.h"
+#include "common/h5_metrics.h"
+#include "common/hw_peak.h"
+#include "common/run_config.h"
+
+namespace ftb {
+
+struct RunPeaks {
+  PeakFlops hw;            // hardware peak, or the config override
+  PeakCheck check;         // measured GEMM vs hw
+  std::string isa;         // CpuInfo::isaString() of this machine
+  double gemm_flops = 0;   // measured GEMM FLOP/s (0 = not measured)
+  std::string gemm_source;  // "fp32 GEMM 2048^3, 2 thread(s), best of 3"
+
+  // Denominators for StepLog: NaN when the figure cannot be reported.
+  double mfuPeak() const;
+  double gemmPeak() const;
+  // Root attributes of the metrics file: peak_unit, peak_cores, peak_clock_hz,
+  // peak_flops_per_cycle, peak_check, cpu_isa, gemm_flops, gemm_source (peak_flops and
+  // peak_source are RunInfo fields).
+  std::vector<std::pair<std::string, AttrValue>> attrs() const;
+};
+
+// No GEMM and no CPU measurement: for runs refused before they start.
+RunPeaks unmeasuredPeaks(const std::string& why);
+
+// Hardware peak of this rank for `dtype` ("fp32"|"bf16") on `device` ("cpu" or
+// "cuda[:N]" with its device name in `gpu_name`), override applied. Pure but for the
+// cached CPU measurement (loadOrMeasureCpuUnits).
+PeakFlops hardwarePeak(const CpuInfo& cpu, const std::string& device, const std::string& gpu_name,
+                       const std::string& dtype, int threads, double peak_tflops);
+
+// REQUIRES: intra-op threads already set (at::set_num_threads). Measures the GEMM
+// (a few seconds on one core), resolves the hardware peak, checks one against the
+// other and logs a warning on this rank when the peak is wrong.
+RunPeaks resolvePeaks(const TrainConfig& tc, const CpuInfo& cpu, const std::string& device,
+                      const std::string& gpu_name);
+
+}  // namespace ftb
