@@ -369,6 +369,29 @@ void Config::fail(const std::string& key, const std::string& what, const std::st
   throw ConfigError(key, where(key), what, hint);
 }
 
+void Config::checkDomains() const {
+  if (schema_ == nullptr) throw ConfigError("", "", "internal: Config not loaded");
+  for (const KeySpec& spec : schema_->keys()) {
+    auto it = entries_.find(spec.key);
+    if (it == entries_.end()) continue;
+    const Value& v = it->second.value;
+    double d;
+    if (const int64_t* iv = std::get_if<int64_t>(&v)) {
+      if (!spec.domain.declared) continue;
+      d = static_cast<double>(*iv);
+    } else if (const double* fv = std::get_if<double>(&v)) {
+      d = *fv;
+    } else {
+      continue;
+    }
+    if (!spec.domain.contains(d))
+      throw ConfigError(spec.key, it->second.origin,
+                        valueToString(v) + " is out of range: expected " +
+                            spec.domain.describe(spec.type == ValueType::kInt),
+                        spec.key + ": " + spec.doc);
+  }
+}
+
 // A default-constructed Config adopts trainerSchema().
 void Config::set(const std::string& key, Value v, const std::string& origin) {
   if (schema_ == nullptr) schema_ = &trainerSchema();

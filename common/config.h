@@ -17,6 +17,7 @@
 //   and toToml() serializes them (sorted by key) for run.toml and HDF5 /config.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -32,6 +33,23 @@ const char* valueTypeName(ValueType t);
 using Value = std::variant<int64_t, double, bool, std::string, std::vector<int64_t>,
                            std::vector<std::string>>;
 
+// The values a numeric key accepts: lo..hi, either end open or unbounded. Floats must
+// also be finite (nan and inf are never accepted). TrainConfig::fromConfig checks every
+// value against its key's domain before anything else (Config::checkDomains).
+struct Domain {
+  double lo = -HUGE_VAL, hi = HUGE_VAL;
+  bool lo_open = false, hi_open = false;
+  bool declared = false;  // false: no range given (a float must still be finite)
+  bool contains(double v) const;
+  std::string range() const;  // ">= 1", "in [0, 1)", "> 0"; "" when unbounded
+  // "an integer >= 1", "a finite number in [0, 1)", "a finite number > 0".
+  std::string describe(bool integer) const;
+};
+Domain atLeast(double lo);          // [lo, inf)
+Domain above(double lo);            // (lo, inf)
+Domain between(double lo, double hi);  // [lo, hi]
+Domain halfOpen(double lo, double hi);  // [lo, hi)
+
 struct KeySpec {
   std::string key;   // dotted, e.g. "training.lr"
   ValueType type;
@@ -41,11 +59,14 @@ struct KeySpec {
   // Declared but not implemented yet: a value other than the default is refused (exit 2)
   // by RunConfig, and --help-config marks the key "planned". Drop the flag when it lands.
   bool planned = false;
+  Domain domain{};  // numeric keys only (int, float): Schema::add(spec, domain)
 };
 
 class Schema {
  public:
   Schema& add(KeySpec spec);
+  // REQUIRES: spec is an int or float key. Every numeric key should be added this way.
+  Schema& add(KeySpec spec, Domain domain);
   const KeySpec* find(const std::string& key) const;
   const std::vector<KeySpec>& keys() const { return keys_; }
   // Closest declared key by edit distance, "" if nothing within distance 3.
@@ -93,6 +114,9 @@ class Config {
   // of the config: cfg.fail("training.micro_batch_size", "must be >= 1, got 0", "...").
   [[noreturn]] void fail(const std::string& key, const std::string& what,
                          const std::string& hint = "") const;
+  // Throws ConfigError for the first value (in schema order) outside its key's Domain:
+  // "<where>: key 'training.beta1': 1.5 is out of range: expected a finite number in [0, 1)".
+  void checkDomains() const;
 
   void set(const std::string& key, Value v, const std::string& origin);  // programmatic
   const std::map<std::string, Entry>& entries() const { return entries_; }

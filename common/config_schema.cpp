@@ -76,6 +76,12 @@ std::string leafName(const std::string& key) {
   return dot == std::string::npos ? key : key.substr(dot + 1);
 }
 
+std::string bound(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
+}
+
 KeySpec spec(const char* key, ValueType type, std::optional<Value> def, const char* doc,
              bool affects_experiment = true) {
   return KeySpec{key, type, std::move(def), doc, affects_experiment};
@@ -100,15 +106,17 @@ constexpr bool kNoTag = false;  // affects_experiment = false
 
 void addModel(Schema& sc) {
   sc.add(spec("model.name", kString, s("tiny"), "preset name: configs/models/<name>.toml"));
-  sc.add(spec("model.dim", kInt, std::nullopt, "hidden size"));
-  sc.add(spec("model.n_layers", kInt, std::nullopt, "number of transformer blocks"));
-  sc.add(spec("model.n_heads", kInt, std::nullopt, "attention heads"));
-  sc.add(spec("model.n_kv_heads", kInt, std::nullopt, "key/value heads (GQA); = n_heads for MHA"));
-  sc.add(spec("model.ffn_dim", kInt, std::nullopt, "SwiGLU hidden size"));
-  sc.add(spec("model.vocab_size", kInt, std::nullopt, "vocabulary size"));
-  sc.add(spec("model.max_seq_len", kInt, std::nullopt, "longest sequence the model supports"));
-  sc.add(spec("model.rope_theta", kFloat, f(10000.0), "RoPE base frequency"));
-  sc.add(spec("model.norm_eps", kFloat, f(1e-5), "RMSNorm epsilon"));
+  sc.add(spec("model.dim", kInt, std::nullopt, "hidden size"), atLeast(1));
+  sc.add(spec("model.n_layers", kInt, std::nullopt, "number of transformer blocks"), atLeast(1));
+  sc.add(spec("model.n_heads", kInt, std::nullopt, "attention heads"), atLeast(1));
+  sc.add(spec("model.n_kv_heads", kInt, std::nullopt, "key/value heads (GQA); = n_heads for MHA"),
+         atLeast(1));
+  sc.add(spec("model.ffn_dim", kInt, std::nullopt, "SwiGLU hidden size"), atLeast(1));
+  sc.add(spec("model.vocab_size", kInt, std::nullopt, "vocabulary size"), atLeast(1));
+  sc.add(spec("model.max_seq_len", kInt, std::nullopt, "longest sequence the model supports"),
+         atLeast(1));
+  sc.add(spec("model.rope_theta", kFloat, f(10000.0), "RoPE base frequency"), above(0));
+  sc.add(spec("model.norm_eps", kFloat, f(1e-5), "RMSNorm epsilon"), above(0));
   sc.add(spec("model.tie_embeddings", kBool, b(false), "share input embedding and output head"));
   sc.add(planned(spec("model.from_pretrained", kString, std::nullopt,
                       "directory with HF config.json + safetensors to load")));
@@ -116,82 +124,99 @@ void addModel(Schema& sc) {
 
 void addData(Schema& sc) {
   sc.add(spec("data.source", kString, s("synthetic"), "\"synthetic\" or a path to .bin/.jsonl"));
-  sc.add(spec("data.seq_len", kInt, i(256), "tokens per sample"));
+  sc.add(spec("data.seq_len", kInt, i(256), "tokens per sample"), atLeast(1));
   sc.add(spec("data.padding", kString, s("max_length"), "\"max_length\" | \"longest\""));
-  sc.add(spec("data.num_samples", kInt, i(4096), "synthetic dataset size (samples)"));
+  sc.add(spec("data.num_samples", kInt, i(4096), "synthetic dataset size (samples)"),
+         atLeast(1));
   sc.add(spec("data.min_doc_len", kInt, i(0),
-              "synthetic: shortest document in tokens; 0 = seq_len/4"));
+              "synthetic: shortest document in tokens; 0 = seq_len/4"),
+         atLeast(0));
   sc.add(spec("data.bin_dtype", kString, s("uint16"),
               "token dtype of .bin files: \"uint16\" | \"uint32\""));
-  sc.add(spec("data.pad_id", kInt, i(0), "padding token id"));
+  sc.add(spec("data.pad_id", kInt, i(0), "padding token id"), atLeast(0));
 }
 
 void addTraining(Schema& sc) {
-  sc.add(spec("training.micro_batch_size", kInt, i(1), "samples per rank per micro-batch"));
-  sc.add(spec("training.grad_accum_steps", kInt, i(1), "micro-batches per optimizer step"));
+  sc.add(spec("training.micro_batch_size", kInt, i(1), "samples per rank per micro-batch"),
+         atLeast(1));
+  sc.add(spec("training.grad_accum_steps", kInt, i(1), "micro-batches per optimizer step"),
+         atLeast(1));
   sc.add(spec("training.global_batch_size", kInt, i(0),
               "samples per optimizer step; 0 = micro_batch_size * grad_accum_steps * dp. "
-              "When set, grad_accum_steps is derived from it"));
-  sc.add(spec("training.max_steps", kInt, i(20), "optimizer steps to run"));
-  sc.add(spec("training.stop_after_seconds", kFloat, f(0.0), "wall-clock limit; 0 = no limit"));
-  sc.add(spec("training.warmup_steps", kInt, i(2), "steps excluded from summaries"));
-  sc.add(spec("training.lr", kFloat, f(3e-4), "peak learning rate"));
-  sc.add(spec("training.lr_warmup_steps", kInt, i(0), "linear LR warmup steps"));
-  sc.add(spec("training.weight_decay", kFloat, f(0.0), "decoupled weight decay"));
-  sc.add(spec("training.max_grad_norm", kFloat, f(1.0), "gradient clipping norm; 0 = off"));
+              "When set, grad_accum_steps is derived from it"),
+         atLeast(0));
+  sc.add(spec("training.max_steps", kInt, i(20), "optimizer steps to run"), atLeast(1));
+  sc.add(spec("training.stop_after_seconds", kFloat, f(0.0), "wall-clock limit; 0 = no limit"),
+         atLeast(0));
+  sc.add(spec("training.warmup_steps", kInt, i(2), "steps excluded from summaries"), atLeast(0));
+  sc.add(spec("training.lr", kFloat, f(3e-4), "peak learning rate"), atLeast(0));
+  sc.add(spec("training.lr_warmup_steps", kInt, i(0), "linear LR warmup steps"), atLeast(0));
+  sc.add(spec("training.weight_decay", kFloat, f(0.0), "decoupled weight decay"), atLeast(0));
+  sc.add(spec("training.max_grad_norm", kFloat, f(1.0), "gradient clipping norm; 0 = off"),
+         atLeast(0));
   sc.add(spec("training.optimizer", kString, s("adamw"), "\"adamw\" | \"adafactor\""));
-  sc.add(spec("training.beta1", kFloat, f(0.9), "Adam beta1"));
-  sc.add(spec("training.beta2", kFloat, f(0.95), "Adam beta2"));
-  sc.add(spec("training.eps", kFloat, f(1e-8), "Adam epsilon"));
+  sc.add(spec("training.beta1", kFloat, f(0.9), "Adam beta1"), halfOpen(0, 1));
+  sc.add(spec("training.beta2", kFloat, f(0.95), "Adam beta2"), halfOpen(0, 1));
+  sc.add(spec("training.eps", kFloat, f(1e-8), "Adam epsilon"), above(0));
   sc.add(spec("training.dtype", kString, s("fp32"), "compute dtype: \"fp32\" | \"bf16\""));
-  sc.add(spec("training.seed", kInt, i(0), "seed for init and data"));
+  sc.add(spec("training.seed", kInt, i(0), "seed for init and data"), atLeast(0));
   sc.add(spec("training.activation_checkpointing", kString, s("none"),
               "\"none\" | \"full\" | \"every_N\""));
-  sc.add(spec("training.threads", kInt, i(0), "intra-op threads; 0 = OMP_NUM_THREADS or 1"));
+  sc.add(spec("training.threads", kInt, i(0), "intra-op threads; 0 = OMP_NUM_THREADS or 1"),
+         atLeast(0));
 }
 
 void addParallel(Schema& sc) {
   sc.add(spec("parallel.dp_replicate", kInt, i(0),
               "replicated data-parallel degree; "
-              "0 = world/(dp_shard*tp)"));
-  sc.add(spec("parallel.dp_shard", kInt, i(1), "sharded data-parallel degree"));
-  sc.add(spec("parallel.tp", kInt, i(1), "tensor-parallel degree"));
-  sc.add(spec("parallel.zero_stage", kInt, i(0), "ZeRO stage 0..3"));
+              "0 = world/(dp_shard*tp)"),
+         atLeast(0));
+  sc.add(spec("parallel.dp_shard", kInt, i(1), "sharded data-parallel degree"), atLeast(1));
+  sc.add(spec("parallel.tp", kInt, i(1), "tensor-parallel degree"), atLeast(1));
+  sc.add(spec("parallel.zero_stage", kInt, i(0), "ZeRO stage 0..3"), between(0, 3));
   sc.add(spec("parallel.backend", kString, s("auto"), "\"auto\" | \"gloo\" | \"nccl\""));
   sc.add(
-      spec("parallel.timeout_seconds", kFloat, f(300.0), "collective/rendezvous timeout", kNoTag));
+      spec("parallel.timeout_seconds", kFloat, f(300.0), "collective/rendezvous timeout", kNoTag),
+      above(0));
   sc.add(spec("parallel.bucket_mb", kFloat, f(25.0),
               "DDP gradient bucket size (MiB of fp32); each bucket's all-reduce starts "
               "during backward as soon as its gradients are ready",
-              kNoTag));
+              kNoTag),
+         above(0));
   sc.add(spec("parallel.memory_limit_gb", kFloat, f(0.0),
-              "per-rank memory limit (OOM above it); 0 = none"));
+              "per-rank memory limit (OOM above it); 0 = none"),
+         atLeast(0));
 }
 
 void addCheckpoint(Schema& sc) {
   sc.add(spec("checkpoint.dir", kString, s(""),
               "checkpoint directory; \"\" = <run_dir>/checkpoints", kNoTag));
   sc.add(spec("checkpoint.interval", kInt, i(0),
-              "steps between checkpoints; 0 = only at the end and on preemption", kNoTag));
+              "steps between checkpoints; 0 = only at the end and on preemption", kNoTag),
+         atLeast(0));
   sc.add(spec("checkpoint.resume", kString, s("auto"),
               "\"auto\" (newest complete checkpoint of checkpoint.dir) | \"never\" | path of a "
               "step_N directory",
               kNoTag));
   sc.add(spec("checkpoint.keep_last", kInt, i(2),
-              "complete checkpoints kept (older ones pruned); 0 = keep all", kNoTag));
+              "complete checkpoints kept (older ones pruned); 0 = keep all", kNoTag),
+         atLeast(0));
   sc.add(planned(spec("checkpoint.preempt_grace_s", kFloat, f(0.0),
               "after a stop signal, seconds to finish the step and save before exiting "
               "without a checkpoint; 0 = no deadline",
-              kNoTag)));
+              kNoTag)),
+         atLeast(0));
 }
 
 void addMetricsAndOutput(Schema& sc) {
-  sc.add(spec("metrics.log_every", kInt, i(1), "rank 0 prints every N steps", kNoTag));
+  sc.add(spec("metrics.log_every", kInt, i(1), "rank 0 prints every N steps", kNoTag), atLeast(1));
   sc.add(spec("metrics.peak_tflops", kFloat, f(0.0),
               "hardware peak TFLOP/s per device, MFU's denominator; 0 = computed "
-              "(CPU: cores x measured clock x FLOP/cycle; GPU: table)"));
-  sc.add(spec("metrics.price_per_hour", kFloat, f(0.0), "$/hour for cost metrics", kNoTag));
-  sc.add(planned(spec("metrics.profile_steps", kInt, i(0), "steps to profile; 0 = off", kNoTag)));
+              "(CPU: cores x measured clock x FLOP/cycle; GPU: table)"),
+         atLeast(0));
+  sc.add(spec("metrics.price_per_hour", kFloat, f(0.0), "$/hour for cost metrics", kNoTag), atLeast(0));
+  sc.add(planned(spec("metrics.profile_steps", kInt, i(0), "steps to profile; 0 = off", kNoTag)),
+         atLeast(0));
   sc.add(spec("output.dir", kString, s("results"), "output root", kNoTag));
   sc.add(spec("output.sweep_fmt", kString, s("{model.name}.ws{world_size}.{hash}"),
               "run directory name format", kNoTag));
@@ -252,6 +277,41 @@ Schema& Schema::add(KeySpec spec) {
   }
   keys_.push_back(std::move(spec));
   return *this;
+}
+
+Schema& Schema::add(KeySpec spec, Domain domain) {
+  if (spec.type != ValueType::kInt && spec.type != ValueType::kFloat)
+    throw std::logic_error("schema: a domain on non-numeric key " + spec.key);
+  domain.declared = true;
+  spec.domain = domain;
+  return add(std::move(spec));
+}
+
+Domain atLeast(double lo) { return Domain{lo, HUGE_VAL, false, false, true}; }
+Domain above(double lo) { return Domain{lo, HUGE_VAL, true, false, true}; }
+Domain between(double lo, double hi) { return Domain{lo, hi, false, false, true}; }
+Domain halfOpen(double lo, double hi) { return Domain{lo, hi, false, true, true}; }
+
+bool Domain::contains(double v) const {
+  if (!std::isfinite(v)) return false;
+  if (lo_open ? !(v > lo) : !(v >= lo)) return false;
+  return hi_open ? v < hi : v <= hi;
+}
+
+std::string Domain::range() const {
+  bool has_lo = std::isfinite(lo), has_hi = std::isfinite(hi);
+  if (has_lo && has_hi)
+    return std::string("in ") + (lo_open ? "(" : "[") + bound(lo) + ", " + bound(hi) +
+           (hi_open ? ")" : "]");
+  if (has_lo) return (lo_open ? "> " : ">= ") + bound(lo);
+  if (has_hi) return (hi_open ? "< " : "<= ") + bound(hi);
+  return "";
+}
+
+std::string Domain::describe(bool integer) const {
+  std::string what = integer ? "an integer" : "a finite number";
+  std::string r = range();
+  return r.empty() ? what : what + " " + r;
 }
 
 const KeySpec* Schema::find(const std::string& key) const {
@@ -338,7 +398,9 @@ std::string schemaMarkdown(const Schema& schema) {
     std::string doc = k.doc;
     if (!k.affects_experiment) doc += " (not part of the sweep tag)";
     if (k.planned) doc = "**planned** (not implemented yet; refused if set): " + doc;
-    out += "| `" + k.key + "` | " + valueTypeName(k.type) + " | `" + markdownCell(def, true) +
+    std::string type = valueTypeName(k.type);
+    if (k.domain.declared) type += " " + k.domain.range();
+    out += "| `" + k.key + "` | " + markdownCell(type, false) + " | `" + markdownCell(def, true) +
            "` | " + markdownCell(doc, false) + " |\n";
   }
   return out;

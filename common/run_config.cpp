@@ -38,6 +38,33 @@ bool differsFromDefault(const Config& cfg, const std::string& key) {
   return !spec || !spec->default_value || !(*spec->default_value == cfg.entries().at(key).value);
 }
 
+// How directly the user set `key`: override 3, run file 2, model preset 1, default 0.
+int originRank(const Config& cfg, const std::string& key) {
+  const std::string w = cfg.where(key);
+  if (w.rfind("override", 0) == 0) return 3;
+  if (w.empty() || w == "default") return 0;
+  if (w.rfind("preset ", 0) == 0) return 1;
+  return 2;
+}
+
+// An invariant between keys `a` and `b` is broken: blames the one the user set more
+// directly (originRank; a tie blames `a`), so `model.dim=66` blames model.dim, not the
+// preset's n_heads. When the other key came from a preset or the default, the message
+// says so (the user did not write it anywhere).
+[[noreturn]] void failEither(const Config& cfg, const std::string& a, const std::string& b,
+                             const std::string& what, const std::string& hint = "") {
+  bool blame_b = originRank(cfg, b) > originRank(cfg, a);
+  const std::string& key = blame_b ? b : a;
+  const std::string& other = blame_b ? a : b;
+  std::string text = what;
+  if (originRank(cfg, other) < 2) {
+    const std::string from = cfg.where(other);
+    text += "; " + other + " = " + valueToString(cfg.entries().at(other).value) +
+            (from == "default" ? " is the default" : " comes from " + from);
+  }
+  cfg.fail(key, text, hint);
+}
+
 int64_t parseCheckpointing(const Config& cfg) {
   const std::string& v = cfg.getString("training.activation_checkpointing");
   if (v == "none") return 0;
@@ -103,14 +130,18 @@ ModelArgs modelArgsFromConfig(const Config& cfg) {
   m.norm_eps = cfg.getFloat("model.norm_eps");
   m.tie_embeddings = cfg.getBool("model.tie_embeddings");
   if (m.dim % m.n_heads != 0)
-    cfg.fail("model.n_heads", "n_heads(" + num(m.n_heads) + ") does not divide dim(" +
-                                  num(m.dim) + ")");
+    failEither(cfg, "model.n_heads", "model.dim",
+               "n_heads(" + num(m.n_heads) + ") does not divide dim(" + num(m.dim) + ")",
+               "head_dim = dim / n_heads must be a whole number");
   if (m.n_heads % m.n_kv_heads != 0)
-    cfg.fail("model.n_kv_heads", "n_kv_heads(" + num(m.n_kv_heads) +
-                                     ") does not divide n_heads(" + num(m.n_heads) + ")",
-             "grouped-query attention shares each kv head among n_heads/n_kv_heads heads");
+    failEither(cfg, "model.n_kv_heads", "model.n_heads",
+               "n_kv_heads(" + num(m.n_kv_heads) + ") does not divide n_heads(" +
+                   num(m.n_heads) + ")",
+               "grouped-query attention shares each kv head among n_heads/n_kv_heads heads");
   if (m.headDim() % 2 != 0)
-    cfg.fail("model.dim", "head_dim(" + num(m.headDim()) + ") must be even for RoPE");
+    failEither(cfg, "model.dim", "model.n_heads",
+               "head_dim = dim(" + num(m.dim) + ") / n_heads(" + num(m.n_heads) +
+                   ") = " + num(m.headDim()) + " must be even for RoPE");
   return m;
 }
 
@@ -127,6 +158,7 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size, Checks ch
   if (world_size < 1)
     throw ConfigError("", "world size", "world_size(" + num(world_size) + ") must be >= 1",
                       "the launcher sets WORLD_SIZE = nodes * nproc_per_node");
+  cfg.checkDomains();  // every numeric value in its schema range before any cross-key check
   TrainConfig c;
   c.model = modelArgsFromConfig(cfg);
   c.world_size = world_size;
@@ -135,8 +167,9 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size, Checks ch
   requirePositive(cfg, "data.seq_len");
   c.seq_len = cfg.getInt("data.seq_len");
   if (c.seq_len > c.model.max_seq_len)
-    cfg.fail("data.seq_len", "seq_len(" + num(c.seq_len) + ") exceeds model.max_seq_len(" +
-                                 num(c.model.max_seq_len) + ")");
+    failEither(cfg, "data.seq_len", "model.max_seq_len",
+               "seq_len(" + num(c.seq_len) + ") exceeds model.max_seq_len(" +
+                   num(c.model.max_seq_len) + ")");
   requireOneOf(cfg, "data.padding", {"max_length", "longest"});
   c.pad_longest = cfg.getString("data.padding") == "longest";
   requireOneOf(cfg, "data.bin_dtype", {"uint16", "uint32"});
@@ -197,8 +230,10 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size, Checks ch
   c.dp_replicate = cfg.getInt("parallel.dp_replicate");
   if (c.dp_replicate == 0) {
     if (world_size % (c.dp_shard * c.tp) != 0)
-      cfg.fail("parallel.dp_shard", "dp_shard(" + num(c.dp_shard) + ") * tp(" + num(c.tp) +
-                                        ") does not divide world_size(" + num(world_size) + ")");
+      failEither(cfg, "parallel.dp_shard", "parallel.tp",
+                 "dp_shard(" + num(c.dp_shard) + ") * tp(" + num(c.tp) +
+                     ") does not divide world_size(" + num(world_size) + ")",
+                 "world_size = nodes * nproc_per_node (launcher)");
     c.dp_replicate = world_size / (c.dp_shard * c.tp);
   }
   if (c.dp_replicate * c.dp_shard * c.tp != world_size)
@@ -219,8 +254,9 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size, Checks ch
   const ModelArgs& m = c.model;
   auto divides = [&](const char* what, int64_t n) {
     if (n % c.tp != 0)
-      cfg.fail("parallel.tp", "tp(" + num(c.tp) + ") does not divide " + what + "(" + num(n) + ")",
-               "tensor parallel splits heads, kv heads, ffn_dim and the vocabulary evenly");
+      failEither(cfg, "parallel.tp", std::string("model.") + what,
+                 "tp(" + num(c.tp) + ") does not divide " + what + "(" + num(n) + ")",
+                 "tensor parallel splits heads, kv heads, ffn_dim and the vocabulary evenly");
   };
   divides("n_heads", m.n_heads);
   divides("n_kv_heads", m.n_kv_heads);

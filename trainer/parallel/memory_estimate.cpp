@@ -52,10 +52,17 @@ MemoryEstimate estimateMemory(const TrainConfig& tc) {
     e.parameters = 4 * P;
     e.gradients = 4 * P;
     e.comm_buffers = 0;  // gradients are views of the all-reduce buckets (parallel/ddp.h)
-  } else if (stage < 3) {
+  } else if (stage == 1) {
     e.parameters = 4 * P;
-    e.gradients = 4 * P + 4 * P / N;
+    e.gradients = 4 * P + 4 * P / N;  // all gradients live until the step's all-reduce
     e.comm_buffers = 2 * 4 * std::max(c.block, c.root);  // largest unit's flat buffer
+  } else if (stage == 2) {
+    // Each unit is reduce-scattered and freed during backward: the shard, plus the root
+    // (its output-projection gradient comes first, its embedding gradient last) and the
+    // block in flight. Staging: the unit's flat buffer and the alltoall receive buffer.
+    e.parameters = 4 * P;
+    e.gradients = 4 * P / N + 4 * (c.root + c.block);
+    e.comm_buffers = 2 * 4 * std::max(c.block, c.root);
   } else {
     // Shards + the fp32 root unit for the whole step + one block gathered in the
     // compute dtype (forward, then again for its recompute in backward).

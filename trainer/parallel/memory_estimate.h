@@ -7,9 +7,9 @@
 // configs). Terms:
 //   parameters   fp32 model/master weights (stages 0-2: the full tp slice; stage 3:
 //                the 1/N shard)
-//   gradients    fp32 (stage 0: full tp slice; stages 1-2: full tp slice + this
-//                rank's shard, the same peak for 2 since gradients are reduced after
-//                backward; stage 3: the shard)
+//   gradients    fp32 (stage 0: full tp slice; stage 1: full tp slice + this rank's
+//                shard; stage 2: the shard + the root unit's and one block's full
+//                gradients, the units still in backward; stage 3: the shard)
 //   gathered     stage 3 only: the fp32 root unit and its gradients for the whole
 //                step, plus one block gathered in the compute dtype and its gradients
 //   optimizer    AdamW m and v (8 bytes/param) or Adafactor row/col moments
@@ -18,7 +18,8 @@
 //   comm buffers flat all-reduce / reduce-scatter / all-gather staging buffers
 //   runtime      the process baseline (libtorch, BLAS buffers, allocator), measured
 // The closed forms it reduces to (ZeRO paper, Adam in mixed precision, 16Ψ bytes of
-// model state): stage 0: 16Ψ, stage 1: 8Ψ + 8Ψ/N, stage 3: 16Ψ/N (+ gathered units).
+// model state): stage 0: 16Ψ, stage 1: 8Ψ + 8Ψ/N, stage 2: 4Ψ + 12Ψ/N (+ units in
+// backward), stage 3: 16Ψ/N (+ gathered units).
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,8 @@
 #include "trainer/parallel/zero.h"
 
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
 #include "trainer/optim/optimizer.h"
 
 namespace ftb {
@@ -85,6 +88,7 @@ class FlatUnit : public UnitHooks {
   }
   torch::Tensor& master() { return master_; }
   torch::Tensor& grad() { return grad_; }
+  const std::vector<torch::Tensor>& tensors() const { return params_; }
 
  private:
   int64_t numel(size_t i) const {
@@ -155,14 +159,53 @@ class Zero1Sync final : public PersistentZeroSync {
   }
 };
 
+// Stage 2: a unit's gradients are reduce-scattered into its shard as soon as a backward
+// has produced all of them (a post-hook on each parameter's gradient accumulator counts
+// them down), in every micro-batch, and its full gradients are freed right there. So
+// between units a rank holds its gradient shards plus the units still in backward
+// (the root, whose embedding gradient comes last, and the block in flight), not the
+// whole model's gradients as stage 1 does. Units complete in the same order on every
+// rank (same graph), so the reduce-scatters match. A unit not complete after the last
+// backward (a parameter without gradient) is reduced by finishGradients(), in unit order.
 class Zero2Sync final : public PersistentZeroSync {
  public:
   using PersistentZeroSync::PersistentZeroSync;
+  void beforeBackward(bool) override {
+    for (Pending& u : units_) u.left = u.total;
+  }
   void finishGradients() override {
-    for (auto& b : blocks_) b->reduceParamGrads(/*scatter=*/true);
-    root_->reduceParamGrads(/*scatter=*/true);
+    for (Pending& u : units_)
+      if (u.left > 0) u.unit->reduceParamGrads(/*scatter=*/true);
+    for (Pending& u : units_) u.left = 0;
     finishReplicas();
   }
+
+ protected:
+  void unitAdded(FlatUnit& unit) override {
+    const size_t index = units_.size();
+    units_.push_back({&unit, 0, 0});
+    for (const torch::Tensor& t : unit.tensors()) {
+      if (!t.requires_grad()) continue;
+      ++units_[index].total;
+      std::shared_ptr<torch::autograd::Node> acc = torch::autograd::impl::grad_accumulator(t);
+      acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+          [this, index](const torch::autograd::variable_list& outputs,
+                        const torch::autograd::variable_list&) {
+            Pending& u = units_[index];
+            if (u.left > 0 && --u.left == 0) u.unit->reduceParamGrads(/*scatter=*/true);
+            return outputs;
+          }));
+      accumulators_.push_back(std::move(acc));
+    }
+  }
+
+ private:
+  struct Pending {
+    FlatUnit* unit;
+    size_t total, left;  // parameters with gradients; not yet produced in this backward
+  };
+  std::vector<Pending> units_;  // in addUnit order: blocks, then the root
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // keep hooks alive
 };
 
 class Zero3Sync final : public ZeroSync, public BlockExecutor {
@@ -211,6 +254,7 @@ void ZeroSync::addUnit(int64_t layer, const std::vector<ModelParam>& params) {
   torch::ScalarType dt = (!persistent_ && layer >= 0) ? compute_dtype_ : torch::kFloat32;
   auto u = std::make_unique<FlatUnit>(params, shard_, replicate_, persistent_, dt);
   if (tp_ > 1) norm_weights_.push_back(u->normWeight(tp_));
+  unitAdded(*u);
   if (layer >= 0)
     blocks_.push_back(std::move(u));
   else

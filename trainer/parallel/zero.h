@@ -7,8 +7,10 @@
 // sees these shards.
 //   stage 1: full parameters stay materialised; gradients are all-reduced, each
 //            rank keeps its slice, steps it, and all-gathers the updated shards.
-//   stage 2: as 1, but gradients are reduce-scattered (each rank receives only its
-//            slice) and the full gradients are freed right after.
+//   stage 2: as 1, but each unit's gradients are reduce-scattered (each rank
+//            receives only its slice) during backward, as soon as the unit's last
+//            gradient is produced, in every micro-batch, and freed right there: the
+//            full gradients of the whole model never exist at once.
 //   stage 3: parameters are materialised only while used: a block is all-gathered
 //            (in the compute dtype) just before its forward and freed after, then
 //            all-gathered again for its recompute in backward, where its gradients
@@ -54,6 +56,8 @@ class ZeroSync : public GradSync {
   ZeroSync(Comm& shard, Comm& replicate, torch::ScalarType compute_dtype, int64_t tp,
            bool persistent);
   void finishReplicas();  // HSDP: all-reduce the shard gradients across replicas
+  // Called by addUnit() once `unit` exists (stage 2 hooks its gradient accumulators).
+  virtual void unitAdded(FlatUnit& unit) { (void)unit; }
   void zeroGrads();
 
   Comm& shard_;

@@ -48,7 +48,7 @@ def test_zero_batch_size(tmp_path):
     p, cfg = run(tmp_path, BASE.replace("micro_batch_size = 2", "micro_batch_size = 0"))
     assert p.returncode == 2
     assert f"{cfg}:8" in p.stderr and "training.micro_batch_size" in p.stderr
-    assert "must be >= 1, got 0" in p.stderr
+    assert "0 is out of range: expected an integer >= 1" in p.stderr
 
 
 def test_zero_batch_size_override(tmp_path):

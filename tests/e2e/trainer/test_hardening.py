@@ -1,4 +1,4 @@
-"""Issue 13 items 1, 3, 4, 7 and issue 14's torchtitan overrides, end to end.
+"""Issue 13 items 1, 2, 3, 4, 5, 7 and issue 14's torchtitan overrides, end to end.
 
 Each test asserts the exit code, that the message names the key, file or holder, and
 that nothing already written is lost or changed.
@@ -56,6 +56,54 @@ def test_torchtitan_override_spellings():
     assert p.returncode == 2 and "'--training.lr' has no value" in p.stderr
     p = trainer("--config", TINY, "--print-config", "--training.lrr", "1")
     assert p.returncode == 2 and "training.lrr" in p.stderr and "did you mean 'training.lr'" in p.stderr
+
+
+# ---- items 2 and 5: values outside their domain; the key the user set is blamed ---
+
+@pytest.mark.parametrize("override, shown, allowed", [
+    ("training.lr=nan", "nan", "a finite number >= 0"),
+    ("training.lr=inf", "inf", "a finite number >= 0"),
+    ("training.lr=-1", "-1.0", "a finite number >= 0"),
+    ("training.beta1=1.5", "1.5", "a finite number in [0, 1)"),
+    ("training.beta2=1", "1.0", "a finite number in [0, 1)"),
+    ("training.threads=-4", "-4", "an integer >= 0"),
+    ("training.stop_after_seconds=-1", "-1.0", "a finite number >= 0"),
+    ("parallel.zero_stage=7", "7", "an integer in [0, 3]"),
+])
+def test_value_outside_its_domain_is_refused(override, shown, allowed):
+    p = trainer("--config", TINY, override, "--print-config")
+    assert p.returncode == 2, p.stdout
+    key = override.split("=")[0]
+    assert (f"override '{override}': key '{key}': {shown} is out of range: expected {allowed}"
+            in p.stderr), p.stderr
+    assert p.stdout == ""
+
+
+def test_domain_error_names_file_and_line(tmp_path):
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(TINY.read_text().replace("lr = 1e-3", "lr = nan"))
+    line = 1 + cfg.read_text().split("\n").index("lr = nan")
+    p = trainer("--config", cfg, "--print-config")
+    assert p.returncode == 2
+    assert f"{cfg}:{line}: key 'training.lr': nan is out of range" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("override", ["training.lr=0", "training.beta1=0", "training.threads=0",
+                                      "training.stop_after_seconds=0", "training.beta2=0.999"])
+def test_boundary_values_are_accepted(override):
+    p = trainer("--config", TINY, override, "--print-config")
+    assert p.returncode == 0, p.stderr
+
+
+def test_the_key_the_user_set_is_blamed():
+    p = trainer("--config", TINY, "model.dim=66", "--print-config")
+    assert p.returncode == 2
+    assert "override 'model.dim=66': key 'model.dim': n_heads(4) does not divide dim(66)" in p.stderr
+    assert "model.n_heads = 4 comes from preset " in p.stderr and "tiny.toml:5" in p.stderr
+    p = trainer("--config", TINY, "parallel.tp=3", "--print-config")
+    assert p.returncode == 2
+    assert ("override 'parallel.tp=3': key 'parallel.tp': dp_shard(1) * tp(3) does not divide "
+            "world_size(1); parallel.dp_shard = 1 is the default") in p.stderr, p.stderr
 
 
 # ---- item 4: config paths that are not regular files ------------------------------

@@ -19,6 +19,11 @@ LAYOUTS = {
     "ddp_accum2_small_buckets": (2, ["training.micro_batch_size=1", "training.grad_accum_steps=2",
                                      "parallel.bucket_mb=0.05"]),
     "tp2_dp2": (4, ["training.micro_batch_size=2", "parallel.tp=2", "parallel.bucket_mb=0.05"]),
+    # ZeRO-2 reduce-scatters each unit during backward, every micro-batch, and with tp.
+    "zero2_accum2": (2, ["training.micro_batch_size=1", "training.grad_accum_steps=2",
+                         "parallel.dp_shard=2", "parallel.zero_stage=2"]),
+    "tp2_zero2": (4, ["training.micro_batch_size=2", "parallel.tp=2", "parallel.dp_shard=2",
+                      "parallel.zero_stage=2"]),
     "hsdp_2x2": (4, ["training.micro_batch_size=1", "parallel.dp_replicate=2",
                      "parallel.dp_shard=2", "parallel.zero_stage=2"]),
 }

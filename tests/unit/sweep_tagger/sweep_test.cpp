@@ -273,7 +273,8 @@ TEST(Validity, LayoutRules) {
   EXPECT_PRED2(has, problems({"parallel.dp_replicate=2"}, 3),
                "dp_replicate(2) * dp_shard(1) * tp(1) = 2 does not equal world_size(3)");
   EXPECT_PRED2(has, problems({"parallel.tp=4"}, 4), "tp(4) does not divide n_kv_heads(2)");
-  EXPECT_PRED2(has, problems({"parallel.tp=0"}, 4), "must be >= 1, got 0");
+  EXPECT_PRED2(has, problems({"parallel.tp=0"}, 4),
+               "0 is out of range: expected an integer >= 1");
   EXPECT_PRED2(has, problems({"data.seq_len=1025"}, 1),
                "seq_len(1025) exceeds model.max_seq_len(1024)");
   EXPECT_PRED2(has, problems({}, 0), "world_size(0) must be >= 1");

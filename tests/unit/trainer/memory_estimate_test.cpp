@@ -64,6 +64,18 @@ TEST(MemoryEstimate, Zero1KeepsFullParamsAndGradsShardsOptimizer) {
   EXPECT_DOUBLE_EQ(estimateMemory(ddp).modelStates(), 16 * kPsi);
 }
 
+TEST(MemoryEstimate, Zero2HoldsTheShardPlusTheUnitsInBackward) {
+  TrainConfig tc = llama7b({"parallel.dp_shard=8", "parallel.zero_stage=2"}, 8);
+  MemoryEstimate e = estimateMemory(tc);
+  const double block = 4.0 * 4096 * 4096 + 3.0 * 4096 * 11008 + 2 * 4096;
+  const double root = 2.0 * 32000 * 4096 + 4096;
+  // fp32 weights, the gradient shard + the root's and one block's full gradients, Adam/N.
+  EXPECT_DOUBLE_EQ(e.gradients, 4 * kPsi / 8 + 4 * (root + block));
+  EXPECT_DOUBLE_EQ(e.modelStates(), 4 * kPsi + 12 * kPsi / 8 + 4 * (root + block));
+  TrainConfig z1 = llama7b({"parallel.dp_shard=8", "parallel.zero_stage=1"}, 8);
+  EXPECT_LT(e.modelStates(), 0.7 * estimateMemory(z1).modelStates());
+}
+
 TEST(MemoryEstimate, CheckpointingShrinksActivationsAndLimitIsReported) {
   TrainConfig none = llama7b({"parallel.tp=8"}, 8);
   TrainConfig full = llama7b({"parallel.tp=8", "training.activation_checkpointing=\"full\""}, 8);

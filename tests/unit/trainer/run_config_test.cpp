@@ -176,7 +176,7 @@ TEST(TrainConfig, TensorParallelMustDivideTheModel) {
 TEST(TrainConfig, OtherInvariantsNameTheNumbers) {
   expectConfigError([] { load({"data.seq_len=300"}, 1); },
                     {"seq_len(300) exceeds model.max_seq_len(256)"});
-  expectConfigError([] { load({"training.micro_batch_size=0"}, 1); }, {"must be >= 1, got 0"});
+  expectConfigError([] { load({"training.micro_batch_size=0"}, 1); }, {"0 is out of range: expected an integer >= 1"});
   expectConfigError([] { load({"training.activation_checkpointing=\"every_0\""}, 1); },
                     {"every_N"});
   EXPECT_EQ(load({"training.activation_checkpointing=\"every_3\""}, 1).checkpoint_every, 3);
