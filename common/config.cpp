@@ -17,6 +17,7 @@
 
 #include "common/error.h"
 #include "common/files.h"
+#include "common/hf_config.h"
 
 namespace ftb {
 namespace fs = std::filesystem;
@@ -329,7 +330,10 @@ Config Config::fromString(const std::string& toml_text, const std::string& sourc
     cfg.entries_[key] = Entry{checkValue(schema, key, rawFromNode(node), where), where};
   });
   for (const std::string& arg : overrides) applyOverride(cfg, arg);
-  applyPreset(cfg, source_name);
+  if (cfg.has("model.from_pretrained"))  // a HF model directory gives the shape
+    applyPretrained(cfg);
+  else
+    applyPreset(cfg, source_name);
   for (const KeySpec& spec : schema.keys())
     if (spec.default_value && !cfg.has(spec.key))
       cfg.entries_[spec.key] = Entry{*spec.default_value, "default"};

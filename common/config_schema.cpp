@@ -118,8 +118,9 @@ void addModel(Schema& sc) {
   sc.add(spec("model.rope_theta", kFloat, f(10000.0), "RoPE base frequency"), above(0));
   sc.add(spec("model.norm_eps", kFloat, f(1e-5), "RMSNorm epsilon"), above(0));
   sc.add(spec("model.tie_embeddings", kBool, b(false), "share input embedding and output head"));
-  sc.add(planned(spec("model.from_pretrained", kString, std::nullopt,
-                      "directory with HF config.json + safetensors to load")));
+  sc.add(spec("model.from_pretrained", kString, std::nullopt,
+              "Hugging Face model directory (config.json + model*.safetensors) to start from; "
+              "its config.json gives every other model.* key"));
 }
 
 void addData(Schema& sc) {

@@ -161,6 +161,7 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size, Checks ch
   cfg.checkDomains();  // every numeric value in its schema range before any cross-key check
   TrainConfig c;
   c.model = modelArgsFromConfig(cfg);
+  if (cfg.has("model.from_pretrained")) c.from_pretrained = cfg.getString("model.from_pretrained");
   c.world_size = world_size;
 
   c.data_source = cfg.getString("data.source");

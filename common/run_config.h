@@ -48,6 +48,7 @@ enum class Checks { kAll, kConfigOnly };
 
 struct TrainConfig {
   ModelArgs model;
+  std::string from_pretrained;  // model.from_pretrained: HF model directory, "" = random init
   // data
   std::string data_source;  // "synthetic" or a .bin / .jsonl path
   int64_t seq_len = 0, num_samples = 0, min_doc_len = 0, pad_id = 0;

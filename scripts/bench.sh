@@ -7,6 +7,8 @@
 #   launcher  time from launcher start until every worker has exec'd
 #   aggregate sweep_tagger aggregate over 1,000 runs x 2 ranks x 1,000 steps
 #   data      per-rank data time at world 1, 2, 4 (tiny model, through the launcher)
+#   hfload    load time and peak RSS per rank of a 274 M model from safetensors
+#             (model.from_pretrained), world 1 and ZeRO-3 world 2
 # Usage: scripts/bench.sh [trainer|launcher|aggregate ...]   (default: all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -74,11 +76,36 @@ bench_data() {
   cat "$OUT/data.md"
 }
 
+bench_hfload() {
+  local runs=$OUT/runs/hfload model=$OUT/runs/hfload/mem-270m-hf
+  rm -rf "$runs"
+  mkdir -p "$runs"
+  echo "bench: hfload, writing $model"
+  /usr/bin/python3 scripts/bench_hf_model.py configs/models/mem-270m.toml "$model"
+  local args=(--config configs/runs/bench-memory.toml --no-sweep-dir model.from_pretrained="$model"
+              training.max_steps=1 training.warmup_steps=0)
+  echo "bench: hfload, world 1"
+  OMP_NUM_THREADS=1 "$BUILD/trainer/trainer" "${args[@]}" --output-dir "$runs/w1" >"$runs/w1.r0.log" 2>&1
+  echo "bench: hfload, ZeRO-3 world 2"
+  local port=$((20000 + RANDOM % 20000)) pids=()
+  for r in 0 1; do
+    RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+      OMP_NUM_THREADS=1 "$BUILD/trainer/trainer" "${args[@]}" --output-dir "$runs/zero3_w2" \
+      parallel.dp_shard=2 parallel.zero_stage=3 >"$runs/zero3_w2.r$r.log" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p"; done
+  /usr/bin/python3 scripts/bench_hf_report.py "$runs" "$model" > "$OUT/hf_load.md"
+  rm -rf "$model"  # 1 GiB of random weights
+  cat "$OUT/hf_load.md"
+}
+
 for b in "${which[@]}"; do
   case "$b" in
     trainer) bench_trainer ;;
     memory) bench_memory ;;
     data) bench_data ;;
+    hfload) bench_hfload ;;
     launcher) scripts/bench_launcher.sh ;;
     aggregate) if [ -x scripts/bench_aggregate.sh ]; then scripts/bench_aggregate.sh; else echo "bench: aggregate benchmark not available yet" >&2; fi ;;
     *) echo "bench: unknown benchmark '$b'" >&2; exit 2 ;;

@@ -7,12 +7,16 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "trainer/hf/export.h"
 #include "trainer/session.h"
 
 int main(int argc, char** argv) {
   using namespace ftb;
+  if (argc > 1 && std::string(argv[1]) == "export")  // trainer export --checkpoint C --out D
+    return hf::exportMain(std::vector<std::string>(argv + 2, argv + argc));
   cxxopts::Options cli("trainer", "ftbench trainer: one process per rank.\n"
                                   "  trainer --config configs/runs/tiny.toml [key=value ...]\n"
+                                  "  trainer export --checkpoint STEP_DIR --out HF_DIR (trainer export --help)\n"
                                   "  overrides also as --key VALUE or --key=VALUE (torchtitan style),\n"
                                   "  e.g. --training.lr 1e-3");
   cli.add_options()

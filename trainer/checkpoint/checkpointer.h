@@ -58,7 +58,9 @@ class Checkpointer {
   // Returns the checkpoint directory written. `state`: step, next_sample, ...
   std::string save(int64_t step, const std::vector<ckpt::StatePiece>& pieces,
                    const std::map<std::string, int64_t>& state);
-  std::map<std::string, int64_t> load(const ResumePoint& rp, std::vector<ckpt::StatePiece>& pieces);
+  // Static: reads files only (also used by `trainer export`, hf/export.h).
+  static std::map<std::string, int64_t> load(const ResumePoint& rp,
+                                             std::vector<ckpt::StatePiece>& pieces);
 
   double lastSaveSeconds() const { return last_save_s_; }
   int64_t lastSaveBytes() const { return last_save_bytes_; }  // this rank's file

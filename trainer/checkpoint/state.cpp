@@ -63,6 +63,16 @@ std::string dtypeName(torch::ScalarType t) {
   }
 }
 
+std::vector<StatePiece> collectModelState(const GradSync& sync, int64_t tp_rank, int64_t tp) {
+  std::vector<torch::Tensor> params = sync.optimizerParams();
+  std::vector<std::vector<Entry>> entries = entriesOf(sync.optimizerLayout(), tp_rank, tp);
+  std::vector<StatePiece> out;
+  for (size_t i = 0; i < params.size(); ++i)
+    for (const Entry& e : entries[i])
+      out.push_back({"model." + e.name, e.global_shape, e.box, viewOf(params[i].data(), e)});
+  return out;
+}
+
 std::vector<StatePiece> collectState(const GradSync& sync, Optimizer& opt, int64_t tp_rank,
                                      int64_t tp, int rank) {
   std::vector<torch::Tensor> params = sync.optimizerParams();

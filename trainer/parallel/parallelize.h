@@ -1,6 +1,7 @@
 // Applies the configured layout to the model (torchtitan's parallelize step): builds
 // this rank's tensor-parallel slice of the model, lets ZeRO shard each unit as it is
-// built, and picks the gradient-synchronisation strategy (grad_sync.h).
+// built, and picks the gradient-synchronisation strategy (grad_sync.h). With
+// model.from_pretrained the weights then come from the HF directory (hf/pretrained.h).
 //
 // Strategy by layout (TrainConfig::effectiveZeroStage()):
 //   0  DdpSync   bucketed all-reduce over the data-parallel group (parallel/ddp.h)

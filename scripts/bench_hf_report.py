@@ -1,0 +1,48 @@
+#!/usr/bin/python3
+"""Markdown report of `scripts/bench.sh hfload`: time to load a 274 M-parameter model from
+safetensors and peak RSS per rank right after loading (VmHWM, from each rank's
+"loaded ..." log line), world 1 and ZeRO-3 world 2, against the full fp32 model size.
+
+Usage: bench_hf_report.py RUNS_DIR MODEL_DIR
+"""
+import json
+import re
+import sys
+from pathlib import Path
+
+runs, model = Path(sys.argv[1]), Path(sys.argv[2])
+LINE = re.compile(r"loaded \S+: (\d+) bytes read by this rank in ([\d.e-]+) s; peak RSS (\d+) MiB")
+
+
+def cpu_model():
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
+def ranks(name):
+    out = []
+    for log in sorted(runs.glob(f"{name}.r*.log")):
+        m = LINE.search(log.read_text())
+        assert m, f"no 'loaded' line in {log}"
+        out.append((int(m.group(1)), float(m.group(2)), int(m.group(3))))
+    return out
+
+
+cfg = json.loads((model / "config.json").read_text())
+file_bytes = (model / "model.safetensors").stat().st_size
+full_mib = file_bytes / 2**20  # fp32 file: header + every parameter once
+print("# Loading a Hugging Face model: time and peak RSS per rank\n")
+print(f"Model: random fp32 LlamaForCausalLM with the mem-270m shape (D{cfg['hidden_size']}/"
+      f"L{cfg['num_hidden_layers']}, vocab {cfg['vocab_size']}), one model.safetensors of "
+      f"{file_bytes / 2**20:.0f} MiB = the full fp32 model. CPU: {cpu_model()}, 1 thread per "
+      "rank, page cache warm (the file was just written). Time = the trainer's load (open, "
+      "validate, copy this rank's boxes, refresh parameters); peak RSS = VmHWM right after "
+      "loading, before the optimizer exists. `scripts/bench.sh hfload`.\n")
+print("| layout | rank | bytes read | load time | peak RSS after loading | vs full fp32 model |")
+print("|---|---|---|---|---|---|")
+for name, label in (("w1", "world 1"), ("zero3_w2", "ZeRO-3 world 2")):
+    for r, (b, t, rss) in enumerate(ranks(name)):
+        print(f"| {label} | {r} | {b / 2**20:.0f} MiB | {t:.2f} s | {rss} MiB | "
+              f"{rss / full_mib:.2f} |")

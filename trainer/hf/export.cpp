@@ -1,0 +1,205 @@
+#include "trainer/hf/export.h"
+
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "common/checkpoint_manifest.h"
+#include "common/cli_args.h"
+#include "common/error.h"
+#include "common/hf_config.h"
+#include "common/log.h"
+#include "trainer/checkpoint/checkpointer.h"
+#include "trainer/hf/pretrained.h"
+#include "trainer/hf/safetensors.h"
+
+namespace ftb::hf {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// The step_N directory `path` names, or the newest usable one under it.
+ResumePoint resolveCheckpoint(const std::string& path) {
+  std::vector<std::string> dirs{path};
+  if (!fs::exists(fs::path(path) / kManifestName)) dirs = listCheckpointDirs(path);
+  if (dirs.empty())
+    throw ConfigError("--checkpoint", "command line", path + " is not a checkpoint (no " +
+                      std::string(kManifestName) + ") and holds no step_N checkpoints",
+                      "pass a step_N directory or the run's checkpoints/ directory");
+  std::string problems;
+  for (const std::string& d : dirs) {
+    try {
+      return ResumePoint{d, loadVerifiedManifest(d)};
+    } catch (const CheckpointError& e) {
+      problems += std::string("\n  ") + e.what();
+    }
+  }
+  throw ConfigError("--checkpoint", "command line", "no usable checkpoint:" + problems);
+}
+
+const std::string& compatValue(const Manifest& m, const std::string& dir, const char* key) {
+  auto it = m.compat.find(key);
+  if (it == m.compat.end())
+    throw ConfigError("--checkpoint", dir + "/" + kManifestName,
+                      std::string("the manifest does not record ") + key);
+  return it->second;
+}
+
+ModelArgs modelOf(const ResumePoint& rp) {
+  auto i = [&](const char* k) { return std::stoll(compatValue(rp.manifest, rp.dir, k)); };
+  auto f = [&](const char* k) { return std::stod(compatValue(rp.manifest, rp.dir, k)); };
+  ModelArgs a;
+  a.dim = i("model.dim");
+  a.n_layers = i("model.n_layers");
+  a.n_heads = i("model.n_heads");
+  a.n_kv_heads = i("model.n_kv_heads");
+  a.ffn_dim = i("model.ffn_dim");
+  a.vocab_size = i("model.vocab_size");
+  a.max_seq_len = i("model.max_seq_len");
+  a.rope_theta = f("model.rope_theta");
+  a.norm_eps = f("model.norm_eps");
+  a.tie_embeddings = compatValue(rp.manifest, rp.dir, "model.tie_embeddings") == "true";
+  return a;
+}
+
+json configJson(const ModelArgs& a, const ResumePoint& rp) {
+  return {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"},
+          {"hidden_size", a.dim}, {"num_hidden_layers", a.n_layers},
+          {"num_attention_heads", a.n_heads}, {"num_key_value_heads", a.n_kv_heads},
+          {"intermediate_size", a.ffn_dim}, {"vocab_size", a.vocab_size},
+          {"max_position_embeddings", a.max_seq_len}, {"rope_theta", a.rope_theta},
+          {"rms_norm_eps", a.norm_eps}, {"tie_word_embeddings", a.tie_embeddings},
+          {"hidden_act", "silu"}, {"attention_bias", false}, {"mlp_bias", false},
+          {"rope_scaling", nullptr}, {"torch_dtype", "float32"},
+          {"ftbench_export", {{"checkpoint", fs::absolute(rp.dir).string()},
+                              {"step", rp.manifest.state.count("step") ? rp.manifest.state.at("step") : -1}}}};
+}
+
+// Consecutive groups of params, each at most max_bytes (a larger tensor alone).
+std::vector<std::vector<HfParam>> planShards(const std::vector<HfParam>& params, int64_t max_bytes) {
+  std::vector<std::vector<HfParam>> shards(1);
+  int64_t bytes = 0;
+  for (const HfParam& p : params) {
+    int64_t b = 4;
+    for (int64_t d : p.shape) b *= d;
+    if (!shards.back().empty() && bytes + b > max_bytes) {
+      shards.emplace_back();
+      bytes = 0;
+    }
+    shards.back().push_back(p);
+    bytes += b;
+  }
+  return shards;
+}
+
+// One global tensor, assembled from whatever slices the checkpoint holds.
+torch::Tensor readTensor(const ResumePoint& rp, const HfParam& p) {
+  const std::string name = "model." + p.name;
+  auto it = rp.manifest.tensors.find(name);
+  if (it == rp.manifest.tensors.end() || it->second.shape != p.shape)
+    throw ConfigError("--checkpoint", rp.dir + "/" + kManifestName,
+                      "tensor '" + name + "' " + (it == rp.manifest.tensors.end()
+                          ? std::string("is missing")
+                          : "has shape " + shapeString(it->second.shape)) +
+                          ", expected " + shapeString(p.shape) + " from the recorded model.* keys");
+  std::vector<ckpt::StatePiece> pieces{{name, p.shape, {std::vector<int64_t>(p.shape.size(), 0), p.shape},
+                                        torch::empty(p.shape, torch::kFloat32)}};
+  try {
+    Checkpointer::load(rp, pieces);
+  } catch (const CheckpointError& e) {
+    throw ConfigError("--checkpoint", "command line", e.what());
+  }
+  return pieces[0].view;
+}
+
+void writeShard(const ResumePoint& rp, const std::string& path, const std::vector<HfParam>& ps) {
+  std::vector<StTensor> decl;
+  for (const HfParam& p : ps) decl.push_back({p.hf_name, "F32", p.shape, 0, 0});
+  SafetensorsWriter w(path, decl);
+  for (const HfParam& p : ps) w.write(readTensor(rp, p));
+  w.close();
+}
+
+}  // namespace
+
+int exportCheckpoint(const ExportOptions& o) {
+  if (fs::exists(o.out))
+    throw ConfigError("--out", "command line", o.out + " already exists",
+                      "export into a new directory (nothing is overwritten)");
+  ResumePoint rp = resolveCheckpoint(o.checkpoint);
+  const ModelArgs a = modelOf(rp);
+  const std::vector<std::vector<HfParam>> shards = planShards(hfParams(a), o.max_shard_bytes);
+  const fs::path tmp = o.out + ".tmp";
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  writeFileDurably((tmp / kHfConfigName).string(), configJson(a, rp).dump(2) + "\n");
+  const int n = int(shards.size());
+  json weight_map = json::object();
+  int64_t total = 0;
+  for (int k = 0; k < n; ++k) {
+    char name[64];
+    std::snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", k + 1, n);
+    const std::string file = n == 1 ? kSingleFile : name;
+    writeShard(rp, (tmp / file).string(), shards[k]);
+    for (const HfParam& p : shards[k]) {
+      weight_map[p.hf_name] = file;
+      int64_t b = 4;
+      for (int64_t d : p.shape) b *= d;
+      total += b;
+    }
+  }
+  if (n > 1)
+    writeFileDurably((tmp / kIndexFile).string(),
+                     json{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}}.dump(2) + "\n");
+  fsyncPath(tmp.string());
+  renameDurably(tmp.string(), o.out);
+  FTB_INFO("exported " << rp.dir << " (step " << rp.manifest.state["step"] << ", "
+                       << total << " bytes of fp32 weights) to " << o.out << " in " << n
+                       << " safetensors file(s)");
+  return n;
+}
+
+int exportMain(const std::vector<std::string>& args) {
+  cxxopts::Options cli("trainer export", "Write a checkpoint as a Hugging Face model directory.\n"
+                                         "  trainer export --checkpoint RUN/checkpoints/step_00000020 --out DIR");
+  cli.add_options()
+      ("checkpoint", "a step_N checkpoint directory, or a checkpoint directory (newest usable step)",
+       cxxopts::value<std::string>())
+      ("out", "new directory for config.json + safetensors", cxxopts::value<std::string>())
+      ("max-shard-mb", "split the weights into shards of at most this many MiB (default 5120)",
+       cxxopts::value<double>()->default_value("5120"))
+      ("h,help", "show help");
+  std::vector<std::string> words{"trainer export"};
+  words.insert(words.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& w : words) argv.push_back(w.data());
+  try {
+    auto r = cli.parse(int(argv.size()), argv.data());
+    if (r.count("help")) {
+      std::cout << cli.help();
+      return 0;
+    }
+    for (const char* k : {"checkpoint", "out"})
+      if (!r.count(k))
+        throw ConfigError(std::string("--") + k, "command line", "missing",
+                          "trainer export --checkpoint STEP_DIR --out DIR");
+    const double mb = r["max-shard-mb"].as<double>();
+    if (!(mb > 0))
+      throw ConfigError("--max-shard-mb", "command line", "must be > 0, got " + std::to_string(mb));
+    exportCheckpoint({r["checkpoint"].as<std::string>(), r["out"].as<std::string>(),
+                      int64_t(mb * (1 << 20))});
+    return 0;
+  } catch (const cxxopts::exceptions::exception& e) {
+    std::cerr << "trainer export: " << e.what() << "\n" << cli.help() << "\n";
+    return kExitBadInput;
+  } catch (const FtbError& e) {
+    std::cerr << e.what() << "\n";
+    return e.exitCode();
+  } catch (const std::exception& e) {  // e.g. a manifest value that is not a number
+    std::cerr << "trainer export: failed: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+}  // namespace ftb::hf

@@ -1,0 +1,32 @@
+// `trainer export`: a checkpoint (trainer/checkpoint, any layout) -> a Hugging Face
+// LlamaForCausalLM directory (trainer/README.md "Hugging Face models").
+//
+// Contract: exportCheckpoint(opts) takes a step_N directory (or a checkpoint directory:
+// its newest usable step_N), verifies every file of it (size, crc32), and writes into a
+// new directory `out` (which must not exist): config.json from the checkpoint's model.*
+// keys, and the fp32 master weights under their HF names: one model.safetensors, or,
+// when they exceed max_shard_bytes, model-0000K-of-0000N.safetensors shards plus
+// model.safetensors.index.json. Each global tensor is assembled from the checkpoint's
+// slices (Checkpointer::load, resharding to one whole tensor) one at a time. Everything
+// is written into out.tmp and renamed to `out` only when complete. Bad input (missing or
+// damaged checkpoint, existing out) -> ConfigError (exit 2); write failures -> IoError.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ftb::hf {
+
+struct ExportOptions {
+  std::string checkpoint, out;
+  int64_t max_shard_bytes = int64_t{5} << 30;  // HF save_pretrained's default is 5 GB
+};
+
+// Returns the number of files written (safetensors shards).
+int exportCheckpoint(const ExportOptions& opts);
+
+// `trainer export ...`: parses argv (after "export"), runs, returns the exit code.
+int exportMain(const std::vector<std::string>& args);
+
+}  // namespace ftb::hf

@@ -1,0 +1,72 @@
+// Hugging Face Llama/Mistral checkpoints <-> the ftbench Llama (trainer/README.md
+// "Hugging Face models").
+//
+// Contracts:
+// - Names: model.embed_tokens.weight <-> tok_embeddings.weight, model.layers.N.self_attn.
+//   {q,k,v,o}_proj.weight <-> layers.N.attention.w{q,k,v,o}.weight, mlp.{gate,down,up}_proj
+//   <-> feed_forward.w{1,2,3}, input_layernorm <-> attention_norm, post_attention_layernorm
+//   <-> ffn_norm, model.norm <-> norm, lm_head <-> output (absent when tied). Same shapes
+//   ([out, in]). HF stores q/k rows for the "rotate_half" RoPE, which is the layout
+//   applyRope (model/llama.h) computes, so q/k are copied without a permutation.
+// - PretrainedModel::open(dir, args) reads config.json's companion weights:
+//   model.safetensors, or model.safetensors.index.json and the shard files it names.
+//   It validates every header (safetensors.h), that each expected tensor is present
+//   exactly once with the shape `args` implies, that no other tensor is present (HF's
+//   non-persistent "*.rotary_emb.inv_freq" buffers are ignored) and that the index agrees
+//   with the files; each problem is a ConfigError (exit 2) naming the file and tensor.
+//   Nothing is read beyond the headers.
+// - load(pieces) copies into every "model.<name>" StatePiece (checkpoint/state.h: this
+//   rank's boxes of the global tensors, whatever the layout) exactly that box of the
+//   file's tensor, converted to the piece's dtype (the fp32 master weights), reading only
+//   the pages the box covers, then drops them from the resident set.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/run_config.h"
+#include "trainer/checkpoint/state.h"
+#include "trainer/hf/safetensors.h"
+#include "trainer/parallel/grad_sync.h"
+#include "trainer/parallel/mesh.h"
+
+namespace ftb::hf {
+
+inline constexpr const char* kSingleFile = "model.safetensors";
+inline constexpr const char* kIndexFile = "model.safetensors.index.json";
+
+struct HfParam {
+  std::string hf_name, name;  // "model.norm.weight", "norm.weight" (torchtitan)
+  std::vector<int64_t> shape;
+};
+
+// Every parameter of the model `a` describes, in HF file order.
+std::vector<HfParam> hfParams(const ModelArgs& a);
+
+class PretrainedModel {
+ public:
+  static PretrainedModel open(const std::string& dir, const ModelArgs& a);
+  // Returns the bytes read from the files.
+  int64_t load(std::vector<ckpt::StatePiece>& pieces) const;
+
+ private:
+  // Expected tensors present with their shapes, nothing else (holder: HF name -> file).
+  void checkTensors(const ModelArgs& a, const std::map<std::string, const SafetensorsFile*>& holder);
+
+  std::string dir_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, std::pair<const SafetensorsFile*, HfParam>> by_name_;  // torchtitan name
+};
+
+// Fills this rank's weights (sync.optimizerParams(), any layout) from tc.from_pretrained
+// and refreshes the materialised parameters (sync.paramsLoaded(): collective). Logs the
+// load time and this rank's peak RSS after it.
+void loadPretrained(const TrainConfig& tc, const Mesh& mesh, GradSync& sync);
+
+// The run's pretrained directory, validated before anything is written (exit 2 on a
+// bad one): config.json's sliding_window (Mistral) must cover data.seq_len.
+void checkPretrained(const TrainConfig& tc);
+
+}  // namespace ftb::hf

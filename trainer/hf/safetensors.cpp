@@ -1,0 +1,237 @@
+#include "trainer/hf/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "common/checked_math.h"
+#include "common/checkpoint_manifest.h"
+#include "common/error.h"
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "safetensors data is little-endian; this reader copies it as host-order bytes"
+#endif
+
+namespace ftb::hf {
+namespace {
+
+using nlohmann::json;
+constexpr int64_t kMaxHeaderBytes = int64_t{100} << 20;  // the format's own limit
+
+int64_t elementSize(const std::string& dt) { return dt == "F32" ? 4 : 2; }
+
+[[noreturn]] void fail(const std::string& path, const std::string& what,
+                       const std::string& hint = "") {
+  throw ConfigError("model.from_pretrained", path, what, hint);
+}
+
+int64_t pageSize() {
+  static const int64_t p = sysconf(_SC_PAGESIZE);
+  return p;
+}
+
+}  // namespace
+
+torch::ScalarType scalarTypeOf(const std::string& dt) {
+  if (dt == "F32") return torch::kFloat32;
+  if (dt == "F16") return torch::kFloat16;
+  return torch::kBFloat16;
+}
+
+std::string stDtypeOf(torch::ScalarType t) {
+  switch (t) {
+    case torch::kFloat32: return "F32";
+    case torch::kFloat16: return "F16";
+    case torch::kBFloat16: return "BF16";
+    default: throw IoError(std::string("safetensors: cannot write dtype ") + c10::toString(t));
+  }
+}
+
+std::string shapeString(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
+  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  struct stat st {};
+  if (fd_ < 0 || fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+    std::string why = fd_ < 0 ? std::strerror(errno) : "not a regular file";
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+    fail(path_, "cannot open safetensors file: " + why);
+  }
+  size_ = st.st_size;
+  if (size_ < 8) {
+    ::close(fd_);
+    fd_ = -1;
+    fail(path_, "truncated: " + std::to_string(size_) +
+                    " bytes, shorter than the 8-byte header length");
+  }
+  void* m = mmap(nullptr, size_t(size_), PROT_READ, MAP_PRIVATE, fd_, 0);
+  if (m == MAP_FAILED) {
+    ::close(fd_);
+    fd_ = -1;
+    fail(path_, std::string("cannot map the file: ") + std::strerror(errno));
+  }
+  map_ = static_cast<const uint8_t*>(m);
+  try {
+    parseHeader();
+    checkRanges();
+  } catch (...) {
+    munmap(const_cast<uint8_t*>(map_), size_t(size_));
+    ::close(fd_);
+    throw;
+  }
+}
+
+SafetensorsFile::~SafetensorsFile() {
+  if (map_) munmap(const_cast<uint8_t*>(map_), size_t(size_));
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void SafetensorsFile::parseHeader() {
+  uint64_t n = 0;
+  std::memcpy(&n, map_, 8);  // little-endian (checked at compile time)
+  if (n > uint64_t(size_ - 8) || int64_t(n) > kMaxHeaderBytes)
+    fail(path_, "header length " + std::to_string(n) + " is past the end of the file (" +
+                    std::to_string(size_) + " bytes): truncated or not a safetensors file");
+  data_start_ = 8 + int64_t(n);
+  json h;
+  try {
+    h = json::parse(map_ + 8, map_ + data_start_);
+  } catch (const json::exception& e) {
+    fail(path_, std::string("header is not valid JSON: ") + e.what());
+  }
+  if (!h.is_object()) fail(path_, "header is not a JSON object");
+  for (const auto& [name, v] : h.items()) {
+    if (name == "__metadata__") continue;
+    const std::string t = "tensor '" + name + "': ";
+    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets"))
+      fail(path_, t + "expected {\"dtype\", \"shape\", \"data_offsets\"}, found " + v.dump());
+    StTensor st;
+    st.name = name;
+    st.dtype = v["dtype"].is_string() ? v["dtype"].get<std::string>() : v["dtype"].dump();
+    if (st.dtype != "F32" && st.dtype != "F16" && st.dtype != "BF16")
+      fail(path_, t + "dtype " + st.dtype + ", expected F32, F16 or BF16");
+    const json& sh = v["shape"];
+    const json& off = v["data_offsets"];
+    bool ok = sh.is_array() && off.is_array() && off.size() == 2;
+    for (const json& d : sh) ok = ok && d.is_number_unsigned();
+    for (const json& d : off) ok = ok && d.is_number_unsigned();
+    if (!ok) fail(path_, t + "shape and data_offsets must be arrays of non-negative integers, found " + v.dump());
+    int64_t numel = 1;
+    for (const json& d : sh) {
+      st.shape.push_back(d.get<int64_t>());
+      std::optional<int64_t> p = checkedProduct({numel, st.shape.back()});
+      if (!p || st.shape.back() < 0) fail(path_, t + "shape " + sh.dump() + " overflows");
+      numel = *p;
+    }
+    st.begin = off[0].get<int64_t>();
+    st.end = off[1].get<int64_t>();
+    std::optional<int64_t> bytes = checkedProduct({numel, elementSize(st.dtype)});
+    if (st.begin < 0 || st.end < st.begin || !bytes || st.end - st.begin != *bytes)
+      fail(path_, t + "data_offsets " + off.dump() + " span " + std::to_string(st.end - st.begin) +
+                      " bytes, expected " + std::to_string(bytes.value_or(-1)) + " for " +
+                      st.dtype + " " + shapeString(st.shape));
+    tensors_.emplace(name, std::move(st));
+  }
+}
+
+void SafetensorsFile::checkRanges() const {
+  const int64_t data = size_ - data_start_;
+  std::vector<const StTensor*> by_start;
+  for (const auto& [name, t] : tensors_) {
+    if (t.end > data)
+      fail(path_, "tensor '" + name + "': data_offsets [" + std::to_string(t.begin) + ", " +
+                      std::to_string(t.end) + "] past the end of the data section (" +
+                      std::to_string(data) + " bytes): the file is truncated or the offset is wrong");
+    by_start.push_back(&t);
+  }
+  std::sort(by_start.begin(), by_start.end(), [](const StTensor* a, const StTensor* b) {
+    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+  });
+  for (size_t i = 1; i < by_start.size(); ++i) {
+    const StTensor &a = *by_start[i - 1], &b = *by_start[i];
+    if (b.begin < a.end && b.end > b.begin)
+      fail(path_, "tensor '" + b.name + "': data_offsets [" + std::to_string(b.begin) + ", " +
+                      std::to_string(b.end) + "] overlap tensor '" + a.name + "' [" +
+                      std::to_string(a.begin) + ", " + std::to_string(a.end) + "]");
+  }
+}
+
+torch::Tensor SafetensorsFile::view(const std::string& name) const {
+  const StTensor& t = tensors_.at(name);
+  void* p = const_cast<uint8_t*>(map_ + data_start_ + t.begin);  // read-only mapping: never written
+  return torch::from_blob(p, t.shape, torch::TensorOptions().dtype(scalarTypeOf(t.dtype)));
+}
+
+void SafetensorsFile::release(const std::string& name) const {
+  const StTensor& t = tensors_.at(name);
+  const int64_t ps = pageSize();
+  int64_t b = (data_start_ + t.begin) / ps * ps;
+  int64_t e = std::min(size_, (data_start_ + t.end + ps - 1) / ps * ps);
+  if (e > b) madvise(const_cast<uint8_t*>(map_ + b), size_t(e - b), MADV_DONTNEED);
+}
+
+SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<StTensor> tensors)
+    : path_(std::move(path)), tensors_(std::move(tensors)) {
+  json h = json::object();
+  int64_t off = 0;
+  for (StTensor& t : tensors_) {
+    int64_t numel = 1;
+    for (int64_t d : t.shape) numel *= d;
+    t.begin = off;
+    t.end = off + numel * elementSize(t.dtype);
+    off = t.end;
+    h[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {t.begin, t.end}}};
+  }
+  h["__metadata__"] = {{"format", "pt"}};
+  std::string text = h.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // data section 8-byte aligned
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw IoError("cannot create " + path_ + ": " + std::strerror(errno));
+  uint64_t n = text.size();
+  std::string head(reinterpret_cast<const char*>(&n), 8);
+  head += text;
+  total_ = int64_t(head.size()) + off;
+  if (::write(fd_, head.data(), head.size()) != ssize_t(head.size()))
+    throw IoError("writing " + path_ + ": " + std::strerror(errno));
+}
+
+SafetensorsWriter::~SafetensorsWriter() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void SafetensorsWriter::write(const torch::Tensor& t) {
+  TORCH_CHECK(next_ < tensors_.size(), "safetensors writer: more tensors than declared");
+  const StTensor& d = tensors_[next_++];
+  TORCH_CHECK(stDtypeOf(t.scalar_type()) == d.dtype && t.sizes().vec() == d.shape,
+              "safetensors writer: tensor ", d.name, " does not match its declaration");
+  torch::Tensor c = t.contiguous();
+  const char* p = static_cast<const char*>(c.data_ptr());
+  int64_t left = d.end - d.begin;
+  while (left > 0) {
+    ssize_t w = ::write(fd_, p, size_t(std::min<int64_t>(left, int64_t(1) << 30)));
+    if (w <= 0) throw IoError("writing " + path_ + " (tensor " + d.name + "): " + std::strerror(errno));
+    p += w;
+    left -= w;
+  }
+}
+
+void SafetensorsWriter::close() {
+  TORCH_CHECK(next_ == tensors_.size(), "safetensors writer: ", tensors_.size() - next_,
+              " declared tensors not written to ", path_);
+  if (::fsync(fd_) != 0 || ::close(fd_) != 0)
+    throw IoError("closing " + path_ + ": " + std::strerror(errno));
+  fd_ = -1;
+}
+
+}  // namespace ftb::hf
