@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Markdown report of `scripts/bench.sh hfload`: time to load a 274 M-parameter model from
-safetensors and peak RSS per rank right after loading (VmHWM, from each rank's
-"loaded ..." log line), world 1 and ZeRO-3 world 2, against the full fp32 model size.
+safetensors, RSS per rank before loading and its peak while loading (VmRSS sampled after
+each tensor slice is copied, before its file pages are dropped; from each rank's "loaded ..."
+log line), world 1 and ZeRO-3 world 2, against the full fp32 model size.
 
 Usage: bench_hf_report.py RUNS_DIR MODEL_DIR
 """
@@ -11,7 +12,8 @@ import sys
 from pathlib import Path
 
 runs, model = Path(sys.argv[1]), Path(sys.argv[2])
-LINE = re.compile(r"loaded \S+: (\d+) bytes read by this rank in ([\d.e-]+) s; peak RSS (\d+) MiB")
+LINE = re.compile(r"loaded \S+: (\d+) bytes read by this rank in ([\d.e-]+) s; RSS (\d+) MiB before "
+                  r"loading, (\d+) MiB peak while loading")
 
 
 def cpu_model():
@@ -26,7 +28,7 @@ def ranks(name):
     for log in sorted(runs.glob(f"{name}.r*.log")):
         m = LINE.search(log.read_text())
         assert m, f"no 'loaded' line in {log}"
-        out.append((int(m.group(1)), float(m.group(2)), int(m.group(3))))
+        out.append((int(m.group(1)), float(m.group(2)), int(m.group(3)), int(m.group(4))))
     return out
 
 
@@ -38,11 +40,14 @@ print(f"Model: random fp32 LlamaForCausalLM with the mem-270m shape (D{cfg['hidd
       f"L{cfg['num_hidden_layers']}, vocab {cfg['vocab_size']}), one model.safetensors of "
       f"{file_bytes / 2**20:.0f} MiB = the full fp32 model. CPU: {cpu_model()}, 1 thread per "
       "rank, page cache warm (the file was just written). Time = the trainer's load (open, "
-      "validate, copy this rank's boxes, refresh parameters); peak RSS = VmHWM right after "
-      "loading, before the optimizer exists. `scripts/bench.sh hfload`.\n")
-print("| layout | rank | bytes read | load time | peak RSS after loading | vs full fp32 model |")
-print("|---|---|---|---|---|---|")
+      "validate, copy this rank's boxes, refresh parameters). RSS before loading = the built "
+      "layout (fp32 master weights, gradient buffers, runtime), before the optimizer exists; "
+      "peak while loading = VmRSS sampled after each copied slice, before its file pages are "
+      "dropped. `scripts/bench.sh hfload`.\n")
+print("| layout | rank | bytes read | load time | RSS before loading | peak while loading "
+      "| added by loading | added / full fp32 model |")
+print("|---|---|---|---|---|---|---|---|")
 for name, label in (("w1", "world 1"), ("zero3_w2", "ZeRO-3 world 2")):
-    for r, (b, t, rss) in enumerate(ranks(name)):
-        print(f"| {label} | {r} | {b / 2**20:.0f} MiB | {t:.2f} s | {rss} MiB | "
-              f"{rss / full_mib:.2f} |")
+    for r, (b, t, rss0, peak) in enumerate(ranks(name)):
+        print(f"| {label} | {r} | {b / 2**20:.0f} MiB | {t:.2f} s | {rss0} MiB | {peak} MiB | "
+              f"{peak - rss0} MiB | {(peak - rss0) / full_mib:.3f} |")

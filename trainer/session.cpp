@@ -317,7 +317,7 @@ int runSession(const SessionOptions& opts) {
     checkStop("process group");
     // Which checkpoint to resume from is decided (and a bad or incompatible one refused)
     // before anything is written to the run directory or the model is allocated.
-    hf::checkPretrained(tc);  // a bad HF model directory exits 2 before the run directory exists
+    hf::checkPretrained(tc, dist);  // a bad HF model directory exits 2 before the run directory exists
     std::optional<ResumePoint> plan =
         planResume(tc, cfg, checkpointDir(tc, runDirPath(cfg, tc)), dist);
     std::string run_dir = prepareRun(cfg, tc, dist, lock, plan.has_value());

@@ -136,9 +136,9 @@ void PretrainedModel::checkTensors(const ModelArgs& a,
            "ftbench loads exactly the parameters of LlamaForCausalLM / MistralForCausalLM");
 }
 
-int64_t PretrainedModel::load(std::vector<ckpt::StatePiece>& pieces) const {
+PretrainedModel::LoadStats PretrainedModel::load(std::vector<ckpt::StatePiece>& pieces) const {
   torch::NoGradGuard no_grad;
-  int64_t bytes = 0;
+  LoadStats st{0, currentRssBytes()};
   for (ckpt::StatePiece& p : pieces) {
     if (p.name.rfind("model.", 0) != 0) continue;
     const auto& [file, hp] = by_name_.at(p.name.substr(6));
@@ -147,24 +147,27 @@ int64_t PretrainedModel::load(std::vector<ckpt::StatePiece>& pieces) const {
     for (size_t d = 0; d < p.box.offset.size(); ++d)
       src = src.narrow(int64_t(d), p.box.offset[d], p.box.size[d]);
     p.view.copy_(src);  // converts bf16 / fp16 to the master dtype
-    bytes += src.numel() * src.element_size();
+    st.bytes += src.numel() * src.element_size();
+    st.peak_rss = std::max(st.peak_rss, currentRssBytes());  // the file's pages still resident
     file->release(hp.hf_name);
   }
-  return bytes;
+  return st;
 }
 
 void loadPretrained(const TrainConfig& tc, const Mesh& mesh, GradSync& sync) {
   const double t0 = nowSeconds();
+  const int64_t rss0 = currentRssBytes();
   std::vector<ckpt::StatePiece> pieces = ckpt::collectModelState(sync, mesh.tp_rank, mesh.tp);
-  const int64_t bytes = PretrainedModel::open(tc.from_pretrained, tc.model).load(pieces);
+  const PretrainedModel::LoadStats st = PretrainedModel::open(tc.from_pretrained, tc.model).load(pieces);
   sync.paramsLoaded();
-  FTB_INFO("loaded " << tc.from_pretrained << ": " << bytes << " bytes read by this rank in "
-                     << nowSeconds() - t0 << " s; peak RSS " << (peakRssBytes() >> 20)
-                     << " MiB after loading");
+  FTB_INFO("loaded " << tc.from_pretrained << ": " << st.bytes << " bytes read by this rank in "
+                     << nowSeconds() - t0 << " s; RSS " << (rss0 >> 20) << " MiB before loading, "
+                     << (st.peak_rss >> 20) << " MiB peak while loading");
 }
 
-void checkPretrained(const TrainConfig& tc) {
-  if (tc.from_pretrained.empty()) return;
+namespace {
+
+void checkOnThisRank(const TrainConfig& tc) {
   const int64_t window = hfSlidingWindow(tc.from_pretrained);
   if (window > 0 && window < tc.seq_len)
     throw ConfigError("data.seq_len", tc.from_pretrained + "/" + kHfConfigName,
@@ -172,6 +175,20 @@ void checkPretrained(const TrainConfig& tc) {
                           std::to_string(tc.seq_len) + "; ftbench attends over the whole sequence",
                       "set data.seq_len <= " + std::to_string(window));
   PretrainedModel::open(tc.from_pretrained, tc.model);
+}
+
+}  // namespace
+
+void checkPretrained(const TrainConfig& tc, Distributed& dist) {
+  if (tc.from_pretrained.empty()) return;
+  std::string problem;
+  try {
+    checkOnThisRank(tc);
+  } catch (const ConfigError& e) {
+    problem = e.what();
+  }
+  for (const std::string& p : dist.allGatherString("hf/check", problem))
+    if (!p.empty()) throw ConfigError(p);
 }
 
 }  // namespace ftb::hf

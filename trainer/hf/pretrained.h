@@ -29,6 +29,7 @@
 #include "common/run_config.h"
 #include "trainer/checkpoint/state.h"
 #include "trainer/hf/safetensors.h"
+#include "trainer/parallel/dist.h"
 #include "trainer/parallel/grad_sync.h"
 #include "trainer/parallel/mesh.h"
 
@@ -48,8 +49,11 @@ std::vector<HfParam> hfParams(const ModelArgs& a);
 class PretrainedModel {
  public:
   static PretrainedModel open(const std::string& dir, const ModelArgs& a);
-  // Returns the bytes read from the files.
-  int64_t load(std::vector<ckpt::StatePiece>& pieces) const;
+  struct LoadStats {
+    int64_t bytes = 0;     // read from the files
+    int64_t peak_rss = 0;  // max VmRSS sampled after each copy, before its pages are dropped
+  };
+  LoadStats load(std::vector<ckpt::StatePiece>& pieces) const;
 
  private:
   // Expected tensors present with their shapes, nothing else (holder: HF name -> file).
@@ -62,11 +66,13 @@ class PretrainedModel {
 
 // Fills this rank's weights (sync.optimizerParams(), any layout) from tc.from_pretrained
 // and refreshes the materialised parameters (sync.paramsLoaded(): collective). Logs the
-// load time and this rank's peak RSS after it.
+// load time, this rank's RSS before loading and its peak while loading.
 void loadPretrained(const TrainConfig& tc, const Mesh& mesh, GradSync& sync);
 
-// The run's pretrained directory, validated before anything is written (exit 2 on a
-// bad one): config.json's sliding_window (Mistral) must cover data.seq_len.
-void checkPretrained(const TrainConfig& tc);
+// The run's pretrained directory, validated by every rank before anything is written:
+// PretrainedModel::open, and config.json's sliding_window (Mistral) must cover
+// data.seq_len. Collective: when any rank finds a problem (a file missing on its node),
+// every rank throws that ConfigError (exit 2), so none waits for the others.
+void checkPretrained(const TrainConfig& tc, Distributed& dist);
 
 }  // namespace ftb::hf

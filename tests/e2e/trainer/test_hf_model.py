@@ -28,7 +28,8 @@ import torch
 
 from hf_util import (CONFIG, hf_params, make_hf_dir, read_hf_dir, read_safetensors,
                      write_safetensors)
-from trainer_util import BUILD, TINY, TRAINER, assert_close, base_env, run_ranks, run_trainer, steps
+from trainer_util import (BUILD, TINY, TRAINER, assert_close, base_env, finish, free_port,
+                          run_ranks, run_trainer, steps)
 
 TESTS_BIN = BUILD / "tests" / "trainer_tests"
 SEQ = 32
@@ -320,3 +321,24 @@ def test_explicit_model_key_that_disagrees_exits_2(tmp_path):
     p = run_trainer(tmp_path / "ok", *hf_run_args(tmp_path / "m", tmp_path / "tokens.bin",
                                                   "model.dim=64", "model.n_kv_heads=2"))
     assert "loaded " in p.stdout + p.stderr
+
+
+def test_every_rank_exits_2_when_one_rank_lacks_the_model(tmp_path):
+    # Rank 1 points at a directory without weights (as if its node lacked the files): the
+    # ranks share their verdicts, so rank 0 exits 2 too instead of waiting for rank 1.
+    make_hf_dir(tmp_path / "m")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "config.json").write_text((tmp_path / "m" / "config.json").read_text())
+    write_tokens(tmp_path / "tokens.bin", 8, CONFIG["vocab_size"])
+    port, procs = free_port(), []
+    for r, d in enumerate([tmp_path / "m", tmp_path / "empty"]):
+        env = base_env(RANK=r, LOCAL_RANK=r, WORLD_SIZE=2, LOCAL_WORLD_SIZE=2,
+                       MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+        cmd = [str(TRAINER), "--config", str(TINY), "--output-dir", str(tmp_path / "run"),
+               "--no-sweep-dir", *hf_run_args(d, tmp_path / "tokens.bin"), "parallel.dp_shard=2",
+               "parallel.zero_stage=3"]
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True))
+    for rc, _, err in finish(procs, timeout=60):
+        assert rc == 2 and "no model.safetensors and no model.safetensors.index.json" in err, err
+    assert not (tmp_path / "run").exists()
