@@ -19,6 +19,16 @@ void requirePositive(const Config& cfg, const std::string& key) {
   if (v < 1) cfg.fail(key, "must be >= 1, got " + num(v));
 }
 
+}  // namespace
+
+bool validDeviceName(const std::string& d) {
+  if (d == "auto" || d == "cpu" || d == "cuda") return true;
+  if (d.rfind("cuda:", 0) != 0 || d.size() == 5 || d.size() > 9) return false;
+  return d.find_first_not_of("0123456789", 5) == std::string::npos;
+}
+
+namespace {
+
 void requireOneOf(const Config& cfg, const std::string& key,
                   std::initializer_list<const char*> options) {
   const std::string& v = cfg.getString(key);
@@ -215,6 +225,11 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size, Checks ch
   c.eps = cfg.getFloat("training.eps");
   c.seed = cfg.getInt("training.seed");
   c.threads = cfg.getInt("training.threads");
+  c.device = cfg.getString("training.device");
+  if (!validDeviceName(c.device))
+    cfg.fail("training.device", "expected \"auto\", \"cpu\", \"cuda\" or \"cuda:N\", got \"" +
+                                    c.device + "\"",
+             "the device ranks put the model and batches on");
   requireOneOf(cfg, "training.optimizer", {"adamw", "adafactor"});
   c.optimizer = cfg.getString("training.optimizer");
   requireOneOf(cfg, "training.dtype", {"fp32", "bf16"});

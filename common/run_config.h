@@ -59,6 +59,7 @@ struct TrainConfig {
   double stop_after_seconds = 0;
   double lr = 0, weight_decay = 0, max_grad_norm = 0, beta1 = 0, beta2 = 0, eps = 0;
   int64_t lr_warmup_steps = 0, seed = 0, threads = 0;
+  std::string device = "auto";  // "auto" | "cpu" | "cuda" | "cuda:N" (checked syntax)
   std::string optimizer;  // "adamw" | "adafactor"
   DType dtype = DType::kFp32;
   int64_t checkpoint_every = 0;  // 0: no activation checkpointing; n: every n-th block
@@ -93,6 +94,8 @@ std::string refusalOf(const Config& cfg, int world_size, Checks checks = Checks:
 
 // Whether this build can create an NCCL process group (FTB_USE_NCCL at configure time).
 bool ncclCompiledIn();
+// training.device syntax: "auto", "cpu", "cuda" or "cuda:N" (N decimal, at most 4 digits).
+bool validDeviceName(const std::string& device);
 
 ModelArgs modelArgsFromConfig(const Config& cfg);
 

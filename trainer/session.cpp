@@ -1,5 +1,6 @@
 #include "trainer/session.h"
 
+#include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <csignal>
@@ -22,6 +23,7 @@
 #include "trainer/metrics/perf.h"
 #include "trainer/metrics/env_check.h"
 #include "trainer/metrics/peaks.h"
+#include "trainer/parallel/backend.h"
 #include "trainer/parallel/dist.h"
 #include "trainer/parallel/memory_estimate.h"
 #include "common/run_config.h"
@@ -116,6 +118,22 @@ TrainConfig resolveConfig(const SessionOptions& opts, const Config& cfg, const D
   return TrainConfig::fromConfig(cfg, opts.world_size > 0 ? opts.world_size : env.world_size);
 }
 
+// training.device: where this rank's tensors live ("cpu"). Bad or unsupported
+// placements are ConfigErrors (exit 2) before any socket or file exists.
+std::string placeTensors(const Config& cfg, const TrainConfig& tc, const DistEnv& env) {
+  const DeviceChoice d = resolveDevice(tc.device, tc.backend, env.local_rank,
+                                       static_cast<int>(torch::cuda::device_count()));
+  if (!d.problem.empty())
+    throw ConfigError(d.problem_key, cfg.where(d.problem_key), d.problem,
+                      "training.device and parallel.backend must agree");
+  if (d.cuda)
+    throw ConfigError("training.device", cfg.where("training.device"),
+                      "resolves to " + d.device + ", but this trainer places the model, batches "
+                      "and ZeRO buffers on the CPU only (CUDA placement is not implemented)",
+                      "use training.device = \"cpu\" or \"auto\" with backend gloo");
+  return d.device;
+}
+
 // --estimate-memory, --print-config, --generate-data: answer and return 0; nullopt
 // when the session is a training run.
 std::optional<int> runInfoCommand(const SessionOptions& opts, const Config& cfg,
@@ -155,7 +173,8 @@ std::vector<std::pair<std::string, AttrValue>> checkEnvironment(const TrainConfi
 }
 
 RunInfo runInfo(const Config& cfg, const TrainConfig& tc, const DistEnv& env,
-                const std::string& run_dir, const CpuInfo& cpu, const RunPeaks& peaks) {
+                const std::string& run_dir, const std::string& device, const CpuInfo& cpu,
+                const RunPeaks& peaks) {
   RunInfo info;
   info.tag = std::filesystem::path(run_dir).filename().string();
   info.config_hash = configHash(cfg, tc.world_size);
@@ -163,7 +182,7 @@ RunInfo runInfo(const Config& cfg, const TrainConfig& tc, const DistEnv& env,
   info.start_utc = utcNowIso8601();
   info.ftbench_version = FTB_VERSION;
   info.torch_version = TORCH_VERSION;
-  info.device = "cpu";
+  info.device = device;
   info.cpu_model = cpu.model_name;
   info.peak_source = peaks.hw.source;
   info.config_toml = cfg.toToml();
@@ -308,6 +327,7 @@ int runSession(const SessionOptions& opts) {
     if (std::optional<int> rc = runInfoCommand(opts, cfg, tc)) return *rc;
     // Before anything is allocated: a layout that cannot fit ends as oom at once.
     const std::string no_fit = memoryVerdict(tc, env);
+    const std::string device = placeTensors(cfg, tc, env);
     checkStop("configuration");
 
     at::set_num_threads(threadsFor(tc));
@@ -324,9 +344,9 @@ int runSession(const SessionOptions& opts) {
     // No stop check between the run directory and its metrics file: a stop signal arriving
     // now is honoured right after the file exists, so the run records "preempted".
     const CpuInfo cpu = detectCpu();
-    const RunPeaks peaks = no_fit.empty() ? resolvePeaks(tc, cpu, "cpu", "")
+    const RunPeaks peaks = no_fit.empty() ? resolvePeaks(tc, cpu, device, "")
                                           : unmeasuredPeaks("not measured (run refused)");
-    RunInfo info = runInfo(cfg, tc, env, run_dir, cpu, peaks);
+    RunInfo info = runInfo(cfg, tc, env, run_dir, device, cpu, peaks);
     for (auto& a : checkEnvironment(tc, cpu, peaks, env.rank)) info.extra_attrs.push_back(a);
     const std::string mpath = metricsFilePath(run_dir, env.rank);
     metrics.emplace(plan ? MetricsFile::resume(mpath, info, plan->manifest.state.at("step"))

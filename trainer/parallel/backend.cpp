@@ -15,6 +15,32 @@ BackendKind resolveBackend(const std::string& name, bool tensors_on_cuda) {
                                                                            : BackendKind::kGloo;
 }
 
+DeviceChoice resolveDevice(const std::string& device, const std::string& backend, int local_rank,
+                           int cuda_devices) {
+  DeviceChoice c;
+  const bool want_cuda = device.rfind("cuda", 0) == 0 || (device == "auto" && backend == "nccl");
+  if (!want_cuda) {
+    c.device = "cpu";
+    if (backend == "nccl") {
+      c.problem_key = "parallel.backend";
+      c.problem = "\"nccl\" reduces CUDA tensors only, but training.device is \"cpu\"; use "
+                  "backend \"gloo\" or \"auto\", or a CUDA device";
+    }
+    return c;
+  }
+  const int index = device.size() > 5 ? std::stoi(device.substr(5)) : local_rank;
+  c.cuda = true;
+  c.device = "cuda:" + std::to_string(index);
+  if (index >= cuda_devices) {
+    c.problem_key = "training.device";
+    c.problem = "\"" + device + "\" resolves to " + c.device + (device == "auto" ? " (backend nccl)" : "") +
+                " but " + std::to_string(cuda_devices) + " CUDA device(s) are visible" +
+                (cuda_devices == 0 ? " (this libtorch has no CUDA, or CUDA_VISIBLE_DEVICES hides them)" : "") +
+                "; use \"cpu\" or \"auto\"";
+  }
+  return c;
+}
+
 c10::intrusive_ptr<c10d::ProcessGroup> makeProcessGroup(BackendKind kind,
                                                         c10::intrusive_ptr<c10d::Store> store,
                                                         int rank, int size,

@@ -25,6 +25,20 @@ enum class BackendKind { kGloo, kNccl };
 // tensors).
 BackendKind resolveBackend(const std::string& name, bool tensors_on_cuda = false);
 
+// Where a rank's tensors live (training.device) and what that means for the backend.
+struct DeviceChoice {
+  std::string device;       // "cpu" or "cuda:N"
+  bool cuda = false;
+  std::string problem_key;  // "" = fine; else the key to name in the error
+  std::string problem;      // what is wrong, with the fix
+};
+// Pure. training.device "auto" follows parallel.backend: "nccl" -> cuda:local_rank, else
+// cpu; "cuda" -> cuda:local_rank; "cuda:N" as given. Problems: a CUDA device that does
+// not exist (cuda_devices = torch::cuda::device_count()), and NCCL asked for CPU
+// tensors (NCCL reduces only CUDA tensors). REQUIRES: validDeviceName(device).
+DeviceChoice resolveDevice(const std::string& device, const std::string& backend, int local_rank,
+                           int cuda_devices);
+
 c10::intrusive_ptr<c10d::ProcessGroup> makeProcessGroup(BackendKind kind,
                                                         c10::intrusive_ptr<c10d::Store> store,
                                                         int rank, int size,

@@ -428,7 +428,7 @@ TEST(ConfigErrorFormat, WithAndWithoutHint) {
 
 TEST(SchemaTest, TrainerSchemaKeys) {
   const Schema& s = trainerSchema();
-  EXPECT_EQ(s.keys().size(), 57u);  // 55 + parallel.bucket_mb + checkpoint.preempt_grace_s
+  EXPECT_EQ(s.keys().size(), 58u);  // 55 + parallel.bucket_mb + checkpoint.preempt_grace_s + training.device
   ASSERT_NE(s.find("training.lr"), nullptr);
   EXPECT_EQ(s.find("training.lr")->type, ValueType::kFloat);
   EXPECT_EQ(std::get<double>(*s.find("training.lr")->default_value), 3e-4);

@@ -21,5 +21,41 @@ TEST(ResolveBackend, AutoWithCudaTensorsNeedsNcclCompiledIn) {
   if (!ncclCompiledIn()) EXPECT_EQ(resolveBackend("auto", true), BackendKind::kGloo);
 }
 
+TEST(ResolveDevice, AutoFollowsTheBackend) {
+  DeviceChoice cpu = resolveDevice("auto", "auto", 3, 0);
+  EXPECT_EQ(cpu.device, "cpu");
+  EXPECT_FALSE(cpu.cuda);
+  EXPECT_TRUE(cpu.problem.empty());
+  EXPECT_EQ(resolveDevice("auto", "gloo", 1, 8).device, "cpu");  // Gloo: CPU tensors
+  DeviceChoice nccl = resolveDevice("auto", "nccl", 3, 8);
+  EXPECT_EQ(nccl.device, "cuda:3");  // cuda:LOCAL_RANK
+  EXPECT_TRUE(nccl.cuda);
+  EXPECT_TRUE(nccl.problem.empty());
+}
+
+TEST(ResolveDevice, ExplicitDevices) {
+  EXPECT_EQ(resolveDevice("cpu", "gloo", 2, 8).device, "cpu");
+  EXPECT_EQ(resolveDevice("cuda", "auto", 2, 8).device, "cuda:2");
+  EXPECT_EQ(resolveDevice("cuda:5", "auto", 2, 8).device, "cuda:5");
+}
+
+TEST(ResolveDevice, ProblemsNameTheKeyAndTheFix) {
+  DeviceChoice none = resolveDevice("cuda", "auto", 1, 0);
+  EXPECT_EQ(none.problem_key, "training.device");
+  EXPECT_EQ(none.problem, "\"cuda\" resolves to cuda:1 but 0 CUDA device(s) are visible (this "
+                          "libtorch has no CUDA, or CUDA_VISIBLE_DEVICES hides them); use \"cpu\" "
+                          "or \"auto\"");
+  EXPECT_EQ(resolveDevice("cuda:8", "gloo", 0, 8).problem_key, "training.device");
+  DeviceChoice nccl_cpu = resolveDevice("cpu", "nccl", 0, 8);
+  EXPECT_EQ(nccl_cpu.problem_key, "parallel.backend");
+  EXPECT_NE(nccl_cpu.problem.find("CUDA tensors only"), std::string::npos);
+}
+
+TEST(DeviceName, Syntax) {
+  for (const char* ok : {"auto", "cpu", "cuda", "cuda:0", "cuda:15"}) EXPECT_TRUE(validDeviceName(ok)) << ok;
+  for (const char* bad : {"", "gpu", "cuda:", "cuda:x", "cuda:-1", "CPU", "cuda:12345"})
+    EXPECT_FALSE(validDeviceName(bad)) << bad;
+}
+
 }  // namespace
 }  // namespace ftb
