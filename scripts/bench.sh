@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Benchmarks; every figure comes from a measurement on this machine and is written to
 # results/bench/. Run scripts/build.sh first (or scripts/test.sh).
-#   trainer   D512/L8/T512/B4 tokens/s and MFU, fp32 and bf16, one thread
+#   trainer   D512/L8/T512/B4 tokens/s, GEMM efficiency and hardware MFU, fp32 and bf16,
+#             one rank through the launcher
+#   eager     tiny D128/L2/T128/B2: ftbench tokens/s over a plain PyTorch eager step
+#   dpscale   D512 tokens/s per rank, world 2 over world 1
 #   memory    peak RSS per rank, world 2, DDP vs ZeRO-1/2/3 on a 274 M model, and the
 #             --estimate-memory figure for each
 #   launcher  time from launcher start until every worker has exec'd
@@ -9,7 +12,8 @@
 #   data      per-rank data time at world 1, 2, 4 (tiny model, through the launcher)
 #   hfload    load time and peak RSS per rank of a 274 M model from safetensors
 #             (model.from_pretrained), world 1 and ZeRO-3 world 2
-# Usage: scripts/bench.sh [trainer|launcher|aggregate ...]   (default: all)
+# Usage: scripts/bench.sh [trainer|eager|dpscale|memory|launcher|aggregate|data ...]
+#        (default: all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -17,18 +21,61 @@ BUILD=${FTB_BUILD_DIR:-$ROOT/build/release}
 OUT=$ROOT/results/bench
 mkdir -p "$OUT"
 which=("$@")
-[ ${#which[@]} -gt 0 ] || which=(trainer memory launcher aggregate data)
+[ ${#which[@]} -gt 0 ] || which=(trainer eager dpscale memory launcher aggregate data)
+
+# The documented way: through the launcher with default flags (tuned worker environment).
+launch() {  # launch N OUT_LOG -- command...
+  local n=$1 log=$2
+  shift 3
+  "$BUILD/launcher/launcher" --nproc-per-node "$n" -- "$@" >"$log" 2>&1
+}
 
 bench_trainer() {
-  local md=$OUT/trainer_mfu.md runs=$OUT/runs
+  local md=$OUT/trainer_mfu.md runs=$OUT/runs/trainer
   rm -rf "$runs"
+  mkdir -p "$runs"
   for dtype in fp32 bf16; do
-    echo "bench: D512/L8/T512/B4 $dtype, 1 thread"
-    OMP_NUM_THREADS=1 "$BUILD/trainer/trainer" --config configs/runs/bench-d512.toml \
-      --output-dir "$runs/$dtype" --no-sweep-dir training.dtype="$dtype" >/dev/null
+    echo "bench: D512/L8/T512/B4 $dtype, 1 rank"
+    launch 1 "$runs/$dtype.log" -- "$BUILD/trainer/trainer" --config configs/runs/bench-d512.toml \
+      --output-dir "$runs/$dtype" --no-sweep-dir training.dtype="$dtype"
   done
-  /usr/bin/python3 scripts/bench_report.py "$runs/fp32" "$runs/bf16" > "$md"
+  /usr/bin/python3 scripts/bench_report.py trainer "$runs/fp32" "$runs/bf16" > "$md"
   cat "$md"
+}
+
+# ftbench against a plain Python PyTorch eager step of the same tiny model (D128/L2/T128/B2).
+# Three alternating rounds (the machine's load drifts; each implementation's best round is
+# compared, every round is listed).
+bench_eager() {
+  local runs=$OUT/runs/eager
+  rm -rf "$runs"
+  mkdir -p "$runs"
+  for round in 1 2 3; do
+    echo "bench: tiny D128/L2/T128/B2, round $round: ftbench trainer, then PyTorch eager"
+    launch 1 "$runs/ftbench$round.log" -- "$BUILD/trainer/trainer" --config configs/runs/tiny.toml \
+      --output-dir "$runs/ftbench$round" --no-sweep-dir model.dim=128 model.ffn_dim=384 \
+      data.seq_len=128 data.min_doc_len=128 training.micro_batch_size=2 training.max_steps=60 \
+      training.warmup_steps=10 training.threads=1 metrics.log_every=20
+    launch 1 "$runs/eager$round.log" -- /usr/bin/python3 scripts/bench_eager.py --dim 128 \
+      --layers 2 --heads 4 --kv-heads 2 --ffn 384 --vocab 512 --seq 128 --batch 2 --threads 1 \
+      --steps 60 --warmup 10 --out "$runs/eager$round.json"
+  done
+  /usr/bin/python3 scripts/bench_report.py eager "$runs"/ftbench{1,2,3} -- "$runs"/eager{1,2,3}.json \
+    > "$OUT/eager.md"
+  cat "$OUT/eager.md"
+}
+
+bench_dpscale() {
+  local runs=$OUT/runs/dpscale
+  rm -rf "$runs"
+  mkdir -p "$runs"
+  for n in 1 2; do
+    echo "bench: D512/L8/T512/B4 fp32, world $n"
+    launch "$n" "$runs/w$n.log" -- "$BUILD/trainer/trainer" --config configs/runs/bench-d512.toml \
+      --output-dir "$runs/w$n" --no-sweep-dir training.max_steps=6
+  done
+  /usr/bin/python3 scripts/bench_report.py dpscale "$runs/w1" "$runs/w2" > "$OUT/dpscale.md"
+  cat "$OUT/dpscale.md"
 }
 
 bench_memory() {
@@ -103,6 +150,8 @@ bench_hfload() {
 for b in "${which[@]}"; do
   case "$b" in
     trainer) bench_trainer ;;
+    eager) bench_eager ;;
+    dpscale) bench_dpscale ;;
     memory) bench_memory ;;
     data) bench_data ;;
     hfload) bench_hfload ;;

@@ -41,7 +41,8 @@ print(f"Model: random fp32 LlamaForCausalLM with the mem-270m shape (D{cfg['hidd
       f"{file_bytes / 2**20:.0f} MiB = the full fp32 model. CPU: {cpu_model()}, 1 thread per "
       "rank, page cache warm (the file was just written). Time = the trainer's load (open, "
       "validate, copy this rank's boxes, refresh parameters). RSS before loading = the built "
-      "layout (fp32 master weights, gradient buffers, runtime), before the optimizer exists; "
+      "layout (fp32 master weights, DDP's gradient buckets, runtime; ZeRO allocates its "
+      "gradient shard in the first step), before the optimizer exists; "
       "peak while loading = VmRSS sampled after each copied slice, before its file pages are "
       "dropped. `scripts/bench.sh hfload`.\n")
 print("| layout | rank | bytes read | load time | RSS before loading | peak while loading "
@@ -51,3 +52,8 @@ for name, label in (("w1", "world 1"), ("zero3_w2", "ZeRO-3 world 2")):
     for r, (b, t, rss0, peak) in enumerate(ranks(name)):
         print(f"| {label} | {r} | {b / 2**20:.0f} MiB | {t:.2f} s | {rss0} MiB | {peak} MiB | "
               f"{peak - rss0} MiB | {(peak - rss0) / full_mib:.3f} |")
+
+z3 = max(peak for *_, peak in ranks("zero3_w2"))
+ok = "yes" if z3 < full_mib else "**no**"
+print(f"\n- Target (issue 12): peak RSS per rank while loading at ZeRO-3 world 2 below the full "
+      f"fp32 model: {ok} ({z3} MiB max over ranks vs {full_mib:.0f} MiB).")

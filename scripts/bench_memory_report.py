@@ -2,7 +2,8 @@
 """Markdown report of the memory benchmark: measured peak RSS per rank (VmHWM, from
 each rank's HDF5 peak_rss_bytes) against `trainer --estimate-memory`, for ZeRO 0-3.
 
-Targets: ZeRO-1 < DDP, ZeRO-3 <= 0.6 x DDP, estimate within 25 % of measured.
+Targets: ZeRO-1 < DDP, ZeRO-2 <= 0.9 x ZeRO-1 (issue 11), ZeRO-3 <= 0.6 x DDP, estimate
+within 10 % of measured on the 274 M model (25 % on the activation-dominated runs).
 """
 import re
 import sys
@@ -38,7 +39,7 @@ print("|---|---|---|---|---|")
 for stage, mx, mn, est, _ in rows:
     print(f"| {stage} | {mx / 2**20:.0f} / {mn / 2**20:.0f} MiB | {mx / ddp:.2f} | "
           f"{est / 2**20:.0f} MiB | {100 * (est - mx) / mx:+.1f} % |")
-z1, z3 = rows[1][1], rows[3][1]
+z1, z2, z3 = rows[1][1], rows[2][1], rows[3][1]
 if act:
     print("\nActivation-dominated: D512/L8 (58 M params), fp32, world 1, micro-batch 4 x 512 tokens.\n")
     print("| activation checkpointing | measured peak RSS | estimate | estimate error |")
@@ -47,7 +48,12 @@ if act:
         print(f"| {ck} | {mx / 2**20:.0f} MiB | {est / 2**20:.0f} MiB | {100 * (est - mx) / mx:+.1f} % |")
     print()
 worst = max(abs(est - mx) / mx for _, mx, _, est, _ in rows + act)
+worst_model = max(abs(est - mx) / mx for _, mx, _, est, _ in rows)
 print()
 print(f"- ZeRO-1 < DDP: {'yes' if z1 < ddp else 'NO'} ({z1 / 2**20:.0f} < {ddp / 2**20:.0f} MiB)")
+print(f"- ZeRO-2 <= 0.9 x ZeRO-1: {'yes' if z2 <= 0.9 * z1 else 'NO'} ({z2 / z1:.2f}; "
+      f"{z2 / 2**20:.0f} vs {z1 / 2**20:.0f} MiB)")
+print(f"- estimator within 10 % on the 274 M model: {'yes' if worst_model <= 0.10 else 'NO'} "
+      f"(worst {100 * worst_model:.1f} %)")
 print(f"- ZeRO-3 <= 0.6 x DDP: {'yes' if z3 <= 0.6 * ddp else 'NO'} ({z3 / ddp:.2f})")
 print(f"- estimator within 25 %: {'yes' if worst <= 0.25 else 'NO'} (worst {100 * worst:.1f} %)")

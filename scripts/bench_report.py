@@ -1,11 +1,19 @@
 #!/usr/bin/python3
-"""Summarises trainer benchmark runs (one run dir per argument) as a markdown table.
+"""Markdown reports of the trainer benchmarks (scripts/bench.sh trainer|eager|dpscale).
 
-Every number is read from the run's rank-0 HDF5 metrics file: tokens/s is the sum of
-padded tokens over the sum of step times of the measured (post-warmup) steps, MFU is
-flops/token x tokens/s/device / the GEMM peak the trainer measured at start.
+Every number is read from the runs' HDF5 metrics files (and, for the eager baseline, the
+JSON scripts/bench_eager.py writes). tokens/s = sum of padded tokens over the sum of step
+times of the measured (post-warmup) steps of rank 0; per rank = / world size.
+- MFU (hardware peak) = flops/token x tokens/s per rank / peak_flops, the peak the trainer
+  recorded (cores x measured clock x FLOP/cycle, or the config) with its peak_source.
+- GEMM efficiency = the same numerator / gemm_flops, the GEMM the trainer timed at start in
+  the same dtype, threads and BLAS.
+Usage:
+  bench_report.py trainer RUN_DIR...         D512 table (one row per run)
+  bench_report.py eager FTB_RUN... -- EAGER.json...   ftbench vs plain PyTorch eager
+  bench_report.py dpscale RUN_W1 RUN_W2      tokens/s per rank, world 2 over world 1
 """
-import platform
+import json
 import sys
 from pathlib import Path
 
@@ -16,41 +24,104 @@ import tomllib
 
 def summarise(run_dir):
     with h5py.File(Path(run_dir) / "metrics" / "rank_00000.h5", "r") as f:
+        assert f["status"].attrs["state"] == "completed", run_dir
         cfg = tomllib.loads(f["config"].asstr()[()])
         warm = cfg["training"]["warmup_steps"]
         s = {k: np.asarray(f["steps"][k][:]) for k in f["steps"]}
-        keep = s["step"] >= warm
-        t = s["step_time_s"][keep].sum()
-        tok = s["tokens_padded"][keep].sum()
-        peak = float(f.attrs["peak_flops"])
-        mfu_steps = s["mfu"][keep]
-        flops_per_token = s["flops_per_token"][0]
-        return {
-            "dtype": cfg["training"]["dtype"],
-            "steps": int(keep.sum()),
-            "tok_s": tok / t,
-            "mfu": flops_per_token * tok / t / f.attrs["world_size"] / peak,
-            "mfu_best": mfu_steps.max(),
-            "peak": peak,
-            "peak_source": f.attrs["peak_source"],
-            "step_s": np.median(s["step_time_s"][keep]),
-            "fwd": s["forward_s"][keep].sum() / t,
-            "bwd": s["backward_s"][keep].sum() / t,
-            "opt": s["optimizer_s"][keep].sum() / t,
-            "rss": s["peak_rss_bytes"].max() / 2**20,
-        }
+        a = dict(f.attrs)
+    keep = s["step"] >= warm
+    t = s["step_time_s"][keep].sum()
+    world = int(a["world_size"])
+    tok_s = s["tokens_padded"][keep].sum() / t
+    per_rank_flops = s["flops_per_token"][0] * tok_s / world
+    ok = a.get("peak_check", "ok") == "ok"
+    return {
+        "dtype": cfg["training"]["dtype"], "steps": int(keep.sum()), "world": world,
+        "tok_s": tok_s, "tok_s_rank": tok_s / world,
+        "mfu": per_rank_flops / a["peak_flops"] if ok and a["peak_flops"] > 0 else float("nan"),
+        "gemm_eff": per_rank_flops / a["gemm_flops"],
+        "peak": a["peak_flops"], "peak_source": a["peak_source"], "peak_check": a["peak_check"],
+        "gemm": a["gemm_flops"], "gemm_source": a["gemm_source"],
+        "host": a["hostname"], "cpu": a.get("cpu_model", "?"), "isa": a.get("cpu_isa", "?"),
+        "blas": f'{a.get("env_blas_core", "?")} kernels, OPENBLAS_CORETYPE='
+                f'{a.get("env_openblas_coretype") or "unset"}',
+        "threads": int(a.get("env_intra_threads", 0)), "binding": a.get("env_core_binding", "?"),
+        "step_s": float(np.median(s["step_time_s"][keep])),
+        "fwd": s["forward_s"][keep].sum() / t, "bwd": s["backward_s"][keep].sum() / t,
+        "opt": s["optimizer_s"][keep].sum() / t, "comm": s["comm_s"][keep].sum() / t,
+        "rss": s["peak_rss_bytes"].max() / 2**20,
+    }
 
 
-rows = [summarise(d) for d in sys.argv[1:]]
-print("# Trainer throughput: D512/L8 (58 M params), seq 512, micro-batch 4, 1 thread\n")
-print(f"Machine: {platform.processor() or platform.machine()}, `scripts/bench.sh trainer`. "
-      "MFU = flops/token (6N + 12·L·H·hd·T) × tokens/s ÷ the GEMM peak measured by the trainer "
-      "at start in the same dtype and thread count. Targets: ≥ 85 % fp32, ≥ 70 % bf16.\n")
-print("| dtype | measured steps | tokens/s | MFU | best-step MFU | GEMM peak GFLOP/s | step p50 s "
-      "| fwd / bwd / opt | peak RSS MiB |")
-print("|---|---|---|---|---|---|---|---|---|")
-for r in rows:
-    print(f"| {r['dtype']} | {r['steps']} | {r['tok_s']:.1f} | {100*r['mfu']:.1f} % | "
-          f"{100*r['mfu_best']:.1f} % | {r['peak']/1e9:.1f} ({r['peak_source']}) | "
-          f"{r['step_s']:.2f} | {100*r['fwd']:.0f} / {100*r['bwd']:.0f} / {100*r['opt']:.0f} % | "
-          f"{r['rss']:.0f} |")
+def pct(v):
+    return "n/a" if np.isnan(v) else f"{100 * v:.1f} %"
+
+
+def machine(r):
+    return (f"Machine `{r['host']}`, CPU **{r['cpu']}** (ISA {r['isa']}), {r['threads']} "
+            f"intra-op thread(s), {r['binding']}, BLAS {r['blas']} (as the launcher set it).")
+
+
+def trainer(dirs):
+    rows = [summarise(d) for d in dirs]
+    print("# Trainer throughput: D512/L8 (58 M params), seq 512, micro-batch 4, 1 rank\n")
+    print(machine(rows[0]) + " `scripts/bench.sh trainer`: `launcher --nproc-per-node 1` with "
+          "default flags. Targets (issue 11): GEMM efficiency ≥ 80 % fp32, ≥ 50 % bf16.\n")
+    print("| dtype | measured steps | tokens/s | GEMM efficiency (measured GEMM of the dtype) | "
+          "MFU (hardware peak) | step p50 s | fwd / bwd / opt % | peak RSS MiB |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['dtype']} | {r['steps']} | {r['tok_s']:.1f} | {pct(r['gemm_eff'])} of "
+              f"{r['gemm'] / 1e9:.1f} GFLOP/s | {pct(r['mfu'])} of {r['peak'] / 1e9:.1f} GFLOP/s | "
+              f"{r['step_s']:.2f} | {100 * r['fwd']:.0f} / {100 * r['bwd']:.0f} / "
+              f"{100 * r['opt']:.0f} | {r['rss']:.0f} |")
+    print("\nPeaks used (from each run's HDF5 attributes):\n")
+    for r in rows:
+        print(f"- {r['dtype']}: hardware peak = {r['peak_source']}"
+              + ("" if r["peak_check"] == "ok" else f" — {r['peak_check']}")
+              + f"; GEMM = {r['gemm_source']}")
+
+
+def eager(args):
+    cut = args.index("--")
+    runs = [summarise(d) for d in args[:cut]]
+    eag = [json.loads(Path(j).read_text()) for j in args[cut + 1:]]
+    r = max(runs, key=lambda x: x["tok_s"])
+    e = max(eag, key=lambda x: x["tokens_per_s"])
+    ratio = r["tok_s"] / e["tokens_per_s"]
+    print("# ftbench vs plain PyTorch eager: tiny model D128/L2/T128/B2, fp32, 1 rank\n")
+    print(machine(r) + " `scripts/bench.sh eager`: both through `launcher --nproc-per-node 1` "
+          f"(same environment), {e['threads']} thread(s) each, {len(runs)} alternating rounds "
+          "(best round of each compared); the eager step (scripts/bench_eager.py, torch "
+          + e["torch_version"] + ") is the same model, loss, clipping and AdamW. "
+          "Target: ftbench ≥ 1.5× eager.\n")
+    print("| implementation | measured steps per round | tokens/s, best round | every round | "
+          "step p50 s (best round) |")
+    print("|---|---|---|---|---|")
+    print(f"| ftbench trainer (C++ libtorch) | {r['steps']} | {r['tok_s']:.1f} | "
+          + ", ".join(f"{x['tok_s']:.0f}" for x in runs) + f" | {r['step_s']:.4f} |")
+    print(f"| PyTorch eager (Python) | {e['measured_steps']} | {e['tokens_per_s']:.1f} | "
+          + ", ".join(f"{x['tokens_per_s']:.0f}" for x in eag) + f" | {e['step_time_p50_s']:.4f} |")
+    print(f"\n- ftbench / eager (best rounds): **{ratio:.2f}×** (target ≥ 1.5×: "
+          f"{'met' if ratio >= 1.5 else 'NOT met'})")
+
+
+def dpscale(w1_dir, w2_dir):
+    a, b = summarise(w1_dir), summarise(w2_dir)
+    eff = b["tok_s_rank"] / a["tok_s_rank"]
+    print("# DP scaling: D512/L8, seq 512, micro-batch 4 per rank, fp32, world 1 → 2\n")
+    print(machine(b) + " `scripts/bench.sh dpscale`: `launcher --nproc-per-node N`, one core "
+          "and one thread per rank. Target: world-2 tokens/s per rank ≥ 95 % of world 1.\n")
+    print("| world | measured steps | tokens/s global | tokens/s per rank | step p50 s | comm % | "
+          "MFU per rank (hardware peak) |")
+    print("|---|---|---|---|---|---|---|")
+    for r in (a, b):
+        print(f"| {r['world']} | {r['steps']} | {r['tok_s']:.1f} | {r['tok_s_rank']:.1f} | "
+              f"{r['step_s']:.2f} | {100 * r['comm']:.0f} | {pct(r['mfu'])} |")
+    print(f"\n- scaling efficiency (per-rank tokens/s, world 2 / world 1): **{100 * eff:.1f} %** "
+          f"(target ≥ 95 %: {'met' if eff >= 0.95 else 'NOT met'})")
+
+
+if __name__ == "__main__":
+    {"trainer": lambda a: trainer(a), "eager": eager,
+     "dpscale": lambda a: dpscale(*a)}[sys.argv[1]](sys.argv[2:])

@@ -303,6 +303,9 @@ RunRow summarizeRun(const std::string& results_dir, const std::string& run_dir,
           max_node = std::max(max_node, std::get<int64_t>(nr->second));
       }
       if (max_node >= 0) row.nodes = max_node + 1;
+      if (auto rc = d0.attrs.find("resume_count");
+          rc != d0.attrs.end() && std::holds_alternative<int64_t>(rc->second))
+        row.resumes = std::get<int64_t>(rc->second);
       auto text = [&d0](const char* k) {
         auto it = d0.attrs.find(k);
         return it != d0.attrs.end() && std::holds_alternative<std::string>(it->second)

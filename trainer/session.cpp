@@ -200,8 +200,6 @@ RunInfo runInfo(const Config& cfg, const TrainConfig& tc, const DistEnv& env,
   return info;
 }
 
-// Records how the loop ended (completed, or preempted by a stop signal) and prints
-// rank 0's summary; returns the process exit code.
 std::unique_ptr<Checkpointer> makeCheckpointer(const Config& cfg, const TrainConfig& tc,
                                                const DistEnv& env, const RunInfo& info,
                                                const std::string& run_dir, Distributed& dist) {
@@ -213,6 +211,9 @@ std::unique_ptr<Checkpointer> makeCheckpointer(const Config& cfg, const TrainCon
                                         std::move(id), dist);
 }
 
+// Records how the loop ended (completed, or preempted by a stop signal) and prints
+// rank 0's summary; returns the process exit code: 0, kExitRequeue
+// (preempted with a checkpoint) or 128+signal (preempted without one).
 int finishRun(MetricsFile& metrics, const TrainConfig& tc, const TrainSummary& s,
               const RunPeaks& peaks, const std::string& run_dir, int rank,
               const std::string& last_checkpoint) {
@@ -221,11 +222,13 @@ int finishRun(MetricsFile& metrics, const TrainConfig& tc, const TrainSummary& s
                       std::to_string(s.steps) + " steps" +
                       (last_checkpoint.empty() ? std::string(", no checkpoint")
                                                : "; checkpoint " + last_checkpoint);
-    metrics.setStatus("preempted", 128 + s.stop_signal, msg);
+    // Resumable (a complete checkpoint of the stop step exists): the requeue code.
+    const int code = last_checkpoint.empty() ? 128 + s.stop_signal : kExitRequeue;
+    metrics.setStatus("preempted", code, msg);
     metrics.close();
-    FTB_WARN(msg);
+    FTB_WARN(msg << " (exit code " << code << ")");
     if (rank == 0) printSummary(tc, s, peaks, run_dir);  // of the steps done
-    return 128 + s.stop_signal;
+    return code;
   }
   metrics.setStatus("completed", 0, "completed " + std::to_string(s.steps) + " steps");
   metrics.close();

@@ -45,7 +45,8 @@ struct TrainSummary {
 
 class StepLog {
  public:
-  // Declares the step metrics in `metrics`; starts the run clock (time_s, elapsed()).
+  // Declares the step metrics in `metrics`; starts the run clock (elapsed()). time_s =
+  // metrics.resumedTimeS() + elapsed(): a resumed run's clock continues.
   StepLog(const TrainConfig& tc, MetricsFile& metrics, const RunPeaks& peaks, int rank,
           int world);
   void record(int64_t step, const StepRecord& r);

@@ -39,7 +39,8 @@ class FlatUnit : public UnitHooks {
       master_ = full.narrow(0, shard_.rank() * shard_numel_, shard_numel_).clone();
       release();
     }
-    grad_ = torch::zeros({shard_numel_});
+    // grad_ is allocated by its first use (grad()), in the first step: a model loaded
+    // into the shards before training (hf/pretrained.h) does not pay for it while loading.
   }
 
   // UnitHooks (stage 3): all-gather the shards into a fresh buffer and point the
@@ -66,7 +67,7 @@ class FlatUnit : public UnitHooks {
     scatterAdd(grads, scatter);
   }
   void finishGrads() {
-    if (replicate_.size() > 1) replicate_.allReduceSum(grad_);
+    if (replicate_.size() > 1) replicate_.allReduceSum(grad());
   }
   // Stages 1-2: refresh every rank's full parameters from the updated shards.
   void gatherUpdated() {
@@ -87,7 +88,10 @@ class FlatUnit : public UnitHooks {
     return {model_params_, shapes_, offsets_, shard_.rank() * shard_numel_, shard_numel_};
   }
   torch::Tensor& master() { return master_; }
-  torch::Tensor& grad() { return grad_; }
+  torch::Tensor& grad() {
+    if (!grad_.defined()) grad_ = torch::zeros({shard_numel_});
+    return grad_;
+  }
   const std::vector<torch::Tensor>& tensors() const { return params_; }
 
  private:
@@ -111,10 +115,10 @@ class FlatUnit : public UnitHooks {
     if (scatter) {
       torch::Tensor mine = torch::empty({shard_numel_});
       shard_.reduceScatterSum(mine, flat);
-      grad_.add_(mine);
+      grad().add_(mine);
     } else {
       shard_.allReduceSum(flat);
-      grad_.add_(flat.narrow(0, shard_.rank() * shard_numel_, shard_numel_));
+      grad().add_(flat.narrow(0, shard_.rank() * shard_numel_, shard_numel_));
     }
   }
 

@@ -251,7 +251,10 @@ def test_launcher_sigkill_takes_grandchildren(launcher, tmp_path):
     proc.communicate(timeout=10)
     wait_for(lambda: not any(alive(k) for k in kids), 2,
              "grandchildren to die within 2 s of the launcher's SIGKILL")
-    assert not any(alive(r["pid"]) for r in recs.values())
+    # The workers get the same SIGKILL (PDEATHSIG and the reaper) at the same moment, but a
+    # killed process is only gone once the kernel has torn it down: same 2 s bound.
+    wait_for(lambda: not any(alive(r["pid"]) for r in recs.values()), 2,
+             "workers to die within 2 s of the launcher's SIGKILL")
 
 
 def test_normal_exit_ends_grandchildren(launcher, tmp_path):

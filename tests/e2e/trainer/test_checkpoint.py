@@ -15,7 +15,7 @@ import h5py
 import numpy as np
 import pytest
 
-from trainer_util import TINY, TRAINER, assert_close, base_env, finish, free_port
+from trainer_util import REQUEUE_EXIT, TINY, TRAINER, assert_close, base_env, finish, free_port
 
 # seq 128 makes a step slow enough (~10-40 ms) that a signal sent at step ~8 lands mid-run.
 COMMON = ("metrics.log_every=1", "data.seq_len=128")
@@ -75,8 +75,8 @@ def losses(out, rank=0):
 
 def preempt(out, world, overrides, signal_ranks=None, sig=signal.SIGTERM, at_step=8):
     """Starts a run, sends `sig` to `signal_ranks` (default all) once step `at_step` is in
-    the metrics file, and checks every rank stops as preempted: 128+sig on a signalled
-    rank, 143 (128+SIGTERM) on a rank stopped by the agreement alone."""
+    the metrics file, and checks every rank stops as preempted with its checkpoint and the
+    requeue exit code, the signalled ranks and those stopped by the agreement alone."""
     procs = start(out, world, *overrides)
     wait_until(lambda: steps_done(out) >= at_step or any(p.poll() is not None for p in procs),
                f"step {at_step}")
@@ -85,8 +85,7 @@ def preempt(out, world, overrides, signal_ranks=None, sig=signal.SIGTERM, at_ste
         procs[r].send_signal(sig)
     outs = finish(procs)
     for r, (rc, o, e) in enumerate(outs):
-        want = 128 + sig if r in signalled else 128 + signal.SIGTERM
-        assert rc == want, f"rank {r} exited {rc}, expected {want}:\n{o}\n{e}"
+        assert rc == REQUEUE_EXIT, f"rank {r} exited {rc}, expected {REQUEUE_EXIT}:\n{o}\n{e}"
     for r in range(world):
         with h5(out, r) as f:
             st = dict(f["status"].attrs)
