@@ -16,6 +16,7 @@
 #include "common/dist_env.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/run_control.h"
 #include "common/run_lock.h"
 #include "common/tag.h"
 #include "trainer/data/dataset.h"
@@ -70,7 +71,7 @@ std::string checkpointDir(const TrainConfig& tc, const std::string& run_dir) {
 // Rank 0 creates <output>/<tag>/ (run.toml), takes the run directory's lock (held in
 // `lock` for the run's lifetime) and only then moves an earlier attempt's metrics/
 // aside as metrics.attempt_N, unless this run resumes (`keep_metrics`): then the files
-// continue. All ranks check they computed the same tag, and all ranks throw rank 0's
+// continue. It also empties control/ (common/run_control.h). All ranks check they computed the same tag, and all ranks throw rank 0's
 // error (e.g. the directory is held by another run).
 std::string prepareRun(const Config& cfg, const TrainConfig& tc, Distributed& dist,
                        std::optional<RunLock>& lock, bool keep_metrics) {
@@ -89,6 +90,7 @@ std::string prepareRun(const Config& cfg, const TrainConfig& tc, Distributed& di
       lock.emplace(RunLock::acquire(rd.path));
       if (!lock->takeover().empty()) FTB_WARN(lock->path() << ": " << lock->takeover());
       if (!keep_metrics) keepEarlierAttempt(rd.path);
+      clearControlDir(rd.path);  // leftovers of an earlier run (we hold the lock)
       result = "ok " + rd.path;
     } catch (const FtbError& e) {
       result = std::to_string(e.exitCode()) + " " + e.what();
@@ -217,13 +219,17 @@ std::unique_ptr<Checkpointer> makeCheckpointer(const Config& cfg, const TrainCon
 int finishRun(MetricsFile& metrics, const TrainConfig& tc, const TrainSummary& s,
               const RunPeaks& peaks, const std::string& run_dir, int rank,
               const std::string& last_checkpoint) {
-  if (s.stop_signal != 0) {
-    std::string msg = std::string("stopped by signal ") + strsignal(s.stop_signal) + " after " +
-                      std::to_string(s.steps) + " steps" +
+  if (s.stop_signal != 0 || s.stopped_by_ctl) {
+    std::string msg = (s.stopped_by_ctl ? std::string("stopped by `launcher ctl stop`")
+                                        : std::string("stopped by signal ") +
+                                              strsignal(s.stop_signal)) +
+                      " after " + std::to_string(s.steps) + " steps" +
                       (last_checkpoint.empty() ? std::string(", no checkpoint")
                                                : "; checkpoint " + last_checkpoint);
     // Resumable (a complete checkpoint of the stop step exists): the requeue code.
-    const int code = last_checkpoint.empty() ? 128 + s.stop_signal : kExitRequeue;
+    const int code = !last_checkpoint.empty() ? kExitRequeue
+                     : s.stopped_by_ctl      ? 1
+                                             : 128 + s.stop_signal;
     metrics.setStatus("preempted", code, msg);
     metrics.close();
     FTB_WARN(msg << " (exit code " << code << ")");
@@ -361,7 +367,7 @@ int runSession(const SessionOptions& opts) {
 
     CheckpointHook ckpt(tc, std::move(plan), makeCheckpointer(cfg, tc, env, info, run_dir, dist),
                         env.rank);
-    TrainSummary s = train(tc, dist, *metrics, peaks, &ckpt);
+    TrainSummary s = train(tc, dist, *metrics, peaks, &ckpt, run_dir);
     return finishRun(*metrics, tc, s, peaks, run_dir, env.rank, ckpt.lastSaved());
   } catch (const ConfigError& e) {
     return failInvalid(e, metrics);

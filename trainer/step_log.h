@@ -41,6 +41,7 @@ struct TrainSummary {
   double peak_rss_max = 0;  // bytes, max over ranks
   double first_loss = 0, last_loss = 0;
   int stop_signal = 0;  // non-zero when a signal ended the run
+  bool stopped_by_ctl = false;  // `launcher ctl stop` ended the run
 };
 
 class StepLog {

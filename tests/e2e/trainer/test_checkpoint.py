@@ -250,3 +250,28 @@ def test_keep_last_prunes_older_complete_checkpoints(tmp_path):
     run(tmp_path, 1, "training.max_steps=12", "checkpoint.interval=2", "checkpoint.keep_last=2")
     names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
     assert names == ["step_00000010", "step_00000012"]
+
+
+def test_failing_save_fails_clearly_and_keeps_the_previous_checkpoint(tmp_path):
+    """A save that cannot write (an immutable step_N.tmp directory, chattr +i, stands in for
+    a full or read-only disk; root ignores permission bits) ends the run as failed, exit 4,
+    with a message naming the file and the OS error; the previous complete checkpoint stays
+    (keep_last=1 prunes nothing) and the rerun resumes from it."""
+    out, ck = tmp_path / "run", tmp_path / "ck"
+    blocked = ck / "step_00000010.tmp"
+    blocked.mkdir(parents=True)
+    if subprocess.run(["chattr", "+i", str(blocked)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not supported on this file system")
+    try:
+        ov = (f"checkpoint.dir={ck}", "checkpoint.interval=5", "checkpoint.keep_last=1")
+        (rc, o, e), = run(out, 1, *ov, expect=4)
+        with h5(out) as f:
+            st = dict(f["status"].attrs)
+        assert st["state"] == "failed" and st["exit_code"] == 4, st
+        assert "checkpoint of step 10 failed" in st["message"] and str(blocked) in st["message"]
+        assert "Operation not permitted" in st["message"], st["message"]
+        assert (ck / "step_00000005" / "manifest.json").exists()
+    finally:
+        subprocess.run(["chattr", "-i", str(blocked)])
+    (rc, o, e), = run(out, 1, *ov)
+    assert f"resumed from {ck / 'step_00000005'}" in o + e
