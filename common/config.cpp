@@ -5,8 +5,6 @@
 // set()), so an Entry's value always has exactly its key's declared type.
 #include "common/config.h"
 
-#include <toml++/toml.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -18,6 +16,7 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "common/hf_config.h"
+#include "common/toml.h"
 
 namespace ftb {
 namespace fs = std::filesystem;
@@ -34,45 +33,28 @@ Raw rawOf(const Value& v) {
   return Raw{v, valueTypeName(static_cast<ValueType>(v.index())), valueToString(v)};
 }
 
-std::string tomlText(const toml::node& n) {
-  std::ostringstream os;
-  n.visit([&os](const auto& x) { os << x; });
-  return os.str();
-}
-
+// The Value of `n` with its type name and text for messages (nullopt: a TOML type with
+// no Value, e.g. a date or a mixed array).
 Raw rawFromNode(const toml::node& n) {
+  if (std::optional<Value> v = tomlValue(n)) return rawOf(*v);
+  std::string type;
   switch (n.type()) {
-    case toml::node_type::integer:
-      return rawOf(Value(n.as_integer()->get()));
-    case toml::node_type::floating_point:
-      return rawOf(Value(n.as_floating_point()->get()));
-    case toml::node_type::boolean:
-      return rawOf(Value(n.as_boolean()->get()));
-    case toml::node_type::string:
-      return rawOf(Value(n.as_string()->get()));
-    case toml::node_type::array: {
-      const toml::array& arr = *n.as_array();
-      if (arr.empty() || arr.is_homogeneous(toml::node_type::integer)) {
-        std::vector<int64_t> v;
-        for (const toml::node& e : arr) v.push_back(e.as_integer()->get());
-        return rawOf(Value(std::move(v)));
-      }
-      if (arr.is_homogeneous(toml::node_type::string)) {
-        std::vector<std::string> v;
-        for (const toml::node& e : arr) v.push_back(e.as_string()->get());
-        return rawOf(Value(std::move(v)));
-      }
-      return Raw{std::nullopt, "mixed or non-int/string array", tomlText(n)};
-    }
+    case toml::node_type::array:
+      type = "mixed or non-int/string array";
+      break;
     case toml::node_type::date:
-      return Raw{std::nullopt, "date", tomlText(n)};
+      type = "date";
+      break;
     case toml::node_type::time:
-      return Raw{std::nullopt, "time", tomlText(n)};
+      type = "time";
+      break;
     case toml::node_type::date_time:
-      return Raw{std::nullopt, "date-time", tomlText(n)};
+      type = "date-time";
+      break;
     default:
-      return Raw{std::nullopt, "table", tomlText(n)};
+      type = "table";
   }
+  return Raw{std::nullopt, type, tomlText(n)};
 }
 
 // Children of `table` ("" = root) in the schema: first components after the prefix.
@@ -134,32 +116,6 @@ Value checkValue(const Schema& schema, const std::string& key, const Raw& raw,
                     std::string("expected ") + valueTypeName(spec->type) + ", got " +
                         raw.type_name + " (" + raw.text + ")",
                     hint);
-}
-
-toml::table parseToml(const std::string& text, const std::string& source_name) {
-  try {
-    return toml::parse(text, source_name);
-  } catch (const toml::parse_error& e) {
-    throw ConfigError("", source_name + ":" + std::to_string(e.source().begin.line),
-                      "TOML syntax error: " + std::string(e.description()));
-  }
-}
-
-// Calls fn(dotted_key, leaf) for every non-table node, depth first in file order.
-void flatten(const toml::table& table, const std::string& prefix,
-             const std::function<void(const std::string&, const toml::node&)>& fn) {
-  for (const auto& [k, node] : table) {
-    std::string key = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
-    if (const toml::table* sub = node.as_table()) {
-      flatten(*sub, key, fn);
-    } else {
-      fn(key, node);
-    }
-  }
-}
-
-std::string lineOf(const std::string& file, const toml::node& n) {
-  return file + ":" + std::to_string(n.source().begin.line);
 }
 
 std::string trim(const std::string& s) {
@@ -253,13 +209,14 @@ void applyPreset(Config& cfg, const std::string& config_path) {
   if (!preset["model"].is_table())
     throw ConfigError("model.name", path, "preset has no [model] table");
   std::vector<std::pair<std::string, Entry>> found;
-  flatten(preset, "", [&](const std::string& key, const toml::node& node) {
-    std::string where = lineOf(path, node);
+  for (const auto& [key, node_ptr] : tomlLeaves(preset)) {
+    const toml::node& node = *node_ptr;
+    std::string where = tomlLineOf(path, node);
     if (key.compare(0, 6, "model.") != 0)
       throw ConfigError(key, where, "a preset may only set [model] keys");
     Value v = checkValue(schema, key, rawFromNode(node), where);
     found.push_back({key, Entry{std::move(v), "preset " + where}});
-  });
+  }
   for (auto& [key, entry] : found)
     if (!cfg.has(key)) cfg.set(key, std::move(entry.value), entry.origin);
 }
@@ -325,10 +282,10 @@ Config Config::fromString(const std::string& toml_text, const std::string& sourc
   cfg.schema_ = &schema;
   cfg.source_path_ = source_name;
   toml::table root = parseToml(toml_text, source_name);
-  flatten(root, "", [&](const std::string& key, const toml::node& node) {
-    std::string where = lineOf(source_name, node);
-    cfg.entries_[key] = Entry{checkValue(schema, key, rawFromNode(node), where), where};
-  });
+  for (const auto& [key, node] : tomlLeaves(root)) {
+    std::string where = tomlLineOf(source_name, *node);
+    cfg.entries_[key] = Entry{checkValue(schema, key, rawFromNode(*node), where), where};
+  }
   for (const std::string& arg : overrides) applyOverride(cfg, arg);
   if (cfg.has("model.from_pretrained"))  // a HF model directory gives the shape
     applyPretrained(cfg);

@@ -104,6 +104,14 @@ DistEnv discoverDistEnv(const EnvLookup& getenv_fn) {
   d.local_world_size = static_cast<int>(localWorldSize(env).value_or(1));
   if (d.local_world_size < 1) d.local_world_size = 1;
   d.node_rank = static_cast<int>(env.firstNum({"GROUP_RANK", "SLURM_NODEID"}).value_or(0));
+  if (auto groups = env.num("GROUP_WORLD_SIZE")) {
+    d.nodes = static_cast<int>(*groups);
+  } else if (auto tpn = env.str("SLURM_TASKS_PER_NODE")) {
+    d.nodes = static_cast<int>(expandTasksPerNode(*tpn, "SLURM_TASKS_PER_NODE").size());
+  } else {
+    d.nodes = d.world_size / d.local_world_size;
+  }
+  if (d.nodes < 1) d.nodes = 1;
   d.restart_count = static_cast<int>(env.num("TORCHELASTIC_RESTART_COUNT").value_or(0));
 
   if (auto addr = env.str("MASTER_ADDR")) {

@@ -20,6 +20,9 @@ struct DistEnv {
   int local_rank = 0;
   int local_world_size = 1;
   int node_rank = 0;  // GROUP_RANK or SLURM_NODEID, else 0
+  // Nodes of the job: GROUP_WORLD_SIZE (torchrun, our launcher) -> the entries of
+  // SLURM_TASKS_PER_NODE -> world_size / local_world_size -> 1. Part of the run identity.
+  int nodes = 1;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   std::string source;  // "torchrun", "openmpi", "slurm", "pmi", "single"

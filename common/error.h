@@ -51,5 +51,10 @@ class OomError : public FtbError {
 };
 
 inline constexpr int kExitBadInput = 2;
+// Stopped by a signal (or `launcher ctl stop`) after saving a complete checkpoint: rerunning
+// the same command resumes. 75 = EX_TEMPFAIL (sysexits.h, "try again later"), distinct from
+// 128+signal (stopped without a checkpoint) and from every failure code; list it in
+// slurm.conf's RequeueExit to have SLURM requeue such a job by itself.
+inline constexpr int kExitRequeue = 75;
 
 }  // namespace ftb

@@ -30,7 +30,10 @@ struct MetricDoc {
 const std::map<std::string, MetricDoc>& metricDocs() {
   static const std::map<std::string, MetricDoc> docs = {
       {"step", {"1", "step index, 0-based (the progress line shows step + 1)"}},
-      {"time_s", {"s", "wall time from the start of the first step to the end of this one (rank)"}},
+      {"time_s",
+       {"s", "wall time of training from the start of the first step to the end of this one "
+             "(rank); a resumed run continues from the last kept row (time between attempts "
+             "not counted)"}},
       {"step_time_s", {"s", "wall time of this step (rank)"}},
       {"data_s", {"s", "time building batches in this step (rank)"}},
       {"forward_s", {"s", "time in forward passes in this step (rank)"}},
@@ -128,6 +131,10 @@ MetricsFile MetricsFile::resume(const std::string& path, const RunInfo& info,
       h5::truncateDataset(d, std::min<hsize_t>(keep, h5::datasetLength(d)));
     }
     m.steps_flushed_ = static_cast<int64_t>(keep);
+    if (keep > 0 && h5::exists(m.steps_group_, "time_s")) {
+      std::vector<double> t = h5::readDoubles(m.steps_group_, "time_s");  // cut to <= keep rows
+      if (!t.empty()) m.resumed_time_s_ = t.back();
+    }
   } else {
     m = create(path, info);
   }

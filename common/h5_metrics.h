@@ -67,7 +67,9 @@ class MetricsFile {
   // (steps done): rows whose `step` is >= resume_step (written after that checkpoint
   // by the attempt that died) are cut, the root attributes resume_count (+1) and
   // resume_steps (int64 array, + resume_step) record the resume, /status is running.
-  // A missing file is created as by create(); the attributes say the same. Throws IoError.
+  // A missing file is created as by create(); the attributes say the same.
+  // resumedTimeS() is then the last kept row's time_s (0 without one), where the
+  // resumed run's clock continues. Throws IoError.
   static MetricsFile resume(const std::string& path, const RunInfo& info, int64_t resume_step);
 
   MetricsFile(MetricsFile&& other) noexcept = default;
@@ -97,6 +99,7 @@ class MetricsFile {
   const std::string& path() const { return path_; }
   int64_t stepsFlushed() const { return steps_flushed_; }
   int64_t stepsBuffered() const { return steps_buffered_; }
+  double resumedTimeS() const { return resumed_time_s_; }
 
  private:
   struct Column {
@@ -117,6 +120,7 @@ class MetricsFile {
   bool appended_ = false;  // appendStep called on this object
   std::string state_ = "running", message_;
   int64_t exit_code_ = 0;
+  double resumed_time_s_ = 0;  // see resume()
 };
 
 struct MetricsStatus {

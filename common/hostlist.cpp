@@ -152,7 +152,9 @@ std::vector<int> expandTasksPerNode(const std::string& expr, const std::string& 
   if (expr.empty()) fail(what, expr, 0, "empty value");
   while (true) {
     std::string text;
+    size_t count_pos = pos;
     int64_t count = parseNumber(expr, pos, what, &text);
+    if (count < 1) fail(what, expr, count_pos, "tasks per node must be >= 1");
     int64_t repeat = 1;
     if (pos < expr.size() && expr[pos] == '(') {
       size_t open = pos++;

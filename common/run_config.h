@@ -69,6 +69,7 @@ struct TrainConfig {
   int64_t checkpoint_every = 0;  // 0: no activation checkpointing; n: every n-th block
   // parallel
   int world_size = 1;
+  int nodes = 1;  // DistEnv::nodes, set by the trainer session; part of the run identity
   int64_t dp_replicate = 1, dp_shard = 1, tp = 1, zero_stage = 0;
   std::string backend;
   double timeout_seconds = 300;

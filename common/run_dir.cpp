@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/run_status.h"
 #include "common/tag.h"
 
 namespace ftb {
@@ -25,8 +26,9 @@ std::string readFile(const std::string& path) {
   return ss.str();
 }
 
-// Value of a "# name = value" header line of run.toml, "" if absent.
-std::string headerField(const std::string& text, const std::string& name) {
+}  // namespace
+
+std::string runTomlField(const std::string& text, const std::string& name) {
   std::istringstream in(text);
   std::string line, prefix = "# " + name + " = ";
   while (std::getline(in, line) && !line.empty() && line[0] == '#')
@@ -34,25 +36,24 @@ std::string headerField(const std::string& text, const std::string& name) {
   return "";
 }
 
-}  // namespace
-
 RunDir prepareRunDir(const Config& cfg, int world_size, const std::string& output_dir,
-                     bool no_sweep_dir) {
+                     bool no_sweep_dir, int nodes) {
   std::string fmt = kDefaultTagFmt;
   if (cfg.has("output.sweep_fmt") && !cfg.getString("output.sweep_fmt").empty())
     fmt = cfg.getString("output.sweep_fmt");
-  RunDir rd{"", formatTag(cfg, world_size, fmt), false};
+  RunDir rd{"", formatTag(cfg, world_size, fmt, nodes), false};
   rd.path = no_sweep_dir ? output_dir : (fs::path(output_dir) / rd.tag).string();
   std::error_code ec;
   fs::create_directories(rd.path, ec);
   if (ec) throw IoError("cannot create run directory " + rd.path + ": " + ec.message());
 
-  const std::string hash = configHash(cfg, world_size);
+  const std::string hash = configHash(cfg, world_size, nodes);
   const std::string ws = std::to_string(world_size);
   const std::string text =
       "# ftbench run.toml: the resolved config of this run (written once)\n"
       "# tag = " +
-      rd.tag + "\n# config_hash = " + hash + "\n# world_size = " + ws + "\n" + cfg.toToml();
+      rd.tag + "\n# config_hash = " + hash + "\n# world_size = " + ws +
+      "\n# nodes = " + std::to_string(nodes) + "\n" + cfg.toToml();
   const std::string final_path = rd.path + "/run.toml";
   // Write a private temp file, then link() it into place: link fails with EEXIST
   // if another process won the race, so run.toml is always complete and unique.
@@ -76,11 +77,12 @@ RunDir prepareRunDir(const Config& cfg, int world_size, const std::string& outpu
     throw IoError("cannot create " + final_path + ": " + std::strerror(link_errno));
 
   std::string existing = readFile(final_path);
-  std::string old_hash = headerField(existing, "config_hash");
-  std::string old_ws = headerField(existing, "world_size");
+  std::string old_hash = runTomlField(existing, "config_hash");
+  std::string old_ws = runTomlField(existing, "world_size");
   if (old_hash.empty()) {  // hand-written run.toml: hash what it says
     try {
-      old_hash = configHash(Config::fromString(existing, final_path, {}, cfg.schema()), world_size);
+      old_hash = configHash(Config::fromString(existing, final_path, {}, cfg.schema()),
+                            world_size, nodes);
       old_ws = ws;
     } catch (const ConfigError&) {
       old_hash = "unreadable";
@@ -91,6 +93,15 @@ RunDir prepareRunDir(const Config& cfg, int world_size, const std::string& outpu
                       " (world_size " + (old_ws.empty() ? "?" : old_ws) +
                       ") but this run has config_hash " + hash + " (world_size " + ws +
                       "); include {hash} in output.sweep_fmt or choose another output.dir");
+  // A single-node hash is what it was before the node count counted, so a directory
+  // written before then by a multi-node run of this config has this run's tag.
+  std::optional<int> old_nodes = runNodes(rd.path);
+  if (old_nodes && *old_nodes != nodes)
+    throw ConfigError("", final_path, "tag collision: this directory holds a run on " +
+                      std::to_string(*old_nodes) + " node(s) (written before the node count " +
+                      "was part of the tag), but this run is on " + std::to_string(nodes) +
+                      " node(s)",
+                      "move that directory aside, or choose another output.dir");
   return rd;
 }
 

@@ -6,10 +6,17 @@
 // "missing" when that file does not exist, or "corrupt" when it cannot be read.
 #pragma once
 
+#include <optional>
 #include <string>
 
 namespace ftb {
 
 std::string runState(const std::string& run_dir);
+
+// How many nodes the run in `run_dir` ran on: run.toml's "# nodes = N" header (written
+// since the node count is part of the run identity), else, for a directory written
+// before, the highest node_rank attribute of its metrics files + 1; nullopt when neither
+// can be read. Never throws; opens regular files only.
+std::optional<int> runNodes(const std::string& run_dir);
 
 }  // namespace ftb

@@ -247,7 +247,7 @@ std::string pathSafe(const std::string& value) {
   return out;
 }
 
-std::string canonicalStream(const Config& cfg, int world_size) {
+std::string canonicalStream(const Config& cfg, int world_size, int nodes) {
   std::string out = kStreamHeader;
   for (const auto& [key, entry] : cfg.entries()) {  // std::map: sorted by bytes
     const KeySpec* spec = cfg.schema().find(key);
@@ -257,14 +257,19 @@ std::string canonicalStream(const Config& cfg, int world_size) {
   out += 'W';
   putBytes(out, "world_size");
   putBytes(out, std::to_string(world_size));
+  if (nodes > 1) {  // absent for one node: single-node hashes did not change
+    out += 'N';
+    putBytes(out, "nodes");
+    putBytes(out, std::to_string(nodes));
+  }
   return out;
 }
 
-std::string configHash(const Config& cfg, int world_size) {
-  return sha256HexPrefix(canonicalStream(cfg, world_size), 8);
+std::string configHash(const Config& cfg, int world_size, int nodes) {
+  return sha256HexPrefix(canonicalStream(cfg, world_size, nodes), 8);
 }
 
-std::string formatTag(const Config& cfg, int world_size, const std::string& fmt) {
+std::string formatTag(const Config& cfg, int world_size, const std::string& fmt, int nodes) {
   if (fmt.empty()) fmtError(fmt, "it is empty");
   std::vector<Token> tokens = tokenize(fmt);
   if (fmt[0] == '/')
@@ -302,7 +307,7 @@ std::string formatTag(const Config& cfg, int world_size, const std::string& fmt)
 
   bool needs_hash = false;
   for (const Token& t : tokens) needs_hash |= t.placeholder && t.text == "hash";
-  const std::string hash = needs_hash ? configHash(cfg, world_size) : "";
+  const std::string hash = needs_hash ? configHash(cfg, world_size, nodes) : "";
   std::string tag;
   for (size_t s = 0; s < segments.size(); ++s) {
     std::string comp;

@@ -2,7 +2,10 @@
 //
 // Contract (sweep_tagger/README.md § Tags; docs/architecture.md § Data flow):
 // - configHash() covers every resolved key whose KeySpec::affects_experiment is
-//   true (keys unknown to the schema count), plus world_size. Keys are sorted by
+//   true (keys unknown to the schema count), plus world_size, plus the node count when
+//   it is over 1 (so every single-node tag is what it was before nodes counted; a
+//   multi-node run directory written before is recognised by runNodes(), see
+//   sweep_tagger/README.md "Run identity and node count"). Keys are sorted by
 //   bytes; each leaf is serialized type-tagged and length-prefixed (see
 //   canonicalRecord) and the stream is hashed with SHA-256; the first 8 bytes are the
 //   hash, as 16 lower-case hex chars. It does not depend on key order or TOML
@@ -31,21 +34,29 @@ inline constexpr const char* kDefaultTagFmt = "{model.name}.ws{world_size}.{hash
 inline constexpr size_t kMaxTagValueLen = 64;     // longer values are shortened
 inline constexpr size_t kMaxPathComponent = 255;  // bytes, as in most file systems
 
-std::string configHash(const Config& cfg, int world_size);
-std::string formatTag(const Config& cfg, int world_size, const std::string& fmt);
+// `nodes`: how many nodes the world_size ranks run on (1 = one node).
+std::string configHash(const Config& cfg, int world_size, int nodes = 1);
+std::string formatTag(const Config& cfg, int world_size, const std::string& fmt, int nodes = 1);
 
 struct RunDir {
   std::string path;  // output_dir/tag, or output_dir when no_sweep_dir
   std::string tag;
   bool created;  // true iff this call wrote run.toml
 };
+// REQUIRES: nodes >= 1. An existing run.toml of another node count (its "# nodes" header,
+// or for a directory written before that header its metrics files' node_rank) is a tag
+// collision.
 RunDir prepareRunDir(const Config& cfg, int world_size, const std::string& output_dir,
-                     bool no_sweep_dir);
+                     bool no_sweep_dir, int nodes = 1);
 
 // ---- Building blocks, exposed for sweeps, aggregation and tests -------------
 
+// Value of a "# name = value" header line of run.toml text (tag, config_hash,
+// world_size, nodes), "" if absent.
+std::string runTomlField(const std::string& run_toml_text, const std::string& name);
+
 // The byte stream hashed by configHash() (for tests and debugging).
-std::string canonicalStream(const Config& cfg, int world_size);
+std::string canonicalStream(const Config& cfg, int world_size, int nodes = 1);
 // Shortest decimal that round-trips to the same double, exponent without '+' or
 // leading zeros, always recognisable as a float by TOML; of fixed and scientific
 // the shorter (std::to_chars): 0.001 -> "0.001", 1e-4 -> "1e-4", 2 -> "2.0",

@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "launcher/ctl.h"
 #include "launcher/launcher.h"
 #include "launcher/mpi_transport.h"
 #include "launcher/plan_only.h"
@@ -39,6 +40,8 @@ int main(int argc, char** argv) {
   const auto start = Clock::now();
   ensureStdFds();
   ftb::setLogPrefix("[launcher]");
+  if (argc >= 2 && std::string(argv[1]) == "ctl")  // control of a running trainer: no MPI
+    return runCtl(std::vector<std::string>(argv + 2, argv + argc), std::cout, std::cerr);
   std::unique_ptr<Transport> transport;
   try {
     LaunchOptions opts = parseOptions(argc, argv);

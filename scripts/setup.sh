@@ -11,6 +11,7 @@ PKGS=(
   libhdf5-dev hdf5-tools                            # metrics files
   libtomlplusplus-dev libcxxopts-dev nlohmann-json3-dev libgtest-dev
   libsentencepiece-dev sentencepiece               # JSONL text datasets (spm_train/spm_encode: tests)
+  clang libclang-rt-14-dev                          # libFuzzer harnesses (scripts/fuzz.sh)
   gnuplot-nox                                       # sweep_tagger aggregate --plot
   python3 python3-torch python3-h5py python3-pandas python3-pytest   # interop + e2e tests
   iproute2 procps psmisc                            # netns hosts, ps/pkill in tests

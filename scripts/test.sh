@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs dependencies, builds, and runs every test: GoogleTest units (ctest) and
-# the multi-process / cluster end-to-end suites (pytest on Debian's python3).
+# Installs dependencies, builds, and runs every test: GoogleTest units (ctest), the
+# libFuzzer harnesses (60 s each, scripts/fuzz.sh) and the multi-process / cluster
+# end-to-end suites (pytest on Debian's python3).
 # Usage: scripts/test.sh [pytest -k expression]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +16,9 @@ PY=/usr/bin/python3
 
 echo "== unit tests (ctest)"
 ctest --test-dir build/release --output-on-failure -j2 --timeout 300
+
+echo "== fuzz harnesses (libFuzzer, ${FTB_FUZZ_SECONDS:-60} s per target; tests/fuzz/README.md)"
+scripts/fuzz.sh
 
 echo "== end-to-end tests (pytest)"
 args=(-q -x --durations=15 -p no:cacheprovider tests/e2e tests/cluster)

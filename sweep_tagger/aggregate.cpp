@@ -1,6 +1,5 @@
 #include "sweep_tagger/aggregate.h"
 
-#include <toml++/toml.h>
 
 #include <algorithm>
 #include <chrono>
@@ -10,10 +9,12 @@
 #include <sstream>
 
 #include "common/config.h"
+#include "common/error.h"
 #include "common/files.h"
 #include "sweep_tagger/process_pool.h"
 #include "common/run_config.h"
 #include "common/h5_metrics.h"
+#include "common/toml.h"
 
 namespace ftb {
 namespace fs = std::filesystem;
@@ -25,36 +26,27 @@ struct RankFile {
   double age_seconds = 0;  // since the file's last modification
 };
 
-void flattenToml(const toml::table& t, const std::string& prefix,
-                 std::map<std::string, Cell>& out) {
-  for (const auto& [k, node] : t) {
-    std::string key = prefix + std::string(k.str());
-    if (const toml::table* sub = node.as_table()) {
-      flattenToml(*sub, key + ".", out);
-    } else if (auto i = node.value_exact<int64_t>()) {
-      out[key] = *i;
-    } else if (auto d = node.value_exact<double>()) {
-      out[key] = *d;
-    } else if (auto b = node.value_exact<bool>()) {
-      out[key] = *b;
-    } else if (auto s = node.value_exact<std::string>()) {
-      out[key] = *s;
-    } else {
-      std::ostringstream os;
-      node.visit([&os](const auto& x) { os << x; });
-      out[key] = os.str();  // arrays, dates: their TOML text
-    }
-  }
-}
-
-// Flattened config from TOML text; empty (and a note in `message`) if unparsable.
+// Flattened config from TOML text; empty (and a note in `message`) if unparsable. Arrays
+// and dates are kept as their TOML text.
 std::map<std::string, Cell> flattenConfig(const std::string& text, const std::string& what,
                                           std::string& message) {
   std::map<std::string, Cell> out;
   try {
-    flattenToml(toml::parse(text), "", out);
-  } catch (const toml::parse_error& e) {
-    message += (message.empty() ? "" : "; ") + what + ": " + std::string(e.description());
+    const toml::table table = parseToml(text, what);  // outlives the leaves' node pointers
+    for (const auto& [key, node] : tomlLeaves(table)) {
+      std::optional<Value> v = tomlValue(*node);
+      if (v && !node->is_array()) {
+        std::visit([&, k = key](const auto& x) {
+          if constexpr (std::is_constructible_v<Cell, decltype(x)>) out[k] = x;
+        }, *v);
+      } else {
+        out[key] = tomlText(*node);
+      }
+    }
+  } catch (const ConfigError& e) {  // "config error: run.toml:3: TOML syntax error: ..."
+    std::string what = e.what();
+    if (what.rfind("config error: ", 0) == 0) what = what.substr(14);
+    message += (message.empty() ? "" : "; ") + what;
   }
   return out;
 }
@@ -311,6 +303,9 @@ RunRow summarizeRun(const std::string& results_dir, const std::string& run_dir,
           max_node = std::max(max_node, std::get<int64_t>(nr->second));
       }
       if (max_node >= 0) row.nodes = max_node + 1;
+      if (auto rc = d0.attrs.find("resume_count");
+          rc != d0.attrs.end() && std::holds_alternative<int64_t>(rc->second))
+        row.resumes = std::get<int64_t>(rc->second);
       auto text = [&d0](const char* k) {
         auto it = d0.attrs.find(k);
         return it != d0.attrs.end() && std::holds_alternative<std::string>(it->second)

@@ -50,6 +50,7 @@ struct RunRow {
   std::map<std::string, Cell> config;  // flattened run.toml (or HDF5 /config)
   std::optional<int64_t> world_size, nodes;
   int64_t ranks_found = 0, steps_done = 0, measured_steps = 0;
+  int64_t resumes = 0;  // rank 0's resume_count attribute (resumes from a checkpoint)
   std::optional<double> train_runtime_s, tokens_per_s_dataset, tokens_per_s_padded,
       tokens_per_s_dataset_per_device, tokens_per_s_padded_per_device, mfu, gemm_efficiency,
       step_time_p50_s,
@@ -85,7 +86,7 @@ RunRow summarizeRun(const std::string& results_dir, const std::string& run_dir,
 AggregateTable aggregateRuns(const std::string& results_dir, const AggregateOptions& opts);
 
 // ---- Output ------------------------------------------------------------------
-// Column order: tag, status, <varying keys>, world_size, nodes, ranks, steps_done,
+// Column order: tag, status, <varying keys>, world_size, nodes, ranks, steps_done, resumes,
 // measured_steps, train_runtime_s, tokens_per_s_dataset, tokens_per_s_padded,
 // tokens_per_s_dataset_per_device, tokens_per_s_padded_per_device, mfu, gemm_efficiency,
 // step_time_p50_s, step_time_p90_s, data_frac, forward_frac, backward_frac,

@@ -95,6 +95,7 @@ std::vector<std::pair<std::string, Cell>> rowCells(const RunRow& r,
                      {"nodes", opt(r.nodes)},
                      {"ranks", r.ranks_found},
                      {"steps_done", r.steps_done},
+                     {"resumes", r.resumes},
                      {"measured_steps", r.measured_steps},
                      {"train_runtime_s", opt(r.train_runtime_s)},
                      {"tokens_per_s_dataset", opt(r.tokens_per_s_dataset)},
@@ -202,7 +203,7 @@ std::string toMarkdown(const AggregateTable& t) {
   std::vector<std::string> head = {"tag", "status"};
   head.insert(head.end(), t.varying.begin(), t.varying.end());
   for (const char* h :
-       {"world size", "nodes", "steps", "tokens/s global (dataset)",
+       {"world size", "nodes", "steps", "resumes", "tokens/s global (dataset)",
         "tokens/s per device (padded)", "MFU % (hw peak)", "GEMM eff. % (measured GEMM)",
         "step p50 (s)", "step p90 (s)",
         "time % data/fwd/bwd/opt/comm (rank 0)", "peak RSS MiB (max rank)",
@@ -236,8 +237,9 @@ std::string toMarkdown(const AggregateTable& t) {
     c.insert(
         c.end(),
         {cellText(opt(r.world_size)), cellText(opt(r.nodes)), std::to_string(r.steps_done),
-         o(r.tokens_per_s_dataset, 1), o(r.tokens_per_s_padded_per_device, 1), o(r.mfu, 2, 100),
-         o(r.gemm_efficiency, 2, 100), o(r.step_time_p50_s, 4), o(r.step_time_p90_s, 4), shares, o(r.peak_mem_mib, 1), loss});
+         std::to_string(r.resumes), o(r.tokens_per_s_dataset, 1),
+         o(r.tokens_per_s_padded_per_device, 1), o(r.mfu, 2, 100), o(r.gemm_efficiency, 2, 100),
+         o(r.step_time_p50_s, 4), o(r.step_time_p90_s, 4), shares, o(r.peak_mem_mib, 1), loss});
     if (any_price) c.insert(c.end(), {o(r.mt_per_hour, 3), o(r.usd_per_mt, 4)});
     c.push_back(cellText(opt(r.is_valid)));
     if (any_note) c.push_back(r.status == "completed" ? "" : r.message);
@@ -273,6 +275,7 @@ RunRow rowFromJsonLine(const std::string& line) {
   r.nodes = i("nodes");
   r.ranks_found = i("ranks").value_or(0);
   r.steps_done = i("steps_done").value_or(0);
+  r.resumes = i("resumes").value_or(0);
   r.measured_steps = i("measured_steps").value_or(0);
   r.train_runtime_s = d("train_runtime_s");
   r.tokens_per_s_dataset = d("tokens_per_s_dataset");

@@ -134,6 +134,8 @@ int tagCommand(const std::vector<std::string>& args, std::ostream& out) {
   cxxopts::Options opts("sweep_tagger tag", "Print the run-directory tag of a config.");
   opts.add_options()("config", "run config TOML", cxxopts::value<std::string>())(
       "world-size", "world size", cxxopts::value<int>()->default_value("1"))(
+      "nodes", "nodes the ranks run on (part of the tag when > 1)",
+      cxxopts::value<int>()->default_value("1"))(
       "fmt", "tag fmt (default: the config's output.sweep_fmt)", cxxopts::value<std::string>())(
       "hash", "print the config hash instead of the tag")("h,help", "this help")(
       "overrides", "key=value overrides", cxxopts::value<std::vector<std::string>>());
@@ -151,14 +153,19 @@ int tagCommand(const std::vector<std::string>& args, std::ostream& out) {
   Config cfg = Config::load(r["config"].as<std::string>(), overrides);
   int ws = r["world-size"].as<int>();
   if (ws < 1) throw ConfigError("", "command line", "--world-size must be >= 1");
+  int nodes = r["nodes"].as<int>();
+  if (nodes < 1 || nodes > ws)
+    throw ConfigError("--nodes", "command line", "must be in [1, world size(" +
+                                                     std::to_string(ws) + ")], got " +
+                                                     std::to_string(nodes));
   if (r.count("hash")) {
-    out << configHash(cfg, ws) << "\n";
+    out << configHash(cfg, ws, nodes) << "\n";
     return 0;
   }
   std::string fmt = r.count("fmt") ? r["fmt"].as<std::string>() : "";
   if (fmt.empty() && cfg.has("output.sweep_fmt")) fmt = cfg.getString("output.sweep_fmt");
   if (fmt.empty()) fmt = kDefaultTagFmt;
-  out << formatTag(cfg, ws, fmt) << "\n";
+  out << formatTag(cfg, ws, fmt, nodes) << "\n";
   return 0;
 }
 
@@ -192,7 +199,7 @@ int expandCommand(const std::vector<std::string>& args, std::ostream& out) {
     if (r.count("index") && p.index != r["index"].as<int>()) continue;
     std::string state;
     if (pending) {
-      state = runState((std::filesystem::path(r["pending"].as<std::string>()) / p.tag).string());
+      state = pointState(r["pending"].as<std::string>(), p);
       if (state == "completed" || state == "held") continue;  // held: another runner has it
     }
     rows.emplace_back(&p, state);

@@ -1,7 +1,5 @@
 #include "sweep_tagger/sweep.h"
 
-#include <toml++/toml.h>
-
 #include <algorithm>
 #include <filesystem>
 #include <functional>
@@ -14,6 +12,8 @@
 #include "common/files.h"
 #include "common/tag.h"
 #include "common/run_config.h"
+#include "common/run_status.h"
+#include "common/toml.h"
 
 namespace ftb {
 namespace fs = std::filesystem;
@@ -21,80 +21,32 @@ namespace {
 
 bool isLaunchKey(const std::string& k) { return k == "nodes" || k == "nproc_per_node"; }
 
-std::string lineOf(const std::string& path, const toml::node& n) {
-  return path + ":" + std::to_string(n.source().begin.line);
-}
-
 Value toValue(const toml::node& n, const std::string& path, const std::string& key) {
-  switch (n.type()) {
-    case toml::node_type::integer:
-      return n.as_integer()->get();
-    case toml::node_type::floating_point:
-      return n.as_floating_point()->get();
-    case toml::node_type::boolean:
-      return n.as_boolean()->get();
-    case toml::node_type::string:
-      return n.as_string()->get();
-    case toml::node_type::array: {
-      const toml::array& a = *n.as_array();
-      if (a.is_homogeneous(toml::node_type::integer)) {
-        std::vector<int64_t> v;
-        for (const toml::node& e : a) v.push_back(e.as_integer()->get());
-        return v;
-      }
-      if (a.is_homogeneous(toml::node_type::string)) {
-        std::vector<std::string> v;
-        for (const toml::node& e : a) v.push_back(e.as_string()->get());
-        return v;
-      }
-      break;
-    }
-    default:
-      break;
-  }
-  throw ConfigError(key, lineOf(path, n), "unsupported value type in a sweep",
+  // An empty array is no sweep value (a grid axis must list values).
+  if (std::optional<Value> v = tomlValue(n); v && !(n.is_array() && n.as_array()->empty()))
+    return *v;
+  throw ConfigError(key, tomlLineOf(path, n), "unsupported value type in a sweep",
                     "use an int, float, bool, string or a list of ints or strings");
-}
-
-// Leaves of `t` as (dotted key, node), sorted by their position in the file.
-std::vector<std::pair<std::string, const toml::node*>> leaves(const toml::table& t) {
-  std::vector<std::pair<std::string, const toml::node*>> out;
-  std::function<void(const toml::table&, const std::string&)> walk =
-      [&](const toml::table& tab, const std::string& prefix) {
-        for (const auto& [k, v] : tab) {
-          std::string key = prefix + std::string(k.str());
-          if (const toml::table* sub = v.as_table())
-            walk(*sub, key + ".");
-          else
-            out.emplace_back(key, &v);
-        }
-      };
-  walk(t, "");
-  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
-    const auto &x = a.second->source().begin, &y = b.second->source().begin;
-    return std::tie(x.line, x.column) < std::tie(y.line, y.column);
-  });
-  return out;
 }
 
 void checkKey(const std::string& path, const std::string& section, const std::string& key,
               const toml::node& n, bool allow_world_size) {
   if (isLaunchKey(key) || (allow_world_size && key == "world_size")) {
     if (!n.is_integer() && !n.is_array())
-      throw ConfigError(key, lineOf(path, n), "must be an integer");
+      throw ConfigError(key, tomlLineOf(path, n), "must be an integer");
     return;
   }
   const Schema& schema = trainerSchema();
   if (schema.find(key)) return;
   std::string near = schema.closest(key);
-  throw ConfigError(key, lineOf(path, n), "unknown key in " + section,
+  throw ConfigError(key, tomlLineOf(path, n), "unknown key in " + section,
                     near.empty() ? "sweep keys are trainer config keys, nodes or nproc_per_node"
                                  : "did you mean '" + near + "'?");
 }
 
 KeyValues readRule(const std::string& path, const std::string& section, const toml::table& t) {
   KeyValues kv;
-  for (const auto& [key, node] : leaves(t)) {
+  for (const auto& [key, node] : tomlLeaves(t)) {
     checkKey(path, section, key, *node, section == "[[exclude]]");
     kv.emplace_back(key, toValue(*node, path, key));
   }
@@ -136,6 +88,19 @@ std::string describe(const KeyValues& kv) {
 
 }  // namespace
 
+std::string pointState(const std::string& results_dir, const SweepPoint& p) {
+  const std::string dir = (fs::path(results_dir) / p.tag).string();
+  const std::string state = runState(dir);
+  if (state != "missing") {
+    std::optional<int> nodes = runNodes(dir);
+    return nodes && *nodes != p.nodes ? "missing" : state;
+  }
+  if (p.legacy_tag.empty()) return state;
+  const std::string legacy = (fs::path(results_dir) / p.legacy_tag).string();
+  std::optional<int> nodes = runNodes(legacy);
+  return nodes && *nodes == p.nodes ? runState(legacy) : state;
+}
+
 std::string overrideArg(const std::string& key, const Value& v) {
   if (const auto* d = std::get_if<double>(&v)) return key + "=" + formatDouble(*d);
   return key + "=" + valueToString(v);
@@ -144,16 +109,10 @@ std::string overrideArg(const std::string& key, const Value& v) {
 SweepSpec loadSweep(const std::string& path) {
   SweepSpec spec;
   spec.path = path;
-  toml::table root;
-  try {
-    root = toml::parse(readInputFile(path, "sweep file"), path);
-  } catch (const toml::parse_error& e) {
-    throw ConfigError("", path + ":" + std::to_string(e.source().begin.line),
-                      "TOML syntax error: " + std::string(e.description()));
-  }
+  toml::table root = parseToml(readInputFile(path, "sweep file"), path);
   for (const auto& [k, node] : root) {
     const std::string key(k.str());
-    const std::string at = lineOf(path, node);
+    const std::string at = tomlLineOf(path, node);
     if (key == "base" || key == "fmt") {
       if (!node.is_string()) throw ConfigError(key, at, "must be a string");
       (key == "base" ? spec.base : spec.fmt) = node.as_string()->get();
@@ -163,10 +122,10 @@ SweepSpec loadSweep(const std::string& path) {
           launchValue(node.as_integer()->get(), key);
     } else if (key == "grid") {
       if (!node.is_table()) throw ConfigError(key, at, "must be a table");
-      for (const auto& [axis, n] : leaves(*node.as_table())) {
+      for (const auto& [axis, n] : tomlLeaves(*node.as_table())) {
         checkKey(path, "[grid]", axis, *n, false);
         if (!n->is_array() || n->as_array()->empty())
-          throw ConfigError(axis, lineOf(path, *n), "a grid axis must be a non-empty array",
+          throw ConfigError(axis, tomlLineOf(path, *n), "a grid axis must be a non-empty array",
                             "\"" + axis + "\" = [1, 2]");
         std::vector<Value> values;
         for (const toml::node& e : *n->as_array()) values.push_back(toValue(e, path, axis));
@@ -231,18 +190,12 @@ std::vector<SweepPoint> expandSweep(const SweepSpec& spec) {
     std::string fmt = spec.fmt;
     if (fmt.empty()) fmt = cfg.has("output.sweep_fmt") ? cfg.getString("output.sweep_fmt") : "";
     if (fmt.empty()) fmt = kDefaultTagFmt;
-    p.hash = configHash(cfg, p.world_size);
-    p.tag = formatTag(cfg, p.world_size, fmt);
+    const int nodes = static_cast<int>(p.nodes);
+    p.hash = configHash(cfg, p.world_size, nodes);
+    p.tag = formatTag(cfg, p.world_size, fmt, nodes);
+    if (nodes > 1) p.legacy_tag = formatTag(cfg, p.world_size, fmt, 1);
     p.reason = refusalOf(cfg, p.world_size);
-    if (auto it = seen.find(p.hash); it != seen.end()) {
-      const SweepPoint& first = points[it->second];
-      if (first.nodes == p.nodes) return;  // the same run: listed once
-      p.reason += (p.reason.empty() ? "" : "; ") + std::string("same run directory as point ") +
-                  std::to_string(first.index) + " (nodes=" + std::to_string(first.nodes) +
-                  "): the config hash records world_size, not nodes";
-    } else {
-      seen.emplace(p.hash, points.size());
-    }
+    if (!seen.emplace(p.hash, points.size()).second) return;  // the same run: listed once
     p.valid = p.reason.empty();
     p.args = overrides;
     if (!spec.fmt.empty()) p.args.push_back(overrideArg("output.sweep_fmt", spec.fmt));

@@ -60,7 +60,11 @@ struct SweepPoint {
   KeyValues overrides;  // config keys only, axis order
   int64_t nodes = 1, nproc_per_node = 1;
   int world_size = 1;
-  std::string tag, hash;
+  std::string tag, hash;  // the node count is part of both when nodes > 1
+  // nodes > 1: the tag this point had before the node count was part of the run
+  // identity; a directory of that name whose run ran on `nodes` nodes is this point's
+  // (pointState).
+  std::string legacy_tag;
   bool valid = true;
   std::string reason;             // refusalOf(): the trainer's refusal text when invalid
   bool included = false;          // from [[include]]
@@ -69,6 +73,13 @@ struct SweepPoint {
 
 SweepSpec loadSweep(const std::string& path);
 std::vector<SweepPoint> expandSweep(const SweepSpec& spec);
+
+// runState() of the point's run directory under `results_dir`: <results_dir>/<tag>, or
+// for a multi-node point with no such directory, the legacy_tag directory when its run
+// ran on the point's node count. A directory under the point's tag that holds a run on
+// another node count (a multi-node run written before nodes counted, under what is now a
+// single-node tag) is not this point's: "missing".
+std::string pointState(const std::string& results_dir, const SweepPoint& p);
 
 // "key=VALUE" with VALUE spelled as TOML (floats round-trip, strings quoted).
 std::string overrideArg(const std::string& key, const Value& v);

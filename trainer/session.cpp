@@ -16,6 +16,7 @@
 #include "common/dist_env.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/run_control.h"
 #include "common/run_lock.h"
 #include "common/tag.h"
 #include "trainer/data/dataset.h"
@@ -57,7 +58,9 @@ int threadsFor(const TrainConfig& tc) {
 // The run directory prepareRun() will create (nothing is created here).
 std::string runDirPath(const Config& cfg, const TrainConfig& tc) {
   if (tc.no_sweep_dir) return tc.output_dir;
-  return (std::filesystem::path(tc.output_dir) / formatTag(cfg, tc.world_size, tc.sweep_fmt)).string();
+  return (std::filesystem::path(tc.output_dir) /
+          formatTag(cfg, tc.world_size, tc.sweep_fmt, tc.nodes))
+      .string();
 }
 
 std::string checkpointDir(const TrainConfig& tc, const std::string& run_dir) {
@@ -68,11 +71,11 @@ std::string checkpointDir(const TrainConfig& tc, const std::string& run_dir) {
 // Rank 0 creates <output>/<tag>/ (run.toml), takes the run directory's lock (held in
 // `lock` for the run's lifetime) and only then moves an earlier attempt's metrics/
 // aside as metrics.attempt_N, unless this run resumes (`keep_metrics`): then the files
-// continue. All ranks check they computed the same tag, and all ranks throw rank 0's
+// continue. It also empties control/ (common/run_control.h). All ranks check they computed the same tag, and all ranks throw rank 0's
 // error (e.g. the directory is held by another run).
 std::string prepareRun(const Config& cfg, const TrainConfig& tc, Distributed& dist,
                        std::optional<RunLock>& lock, bool keep_metrics) {
-  std::string tag = formatTag(cfg, tc.world_size, tc.sweep_fmt);
+  std::string tag = formatTag(cfg, tc.world_size, tc.sweep_fmt, tc.nodes);
   std::vector<std::string> tags = dist.allGatherString("tag", tag);
   for (size_t r = 0; r < tags.size(); ++r)
     if (tags[r] != tags[0])
@@ -83,10 +86,11 @@ std::string prepareRun(const Config& cfg, const TrainConfig& tc, Distributed& di
   std::string result;  // "ok <dir>" or "<exit code> <message>"
   if (dist.env.rank == 0) {
     try {
-      RunDir rd = prepareRunDir(cfg, tc.world_size, tc.output_dir, tc.no_sweep_dir);
+      RunDir rd = prepareRunDir(cfg, tc.world_size, tc.output_dir, tc.no_sweep_dir, tc.nodes);
       lock.emplace(RunLock::acquire(rd.path));
       if (!lock->takeover().empty()) FTB_WARN(lock->path() << ": " << lock->takeover());
       if (!keep_metrics) keepEarlierAttempt(rd.path);
+      clearControlDir(rd.path);  // leftovers of an earlier run (we hold the lock)
       result = "ok " + rd.path;
     } catch (const FtbError& e) {
       result = std::to_string(e.exitCode()) + " " + e.what();
@@ -115,7 +119,10 @@ TrainConfig resolveConfig(const SessionOptions& opts, const Config& cfg, const D
     throw ConfigError("--world-size", "command line",
                       "only valid with --estimate-memory, and must be >= 1",
                       "training takes its world size from the launcher's environment");
-  return TrainConfig::fromConfig(cfg, opts.world_size > 0 ? opts.world_size : env.world_size);
+  TrainConfig tc =
+      TrainConfig::fromConfig(cfg, opts.world_size > 0 ? opts.world_size : env.world_size);
+  tc.nodes = env.nodes;
+  return tc;
 }
 
 // training.device: where this rank's tensors live ("cpu"). Bad or unsupported
@@ -177,7 +184,7 @@ RunInfo runInfo(const Config& cfg, const TrainConfig& tc, const DistEnv& env,
                 const RunPeaks& peaks) {
   RunInfo info;
   info.tag = std::filesystem::path(run_dir).filename().string();
-  info.config_hash = configHash(cfg, tc.world_size);
+  info.config_hash = configHash(cfg, tc.world_size, tc.nodes);
   info.hostname = hostName();
   info.start_utc = utcNowIso8601();
   info.ftbench_version = FTB_VERSION;
@@ -195,8 +202,6 @@ RunInfo runInfo(const Config& cfg, const TrainConfig& tc, const DistEnv& env,
   return info;
 }
 
-// Records how the loop ended (completed, or preempted by a stop signal) and prints
-// rank 0's summary; returns the process exit code.
 std::unique_ptr<Checkpointer> makeCheckpointer(const Config& cfg, const TrainConfig& tc,
                                                const DistEnv& env, const RunInfo& info,
                                                const std::string& run_dir, Distributed& dist) {
@@ -208,19 +213,28 @@ std::unique_ptr<Checkpointer> makeCheckpointer(const Config& cfg, const TrainCon
                                         std::move(id), dist);
 }
 
+// Records how the loop ended (completed, or preempted by a stop signal) and prints
+// rank 0's summary; returns the process exit code: 0, kExitRequeue
+// (preempted with a checkpoint) or 128+signal (preempted without one).
 int finishRun(MetricsFile& metrics, const TrainConfig& tc, const TrainSummary& s,
               const RunPeaks& peaks, const std::string& run_dir, int rank,
               const std::string& last_checkpoint) {
-  if (s.stop_signal != 0) {
-    std::string msg = std::string("stopped by signal ") + strsignal(s.stop_signal) + " after " +
-                      std::to_string(s.steps) + " steps" +
+  if (s.stop_signal != 0 || s.stopped_by_ctl) {
+    std::string msg = (s.stopped_by_ctl ? std::string("stopped by `launcher ctl stop`")
+                                        : std::string("stopped by signal ") +
+                                              strsignal(s.stop_signal)) +
+                      " after " + std::to_string(s.steps) + " steps" +
                       (last_checkpoint.empty() ? std::string(", no checkpoint")
                                                : "; checkpoint " + last_checkpoint);
-    metrics.setStatus("preempted", 128 + s.stop_signal, msg);
+    // Resumable (a complete checkpoint of the stop step exists): the requeue code.
+    const int code = !last_checkpoint.empty() ? kExitRequeue
+                     : s.stopped_by_ctl      ? 1
+                                             : 128 + s.stop_signal;
+    metrics.setStatus("preempted", code, msg);
     metrics.close();
-    FTB_WARN(msg);
+    FTB_WARN(msg << " (exit code " << code << ")");
     if (rank == 0) printSummary(tc, s, peaks, run_dir);  // of the steps done
-    return 128 + s.stop_signal;
+    return code;
   }
   metrics.setStatus("completed", 0, "completed " + std::to_string(s.steps) + " steps");
   metrics.close();
@@ -357,7 +371,7 @@ int runSession(const SessionOptions& opts) {
 
     CheckpointHook ckpt(tc, std::move(plan), makeCheckpointer(cfg, tc, env, info, run_dir, dist),
                         env.rank);
-    TrainSummary s = train(tc, *ds, dist, *metrics, peaks, &ckpt);
+    TrainSummary s = train(tc, *ds, dist, *metrics, peaks, &ckpt, run_dir);
     return finishRun(*metrics, tc, s, peaks, run_dir, env.rank, ckpt.lastSaved());
   } catch (const ConfigError& e) {
     return failInvalid(e, metrics);

@@ -61,7 +61,7 @@ void StepLog::record(int64_t step, const StepRecord& r) {
   double tps_padded = r.padded / r.total, tps_dataset = r.dataset / r.total;
   const double mfu = flopsPerDevice(tps_padded) / mfu_peak_;
   const double gemm_eff = flopsPerDevice(tps_padded) / gemm_peak_;
-  metrics_.appendStep({{"step", double(step)}, {"time_s", elapsed()},
+  metrics_.appendStep({{"step", double(step)}, {"time_s", metrics_.resumedTimeS() + elapsed()},
                        {"step_time_s", r.total}, {"data_s", r.data}, {"forward_s", r.fwd},
                        {"backward_s", r.bwd}, {"optimizer_s", r.opt}, {"comm_s", r.comm},
                        {"loss", r.loss}, {"grad_norm", r.grad_norm}, {"lr", r.lr},

@@ -41,11 +41,13 @@ struct TrainSummary {
   double peak_rss_max = 0;  // bytes, max over ranks
   double first_loss = 0, last_loss = 0;
   int stop_signal = 0;  // non-zero when a signal ended the run
+  bool stopped_by_ctl = false;  // `launcher ctl stop` ended the run
 };
 
 class StepLog {
  public:
-  // Declares the step metrics in `metrics`; starts the run clock (time_s, elapsed()).
+  // Declares the step metrics in `metrics`; starts the run clock (elapsed()). time_s =
+  // metrics.resumedTimeS() + elapsed(): a resumed run's clock continues.
   StepLog(const TrainConfig& tc, MetricsFile& metrics, const RunPeaks& peaks, int rank,
           int world);
   void record(int64_t step, const StepRecord& r);

@@ -1,10 +1,15 @@
 #include "trainer/train.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
 #include <csignal>
+#include <optional>
 #include <sstream>
 
 #include "common/log.h"
+#include "common/run_control.h"
 #include "trainer/data/dataset.h"
 #include "trainer/metrics/perf.h"
 #include "trainer/parallel/parallelize.h"
@@ -31,18 +36,29 @@ double lap(double& acc, double t) {
 }
 
 // What all ranks agree on after a step's gradients are reduced: one small world
-// all-reduce of [loss sum, padded, dataset, stop flag, grad norm², over memory limit].
+// all-reduce of [loss sum, padded, dataset, stop flag, grad norm², over memory limit,
+// control command and request id (rank 0 only, common/run_control.h)].
 struct Agreement {
   double loss_sum = 0, padded = 0, dataset = 0, stop = 0, grad_sq = 0, over_memory = 0;
+  double ctl = 0, ctl_id = 0;
 };
 
 Agreement agree(Comm& world, const Agreement& local) {
   torch::Tensor red = torch::tensor({local.loss_sum, local.padded, local.dataset, local.stop,
-                                     local.grad_sq, local.over_memory},
+                                     local.grad_sq, local.over_memory, local.ctl, local.ctl_id},
                                     torch::kFloat64);
   world.allReduceSum(red);
   auto v = red.accessor<double, 1>();
-  return {v[0], v[1], v[2], v[3], v[4], v[5]};
+  return {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
+}
+
+// Rank 0: a pending `launcher ctl` request goes into this step's agreement.
+void pollControl(const std::string& run_dir, int rank, Agreement& a) {
+  if (rank != 0 || run_dir.empty()) return;
+  if (std::optional<CtlRequest> req = takeRequest(run_dir)) {
+    a.ctl = double(static_cast<int>(req->command));
+    a.ctl_id = double(req->id);  // < 2^53: exact
+  }
 }
 
 // This rank's stop vote: 1 on a signal, 0.5 when rank 0's clock passed
@@ -143,6 +159,48 @@ void checkStep(const TrainConfig& tc, int64_t step, const StepRecord& r, const A
   }
 }
 
+// How step `step` ends, as every rank agreed in `g`.
+StepEnd stepEnd(const TrainConfig& tc, int64_t step, const Agreement& g) {
+  const auto cmd = static_cast<CtlCommand>(int(g.ctl));
+  StepEnd end;
+  end.step = step;
+  end.stop_ctl = cmd == CtlCommand::kStop;
+  end.save_now = cmd == CtlCommand::kSave || end.stop_ctl;
+  end.last = step + 1 == tc.max_steps || g.stop > 0 || end.stop_ctl;
+  if (g.stop >= 1.0)  // a signal on some rank (this one may not have seen it)
+    end.stop_signal = g_stop_signal.load() != 0 ? g_stop_signal.load() : SIGTERM;
+  end.stop_time = g.stop > 0 && end.stop_signal == 0;
+  return end;
+}
+
+// Every rank answers the step's control request (after its checkpoint, if any). A reply
+// that cannot be written is a warning: control never ends a run by failing.
+void replyControl(const std::string& run_dir, const Agreement& g, const StepEnd& end,
+                  const StepRecord& r, const StepLog& log, const StepHooks& hooks,
+                  const TrainConfig& tc, const Comm& world, int64_t first_step) {
+  if (g.ctl == 0 || run_dir.empty()) return;
+  CtlReply rep;
+  rep.id = int64_t(g.ctl_id);
+  rep.rank = world.rank();
+  rep.world_size = world.size();
+  rep.host = hostName();
+  rep.pid = getpid();
+  rep.command = ctlCommandName(static_cast<CtlCommand>(int(g.ctl)));
+  rep.state = end.last ? "stopping" : "running";
+  rep.steps_done = end.step + 1;
+  rep.max_steps = tc.max_steps;
+  rep.loss = r.loss;
+  rep.tokens_per_s = r.total > 0 ? r.dataset / r.total : 0;
+  const double per_step = log.elapsed() / double(std::max<int64_t>(1, rep.steps_done - first_step));
+  rep.eta_s = end.last ? 0 : per_step * double(tc.max_steps - rep.steps_done);
+  rep.last_checkpoint = hooks.lastCheckpoint();
+  try {
+    writeReply(run_dir, rep);
+  } catch (const std::exception& e) {
+    FTB_WARN("could not answer control request " << rep.id << ": " << e.what());
+  }
+}
+
 }  // namespace
 
 void installStopSignalHandlers() {
@@ -156,7 +214,8 @@ void installStopSignalHandlers() {
 }
 
 TrainSummary train(const TrainConfig& tc, const Dataset& ds, Distributed& dist,
-                   MetricsFile& metrics, const RunPeaks& peaks, StepHooks* hooks) {
+                   MetricsFile& metrics, const RunPeaks& peaks, StepHooks* hooks,
+                   const std::string& run_dir) {
   Comm& world = *dist.world;
   Mesh mesh = buildMesh(dist, tc);
   ParallelModel pm = parallelize(tc, mesh);
@@ -176,26 +235,26 @@ TrainSummary train(const TrainConfig& tc, const Dataset& ds, Distributed& dist,
 
   installStopSignalHandlers();  // from here on, a signal stops every rank after one step
   StepLog log(tc, metrics, peaks, world.rank(), world.size());
-  int stop_signal = 0;
+  StepEnd end;
+  const int64_t first_step = state.step;
   for (; state.step < tc.max_steps; ++state.step) {
     const double t0 = nowSeconds();
     StepRecord r;
     Agreement a;
     const double positions = forwardBackward(loop, state.step, r, a);
+    pollControl(run_dir, world.rank(), a);
     Agreement g = syncAndUpdate(loop, state.step, positions, log.elapsed(), r, a);
     r.total = nowSeconds() - t0;
     log.record(state.step, r);
     checkStep(tc, state.step, r, g);
-    StepEnd end{state.step, state.step + 1 == tc.max_steps || g.stop > 0, 0, false};
-    if (g.stop >= 1.0)  // a signal on some rank (this one may not have seen it)
-      end.stop_signal = g_stop_signal.load() != 0 ? g_stop_signal.load() : SIGTERM;
-    end.stop_time = g.stop > 0 && end.stop_signal == 0;
+    end = stepEnd(tc, state.step, g);
     hooks->onStepEnd(ctx, end);
-    stop_signal = end.stop_signal;
-    if (g.stop > 0) break;
+    replyControl(run_dir, g, end, r, log, *hooks, tc, world, first_step);
+    if (g.stop > 0 || end.stop_ctl) break;
   }
   TrainSummary sum = log.finish(world);
-  sum.stop_signal = stop_signal;
+  sum.stop_signal = end.stop_signal;
+  sum.stopped_by_ctl = end.stop_ctl;
   return sum;
 }
 

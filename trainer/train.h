@@ -13,8 +13,8 @@
 //   restored to the state after step k-1 and started at TrainState::step = k continues
 //   exactly as the uninterrupted run.
 // - Every rank runs the same number of steps: the stop decision (max_steps,
-//   stop_after_seconds measured on rank 0, a signal on any rank) travels inside the
-//   per-step all-reduce of the loss.
+//   stop_after_seconds measured on rank 0, a signal on any rank, a `launcher ctl`
+//   request read by rank 0) travels inside the per-step all-reduce of the loss.
 // - A non-finite loss ends the run: train() throws TrainingDiverged (every rank, same
 //   step, after the step's row is recorded).
 // - Each step appends one row to the metrics file and flushes every log_every steps.
@@ -60,6 +60,8 @@ struct StepEnd {
   bool last = false;     // no further step runs (max_steps reached, or stopping)
   int stop_signal = 0;   // a signal on some rank stops the run after this step (else 0)
   bool stop_time = false;  // training.stop_after_seconds reached
+  bool save_now = false;   // `launcher ctl save|stop`: checkpoint after this step
+  bool stop_ctl = false;   // `launcher ctl stop`: last is true, the run ends as preempted
 };
 
 // Checkpoint seam. Every rank calls each hook at the same point (hooks may run
@@ -73,6 +75,8 @@ class StepHooks {
   // After each step's optimizer update and metrics row, before the next step: the model
   // and optimizer hold the state after step end.step (resume at end.step + 1).
   virtual void onStepEnd(TrainContext& ctx, const StepEnd& end) { (void)ctx, (void)end; }
+  // The newest checkpoint this run saved or resumed from ("" when none): for ctl replies.
+  virtual std::string lastCheckpoint() const { return ""; }
 };
 
 // A non-finite loss or gradient norm: status "failed", exit code 6.
@@ -87,8 +91,11 @@ extern std::atomic<int> g_stop_signal;
 void installStopSignalHandlers();
 
 // hooks may be null. `ds` is makeDataset(tc), built before the run directory so that
-// bad data is refused before anything is written.
+// bad data is refused before anything is written. run_dir non-empty: rank 0 polls its
+// control channel (common/run_control.h) once per step; the request travels in the
+// step's all-reduce.
 TrainSummary train(const TrainConfig& tc, const Dataset& ds, Distributed& dist,
-                   MetricsFile& metrics, const RunPeaks& peaks, StepHooks* hooks = nullptr);
+                   MetricsFile& metrics, const RunPeaks& peaks, StepHooks* hooks = nullptr,
+                   const std::string& run_dir = "");
 
 }  // namespace ftb

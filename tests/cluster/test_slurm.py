@@ -29,6 +29,7 @@ TAGGER = BUILD / "sweep_tagger" / "sweep_tagger"
 TINY = REPO / "configs" / "runs" / "tiny.toml"
 SWEEP = REPO / "configs" / "sweeps" / "slurm_test.toml"
 SLURM_CONF = "/run/ftb-slurm/slurm.conf"
+REQUEUE_EXIT = 75  # trainer and launcher: stopped after saving a checkpoint (trainer/README)
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
             "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
 
@@ -275,21 +276,63 @@ def _rank_files(results, sub):
     return sorted(results.glob(f"tiny.ws2.*/{sub}/rank_*.h5"))
 
 
-def test_preemption_usr1_requeues_and_the_rerun_completes(cluster, tmp_path):
-    """scancel --signal=USR1 --batch (what --signal=B:USR1@60 sends before the time limit):
-    both trainers save a checkpoint at the agreed stop step, the job requeues itself
-    (Restarts=1), runs again after slurm's requeue delay (cred_expire + 1 s), resumes from
-    that checkpoint in the same content-tagged run directory and completes; the metrics
-    files continue (every step exactly once) and record the resume."""
-    results, job, log = _submit_long_run(tmp_path, "preempt")
+# A fixed-length run for the resume tests: seq 128 makes a step slow enough (tens of ms on
+# one CPU per node) that a signal sent at the first step line lands mid-run.
+RESUME_STEPS = 300
+RESUME_ARGS = [f"training.max_steps={RESUME_STEPS}", "data.seq_len=128", "checkpoint.interval=50",
+               "metrics.log_every=10"]
+
+
+def _rank_losses(results):
+    """{rank file name: loss array} of the one run directory under results."""
+    return {f.name: steps(f)[1] for f in _rank_files(results, "metrics")}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(cluster, tmp_path_factory):
+    """The resume tests' reference: the same config, 2 nodes x 1 worker, never signalled."""
+    results = tmp_path_factory.mktemp("uninterrupted")
+    env = clean_env(CONFIG=TINY, RESULTS=results, NPROC=1)
+    job = sbatch(["-N2", "slurm/train.sbatch", *RESUME_ARGS], env, results)
+    log = results / "logs" / f"ftb-train-{job}.out"
+    rec = wait_job(job, 180, log)[0]
+    assert rec["JobState"] == "COMPLETED" and rec["Restarts"] == "0", (rec, tail(log))
+    losses = _rank_losses(results)
+    assert sorted(losses) == ["rank_00000.h5", "rank_00001.h5"], losses.keys()
+    assert all(len(l) == RESUME_STEPS for l in losses.values())
+    return losses
+
+
+@pytest.mark.parametrize("launch", ["srun", "mpirun"])
+def test_preemption_usr1_requeues_and_the_rerun_completes(cluster, uninterrupted, tmp_path, launch):
+    """scancel --signal=USR1 --batch (what --signal=B:USR1@60 sends before the time limit),
+    with the launchers started by srun or by mpirun inside the allocation: both trainers save
+    a checkpoint at the agreed stop step and exit with the requeue code, the job requeues
+    itself (Restarts=1), runs again after slurm's requeue delay (cred_expire + 1 s), resumes
+    from that checkpoint in the same content-tagged run directory and completes; the metrics
+    files continue (every step exactly once) and record the resume; `sweep_tagger aggregate`
+    shows the run completed with one resume; every step's loss is bit-identical to the
+    uninterrupted run of the same config."""
+    results = tmp_path / "preempt"
+    env = clean_env(CONFIG=TINY, RESULTS=results, NPROC=1, FTB_LAUNCH=launch)
+    job = sbatch(["-N2", "slurm/train.sbatch", *RESUME_ARGS], env, results)
+    log = results / "logs" / f"ftb-train-{job}.out"
+    try:  # signal once training runs: the trainers' handlers are installed by then
+        wait_until(lambda: log.exists() and re.search(rf"\] step \d+/{RESUME_STEPS} ",
+                                                      log.read_text()),
+                   90, f"training steps in {log}")
+    except AssertionError as e:
+        raise AssertionError(f"{e}; job {job_records(job)}\n{tail(log)}\n{cluster_diag()}") \
+            from None
     p = run(["scancel", "--signal=USR1", "--batch", job])
     assert p.returncode == 0, p.stderr
-    wait_until(lambda: int(job_records(job)[0]["Restarts"]) >= 1, 30, f"job {job} to requeue")
-    rec = wait_job(job, 90, log)[0]
-    assert rec["JobState"] == "COMPLETED" and rec["Restarts"] == "1", (rec, tail(log))
+    wait_until(lambda: int(job_records(job)[0]["Restarts"]) >= 1, 60, f"job {job} to requeue")
+    rec = wait_job(job, 180, log)[0]
     out = log.read_text()
+    assert rec["JobState"] == "COMPLETED" and rec["Restarts"] == "1", (rec, tail(log))
     assert "SIGUSR1: stopping the trainers" in out and f"scontrol requeue {job}" in out, out
-    assert f"job {job} attempt 1 on" in out, out
+    assert f"launcher exit code {REQUEUE_EXIT}" in out, out
+    assert f"job {job} attempt 1 on" in out and "resumed from" in out, out
     assert not _rank_files(results, "metrics.attempt_1"), "a resumed run continues its files"
     (ckpt_dir,) = results.glob("tiny.ws2.*/checkpoints")
     assert list(ckpt_dir.glob("step_*/manifest.json")), list(ckpt_dir.rglob("*"))
@@ -300,19 +343,27 @@ def test_preemption_usr1_requeues_and_the_rerun_completes(cluster, tmp_path):
             st = dict(h["status"].attrs)
             assert st["state"] == "completed", (f, st)
             assert h.attrs["resume_count"] == 1, dict(h.attrs)
-            assert 0 < h.attrs["resume_steps"][0] < st["steps_done"], dict(h.attrs)
-            steps = list(h["steps/step"][:])
-            assert steps == list(range(len(steps))) and len(steps) == st["steps_done"], f
+            assert 0 < h.attrs["resume_steps"][0] < RESUME_STEPS, dict(h.attrs)
+            assert list(h["steps/step"][:]) == list(range(RESUME_STEPS)), f
+    agg = run([TAGGER, "aggregate", results, "--format", "json"])
+    assert agg.returncode == 0, agg.stderr
+    (row,) = json.loads(agg.stdout)["runs"]
+    assert (row["status"], row["resumes"], row["steps_done"]) == ("completed", 1, RESUME_STEPS), row
+    got = _rank_losses(results)
+    for name, ref in uninterrupted.items():
+        diff = [i for i, (a, b) in enumerate(zip(ref, got[name])) if a != b]
+        assert len(got[name]) == len(ref) and not diff, \
+            f"{name}: losses differ from the uninterrupted run at steps {diff[:10]}"
 
 
 def test_preemption_term_without_requeue(cluster, tmp_path):
-    """TERM to the batch shell with FTB_REQUEUE=0: the trainers record "preempted", the job
-    ends (exit 143, not requeued)."""
+    """TERM to the batch shell with FTB_REQUEUE=0: the trainers save, record "preempted"
+    and exit with the requeue code, which the job ends with (not requeued)."""
     results, job, log = _submit_long_run(tmp_path, "term", FTB_REQUEUE=0)
     p = run(["scancel", "--signal=TERM", "--batch", job])
     assert p.returncode == 0, p.stderr
     rec = wait_job(job, 60, log)[0]
-    assert rec["Restarts"] == "0" and rec["ExitCode"] == "143:0", (rec, tail(log))
+    assert rec["Restarts"] == "0" and rec["ExitCode"] == f"{REQUEUE_EXIT}:0", (rec, tail(log))
     assert "preempted by SIGTERM; FTB_REQUEUE=0: not requeued" in log.read_text()
     files = _rank_files(results, "metrics")
     assert len(files) == 2

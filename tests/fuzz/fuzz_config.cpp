@@ -15,11 +15,6 @@
 #include "common/error.h"
 #include "common/run_config.h"
 
-namespace ftb {
-// The NCCL backend lives in trainer/; this harness links only ftb_common.
-bool ncclCompiledIn() { return false; }
-}  // namespace ftb
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace ftb;
   std::string in(reinterpret_cast<const char*>(data), size);

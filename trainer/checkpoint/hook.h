@@ -5,8 +5,8 @@
 // gradient-sync shards and optimizer and sets the loop's next step; without a plan it
 // does nothing. onStepEnd() (collective; every rank sees the same StepEnd) flushes the
 // metrics file, then saves after step end.step + 1 steps when checkpoint.interval
-// divides it or when end.last (the last step, a stop_after_seconds stop, or a stop
-// signal: preemption). Every rank makes the same decision, so the save's collectives
+// divides it, when end.last (the last step, a stop_after_seconds stop, a stop
+// signal: preemption, `launcher ctl stop`) or when end.save_now (`launcher ctl save`). Every rank makes the same decision, so the save's collectives
 // match.
 #pragma once
 
@@ -29,6 +29,10 @@ class CheckpointHook final : public StepHooks {
   void onStepEnd(TrainContext& ctx, const StepEnd& end) override;
 
   const std::string& lastSaved() const { return last_dir_; }  // "" when none
+  // The checkpoint saved last, else the one resumed from, else "".
+  std::string lastCheckpoint() const override {
+    return !last_dir_.empty() ? last_dir_ : plan_ ? plan_->dir : "";
+  }
 
  private:
   const TrainConfig& tc_;

@@ -27,7 +27,8 @@ SWEEP_TAGGER = BUILD / "sweep_tagger" / "sweep_tagger"
 SYNTH = BUILD / "sweep_tagger" / "ftb_synth_runs"
 
 # sweep_tagger/README.md, "aggregate" columns (varying config keys come after status).
-DOCUMENTED = ["tag", "status", "world_size", "nodes", "ranks", "steps_done", "measured_steps",
+DOCUMENTED = ["tag", "status", "world_size", "nodes", "ranks", "steps_done", "resumes",
+              "measured_steps",
               "train_runtime_s", "tokens_per_s_dataset", "tokens_per_s_padded",
               "tokens_per_s_dataset_per_device", "tokens_per_s_padded_per_device", "mfu",
               "gemm_efficiency", "step_time_p50_s", "step_time_p90_s", "data_frac", "forward_frac",

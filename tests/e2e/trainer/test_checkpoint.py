@@ -15,7 +15,7 @@ import h5py
 import numpy as np
 import pytest
 
-from trainer_util import TINY, TRAINER, assert_close, base_env, finish, free_port
+from trainer_util import REQUEUE_EXIT, TINY, TRAINER, assert_close, base_env, finish, free_port
 
 # seq 128 makes a step slow enough (~10-40 ms) that a signal sent at step ~8 lands mid-run.
 COMMON = ("metrics.log_every=1", "data.seq_len=128")
@@ -75,8 +75,8 @@ def losses(out, rank=0):
 
 def preempt(out, world, overrides, signal_ranks=None, sig=signal.SIGTERM, at_step=8):
     """Starts a run, sends `sig` to `signal_ranks` (default all) once step `at_step` is in
-    the metrics file, and checks every rank stops as preempted: 128+sig on a signalled
-    rank, 143 (128+SIGTERM) on a rank stopped by the agreement alone."""
+    the metrics file, and checks every rank stops as preempted with its checkpoint and the
+    requeue exit code, the signalled ranks and those stopped by the agreement alone."""
     procs = start(out, world, *overrides)
     wait_until(lambda: steps_done(out) >= at_step or any(p.poll() is not None for p in procs),
                f"step {at_step}")
@@ -85,8 +85,7 @@ def preempt(out, world, overrides, signal_ranks=None, sig=signal.SIGTERM, at_ste
         procs[r].send_signal(sig)
     outs = finish(procs)
     for r, (rc, o, e) in enumerate(outs):
-        want = 128 + sig if r in signalled else 128 + signal.SIGTERM
-        assert rc == want, f"rank {r} exited {rc}, expected {want}:\n{o}\n{e}"
+        assert rc == REQUEUE_EXIT, f"rank {r} exited {rc}, expected {REQUEUE_EXIT}:\n{o}\n{e}"
     for r in range(world):
         with h5(out, r) as f:
             st = dict(f["status"].attrs)
@@ -251,3 +250,28 @@ def test_keep_last_prunes_older_complete_checkpoints(tmp_path):
     run(tmp_path, 1, "training.max_steps=12", "checkpoint.interval=2", "checkpoint.keep_last=2")
     names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
     assert names == ["step_00000010", "step_00000012"]
+
+
+def test_failing_save_fails_clearly_and_keeps_the_previous_checkpoint(tmp_path):
+    """A save that cannot write (an immutable step_N.tmp directory, chattr +i, stands in for
+    a full or read-only disk; root ignores permission bits) ends the run as failed, exit 4,
+    with a message naming the file and the OS error; the previous complete checkpoint stays
+    (keep_last=1 prunes nothing) and the rerun resumes from it."""
+    out, ck = tmp_path / "run", tmp_path / "ck"
+    blocked = ck / "step_00000010.tmp"
+    blocked.mkdir(parents=True)
+    if subprocess.run(["chattr", "+i", str(blocked)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not supported on this file system")
+    try:
+        ov = (f"checkpoint.dir={ck}", "checkpoint.interval=5", "checkpoint.keep_last=1")
+        (rc, o, e), = run(out, 1, *ov, expect=4)
+        with h5(out) as f:
+            st = dict(f["status"].attrs)
+        assert st["state"] == "failed" and st["exit_code"] == 4, st
+        assert "checkpoint of step 10 failed" in st["message"] and str(blocked) in st["message"]
+        assert "Operation not permitted" in st["message"], st["message"]
+        assert (ck / "step_00000005" / "manifest.json").exists()
+    finally:
+        subprocess.run(["chattr", "-i", str(blocked)])
+    (rc, o, e), = run(out, 1, *ov)
+    assert f"resumed from {ck / 'step_00000005'}" in o + e

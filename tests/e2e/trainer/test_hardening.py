@@ -213,9 +213,11 @@ def test_two_concurrent_runs_one_refused_nothing_lost(tmp_path):
     assert f"{run_dir}: run directory is in use by another run" in loser[1], loser[1]
     assert f"pid={winner.pid}" in loser[1] and f"host={socket.gethostname()}" in loser[1]
     # Nothing lost: one metrics dir, the winner's, complete; no attempt was moved aside.
-    # checkpoints/ holds the winner's end-of-run checkpoint (checkpoint.interval = 0).
-    assert sorted(p.name for p in run_dir.iterdir()) == ["checkpoints", "metrics", "run.lock",
-                                                          "run.toml"]
+    # checkpoints/ holds the winner's end-of-run checkpoint (checkpoint.interval = 0);
+    # control/ is the winner's (empty) `launcher ctl` channel.
+    assert sorted(p.name for p in run_dir.iterdir()) == ["checkpoints", "control", "metrics",
+                                                          "run.lock", "run.toml"]
+    assert list((run_dir / "control").iterdir()) == []
     with metrics(run_dir) as f:
         assert f["status"].attrs["state"] == "completed"
         assert len(f["steps/loss"]) == 200

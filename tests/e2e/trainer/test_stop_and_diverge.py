@@ -1,6 +1,7 @@
 """Issue 13 items 2 and 10, issue 14: how a run that does not complete ends.
 
-- SIGUSR2 is a stop signal like TERM/INT/HUP/USR1: exit 128+signal, status preempted.
+- SIGUSR2 is a stop signal like TERM/INT/HUP/USR1: status preempted, a checkpoint of the
+  stop step, exit 75 (the requeue code; 128+signal when no checkpoint could be saved).
 - A stopped run still prints the summary of the steps it did.
 - A non-finite loss ends the run as failed (exit 6) naming the step, never completed.
 """
@@ -11,7 +12,8 @@ import time
 import h5py
 import pytest
 
-from trainer_util import TINY, TRAINER, base_env, metrics, run_trainer, wait_for_steps
+from trainer_util import (REQUEUE_EXIT, TINY, TRAINER, base_env, metrics, run_trainer,
+                          wait_for_steps)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGUSR2, signal.SIGTERM])
@@ -23,12 +25,12 @@ def test_stop_signal_records_preempted_and_prints_summary(tmp_path, sig):
     wait_for_steps(tmp_path / "metrics" / "rank_00000.h5", 3)
     p.send_signal(sig)
     out, err = p.communicate(timeout=30)
-    assert p.returncode == 128 + sig, err
+    assert p.returncode == REQUEUE_EXIT, err
     assert "== ftbench summary" in out, out
     with metrics(tmp_path) as f:
         st = f["status"].attrs
-        assert st["state"] == "preempted" and st["exit_code"] == 128 + sig
-        assert signal.strsignal(sig) in st["message"]
+        assert st["state"] == "preempted" and st["exit_code"] == REQUEUE_EXIT
+        assert signal.strsignal(sig) in st["message"] and "; checkpoint " in st["message"]
         n = len(f["steps/loss"])
         assert st["steps_done"] == n >= 3
     assert f"({n - 1} measured steps after 1 warmup)" in out

@@ -13,6 +13,9 @@ ROOT = Path(__file__).resolve().parents[3]
 BUILD = Path(os.environ.get("FTB_BUILD_DIR", ROOT / "build" / "release"))
 TRAINER = BUILD / "trainer" / "trainer"
 TINY = ROOT / "configs" / "runs" / "tiny.toml"
+# A run stopped by a signal after saving its checkpoint exits with this (common/error.h
+# kExitRequeue, trainer/README "Exit codes"); without a checkpoint, 128 + signal.
+REQUEUE_EXIT = 75
 
 
 def free_port():

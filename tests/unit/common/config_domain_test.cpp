@@ -172,3 +172,24 @@ TEST(ConfigBlame, TensorParallelIsBlamedNotTheDefaultShardDegree) {
 
 }  // namespace
 }  // namespace ftb
+
+namespace ftb {
+namespace {
+
+// Found by fuzz_config: toml++ 3.3.0 reached __builtin_unreachable() (undefined
+// behaviour) on a code point in U+00A1..U+0499 where it expects whitespace; common/toml.h
+// compiles that classifier with the upstream fix, so the input is refused (exit 2).
+TEST(TomlReader, NonAsciiWhereWhitespaceIsExpectedIsRefusedNotUndefined) {
+  for (const char* text : {"[training]\nlr = \xcf\x9a-3\n", "s = \"\"\"\\\n\xc2\xa7\"\"\"\n"}) {
+    try {
+      Config::fromString(text, "run.toml", {});
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("run.toml:"), std::string::npos) << e.what();
+      EXPECT_EQ(e.exitCode(), 2);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ftb

@@ -32,6 +32,26 @@ TEST(DistEnv, SingleProcessDefaults) {
   EXPECT_EQ(d.restart_count, 0);
 }
 
+// The node count is part of the run identity (common/tag.h).
+TEST(DistEnv, NodeCount) {
+  std::map<std::string, std::string> none;
+  EXPECT_EQ(discoverDistEnv(envOf(none)).nodes, 1);
+  std::map<std::string, std::string> launcher = {{"RANK", "0"}, {"WORLD_SIZE", "4"},
+                                                 {"LOCAL_WORLD_SIZE", "2"},
+                                                 {"GROUP_WORLD_SIZE", "2"}};
+  EXPECT_EQ(discoverDistEnv(envOf(launcher)).nodes, 2);
+  std::map<std::string, std::string> slurm = {{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "5"},
+                                              {"SLURM_TASKS_PER_NODE", "2(x2),1"}};
+  EXPECT_EQ(discoverDistEnv(envOf(slurm)).nodes, 3);
+  std::map<std::string, std::string> mpi = {{"OMPI_COMM_WORLD_RANK", "0"},
+                                            {"OMPI_COMM_WORLD_SIZE", "8"},
+                                            {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}};
+  EXPECT_EQ(discoverDistEnv(envOf(mpi)).nodes, 2);
+  std::map<std::string, std::string> one = {{"RANK", "0"}, {"WORLD_SIZE", "4"},
+                                            {"LOCAL_WORLD_SIZE", "4"}};
+  EXPECT_EQ(discoverDistEnv(envOf(one)).nodes, 1);
+}
+
 TEST(DistEnv, Torchrun) {
   std::map<std::string, std::string> vars = {
       {"RANK", "3"},           {"WORLD_SIZE", "4"},

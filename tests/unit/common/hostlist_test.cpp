@@ -109,7 +109,8 @@ TEST(TasksPerNode, Expands) {
 }
 
 TEST(TasksPerNode, Errors) {
-  for (const char* bad : {"2(x)", "x", "", "2(3)", "2(x3", "2,", "2(x0)", "2 "}) {
+  for (const char* bad : {"2(x)", "x", "", "2(3)", "2(x3", "2,", "2(x0)", "2 ",
+                          "4,0", "0(x2)"}) {
     EXPECT_THROW(expandTasksPerNode(bad), ConfigError) << bad;
   }
   try {
@@ -118,6 +119,15 @@ TEST(TasksPerNode, Errors) {
     EXPECT_STREQ(e.what(),
                  "config error: key 'SLURM_TASKS_PER_NODE': expected a repeat count at "
                  "position 3 in '2(x)'");
+  }
+  // Found by fuzz_hostlist: a node with 0 tasks was accepted.
+  try {
+    expandTasksPerNode("4,0");
+    ADD_FAILURE() << "4,0 accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(),
+                 "config error: key 'SLURM_TASKS_PER_NODE': tasks per node must be >= 1 at "
+                 "position 2 in '4,0'");
   }
 }
 

@@ -217,7 +217,7 @@ TEST_F(AggregateTableTest, FormatsParseAndQuote) {
   t.runs[0].message = "a, \"quoted\"\nmessage";
   std::string csv = toCsv(t);
   EXPECT_EQ(csv.substr(0, csv.find('\n')),
-            "tag,status,data.seq_len,world_size,nodes,ranks,steps_done,measured_steps,"
+            "tag,status,data.seq_len,world_size,nodes,ranks,steps_done,resumes,measured_steps,"
             "train_runtime_s,tokens_per_s_dataset,tokens_per_s_padded,"
             "tokens_per_s_dataset_per_device,tokens_per_s_padded_per_device,mfu,gemm_efficiency,"
             "step_time_p50_s,step_time_p90_s,data_frac,forward_frac,backward_frac,optimizer_frac,comm_frac,"
@@ -228,8 +228,8 @@ TEST_F(AggregateTableTest, FormatsParseAndQuote) {
   EXPECT_EQ(j["runs"].size(), 5u);
   EXPECT_EQ(j["varying"][0], "data.seq_len");
   std::string md = toMarkdown(t);
-  EXPECT_NE(md.find("| tag | status | data.seq_len | world size | nodes | steps | tokens/s global "
-                    "(dataset) | tokens/s per device (padded) | MFU % (hw peak) | "
+  EXPECT_NE(md.find("| tag | status | data.seq_len | world size | nodes | steps | resumes | "
+                    "tokens/s global (dataset) | tokens/s per device (padded) | MFU % (hw peak) | "
                     "GEMM eff. % (measured GEMM) |"),
             std::string::npos)
       << md;

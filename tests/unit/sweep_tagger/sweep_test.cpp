@@ -13,6 +13,9 @@
 #include "common/run_config.h"
 #include "test_util.h"
 #include "common/h5_metrics.h"
+#include "common/run_status.h"
+#include "common/tag.h"
+#include "sweep_tagger/aggregate.h"
 
 namespace ftb {
 namespace {
@@ -210,16 +213,93 @@ nproc_per_node = 1
   EXPECT_EQ(tags, (std::vector<std::string>{"sl128.n2", "sl32.n2"}));
 }
 
-TEST(Sweep, SameHashOnOtherNodeCountIsInvalid) {
+// Issue 9: 2 nodes x 2 ranks and 1 node x 4 ranks are different runs (they hashed alike
+// and expand marked the second invalid). Single-node hashes are unchanged.
+TEST(Sweep, NodeCountIsPartOfTheRunIdentity) {
   test::TempDir dir;
   auto pts = expandSweep(loadSweep(writeSweep(
       dir, "[grid]\nnproc_per_node = [4]\n[[include]]\nnodes = 2\nnproc_per_node = 2\n")));
   ASSERT_EQ(pts.size(), 2u);
-  EXPECT_EQ(pts[0].tag, pts[1].tag);
-  EXPECT_FALSE(pts[1].valid);
-  EXPECT_EQ(pts[1].reason,
-            "same run directory as point 0 (nodes=1): the config hash records world_size, not "
-            "nodes");
+  EXPECT_TRUE(pts[0].valid) << pts[0].reason;
+  EXPECT_TRUE(pts[1].valid) << pts[1].reason;
+  EXPECT_NE(pts[0].tag, pts[1].tag);
+  EXPECT_NE(pts[0].hash, pts[1].hash);
+  const Config cfg = Config::load(test::dataDir() + "/base.toml", {});
+  // One node: the stream (and so every existing single-node tag) is what it was.
+  EXPECT_EQ(canonicalStream(cfg, 4, 1), canonicalStream(cfg, 4));
+  EXPECT_EQ(canonicalStream(cfg, 4).find("nodes"), std::string::npos);
+  EXPECT_EQ(pts[0].hash, configHash(cfg, 4));
+  EXPECT_EQ(pts[1].hash, configHash(cfg, 4, 2));
+  EXPECT_EQ(pts[0].legacy_tag, "");
+  EXPECT_EQ(pts[1].legacy_tag, pts[0].tag);  // what the 2 x 2 run was called before
+}
+
+// A completed 2-node run directory in the format written before the node count was part
+// of the tag: run.toml without a "# nodes" header, under the tag that is now the 1 x 4
+// point's, rank files with node_rank 0, 0, 1, 1.
+std::string writeLegacyTwoNodeRun(const std::string& results, const Config& cfg) {
+  const std::string tag = formatTag(cfg, 4, kDefaultTagFmt);
+  const std::string dir = results + "/" + tag;
+  test::writeFile(dir + "/run.toml",
+                  "# ftbench run.toml: the resolved config of this run (written once)\n# tag = " +
+                      tag + "\n# config_hash = " + configHash(cfg, 4) +
+                      "\n# world_size = 4\n" + cfg.toToml());
+  for (int r = 0; r < 4; ++r) {
+    RunInfo info;
+    info.tag = tag;
+    info.config_hash = configHash(cfg, 4);
+    info.config_toml = cfg.toToml();
+    info.world_size = 4;
+    info.rank = r;
+    info.local_rank = r % 2;
+    info.node_rank = r / 2;
+    MetricsFile f = MetricsFile::create(metricsFilePath(dir, r), info);
+    f.declareMetric("loss", false);
+    for (int step = 0; step < 3; ++step) f.appendStep({{"loss", 2.0 - step}});
+    f.setStatus("completed", 0, "");
+    f.close();
+  }
+  return dir;
+}
+
+TEST(Sweep, LegacyMultiNodeRunDirStillCountsAsCompleted) {
+  test::TempDir dir, results;
+  const std::string sweep = writeSweep(
+      dir, "[grid]\nnproc_per_node = [4]\n[[include]]\nnodes = 2\nnproc_per_node = 2\n");
+  const Config cfg = Config::load(test::dataDir() + "/base.toml", {});
+  const std::string legacy = writeLegacyTwoNodeRun(results.path(), cfg);
+  EXPECT_EQ(runNodes(legacy), 2);  // from the rank files: the header has no nodes
+  // --pending: the 2 x 2 point is done (its legacy directory); the 1 x 4 point is not,
+  // although the legacy directory has its tag.
+  std::istringstream lines(run(expandCommand, {sweep, "--pending", results.path(), "--json"}));
+  std::vector<std::pair<int64_t, std::string>> pending;
+  for (std::string line; std::getline(lines, line);) {
+    auto j = nlohmann::json::parse(line);
+    pending.emplace_back(j["nodes"], j["state"]);
+  }
+  EXPECT_EQ(pending, (std::vector<std::pair<int64_t, std::string>>{{1, "missing"}}));
+  // The 1 x 4 run refuses the legacy directory instead of mixing into it.
+  try {
+    prepareRunDir(cfg, 4, results.path(), false, 1);
+    ADD_FAILURE() << "a 1-node run reused the legacy 2-node directory";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("holds a run on 2 node(s)"), std::string::npos)
+        << e.what();
+  }
+  // The 2 x 2 run of today gets its own directory, which records the node count.
+  RunDir rd = prepareRunDir(cfg, 4, results.path(), false, 2);
+  EXPECT_NE(rd.path, legacy);
+  EXPECT_EQ(runNodes(rd.path), 2);
+  // Aggregation still reads the legacy directory as a completed 2-node run.
+  AggregateTable t = aggregateRuns(results.path(), AggregateOptions{});
+  bool found = false;
+  for (const RunRow& row : t.runs) {
+    if (row.tag != formatTag(cfg, 4, kDefaultTagFmt)) continue;
+    found = true;
+    EXPECT_EQ(row.status, "completed") << row.message;
+    EXPECT_EQ(row.nodes, 2);
+  }
+  EXPECT_TRUE(found);
 }
 
 TEST(Sweep, NoGridMeansBaseOrIncludesOnly) {

@@ -1,0 +1,68 @@
+"""Issue 9 acceptance 2: `sweep_tagger expand`'s valid flag is the trainer's acceptance.
+
+A sweep over tp, ffn_dim, optimizer, nodes and nproc_per_node is expanded; for every point
+the trainer validates the same config and layout (`--print-config` runs the same
+TrainConfig::fromConfig as a real run, with the world size the launcher would give it in
+WORLD_SIZE). expand's valid flag must equal "the trainer exits 0", and an invalid point's
+reason must be the trainer's refusal, word for word (the trainer prefixes "[rank 0/N host] ").
+Binaries: $FTB_BUILD_DIR/{trainer/trainer,sweep_tagger/sweep_tagger}.
+"""
+import concurrent.futures
+import json
+import os
+import pathlib
+import re
+import subprocess
+
+REPO = pathlib.Path(__file__).resolve().parents[3]
+BUILD = pathlib.Path(os.environ.get("FTB_BUILD_DIR", REPO / "build" / "release"))
+SWEEP_TAGGER = BUILD / "sweep_tagger" / "sweep_tagger"
+TRAINER = BUILD / "trainer" / "trainer"
+
+# tiny: n_heads 4, n_kv_heads 2, ffn_dim 192, vocab 512. tp 3 divides nothing; tp 4 not
+# n_kv_heads; ffn_dim 345 is odd; adafactor refuses tp > 1; world sizes 2, 3, 4, 6.
+SWEEP = """
+base = "{base}"
+[grid]
+"parallel.tp" = [1, 2, 3, 4]
+"model.ffn_dim" = [192, 345]
+"training.optimizer" = ["adamw", "adafactor"]
+nodes = [1, 2]
+nproc_per_node = [2, 3]
+"""
+
+
+def trainer_refusal(point):
+    env = dict(os.environ, WORLD_SIZE=str(point["world_size"]), RANK="0", LOCAL_RANK="0",
+               LOCAL_WORLD_SIZE=str(point["nproc_per_node"]), GROUP_RANK="0",
+               OMP_NUM_THREADS="1")
+    p = subprocess.run([str(TRAINER), "--config", point["base"], *point["args"], "--print-config"],
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode in (0, 2), (point["args"], p.returncode, p.stderr)
+    if p.returncode == 0:
+        return ""
+    return re.sub(r"^\[rank 0/\d+ [^\]]*\] ", "", p.stderr.strip())
+
+
+def test_expand_valid_flag_and_reason_equal_the_trainers_acceptance(tmp_path):
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text(SWEEP.format(base=REPO / "configs" / "runs" / "tiny.toml"))
+    p = subprocess.run([str(SWEEP_TAGGER), "expand", str(sweep), "--json"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    points = [json.loads(line) for line in p.stdout.splitlines()]
+    assert len(points) == 4 * 2 * 2 * 2 * 2
+    valid = 0
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        refusals = list(pool.map(trainer_refusal, points))
+    for point, refusal in zip(points, refusals):
+        assert point["valid"] == (refusal == ""), (point["args"], point["reason"], refusal)
+        assert point["reason"].strip() == refusal, point["args"]
+        valid += point["valid"]
+    # Both outcomes occur, for each reason the grid was built to hit.
+    reasons = " ".join(pt["reason"] for pt in points)
+    for needle in ("does not divide world_size", "does not divide n_heads(4)",
+                   "does not divide n_kv_heads(2)", "does not divide ffn_dim(345)",
+                   "splits tensors across ranks"):
+        assert needle in reasons, needle
+    assert 0 < valid < len(points)
