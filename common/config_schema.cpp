@@ -233,8 +233,10 @@ void addMetricsAndOutput(Schema& sc) {
               "(CPU: cores x measured clock x FLOP/cycle; GPU: table)"),
          atLeast(0));
   sc.add(spec("metrics.price_per_hour", kFloat, f(0.0), "$/hour for cost metrics", kNoTag), atLeast(0));
-  sc.add(planned(spec("metrics.profile_steps", kInt, i(0), "steps to profile; 0 = off", kNoTag)),
-         atLeast(0));
+  sc.add(spec("metrics.profile_steps", ValueType::kIntList, Value(std::vector<int64_t>{}),
+              "[a, b]: Chrome trace of steps a..b (0-based, inclusive) per rank in "
+              "<run_dir>/traces/; [] = off",
+              kNoTag));
   sc.add(spec("output.dir", kString, s("results"), "output root", kNoTag));
   sc.add(spec("output.sweep_fmt", kString, s("{model.name}.ws{world_size}.{hash}"),
               "run directory name format", kNoTag));

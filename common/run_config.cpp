@@ -376,6 +376,17 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size, Checks ch
   requirePositive(cfg, "metrics.log_every");
   c.peak_tflops = cfg.getFloat("metrics.peak_tflops");
   c.price_per_hour = cfg.getFloat("metrics.price_per_hour");
+  c.profile_steps = cfg.getIntList("metrics.profile_steps");
+  const auto& ps = c.profile_steps;
+  if (!ps.empty() && (ps.size() != 2 || ps[0] < 0 || ps[1] < ps[0]))
+    cfg.fail("metrics.profile_steps",
+             "expected [first, last] with 0 <= first <= last (0-based steps), or [] for off",
+             "profile_steps = [5, 7] traces steps 5, 6 and 7");
+  if (!ps.empty() && ps[1] >= c.max_steps)
+    cfg.fail("metrics.profile_steps",
+             "last traced step " + num(ps[1]) + " is not below training.max_steps(" +
+                 num(c.max_steps) + ")",
+             "steps are 0-based: the last step is max_steps - 1");
   c.output_dir = cfg.getString("output.dir");
   c.sweep_fmt = cfg.getString("output.sweep_fmt");
   c.no_sweep_dir = cfg.getBool("output.no_sweep_dir");

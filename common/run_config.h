@@ -79,6 +79,7 @@ struct TrainConfig {
   // metrics
   int64_t log_every = 1;
   double peak_tflops = 0, price_per_hour = 0;
+  std::vector<int64_t> profile_steps;  // {} or {first, last}: steps traced (0-based)
   // output
   std::string output_dir, sweep_fmt;
   bool no_sweep_dir = false;

@@ -256,6 +256,12 @@ RunRow summarizeRun(const std::string& results_dir, const std::string& run_dir,
       std::smatch m;
       if (std::regex_search(run_toml, m, kWs)) row.world_size = std::stoll(m[1]);
     }
+    static const std::regex kTraceFile("rank_[0-9]+\\.json");
+    std::error_code trace_ec;  // no traces/ directory: no traces
+    for (const auto& e : fs::directory_iterator(fs::path(run_dir) / "traces", trace_ec))
+      if (std::regex_match(e.path().filename().string(), kTraceFile) &&
+          notRegularFileReason(e.path().string()).empty())
+        ++row.traces;
     std::vector<RankFile> ranks;
     std::vector<std::pair<int, std::string>> corrupt;
     static const std::regex kRankFile("rank_([0-9]+)\\.h5");

@@ -51,6 +51,7 @@ struct RunRow {
   std::optional<int64_t> world_size, nodes;
   int64_t ranks_found = 0, steps_done = 0, measured_steps = 0;
   int64_t resumes = 0;  // rank 0's resume_count attribute (resumes from a checkpoint)
+  int64_t traces = 0;   // profiler traces: regular files <run_dir>/traces/rank_*.json
   std::optional<double> train_runtime_s, tokens_per_s_dataset, tokens_per_s_padded,
       tokens_per_s_dataset_per_device, tokens_per_s_padded_per_device, mfu, gemm_efficiency,
       step_time_p50_s,
@@ -92,7 +93,7 @@ AggregateTable aggregateRuns(const std::string& results_dir, const AggregateOpti
 // step_time_p50_s, step_time_p90_s, data_frac, forward_frac, backward_frac,
 // optimizer_frac, comm_frac, peak_mem_mib, first_loss, last_loss, mt_per_hour,
 // usd_per_mt, price_per_hour, is_valid, host, cpu_model, peak_flops, peak_source,
-// gemm_flops, gemm_source, message.
+// gemm_flops, gemm_source, traces, message.
 std::vector<std::pair<std::string, Cell>> rowCells(const RunRow& row,
                                                    const std::vector<std::string>& varying);
 std::string toCsv(const AggregateTable& t);         // RFC 4180, empty cell = missing

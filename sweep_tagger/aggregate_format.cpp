@@ -124,6 +124,7 @@ std::vector<std::pair<std::string, Cell>> rowCells(const RunRow& r,
                      {"peak_source", r.peak_source},
                      {"gemm_flops", opt(r.gemm_flops)},
                      {"gemm_source", r.gemm_source},
+                     {"traces", r.traces},
                      {"message", r.message}});
   return c;
 }
@@ -246,6 +247,12 @@ std::string toMarkdown(const AggregateTable& t) {
     line(c);
   }
   if (any_price) out += priceNotes(t);
+  std::string traced;
+  for (const RunRow& r : t.runs)
+    if (r.traces > 0)
+      traced += "\n- " + r.tag + "/traces/ (" + std::to_string(r.traces) + " rank file(s))";
+  if (!traced.empty())
+    out += "\nProfiler traces (open in chrome://tracing or ui.perfetto.dev):" + traced + "\n";
   return out;
 }
 
@@ -276,6 +283,7 @@ RunRow rowFromJsonLine(const std::string& line) {
   r.ranks_found = i("ranks").value_or(0);
   r.steps_done = i("steps_done").value_or(0);
   r.resumes = i("resumes").value_or(0);
+  r.traces = i("traces").value_or(0);
   r.measured_steps = i("measured_steps").value_or(0);
   r.train_runtime_s = d("train_runtime_s");
   r.tokens_per_s_dataset = d("tokens_per_s_dataset");

@@ -20,6 +20,7 @@
 #include "common/run_lock.h"
 #include "common/tag.h"
 #include "trainer/data/dataset.h"
+#include "trainer/metrics/profiler.h"
 #include "common/h5_metrics.h"
 #include "trainer/metrics/perf.h"
 #include "trainer/metrics/env_check.h"
@@ -371,7 +372,9 @@ int runSession(const SessionOptions& opts) {
 
     CheckpointHook ckpt(tc, std::move(plan), makeCheckpointer(cfg, tc, env, info, run_dir, dist),
                         env.rank);
-    TrainSummary s = train(tc, *ds, dist, *metrics, peaks, &ckpt, run_dir);
+    StepProfiler profiler(tc.profile_steps, tracePath(run_dir, env.rank), env.rank);
+    HookList hooks({&profiler, &ckpt});  // the profiler's window excludes checkpoint saves
+    TrainSummary s = train(tc, *ds, dist, *metrics, peaks, &hooks, run_dir);
     return finishRun(*metrics, tc, s, peaks, run_dir, env.rank, ckpt.lastSaved());
   } catch (const ConfigError& e) {
     return failInvalid(e, metrics);

@@ -93,17 +93,28 @@ double globalPositions(Comm& world, int64_t local, int64_t tp) {
 double forwardBackward(const Loop& l, int64_t step, StepRecord& r, Agreement& a) {
   const TrainConfig& tc = l.tc;
   double t = nowSeconds();
-  const StepBatches mine = rankBatches(l.ds, tc, step, l.mesh.dpRank());  // tp ranks share data
+  StepBatches mine;
+  {
+    RECORD_USER_SCOPE("data");  // named ranges for traces: trainer/metrics/profiler.h
+    mine = rankBatches(l.ds, tc, step, l.mesh.dpRank());  // tp ranks share data
+  }
   t = lap(r.data, t);
   const double positions = globalPositions(l.world, mine.positions, tc.tp);
   l.sync.beginStep();  // ZeRO-3: all-gather of the root unit
   t = lap(r.comm, t);
   for (size_t m = 0; m < mine.micro.size(); ++m) {
     const Batch& b = mine.micro[m];
-    torch::Tensor loss_sum = l.model->lossSum(l.model->forward(b.inputs), b.targets, b.mask);
+    torch::Tensor loss_sum;
+    {
+      RECORD_USER_SCOPE("forward");
+      loss_sum = l.model->lossSum(l.model->forward(b.inputs), b.targets, b.mask);
+    }
     t = lap(r.fwd, t);
     l.sync.beforeBackward(m + 1 == mine.micro.size());
-    (loss_sum / positions).backward();
+    {
+      RECORD_USER_SCOPE("backward");
+      (loss_sum / positions).backward();
+    }
     t = lap(r.bwd, t);
     a.loss_sum += loss_sum.item<double>();
     a.padded += double(b.padded_tokens);
@@ -117,7 +128,10 @@ Agreement syncAndUpdate(const Loop& l, int64_t step, double positions, double el
                         StepRecord& r, Agreement a) {
   const TrainConfig& tc = l.tc;
   double t = nowSeconds();
-  l.sync.finishGradients();
+  {
+    RECORD_USER_SCOPE("gradient_sync");
+    l.sync.finishGradients();
+  }
   const double tn = nowSeconds();
   a.grad_sq = l.sync.localSquaredNorm();  // a local reduction: timed as optimizer work
   const double norm_s = nowSeconds() - tn;
@@ -131,11 +145,14 @@ Agreement syncAndUpdate(const Loop& l, int64_t step, double positions, double el
   r.padded = g.padded / tp;
   r.dataset = g.dataset / tp;
   r.grad_norm = std::sqrt(g.grad_sq);
-  std::vector<torch::Tensor> grads = l.sync.gradients();
-  if (tc.max_grad_norm > 0 && r.grad_norm > tc.max_grad_norm)
-    scaleGrads(grads, tc.max_grad_norm / (r.grad_norm + 1e-6));
   r.lr = lrAt(tc, step);
-  l.opt.step(grads, r.lr);
+  {
+    RECORD_USER_SCOPE("optimizer");
+    std::vector<torch::Tensor> grads = l.sync.gradients();
+    if (tc.max_grad_norm > 0 && r.grad_norm > tc.max_grad_norm)
+      scaleGrads(grads, tc.max_grad_norm / (r.grad_norm + 1e-6));
+    l.opt.step(grads, r.lr);
+  }
   l.sync.afterOptimizer();
   lap(r.opt, t);
   r.opt += norm_s;
@@ -238,6 +255,7 @@ TrainSummary train(const TrainConfig& tc, const Dataset& ds, Distributed& dist,
   StepEnd end;
   const int64_t first_step = state.step;
   for (; state.step < tc.max_steps; ++state.step) {
+    hooks->onStepBegin(ctx, state.step);
     const double t0 = nowSeconds();
     StepRecord r;
     Agreement a;

@@ -72,6 +72,8 @@ class StepHooks {
   // Once, after model, gradient sync and optimizer are built and before the first
   // step: may restore their state and set state.step (then call ctx.sync.paramsLoaded()).
   virtual void onStart(TrainContext& ctx, TrainState& state) { (void)ctx, (void)state; }
+  // Before step `step` reads its data (no collective may run here).
+  virtual void onStepBegin(TrainContext& ctx, int64_t step) { (void)ctx, (void)step; }
   // After each step's optimizer update and metrics row, before the next step: the model
   // and optimizer hold the state after step end.step (resume at end.step + 1).
   virtual void onStepEnd(TrainContext& ctx, const StepEnd& end) { (void)ctx, (void)end; }

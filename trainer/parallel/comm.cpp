@@ -151,6 +151,7 @@ class ProcessGroupComm final : public Comm {
   };
 
   void wait(const c10::intrusive_ptr<c10d::Work>& work, const char* op, const torch::Tensor& t) {
+    RECORD_USER_SCOPE(op);  // a named range per collective in profiler traces
     try {
       work->wait(timeout_);
     } catch (const std::exception& e) {

@@ -34,7 +34,7 @@ DOCUMENTED = ["tag", "status", "world_size", "nodes", "ranks", "steps_done", "re
               "gemm_efficiency", "step_time_p50_s", "step_time_p90_s", "data_frac", "forward_frac",
               "backward_frac", "optimizer_frac", "comm_frac", "peak_mem_mib", "first_loss",
               "last_loss", "mt_per_hour", "usd_per_mt", "is_valid", "peak_flops", "peak_source",
-              "gemm_flops", "gemm_source", "message"]
+              "gemm_flops", "gemm_source", "traces", "message"]
 
 # ftb_synth_runs run i: seq_len 256 << (i % 4), micro batch 1 << (i // 4 % 4).
 EXPECTED = {"sl256.mb1": "completed", "sl512.mb1": "failed", "sl1024.mb1": "oom",

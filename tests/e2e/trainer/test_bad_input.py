@@ -83,6 +83,6 @@ def test_bad_layouts(tmp_path, overrides, world, needle):
 
 
 def test_reserved_keys_are_refused_not_ignored(tmp_path):
-    p, _ = run(tmp_path, BASE, "metrics.profile_steps=10")
+    p, _ = run(tmp_path, BASE, "checkpoint.preempt_grace_s=10")
     assert p.returncode == 2
-    assert "metrics.profile_steps" in p.stderr and "not implemented yet" in p.stderr
+    assert "checkpoint.preempt_grace_s" in p.stderr and "not implemented yet" in p.stderr

@@ -222,7 +222,7 @@ TEST_F(AggregateTableTest, FormatsParseAndQuote) {
             "tokens_per_s_dataset_per_device,tokens_per_s_padded_per_device,mfu,gemm_efficiency,"
             "step_time_p50_s,step_time_p90_s,data_frac,forward_frac,backward_frac,optimizer_frac,comm_frac,"
             "peak_mem_mib,first_loss,last_loss,mt_per_hour,usd_per_mt,price_per_hour,is_valid,"
-            "host,cpu_model,peak_flops,peak_source,gemm_flops,gemm_source,message");
+            "host,cpu_model,peak_flops,peak_source,gemm_flops,gemm_source,traces,message");
   EXPECT_NE(csv.find("\"a, \"\"quoted\"\"\nmessage\""), std::string::npos);
   auto j = nlohmann::json::parse(toJson(t));
   EXPECT_EQ(j["runs"].size(), 5u);
