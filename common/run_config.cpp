@@ -92,11 +92,14 @@ int64_t parseCheckpointing(const Config& cfg) {
            "\"every_2\" checkpoints every second transformer block");
 }
 
-// The JSONL text dataset keys: the tokenizer (data.tokenizer, else
-// <model.from_pretrained>/tokenizer.model) and the fields.
+// The JSONL text dataset keys: the tokenizer (data.tokenizer, else, for a .jsonl
+// data.source, <model.from_pretrained>/tokenizer.model) and the fields. A token-file
+// source (.bin) with model.from_pretrained stays a token dataset.
+// REQUIRES: c.data_source set.
 void textDataConfig(const Config& cfg, TrainConfig& c, Checks checks) {
   c.tokenizer = cfg.getString("data.tokenizer");
-  if (c.tokenizer.empty() && cfg.has("model.from_pretrained"))
+  if (c.tokenizer.empty() && cfg.has("model.from_pretrained") &&
+      std::filesystem::path(c.data_source).extension() == ".jsonl")
     c.tokenizer =
         (std::filesystem::path(cfg.getString("model.from_pretrained")) / "tokenizer.model")
             .string();
