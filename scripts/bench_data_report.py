@@ -13,12 +13,7 @@ import h5py
 import numpy as np
 import tomllib
 
-
-def cpu_model():
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown CPU"
+from bench_common import cpu_model
 
 
 def summarise(run_dir):

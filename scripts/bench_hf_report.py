@@ -11,16 +11,11 @@ import re
 import sys
 from pathlib import Path
 
+from bench_common import cpu_model
+
 runs, model = Path(sys.argv[1]), Path(sys.argv[2])
 LINE = re.compile(r"loaded \S+: (\d+) bytes read by this rank in ([\d.e-]+) s; RSS (\d+) MiB before "
                   r"loading, (\d+) MiB peak while loading")
-
-
-def cpu_model():
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 def ranks(name):
