@@ -287,17 +287,21 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size, Checks ch
     cfg.fail("parallel.zero_stage", "must be 0, 1, 2 or 3, got " + num(c.zero_stage));
   c.dp_replicate = cfg.getInt("parallel.dp_replicate");
   if (c.dp_replicate == 0) {
-    if (world_size % (c.dp_shard * c.tp) != 0)
+    // Overflow-checked: a product past int64 cannot divide world_size either.
+    const std::optional<int64_t> shard_tp = checkedProduct({c.dp_shard, c.tp});
+    if (!shard_tp || world_size % *shard_tp != 0)
       failEither(cfg, "parallel.dp_shard", "parallel.tp",
                  "dp_shard(" + num(c.dp_shard) + ") * tp(" + num(c.tp) +
                      ") does not divide world_size(" + num(world_size) + ")",
                  "world_size = nodes * nproc_per_node (launcher)");
-    c.dp_replicate = world_size / (c.dp_shard * c.tp);
+    c.dp_replicate = world_size / *shard_tp;
   }
-  if (c.dp_replicate * c.dp_shard * c.tp != world_size)
+  const std::optional<int64_t> degrees = checkedProduct({c.dp_replicate, c.dp_shard, c.tp});
+  if (degrees != int64_t(world_size))
     cfg.fail("parallel.dp_replicate",
              "dp_replicate(" + num(c.dp_replicate) + ") * dp_shard(" + num(c.dp_shard) +
-                 ") * tp(" + num(c.tp) + ") = " + num(c.dp_replicate * c.dp_shard * c.tp) +
+                 ") * tp(" + num(c.tp) + ") = " +
+                 (degrees ? num(*degrees) : std::string("more than 2^63")) +
                  " does not equal world_size(" + num(world_size) + ")",
              "set parallel.dp_replicate = 0 to derive it from the world size");
   // ZeRO shards over dp_shard only: a stage with dp_shard = 1 over several replicas would

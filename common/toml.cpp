@@ -45,7 +45,22 @@ std::string tomlLineOf(const std::string& file, const toml::node& node) {
   return file + ":" + std::to_string(node.source().begin.line);
 }
 
+// Arrays and tables are spelled here, not by toml++'s formatter: toml++ 3.3.0 weighs
+// them for inline printing with static_cast<size_t>(log10(v)), undefined behaviour for
+// a float in (0, 1) (fuzz_config: `[[training]]\nlr = 1e-3`). Scalars are printed by
+// toml++ (no weighing there).
 std::string tomlText(const toml::node& node) {
+  if (const toml::array* a = node.as_array()) {
+    std::string s = "[";  // toml++'s spelling: "[ 1, 2.5 ]", "[]"
+    for (size_t i = 0; i < a->size(); ++i) s += (i ? ", " : " ") + tomlText(*a->get(i));
+    return s + (a->empty() ? "]" : " ]");
+  }
+  if (const toml::table* t = node.as_table()) {
+    std::string s = "{";
+    for (const auto& [k, v] : *t)
+      s += (s.size() > 1 ? ", " : " ") + std::string(k.str()) + " = " + tomlText(v);
+    return s + (s.size() > 1 ? " }" : "}");
+  }
   std::ostringstream os;
   node.visit([&os](const auto& x) { os << x; });
   return os.str();

@@ -191,5 +191,18 @@ TEST(TomlReader, NonAsciiWhereWhitespaceIsExpectedIsRefusedNotUndefined) {
   }
 }
 
+// Found by fuzz_config: an array of tables holding a float in (0, 1) made toml++ 3.3.0's
+// formatter cast a negative log10 to size_t (undefined behaviour) when the value was
+// spelled for the error message; common/toml.cpp spells arrays and tables itself.
+TEST(TomlReader, ArrayOfTablesWithASmallFloatIsRefusedAndSpelled) {
+  try {
+    Config::fromString("[[training]]\nlr = 1e-3\n", "run.toml", {});
+    ADD_FAILURE() << "an array of tables was accepted as a config section";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.exitCode(), 2);
+    EXPECT_NE(std::string(e.what()).find("training"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace ftb

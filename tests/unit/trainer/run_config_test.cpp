@@ -113,6 +113,16 @@ TEST(TrainConfig, ParallelProductMustEqualWorldSize) {
                     {"dp_shard(1) * tp(2) does not divide world_size(3)"});
   expectConfigError([] { load({"parallel.dp_shard=2"}, 5); },
                     {"dp_shard(2) * tp(1) does not divide world_size(5)"});
+  // Found by fuzz_config: degrees whose product overflows int64 are refused, not UB.
+  expectConfigError([] { load({"parallel.dp_shard=4611686018413693952", "parallel.tp=4"}, 4); },
+                    {"dp_shard(4611686018413693952) * tp(4) does not divide world_size(4)"});
+  expectConfigError(
+      [] {
+        load({"parallel.dp_replicate=4611686018413693952", "parallel.dp_shard=2",
+              "parallel.tp=2"},
+             4);
+      },
+      {"= more than 2^63 does not equal world_size(4)"});
   // dp_replicate = 0 derives the data-parallel size from the world.
   TrainConfig c = load({}, 4);
   EXPECT_EQ(c.dp_replicate, 4);
