@@ -186,7 +186,7 @@ def assert_same_tensors(exported, values):
         assert raw == np.ascontiguousarray(values[name], dtype="<f4").tobytes(), name
 
 
-@pytest.mark.parametrize("layout", ["world1", "zero3_world2", "tp2"])
+@pytest.mark.parametrize("layout", ["world1", "zero3_world2", "tp2", "tp2_x_dp_shard2"])
 def test_export_gives_back_the_imported_weights(layout, gqa_model, tmp_path):
     # lr = 0: one optimizer step leaves the weights exactly as imported (AdamW adds -0 * x).
     hf_dir, data, cfg, w, _ = gqa_model
@@ -194,7 +194,7 @@ def test_export_gives_back_the_imported_weights(layout, gqa_model, tmp_path):
     if layout == "world1":
         run_trainer(tmp_path / "run", *args, "training.micro_batch_size=4")
     else:
-        world, extra = {"zero3_world2": LAYOUTS["zero3_world2"], "tp2": LAYOUTS["tp2"]}[layout]
+        world, extra = LAYOUTS[layout]
         run_ranks(tmp_path / "run", world, *args, *extra)
     p = export(tmp_path / "run" / "checkpoints", tmp_path / "hf")
     assert "exported" in p.stderr + p.stdout
