@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 namespace ftb {
@@ -37,6 +38,80 @@ FTB_CLONES void normBackRow(const float* gy, const float* w, const float* x, flo
     float xh = x[i] * r;
     gx[i] = r * (gy[i] * w[i] - xh * c);
     gw[i] += gy[i] * xh;
+  }
+}
+
+// exp(x) for x in [-87, 88] (clamped outside), Cephes' expf: x = n ln2 + r, |r| <= ln2/2,
+// exp(r) by a degree-7 polynomial, 2^n by the exponent bits. Within 2 ulp of expf; plain
+// arithmetic so that the loops calling it vectorize.
+inline float expApprox(float x) {
+  x = std::min(std::max(x, -87.0f), 88.0f);
+  float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round to nearest
+  float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+
+FTB_CLONES float maxOf(const float* x, int64_t n) {
+  float acc[16];
+  for (int j = 0; j < 16; ++j) acc[j] = -INFINITY;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int j = 0; j < 16; ++j) acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];
+  float m = -INFINITY;
+  for (int j = 0; j < 16; ++j) m = acc[j] > m ? acc[j] : m;
+  for (; i < n; ++i) m = x[i] > m ? x[i] : m;
+  return m;
+}
+
+// o = exp(x - m); returns the sum of o (sixteen partial sums, fixed order).
+FTB_CLONES float expShiftSum(const float* x, float m, float* o, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) o[i] = expApprox(x[i] - m);
+  float acc[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int j = 0; j < 16; ++j) acc[j] += o[i + j];
+  float s = 0;
+  for (int j = 0; j < 16; ++j) s += acc[j];
+  for (; i < n; ++i) s += o[i];
+  return s;
+}
+
+// o = exp(x - m) * g
+FTB_CLONES void expShiftScale(const float* x, float m, float g, float* o, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) o[i] = expApprox(x[i] - m) * g;
+}
+
+FTB_CLONES void scaleRow(float* x, float a, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= a;
+}
+
+// gs = p * (g - c)
+FTB_CLONES void softmaxBackRow(const float* p, const float* g, float c, float* gs, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) gs[i] = p[i] * (g[i] - c);
+}
+
+// out = silu(a) * b
+FTB_CLONES void swigluRow(const float* a, const float* b, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] / (1.0f + expApprox(-a[i])) * b[i];
+}
+
+// s = sigmoid(a): ga = g * b * s * (1 + a (1 - s)), gb = g * a * s
+FTB_CLONES void swigluBackRow(const float* a, const float* b, const float* g, float* ga, float* gb,
+                              int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    float s = 1.0f / (1.0f + expApprox(-a[i]));
+    ga[i] = g[i] * b[i] * s * (1.0f + a[i] * (1.0f - s));
+    gb[i] = g[i] * a[i] * s;
   }
 }
 
@@ -230,6 +305,191 @@ struct RopeFn : public torch::autograd::Function<RopeFn> {
   }
 };
 
+// ---- causal softmax --------------------------------------------------------------
+
+// p[r, :] = softmax over columns 0..t of s[r, :] (t = r mod T, the query position), 0 after.
+void causalSoftmaxFwd(const torch::Tensor& sc, torch::Tensor& p) {
+  const int64_t T = sc.size(-1), rows = sc.numel() / T;
+  FTB_DISPATCH_FLOAT_BF16(sc.scalar_type(), "csm_in", [&] {
+    using TIn = scalar_t;
+    const TIn* sp = sc.data_ptr<TIn>();
+    FTB_DISPATCH_FLOAT_BF16(p.scalar_type(), "csm_out", [&] {
+      scalar_t* pp = p.data_ptr<scalar_t>();
+      at::parallel_for(0, rows, 16, [&](int64_t b, int64_t e) {
+        std::vector<float> xb, ob;
+        for (int64_t r = b; r < e; ++r) {
+          const int64_t valid = r % T + 1;
+          const float* x = asFloat(sp + r * T, valid, xb);
+          float* o = outFloat(pp + r * T, T, ob);
+          float sum = expShiftSum(x, maxOf(x, valid), o, valid);
+          scaleRow(o, 1.0f / sum, valid);
+          std::fill(o + valid, o + T, 0.0f);
+          storeRow(pp + r * T, o, T);
+        }
+      });
+    });
+  });
+}
+
+// gs = p * (g - sum(p * g)) over columns 0..t, 0 after; gs in gs's dtype.
+void causalSoftmaxBwd(const torch::Tensor& p, const torch::Tensor& g, torch::Tensor& gs) {
+  const int64_t T = p.size(-1), rows = p.numel() / T;
+  FTB_DISPATCH_FLOAT_BF16(p.scalar_type(), "csm_bwd_p", [&] {
+    using TP = scalar_t;
+    const TP* pp = p.data_ptr<TP>();
+    const TP* gp = g.data_ptr<TP>();
+    FTB_DISPATCH_FLOAT_BF16(gs.scalar_type(), "csm_bwd_out", [&] {
+      scalar_t* op = gs.data_ptr<scalar_t>();
+      at::parallel_for(0, rows, 16, [&](int64_t b, int64_t e) {
+        std::vector<float> pb, gb, ob;
+        for (int64_t r = b; r < e; ++r) {
+          const int64_t valid = r % T + 1;
+          const float* pr = asFloat(pp + r * T, valid, pb);
+          const float* gr = asFloat(gp + r * T, valid, gb);
+          float* o = outFloat(op + r * T, T, ob);
+          softmaxBackRow(pr, gr, dot(pr, gr, valid), o, valid);
+          std::fill(o + valid, o + T, 0.0f);
+          storeRow(op + r * T, o, T);
+        }
+      });
+    });
+  });
+}
+
+struct CausalSoftmaxFn : public torch::autograd::Function<CausalSoftmaxFn> {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor scores, int64_t out_dtype) {
+    torch::Tensor sc = scores.contiguous();
+    torch::Tensor p = torch::empty(sc.sizes(), sc.options().dtype(static_cast<torch::ScalarType>(out_dtype)));
+    causalSoftmaxFwd(sc, p);
+    ctx->save_for_backward({p});
+    ctx->saved_data["in_dtype"] = static_cast<int64_t>(scores.scalar_type());
+    return p;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
+    torch::Tensor p = ctx->get_saved_variables()[0];
+    torch::Tensor g = grad_out[0].to(p.scalar_type()).contiguous();
+    auto in_dtype = static_cast<torch::ScalarType>(ctx->saved_data["in_dtype"].toInt());
+    torch::Tensor gs = torch::empty(p.sizes(), p.options().dtype(in_dtype));
+    causalSoftmaxBwd(p, g, gs);
+    return {gs, torch::Tensor()};
+  }
+};
+
+// ---- SwiGLU gate -----------------------------------------------------------------
+
+constexpr int64_t kGateChunk = 4096;  // elements per task
+
+template <typename F>
+void forChunks(int64_t n, const F& f) {
+  at::parallel_for(0, (n + kGateChunk - 1) / kGateChunk, 1, [&](int64_t b, int64_t e) {
+    for (int64_t c = b; c < e; ++c) f(c * kGateChunk, std::min(kGateChunk, n - c * kGateChunk));
+  });
+}
+
+struct SwiGluFn : public torch::autograd::Function<SwiGluFn> {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor a, torch::Tensor b) {
+    torch::Tensor ac = a.contiguous(), bc = b.contiguous();
+    torch::Tensor out = torch::empty(ac.sizes(), ac.options());
+    FTB_DISPATCH_FLOAT_BF16(ac.scalar_type(), "swiglu", [&] {
+      const scalar_t *ap = ac.data_ptr<scalar_t>(), *bp = bc.data_ptr<scalar_t>();
+      scalar_t* op = out.data_ptr<scalar_t>();
+      forChunks(ac.numel(), [&](int64_t i, int64_t n) {
+        std::vector<float> x, y, z;
+        float* o = outFloat(op + i, n, z);
+        swigluRow(asFloat(ap + i, n, x), asFloat(bp + i, n, y), o, n);
+        storeRow(op + i, o, n);
+      });
+    });
+    ctx->save_for_backward({ac, bc});
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
+    auto saved = ctx->get_saved_variables();
+    const torch::Tensor &a = saved[0], &b = saved[1];
+    torch::Tensor g = grad_out[0].to(a.scalar_type()).contiguous();
+    torch::Tensor ga = torch::empty_like(a), gb = torch::empty_like(b);
+    FTB_DISPATCH_FLOAT_BF16(a.scalar_type(), "swiglu_bwd", [&] {
+      const scalar_t *ap = a.data_ptr<scalar_t>(), *bp = b.data_ptr<scalar_t>(),
+                     *gp = g.data_ptr<scalar_t>();
+      scalar_t *gap = ga.data_ptr<scalar_t>(), *gbp = gb.data_ptr<scalar_t>();
+      forChunks(a.numel(), [&](int64_t i, int64_t n) {
+        std::vector<float> x, y, w, u, v;
+        float *oa = outFloat(gap + i, n, u), *ob = outFloat(gbp + i, n, v);
+        swigluBackRow(asFloat(ap + i, n, x), asFloat(bp + i, n, y), asFloat(gp + i, n, w), oa, ob, n);
+        storeRow(gap + i, oa, n);
+        storeRow(gbp + i, ob, n);
+      });
+    });
+    return {ga, gb};
+  }
+};
+
+// ---- cross-entropy ---------------------------------------------------------------
+
+// lse[r] = logsumexp(logits[r, :]); nll[r] = lse[r] - logits[r, targets[r]].
+void crossEntropyFwd(const torch::Tensor& logits, const int64_t* tg, float* lse, float* nll) {
+  const int64_t n = logits.size(0), V = logits.size(1);
+  FTB_DISPATCH_FLOAT_BF16(logits.scalar_type(), "ce_fwd", [&] {
+    const scalar_t* lp = logits.data_ptr<scalar_t>();
+    at::parallel_for(0, n, 4, [&](int64_t b, int64_t e) {
+      std::vector<float> xb, tmp(V);
+      for (int64_t r = b; r < e; ++r) {
+        const float* x = asFloat(lp + r * V, V, xb);
+        float m = maxOf(x, V);
+        lse[r] = m + std::log(expShiftSum(x, m, tmp.data(), V));
+        nll[r] = lse[r] - x[tg[r]];
+      }
+    });
+  });
+}
+
+// grad[r, :] = softmax(logits[r, :]) * g[r], minus g[r] at the target.
+void crossEntropyBwd(const torch::Tensor& logits, const int64_t* tg, const float* lse,
+                     const float* g, torch::Tensor& grad) {
+  const int64_t n = logits.size(0), V = logits.size(1);
+  FTB_DISPATCH_FLOAT_BF16(logits.scalar_type(), "ce_bwd", [&] {
+    const scalar_t* lp = logits.data_ptr<scalar_t>();
+    scalar_t* gp = grad.data_ptr<scalar_t>();
+    at::parallel_for(0, n, 4, [&](int64_t b, int64_t e) {
+      std::vector<float> xb, ob;
+      for (int64_t r = b; r < e; ++r) {
+        float* o = outFloat(gp + r * V, V, ob);
+        expShiftScale(asFloat(lp + r * V, V, xb), lse[r], g[r], o, V);
+        o[tg[r]] -= g[r];
+        storeRow(gp + r * V, o, V);
+      }
+    });
+  });
+}
+
+struct CrossEntropyFn : public torch::autograd::Function<CrossEntropyFn> {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor logits, torch::Tensor targets) {
+    torch::Tensor lc = logits.contiguous(), tc = targets.to(torch::kInt64).contiguous();
+    const int64_t V = lc.size(1);
+    const int64_t* tg = tc.data_ptr<int64_t>();
+    for (int64_t r = 0; r < tc.numel(); ++r)
+      TORCH_CHECK(tg[r] >= 0 && tg[r] < V, "cross-entropy: target ", tg[r], " of row ", r,
+                  " is outside the vocabulary [0, ", V, ")");
+    torch::Tensor lse = torch::empty({lc.size(0)}, lc.options().dtype(torch::kFloat32));
+    torch::Tensor nll = torch::empty_like(lse);
+    crossEntropyFwd(lc, tg, lse.data_ptr<float>(), nll.data_ptr<float>());
+    ctx->save_for_backward({lc, tc, lse});
+    return nll;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
+    auto saved = ctx->get_saved_variables();
+    const torch::Tensor &logits = saved[0], &targets = saved[1], &lse = saved[2];
+    torch::Tensor g = grad_out[0].to(torch::kFloat32).contiguous();
+    torch::Tensor grad = torch::empty_like(logits);
+    crossEntropyBwd(logits, targets.data_ptr<int64_t>(), lse.data_ptr<float>(), g.data_ptr<float>(),
+                    grad);
+    return {grad, torch::Tensor()};
+  }
+};
+
 }  // namespace
 
 torch::Tensor fusedRmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps,
@@ -246,6 +506,26 @@ torch::Tensor fusedRope(const torch::Tensor& x, const torch::Tensor& cos, const 
   torch::Tensor c = cos.narrow(0, 0, T).to(torch::kFloat32).contiguous();
   torch::Tensor s = sin.narrow(0, 0, T).to(torch::kFloat32).contiguous();
   return RopeFn::apply(x, c, s, scale);
+}
+
+torch::Tensor fusedCausalSoftmax(const torch::Tensor& scores, torch::ScalarType out_dtype) {
+  TORCH_CHECK(scores.dim() >= 2 && scores.size(-1) == scores.size(-2),
+              "fusedCausalSoftmax: square [..., T, T] scores expected, got ", scores.sizes());
+  return CausalSoftmaxFn::apply(scores, static_cast<int64_t>(out_dtype));
+}
+
+torch::Tensor fusedSwiGlu(const torch::Tensor& a, const torch::Tensor& b) {
+  TORCH_CHECK(a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type(),
+              "fusedSwiGlu: a and b of one shape and dtype expected, got ", a.sizes(), " ",
+              a.scalar_type(), " and ", b.sizes(), " ", b.scalar_type());
+  return SwiGluFn::apply(a, b);
+}
+
+torch::Tensor fusedCrossEntropy(const torch::Tensor& logits, const torch::Tensor& targets) {
+  TORCH_CHECK(logits.dim() == 2 && targets.dim() == 1 && targets.size(0) == logits.size(0),
+              "fusedCrossEntropy: logits [N, V] and targets [N] expected, got ", logits.sizes(),
+              " and ", targets.sizes());
+  return CrossEntropyFn::apply(logits, targets);
 }
 
 }  // namespace ftb

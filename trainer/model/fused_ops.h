@@ -1,13 +1,19 @@
 // Fused elementwise kernels of the Llama block, each an autograd Function with a
-// hand-written backward: RMSNorm and the rotary embedding.
+// hand-written backward: RMSNorm, the rotary embedding, the causal softmax, the
+// SwiGLU gate and the cross-entropy over the vocabulary.
 //
 // Why: composed from ATen ops, RMSNorm costs 6 passes over an activation-sized tensor
 // forward and about 10 backward (and as many dispatches); RoPE 7 forward (narrow, 4 mul,
-// sub, add, cat) plus the q scaling. Fused, each is one pass forward and one backward.
+// sub, add, cat) plus the q scaling; the causal softmax 3 forward (mask add, softmax,
+// cast) over all T² scores though half are masked; SwiGLU 2 forward, 3 backward. Fused,
+// each is one pass forward and one backward, and the softmax touches only the unmasked
+// half. The cross-entropy keeps one logsumexp per row (not a [N, V] log-softmax) and
+// builds its [N, V] gradient in one pass (composed: sub, exp, mul, scatter, copy).
 //
 // Contracts (checked against the composed ATen math in trainer/tests/fused_ops_test.cpp):
 // - Same math as the composition: inputs fp32 or bf16, accumulation and the per-row
-//   statistics in fp32, one rounding to the output dtype. Results agree with the
+//   statistics in fp32, one rounding to the output dtype. exp is a polynomial within
+//   2 ulp of expf (the softmax and the SiLU). Results agree with the
 //   composition within fp32 rounding (not bit for bit: the summation order differs).
 // - Deterministic on one machine: the result does not depend on the number of
 //   intra-op threads (rows are independent; the RMSNorm weight gradient is reduced
@@ -32,5 +38,19 @@ torch::Tensor fusedRmsNorm(const torch::Tensor& x, const torch::Tensor& weight, 
 // Returns a contiguous [B, H, T, hd] tensor in x's dtype.
 torch::Tensor fusedRope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         double scale);
+
+// softmax(scores + causal mask, -1) in `out_dtype`: row t of each [T, T] block keeps
+// columns 0..t; the masked entries are exactly 0 (forward and gradient).
+// REQUIRES: scores [..., T, T] fp32 or bf16 (query length = key length). The gradient
+// comes back in the scores' dtype.
+torch::Tensor fusedCausalSoftmax(const torch::Tensor& scores, torch::ScalarType out_dtype);
+
+// silu(a) * b (the SwiGLU gate), in a's dtype. REQUIRES: a, b of one shape and dtype.
+torch::Tensor fusedSwiGlu(const torch::Tensor& a, const torch::Tensor& b);
+
+// Per-row cross-entropy: nll[r] = logsumexp(logits[r]) - logits[r, targets[r]], fp32 [N].
+// REQUIRES: logits [N, V] fp32 or bf16, targets [N] integer in [0, V) (else an error).
+// The logits' gradient comes back in their dtype.
+torch::Tensor fusedCrossEntropy(const torch::Tensor& logits, const torch::Tensor& targets);
 
 }  // namespace ftb

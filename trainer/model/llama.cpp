@@ -61,7 +61,7 @@ RopeTables RopeTables::make(int64_t head_dim, int64_t max_seq_len, double theta)
 }
 
 RopeTables RopeTables::forTokens(int64_t T) const {
-  return {cos.narrow(0, 0, T), sin.narrow(0, 0, T), torch::full({T, T}, -INFINITY).triu(1)};
+  return {cos.narrow(0, 0, T), sin.narrow(0, 0, T)};
 }
 
 // HF layout: rotate the halves (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin), times scale.
@@ -108,17 +108,14 @@ torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x, const RopeTa
     k = k.repeat_interleave(rep, 1);
     v = v.repeat_interleave(rep, 1);
   }
-  torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1));
-  // Causal mask as an additive bias, in place: no extra [B,H,T,T] tensor and no mask
-  // pass in backward (matmul's backward does not need its output).
-  scores = scores.to(torch::kFloat32);
-  scores.add_(rope.causal.defined() ? rope.causal : torch::full({T, T}, -INFINITY).triu(1));
-  torch::Tensor probs = torch::softmax(scores, -1).to(x.scalar_type());
+  // Causal softmax in fp32 over the unmasked half only (fused kernel), probs in the
+  // compute dtype.
+  torch::Tensor probs = fusedCausalSoftmax(torch::matmul(q, k.transpose(-2, -1)), x.scalar_type());
   torch::Tensor attn = torch::matmul(probs, v).transpose(1, 2).reshape({B, T, -1});
   torch::Tensor out = x + reduceFromTp(proj(attn, wo), tp_);
   // SwiGLU MLP: column-parallel w1/w3, row-parallel w2.
   torch::Tensor g = copyToTp(rmsNorm(out, ffn_norm, eps_), tp_);
-  return out + reduceFromTp(proj(torch::silu(proj(g, w1)) * proj(g, w3), w2), tp_);
+  return out + reduceFromTp(proj(fusedSwiGlu(proj(g, w1), proj(g, w3)), w2), tp_);
 }
 
 TransformerImpl::TransformerImpl(const ModelArgs& a, const TpContext& tp,

@@ -34,12 +34,12 @@
 namespace ftb {
 
 // Precomputed rotary tables cos/sin [max_seq_len, head_dim/2] in fp32, HF "rotate_half"
-// layout, and (when built by forTokens) the additive causal bias [T, T] (0 / -inf).
+// layout. (The causal mask is applied by the fused softmax, model/fused_ops.h.)
 struct RopeTables {
-  torch::Tensor cos, sin, causal;
+  torch::Tensor cos, sin;
   static RopeTables make(int64_t head_dim, int64_t max_seq_len, double theta);
-  // The first T rows plus the causal bias: built once per forward and shared by every
-  // block (and its recompute).
+  // The first T rows: taken once per forward and shared by every block (and its
+  // recompute).
   RopeTables forTokens(int64_t T) const;
 };
 // x [B,H,T,hd] rotated (fused kernel, model/fused_ops.h), times scale; contiguous result.

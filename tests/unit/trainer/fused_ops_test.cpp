@@ -1,4 +1,4 @@
-// The fused RMSNorm and RoPE kernels (trainer/model/fused_ops.h) against the ATen
+// The fused RMSNorm, RoPE, causal-softmax and SwiGLU kernels (trainer/model/fused_ops.h) against the ATen
 // composition they replace, forward and backward, in fp32 and bf16 (llm.c's habit: the
 // fast version checked against a plain reference). Also: the result does not depend
 // on the number of intra-op threads, and non-contiguous inputs (the transposed q/k
@@ -26,6 +26,16 @@ torch::Tensor refRope(const torch::Tensor& x, const torch::Tensor& cos, const to
   torch::Tensor c = cos.narrow(0, 0, T), s = sin.narrow(0, 0, T);
   torch::Tensor x1 = xf.narrow(-1, 0, half), x2 = xf.narrow(-1, half, half);
   return (torch::cat({x1 * c - x2 * s, x2 * c + x1 * s}, -1) * scale).to(x.scalar_type());
+}
+
+torch::Tensor refCausalSoftmax(const torch::Tensor& scores, torch::ScalarType out) {
+  int64_t T = scores.size(-1);
+  torch::Tensor s = scores.to(torch::kFloat32) + torch::full({T, T}, -INFINITY).triu(1);
+  return torch::softmax(s, -1).to(out);
+}
+
+torch::Tensor refSwiGlu(const torch::Tensor& a, const torch::Tensor& b) {
+  return torch::silu(a) * b;
 }
 
 double relErr(const torch::Tensor& a, const torch::Tensor& b) {
@@ -92,16 +102,75 @@ TEST(FusedOps, RopeMatchesTheAtenCompositionOnTransposedViews) {
   }
 }
 
+TEST(FusedOps, CausalSoftmaxMatchesMaskPlusSoftmaxAndZeroesTheMaskedHalf) {
+  torch::manual_seed(4);
+  for (auto dt : {torch::kFloat32, torch::kBFloat16}) {
+    torch::Tensor s = (torch::randn({2, 3, 33, 33}) * 4).to(dt), gy = torch::randn({2, 3, 33, 33});
+    auto fused = run([&](auto& in) { return fusedCausalSoftmax(in[0], dt); }, {s}, gy);
+    auto ref = run([&](auto& in) { return refCausalSoftmax(in[0], dt); }, {s}, gy);
+    const double tol = dt == torch::kFloat32 ? 1e-5 : 1e-2;
+    EXPECT_LT(relErr(fused.y, ref.y), tol) << dt;
+    EXPECT_LT(relErr(fused.grads[0], ref.grads[0]), tol) << "ds " << dt;
+    torch::Tensor upper = torch::ones({33, 33}, torch::kBool).triu(1);
+    EXPECT_EQ(fused.y.masked_select(upper).abs().max().item<float>(), 0.0f);
+    EXPECT_EQ(fused.grads[0].masked_select(upper).abs().max().item<float>(), 0.0f);
+    torch::Tensor rows = fused.y.to(torch::kFloat32).sum(-1);
+    EXPECT_LT((rows - 1).abs().max().item<float>(), dt == torch::kFloat32 ? 1e-6 : 2e-2);
+  }
+}
+
+TEST(FusedOps, SwiGluMatchesSiluTimesGateOverTheWholeRange) {
+  torch::manual_seed(5);
+  for (auto dt : {torch::kFloat32, torch::kBFloat16}) {
+    // Beyond the exp clamp on both sides too (|a| up to ~120).
+    torch::Tensor a = (torch::randn({5, 4099}) * 30).to(dt), b = torch::randn({5, 4099}).to(dt);
+    torch::Tensor gy = torch::randn({5, 4099});
+    auto fused = run([&](auto& in) { return fusedSwiGlu(in[0], in[1]); }, {a, b}, gy);
+    auto ref = run([&](auto& in) { return refSwiGlu(in[0], in[1]); }, {a, b}, gy);
+    const double tol = dt == torch::kFloat32 ? 1e-5 : 1e-2;
+    EXPECT_LT(relErr(fused.y, ref.y), tol) << dt;
+    EXPECT_LT(relErr(fused.grads[0], ref.grads[0]), tol) << "da " << dt;
+    EXPECT_LT(relErr(fused.grads[1], ref.grads[1]), tol) << "db " << dt;
+  }
+}
+
+TEST(FusedOps, CrossEntropyMatchesLogSoftmaxNllAndChecksTargets) {
+  torch::manual_seed(6);
+  for (auto dt : {torch::kFloat32, torch::kBFloat16}) {
+    torch::Tensor logits = (torch::randn({7, 1001}) * 5).to(dt);
+    torch::Tensor targets = torch::randint(0, 1001, {7}, torch::kInt64);
+    torch::Tensor gy = torch::rand({7});
+    auto fused = run([&](auto& in) { return fusedCrossEntropy(in[0], targets); }, {logits}, gy);
+    auto ref = run([&](auto& in) {
+      return torch::nll_loss(torch::log_softmax(in[0].to(torch::kFloat32), -1), targets, {},
+                             at::Reduction::None);
+    }, {logits}, gy);
+    const double tol = dt == torch::kFloat32 ? 1e-5 : 1e-2;
+    EXPECT_LT(relErr(fused.y, ref.y), 1e-5) << dt;  // fp32 statistics either way
+    EXPECT_EQ(fused.grads[0].scalar_type(), dt);
+    EXPECT_LT(relErr(fused.grads[0], ref.grads[0]), tol) << "dlogits " << dt;
+  }
+  torch::Tensor bad = torch::tensor({0, 1001}, torch::kInt64);
+  EXPECT_THROW(fusedCrossEntropy(torch::zeros({2, 1001}), bad), c10::Error);
+}
+
 TEST(FusedOps, ResultsDoNotDependOnTheThreadCount) {
   torch::manual_seed(3);
   torch::Tensor x = torch::randn({300, 96}), w = torch::randn({96});
   torch::Tensor gy = torch::randn({300, 96});
   torch::Tensor q = torch::randn({2, 4, 50, 32}), cos = torch::rand({50, 16}), sin = torch::rand({50, 16});
+  torch::Tensor sc = torch::randn({2, 4, 50, 50});
+  torch::Tensor tg = torch::randint(0, 96, {300}, torch::kInt64);
   auto once = [&] {
     auto n = run([&](auto& in) { return fusedRmsNorm(in[0], in[1], 1e-5, torch::kFloat32); },
                  {x, w}, gy);
     auto r = run([&](auto& in) { return fusedRope(in[0], cos, sin, 1.0); }, {q}, q);
-    return std::vector<torch::Tensor>{n.y, n.grads[0], n.grads[1], r.y, r.grads[0]};
+    auto s = run([&](auto& in) { return fusedCausalSoftmax(in[0], torch::kFloat32); }, {sc}, sc);
+    auto g = run([&](auto& in) { return fusedSwiGlu(in[0], in[1]); }, {x, gy}, x);
+    auto c = run([&](auto& in) { return fusedCrossEntropy(in[0], tg); }, {x}, x.select(1, 0));
+    return std::vector<torch::Tensor>{n.y,       n.grads[0], n.grads[1], r.y,        r.grads[0],
+                                      s.y,       s.grads[0], g.y,        g.grads[0], g.grads[1],
+                                      c.y,       c.grads[0]};
   };
   const int saved = at::get_num_threads();
   at::set_num_threads(1);
