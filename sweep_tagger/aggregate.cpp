@@ -149,47 +149,42 @@ void computeNumbers(RunRow& row, const RankFile& ref, const std::vector<RankFile
   }
 }
 
-std::string statusOf(const RunRow& row, const std::vector<RankFile>& ranks,
-                     const std::vector<std::pair<int, std::string>>& corrupt, double stale,
-                     std::string& message) {
-  auto firstWith = [&](const std::string& state) -> const RankFile* {
+RunState statusOf(const RunRow& row, const std::vector<RankFile>& ranks,
+                  const std::vector<std::pair<int, std::string>>& corrupt, double stale,
+                  std::string& message) {
+  auto firstWith = [&](RunState state) -> const RankFile* {
     for (const RankFile& r : ranks)
       if (r.data.status.state == state) return &r;
     return nullptr;
   };
-  for (const char* state : {"oom", "failed", "invalid", "preempted"})
+  for (RunState state : {RunState::Oom, RunState::Failed, RunState::Invalid, RunState::Preempted})
     if (const RankFile* r = firstWith(state)) {
       message = "rank " + std::to_string(r->rank) + ": " + r->data.status.message;
       return state;
     }
   if (!corrupt.empty()) {
     message = "rank " + std::to_string(corrupt[0].first) + ": " + corrupt[0].second;
-    return "corrupt";
+    return RunState::Corrupt;
   }
-  if (const RankFile* r = firstWith("running")) {
+  if (const RankFile* r = firstWith(RunState::Running)) {
     double youngest = 1e300;
     for (const RankFile& x : ranks) youngest = std::min(youngest, x.age_seconds);
     message = "rank " + std::to_string(r->rank) + " has no final status after " +
               std::to_string(r->data.status.steps_done) + " steps";
-    if (youngest <= stale) return "running";
+    if (youngest <= stale) return RunState::Running;
     message += "; no update for " + std::to_string(static_cast<int64_t>(youngest)) + " s";
-    return "killed";
+    return RunState::Killed;
   }
   if (ranks.empty()) {
     message = "no metrics files";
-    return "missing";
+    return RunState::Missing;
   }
-  for (const RankFile& r : ranks)
-    if (r.data.status.state != "completed") {
-      message = "rank " + std::to_string(r.rank) + ": unknown state '" + r.data.status.state + "'";
-      return "corrupt";
-    }
   if (row.world_size && static_cast<int64_t>(ranks.size()) < *row.world_size) {
     message =
         std::to_string(ranks.size()) + " of " + std::to_string(*row.world_size) + " rank files";
-    return "partial";
+    return RunState::Partial;
   }
-  return "completed";
+  return RunState::Completed;
 }
 
 }  // namespace
@@ -278,7 +273,7 @@ RunRow summarizeRun(const std::string& results_dir, const std::string& run_dir,
       }
       try {
         RankFile r{rank, readMetricsFile(e.path().string()), 0};
-        if (r.data.status.state == "completed") {
+        if (r.data.status.state == RunState::Completed) {
           if (std::string problem = metricsProblem(r.data); !problem.empty()) {
             corrupt.emplace_back(rank, e.path().string() + ": " + problem);
             continue;
@@ -338,7 +333,7 @@ RunRow summarizeRun(const std::string& results_dir, const std::string& run_dir,
       row.message = status_msg + (row.message.empty() ? "" : "; ") + row.message;
     if (!ranks.empty()) computeNumbers(row, ranks[0], ranks);
 
-    if (row.status == "invalid") {
+    if (row.status == RunState::Invalid) {
       row.is_valid = false;
     } else if (!run_toml.empty() && row.world_size) {
       try {
@@ -350,7 +345,7 @@ RunRow summarizeRun(const std::string& results_dir, const std::string& run_dir,
       }
     }
   } catch (const std::exception& e) {
-    row.status = "corrupt";
+    row.status = RunState::Corrupt;
     row.message = e.what();
   }
   return row;
@@ -371,7 +366,7 @@ AggregateTable aggregateRuns(const std::string& results_dir, const AggregateOpti
     }
     RunRow r;  // its reader crashed or hung twice
     r.tag = fs::path(dirs[i]).lexically_relative(results_dir).generic_string();
-    r.status = "corrupt";
+    r.status = RunState::Corrupt;
     r.message = "the HDF5 reader crashed on this run, or gave no answer within " +
                 std::to_string(static_cast<int>(opts.reader_timeout_s)) +
                 " s (--reader-timeout): a damaged file";

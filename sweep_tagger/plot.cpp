@@ -152,7 +152,7 @@ std::vector<std::string> writePlots(const AggregateTable& t, const std::string& 
   if (ec) throw IoError("cannot create plot dir " + dir + ": " + ec.message());
   std::vector<const RunRow*> runs;
   for (const RunRow& r : t.runs)
-    if (r.status == "completed" && r.tokens_per_s_dataset) runs.push_back(&r);
+    if (r.status == RunState::Completed && r.tokens_per_s_dataset) runs.push_back(&r);
   std::vector<std::string> written;
   if (runs.empty()) {
     warnings.push_back("no completed run with a tokens/s value: nothing to plot");
