@@ -204,12 +204,11 @@ RunInfo runInfo(const Config& cfg, const TrainConfig& tc, const DistEnv& env,
 }
 
 std::unique_ptr<Checkpointer> makeCheckpointer(const Config& cfg, const TrainConfig& tc,
-                                               const DistEnv& env, const RunInfo& info,
-                                               const std::string& run_dir, Distributed& dist) {
-  const int nodes = std::max(1, env.world_size / std::max(1, env.local_world_size));
+                                               const RunInfo& info, const std::string& run_dir,
+                                               Distributed& dist) {
   Checkpointer::Identity id{info.tag, info.config_hash, checkpointCompatKeys(cfg),
                             CkptLayout{tc.world_size, tc.dp_replicate, tc.dp_shard, tc.tp,
-                                       tc.effectiveZeroStage(), nodes}};
+                                       tc.effectiveZeroStage(), tc.nodes}};
   return std::make_unique<Checkpointer>(checkpointDir(tc, run_dir), tc.checkpoint.keep_last,
                                         std::move(id), dist);
 }
@@ -369,7 +368,7 @@ int runSession(const SessionOptions& opts) {
     if (!no_fit.empty()) throw OomError(no_fit);
     checkStop("metrics file");
 
-    CheckpointHook ckpt(tc, std::move(plan), makeCheckpointer(cfg, tc, env, info, run_dir, dist),
+    CheckpointHook ckpt(tc, std::move(plan), makeCheckpointer(cfg, tc, info, run_dir, dist),
                         env.rank);
     StepProfiler profiler(tc.profile_steps, tracePath(run_dir, env.rank), env.rank);
     HookList hooks({&profiler, &ckpt});  // the profiler's window excludes checkpoint saves
