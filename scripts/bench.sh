@@ -12,12 +12,14 @@
 #   data      per-rank data time at world 1, 2, 4 (tiny model, through the launcher)
 #   hfload    load time and peak RSS per rank of a 274 M model from safetensors
 #             (model.from_pretrained), world 1 and ZeRO-3 world 2
+#   textdata  D512/L8 tokens/s on a JSONL text corpus tokenized by sentencepiece against a
+#             pre-tokenized .bin of the same token stream, 1 rank through the launcher
 #   ckpt      checkpoint save and load time and bytes per rank (D512/L8 and the 274 M model,
 #             DDP and ZeRO-3, world 2 through the launcher) against dd conv=fsync of the same
 #             bytes to the same disk; the per-step stop agreement's share of the step (tiny
 #             model, world 2)
-# Usage: scripts/bench.sh [trainer|eager|dpscale|memory|launcher|aggregate|data|hfload|ckpt ...]
-#        (default: all)
+# Usage: scripts/bench.sh [trainer|eager|dpscale|memory|launcher|aggregate|data|hfload|textdata|ckpt ...]
+#        (default: all but hfload and ckpt)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -25,7 +27,7 @@ BUILD=${FTB_BUILD_DIR:-$ROOT/build/release}
 OUT=$ROOT/results/bench
 mkdir -p "$OUT"
 which=("$@")
-[ ${#which[@]} -gt 0 ] || which=(trainer eager dpscale memory launcher aggregate data)
+[ ${#which[@]} -gt 0 ] || which=(trainer eager dpscale memory launcher aggregate data textdata)
 
 # The documented way: through the launcher with default flags (tuned worker environment).
 launch() {  # launch N OUT_LOG -- command...
@@ -151,6 +153,36 @@ bench_hfload() {
   cat "$OUT/hf_load.md"
 }
 
+# JSONL + sentencepiece against a pre-tokenized .bin of the same tokens (issue 12). The .bin is
+# spm_encode's ids with [bos]/[eos] around each document, i.e. the stream the JSONL run trains
+# on with packing, so both runs train on the same windows (the report checks the trainer's
+# token cache against the .bin, and the losses). Two alternating rounds: round 1's JSONL run
+# tokenizes at start and writes the cache, round 2's reads it.
+bench_textdata() {
+  local runs=$OUT/runs/textdata data=$OUT/runs/textdata/data
+  rm -rf "$runs"
+  mkdir -p "$data"
+  echo "bench: textdata, writing the corpus, training sentencepiece, encoding the .bin"
+  /usr/bin/python3 scripts/bench_text_corpus.py corpus "$data" 2000
+  spm_train --input="$data/corpus.txt" --model_prefix="$data/spm" --vocab_size=4000 \
+    --model_type=unigram --num_threads=1 >"$data/spm_train.log" 2>&1
+  /usr/bin/python3 scripts/bench_text_corpus.py bin "$data/spm.model" "$data/corpus.txt" \
+    "$data/corpus.bin"
+  local args=(--config configs/runs/bench-d512.toml --no-sweep-dir)
+  cut -d' ' -f1-3 /proc/loadavg >"$runs/loadavg.before"
+  for round in 1 2; do
+    echo "bench: textdata round $round: D512/L8 on the .bin, then on the JSONL"
+    launch 1 "$runs/bin$round.log" -- "$BUILD/trainer/trainer" "${args[@]}" \
+      --output-dir "$runs/bin$round" data.source="\"$data/corpus.bin\"" data.bin_dtype=uint16
+    launch 1 "$runs/jsonl$round.log" -- "$BUILD/trainer/trainer" "${args[@]}" \
+      --output-dir "$runs/jsonl$round" data.source="\"$data/corpus.jsonl\"" \
+      data.tokenizer="\"$data/spm.model\"" data.padding='"packing"'
+  done
+  cut -d' ' -f1-3 /proc/loadavg >"$runs/loadavg.after"
+  /usr/bin/python3 scripts/bench_textdata_report.py "$runs" > "$OUT/textdata.md"
+  cat "$OUT/textdata.md"
+}
+
 # One model and layout: run 1 saves after steps 1 and 2; run 2 (the same run, resume and
 # interval are not part of its hash) resumes from step 1 (load) and trains step 2 again; then
 # dd writes each rank's step-2 file (copied to /dev/shm first, so dd reads from memory) to
@@ -206,6 +238,7 @@ for b in "${which[@]}"; do
     memory) bench_memory ;;
     data) bench_data ;;
     hfload) bench_hfload ;;
+    textdata) bench_textdata ;;
     ckpt) bench_ckpt ;;
     launcher) scripts/bench_launcher.sh ;;
     aggregate) if [ -x scripts/bench_aggregate.sh ]; then scripts/bench_aggregate.sh; else echo "bench: aggregate benchmark not available yet" >&2; fi ;;

@@ -25,7 +25,7 @@
 #include "trainer/metrics/profiler.h"
 #include "common/h5_metrics.h"
 #include "trainer/metrics/perf.h"
-#include "trainer/metrics/env_check.h"
+#include "common/env_check.h"
 #include "trainer/metrics/peaks.h"
 #include "trainer/parallel/backend.h"
 #include "trainer/parallel/dist.h"
@@ -166,7 +166,7 @@ std::optional<int> runInfoCommand(const SessionOptions& opts, const Config& cfg,
   return std::nullopt;
 }
 
-// The environment check (trainer/metrics/env_check.h): rank 0 logs what it found, every
+// The environment check (common/env_check.h): rank 0 logs what it found, every
 // rank warns about its own problems; returns the env_* attributes for the metrics file.
 std::vector<std::pair<std::string, AttrValue>> checkEnvironment(const TrainConfig& tc,
                                                                 const CpuInfo& cpu,
@@ -175,11 +175,7 @@ std::vector<std::pair<std::string, AttrValue>> checkEnvironment(const TrainConfi
   const std::string dtype = tc.dtype == DType::kBf16 ? "bf16" : "fp32";
   const std::vector<std::string> warnings = envWarnings(f, peaks.gemm_flops, peaks.hw, dtype);
   if (rank == 0)
-    FTB_INFO("environment: BLAS " << f.blas << (f.blas_core.empty() ? "" : ", core " + f.blas_core)
-             << " (" << isaLevelName(f.blas_isa_level) << ") on a CPU with "
-             << isaLevelName(f.cpu_isa_level) << "; " << f.intra_threads << " intra-op / "
-             << f.blas_threads << " BLAS thread(s); " << bindingText(f) << "; allocator "
-             << f.allocator);
+    FTB_INFO("environment: " << envSummary(f));
   for (const std::string& w : warnings) FTB_WARN(w);
   return envAttrs(f, warnings);
 }
