@@ -245,7 +245,7 @@ int exportMain(const std::vector<std::string>& args) {
   words.insert(words.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (std::string& w : words) argv.push_back(w.data());
-  try {
+  return guardedCli(cli, [&]() -> std::optional<int> {
     auto r = cli.parse(int(argv.size()), argv.data());
     if (r.count("help")) {
       std::cout << cli.help();
@@ -264,17 +264,8 @@ int exportMain(const std::vector<std::string>& args) {
     opts.max_shard_bytes = int64_t(mb * (1 << 20));
     opts.dtype = r["dtype"].as<std::string>();
     exportCheckpoint(opts);
-    return 0;
-  } catch (const cxxopts::exceptions::exception& e) {
-    std::cerr << "trainer export: " << e.what() << "\n" << cli.help() << "\n";
-    return kExitBadInput;
-  } catch (const FtbError& e) {
-    std::cerr << e.what() << "\n";
-    return e.exitCode();
-  } catch (const std::exception& e) {  // e.g. a manifest value that is not a number
-    std::cerr << "trainer export: failed: " << e.what() << "\n";
-    return 1;
-  }
+    return 0;  // a manifest value that is not a number: std::exception, exit 1
+  }).value_or(0);
 }
 
 }  // namespace ftb::hf
