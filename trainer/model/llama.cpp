@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "trainer/model/activation_checkpoint.h"
+#include "trainer/model/fused_ops.h"
 
 namespace ftb {
 namespace {
@@ -48,6 +49,8 @@ ComputeDtypeGuard::ComputeDtypeGuard(torch::ScalarType dt) : prev_(t_compute_dty
 ComputeDtypeGuard::~ComputeDtypeGuard() { t_compute_dtype = prev_; }
 
 torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+  if (t_compute_dtype == torch::kFloat32 && fusedRmsNormApplies(x, weight))
+    return fusedRmsNorm(x, weight, eps);  // one op forward and backward (fused_ops.h)
   torch::Tensor xf = x.to(torch::kFloat32);
   torch::Tensor y = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
   return (y * weight.to(torch::kFloat32)).to(t_compute_dtype);
