@@ -219,15 +219,19 @@ void renameDurably(const std::string& from, const std::string& to) {
   fsyncPath(parent.empty() ? "." : parent);
 }
 
-void writeFileDurably(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
+void writeFileAndFsync(const std::string& path, const std::string& text) {
   {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
     out << text;
     out.flush();
-    if (!out) throw IoError("cannot write " + tmp + ": " + std::strerror(errno));
+    if (!out) throw IoError("cannot write " + path + ": " + std::strerror(errno));
   }
-  fsyncPath(tmp);
+  fsyncPath(path);
+}
+
+void writeFileDurably(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  writeFileAndFsync(tmp, text);
   renameDurably(tmp, path);
 }
 

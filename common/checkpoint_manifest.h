@@ -95,6 +95,7 @@ std::string fileCrc32(const std::string& path, int64_t* bytes);
 
 // Durability helpers. Throw IoError naming the path and errno text.
 void fsyncPath(const std::string& path);  // a file or a directory
+void writeFileAndFsync(const std::string& path, const std::string& text);  // truncate, write, fsync
 void writeFileDurably(const std::string& path, const std::string& text);  // tmp, fsync, rename, fsync dir
 void renameDurably(const std::string& from, const std::string& to);      // rename, fsync parent
 

@@ -87,8 +87,8 @@ KeySpec spec(const char* key, ValueType type, std::optional<Value> def, const ch
   return KeySpec{key, type, std::move(def), doc, affects_experiment};
 }
 
-// A key declared for work not landed yet (KeySpec::planned).
-KeySpec planned(KeySpec k) {
+// A key declared for work not landed yet (KeySpec::planned). No key is planned today.
+[[maybe_unused]] KeySpec planned(KeySpec k) {
   k.planned = true;
   return k;
 }
@@ -219,10 +219,11 @@ void addCheckpoint(Schema& sc) {
   sc.add(spec("checkpoint.keep_last", kInt, i(2),
               "complete checkpoints kept (older ones pruned); 0 = keep all", kNoTag),
          atLeast(0));
-  sc.add(planned(spec("checkpoint.preempt_grace_s", kFloat, f(0.0),
-              "after a stop signal, seconds to finish the step and save before exiting "
-              "without a checkpoint; 0 = no deadline",
-              kNoTag)),
+  sc.add(spec("checkpoint.preempt_grace_s", kFloat, f(0.0),
+              "after a stop signal, seconds to finish the step and save; past them the rank "
+              "exits preempted without a partial checkpoint (the previous one stays the resume "
+              "point); 0 = no deadline",
+              kNoTag),
          atLeast(0));
 }
 

@@ -40,6 +40,9 @@ const std::map<std::string, MetricDoc>& metricDocs() {
       {"backward_s", {"s", "time in backward passes in this step (rank)"}},
       {"optimizer_s", {"s", "time in the optimizer step (rank)"}},
       {"comm_s", {"s", "exposed communication time in this step (rank)"}},
+      {"agree_s",
+       {"s", "time in this step's agreement all-reduce (loss, stop flag, control request; "
+             "part of comm_s) (rank)"}},
       {"loss", {"nats/token", "mean cross-entropy per non-padding token of the global batch"}},
       {"grad_norm", {"1", "global L2 norm of the gradients before clipping"}},
       {"lr", {"1", "learning rate used in this step"}},
@@ -173,8 +176,15 @@ MetricsFile& MetricsFile::operator=(MetricsFile&& other) noexcept {
     state_ = std::move(other.state_);
     message_ = std::move(other.message_);
     exit_code_ = other.exit_code_;
+    resumed_time_s_ = other.resumed_time_s_;
+    final_ = other.final_;
   }
   return *this;
+}
+
+// A moved-from file (no mutex, no handles) locks nothing.
+std::unique_lock<std::recursive_mutex> MetricsFile::guard() {
+  return mu_ ? std::unique_lock<std::recursive_mutex>(*mu_) : std::unique_lock<std::recursive_mutex>();
 }
 
 MetricsFile::~MetricsFile() {
@@ -203,6 +213,8 @@ void MetricsFile::declareMetric(const std::string& name, bool is_int) {
 }
 
 void MetricsFile::appendStep(const std::map<std::string, double>& values) {
+  std::unique_lock<std::recursive_mutex> lock = guard();
+  if (final_) return;
   for (const auto& kv : values) {
     if (column_index_.count(kv.first) == 0) {
       throw std::invalid_argument("appendStep: metric '" + kv.first + "' was not declared");
@@ -222,7 +234,8 @@ void MetricsFile::appendStep(const std::map<std::string, double>& values) {
 }
 
 void MetricsFile::flush() {
-  if (!isOpen()) return;
+  std::unique_lock<std::recursive_mutex> lock = guard();
+  if (!isOpen() || final_) return;
   for (Column& c : columns_) {
     if (!c.dset.valid()) {  // a resumed file already has it (and its attributes)
       if (h5::exists(steps_group_, c.name)) {
@@ -252,6 +265,8 @@ void MetricsFile::flush() {
 
 void MetricsFile::setStatus(const std::string& state, int exit_code, const std::string& message) {
   if (kStates.count(state) == 0) throw std::invalid_argument("bad metrics state '" + state + "'");
+  std::unique_lock<std::recursive_mutex> lock = guard();
+  if (final_) return;
   state_ = state;
   exit_code_ = exit_code;
   message_ = message;
@@ -260,8 +275,16 @@ void MetricsFile::setStatus(const std::string& state, int exit_code, const std::
   flush();
 }
 
+void MetricsFile::setFinalStatus(const std::string& state, int exit_code,
+                                 const std::string& message) {
+  std::unique_lock<std::recursive_mutex> lock = guard();
+  setStatus(state, exit_code, message);
+  final_ = true;
+}
+
 void MetricsFile::close() {
-  if (!isOpen()) return;
+  std::unique_lock<std::recursive_mutex> lock = guard();
+  if (!isOpen() || final_) return;
   struct Releaser {  // releases every handle even when flush() throws
     MetricsFile* m;
     ~Releaser() {

@@ -23,11 +23,16 @@
 // The data reaches the OS page cache, not the disk: a node crash may lose it.
 // The file is not flock(2)ed, so other processes (h5py, h5dump, readMetricsFile) can
 // read a live run; a reader racing a flush may see a torn state (readMetricsFile: IoError).
-// Not thread-safe. No libtorch.
+// Threads: appendStep, flush, setStatus, setFinalStatus and close serialize on an
+// internal mutex (HDF5 is built thread-safe), so another thread (the trainer's stop
+// watchdog) may record a status while the owner is inside one of them; everything else
+// is for the owning thread only. No libtorch.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <utility>
@@ -92,6 +97,10 @@ class MetricsFile {
   // REQUIRES: state is one of running|completed|failed|oom|preempted|invalid (else
   // std::invalid_argument). Flushes buffered rows and rewrites all of /status.
   void setStatus(const std::string& state, int exit_code, const std::string& message);
+  // setStatus, then every later appendStep/flush/setStatus/close writes nothing: for a
+  // process about to _Exit from another thread, whose owner must not tear the file
+  // by a write the exit interrupts. No-op on a closed or already final file.
+  void setFinalStatus(const std::string& state, int exit_code, const std::string& message);
   // flush() then closes every handle. Idempotent. Throws IoError.
   void close();
 
@@ -111,6 +120,7 @@ class MetricsFile {
   };
   MetricsFile() = default;
   void writeStatus(bool all);
+  std::unique_lock<std::recursive_mutex> guard();
 
   std::string path_;
   h5::H5Handle file_, steps_group_, status_group_;
@@ -121,6 +131,8 @@ class MetricsFile {
   std::string state_ = "running", message_;
   int64_t exit_code_ = 0;
   double resumed_time_s_ = 0;  // see resume()
+  bool final_ = false;         // setFinalStatus() was called: no more writes
+  std::unique_ptr<std::recursive_mutex> mu_ = std::make_unique<std::recursive_mutex>();
 };
 
 struct MetricsStatus {

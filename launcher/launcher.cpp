@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "launcher/local_node.h"
+#include "launcher/env_probe.h"
 #include "launcher/report.h"
 #include "launcher/supervisor.h"
 
@@ -72,6 +73,8 @@ Message Launcher::await(int tag, int attempt, std::optional<Clock::time_point> d
 std::optional<Plan> Launcher::rendezvous() {
   auto& t = rt_.transport;
   NodeInfo me = localNodeInfo(rt_.opts, t.rank(), &rt_.program_path);
+  if (rt_.opts.dry_run && me.error.empty())
+    me.worker_env = probeWorkerEnv(me, rt_.program_path, rt_.inherited_env);
   t.send(0, kTagInfo, encode(me));
   const auto deadline = after(rt_.opts.rdzv_timeout_s);
   PlanMsg msg;

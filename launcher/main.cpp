@@ -6,6 +6,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "launcher/ctl.h"
+#include "launcher/env_probe.h"
 #include "launcher/launcher.h"
 #include "launcher/mpi_transport.h"
 #include "launcher/plan_only.h"
@@ -42,6 +43,8 @@ int main(int argc, char** argv) {
   ftb::setLogPrefix("[launcher]");
   if (argc >= 2 && std::string(argv[1]) == "ctl")  // control of a running trainer: no MPI
     return runCtl(std::vector<std::string>(argv + 2, argv + argc), std::cout, std::cerr);
+  if (argc >= 2 && std::string(argv[1]) == "__env-probe")  // launcher/env_probe.h: no MPI
+    return runEnvProbe(std::vector<std::string>(argv + 2, argv + argc));
   std::unique_ptr<Transport> transport;
   try {
     LaunchOptions opts = parseOptions(argc, argv);

@@ -38,6 +38,9 @@ struct NodeInfo {
   std::string cpu_model, isa;     // common/cpu_info; "" when unknown (plan-only --hosts)
   std::string coretype_fix;       // OPENBLAS_CORETYPE to set; "" = leave as is
   std::string coretype_note;      // checkOpenblasCoretype's message ("" = fine or unset)
+  // --dry-run: local worker 0's BLAS, core type, threads and allocator as
+  // probeWorkerEnv() found them (launcher/env_probe.h); "" = not probed.
+  std::string worker_env;
   std::vector<IfAddr> addrs;                  // candidates for assignAddresses
   std::string error;                          // local validation failure -> whole job exits 2
 };

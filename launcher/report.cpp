@@ -103,6 +103,13 @@ std::string placementSummary(const Plan& plan) {
   return table(rows, "");
 }
 
+void writeWorkerEnv(std::ostream& o, const std::string& probe, const std::string& indent) {
+  std::istringstream in(probe);
+  std::string line;
+  for (bool first = true; std::getline(in, line); first = false)
+    o << indent << (first ? "worker environment (local rank 0, probed): " : "") << line << "\n";
+}
+
 namespace {
 
 void writeWorker(std::ostream& o, const Plan& plan, const NodeInfo& n, int lr,
@@ -128,7 +135,8 @@ void writeWorker(std::ostream& o, const Plan& plan, const NodeInfo& n, int lr,
       << ")\n";
 }
 
-// One line per node: CPU, ISA, BLAS core type, threads against bound CPUs (issue 11).
+// One line per node: CPU, ISA, BLAS core type, threads against bound CPUs (issue 11);
+// then what probeWorkerEnv() found for the node's first worker.
 void writeEnvironmentCheck(std::ostream& o, const NodeInfo& n) {
   o << "environment check, node " << n.node << " (" << n.host << "): ";
   if (n.cpu_model.empty()) {
@@ -145,6 +153,7 @@ void writeEnvironmentCheck(std::ostream& o, const NodeInfo& n) {
     << (bound ? std::to_string(bound) + " bound CPU(s) each" : std::string("not bound"));
   if (!n.tune_env) o << " (--no-tune-env: caller's environment unchanged)";
   o << "\n";
+  writeWorkerEnv(o, n.worker_env, "  ");
 }
 
 void writeEnvironment(std::ostream& o, const std::vector<std::string>& launcher_env, bool all) {

@@ -37,6 +37,11 @@ void writeDryRunReport(std::ostream& o, const Plan& plan, const std::string& pro
                        const std::vector<std::string>& argv,
                        const std::vector<std::string>& launcher_env, const DryRunView& view);
 
+// probeWorkerEnv()'s text (launcher/env_probe.h), one line each, prefixed by `indent`: the
+// first as "worker environment (local rank 0, probed): ...", the others (warnings) as
+// they are. Writes nothing for "".
+void writeWorkerEnv(std::ostream& o, const std::string& probe, const std::string& indent);
+
 // Consecutive nodes with equal cores, GPUs, nproc and threads in one row:
 // nodes | hosts | count | cores | gpus | nproc | global ranks | local ranks | threads
 std::string placementSummary(const Plan& plan);

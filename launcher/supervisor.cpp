@@ -8,9 +8,11 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <sstream>
 
 #include "common/error.h"
 #include "common/log.h"
+#include "launcher/env_probe.h"
 #include "launcher/report.h"
 
 namespace ftb::launcher {
@@ -117,6 +119,13 @@ void Supervisor::spawnAll() {
                       << "); all exec'd " << ms(msSince(t0)) << " ms after fork, "
                       << ms(msSince(rt_.start)) << " ms after launcher start"
                       << (dir.empty() ? "" : "; logs in " + dir));
+  if (attempt_ == 0) {  // after the workers started: the probe does not delay them
+    std::ostringstream o;
+    writeWorkerEnv(o, probeWorkerEnv(me, rt_.program_path, rt_.inherited_env), "");
+    std::string text = o.str();
+    if (!text.empty()) text.pop_back();
+    FTB_INFO(text);
+  }
 }
 
 bool Supervisor::anyRunning() const {

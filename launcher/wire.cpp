@@ -27,7 +27,7 @@ void to_json(Json& j, const NodeInfo& v) {
            {"preset", v.preset}, {"addrs", v.addrs}, {"error", v.error},
            {"tune_env", v.tune_env}, {"bind_cores", v.bind_cores}, {"cpus", v.cpus},
            {"cpu_model", v.cpu_model}, {"isa", v.isa}, {"coretype_fix", v.coretype_fix},
-           {"coretype_note", v.coretype_note}};
+           {"coretype_note", v.coretype_note}, {"worker_env", v.worker_env}};
 }
 void from_json(const Json& j, NodeInfo& v) {
   j.at("node").get_to(v.node);
@@ -48,6 +48,7 @@ void from_json(const Json& j, NodeInfo& v) {
   j.at("isa").get_to(v.isa);
   j.at("coretype_fix").get_to(v.coretype_fix);
   j.at("coretype_note").get_to(v.coretype_note);
+  j.at("worker_env").get_to(v.worker_env);
 }
 
 void to_json(Json& j, const Failure& f) {

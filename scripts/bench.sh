@@ -12,8 +12,14 @@
 #   data      per-rank data time at world 1, 2, 4 (tiny model, through the launcher)
 #   hfload    load time and peak RSS per rank of a 274 M model from safetensors
 #             (model.from_pretrained), world 1 and ZeRO-3 world 2
-# Usage: scripts/bench.sh [trainer|eager|dpscale|memory|launcher|aggregate|data ...]
-#        (default: all)
+#   textdata  D512/L8 tokens/s on a JSONL text corpus tokenized by sentencepiece against a
+#             pre-tokenized .bin of the same token stream, 1 rank through the launcher
+#   ckpt      checkpoint save and load time and bytes per rank (D512/L8 and the 274 M model,
+#             DDP and ZeRO-3, world 2 through the launcher) against dd conv=fsync of the same
+#             bytes to the same disk; the per-step stop agreement's share of the step (tiny
+#             model, world 2)
+# Usage: scripts/bench.sh [trainer|eager|dpscale|memory|launcher|aggregate|data|hfload|textdata|ckpt ...]
+#        (default: all but hfload and ckpt)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -21,7 +27,7 @@ BUILD=${FTB_BUILD_DIR:-$ROOT/build/release}
 OUT=$ROOT/results/bench
 mkdir -p "$OUT"
 which=("$@")
-[ ${#which[@]} -gt 0 ] || which=(trainer eager dpscale memory launcher aggregate data)
+[ ${#which[@]} -gt 0 ] || which=(trainer eager dpscale memory launcher aggregate data textdata)
 
 # The documented way: through the launcher with default flags (tuned worker environment).
 launch() {  # launch N OUT_LOG -- command...
@@ -147,6 +153,83 @@ bench_hfload() {
   cat "$OUT/hf_load.md"
 }
 
+# JSONL + sentencepiece against a pre-tokenized .bin of the same tokens (issue 12). The .bin is
+# spm_encode's ids with [bos]/[eos] around each document, i.e. the stream the JSONL run trains
+# on with packing, so both runs train on the same windows (the report checks the trainer's
+# token cache against the .bin, and the losses). Two alternating rounds: round 1's JSONL run
+# tokenizes at start and writes the cache, round 2's reads it.
+bench_textdata() {
+  local runs=$OUT/runs/textdata data=$OUT/runs/textdata/data
+  rm -rf "$runs"
+  mkdir -p "$data"
+  echo "bench: textdata, writing the corpus, training sentencepiece, encoding the .bin"
+  /usr/bin/python3 scripts/bench_text_corpus.py corpus "$data" 2000
+  spm_train --input="$data/corpus.txt" --model_prefix="$data/spm" --vocab_size=4000 \
+    --model_type=unigram --num_threads=1 >"$data/spm_train.log" 2>&1
+  /usr/bin/python3 scripts/bench_text_corpus.py bin "$data/spm.model" "$data/corpus.txt" \
+    "$data/corpus.bin"
+  local args=(--config configs/runs/bench-d512.toml --no-sweep-dir)
+  cut -d' ' -f1-3 /proc/loadavg >"$runs/loadavg.before"
+  for round in 1 2; do
+    echo "bench: textdata round $round: D512/L8 on the .bin, then on the JSONL"
+    launch 1 "$runs/bin$round.log" -- "$BUILD/trainer/trainer" "${args[@]}" \
+      --output-dir "$runs/bin$round" data.source="\"$data/corpus.bin\"" data.bin_dtype=uint16
+    launch 1 "$runs/jsonl$round.log" -- "$BUILD/trainer/trainer" "${args[@]}" \
+      --output-dir "$runs/jsonl$round" data.source="\"$data/corpus.jsonl\"" \
+      data.tokenizer="\"$data/spm.model\"" data.padding='"packing"'
+  done
+  cut -d' ' -f1-3 /proc/loadavg >"$runs/loadavg.after"
+  /usr/bin/python3 scripts/bench_textdata_report.py "$runs" > "$OUT/textdata.md"
+  cat "$OUT/textdata.md"
+}
+
+# One model and layout: run 1 saves after steps 1 and 2; run 2 (the same run, resume and
+# interval are not part of its hash) resumes from step 1 (load) and trains step 2 again; then
+# dd writes each rank's step-2 file (copied to /dev/shm first, so dd reads from memory) to
+# the same directory with conv=fsync, all ranks at once as in a save.
+ckpt_case() {  # ckpt_case DIR CONFIG [overrides...]
+  local d=$1 cfg=$2
+  shift 2
+  local args=(--config "$cfg" --output-dir "$d" --no-sweep-dir data.seq_len=64 data.min_doc_len=64
+              training.micro_batch_size=1 training.max_steps=2 training.warmup_steps=0
+              metrics.peak_tflops=0.1 checkpoint.keep_last=0 "$@")
+  launch 2 "$d.save.log" -- "$BUILD/trainer/trainer" "${args[@]}" checkpoint.interval=1
+  launch 2 "$d.load.log" -- "$BUILD/trainer/trainer" "${args[@]}" \
+    checkpoint.resume="$d/checkpoints/step_00000001"
+  local step=$d/checkpoints/step_00000002 shm=/dev/shm/ftb-bench-ckpt.$$ pids=() f r
+  mkdir -p "$shm"
+  cp "$step"/rank_*.h5 "$shm"/
+  for f in "$shm"/rank_*.h5; do
+    r=$(basename "$f" .h5)
+    dd if="$f" of="$d/dd.$r.bin" bs=4M conv=fsync 2>"$d.dd.$r.log" &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p"; done
+  rm -rf "$shm" "$d"/dd.*.bin "$d/checkpoints"  # gigabytes; the logs and metrics stay
+}
+
+bench_ckpt() {
+  local runs=$OUT/runs/ckpt
+  rm -rf "$runs"
+  mkdir -p "$runs"
+  cat /proc/loadavg >"$runs/loadavg.before"
+  for layout in ddp zero3; do
+    local lay=()
+    [ "$layout" = ddp ] || lay=(parallel.dp_shard=2 parallel.zero_stage=3)
+    echo "bench: ckpt, D512/L8, $layout, world 2"
+    ckpt_case "$runs/d512.$layout" configs/runs/bench-d512.toml "${lay[@]}"
+    echo "bench: ckpt, 274 M model, $layout, world 2"
+    ckpt_case "$runs/270m.$layout" configs/runs/bench-memory.toml "${lay[@]}"
+  done
+  echo "bench: ckpt, stop agreement, tiny model, world 2"
+  launch 2 "$runs/agree.log" -- "$BUILD/trainer/trainer" --config configs/runs/tiny.toml \
+    --output-dir "$runs/agree" --no-sweep-dir training.max_steps=300 training.warmup_steps=20 \
+    metrics.log_every=100
+  cat /proc/loadavg >"$runs/loadavg.after"
+  /usr/bin/python3 scripts/bench_ckpt_report.py "$runs" > "$OUT/ckpt.md"
+  cat "$OUT/ckpt.md"
+}
+
 for b in "${which[@]}"; do
   case "$b" in
     trainer) bench_trainer ;;
@@ -155,6 +238,8 @@ for b in "${which[@]}"; do
     memory) bench_memory ;;
     data) bench_data ;;
     hfload) bench_hfload ;;
+    textdata) bench_textdata ;;
+    ckpt) bench_ckpt ;;
     launcher) scripts/bench_launcher.sh ;;
     aggregate) if [ -x scripts/bench_aggregate.sh ]; then scripts/bench_aggregate.sh; else echo "bench: aggregate benchmark not available yet" >&2; fi ;;
     *) echo "bench: unknown benchmark '$b'" >&2; exit 2 ;;

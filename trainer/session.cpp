@@ -7,7 +7,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <mutex>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 
@@ -23,7 +25,7 @@
 #include "trainer/metrics/profiler.h"
 #include "common/h5_metrics.h"
 #include "trainer/metrics/perf.h"
-#include "trainer/metrics/env_check.h"
+#include "common/env_check.h"
 #include "trainer/metrics/peaks.h"
 #include "trainer/parallel/backend.h"
 #include "trainer/parallel/dist.h"
@@ -84,7 +86,9 @@ std::string prepareRun(const Config& cfg, const TrainConfig& tc, Distributed& di
                         "ranks disagree on the run tag: rank 0 has '" + tags[0] + "', rank " +
                             std::to_string(r) + " has '" + tags[r] + "'",
                         "all ranks must get the same config and overrides");
-  std::string result;  // "ok <dir>" or "<exit code> <message>"
+  // Rank 0: "ok <dir>" or "<exit code> <message>". Never empty: an empty store value
+  // costs a 200 ms TCPStore stall (trainer/checkpoint/checkpointer.cpp, gather()).
+  std::string result = "-";
   if (dist.env.rank == 0) {
     try {
       RunDir rd = prepareRunDir(cfg, tc.world_size, tc.output_dir, tc.no_sweep_dir, tc.nodes);
@@ -162,7 +166,7 @@ std::optional<int> runInfoCommand(const SessionOptions& opts, const Config& cfg,
   return std::nullopt;
 }
 
-// The environment check (trainer/metrics/env_check.h): rank 0 logs what it found, every
+// The environment check (common/env_check.h): rank 0 logs what it found, every
 // rank warns about its own problems; returns the env_* attributes for the metrics file.
 std::vector<std::pair<std::string, AttrValue>> checkEnvironment(const TrainConfig& tc,
                                                                 const CpuInfo& cpu,
@@ -171,11 +175,7 @@ std::vector<std::pair<std::string, AttrValue>> checkEnvironment(const TrainConfi
   const std::string dtype = tc.dtype == DType::kBf16 ? "bf16" : "fp32";
   const std::vector<std::string> warnings = envWarnings(f, peaks.gemm_flops, peaks.hw, dtype);
   if (rank == 0)
-    FTB_INFO("environment: BLAS " << f.blas << (f.blas_core.empty() ? "" : ", core " + f.blas_core)
-             << " (" << isaLevelName(f.blas_isa_level) << ") on a CPU with "
-             << isaLevelName(f.cpu_isa_level) << "; " << f.intra_threads << " intra-op / "
-             << f.blas_threads << " BLAS thread(s); " << bindingText(f) << "; allocator "
-             << f.allocator);
+    FTB_INFO("environment: " << envSummary(f));
   for (const std::string& w : warnings) FTB_WARN(w);
   return envAttrs(f, warnings);
 }
@@ -283,10 +283,22 @@ void checkStop(const char* phase) {
   if (int sig = g_stop_signal.load(); sig != 0) throw StopRequested(sig, phase);
 }
 
-// Invariant: once a stop signal has arrived, the process ends within kStopGraceSeconds.
-// Set-up phases and steps poll g_stop_signal; a phase that does not come back in time
-// (a huge step, a stuck library call) is ended by this thread with 128+signal and a
-// message naming the wait. The HDF5 file then keeps its last flushed rows and status.
+// What the stop watchdog abandons and records when it ends a run at the grace deadline.
+struct StopTarget {
+  MetricsFile* metrics = nullptr;
+  CheckpointHook* ckpt = nullptr;
+};
+
+// Invariant: once this rank has learned of a stop signal (g_stop_seen_ns: its own, or
+// the step agreement's), the process ends by a deadline, unless the run's outcome is
+// already being recorded (disarm()):
+// - checkpoint.preempt_grace_s = G > 0: G seconds later. A step or save still running
+//   then is abandoned: no partial checkpoint (Checkpointer::abandon), status `preempted`
+//   with kExitRequeue when a complete checkpoint remains (the one saved or resumed from
+//   last), else 128+signal, and that exit code.
+// - G = 0: kStopGraceSeconds of time outside checkpoint saves (a save takes what it needs;
+//   its store waits are bounded by parallel.timeout_seconds), then 128+signal, naming the
+//   stuck phase; the HDF5 file keeps its last flushed rows and status.
 class StopWatchdog {
  public:
   static constexpr double kStopGraceSeconds = 10;
@@ -295,27 +307,92 @@ class StopWatchdog {
     done_.store(true);
     thread_.join();
   }
+  void setGrace(double seconds) { grace_s_.store(seconds); }
+  void arm(StopTarget t) {
+    std::lock_guard<std::mutex> lock(mu_);
+    target_ = t;
+  }
+  // The main thread records the outcome from here on: the watchdog no longer ends the run.
+  void disarm() {
+    std::lock_guard<std::mutex> lock(mu_);
+    target_ = {};
+    finished_ = true;
+  }
+  // The main thread ends the stop as at the deadline (a peer left at its own deadline
+  // and this rank's collectives failed): returns the exit code.
+  int abandon(const std::string& why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    finished_ = true;
+    return abandonLocked(why, /*final_status=*/false);
+  }
 
  private:
+  int abandonLocked(const std::string& why, bool final_status) {
+    const int sig = g_stop_signal.load() != 0 ? g_stop_signal.load() : SIGTERM;
+    const std::string resume = target_.ckpt ? target_.ckpt->abandon() : "";
+    const int code = resume.empty() ? 128 + sig : kExitRequeue;
+    const std::string msg = std::string("stopped by signal ") + strsignal(sig) + ": " + why +
+                            "; a save in progress was abandoned (no partial checkpoint); " +
+                            (resume.empty() ? "no complete checkpoint to resume from"
+                                            : "resume point " + resume);
+    try {
+      if (target_.metrics && final_status) target_.metrics->setFinalStatus("preempted", code, msg);
+      if (target_.metrics && !final_status) target_.metrics->setStatus("preempted", code, msg);
+    } catch (const std::exception& e) {
+      FTB_ERROR("could not record status in " << target_.metrics->path() << ": " << e.what());
+    }
+    FTB_WARN(msg << " (exit code " << code << ")");
+    target_ = {};
+    return code;
+  }
+
+  // One poll: exits the process when the deadline has passed.
+  void check(int64_t& saved_until) {
+    const int64_t since = g_stop_seen_ns.load();
+    if (since == 0) return;
+    const int64_t now = monotonicNs();
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_) return;
+    if (const double grace = grace_s_.load(); grace > 0) {
+      if (double(now - since) < grace * 1e9) return;
+      std::ostringstream why;
+      why << "the stop step and its checkpoint did not finish within checkpoint.preempt_grace_s = "
+          << grace << " s";
+      std::_Exit(abandonLocked(why.str(), /*final_status=*/true));  // mu_ stays held
+    }
+    if (target_.ckpt && target_.ckpt->saving()) saved_until = now;
+    if (double(now - std::max(since, saved_until)) < kStopGraceSeconds * 1e9) return;
+    const int sig = g_stop_signal.load() != 0 ? g_stop_signal.load() : SIGTERM;
+    FTB_ERROR("stop signal " << strsignal(sig) << " not honoured within " << kStopGraceSeconds
+                             << " s (a set-up phase or step is still running); exiting with "
+                             << 128 + sig);
+    std::_Exit(128 + sig);
+  }
+
   void watch() {
-    using clock = std::chrono::steady_clock;
-    std::optional<clock::time_point> since;
+    int64_t saved_until = 0;  // grace 0: when this rank was last seen saving a checkpoint
     while (!done_.load()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      const int sig = g_stop_signal.load();
-      if (sig == 0) continue;
-      if (!since) since = clock::now();
-      if (std::chrono::duration<double>(clock::now() - *since).count() < kStopGraceSeconds)
-        continue;
-      FTB_ERROR("stop signal " << strsignal(sig) << " not honoured within "
-                               << kStopGraceSeconds << " s (a set-up phase or step is still "
-                               << "running); exiting with " << 128 + sig);
-      std::_Exit(128 + sig);
+      check(saved_until);
     }
   }
+
   std::atomic<bool> done_{false};
-  std::thread thread_;
+  std::atomic<double> grace_s_{0};
+  std::mutex mu_;  // guards target_, finished_; held while abandoning (then until _Exit)
+  StopTarget target_;
+  bool finished_ = false;
+  std::thread thread_;  // last: started once the members above exist
 };
+
+// A failure during a stop with a grace deadline: most likely a peer that reached its
+// deadline first and left (its collectives and store waits then fail here). Such a rank
+// ends as the peer did (StopWatchdog::abandon), not as failed; a divergence or an oom
+// keeps its own status.
+bool peerLeftAtDeadline(const TrainConfig& tc, const std::exception& e) {
+  return tc.checkpoint.preempt_grace_s > 0 && g_stop_seen_ns.load() != 0 &&
+         !dynamic_cast<const TrainingDiverged*>(&e) && !dynamic_cast<const OomError*>(&e);
+}
 
 // The pre-flight memory check: "" or why this layout cannot fit (see memoryFitProblem).
 std::string memoryVerdict(const TrainConfig& tc, const DistEnv& env) {
@@ -336,6 +413,7 @@ int runSession(const SessionOptions& opts) {
     setLogIdentity(env.rank, env.world_size, hostName());
     Config cfg = Config::load(opts.config_path, opts.overrides);
     TrainConfig tc = resolveConfig(opts, cfg, env);
+    watchdog.setGrace(tc.checkpoint.preempt_grace_s);
     if (std::optional<int> rc = runInfoCommand(opts, cfg, tc)) return *rc;
     // Before anything is allocated: a layout that cannot fit ends as oom at once.
     const std::string no_fit = memoryVerdict(tc, env);
@@ -374,7 +452,19 @@ int runSession(const SessionOptions& opts) {
                         env.rank);
     StepProfiler profiler(tc.profile_steps, tracePath(run_dir, env.rank), env.rank);
     HookList hooks({&profiler, &ckpt});  // the profiler's window excludes checkpoint saves
-    TrainSummary s = train(tc, *ds, dist, *metrics, peaks, &hooks, run_dir);
+    watchdog.arm({&*metrics, &ckpt});
+    struct Disarm {  // before `ckpt` and `metrics` go away, whatever happens
+      StopWatchdog& w;
+      ~Disarm() { w.disarm(); }
+    } disarm{watchdog};
+    TrainSummary s;
+    try {
+      s = train(tc, *ds, dist, *metrics, peaks, &hooks, run_dir);
+    } catch (const std::exception& e) {
+      if (!peerLeftAtDeadline(tc, e)) throw;
+      return watchdog.abandon(std::string("the stop did not finish (") + e.what() + ")");
+    }
+    watchdog.disarm();
     return finishRun(*metrics, tc, s, peaks, run_dir, env.rank, ckpt.lastSaved());
   } catch (const ConfigError& e) {
     return failInvalid(e, metrics);

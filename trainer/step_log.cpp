@@ -16,7 +16,7 @@ namespace ftb {
 namespace {
 
 const char* kMetrics[] = {"step", "time_s", "step_time_s", "data_s", "forward_s", "backward_s",
-                          "optimizer_s", "comm_s", "loss", "grad_norm", "lr",
+                          "optimizer_s", "comm_s", "agree_s", "loss", "grad_norm", "lr",
                           "tokens_padded", "tokens_dataset", "tokens_per_s_padded",
                           "tokens_per_s_dataset", "tokens_per_s_per_device", "mfu", "gemm_efficiency",
                           "flops_per_token",
@@ -64,6 +64,7 @@ void StepLog::record(int64_t step, const StepRecord& r) {
   metrics_.appendStep({{"step", double(step)}, {"time_s", metrics_.resumedTimeS() + elapsed()},
                        {"step_time_s", r.total}, {"data_s", r.data}, {"forward_s", r.fwd},
                        {"backward_s", r.bwd}, {"optimizer_s", r.opt}, {"comm_s", r.comm},
+                       {"agree_s", r.agree},
                        {"loss", r.loss}, {"grad_norm", r.grad_norm}, {"lr", r.lr},
                        {"tokens_padded", r.padded}, {"tokens_dataset", r.dataset},
                        {"tokens_per_s_padded", tps_padded},

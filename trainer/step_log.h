@@ -26,6 +26,7 @@ namespace ftb {
 
 struct StepRecord {
   double data = 0, fwd = 0, bwd = 0, opt = 0, comm = 0, total = 0;  // seconds
+  double agree = 0;  // seconds in the step's agreement all-reduce (part of comm)
   double loss = 0, grad_norm = 0, lr = 0;
   double padded = 0, dataset = 0;  // global token counts
 };

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <csignal>
+#include <ctime>
 #include <optional>
 #include <sstream>
 
@@ -17,10 +18,25 @@
 namespace ftb {
 
 std::atomic<int> g_stop_signal{0};
+std::atomic<int64_t> g_stop_seen_ns{0};
+
+int64_t monotonicNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe
+  return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+void noteStopSeen() {
+  int64_t none = 0;
+  g_stop_seen_ns.compare_exchange_strong(none, monotonicNs());
+}
 
 namespace {
 
-void onStopSignal(int sig) { g_stop_signal.store(sig); }
+void onStopSignal(int sig) {
+  g_stop_signal.store(sig);
+  noteStopSeen();
+}
 
 double lrAt(const TrainConfig& tc, int64_t step) {
   if (tc.lr_warmup_steps > 0 && step < tc.lr_warmup_steps)
@@ -137,7 +153,9 @@ Agreement syncAndUpdate(const Loop& l, int64_t step, double positions, double el
   const double norm_s = nowSeconds() - tn;
   a.stop = stopVote(tc, l.world.rank(), elapsed);
   a.over_memory = tc.memory_limit_bytes > 0 && double(peakRssBytes()) > tc.memory_limit_bytes;
+  const double ta = nowSeconds();
   Agreement g = agree(l.world, a);
+  r.agree = nowSeconds() - ta;
   t = lap(r.comm, t);
   r.comm -= norm_s;
   const double tp = double(tc.tp);  // tp ranks hold identical data
@@ -184,8 +202,10 @@ StepEnd stepEnd(const TrainConfig& tc, int64_t step, const Agreement& g) {
   end.stop_ctl = cmd == CtlCommand::kStop;
   end.save_now = cmd == CtlCommand::kSave || end.stop_ctl;
   end.last = step + 1 == tc.max_steps || g.stop > 0 || end.stop_ctl;
-  if (g.stop >= 1.0)  // a signal on some rank (this one may not have seen it)
+  if (g.stop >= 1.0) {  // a signal on some rank (this one may not have seen it)
     end.stop_signal = g_stop_signal.load() != 0 ? g_stop_signal.load() : SIGTERM;
+    noteStopSeen();  // this rank's grace deadline starts now if its own signal did not
+  }
   end.stop_time = g.stop > 0 && end.stop_signal == 0;
   return end;
 }

@@ -91,6 +91,12 @@ class TrainingDiverged : public FtbError {
 // between set-up phases; train() installs it too); polled once per step.
 extern std::atomic<int> g_stop_signal;
 void installStopSignalHandlers();
+// When this rank first learned of a stop signal, CLOCK_MONOTONIC in ns (0 = not yet):
+// its own signal (the handler) or the step agreement reporting another rank's
+// (noteStopSeen). checkpoint.preempt_grace_s counts from here (trainer/session.cpp).
+extern std::atomic<int64_t> g_stop_seen_ns;
+void noteStopSeen();  // sets g_stop_seen_ns once; async-signal-safe
+int64_t monotonicNs();
 
 // hooks may be null. `ds` is makeDataset(tc), built before the run directory so that
 // bad data is refused before anything is written. run_dir non-empty: rank 0 polls its

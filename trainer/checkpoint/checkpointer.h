@@ -16,11 +16,17 @@
 //   fsyncs the parent and prunes complete checkpoints beyond keep_last (never the one
 //   just written). Returns only when the checkpoint is complete on every rank; a failure
 //   on any rank throws IoError on every rank (no hang: store waits time out).
+// - abandon() may run on another thread (the stop watchdog at checkpoint.preempt_grace_s,
+//   trainer/session.cpp): it waits for a commit in progress (manifest, rename) to end,
+//   forbids any later commit, and on rank 0 removes the step_N.tmp of a save in
+//   progress. So a save cut short by the deadline leaves no partial checkpoint behind.
 // - Checkpointer::load() fills every piece from the slices that intersect it (any
 //   saved layout), sets the CPU generator state, and returns the manifest's loop state.
 #pragma once
 
+#include <atomic>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -59,11 +65,20 @@ class Checkpointer {
   std::string save(int64_t step, const std::vector<ckpt::StatePiece>& pieces,
                    const std::map<std::string, int64_t>& state);
   // Static: reads files only (also used by `trainer export`, hf/export.h).
+  // `bytes_read` (optional): tensor bytes this rank read from the files.
   static std::map<std::string, int64_t> load(const ResumePoint& rp,
-                                             std::vector<ckpt::StatePiece>& pieces);
+                                             std::vector<ckpt::StatePiece>& pieces,
+                                             int64_t* bytes_read = nullptr);
 
-  double lastSaveSeconds() const { return last_save_s_; }
+  double lastSaveSeconds() const { return last_save_s_; }  // the whole collective save
+  // This rank's file alone: serialize, write, fsync and checksum (what `dd conv=fsync`
+  // of the same bytes is compared with, scripts/bench.sh ckpt).
+  double lastWriteSeconds() const { return last_write_s_; }
   int64_t lastSaveBytes() const { return last_save_bytes_; }  // this rank's file
+
+  bool saving() const { return saving_.load(); }  // any thread
+  // Any thread. Returns the newest checkpoint this object completed ("" when none).
+  std::string abandon();
 
  private:
   std::vector<ckpt::SliceToWrite> mySlices(int64_t step, const std::vector<ckpt::StatePiece>& pieces);
@@ -71,14 +86,21 @@ class Checkpointer {
                             const std::vector<std::string>& file_records,
                             const std::map<std::string, int64_t>& state);
   void prune(int64_t newest_step);
+  void prepareTmp(const std::string& tmp);  // rank 0
+  void commit(const std::string& tmp, const std::string& final_dir);
 
   std::string dir_;
   int64_t keep_last_;
   Identity id_;
   Distributed& dist_;
   int64_t seq_ = 0;
-  double last_save_s_ = 0;
+  double last_save_s_ = 0, last_write_s_ = 0;
   int64_t last_save_bytes_ = 0;
+  std::atomic<bool> saving_{false};
+  std::mutex commit_mu_;  // guards the three below; held by commit() and abandon()
+  bool abandoned_ = false;
+  std::string tmp_in_progress_;  // rank 0: the step_N.tmp being written, else ""
+  std::string last_complete_;
 };
 
 }  // namespace ftb

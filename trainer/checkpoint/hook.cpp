@@ -12,8 +12,9 @@ void CheckpointHook::onStart(TrainContext& ctx, TrainState& state) {
   std::vector<ckpt::StatePiece> pieces =
       ckpt::collectState(ctx.sync, ctx.opt, ctx.mesh.tp_rank, ctx.mesh.tp, rank_);
   std::map<std::string, int64_t> st;
+  int64_t bytes = 0;
   try {
-    st = saver_->load(*plan_, pieces);
+    st = saver_->load(*plan_, pieces, &bytes);
   } catch (const CheckpointError& e) {  // verified before: the files changed under us
     throw IoError(logPrefix() + " loading checkpoint " + plan_->dir + ": " + e.what());
   }
@@ -22,10 +23,13 @@ void CheckpointHook::onStart(TrainContext& ctx, TrainState& state) {
   state.step = st.at("step");
   last_saved_ = state.step;
   const CkptLayout& l = plan_->manifest.layout;
+  const double secs = nowSeconds() - t0;
   if (rank_ == 0)
     FTB_INFO("resumed from " << plan_->dir << " (step " << state.step << ", saved with world "
                              << l.world << ", zero_stage " << l.zero_stage << ", tp " << l.tp
-                             << ") in " << nowSeconds() - t0 << " s");
+                             << ") in " << secs << " s");
+  // One line per rank, parsed by scripts/bench_ckpt_report.py.
+  FTB_INFO("checkpoint load: rank " << rank_ << " read " << bytes << " bytes in " << secs << " s");
 }
 
 void CheckpointHook::onStepEnd(TrainContext& ctx, const StepEnd& end) {
@@ -43,6 +47,11 @@ void CheckpointHook::onStepEnd(TrainContext& ctx, const StepEnd& end) {
   if (rank_ == 0)
     FTB_INFO("checkpoint " << last_dir_ << " saved in " << saver_->lastSaveSeconds() << " s ("
                            << saver_->lastSaveBytes() << " bytes on rank 0)");
+  // One line per rank, parsed by scripts/bench_ckpt_report.py.
+  FTB_INFO("checkpoint save: rank " << rank_ << " wrote " << saver_->lastSaveBytes()
+                                    << " bytes in " << saver_->lastWriteSeconds()
+                                    << " s (serialize, write, fsync, checksum); whole save "
+                                    << saver_->lastSaveSeconds() << " s");
 }
 
 }  // namespace ftb

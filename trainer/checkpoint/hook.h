@@ -33,6 +33,13 @@ class CheckpointHook final : public StepHooks {
   std::string lastCheckpoint() const override {
     return !last_dir_.empty() ? last_dir_ : plan_ ? plan_->dir : "";
   }
+  // Any thread (the stop watchdog, trainer/session.cpp): Checkpointer::abandon(), and the
+  // resume point it leaves: the newest checkpoint saved, else the one resumed from, else "".
+  std::string abandon() {
+    std::string saved = saver_->abandon();
+    return !saved.empty() ? saved : plan_ ? plan_->dir : "";
+  }
+  bool saving() const { return saver_->saving(); }  // any thread
 
  private:
   const TrainConfig& tc_;

@@ -193,26 +193,43 @@ std::string tokenCachePath(const TrainConfig& c) {
   return c.data_source + ".tok-" + sha256HexPrefix(key, 8) + ".bin";
 }
 
+namespace {
+
+double secondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int64_t tokenCount(const TokenizedDocs& d) {
+  int64_t tokens = 0;
+  for (const auto& ids : d.ids) tokens += int64_t(ids.size());
+  return tokens;
+}
+
+// readCache(), logged when it hits (the start-up cost a cached dataset still has).
+bool readCacheLogged(const TrainConfig& c, const std::string& cache, TokenizedDocs& d) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!readCache(cache, d)) return false;
+  d.cache_path = cache;
+  d.cache_hit = true;
+  FTB_INFO("read the token ids of " << d.ids.size() << " documents of " << c.data_source << " ("
+                                    << tokenCount(d) << " tokens) from the cache " << cache
+                                    << " in " << secondsSince(t0) << " s");
+  return true;
+}
+
+}  // namespace
+
 TokenizedDocs loadTextJsonl(const TrainConfig& c) {
   const std::string cache = tokenCachePath(c);
   TokenizedDocs d;
-  if (readCache(cache, d)) {
-    d.cache_path = cache;
-    d.cache_hit = true;
-    return d;
-  }
+  if (readCacheLogged(c, cache, d)) return d;
   DataLock lock(c.data_source, c.timeout_seconds);
   d = TokenizedDocs{};
-  if (readCache(cache, d)) {  // written while this process waited for the lock
-    d.cache_path = cache;
-    d.cache_hit = true;
-    return d;
-  }
+  if (readCacheLogged(c, cache, d)) return d;  // written while this process waited for the lock
   const auto t0 = std::chrono::steady_clock::now();
   d = tokenize(c);
-  int64_t tokens = 0;
-  for (const auto& ids : d.ids) tokens += int64_t(ids.size());
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const int64_t tokens = tokenCount(d);
+  const double s = secondsSince(t0);
   try {
     writeFileDurably(cache, serialize(d));
     d.cache_path = cache;

@@ -1,5 +1,6 @@
 """One node, no MPI: environment contract, logs, exit codes, restarts, signals, orphans."""
 import os
+import re
 import signal
 import subprocess
 import time
@@ -106,6 +107,45 @@ def test_dry_run_shows_the_tuning_and_reasons(launcher):
     q = run([launcher, "--dry-run", "--no-tune-env", "--nproc-per-node", "1", "--", "/bin/true"],
             env={"OPENBLAS_CORETYPE": "Prescott", "OMP_NUM_THREADS": "999"})
     assert "tuned:" not in q.stdout and "caller's environment unchanged" in q.stdout
+
+
+def probed(text):
+    """The 'worker environment (local rank 0, probed): ...' line (launcher/env_probe.h)."""
+    lines = [l for l in text.splitlines() if "worker environment (local rank 0, probed): " in l]
+    assert len(lines) == 1, text
+    return lines[0].split("probed): ", 1)[1]
+
+
+def test_dry_run_and_log_show_the_workers_blas_core_threads_and_allocator(launcher, tmp_path):
+    """Issue 11: --dry-run and the launcher log show the BLAS vendor of the program to start,
+    the core type its BLAS picks under the worker's environment (tuned or not), threads,
+    binding and the allocator, detected by the trainer's own code (common/env_check.h)."""
+    if not TRAINER.exists():
+        pytest.skip(f"{TRAINER} not built")
+    libs = subprocess.run(["ldd", str(TRAINER)], capture_output=True, text=True).stdout
+    caller = {"OPENBLAS_CORETYPE": "Prescott", "OMP_NUM_THREADS": "1"}
+    p = run([launcher, "--dry-run", "--nproc-per-node", "1", "--", TRAINER, "--help"], env=caller)
+    assert p.returncode == 0, p.stderr
+    line, tuned = probed(p.stdout), re.search(r"tuned: OPENBLAS_CORETYPE=(\w+)", p.stdout)[1]
+    assert line.startswith("BLAS OpenBLAS ") and f", core {tuned} (" in line, line
+    assert "1 intra-op / 1 BLAS thread(s)" in line and "on a CPU with " in line
+    alloc = "jemalloc" if "libjemalloc" in libs else "glibc malloc"
+    assert f"; allocator {alloc}" in line, line
+    # --no-tune-env: the caller's core type reaches the BLAS, and the probe sees it.
+    q = run([launcher, "--dry-run", "--no-tune-env", "--nproc-per-node", "1", "--", TRAINER],
+            env=caller)
+    assert ", core Prescott (sse) on a CPU with " in probed(q.stdout), q.stdout
+    # Programs without a BLAS, and scripts, are named as such.
+    assert probed(run([launcher, "--dry-run", "--", "/bin/true"]).stdout).startswith(
+        "BLAS none linked")
+    script = tmp_path / "w.sh"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    script.chmod(0o755)
+    assert "is not an ELF executable (a script?)" in probed(
+        run([launcher, "--dry-run", "--", script]).stdout)
+    # A real launch logs the same line once, after the workers started.
+    r = run([launcher, "--nproc-per-node", "1", "--", "/bin/true"])
+    assert r.returncode == 0 and "allocator glibc malloc" in probed(r.stderr), r.stderr
 
 
 def test_log_files_and_tee(launcher, tmp_path):

@@ -275,3 +275,64 @@ def test_failing_save_fails_clearly_and_keeps_the_previous_checkpoint(tmp_path):
         subprocess.run(["chattr", "-i", str(blocked)])
     (rc, o, e), = run(out, 1, *ov)
     assert f"resumed from {ck / 'step_00000005'}" in o + e
+
+
+def stop_with_slow_save(out, world, ov, delay_s, *extra):
+    """Starts a run that checkpoints every 4 steps and whose saves after a stop signal are
+    held `delay_s` seconds (test hook); sends SIGTERM to every rank once the checkpoint of
+    step 8 is complete. Returns (outputs, seconds from the signal to the last exit)."""
+    procs = start(out, world, *ov, "checkpoint.interval=4", *extra,
+                  env_extra={"FTB_TEST_CKPT_SAVE_DELAY": f"stop:{delay_s}"})
+    wait_until(lambda: (out / "checkpoints" / "step_00000008" / "manifest.json").exists()
+               or any(p.poll() is not None for p in procs), "the checkpoint of step 8")
+    t0 = time.monotonic()
+    for p in procs:
+        p.send_signal(signal.SIGTERM)
+    outs = finish(procs)
+    return outs, time.monotonic() - t0
+
+
+def test_preempt_grace_abandons_a_slow_save_without_a_partial_checkpoint(tmp_path):
+    """checkpoint.preempt_grace_s: a stop-time save that cannot finish in time (held 60 s)
+    is abandoned at the deadline. Every rank ends `preempted` with the requeue code within
+    the grace period, nothing partial is left in the checkpoint directory, and the rerun
+    resumes from the previous complete checkpoint bit-identically."""
+    world, ov = LAYOUTS["dp2"]
+    ref, cut = tmp_path / "ref", tmp_path / "cut"
+    run(ref, world, *ov)
+    grace = 3.0
+    outs, elapsed = stop_with_slow_save(cut, world, ov, 60, f"checkpoint.preempt_grace_s={grace}")
+    for r, (rc, o, e) in enumerate(outs):
+        assert rc == REQUEUE_EXIT, f"rank {r} exited {rc}:\n{o}\n{e}"
+    assert grace - 0.1 <= elapsed < grace + 2.5, f"ended {elapsed:.2f} s after the signal"
+    ck = cut / "checkpoints"
+    left = sorted(p.name for p in ck.iterdir())
+    assert not [n for n in left if not n.startswith("step_") or n.endswith(".tmp")], left
+    assert all((ck / n / "manifest.json").exists() for n in left), left
+    newest = ck / left[-1]
+    for r in range(world):
+        with h5(cut, r) as f:
+            st = dict(f["status"].attrs)
+        assert st["state"] == "preempted" and st["exit_code"] == REQUEUE_EXIT, st
+        assert "preempt_grace_s = 3 s" in st["message"] and f"resume point {newest}" in st["message"], st
+    outs = run(cut, world, *ov, "checkpoint.interval=4")
+    assert f"resumed from {newest}" in outs[0][2] + outs[0][1]
+    assert np.array_equal(losses(ref), losses(cut))
+    with h5(cut) as f:
+        assert list(f["steps/step"][:]) == list(range(20))
+
+
+def test_without_grace_a_stop_save_longer_than_the_stop_watchdog_completes(tmp_path):
+    """preempt_grace_s = 0 (no deadline): the stop watchdog's 10 s bound does not count time
+    spent saving, so a stop-time save held 11 s still completes and the run ends preempted
+    with that checkpoint and the requeue code."""
+    world, ov = LAYOUTS["dp2"]
+    outs, elapsed = stop_with_slow_save(tmp_path, world, ov, 11)
+    for r, (rc, o, e) in enumerate(outs):
+        assert rc == REQUEUE_EXIT, f"rank {r} exited {rc}:\n{o}\n{e}"
+    assert elapsed >= 11
+    with h5(tmp_path) as f:
+        st = dict(f["status"].attrs)
+        last = int(f["steps/step"][-1])
+    assert st["state"] == "preempted", st
+    assert (tmp_path / "checkpoints" / f"step_{last + 1:08d}" / "manifest.json").exists()

@@ -20,7 +20,7 @@ ENV_ATTRS = {"env_blas", "env_blas_core", "env_blas_isa", "env_cpu_isa_best",
              "env_bound_physical_cores", "env_online_cpus", "env_core_binding", "env_allocator",
              "env_warnings"}
 STEP_METRICS = {"step", "time_s", "step_time_s", "data_s", "forward_s", "backward_s",
-                "optimizer_s", "comm_s", "loss", "grad_norm", "lr", "tokens_padded",
+                "optimizer_s", "comm_s", "agree_s", "loss", "grad_norm", "lr", "tokens_padded",
                 "tokens_dataset", "tokens_per_s_padded", "tokens_per_s_dataset",
                 "tokens_per_s_per_device", "mfu", "gemm_efficiency", "flops_per_token", "rss_bytes", "peak_rss_bytes"}
 

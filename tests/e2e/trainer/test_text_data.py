@@ -114,6 +114,7 @@ def test_text_field_matches_spm_encode_and_the_cache_is_reused(tmp_path, corpus)
     assert masked_in_log(first.stderr)[2] == 0
     second = run_trainer(tmp_path / "b", *args)
     assert "tokenized" not in second.stderr, "the second run must read the cache"
+    assert "documents of " in second.stderr and "from the cache" in second.stderr
     assert np.array_equal(losses(tmp_path / "a"), losses(tmp_path / "b"))
 
 

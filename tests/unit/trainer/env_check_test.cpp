@@ -1,6 +1,6 @@
-// Tests for the trainer's start-up environment check (trainer/metrics/env_check.h) and
+// Tests for the start-up environment check (common/env_check.h) and
 // the two utilisation denominators (trainer/metrics/peaks.h).
-#include "trainer/metrics/env_check.h"
+#include "common/env_check.h"
 
 #include <gtest/gtest.h>
 

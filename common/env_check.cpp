@@ -1,19 +1,21 @@
-#include "trainer/metrics/env_check.h"
+#include "common/env_check.h"
 
 #include <dlfcn.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
+#include <initializer_list>
 #include <iomanip>
 #include <sstream>
 
 namespace ftb {
 namespace {
 
+// `lib`: RTLD_DEFAULT (this process's symbols) or a dlopen() handle.
 template <typename Fn>
-Fn symbol(const char* name) {
-  return reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, name));
+Fn symbol(void* lib, const char* name) {
+  return reinterpret_cast<Fn>(dlsym(lib, name));
 }
 
 std::string env(const char* name) {
@@ -32,22 +34,22 @@ std::string trimmed(std::string s) {
   return s;
 }
 
-void detectBlas(EnvFacts& f) {
-  if (auto config = symbol<char* (*)()>("openblas_get_config")) {
+void detectBlas(EnvFacts& f, void* lib) {
+  if (auto config = symbol<char* (*)()>(lib, "openblas_get_config")) {
     f.blas = trimmed(config());  // "OpenBLAS 0.3.21 ... USE_OPENMP Haswell MAX_THREADS=64"
     if (f.blas.rfind("OpenBLAS", 0) != 0) f.blas = "OpenBLAS " + f.blas;
-    if (auto core = symbol<char* (*)()>("openblas_get_corename")) f.blas_core = trimmed(core());
+    if (auto core = symbol<char* (*)()>(lib, "openblas_get_corename")) f.blas_core = trimmed(core());
     // An OpenMP build runs each call on omp_get_max_threads() of the calling thread
     // (libtorch's at::set_num_threads sets it); a pthreads build on its own pool.
-    auto omp = symbol<int (*)()>("omp_get_max_threads");
+    auto omp = symbol<int (*)()>(lib, "omp_get_max_threads");
     if (f.blas.find("USE_OPENMP") != std::string::npos && omp) {
       f.blas_threads = omp();
       f.blas_threads_source = "omp_get_max_threads() (OpenMP build)";
-    } else if (auto n = symbol<int (*)()>("openblas_get_num_threads")) {
+    } else if (auto n = symbol<int (*)()>(lib, "openblas_get_num_threads")) {
       f.blas_threads = n();
       f.blas_threads_source = "openblas_get_num_threads()";
     }
-  } else if (auto mkl = symbol<void (*)(char*, int)>("mkl_get_version_string")) {
+  } else if (auto mkl = symbol<void (*)(char*, int)>(lib, "mkl_get_version_string")) {
     char buf[256] = {};
     mkl(buf, sizeof buf - 1);
     f.blas = trimmed(buf);
@@ -55,9 +57,9 @@ void detectBlas(EnvFacts& f) {
   f.blas_isa_level = openblasCoretypeLevel(f.blas_core);
 }
 
-void detectAllocator(EnvFacts& f) {
+void detectAllocator(EnvFacts& f, void* lib) {
   using Mallctl = int (*)(const char*, void*, size_t*, void*, size_t);
-  if (auto mallctl = symbol<Mallctl>("mallctl")) {
+  if (auto mallctl = symbol<Mallctl>(lib, "mallctl")) {
     const char* version = nullptr;
     size_t len = sizeof version;
     f.allocator = mallctl("version", &version, &len, nullptr, 0) == 0 && version
@@ -110,10 +112,9 @@ std::string isaLevelName(int level) {
   return level >= 1 && level <= 6 ? kNames[level] : kNames[0];
 }
 
-EnvFacts detectEnv(const CpuInfo& cpu, int intra_threads) {
-  EnvFacts f;
-  detectBlas(f);
-  detectAllocator(f);
+namespace {
+
+void fillCommon(EnvFacts& f, const CpuInfo& cpu, int intra_threads) {
   f.openblas_coretype = env("OPENBLAS_CORETYPE");
   f.omp_num_threads = env("OMP_NUM_THREADS");
   f.cpu_isa_level = cpuIsaLevel(cpu);
@@ -124,7 +125,90 @@ EnvFacts detectEnv(const CpuInfo& cpu, int intra_threads) {
   f.bound_physical_cores = cpu.bound_physical_cores;
   f.bound_cpu_list = cpu.boundCpuList();
   f.online_cpus = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+std::string baseName(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+bool startsWithAny(const std::string& name, std::initializer_list<const char*> prefixes) {
+  for (const char* p : prefixes)
+    if (name.rfind(p, 0) == 0) return true;
+  return false;
+}
+
+// dlopen(path) or nullptr, with the loader's reason in *why.
+void* openLibrary(const std::string& path, std::string* why) {
+  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    const char* e = dlerror();
+    *why = e ? e : "dlopen failed";
+  }
+  return h;
+}
+
+}  // namespace
+
+EnvFacts detectEnv(const CpuInfo& cpu, int intra_threads) {
+  EnvFacts f;
+  detectBlas(f, RTLD_DEFAULT);
+  detectAllocator(f, RTLD_DEFAULT);
+  fillCommon(f, cpu, intra_threads);
   return f;
+}
+
+LinkedLibs parseLoaderList(const std::string& text) {
+  LinkedLibs libs;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    // "\tlibblas.so.3 => /lib/x86_64-linux-gnu/libblas.so.3 (0x...)" or "\t/path/lib.so (0x...)"
+    std::istringstream words(line);
+    std::string name, arrow, path;
+    words >> name >> arrow >> path;
+    if (arrow != "=>") path = name;
+    if (path.empty() || path[0] != '/') continue;  // "not found", the vdso
+    const std::string base = baseName(name);
+    if (libs.blas.empty() && startsWithAny(base, {"libopenblas", "libblas.", "libmkl_rt", "libblis"}))
+      libs.blas = path;
+    if (libs.allocator.empty() && startsWithAny(base, {"libjemalloc", "libtcmalloc", "libmimalloc"}))
+      libs.allocator = path;
+  }
+  return libs;
+}
+
+EnvFacts detectEnvOf(const LinkedLibs& libs, const CpuInfo& cpu, int intra_threads) {
+  EnvFacts f;
+  std::string why;
+  if (libs.blas.empty()) {
+    f.blas = "none linked";
+  } else if (void* h = openLibrary(libs.blas, &why)) {
+    detectBlas(f, h);
+    if (f.blas == "unknown") f.blas = "unknown (" + libs.blas + ")";
+  } else {
+    f.blas = "unknown (" + libs.blas + " does not load here: " + why + ")";
+  }
+  if (!libs.allocator.empty()) {
+    // "libjemalloc.so.2" -> "jemalloc"; the version where the library loads here (a
+    // jemalloc built for LD_PRELOAD refuses dlopen: "cannot allocate memory in static TLS").
+    std::string name = baseName(libs.allocator).substr(3);
+    f.allocator = name.substr(0, name.find('.'));
+    if (void* h = openLibrary(libs.allocator, &why)) detectAllocator(f, h);
+    f.allocator += " (" + libs.allocator + ")";
+  }
+  fillCommon(f, cpu, intra_threads);
+  return f;
+}
+
+std::string envSummary(const EnvFacts& f) {
+  std::string threads =
+      (f.intra_threads > 0 ? std::to_string(f.intra_threads) + " intra-op / " : std::string()) +
+      (f.blas_threads > 0 ? std::to_string(f.blas_threads) : std::string("?")) + " BLAS thread(s)";
+  const std::string core =
+      f.blas_core.empty() ? "" : ", core " + f.blas_core + " (" + isaLevelName(f.blas_isa_level) + ")";
+  return "BLAS " + f.blas + core + " on a CPU with " + isaLevelName(f.cpu_isa_level) + "; " +
+         threads + "; " + bindingText(f) + "; allocator " + f.allocator;
 }
 
 std::vector<std::string> envWarnings(const EnvFacts& f, double gemm_flops,

@@ -1,6 +1,8 @@
-// The environment a trainer rank computes in, checked at start (issue 11): which BLAS
-// and which of its kernels, the ISA the CPU offers against the one the BLAS uses,
-// thread counts against the CPUs this process is bound to, and the allocator.
+// The environment a rank computes in, checked at start (issue 11): which BLAS and which
+// of its kernels, the ISA the CPU offers against the one the BLAS uses, thread counts
+// against the CPUs the process is bound to, and the allocator. The trainer checks its own
+// process; the launcher (launcher/env_probe.h) checks the program it is about to start,
+// with the worker's environment, through the same code.
 //
 // Contracts:
 // - detectEnv() only looks: dlsym(RTLD_DEFAULT) for openblas_get_config /
@@ -8,6 +10,14 @@
 //   omp_get_max_threads, jemalloc's mallctl (whatever this process has loaded), $OPENBLAS_CORETYPE,
 //   $OMP_NUM_THREADS, sched_getaffinity (via CpuInfo) and the online CPU count. No
 //   libtorch: the caller passes its intra-op thread count.
+// - detectEnvOf() is the same for libraries this process has not loaded: it dlopen()s
+//   the BLAS and allocator of `libs` (RTLD_LOCAL, never closed) and reads the same
+//   symbols from them; what it cannot open is named in EnvFacts::blas / allocator. A
+//   BLAS reads $OPENBLAS_CORETYPE and its thread variables when loaded, so the caller
+//   runs it in a process with the worker's environment and binding.
+// - parseLoaderList() is pure: it reads the dynamic loader's `--list` output (the lines
+//   `ldd` prints) and picks the BLAS (libopenblas*, libblas*, libmkl_rt*, libblis*: the
+//   first listed) and the allocator (libjemalloc*, libtcmalloc*, libmimalloc*).
 // - envWarnings() is pure: one line per problem, each naming the measured figures,
 //   the cause and the fix. Problems: threads (intra-op or BLAS) above the CPUs this
 //   process is bound to; a measured GEMM below kGemmWarnFraction of the peak of its
@@ -49,6 +59,21 @@ struct EnvFacts {
 std::string isaLevelName(int level);
 
 EnvFacts detectEnv(const CpuInfo& cpu, int intra_threads);
+
+// The BLAS and allocator libraries a program loads (paths as the loader resolved them;
+// "" = none found).
+struct LinkedLibs {
+  std::string blas, allocator;
+};
+LinkedLibs parseLoaderList(const std::string& loader_list_output);
+
+// detectEnv() for a program that links `libs`, seen from this process.
+EnvFacts detectEnvOf(const LinkedLibs& libs, const CpuInfo& cpu, int intra_threads);
+
+// One line: "BLAS <config>, core <core> (<isa>) on a CPU with <isa>; <threads>; <binding>;
+// allocator <allocator>" (the core part only for OpenBLAS; intra-op threads left out when
+// intra_threads is 0).
+std::string envSummary(const EnvFacts& f);
 
 // gemm_flops: measured GEMM in `dtype`; peak: this rank's hardware peak for `dtype`.
 std::vector<std::string> envWarnings(const EnvFacts& f, double gemm_flops,
