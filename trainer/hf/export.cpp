@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/checkpoint_manifest.h"
+#include "common/config.h"
 #include "common/cli_args.h"
 #include "common/error.h"
 #include "common/hf_config.h"
@@ -63,7 +64,50 @@ ModelArgs modelOf(const ResumePoint& rp) {
   return a;
 }
 
-json configJson(const ModelArgs& a, const ResumePoint& rp) {
+struct ExportDtype {
+  std::string name;        // "fp32" | "bf16" | "fp16"
+  torch::ScalarType type;  // of the written tensors
+  std::string source;      // why this dtype, for the log
+};
+
+ExportDtype dtypeNamed(const std::string& name, const std::string& source) {
+  if (name == "fp32") return {name, torch::kFloat32, source};
+  if (name == "bf16") return {name, torch::kBFloat16, source};
+  if (name == "fp16") return {name, torch::kFloat16, source};
+  throw ConfigError("--dtype", "command line", "unknown dtype \"" + name + "\"",
+                    "one of run (the run's training.dtype), fp32, bf16, fp16");
+}
+
+// --dtype run: training.dtype of the run whose default checkpoint directory holds rp.
+ExportDtype runDtype(const ResumePoint& rp) {
+  const fs::path run = fs::absolute(rp.dir).parent_path().parent_path();
+  const fs::path toml = run / "run.toml";
+  if (!fs::exists(toml) || run.filename().string() != rp.manifest.tag)
+    return dtypeNamed("fp32", "the master weights' dtype: no run.toml of run '" +
+                                  rp.manifest.tag + "' beside the checkpoint");
+  try {
+    const Config cfg = Config::load(toml.string(), {});
+    return dtypeNamed(cfg.getString("training.dtype"), "training.dtype of " + toml.string());
+  } catch (const FtbError& e) {
+    return dtypeNamed("fp32", std::string("the master weights' dtype: ") + e.what());
+  }
+}
+
+ExportDtype exportDtype(const std::string& flag, const ResumePoint& rp) {
+  return flag == "run" ? runDtype(rp) : dtypeNamed(flag, "--dtype " + flag);
+}
+
+const char* hfTorchDtype(torch::ScalarType t) {
+  return t == torch::kBFloat16 ? "bfloat16" : t == torch::kFloat16 ? "float16" : "float32";
+}
+
+int64_t tensorBytes(const HfParam& p, torch::ScalarType t) {
+  int64_t b = int64_t(c10::elementSize(t));
+  for (int64_t d : p.shape) b *= d;
+  return b;
+}
+
+json configJson(const ModelArgs& a, const ResumePoint& rp, torch::ScalarType t) {
   return {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"},
           {"hidden_size", a.dim}, {"num_hidden_layers", a.n_layers},
           {"num_attention_heads", a.n_heads}, {"num_key_value_heads", a.n_kv_heads},
@@ -71,18 +115,18 @@ json configJson(const ModelArgs& a, const ResumePoint& rp) {
           {"max_position_embeddings", a.max_seq_len}, {"rope_theta", a.rope_theta},
           {"rms_norm_eps", a.norm_eps}, {"tie_word_embeddings", a.tie_embeddings},
           {"hidden_act", "silu"}, {"attention_bias", false}, {"mlp_bias", false},
-          {"rope_scaling", nullptr}, {"torch_dtype", "float32"},
+          {"rope_scaling", nullptr}, {"torch_dtype", hfTorchDtype(t)},
           {"ftbench_export", {{"checkpoint", fs::absolute(rp.dir).string()},
                               {"step", rp.manifest.state.count("step") ? rp.manifest.state.at("step") : -1}}}};
 }
 
-// Consecutive groups of params, each at most max_bytes (a larger tensor alone).
-std::vector<std::vector<HfParam>> planShards(const std::vector<HfParam>& params, int64_t max_bytes) {
+// Consecutive groups of params, each at most max_bytes in dtype t (a larger tensor alone).
+std::vector<std::vector<HfParam>> planShards(const std::vector<HfParam>& params, int64_t max_bytes,
+                                             torch::ScalarType t) {
   std::vector<std::vector<HfParam>> shards(1);
   int64_t bytes = 0;
   for (const HfParam& p : params) {
-    int64_t b = 4;
-    for (int64_t d : p.shape) b *= d;
+    const int64_t b = tensorBytes(p, t);
     if (!shards.back().empty() && bytes + b > max_bytes) {
       shards.emplace_back();
       bytes = 0;
@@ -113,11 +157,12 @@ torch::Tensor readTensor(const ResumePoint& rp, const HfParam& p) {
   return pieces[0].view;
 }
 
-void writeShard(const ResumePoint& rp, const std::string& path, const std::vector<HfParam>& ps) {
+void writeShard(const ResumePoint& rp, const std::string& path, const std::vector<HfParam>& ps,
+                torch::ScalarType t) {
   std::vector<StTensor> decl;
-  for (const HfParam& p : ps) decl.push_back({p.hf_name, "F32", p.shape, 0, 0});
+  for (const HfParam& p : ps) decl.push_back({p.hf_name, stDtypeOf(t), p.shape, 0, 0});
   SafetensorsWriter w(path, decl);
-  for (const HfParam& p : ps) w.write(readTensor(rp, p));
+  for (const HfParam& p : ps) w.write(readTensor(rp, p).to(t));
   w.close();
 }
 
@@ -129,11 +174,12 @@ int exportCheckpoint(const ExportOptions& o) {
                       "export into a new directory (nothing is overwritten)");
   ResumePoint rp = resolveCheckpoint(o.checkpoint);
   const ModelArgs a = modelOf(rp);
-  const std::vector<std::vector<HfParam>> shards = planShards(hfParams(a), o.max_shard_bytes);
+  const ExportDtype dt = exportDtype(o.dtype, rp);
+  const std::vector<std::vector<HfParam>> shards = planShards(hfParams(a), o.max_shard_bytes, dt.type);
   const fs::path tmp = o.out + ".tmp";
   fs::remove_all(tmp);
   fs::create_directories(tmp);
-  writeFileDurably((tmp / kHfConfigName).string(), configJson(a, rp).dump(2) + "\n");
+  writeFileDurably((tmp / kHfConfigName).string(), configJson(a, rp, dt.type).dump(2) + "\n");
   const int n = int(shards.size());
   json weight_map = json::object();
   int64_t total = 0;
@@ -141,12 +187,10 @@ int exportCheckpoint(const ExportOptions& o) {
     char name[64];
     std::snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", k + 1, n);
     const std::string file = n == 1 ? kSingleFile : name;
-    writeShard(rp, (tmp / file).string(), shards[k]);
+    writeShard(rp, (tmp / file).string(), shards[k], dt.type);
     for (const HfParam& p : shards[k]) {
       weight_map[p.hf_name] = file;
-      int64_t b = 4;
-      for (int64_t d : p.shape) b *= d;
-      total += b;
+      total += tensorBytes(p, dt.type);
     }
   }
   if (n > 1)
@@ -155,8 +199,8 @@ int exportCheckpoint(const ExportOptions& o) {
   fsyncPath(tmp.string());
   renameDurably(tmp.string(), o.out);
   FTB_INFO("exported " << rp.dir << " (step " << rp.manifest.state["step"] << ", "
-                       << total << " bytes of fp32 weights) to " << o.out << " in " << n
-                       << " safetensors file(s)");
+                       << total << " bytes of " << dt.name << " weights; " << dt.source
+                       << ") to " << o.out << " in " << n << " safetensors file(s)");
   return n;
 }
 
@@ -169,6 +213,9 @@ int exportMain(const std::vector<std::string>& args) {
       ("out", "new directory for config.json + safetensors", cxxopts::value<std::string>())
       ("max-shard-mb", "split the weights into shards of at most this many MiB (default 5120)",
        cxxopts::value<double>()->default_value("5120"))
+      ("dtype", "dtype of the written weights: run (the run's training.dtype, from its run.toml "
+                "beside the checkpoint; else fp32), fp32, bf16, fp16",
+       cxxopts::value<std::string>()->default_value("run"))
       ("h,help", "show help");
   std::vector<std::string> words{"trainer export"};
   words.insert(words.end(), args.begin(), args.end());
@@ -187,8 +234,12 @@ int exportMain(const std::vector<std::string>& args) {
     const double mb = r["max-shard-mb"].as<double>();
     if (!(mb > 0))
       throw ConfigError("--max-shard-mb", "command line", "must be > 0, got " + std::to_string(mb));
-    exportCheckpoint({r["checkpoint"].as<std::string>(), r["out"].as<std::string>(),
-                      int64_t(mb * (1 << 20))});
+    ExportOptions opts;
+    opts.checkpoint = r["checkpoint"].as<std::string>();
+    opts.out = r["out"].as<std::string>();
+    opts.max_shard_bytes = int64_t(mb * (1 << 20));
+    opts.dtype = r["dtype"].as<std::string>();
+    exportCheckpoint(opts);
     return 0;
   } catch (const cxxopts::exceptions::exception& e) {
     std::cerr << "trainer export: " << e.what() << "\n" << cli.help() << "\n";

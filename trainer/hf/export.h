@@ -4,7 +4,11 @@
 // Contract: exportCheckpoint(opts) takes a step_N directory (or a checkpoint directory:
 // its newest usable step_N), verifies every file of it (size, crc32), and writes into a
 // new directory `out` (which must not exist): config.json from the checkpoint's model.*
-// keys, and the fp32 master weights under their HF names: one model.safetensors, or,
+// keys (torch_dtype = the exported dtype), and the master weights under their HF names,
+// converted to `dtype` (fp32 | bf16 | fp16, round to nearest even; "run" = the
+// training.dtype of the run the checkpoint belongs to, read from <run>/run.toml when the
+// checkpoint sits in its default place <run>/checkpoints/step_N and the directory's name is
+// the manifest's tag, else fp32, which is also the master weights' own dtype): one model.safetensors, or,
 // when they exceed max_shard_bytes, model-0000K-of-0000N.safetensors shards plus
 // model.safetensors.index.json. Each global tensor is assembled from the checkpoint's
 // slices (Checkpointer::load, resharding to one whole tensor) one at a time. Everything
@@ -20,6 +24,7 @@ namespace ftb::hf {
 
 struct ExportOptions {
   std::string checkpoint, out;
+  std::string dtype = "run";  // "run" | "fp32" | "bf16" | "fp16"
   int64_t max_shard_bytes = int64_t{5} << 30;  // HF save_pretrained's default is 5 GB
 };
 

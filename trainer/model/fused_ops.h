@@ -1,15 +1,36 @@
-// Autograd ops over the fused fp32 CPU loops of trainer/kernels/cpu_kernels.h: one op
-// (and one backward node) where the ATen composition takes several, for the small-tensor
-// hot path. Each has an applies() test; callers keep the ATen composition for anything
-// else (bf16, CUDA), so the math there is unchanged.
+// Fused elementwise kernels of the Llama block, each an autograd Function with a
+// hand-written backward: RMSNorm and the rotary embedding.
+//
+// Why: composed from ATen ops, RMSNorm costs 6 passes over an activation-sized tensor
+// forward and about 10 backward (and as many dispatches); RoPE 7 forward (narrow, 4 mul,
+// sub, add, cat) plus the q scaling. Fused, each is one pass forward and one backward.
+//
+// Contracts (checked against the composed ATen math in trainer/tests/fused_ops_test.cpp):
+// - Same math as the composition: inputs fp32 or bf16, accumulation and the per-row
+//   statistics in fp32, one rounding to the output dtype. Results agree with the
+//   composition within fp32 rounding (not bit for bit: the summation order differs).
+// - Deterministic on one machine: the result does not depend on the number of
+//   intra-op threads (rows are independent; the RMSNorm weight gradient is reduced
+//   from fixed row chunks in a fixed order). The inner loops are compiled for
+//   AVX-512, AVX2 and baseline x86-64 and picked at run time, so two CPU kinds may
+//   differ in the last bit (as their BLAS kernels do).
 #pragma once
 
 #include <torch/torch.h>
 
 namespace ftb {
 
-// RMSNorm: x / sqrt(mean(x², -1) + eps) * weight, for fp32 CPU x [..., d], weight [d].
-bool fusedRmsNormApplies(const torch::Tensor& x, const torch::Tensor& weight);
-torch::Tensor fusedRmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
+// y = x * rsqrt(mean(x^2, -1) + eps) * weight, returned in `out_dtype`.
+// REQUIRES: x [..., D] fp32 or bf16; weight [D] fp32 or bf16. The gradient of x comes
+// back in x's dtype, that of weight in weight's dtype.
+torch::Tensor fusedRmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps,
+                           torch::ScalarType out_dtype);
+
+// HF "rotate_half" rotary embedding times `scale`: with x = (x1, x2) split in halves of
+// the last dimension, (x1 cos - x2 sin, x2 cos + x1 sin) * scale.
+// REQUIRES: x [B, H, T, hd] fp32 or bf16, any strides; cos, sin fp32 [>= T, hd/2].
+// Returns a contiguous [B, H, T, hd] tensor in x's dtype.
+torch::Tensor fusedRope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                        double scale);
 
 }  // namespace ftb

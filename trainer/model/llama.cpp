@@ -49,11 +49,7 @@ ComputeDtypeGuard::ComputeDtypeGuard(torch::ScalarType dt) : prev_(t_compute_dty
 ComputeDtypeGuard::~ComputeDtypeGuard() { t_compute_dtype = prev_; }
 
 torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
-  if (t_compute_dtype == torch::kFloat32 && fusedRmsNormApplies(x, weight))
-    return fusedRmsNorm(x, weight, eps);  // one op forward and backward (fused_ops.h)
-  torch::Tensor xf = x.to(torch::kFloat32);
-  torch::Tensor y = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
-  return (y * weight.to(torch::kFloat32)).to(t_compute_dtype);
+  return fusedRmsNorm(x, weight, eps, t_compute_dtype);
 }
 
 RopeTables RopeTables::make(int64_t head_dim, int64_t max_seq_len, double theta) {
@@ -64,18 +60,13 @@ RopeTables RopeTables::make(int64_t head_dim, int64_t max_seq_len, double theta)
   return {freqs.cos().to(torch::kFloat32), freqs.sin().to(torch::kFloat32)};
 }
 
-RopeTables RopeTables::forTokens(int64_t T, torch::ScalarType dtype) const {
-  return {cos.narrow(0, 0, T).to(dtype), sin.narrow(0, 0, T).to(dtype),
-          torch::full({T, T}, -INFINITY).triu(1)};
+RopeTables RopeTables::forTokens(int64_t T) const {
+  return {cos.narrow(0, 0, T), sin.narrow(0, 0, T), torch::full({T, T}, -INFINITY).triu(1)};
 }
 
-// HF layout: rotate the halves (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin).
-torch::Tensor applyRope(const torch::Tensor& x, const RopeTables& rope) {
-  int64_t T = x.size(2), half = x.size(3) / 2;
-  torch::Tensor cos = rope.cos.narrow(0, 0, T).to(x.scalar_type());
-  torch::Tensor sin = rope.sin.narrow(0, 0, T).to(x.scalar_type());
-  torch::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
-  return torch::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1);
+// HF layout: rotate the halves (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin), times scale.
+torch::Tensor applyRope(const torch::Tensor& x, const RopeTables& rope, double scale) {
+  return fusedRope(x, rope.cos, rope.sin, scale);
 }
 
 TransformerBlockImpl::TransformerBlockImpl(const ModelArgs& a, const TpContext& tp,
@@ -109,15 +100,14 @@ torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x, const RopeTa
   torch::Tensor q = proj(h, wq).view({B, T, n_local_heads_, head_dim_}).transpose(1, 2);
   torch::Tensor k = proj(h, wk).view({B, T, n_local_kv_heads_, head_dim_}).transpose(1, 2);
   torch::Tensor v = proj(h, wv).view({B, T, n_local_kv_heads_, head_dim_}).transpose(1, 2);
-  q = applyRope(q, rope);
-  k = applyRope(k, rope);
+  // Scale q (B·T·D values) rather than the scores (B·H·T² values), inside the rotation.
+  q = applyRope(q, rope, 1.0 / std::sqrt(double(head_dim_)));
+  k = applyRope(k, rope, 1.0);
   if (n_local_kv_heads_ != n_local_heads_) {  // GQA: each kv head serves a group of heads
     int64_t rep = n_local_heads_ / n_local_kv_heads_;
     k = k.repeat_interleave(rep, 1);
     v = v.repeat_interleave(rep, 1);
   }
-  // Scale q (B·T·D values) rather than the scores (B·H·T² values).
-  q = q * (1.0 / std::sqrt(double(head_dim_)));
   torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1));
   // Causal mask as an additive bias, in place: no extra [B,H,T,T] tensor and no mask
   // pass in backward (matmul's backward does not need its output).
@@ -162,7 +152,7 @@ std::vector<ModelParam> TransformerImpl::paramsInForwardOrder() const {
 
 torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) {
   ComputeDtypeGuard dtype(compute_dtype_);
-  step_rope_ = rope_.forTokens(tokens.size(1), compute_dtype_);
+  step_rope_ = rope_.forTokens(tokens.size(1));
   const int64_t vocab_start = tp_.rank * (args_.vocab_size / tp_.size);
   torch::Tensor h = vocabParallelEmbedding(tokens, tok_embeddings, vocab_start, tp_)
                         .to(compute_dtype_);

@@ -33,16 +33,18 @@
 
 namespace ftb {
 
-// Precomputed rotary tables cos/sin [max_seq_len, head_dim/2], HF "rotate_half" layout,
-// and (when built by forTokens) the additive causal bias [T, T] (0 / -inf).
+// Precomputed rotary tables cos/sin [max_seq_len, head_dim/2] in fp32, HF "rotate_half"
+// layout, and (when built by forTokens) the additive causal bias [T, T] (0 / -inf).
 struct RopeTables {
   torch::Tensor cos, sin, causal;
   static RopeTables make(int64_t head_dim, int64_t max_seq_len, double theta);
-  // The first T rows in `dtype` plus the causal bias: built once per forward and
-  // shared by every block (and its recompute).
-  RopeTables forTokens(int64_t T, torch::ScalarType dtype) const;
+  // The first T rows plus the causal bias: built once per forward and shared by every
+  // block (and its recompute).
+  RopeTables forTokens(int64_t T) const;
 };
-torch::Tensor applyRope(const torch::Tensor& x, const RopeTables& rope);  // x [B,H,T,hd]
+// x [B,H,T,hd] rotated (fused kernel, model/fused_ops.h), times scale; contiguous result.
+torch::Tensor applyRope(const torch::Tensor& x, const RopeTables& rope, double scale = 1.0);
+// RMSNorm in fp32 statistics, result in the compute dtype (fused kernel, model/fused_ops.h).
 torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 
 // A parameter as the model created it. Invariant: shard_dim is the dimension split

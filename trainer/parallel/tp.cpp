@@ -63,11 +63,12 @@ struct ChunkedCrossEntropy : public torch::autograd::Function<ChunkedCrossEntrop
     for (int64_t r = 0; r < n; r += step) {
       int64_t c = std::min(step, n - r);
       torch::Tensor gc = g.narrow(0, r, c).unsqueeze(1);
-      torch::Tensor p = (logits.narrow(0, r, c).to(torch::kFloat32) - lse.narrow(0, r, c).unsqueeze(1))
-                            .exp_()
-                            .mul_(gc);
+      torch::Tensor lc = logits.narrow(0, r, c), out = grad.narrow(0, r, c);
+      // fp32 logits: computed in place in the gradient (no chunk temporary, no copy).
+      torch::Tensor p = lc.scalar_type() == torch::kFloat32 ? out : torch::empty(lc.sizes(), g.options());
+      at::sub_out(p, lc.to(torch::kFloat32), lse.narrow(0, r, c).unsqueeze(1)).exp_().mul_(gc);
       p.scatter_add_(1, targets.narrow(0, r, c).unsqueeze(1), -gc);  // softmax - onehot
-      grad.narrow(0, r, c).copy_(p);
+      if (!p.is_same(out)) out.copy_(p);
     }
     return {grad, torch::Tensor()};
   }

@@ -27,7 +27,7 @@ import pytest
 import torch
 
 from hf_util import (CONFIG, hf_params, make_hf_dir, read_hf_dir, read_safetensors,
-                     write_safetensors)
+                     to_bf16_bytes, write_safetensors)
 from trainer_util import (BUILD, TINY, TRAINER, assert_close, base_env, finish, free_port,
                           run_ranks, run_trainer, steps)
 
@@ -186,7 +186,7 @@ def assert_same_tensors(exported, values):
         assert raw == np.ascontiguousarray(values[name], dtype="<f4").tobytes(), name
 
 
-@pytest.mark.parametrize("layout", ["world1", "zero3_world2", "tp2"])
+@pytest.mark.parametrize("layout", ["world1", "zero3_world2", "tp2", "tp2_x_dp_shard2"])
 def test_export_gives_back_the_imported_weights(layout, gqa_model, tmp_path):
     # lr = 0: one optimizer step leaves the weights exactly as imported (AdamW adds -0 * x).
     hf_dir, data, cfg, w, _ = gqa_model
@@ -194,7 +194,7 @@ def test_export_gives_back_the_imported_weights(layout, gqa_model, tmp_path):
     if layout == "world1":
         run_trainer(tmp_path / "run", *args, "training.micro_batch_size=4")
     else:
-        world, extra = {"zero3_world2": LAYOUTS["zero3_world2"], "tp2": LAYOUTS["tp2"]}[layout]
+        world, extra = LAYOUTS[layout]
         run_ranks(tmp_path / "run", world, *args, *extra)
     p = export(tmp_path / "run" / "checkpoints", tmp_path / "hf")
     assert "exported" in p.stderr + p.stdout
@@ -218,6 +218,37 @@ def test_sharded_export_reimports_bit_identically(gqa_model, tmp_path):
     export(tmp_path / "b" / "checkpoints", tmp_path / "hf_b")
     assert read_hf_dir(tmp_path / "hf_b") == read_hf_dir(tmp_path / "hf_a")
     assert_close(steps(tmp_path / "b", "loss"), steps(tmp_path / "a", "loss"), 0)
+
+
+def test_export_dtype_follows_the_run_or_the_flag(gqa_model, tmp_path):
+    """A bf16 run exports bf16 weights (config.json torch_dtype bfloat16) by default, the
+    fp32 master weights rounded to nearest even; --dtype fp32 / fp16 write those instead."""
+    hf_dir, data, cfg, w, _ = gqa_model
+    run_trainer(tmp_path / "run", *hf_run_args(hf_dir, data, "training.lr=0", "training.dtype=bf16",
+                                               "training.micro_batch_size=4"))
+    ckpt = tmp_path / "run" / "checkpoints"
+    p = export(ckpt, tmp_path / "hf_run")
+    assert "bf16 weights; training.dtype of " in p.stderr + p.stdout
+    as_bytes = {
+        "BF16": lambda a: to_bf16_bytes(a)[0],
+        "F32": lambda a: np.ascontiguousarray(a, dtype="<f4").tobytes(),
+        "F16": lambda a: np.ascontiguousarray(a, dtype="<f2").tobytes(),
+    }
+    for out, flag, st, hf in [("hf_run", None, "BF16", "bfloat16"), ("hf_fp32", "fp32", "F32", "float32"),
+                              ("hf_fp16", "fp16", "F16", "float16")]:
+        if flag:
+            export(ckpt, tmp_path / out, "--dtype", flag)
+        assert json.loads((tmp_path / out / "config.json").read_text())["torch_dtype"] == hf
+        got = read_safetensors(tmp_path / out / "model.safetensors")
+        assert sorted(got) == sorted(w)
+        for name, (dtype, shape, raw) in got.items():
+            assert dtype == st and tuple(shape) == w[name].shape, name
+            assert raw == as_bytes[st](w[name]), (out, name)
+    bad = subprocess.run([str(TRAINER), "export", "--checkpoint", str(ckpt), "--out",
+                          str(tmp_path / "x"), "--dtype", "int8"], env=base_env(),
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--dtype" in bad.stderr and "int8" in bad.stderr, bad.stderr
+    assert not (tmp_path / "x").exists() and not (tmp_path / "x.tmp").exists()
 
 
 def test_export_refuses_bad_arguments(tmp_path):

@@ -15,6 +15,7 @@ import subprocess
 import numpy as np
 import pytest
 
+from hf_util import make_hf_dir
 from trainer_util import TINY, TRAINER, base_env, losses, run_ranks, run_trainer
 
 pytestmark = pytest.mark.skipif(shutil.which("spm_train") is None,
@@ -116,6 +117,23 @@ def test_text_field_matches_spm_encode_and_the_cache_is_reused(tmp_path, corpus)
     assert "tokenized" not in second.stderr, "the second run must read the cache"
     assert "documents of " in second.stderr and "from the cache" in second.stderr
     assert np.array_equal(losses(tmp_path / "a"), losses(tmp_path / "b"))
+
+
+def test_the_model_directorys_tokenizer_is_the_default(tmp_path, corpus):
+    """model.from_pretrained + a .jsonl of texts and no data.tokenizer: the model directory's
+    tokenizer.model tokenizes (ids equal spm_encode's)."""
+    model, lines = corpus
+    make_hf_dir(tmp_path / "m", seed=5)  # vocab 256 >= the 200 pieces
+    shutil.copy(model, tmp_path / "m" / "tokenizer.model")
+    jsonl = tmp_path / "docs.jsonl"
+    texts = lines[200:240]
+    jsonl.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    p = run_trainer(tmp_path / "out", f'model.from_pretrained="{tmp_path / "m"}"',
+                    f'data.source="{jsonl}"', "data.seq_len=64", "training.max_steps=2",
+                    "training.warmup_steps=0")
+    assert f"with {tmp_path / 'm' / 'tokenizer.model'}" in p.stderr, p.stderr
+    assert [ids for ids, _ in read_cache(jsonl)] == spm_encode(model, texts, "bos:eos")
+    assert np.isfinite(losses(tmp_path / "out")).all()
 
 
 def test_packing_fills_every_window(tmp_path, corpus):
