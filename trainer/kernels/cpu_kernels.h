@@ -1,8 +1,8 @@
-// Fused fp32 CPU loops for the small-tensor hot path (the tiny model's step is dominated
-// by per-op overhead and repeated passes over the same data, not by GEMMs). Plain C++,
-// no torch header: the file is compiled with -fno-math-errno -fassociative-math (so
-// sqrt and reductions vectorise) and each kernel is cloned for AVX-512, AVX2 and
-// baseline x86-64, picked at load time (GCC target_clones).
+// Fused fp32 CPU loops outside the model (the model's are in model/fused_ops.cpp): the
+// optimizer update, one pass instead of one per ATen op. Plain C++, no torch header: the
+// file is compiled with -fno-math-errno -fassociative-math (so sqrt vectorises) and each
+// kernel is cloned for AVX-512, AVX2 and baseline x86-64, picked at load time (GCC
+// target_clones).
 //
 // Contracts:
 // - All pointers are dense row-major fp32 arrays of the sizes given; outputs do not
@@ -21,13 +21,5 @@ struct AdamWScalars {
   float b1, omb1, b2, omb2, inv_bc2, eps, step, decay;
 };
 void adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWScalars& s);
-
-// RMSNorm over rows of length d: rstd[r] = 1 / sqrt(mean(x[r]²) + eps), y = x rstd w.
-void rmsNormForward(const float* x, const float* w, float* y, float* rstd, int64_t rows,
-                    int64_t d, float eps);
-// Its backward: gx = rstd (gy w) - x rstd³ mean(gy w x); gw += Σ_rows gy x rstd
-// (gw accumulates: zero it first).
-void rmsNormBackward(const float* gy, const float* x, const float* w, const float* rstd,
-                     float* gx, float* gw, int64_t rows, int64_t d);
 
 }  // namespace ftb::kernels
