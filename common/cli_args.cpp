@@ -45,4 +45,20 @@ std::vector<std::string> torchtitanOverrides(const std::vector<std::string>& arg
   return out;
 }
 
+std::optional<int> guardedCli(const cxxopts::Options& cli,
+                              const std::function<std::optional<int>()>& body, std::ostream& err) {
+  try {
+    return body();
+  } catch (const cxxopts::exceptions::exception& e) {
+    err << cli.program() << ": " << e.what() << "\n" << cli.help() << "\n";
+    return kExitBadInput;
+  } catch (const FtbError& e) {
+    err << e.what() << "\n";
+    return e.exitCode();
+  } catch (const std::exception& e) {
+    err << cli.program() << ": failed: " << e.what() << "\n";
+    return 1;
+  }
+}
+
 }  // namespace ftb

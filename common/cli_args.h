@@ -1,4 +1,5 @@
-// Command-line helpers shared by trainer and sweep_tagger (override arguments).
+// Command-line helpers shared by trainer and sweep_tagger (override arguments, the
+// catch block of a main).
 //
 // Contract:
 // - Include this header instead of <cxxopts.hpp>: it sets cxxopts' vector delimiter
@@ -15,6 +16,9 @@
 #define CXXOPTS_VECTOR_DELIMITER '\0'
 #include <cxxopts.hpp>
 
+#include <functional>
+#include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,5 +28,15 @@ namespace ftb {
 
 std::vector<std::string> torchtitanOverrides(const std::vector<std::string>& args,
                                              const Schema& schema = trainerSchema());
+
+// The one catch block of a program's command-line handling (trainer, trainer export):
+// returns what body() returns (nullopt: carry on; a code: exit with it). An exception
+// from body is printed to `err` and becomes the exit code (<program> = cli.program()):
+//   a cxxopts parse error    "<program>: <what>\n<help>\n"   kExitBadInput (2)
+//   an FtbError              "<what>\n"                       its exitCode()
+//   any other std::exception "<program>: failed: <what>\n"    1
+std::optional<int> guardedCli(const cxxopts::Options& cli,
+                              const std::function<std::optional<int>()>& body,
+                              std::ostream& err = std::cerr);
 
 }  // namespace ftb

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <system_error>
 
@@ -12,9 +13,6 @@
 
 namespace ftb {
 namespace {
-
-const std::set<std::string> kStates = {"running", "completed", "failed",
-                                       "oom",     "preempted", "invalid"};
 
 // Ratios the trainer writes as NaN when their denominator is unknown (see metricDocs).
 const std::set<std::string> kMayBeNaN = {"mfu", "gemm_efficiency"};
@@ -264,7 +262,17 @@ void MetricsFile::flush() {
 }
 
 void MetricsFile::setStatus(const std::string& state, int exit_code, const std::string& message) {
-  if (kStates.count(state) == 0) throw std::invalid_argument("bad metrics state '" + state + "'");
+  std::optional<RunState> s = tryParseRunState(state);
+  if (!s || !isRecorded(*s))
+    throw std::invalid_argument("bad metrics state '" + state + "': expected one of " +
+                                recordedStateNames());
+  setStatus(*s, exit_code, message);
+}
+
+void MetricsFile::setStatus(RunState state, int exit_code, const std::string& message) {
+  if (!isRecorded(state))
+    throw std::invalid_argument("bad metrics state '" + toString(state) + "': expected one of " +
+                                recordedStateNames());
   std::unique_lock<std::recursive_mutex> lock = guard();
   if (final_) return;
   state_ = state;
@@ -275,8 +283,7 @@ void MetricsFile::setStatus(const std::string& state, int exit_code, const std::
   flush();
 }
 
-void MetricsFile::setFinalStatus(const std::string& state, int exit_code,
-                                 const std::string& message) {
+void MetricsFile::setFinalStatus(RunState state, int exit_code, const std::string& message) {
   std::unique_lock<std::recursive_mutex> lock = guard();
   setStatus(state, exit_code, message);
   final_ = true;
@@ -304,7 +311,7 @@ void MetricsFile::close() {
 
 void MetricsFile::writeStatus(bool all) {
   if (all) {
-    h5::writeAttrString(status_group_, "state", state_);
+    h5::writeAttrString(status_group_, "state", toString(state_));
     h5::writeAttrInt(status_group_, "exit_code", exit_code_);
     h5::writeAttrString(status_group_, "message", message_);
   }
@@ -342,7 +349,12 @@ MetricsData readMetricsFile(const std::string& path) {
   }
   d.config = h5::readStringDataset(file, "config");
   h5::H5Handle status = h5::openGroup(file, "status");
-  d.status.state = h5::readAttrString(status, "state");
+  const std::string state = h5::readAttrString(status, "state");
+  std::optional<RunState> parsed = tryParseRunState(state);
+  if (!parsed || !isRecorded(*parsed))
+    throw IoError("metrics file '" + path + "': unknown /status state '" + state +
+                  "' (expected one of " + recordedStateNames() + ")");
+  d.status.state = *parsed;
   d.status.message = h5::readAttrString(status, "message");
   d.status.exit_code = h5::readAttrInt(status, "exit_code");
   d.status.steps_done = h5::readAttrInt(status, "steps_done");

@@ -13,7 +13,8 @@
 //                    empty for a name outside the trainer's metric set)
 //   / attrs    resume_count, resume_steps (int64 array): only in a run resumed from a
 //              checkpoint (MetricsFile::resume)
-//   /status    group with attrs state (running|completed|failed|oom|preempted|invalid),
+//   /status    group with attrs state (running|completed|failed|oom|preempted|invalid:
+//              common/run_state.h's recorded states, spelled by its string table),
 //              exit_code (int64), message (string), steps_done (int64 = rows flushed)
 //
 // Crash safety: rows are buffered in memory and only flush()/setStatus()/close() call
@@ -40,6 +41,7 @@
 #include <vector>
 
 #include "common/hdf5.h"
+#include "common/run_state.h"
 
 namespace ftb {
 
@@ -94,13 +96,16 @@ class MetricsFile {
   // Writes the buffered rows, rewrites /status steps_done, H5Fflush. Throws IoError
   // (file state then unspecified). No-op on a closed file.
   void flush();
-  // REQUIRES: state is one of running|completed|failed|oom|preempted|invalid (else
+  // REQUIRES: isRecorded(state) (running|completed|failed|oom|preempted|invalid; else
   // std::invalid_argument). Flushes buffered rows and rewrites all of /status.
+  void setStatus(RunState state, int exit_code, const std::string& message);
+  // The same with the state's name (parseRunState spelling), for callers holding a
+  // name (the synth_runs bench, tests); an unknown or unrecorded name: invalid_argument.
   void setStatus(const std::string& state, int exit_code, const std::string& message);
   // setStatus, then every later appendStep/flush/setStatus/close writes nothing: for a
   // process about to _Exit from another thread, whose owner must not tear the file
   // by a write the exit interrupts. No-op on a closed or already final file.
-  void setFinalStatus(const std::string& state, int exit_code, const std::string& message);
+  void setFinalStatus(RunState state, int exit_code, const std::string& message);
   // flush() then closes every handle. Idempotent. Throws IoError.
   void close();
 
@@ -128,7 +133,8 @@ class MetricsFile {
   std::map<std::string, size_t> column_index_;
   int64_t steps_flushed_ = 0, steps_buffered_ = 0;
   bool appended_ = false;  // appendStep called on this object
-  std::string state_ = "running", message_;
+  RunState state_ = RunState::Running;
+  std::string message_;
   int64_t exit_code_ = 0;
   double resumed_time_s_ = 0;  // see resume()
   bool final_ = false;         // setFinalStatus() was called: no more writes
@@ -136,7 +142,8 @@ class MetricsFile {
 };
 
 struct MetricsStatus {
-  std::string state, message;
+  RunState state = RunState::Running;  // always isRecorded()
+  std::string message;
   int64_t exit_code = 0, steps_done = 0;
 };
 
@@ -151,7 +158,7 @@ struct MetricsData {
 };
 
 // Throws IoError naming `path` when the file is missing, corrupt or truncated, has
-// no /status or /steps, or a schema_version other than kMetricsSchemaVersion.
+// no /status or /steps, a /status state that is not a recorded RunState name, or a schema_version other than kMetricsSchemaVersion.
 MetricsData readMetricsFile(const std::string& path);
 
 // Sanity of a file's numbers, "" if sane, else the first problem ("/steps/loss row 3

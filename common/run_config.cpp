@@ -14,11 +14,6 @@ namespace {
 
 std::string num(int64_t v) { return std::to_string(v); }
 
-void requirePositive(const Config& cfg, const std::string& key) {
-  int64_t v = cfg.getInt(key);
-  if (v < 1) cfg.fail(key, "must be >= 1, got " + num(v));
-}
-
 }  // namespace
 
 bool validDeviceName(const std::string& d) {
@@ -96,7 +91,7 @@ int64_t parseCheckpointing(const Config& cfg) {
 // data.source, <model.from_pretrained>/tokenizer.model) and the fields. A token-file
 // source (.bin) with model.from_pretrained stays a token dataset.
 // REQUIRES: c.data_source set.
-void textDataConfig(const Config& cfg, TrainConfig& c, Checks checks) {
+void textDataConfig(const Config& cfg, DataConfig& c, Checks checks) {
   c.tokenizer = cfg.getString("data.tokenizer");
   if (c.tokenizer.empty() && cfg.has("model.from_pretrained") &&
       std::filesystem::path(c.data_source).extension() == ".jsonl")
@@ -151,21 +146,24 @@ double ModelArgs::flopsPerToken(int64_t seq_len) const {
   return 6.0 * n + 12.0 * n_layers * n_heads * headDim() * static_cast<double>(seq_len);
 }
 
-std::string binDtypeProblem(const TrainConfig& c) {
-  if (c.bin_dtype == "uint16" && c.model.vocab_size > 65536)
-    return "uint16 cannot hold token ids of vocab_size(" + num(c.model.vocab_size) + ")";
+std::string binDtypeProblem(const std::string& bin_dtype, int64_t vocab_size) {
+  if (bin_dtype == "uint16" && vocab_size > 65536)
+    return "uint16 cannot hold token ids of vocab_size(" + num(vocab_size) + ")";
   return "";
 }
 
+std::string binDtypeProblem(const TrainConfig& c) {
+  return binDtypeProblem(c.bin_dtype, c.model.vocab_size);
+}
+
 ModelArgs modelArgsFromConfig(const Config& cfg) {
+  cfg.checkDomains();  // the sizes below are >= 1 (schema atLeast(1)): no division by zero
   ModelArgs m;
   m.name = cfg.getString("model.name");
   for (const char* k : {"model.dim", "model.n_layers", "model.n_heads", "model.n_kv_heads",
-                        "model.ffn_dim", "model.vocab_size", "model.max_seq_len"}) {
+                        "model.ffn_dim", "model.vocab_size", "model.max_seq_len"})
     if (!cfg.has(k))
       cfg.fail(k, "missing", "set it in [model] or choose a preset with model.name");
-    requirePositive(cfg, k);
-  }
   m.dim = cfg.getInt("model.dim");
   m.n_layers = cfg.getInt("model.n_layers");
   m.n_heads = cfg.getInt("model.n_heads");
@@ -201,32 +199,23 @@ std::string refusalOf(const Config& cfg, int world_size, Checks checks) {
   return "";
 }
 
-TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size, Checks checks) {
-  if (world_size < 1)
-    throw ConfigError("", "world size", "world_size(" + num(world_size) + ") must be >= 1",
-                      "the launcher sets WORLD_SIZE = nodes * nproc_per_node");
-  cfg.checkDomains();  // every numeric value in its schema range before any cross-key check
-  TrainConfig c;
-  c.model = modelArgsFromConfig(cfg);
-  if (cfg.has("model.from_pretrained")) c.from_pretrained = cfg.getString("model.from_pretrained");
-  c.world_size = world_size;
-
+DataConfig DataConfig::fromConfig(const Config& cfg, const ModelArgs& model, Checks checks) {
+  DataConfig c;
   c.data_source = cfg.getString("data.source");
-  requirePositive(cfg, "data.seq_len");
   c.seq_len = cfg.getInt("data.seq_len");
-  if (c.seq_len > c.model.max_seq_len)
+  if (c.seq_len > model.max_seq_len)
     failEither(cfg, "data.seq_len", "model.max_seq_len",
                "seq_len(" + num(c.seq_len) + ") exceeds model.max_seq_len(" +
-                   num(c.model.max_seq_len) + ")");
+                   num(model.max_seq_len) + ")");
   requireOneOf(cfg, "data.padding", {"max_length", "longest", "packing"});
   c.pad_longest = cfg.getString("data.padding") == "longest";
   c.pack = cfg.getString("data.padding") == "packing";
   requireOneOf(cfg, "data.bin_dtype", {"uint16", "uint32"});
   c.bin_dtype = cfg.getString("data.bin_dtype");
+  const std::string bin_problem = binDtypeProblem(c.bin_dtype, model.vocab_size);
   if (c.data_source.size() > 4 &&
-      c.data_source.compare(c.data_source.size() - 4, 4, ".bin") == 0 &&
-      !binDtypeProblem(c).empty())
-    cfg.fail("data.bin_dtype", binDtypeProblem(c), "set data.bin_dtype = \"uint32\"");
+      c.data_source.compare(c.data_source.size() - 4, 4, ".bin") == 0 && !bin_problem.empty())
+    cfg.fail("data.bin_dtype", bin_problem, "set data.bin_dtype = \"uint32\"");
   c.num_samples = cfg.getInt("data.num_samples");
   c.min_doc_len = cfg.getInt("data.min_doc_len");
   if (c.min_doc_len < 0 || c.min_doc_len > c.seq_len)
@@ -234,29 +223,27 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size, Checks ch
                                      num(c.min_doc_len));
   if (c.min_doc_len == 0) c.min_doc_len = std::max<int64_t>(1, c.seq_len / 4);
   c.pad_id = cfg.getInt("data.pad_id");
-  if (c.pad_id < 0 || c.pad_id >= c.model.vocab_size)
+  if (c.pad_id < 0 || c.pad_id >= model.vocab_size)
     cfg.fail("data.pad_id", "pad_id(" + num(c.pad_id) + ") is not a token id in [0, vocab_size(" +
-                                num(c.model.vocab_size) + "))",
+                                num(model.vocab_size) + "))",
              "padding positions are masked out of the loss, but they still go through the embedding");
-  if (c.data_source == "synthetic") {
-    requirePositive(cfg, "data.num_samples");
-  } else if (checks == Checks::kAll && !std::filesystem::is_regular_file(c.data_source)) {
+  if (c.data_source != "synthetic" && checks == Checks::kAll &&
+      !std::filesystem::is_regular_file(c.data_source))
     cfg.fail("data.source", "data file \"" + c.data_source + "\" does not exist",
              "use \"synthetic\" or a .bin/.jsonl token file (trainer --generate-data writes one)");
-  }
   if (c.pack && std::filesystem::path(c.data_source).extension() == ".bin")
     cfg.fail("data.padding", "\"packing\": a .bin source is already one packed stream",
              "use data.padding = \"max_length\" with a .bin file");
   textDataConfig(cfg, c, checks);
+  return c;
+}
 
-  for (const char* k : {"training.micro_batch_size", "training.grad_accum_steps",
-                        "training.max_steps"})
-    requirePositive(cfg, k);
+TrainingConfig TrainingConfig::fromConfig(const Config& cfg) {
+  TrainingConfig c;
   c.micro_batch_size = cfg.getInt("training.micro_batch_size");
   c.grad_accum_steps = cfg.getInt("training.grad_accum_steps");
   c.max_steps = cfg.getInt("training.max_steps");
   c.warmup_steps = cfg.getInt("training.warmup_steps");
-  if (c.warmup_steps < 0) cfg.fail("training.warmup_steps", "must be >= 0");
   c.stop_after_seconds = cfg.getFloat("training.stop_after_seconds");
   c.lr = cfg.getFloat("training.lr");
   c.lr_warmup_steps = cfg.getInt("training.lr_warmup_steps");
@@ -277,14 +264,15 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size, Checks ch
   requireOneOf(cfg, "training.dtype", {"fp32", "bf16"});
   c.dtype = cfg.getString("training.dtype") == "bf16" ? DType::kBf16 : DType::kFp32;
   c.checkpoint_every = parseCheckpointing(cfg);
+  return c;
+}
 
+LayoutConfig LayoutConfig::fromConfig(const Config& cfg, int world_size) {
+  LayoutConfig c;
+  c.world_size = world_size;
   c.tp = cfg.getInt("parallel.tp");
   c.dp_shard = cfg.getInt("parallel.dp_shard");
   c.zero_stage = cfg.getInt("parallel.zero_stage");
-  requirePositive(cfg, "parallel.tp");
-  requirePositive(cfg, "parallel.dp_shard");
-  if (c.zero_stage < 0 || c.zero_stage > 3)
-    cfg.fail("parallel.zero_stage", "must be 0, 1, 2 or 3, got " + num(c.zero_stage));
   c.dp_replicate = cfg.getInt("parallel.dp_replicate");
   if (c.dp_replicate == 0) {
     // Overflow-checked: a product past int64 cannot divide world_size either.
@@ -313,6 +301,67 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size, Checks ch
                  ") replicas",
              "set parallel.dp_shard = " + num(c.dp_replicate) +
                  " to shard over every data-parallel rank (FSDP), or zero_stage = 0 for DDP");
+  return c;
+}
+
+CommConfig CommConfig::fromConfig(const Config& cfg, Checks checks) {
+  CommConfig c;
+  c.backend = cfg.getString("parallel.backend");
+  requireOneOf(cfg, "parallel.backend", {"auto", "gloo", "nccl"});
+  if (checks == Checks::kAll && c.backend == "nccl" && !ncclCompiledIn())
+    cfg.fail("parallel.backend", "\"nccl\" is not compiled into this build (libtorch has no CUDA)",
+             "use backend = \"gloo\" or \"auto\"");
+  c.timeout_seconds = cfg.getFloat("parallel.timeout_seconds");
+  c.bucket_bytes = cfg.getFloat("parallel.bucket_mb") * double(1 << 20);
+  c.memory_limit_bytes = cfg.getFloat("parallel.memory_limit_gb") * double(1LL << 30);
+  return c;
+}
+
+MetricsConfig MetricsConfig::fromConfig(const Config& cfg, int64_t max_steps) {
+  MetricsConfig c;
+  c.log_every = cfg.getInt("metrics.log_every");
+  c.peak_tflops = cfg.getFloat("metrics.peak_tflops");
+  c.price_per_hour = cfg.getFloat("metrics.price_per_hour");
+  c.profile_steps = cfg.getIntList("metrics.profile_steps");
+  const auto& ps = c.profile_steps;
+  if (!ps.empty() && (ps.size() != 2 || ps[0] < 0 || ps[1] < ps[0]))
+    cfg.fail("metrics.profile_steps",
+             "expected [first, last] with 0 <= first <= last (0-based steps), or [] for off",
+             "profile_steps = [5, 7] traces steps 5, 6 and 7");
+  if (!ps.empty() && ps[1] >= max_steps)
+    cfg.fail("metrics.profile_steps",
+             "last traced step " + num(ps[1]) + " is not below training.max_steps(" +
+                 num(max_steps) + ")",
+             "steps are 0-based: the last step is max_steps - 1");
+  return c;
+}
+
+OutputConfig OutputConfig::fromConfig(const Config& cfg) {
+  OutputConfig c;
+  c.output_dir = cfg.getString("output.dir");
+  c.sweep_fmt = cfg.getString("output.sweep_fmt");
+  c.no_sweep_dir = cfg.getBool("output.no_sweep_dir");
+  return c;
+}
+
+CheckpointConfig CheckpointConfig::fromConfig(const Config& cfg) {
+  CheckpointConfig c;
+  c.dir = cfg.getString("checkpoint.dir");
+  c.interval = cfg.getInt("checkpoint.interval");
+  c.keep_last = cfg.getInt("checkpoint.keep_last");
+  c.resume = cfg.getString("checkpoint.resume");
+  if (c.resume.empty() || c.resume == "none")
+    cfg.fail("checkpoint.resume", "must be \"auto\", \"never\" or the path of a step_N directory",
+             "checkpoint.resume=never to start from step 0");
+  c.preempt_grace_s = cfg.getFloat("checkpoint.preempt_grace_s");
+  return c;
+}
+
+namespace {
+
+// Tensor parallel splits the model evenly and per-tensor optimizers cannot see a split
+// or flat-sharded tensor: the layout against [model] and training.optimizer.
+void checkLayoutFits(const Config& cfg, const TrainConfig& c) {
   const ModelArgs& m = c.model;
   auto divides = [&](const char* what, int64_t n) {
     if (n % c.tp != 0)
@@ -324,98 +373,74 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size, Checks ch
   divides("n_kv_heads", m.n_kv_heads);
   divides("ffn_dim", m.ffn_dim);
   divides("vocab_size", m.vocab_size);
-  if (c.tp > 1 && cfg.getString("training.optimizer") == "adafactor")
+  if (c.tp > 1 && c.optimizer == "adafactor")
     cfg.fail("training.optimizer",
              "adafactor's factored moments and update clipping are per tensor, but tp(" +
                  num(c.tp) + ") splits tensors across ranks",
              "use optimizer = \"adamw\" with tensor parallel");
-  if (c.zero_stage > 0 && cfg.getString("training.optimizer") == "adafactor")
+  if (c.zero_stage > 0 && c.optimizer == "adafactor")
     cfg.fail("training.optimizer",
              "adafactor needs 2-D parameters for its factored moments, but zero_stage(" +
                  num(c.zero_stage) + ") gives the optimizer flat 1-D shards",
              "use optimizer = \"adamw\" with ZeRO, or zero_stage = 0");
-  // global_batch_size, when given, fixes grad_accum_steps; it must split evenly into
-  // micro-batches on every data-parallel rank.
-  int64_t gbs = cfg.getInt("training.global_batch_size");
-  if (gbs < 0) cfg.fail("training.global_batch_size", "must be >= 0, got " + num(gbs));
-  if (gbs > 0) {
-    auto checked = checkedProduct({c.micro_batch_size, c.dpSize()});
-    if (!checked)
-      cfg.fail("training.micro_batch_size", "micro_batch_size(" + num(c.micro_batch_size) +
-                                                ") * data-parallel size overflows int64");
-    int64_t per_step = *checked;
-    if (gbs % per_step != 0)
-      cfg.fail("training.global_batch_size",
-               "global_batch_size(" + num(gbs) + ") is not divisible by micro_batch_size(" +
-                   num(c.micro_batch_size) + ") * data-parallel size(" + num(c.dpSize()) +
-                   ") = " + num(per_step) + " (world_size(" + num(world_size) + "), tp(" +
-                   num(c.tp) + "))",
-               "choose a global batch that is a multiple of " + num(per_step) +
-                   ", or set global_batch_size = 0");
-    int64_t accum = gbs / per_step;
-    if (cfg.where("training.grad_accum_steps") != "default" && accum != c.grad_accum_steps)
-      cfg.fail("training.grad_accum_steps",
-               "grad_accum_steps(" + num(c.grad_accum_steps) + ") contradicts global_batch_size(" +
-                   num(gbs) + ") / (micro_batch_size * dp)(" + num(per_step) + ") = " + num(accum),
-               "set only one of them");
-    c.grad_accum_steps = accum;
-  }
-  c.backend = cfg.getString("parallel.backend");
-  requireOneOf(cfg, "parallel.backend", {"auto", "gloo", "nccl"});
-  if (checks == Checks::kAll && c.backend == "nccl" && !ncclCompiledIn())
-    cfg.fail("parallel.backend", "\"nccl\" is not compiled into this build (libtorch has no CUDA)",
-             "use backend = \"gloo\" or \"auto\"");
-  c.timeout_seconds = cfg.getFloat("parallel.timeout_seconds");
-  if (c.timeout_seconds <= 0) cfg.fail("parallel.timeout_seconds", "must be > 0");
+}
 
-  // Planned keys (KeySpec::planned: checkpoints, HF import, profiling) are refused rather
-  // than silently ignored until they exist.
+// training.global_batch_size, when > 0, fixes grad_accum_steps: it must split evenly into
+// micro-batches on every data-parallel rank. Returns grad_accum_steps.
+int64_t gradAccumFor(const Config& cfg, const TrainConfig& c) {
+  const int64_t gbs = cfg.getInt("training.global_batch_size");
+  if (gbs == 0) return c.grad_accum_steps;
+  auto checked = checkedProduct({c.micro_batch_size, c.dpSize()});
+  if (!checked)
+    cfg.fail("training.micro_batch_size", "micro_batch_size(" + num(c.micro_batch_size) +
+                                              ") * data-parallel size overflows int64");
+  const int64_t per_step = *checked;
+  if (gbs % per_step != 0)
+    cfg.fail("training.global_batch_size",
+             "global_batch_size(" + num(gbs) + ") is not divisible by micro_batch_size(" +
+                 num(c.micro_batch_size) + ") * data-parallel size(" + num(c.dpSize()) +
+                 ") = " + num(per_step) + " (world_size(" + num(c.world_size) + "), tp(" +
+                 num(c.tp) + "))",
+             "choose a global batch that is a multiple of " + num(per_step) +
+                 ", or set global_batch_size = 0");
+  const int64_t accum = gbs / per_step;
+  if (cfg.where("training.grad_accum_steps") != "default" && accum != c.grad_accum_steps)
+    cfg.fail("training.grad_accum_steps",
+             "grad_accum_steps(" + num(c.grad_accum_steps) + ") contradicts global_batch_size(" +
+                 num(gbs) + ") / (micro_batch_size * dp)(" + num(per_step) + ") = " + num(accum),
+             "set only one of them");
+  return accum;
+}
+
+// Planned keys (KeySpec::planned) are refused rather than silently ignored until they exist.
+void refusePlannedKeys(const Config& cfg) {
   for (const KeySpec& k : cfg.schema().keys())
     if (k.planned && differsFromDefault(cfg, k.key))
       cfg.fail(k.key, "is planned and not implemented yet in this version",
                "remove it; see README.md \"Not implemented yet\"");
-  c.checkpoint = CheckpointConfig::fromConfig(cfg);
-  c.bucket_bytes = cfg.getFloat("parallel.bucket_mb") * double(1 << 20);
-  if (c.bucket_bytes <= 0) cfg.fail("parallel.bucket_mb", "must be > 0", "the default is 25");
-  c.memory_limit_bytes = cfg.getFloat("parallel.memory_limit_gb") * double(1LL << 30);
-  if (c.memory_limit_bytes < 0) cfg.fail("parallel.memory_limit_gb", "must be >= 0");
-  c.log_every = cfg.getInt("metrics.log_every");
-  requirePositive(cfg, "metrics.log_every");
-  c.peak_tflops = cfg.getFloat("metrics.peak_tflops");
-  c.price_per_hour = cfg.getFloat("metrics.price_per_hour");
-  c.profile_steps = cfg.getIntList("metrics.profile_steps");
-  const auto& ps = c.profile_steps;
-  if (!ps.empty() && (ps.size() != 2 || ps[0] < 0 || ps[1] < ps[0]))
-    cfg.fail("metrics.profile_steps",
-             "expected [first, last] with 0 <= first <= last (0-based steps), or [] for off",
-             "profile_steps = [5, 7] traces steps 5, 6 and 7");
-  if (!ps.empty() && ps[1] >= c.max_steps)
-    cfg.fail("metrics.profile_steps",
-             "last traced step " + num(ps[1]) + " is not below training.max_steps(" +
-                 num(c.max_steps) + ")",
-             "steps are 0-based: the last step is max_steps - 1");
-  c.output_dir = cfg.getString("output.dir");
-  c.sweep_fmt = cfg.getString("output.sweep_fmt");
-  c.no_sweep_dir = cfg.getBool("output.no_sweep_dir");
-  checkSizes(cfg, c);
-  return c;
 }
 
-CheckpointConfig CheckpointConfig::fromConfig(const Config& cfg) {
-  CheckpointConfig c;
-  c.dir = cfg.getString("checkpoint.dir");
-  c.interval = cfg.getInt("checkpoint.interval");
-  if (c.interval < 0) cfg.fail("checkpoint.interval", "must be >= 0, got " + std::to_string(c.interval),
-                               "0 saves only at the end and on preemption");
-  c.keep_last = cfg.getInt("checkpoint.keep_last");
-  if (c.keep_last < 0) cfg.fail("checkpoint.keep_last", "must be >= 0, got " + std::to_string(c.keep_last),
-                                "0 keeps every checkpoint");
-  c.resume = cfg.getString("checkpoint.resume");
-  if (c.resume.empty() || c.resume == "none")
-    cfg.fail("checkpoint.resume", "must be \"auto\", \"never\" or the path of a step_N directory",
-             "checkpoint.resume=never to start from step 0");
-  c.preempt_grace_s = cfg.getFloat("checkpoint.preempt_grace_s");
-  if (c.preempt_grace_s < 0) cfg.fail("checkpoint.preempt_grace_s", "must be >= 0 (0 = no deadline)");
+}  // namespace
+
+TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size, Checks checks) {
+  if (world_size < 1)
+    throw ConfigError("", "world size", "world_size(" + num(world_size) + ") must be >= 1",
+                      "the launcher sets WORLD_SIZE = nodes * nproc_per_node");
+  cfg.checkDomains();  // every numeric value in its schema range before any cross-key check
+  TrainConfig c;
+  c.model = modelArgsFromConfig(cfg);
+  if (cfg.has("model.from_pretrained")) c.from_pretrained = cfg.getString("model.from_pretrained");
+  static_cast<DataConfig&>(c) = DataConfig::fromConfig(cfg, c.model, checks);
+  static_cast<TrainingConfig&>(c) = TrainingConfig::fromConfig(cfg);
+  static_cast<LayoutConfig&>(c) = LayoutConfig::fromConfig(cfg, world_size);
+  checkLayoutFits(cfg, c);
+  c.grad_accum_steps = gradAccumFor(cfg, c);
+  static_cast<CommConfig&>(c) = CommConfig::fromConfig(cfg, checks);
+  refusePlannedKeys(cfg);
+  c.checkpoint = CheckpointConfig::fromConfig(cfg);
+  static_cast<MetricsConfig&>(c) = MetricsConfig::fromConfig(cfg, c.max_steps);
+  static_cast<OutputConfig&>(c) = OutputConfig::fromConfig(cfg);
+  checkSizes(cfg, c);
   return c;
 }
 

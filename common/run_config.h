@@ -47,10 +47,13 @@ struct CheckpointConfig {
 // (aggregating runs recorded elsewhere) checks the config and layout alone.
 enum class Checks { kAll, kConfigOnly };
 
-struct TrainConfig {
-  ModelArgs model;
-  std::string from_pretrained;  // model.from_pretrained: HF model directory, "" = random init
-  // data
+// The sections of a TrainConfig, each parsed and validated by its own fromConfig.
+// REQUIRES (every section's fromConfig): cfg resolved by Config::load and
+// cfg.checkDomains() passed (TrainConfig::fromConfig runs it first), so the schema
+// ranges (sizes >= 1, ...) hold. Each throws ConfigError on a violation.
+
+// [data] (trainer/README.md "Data").
+struct DataConfig {
   std::string data_source;  // "synthetic" or a .bin / .jsonl path
   int64_t seq_len = 0, num_samples = 0, min_doc_len = 0, pad_id = 0;
   bool pad_longest = false;
@@ -58,7 +61,13 @@ struct TrainConfig {
   std::string bin_dtype;
   // JSONL text datasets: tokenizer path ("" = the .jsonl holds input_ids) and fields
   std::string tokenizer, text_field, prompt_field, completion_field;
-  // training
+  // Checks against the model: seq_len <= max_seq_len, pad_id and bin_dtype hold the vocabulary.
+  static DataConfig fromConfig(const Config& cfg, const ModelArgs& model, Checks checks);
+};
+
+// [training], except training.global_batch_size (it needs the layout:
+// TrainConfig::fromConfig resolves it into grad_accum_steps).
+struct TrainingConfig {
   int64_t micro_batch_size = 1, grad_accum_steps = 1, max_steps = 0, warmup_steps = 0;
   double stop_after_seconds = 0;
   double lr = 0, weight_decay = 0, max_grad_norm = 0, beta1 = 0, beta2 = 0, eps = 0;
@@ -67,29 +76,65 @@ struct TrainConfig {
   std::string optimizer;  // "adamw" | "adafactor"
   DType dtype = DType::kFp32;
   int64_t checkpoint_every = 0;  // 0: no activation checkpointing; n: every n-th block
-  // parallel
+  static TrainingConfig fromConfig(const Config& cfg);
+};
+
+// [parallel], the layout: the degrees over world_size ranks.
+struct LayoutConfig {
   int world_size = 1;
   int nodes = 1;  // DistEnv::nodes, set by the trainer session; part of the run identity
   int64_t dp_replicate = 1, dp_shard = 1, tp = 1, zero_stage = 0;
-  std::string backend;
-  double timeout_seconds = 300;
-  double memory_limit_bytes = 0;  // 0 = none; above it a run ends with status "oom"
-  CheckpointConfig checkpoint;
-  double bucket_bytes = 25 << 20;  // DDP gradient bucket size
-  // metrics
-  int64_t log_every = 1;
-  double peak_tflops = 0, price_per_hour = 0;
-  std::vector<int64_t> profile_steps;  // {} or {first, last}: steps traced (0-based)
-  // output
-  std::string output_dir, sweep_fmt;
-  bool no_sweep_dir = false;
 
   int64_t dpSize() const { return dp_replicate * dp_shard; }
   // ZeRO over a shard group of one shards nothing: stage 0 then (trainer and estimator).
   int64_t effectiveZeroStage() const { return dp_shard > 1 ? zero_stage : 0; }
+  // dp_replicate = 0 is derived; the degrees' product must equal world_size.
+  // REQUIRES: world_size >= 1.
+  static LayoutConfig fromConfig(const Config& cfg, int world_size);
+};
+
+// [parallel], the rest: process-group backend and timeout, DDP buckets, memory limit.
+struct CommConfig {
+  std::string backend;
+  double timeout_seconds = 300;
+  double memory_limit_bytes = 0;  // 0 = none; above it a run ends with status "oom"
+  double bucket_bytes = 25 << 20;  // DDP gradient bucket size
+  static CommConfig fromConfig(const Config& cfg, Checks checks);
+};
+
+// [metrics]
+struct MetricsConfig {
+  int64_t log_every = 1;
+  double peak_tflops = 0, price_per_hour = 0;
+  std::vector<int64_t> profile_steps;  // {} or {first, last}: steps traced (0-based)
+  // profile_steps must lie below max_steps.
+  static MetricsConfig fromConfig(const Config& cfg, int64_t max_steps);
+};
+
+// [output]
+struct OutputConfig {
+  std::string output_dir, sweep_fmt;
+  bool no_sweep_dir = false;
+  static OutputConfig fromConfig(const Config& cfg);
+};
+
+// Every section; the fields stay flat (tc.seq_len, tc.tp) for the trainer's code.
+struct TrainConfig : DataConfig,
+                     TrainingConfig,
+                     LayoutConfig,
+                     CommConfig,
+                     MetricsConfig,
+                     OutputConfig {
+  ModelArgs model;
+  std::string from_pretrained;  // model.from_pretrained: HF model directory, "" = random init
+  CheckpointConfig checkpoint;
+
   int64_t globalBatch() const { return micro_batch_size * grad_accum_steps * dpSize(); }
 
-  // REQUIRES: cfg resolved by Config::load. Throws ConfigError on any violation.
+  // REQUIRES: cfg resolved by Config::load. Runs cfg.checkDomains(), then each section's
+  // fromConfig with the checks across sections where their keys come (the layout against
+  // the model and the optimizer, then global_batch_size, after LayoutConfig; planned keys
+  // before CheckpointConfig; checkSizes last): the first violation throws ConfigError.
   static TrainConfig fromConfig(const Config& cfg, int world_size, Checks checks = Checks::kAll);
 };
 
@@ -103,6 +148,9 @@ bool ncclCompiledIn();
 // training.device syntax: "auto", "cpu", "cuda" or "cuda:N" (N decimal, at most 4 digits).
 bool validDeviceName(const std::string& device);
 
+// [model]: runs cfg.checkDomains() (so every size is >= 1), then requires the sizes
+// and checks head_dim (dim / n_heads whole and even) and n_kv_heads | n_heads.
+// Throws ConfigError.
 ModelArgs modelArgsFromConfig(const Config& cfg);
 
 // Every size the trainer derives by multiplying config values (parameter count,
@@ -113,5 +161,6 @@ void checkSizes(const Config& cfg, const TrainConfig& c);
 // Why a .bin token file with c.bin_dtype cannot hold c's vocabulary, or "" when it
 // can (uint16 holds ids below 65536). Used for data.source and --generate-data.
 std::string binDtypeProblem(const TrainConfig& c);
+std::string binDtypeProblem(const std::string& bin_dtype, int64_t vocab_size);
 
 }  // namespace ftb

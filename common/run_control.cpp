@@ -34,7 +34,7 @@ json replyJson(const CtlReply& r) {
   return {{"id", r.id},       {"rank", r.rank},
           {"world_size", r.world_size}, {"host", r.host},
           {"pid", r.pid},     {"command", r.command},
-          {"state", r.state}, {"steps_done", r.steps_done},
+          {"state", toString(r.state)}, {"steps_done", r.steps_done},
           {"max_steps", r.max_steps},   {"loss", r.loss},
           {"tokens_per_s", r.tokens_per_s}, {"eta_s", r.eta_s},
           {"last_checkpoint", r.last_checkpoint}};
@@ -48,7 +48,7 @@ CtlReply replyFromJson(const json& j) {
   r.host = j.at("host").get<std::string>();
   r.pid = j.at("pid").get<int64_t>();
   r.command = j.at("command").get<std::string>();
-  r.state = j.at("state").get<std::string>();
+  r.state = parseRunState(j.at("state").get<std::string>());
   r.steps_done = j.at("steps_done").get<int64_t>();
   r.max_steps = j.at("max_steps").get<int64_t>();
   r.loss = j.at("loss").get<double>();

@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "common/run_state.h"
+
 namespace ftb {
 
 enum class CtlCommand : int { kNone = 0, kStatus = 1, kSave = 2, kStop = 3 };
@@ -34,7 +36,8 @@ struct CtlRequest {
 struct CtlReply {
   int64_t id = 0;
   int rank = 0, world_size = 1;
-  std::string host, command, state;  // state: running | stopping
+  std::string host, command;
+  RunState state = RunState::Running;  // Running, or Stopping after the run's last step
   int64_t pid = 0, steps_done = 0, max_steps = 0;
   double loss = 0, tokens_per_s = 0, eta_s = 0;  // tokens/s: global (dataset), last step
   std::string last_checkpoint;                   // "" when none

@@ -11,16 +11,16 @@
 
 namespace ftb {
 
-std::string runState(const std::string& run_dir) {
-  if (!lockHolder(run_dir).empty()) return "held";
+RunState runState(const std::string& run_dir) {
+  if (!lockHolder(run_dir).empty()) return RunState::Held;
   const std::string path = metricsFilePath(run_dir, 0);
   std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return "missing";
-  if (!notRegularFileReason(path).empty()) return "corrupt";  // a FIFO would block HDF5
+  if (!std::filesystem::exists(path, ec)) return RunState::Missing;
+  if (!notRegularFileReason(path).empty()) return RunState::Corrupt;  // a FIFO would block HDF5
   try {
     return readMetricsFile(path).status.state;
   } catch (const std::exception&) {
-    return "corrupt";
+    return RunState::Corrupt;
   }
 }
 

@@ -149,47 +149,42 @@ void computeNumbers(RunRow& row, const RankFile& ref, const std::vector<RankFile
   }
 }
 
-std::string statusOf(const RunRow& row, const std::vector<RankFile>& ranks,
-                     const std::vector<std::pair<int, std::string>>& corrupt, double stale,
-                     std::string& message) {
-  auto firstWith = [&](const std::string& state) -> const RankFile* {
+RunState statusOf(const RunRow& row, const std::vector<RankFile>& ranks,
+                  const std::vector<std::pair<int, std::string>>& corrupt, double stale,
+                  std::string& message) {
+  auto firstWith = [&](RunState state) -> const RankFile* {
     for (const RankFile& r : ranks)
       if (r.data.status.state == state) return &r;
     return nullptr;
   };
-  for (const char* state : {"oom", "failed", "invalid", "preempted"})
+  for (RunState state : {RunState::Oom, RunState::Failed, RunState::Invalid, RunState::Preempted})
     if (const RankFile* r = firstWith(state)) {
       message = "rank " + std::to_string(r->rank) + ": " + r->data.status.message;
       return state;
     }
   if (!corrupt.empty()) {
     message = "rank " + std::to_string(corrupt[0].first) + ": " + corrupt[0].second;
-    return "corrupt";
+    return RunState::Corrupt;
   }
-  if (const RankFile* r = firstWith("running")) {
+  if (const RankFile* r = firstWith(RunState::Running)) {
     double youngest = 1e300;
     for (const RankFile& x : ranks) youngest = std::min(youngest, x.age_seconds);
     message = "rank " + std::to_string(r->rank) + " has no final status after " +
               std::to_string(r->data.status.steps_done) + " steps";
-    if (youngest <= stale) return "running";
+    if (youngest <= stale) return RunState::Running;
     message += "; no update for " + std::to_string(static_cast<int64_t>(youngest)) + " s";
-    return "killed";
+    return RunState::Killed;
   }
   if (ranks.empty()) {
     message = "no metrics files";
-    return "missing";
+    return RunState::Missing;
   }
-  for (const RankFile& r : ranks)
-    if (r.data.status.state != "completed") {
-      message = "rank " + std::to_string(r.rank) + ": unknown state '" + r.data.status.state + "'";
-      return "corrupt";
-    }
   if (row.world_size && static_cast<int64_t>(ranks.size()) < *row.world_size) {
     message =
         std::to_string(ranks.size()) + " of " + std::to_string(*row.world_size) + " rank files";
-    return "partial";
+    return RunState::Partial;
   }
-  return "completed";
+  return RunState::Completed;
 }
 
 }  // namespace
@@ -242,115 +237,149 @@ std::vector<std::string> findRunDirs(const std::string& results_dir) {
   return dirs;
 }
 
+namespace {
+
+// <run_dir>/run.toml into row.config (and its "# world_size" header); "" without one.
+std::string readRunToml(const std::string& run_dir, RunRow& row) {
+  std::error_code ec;
+  if (!fs::exists(fs::path(run_dir) / "run.toml", ec)) return "";
+  std::string run_toml = readInputFile((fs::path(run_dir) / "run.toml").string(), "run.toml");
+  row.config = flattenConfig(run_toml, "run.toml", row.message);
+  static const std::regex kWs("^# world_size = ([0-9]+)$", std::regex::multiline);
+  std::smatch m;
+  if (std::regex_search(run_toml, m, kWs)) row.world_size = std::stoll(m[1]);
+  return run_toml;
+}
+
+// Regular files <run_dir>/traces/rank_*.json (no traces/ directory: none).
+int64_t countTraces(const std::string& run_dir) {
+  static const std::regex kTraceFile("rank_[0-9]+\\.json");
+  int64_t n = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(fs::path(run_dir) / "traces", ec))
+    if (std::regex_match(e.path().filename().string(), kTraceFile) &&
+        notRegularFileReason(e.path().string()).empty())
+      ++n;
+  return n;
+}
+
+// Reads every <run_dir>/metrics/rank_N.h5 into `ranks` (sorted by rank), or into
+// `corrupt` (rank, why) when it is not a regular file, cannot be read, or is a completed
+// file whose numbers fail metricsProblem().
+void readRankFiles(const std::string& run_dir, std::vector<RankFile>& ranks,
+                   std::vector<std::pair<int, std::string>>& corrupt) {
+  static const std::regex kRankFile("rank_([0-9]+)\\.h5");
+  const auto now = fs::file_time_type::clock::now();
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(fs::path(run_dir) / "metrics", ec)) {
+    std::smatch m;
+    const std::string name = e.path().filename().string();
+    if (!std::regex_match(name, m, kRankFile)) continue;
+    int rank = std::stoi(m[1]);
+    // HDF5 opens by path: a FIFO or device here would block or read without end.
+    if (std::string kind = notRegularFileReason(e.path().string()); !kind.empty()) {
+      corrupt.emplace_back(rank, name + " is " + kind + ", expected a regular file");
+      continue;
+    }
+    try {
+      RankFile r{rank, readMetricsFile(e.path().string()), 0};
+      if (r.data.status.state == RunState::Completed) {
+        if (std::string problem = metricsProblem(r.data); !problem.empty()) {
+          corrupt.emplace_back(rank, e.path().string() + ": " + problem);
+          continue;
+        }
+      }
+      r.age_seconds = std::chrono::duration<double>(now - fs::last_write_time(e.path())).count();
+      ranks.push_back(std::move(r));
+    } catch (const std::exception& ex) {
+      corrupt.emplace_back(rank, ex.what());
+    }
+  }
+  std::sort(ranks.begin(), ranks.end(), [](auto& a, auto& b) { return a.rank < b.rank; });
+  std::sort(corrupt.begin(), corrupt.end());
+}
+
+// What the lowest readable rank's attributes say about the run: its /config when there
+// is no run.toml (returned in run_toml), world_size, nodes (highest node_rank + 1 over
+// all ranks), resumes, host, CPU, peak and GEMM sources and FLOP/s.
+// REQUIRES: !ranks.empty().
+void readRankAttributes(const std::vector<RankFile>& ranks, RunRow& row, std::string& run_toml) {
+  const MetricsData& d0 = ranks[0].data;
+  if (row.config.empty()) {
+    run_toml = d0.config;
+    row.config = flattenConfig(d0.config, "/config", row.message);
+  }
+  auto ws = d0.attrs.find("world_size");
+  if (!row.world_size && ws != d0.attrs.end() && std::holds_alternative<int64_t>(ws->second))
+    row.world_size = std::get<int64_t>(ws->second);
+  int64_t max_node = -1;
+  for (const RankFile& r : ranks) {
+    auto nr = r.data.attrs.find("node_rank");
+    if (nr != r.data.attrs.end() && std::holds_alternative<int64_t>(nr->second))
+      max_node = std::max(max_node, std::get<int64_t>(nr->second));
+  }
+  if (max_node >= 0) row.nodes = max_node + 1;
+  if (auto rc = d0.attrs.find("resume_count");
+      rc != d0.attrs.end() && std::holds_alternative<int64_t>(rc->second))
+    row.resumes = std::get<int64_t>(rc->second);
+  auto text = [&d0](const char* k) {
+    auto it = d0.attrs.find(k);
+    return it != d0.attrs.end() && std::holds_alternative<std::string>(it->second)
+               ? std::get<std::string>(it->second)
+               : std::string();
+  };
+  row.host = text("hostname");
+  row.cpu_model = text("cpu_model");
+  row.peak_source = text("peak_source");
+  row.gemm_source = text("gemm_source");
+  auto positive = [&d0](const char* k) -> std::optional<double> {
+    auto it = d0.attrs.find(k);
+    if (it == d0.attrs.end() || !std::holds_alternative<double>(it->second) ||
+        !(std::get<double>(it->second) > 0))
+      return std::nullopt;
+    return std::get<double>(it->second);
+  };
+  row.peak_flops = positive("peak_flops");
+  row.gemm_flops = positive("gemm_flops");
+}
+
+// Whether the trainer would accept the run's config on its world size (config and layout
+// only: the run may come from another machine); invalid runs are not; unknown for an
+// older or foreign schema.
+std::optional<bool> validityOf(const RunRow& row, const std::string& run_toml,
+                               const std::string& run_dir) {
+  if (row.status == RunState::Invalid) return false;
+  if (run_toml.empty() || !row.world_size) return std::nullopt;
+  try {
+    Config cfg = Config::fromString(run_toml, run_dir + "/run.toml", {});
+    return refusalOf(cfg, static_cast<int>(*row.world_size), Checks::kConfigOnly).empty();
+  } catch (const std::exception&) {
+    return std::nullopt;  // older or foreign schema: validity unknown
+  }
+}
+
+}  // namespace
+
 RunRow summarizeRun(const std::string& results_dir, const std::string& run_dir,
                     const AggregateOptions& opts) {
   RunRow row;
   row.tag = fs::path(run_dir).lexically_relative(results_dir).generic_string();
   try {
-    std::string run_toml;
-    std::error_code ec;
-    if (fs::exists(fs::path(run_dir) / "run.toml", ec)) {
-      run_toml = readInputFile((fs::path(run_dir) / "run.toml").string(), "run.toml");
-      row.config = flattenConfig(run_toml, "run.toml", row.message);
-      static const std::regex kWs("^# world_size = ([0-9]+)$", std::regex::multiline);
-      std::smatch m;
-      if (std::regex_search(run_toml, m, kWs)) row.world_size = std::stoll(m[1]);
-    }
-    static const std::regex kTraceFile("rank_[0-9]+\\.json");
-    std::error_code trace_ec;  // no traces/ directory: no traces
-    for (const auto& e : fs::directory_iterator(fs::path(run_dir) / "traces", trace_ec))
-      if (std::regex_match(e.path().filename().string(), kTraceFile) &&
-          notRegularFileReason(e.path().string()).empty())
-        ++row.traces;
+    std::string run_toml = readRunToml(run_dir, row);
+    row.traces = countTraces(run_dir);
     std::vector<RankFile> ranks;
     std::vector<std::pair<int, std::string>> corrupt;
-    static const std::regex kRankFile("rank_([0-9]+)\\.h5");
-    const auto now = fs::file_time_type::clock::now();
-    for (const auto& e : fs::directory_iterator(fs::path(run_dir) / "metrics", ec)) {
-      std::smatch m;
-      const std::string name = e.path().filename().string();
-      if (!std::regex_match(name, m, kRankFile)) continue;
-      int rank = std::stoi(m[1]);
-      // HDF5 opens by path: a FIFO or device here would block or read without end.
-      if (std::string kind = notRegularFileReason(e.path().string()); !kind.empty()) {
-        corrupt.emplace_back(rank, name + " is " + kind + ", expected a regular file");
-        continue;
-      }
-      try {
-        RankFile r{rank, readMetricsFile(e.path().string()), 0};
-        if (r.data.status.state == "completed") {
-          if (std::string problem = metricsProblem(r.data); !problem.empty()) {
-            corrupt.emplace_back(rank, e.path().string() + ": " + problem);
-            continue;
-          }
-        }
-        r.age_seconds = std::chrono::duration<double>(now - fs::last_write_time(e.path())).count();
-        ranks.push_back(std::move(r));
-      } catch (const std::exception& ex) {
-        corrupt.emplace_back(rank, ex.what());
-      }
-    }
-    std::sort(ranks.begin(), ranks.end(), [](auto& a, auto& b) { return a.rank < b.rank; });
-    std::sort(corrupt.begin(), corrupt.end());
+    readRankFiles(run_dir, ranks, corrupt);
     row.ranks_found = static_cast<int64_t>(ranks.size() + corrupt.size());
-    if (!ranks.empty()) {
-      const MetricsData& d0 = ranks[0].data;
-      if (row.config.empty()) {
-        run_toml = d0.config;
-        row.config = flattenConfig(d0.config, "/config", row.message);
-      }
-      auto ws = d0.attrs.find("world_size");
-      if (!row.world_size && ws != d0.attrs.end() && std::holds_alternative<int64_t>(ws->second))
-        row.world_size = std::get<int64_t>(ws->second);
-      int64_t max_node = -1;
-      for (const RankFile& r : ranks) {
-        auto nr = r.data.attrs.find("node_rank");
-        if (nr != r.data.attrs.end() && std::holds_alternative<int64_t>(nr->second))
-          max_node = std::max(max_node, std::get<int64_t>(nr->second));
-      }
-      if (max_node >= 0) row.nodes = max_node + 1;
-      if (auto rc = d0.attrs.find("resume_count");
-          rc != d0.attrs.end() && std::holds_alternative<int64_t>(rc->second))
-        row.resumes = std::get<int64_t>(rc->second);
-      auto text = [&d0](const char* k) {
-        auto it = d0.attrs.find(k);
-        return it != d0.attrs.end() && std::holds_alternative<std::string>(it->second)
-                   ? std::get<std::string>(it->second)
-                   : std::string();
-      };
-      row.host = text("hostname");
-      row.cpu_model = text("cpu_model");
-      row.peak_source = text("peak_source");
-      row.gemm_source = text("gemm_source");
-      auto positive = [&d0](const char* k) -> std::optional<double> {
-        auto it = d0.attrs.find(k);
-        if (it == d0.attrs.end() || !std::holds_alternative<double>(it->second) ||
-            !(std::get<double>(it->second) > 0))
-          return std::nullopt;
-        return std::get<double>(it->second);
-      };
-      row.peak_flops = positive("peak_flops");
-      row.gemm_flops = positive("gemm_flops");
-    }
+    if (!ranks.empty()) readRankAttributes(ranks, row, run_toml);
     std::string status_msg;
     row.status = statusOf(row, ranks, corrupt, opts.stale_seconds, status_msg);
     if (!status_msg.empty())
       row.message = status_msg + (row.message.empty() ? "" : "; ") + row.message;
     if (!ranks.empty()) computeNumbers(row, ranks[0], ranks);
-
-    if (row.status == "invalid") {
-      row.is_valid = false;
-    } else if (!run_toml.empty() && row.world_size) {
-      try {
-        Config cfg = Config::fromString(run_toml, run_dir + "/run.toml", {});
-        row.is_valid =
-            refusalOf(cfg, static_cast<int>(*row.world_size), Checks::kConfigOnly).empty();
-      } catch (const std::exception&) {
-        // Older or foreign schema: validity unknown.
-      }
-    }
+    row.is_valid = validityOf(row, run_toml, run_dir);
   } catch (const std::exception& e) {
-    row.status = "corrupt";
+    row.status = RunState::Corrupt;
     row.message = e.what();
   }
   return row;
@@ -371,7 +400,7 @@ AggregateTable aggregateRuns(const std::string& results_dir, const AggregateOpti
     }
     RunRow r;  // its reader crashed or hung twice
     r.tag = fs::path(dirs[i]).lexically_relative(results_dir).generic_string();
-    r.status = "corrupt";
+    r.status = RunState::Corrupt;
     r.message = "the HDF5 reader crashed on this run, or gave no answer within " +
                 std::to_string(static_cast<int>(opts.reader_timeout_s)) +
                 " s (--reader-timeout): a damaged file";

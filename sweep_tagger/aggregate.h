@@ -37,6 +37,8 @@
 #include <variant>
 #include <vector>
 
+#include "common/run_state.h"
+
 namespace ftb {
 
 using Cell = std::variant<std::monostate, int64_t, double, bool, std::string>;
@@ -46,7 +48,8 @@ std::string cellText(const Cell& c);
 
 struct RunRow {
   std::string tag;  // run dir relative to results_dir
-  std::string status, message;
+  RunState status = RunState::Missing;
+  std::string message;
   std::map<std::string, Cell> config;  // flattened run.toml (or HDF5 /config)
   std::optional<int64_t> world_size, nodes;
   int64_t ranks_found = 0, steps_done = 0, measured_steps = 0;

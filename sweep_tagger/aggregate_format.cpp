@@ -86,7 +86,7 @@ std::string cellText(const Cell& c) {
 
 std::vector<std::pair<std::string, Cell>> rowCells(const RunRow& r,
                                                    const std::vector<std::string>& varying) {
-  std::vector<std::pair<std::string, Cell>> c = {{"tag", r.tag}, {"status", r.status}};
+  std::vector<std::pair<std::string, Cell>> c = {{"tag", r.tag}, {"status", toString(r.status)}};
   for (const std::string& k : varying) {
     auto it = r.config.find(k);
     c.emplace_back(k, it == r.config.end() ? Cell() : it->second);
@@ -199,7 +199,7 @@ std::string toMarkdown(const AggregateTable& t) {
   bool any_price = false, any_note = false;
   for (const RunRow& r : t.runs) {
     any_price |= r.usd_per_mt.has_value();
-    any_note |= r.status != "completed";
+    any_note |= r.status != RunState::Completed;
   }
   std::vector<std::string> head = {"tag", "status"};
   head.insert(head.end(), t.varying.begin(), t.varying.end());
@@ -223,7 +223,7 @@ std::string toMarkdown(const AggregateTable& t) {
   for (size_t i = 0; i < head.size(); ++i) out += i < 2 + t.varying.size() ? "---|" : "--:|";
   out += "\n";
   for (const RunRow& r : t.runs) {
-    std::vector<std::string> c = {r.tag, r.status};
+    std::vector<std::string> c = {r.tag, toString(r.status)};
     for (const std::string& k : t.varying) {
       auto it = r.config.find(k);
       c.push_back(it == r.config.end() ? "" : cellText(it->second));
@@ -243,7 +243,7 @@ std::string toMarkdown(const AggregateTable& t) {
          o(r.step_time_p50_s, 4), o(r.step_time_p90_s, 4), shares, o(r.peak_mem_mib, 1), loss});
     if (any_price) c.insert(c.end(), {o(r.mt_per_hour, 3), o(r.usd_per_mt, 4)});
     c.push_back(cellText(opt(r.is_valid)));
-    if (any_note) c.push_back(r.status == "completed" ? "" : r.message);
+    if (any_note) c.push_back(r.status == RunState::Completed ? "" : r.message);
     line(c);
   }
   if (any_price) out += priceNotes(t);
@@ -276,7 +276,7 @@ RunRow rowFromJsonLine(const std::string& line) {
     return v.is_number_integer() ? std::optional<int64_t>(v.get<int64_t>()) : std::nullopt;
   };
   r.tag = j["tag"].get<std::string>();
-  r.status = j["status"].get<std::string>();
+  r.status = parseRunState(j["status"].get<std::string>());
   r.message = j["message"].get<std::string>();
   r.world_size = i("world_size");
   r.nodes = i("nodes");

@@ -47,7 +47,7 @@ Json toJson(const Value& v) {
   return std::visit([](const auto& x) { return Json(x); }, v);
 }
 
-Json pointJson(const SweepPoint& p, const SweepSpec& spec, const std::string& state) {
+Json pointJson(const SweepPoint& p, const SweepSpec& spec, std::optional<RunState> state) {
   Json j;
   j["index"] = p.index;
   j["tag"] = p.tag;
@@ -62,7 +62,7 @@ Json pointJson(const SweepPoint& p, const SweepSpec& spec, const std::string& st
   for (const auto& [k, v] : p.overrides) j["overrides"][k] = toJson(v);
   j["args"] = p.args;
   j["base"] = spec.base;
-  if (!state.empty()) j["state"] = state;
+  if (state) j["state"] = toString(*state);
   return j;
 }
 
@@ -95,8 +95,10 @@ std::string oneLine(std::string s) {
   return s;
 }
 
-void printTable(const std::vector<std::pair<const SweepPoint*, std::string>>& rows, bool with_state,
-                std::ostream& out) {
+// A point and, with --pending, its run directory's state.
+using PointRow = std::pair<const SweepPoint*, std::optional<RunState>>;
+
+void printTable(const std::vector<PointRow>& rows, bool with_state, std::ostream& out) {
   size_t tag_w = 3;
   for (const auto& r : rows) tag_w = std::max(tag_w, r.first->tag.size());
   auto line = [&](const std::string& idx, const std::string& tag, const std::string& ws,
@@ -113,7 +115,7 @@ void printTable(const std::vector<std::pair<const SweepPoint*, std::string>>& ro
     if (!p->valid) rest += (rest.empty() ? "" : "  ") + std::string("# ") + oneLine(p->reason);
     line(std::to_string(p->index), p->tag, std::to_string(p->world_size),
          std::to_string(p->nodes) + "x" + std::to_string(p->nproc_per_node),
-         p->valid ? "yes" : "NO", state, rest);
+         p->valid ? "yes" : "NO", state ? toString(*state) : "", rest);
   }
 }
 
@@ -193,14 +195,15 @@ int expandCommand(const std::vector<std::string>& args, std::ostream& out) {
   if (r.count("overrides")) spec.overrides = r["overrides"].as<std::vector<std::string>>();
   std::vector<SweepPoint> points = expandSweep(spec);
 
-  std::vector<std::pair<const SweepPoint*, std::string>> rows;  // point, state
+  std::vector<PointRow> rows;
   const bool pending = r.count("pending") > 0;
   for (const SweepPoint& p : points) {
     if (r.count("index") && p.index != r["index"].as<int>()) continue;
-    std::string state;
+    std::optional<RunState> state;
     if (pending) {
       state = pointState(r["pending"].as<std::string>(), p);
-      if (state == "completed" || state == "held") continue;  // held: another runner has it
+      // Held: another runner has it.
+      if (state == RunState::Completed || state == RunState::Held) continue;
     }
     rows.emplace_back(&p, state);
   }

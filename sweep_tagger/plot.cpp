@@ -143,21 +143,8 @@ bool draw(const Chart& c, const std::string& dir, std::vector<std::string>& writ
   return true;
 }
 
-}  // namespace
-
-std::vector<std::string> writePlots(const AggregateTable& t, const std::string& dir,
-                                    std::vector<std::string>& warnings) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw IoError("cannot create plot dir " + dir + ": " + ec.message());
-  std::vector<const RunRow*> runs;
-  for (const RunRow& r : t.runs)
-    if (r.status == "completed" && r.tokens_per_s_dataset) runs.push_back(&r);
-  std::vector<std::string> written;
-  if (runs.empty()) {
-    warnings.push_back("no completed run with a tokens/s value: nothing to plot");
-    return written;
-  }
+// The axes that vary across `runs`: the sweep's varying config keys, world_size, nodes.
+std::vector<Axis> varyingAxes(const AggregateTable& t, const std::vector<const RunRow*>& runs) {
   std::vector<Axis> axes;
   for (const std::string& k : t.varying)
     axes.push_back({k, [k](const RunRow& r) {
@@ -173,57 +160,86 @@ std::vector<std::string> writePlots(const AggregateTable& t, const std::string& 
     for (const RunRow* r : runs) values.insert(text(a.get(*r)));
     if (values.size() > 1) varying.push_back(a);
   }
-  auto others = [&](const RunRow& r, const std::string& skip) {
-    std::string s;
-    for (const Axis& a : varying)
-      if (a.name != skip) s += (s.empty() ? "" : ", ") + a.name + "=" + text(a.get(r));
-    return s.empty() ? std::string("all runs") : s;
-  };
+  return varying;
+}
 
+// A run's series name: every varying axis but `skip`, "all runs" when none.
+std::string seriesName(const std::vector<Axis>& varying, const RunRow& r, const std::string& skip) {
+  std::string s;
+  for (const Axis& a : varying)
+    if (a.name != skip) s += (s.empty() ? "" : ", ") + a.name + "=" + text(a.get(r));
+  return s.empty() ? std::string("all runs") : s;
+}
+
+// Dataset tokens/s against axis `a` (categorical when a value is not a number).
+Chart throughputChart(const Axis& a, const std::vector<Axis>& varying,
+                      const std::vector<const RunRow*>& runs) {
+  Chart c;
+  c.file = "tokens_per_s_vs_" + pathSafe(a.name);
+  c.title = "dataset tokens/s vs " + a.name;
+  c.xlabel = a.name;
+  c.ylabel = "tokens/s (dataset, global)";
+  bool numeric = true;
+  std::set<std::string> labels;
+  for (const RunRow* r : runs) {
+    numeric &= num(a.get(*r)).has_value();
+    labels.insert(text(a.get(*r)));
+  }
+  if (!numeric) c.xtics.assign(labels.begin(), labels.end());
+  for (const RunRow* r : runs) {
+    double x =
+        numeric ? *num(a.get(*r))
+                : double(std::distance(c.xtics.begin(), std::find(c.xtics.begin(), c.xtics.end(),
+                                                                  text(a.get(*r)))));
+    c.series[seriesName(varying, *r, a.name)].emplace_back(x, *r->tokens_per_s_dataset);
+  }
+  return c;
+}
+
+// Per-device tokens/s relative to the smallest world size of each series.
+Chart scalingChart(const std::vector<Axis>& varying, const std::vector<const RunRow*>& runs) {
+  Chart c;
+  c.file = "scaling_efficiency";
+  c.title = "scaling efficiency (per-device tokens/s relative to the smallest world size)";
+  c.xlabel = "world_size";
+  c.ylabel = "efficiency";
+  std::map<std::string, std::vector<const RunRow*>> groups;
+  for (const RunRow* r : runs)
+    if (r->world_size) groups[seriesName(varying, *r, "world_size")].push_back(r);
+  for (auto& [name, rs] : groups) {
+    auto base = *std::min_element(
+        rs.begin(), rs.end(), [](auto* a, auto* b) { return *a->world_size < *b->world_size; });
+    double per_dev = *base->tokens_per_s_dataset / double(*base->world_size);
+    if (per_dev <= 0) continue;
+    for (const RunRow* r : rs)
+      c.series[name].emplace_back(double(*r->world_size),
+                                  *r->tokens_per_s_dataset / double(*r->world_size) / per_dev);
+  }
+  return c;
+}
+
+}  // namespace
+
+std::vector<std::string> writePlots(const AggregateTable& t, const std::string& dir,
+                                    std::vector<std::string>& warnings) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw IoError("cannot create plot dir " + dir + ": " + ec.message());
+  std::vector<const RunRow*> runs;
+  for (const RunRow& r : t.runs)
+    if (r.status == RunState::Completed && r.tokens_per_s_dataset) runs.push_back(&r);
+  std::vector<std::string> written;
+  if (runs.empty()) {
+    warnings.push_back("no completed run with a tokens/s value: nothing to plot");
+    return written;
+  }
+  const std::vector<Axis> varying = varyingAxes(t, runs);
   bool ws_varies = false;
   for (const Axis& a : varying) {
     ws_varies |= a.name == "world_size";
-    Chart c;
-    c.file = "tokens_per_s_vs_" + pathSafe(a.name);
-    c.title = "dataset tokens/s vs " + a.name;
-    c.xlabel = a.name;
-    c.ylabel = "tokens/s (dataset, global)";
-    bool numeric = true;
-    std::set<std::string> labels;
-    for (const RunRow* r : runs) {
-      numeric &= num(a.get(*r)).has_value();
-      labels.insert(text(a.get(*r)));
-    }
-    if (!numeric) c.xtics.assign(labels.begin(), labels.end());
-    for (const RunRow* r : runs) {
-      double x =
-          numeric ? *num(a.get(*r))
-                  : double(std::distance(c.xtics.begin(), std::find(c.xtics.begin(), c.xtics.end(),
-                                                                    text(a.get(*r)))));
-      c.series[others(*r, a.name)].emplace_back(x, *r->tokens_per_s_dataset);
-    }
-    draw(c, dir, written, warnings);
+    draw(throughputChart(a, varying, runs), dir, written, warnings);
   }
-  if (ws_varies) {
-    Chart c;
-    c.file = "scaling_efficiency";
-    c.title = "scaling efficiency (per-device tokens/s relative to the smallest world size)";
-    c.xlabel = "world_size";
-    c.ylabel = "efficiency";
-    std::map<std::string, std::vector<const RunRow*>> groups;
-    for (const RunRow* r : runs)
-      if (r->world_size) groups[others(*r, "world_size")].push_back(r);
-    for (auto& [name, rs] : groups) {
-      auto base = *std::min_element(
-          rs.begin(), rs.end(), [](auto* a, auto* b) { return *a->world_size < *b->world_size; });
-      double per_dev = *base->tokens_per_s_dataset / double(*base->world_size);
-      if (per_dev <= 0) continue;
-      for (const RunRow* r : rs)
-        c.series[name].emplace_back(double(*r->world_size),
-                                    *r->tokens_per_s_dataset / double(*r->world_size) / per_dev);
-    }
-    draw(c, dir, written, warnings);
-  }
+  if (ws_varies) draw(scalingChart(varying, runs), dir, written, warnings);
   if (varying.empty()) warnings.push_back("no axis varies across the runs: nothing to plot");
   return written;
 }

@@ -88,12 +88,12 @@ std::string describe(const KeyValues& kv) {
 
 }  // namespace
 
-std::string pointState(const std::string& results_dir, const SweepPoint& p) {
+RunState pointState(const std::string& results_dir, const SweepPoint& p) {
   const std::string dir = (fs::path(results_dir) / p.tag).string();
-  const std::string state = runState(dir);
-  if (state != "missing") {
+  const RunState state = runState(dir);
+  if (state != RunState::Missing) {
     std::optional<int> nodes = runNodes(dir);
-    return nodes && *nodes != p.nodes ? "missing" : state;
+    return nodes && *nodes != p.nodes ? RunState::Missing : state;
   }
   if (p.legacy_tag.empty()) return state;
   const std::string legacy = (fs::path(results_dir) / p.legacy_tag).string();

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "common/run_state.h"
 
 namespace ftb {
 
@@ -78,8 +79,8 @@ std::vector<SweepPoint> expandSweep(const SweepSpec& spec);
 // for a multi-node point with no such directory, the legacy_tag directory when its run
 // ran on the point's node count. A directory under the point's tag that holds a run on
 // another node count (a multi-node run written before nodes counted, under what is now a
-// single-node tag) is not this point's: "missing".
-std::string pointState(const std::string& results_dir, const SweepPoint& p);
+// single-node tag) is not this point's: Missing.
+RunState pointState(const std::string& results_dir, const SweepPoint& p);
 
 // "key=VALUE" with VALUE spelled as TOML (floats round-trip, strings quoted).
 std::string overrideArg(const std::string& key, const Value& v);

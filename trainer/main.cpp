@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
   cli.parse_positional({"overrides"});
   cli.positional_help("[key=value ...]");
   SessionOptions opts;
-  try {
+  const std::optional<int> exit_code = guardedCli(cli, [&]() -> std::optional<int> {
     // Owned copies: torchtitanOverrides() rewrites --a.b VALUE into a.b=VALUE.
     std::vector<std::string> words =
         torchtitanOverrides(std::vector<std::string>(argv + 1, argv + argc));
@@ -62,12 +62,8 @@ int main(int argc, char** argv) {
     opts.estimate_memory = args.count("estimate-memory") > 0;
     if (args.count("world-size")) opts.world_size = args["world-size"].as<int>();
     if (args.count("generate-data")) opts.generate_data = args["generate-data"].as<std::string>();
-  } catch (const cxxopts::exceptions::exception& e) {
-    std::cerr << "trainer: " << e.what() << "\n" << cli.help() << "\n";
-    return kExitBadInput;
-  } catch (const FtbError& e) {
-    std::cerr << e.what() << "\n";
-    return e.exitCode();
-  }
+    return std::nullopt;
+  });
+  if (exit_code) return *exit_code;
   return runSession(opts);
 }

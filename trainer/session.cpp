@@ -109,13 +109,13 @@ std::string prepareRun(const Config& cfg, const TrainConfig& tc, Distributed& di
   throw IoError(dist.env.rank == 0 ? body : "rank 0 could not prepare the run directory: " + body);
 }
 
-std::string stateFor(const std::exception& e) {
+RunState stateFor(const std::exception& e) {
   std::string w = e.what();
   if (dynamic_cast<const OomError*>(&e) || dynamic_cast<const std::bad_alloc*>(&e) ||
       w.find("can't allocate memory") != std::string::npos ||
       w.find("out of memory") != std::string::npos)
-    return "oom";
-  return "failed";
+    return RunState::Oom;
+  return RunState::Failed;
 }
 
 // The validated config for this process: --world-size only plans (--estimate-memory).
@@ -204,12 +204,11 @@ RunInfo runInfo(const Config& cfg, const TrainConfig& tc, const DistEnv& env,
 }
 
 std::unique_ptr<Checkpointer> makeCheckpointer(const Config& cfg, const TrainConfig& tc,
-                                               const DistEnv& env, const RunInfo& info,
-                                               const std::string& run_dir, Distributed& dist) {
-  const int nodes = std::max(1, env.world_size / std::max(1, env.local_world_size));
+                                               const RunInfo& info, const std::string& run_dir,
+                                               Distributed& dist) {
   Checkpointer::Identity id{info.tag, info.config_hash, checkpointCompatKeys(cfg),
                             CkptLayout{tc.world_size, tc.dp_replicate, tc.dp_shard, tc.tp,
-                                       tc.effectiveZeroStage(), nodes}};
+                                       tc.effectiveZeroStage(), tc.nodes}};
   return std::make_unique<Checkpointer>(checkpointDir(tc, run_dir), tc.checkpoint.keep_last,
                                         std::move(id), dist);
 }
@@ -231,13 +230,13 @@ int finishRun(MetricsFile& metrics, const TrainConfig& tc, const TrainSummary& s
     const int code = !last_checkpoint.empty() ? kExitRequeue
                      : s.stopped_by_ctl      ? 1
                                              : 128 + s.stop_signal;
-    metrics.setStatus("preempted", code, msg);
+    metrics.setStatus(RunState::Preempted, code, msg);
     metrics.close();
     FTB_WARN(msg << " (exit code " << code << ")");
     if (rank == 0) printSummary(tc, s, peaks, run_dir);  // of the steps done
     return code;
   }
-  metrics.setStatus("completed", 0, "completed " + std::to_string(s.steps) + " steps");
+  metrics.setStatus(RunState::Completed, 0, "completed " + std::to_string(s.steps) + " steps");
   metrics.close();
   if (rank == 0) printSummary(tc, s, peaks, run_dir);
   return 0;
@@ -246,18 +245,17 @@ int finishRun(MetricsFile& metrics, const TrainConfig& tc, const TrainSummary& s
 // Bad input: reported, recorded as "invalid" if the metrics file exists; exit 2.
 int failInvalid(const ConfigError& e, std::optional<MetricsFile>& metrics) {
   std::cerr << logPrefix() << " " << e.what() << "\n";
-  if (metrics) metrics->setStatus("invalid", e.exitCode(), e.what());
+  if (metrics) metrics->setStatus(RunState::Invalid, e.exitCode(), e.what());
   return e.exitCode();
 }
 
 // Any other failure: "oom" (exit 5) or "failed" (the error's exit code, else 1),
 // recorded in the metrics file when it exists.
 int failRun(const std::exception& e, std::optional<MetricsFile>& metrics) {
-  std::string state = stateFor(e);
-  int code = state == "oom" ? 5
-                            : (dynamic_cast<const FtbError*>(&e)
-                                   ? static_cast<const FtbError&>(e).exitCode()
-                                   : 1);
+  const RunState state = stateFor(e);
+  int code = state == RunState::Oom ? 5
+             : dynamic_cast<const FtbError*>(&e) ? static_cast<const FtbError&>(e).exitCode()
+                                                 : 1;
   FTB_ERROR(state << ": " << e.what());
   if (metrics) {
     try {
@@ -336,8 +334,10 @@ class StopWatchdog {
                             (resume.empty() ? "no complete checkpoint to resume from"
                                             : "resume point " + resume);
     try {
-      if (target_.metrics && final_status) target_.metrics->setFinalStatus("preempted", code, msg);
-      if (target_.metrics && !final_status) target_.metrics->setStatus("preempted", code, msg);
+      if (target_.metrics && final_status)
+        target_.metrics->setFinalStatus(RunState::Preempted, code, msg);
+      if (target_.metrics && !final_status)
+        target_.metrics->setStatus(RunState::Preempted, code, msg);
     } catch (const std::exception& e) {
       FTB_ERROR("could not record status in " << target_.metrics->path() << ": " << e.what());
     }
@@ -448,7 +448,7 @@ int runSession(const SessionOptions& opts) {
     if (!no_fit.empty()) throw OomError(no_fit);
     checkStop("metrics file");
 
-    CheckpointHook ckpt(tc, std::move(plan), makeCheckpointer(cfg, tc, env, info, run_dir, dist),
+    CheckpointHook ckpt(tc, std::move(plan), makeCheckpointer(cfg, tc, info, run_dir, dist),
                         env.rank);
     StepProfiler profiler(tc.profile_steps, tracePath(run_dir, env.rank), env.rank);
     HookList hooks({&profiler, &ckpt});  // the profiler's window excludes checkpoint saves
@@ -470,7 +470,7 @@ int runSession(const SessionOptions& opts) {
     return failInvalid(e, metrics);
   } catch (const StopRequested& e) {
     FTB_WARN(e.what());
-    if (metrics) metrics->setStatus("preempted", 128 + e.sig, e.what());
+    if (metrics) metrics->setStatus(RunState::Preempted, 128 + e.sig, e.what());
     return 128 + e.sig;
   } catch (const std::exception& e) {
     return failRun(e, metrics);

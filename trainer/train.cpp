@@ -223,7 +223,7 @@ void replyControl(const std::string& run_dir, const Agreement& g, const StepEnd&
   rep.host = hostName();
   rep.pid = getpid();
   rep.command = ctlCommandName(static_cast<CtlCommand>(int(g.ctl)));
-  rep.state = end.last ? "stopping" : "running";
+  rep.state = end.last ? RunState::Stopping : RunState::Running;
   rep.steps_done = end.step + 1;
   rep.max_steps = tc.max_steps;
   rep.loss = r.loss;

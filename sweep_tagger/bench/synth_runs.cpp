@@ -64,8 +64,7 @@ bool isInt(const std::string& m) {
          m == "peak_rss_bytes";
 }
 
-void writeRun(const std::string& out, int i, int nodes, int per_node, int steps,
-              const std::string& state) {
+void writeRun(const std::string& out, int i, int nodes, int per_node, int steps, RunState state) {
   const int64_t seq = 256 << (i % 4), mbs = 1 << ((i / 4) % 4);
   const int world = nodes * per_node;
   Config cfg = Config::fromString(
@@ -73,7 +72,7 @@ void writeRun(const std::string& out, int i, int nodes, int per_node, int steps,
       {"data.seq_len=" + std::to_string(seq), "training.micro_batch_size=" + std::to_string(mbs),
        "training.seed=" + std::to_string(i / 16)});
   RunDir rd = prepareRunDir(cfg, world, out, false);
-  const int done = state == "completed" ? steps : steps / 2;
+  const int done = state == RunState::Completed ? steps : steps / 2;
   const double peak = 2e13, gemm = 1e13, flops_per_token = 6.0 * 4 * (4 * 256 * 256 + 3 * 256 * 688);
   for (int rank = 0; rank < world; ++rank) {
     RunInfo info;
@@ -125,14 +124,14 @@ void writeRun(const std::string& out, int i, int nodes, int per_node, int steps,
                     {"rss_bytes", 1e8 + 1e5 * s + 1e6 * rank},
                     {"peak_rss_bytes", 1e8 + 1e5 * s + 1e6 * rank}});
     }
-    if (state == "completed") {
-      f.setStatus("completed", 0, "completed " + std::to_string(done) + " steps");
-    } else if (state == "oom") {
+    if (state == RunState::Completed) {
+      f.setStatus(state, 0, "completed " + std::to_string(done) + " steps");
+    } else if (state == RunState::Oom) {
       bool culprit = rank == world - 1;
-      f.setStatus(culprit ? "oom" : "failed", culprit ? 5 : 3,
+      f.setStatus(culprit ? RunState::Oom : RunState::Failed, culprit ? 5 : 3,
                   culprit ? "out of memory: synthetic" : "peer rank died");
-    } else if (state != "running") {
-      f.setStatus(state, 1, "synthetic " + state);
+    } else if (state != RunState::Running) {
+      f.setStatus(state, 1, "synthetic " + toString(state));
     }
     f.close();
   }
@@ -157,9 +156,9 @@ int main(int argc, char** argv) {
       std::cerr << opts.help();
       return 2;
     }
-    std::vector<std::string> states;
+    std::vector<ftb::RunState> states;
     std::stringstream ss(r["states"].as<std::string>());
-    for (std::string s; std::getline(ss, s, ',');) states.push_back(s);
+    for (std::string s; std::getline(ss, s, ',');) states.push_back(ftb::parseRunState(s));
     for (int i = 0; i < r["runs"].as<int>(); ++i)
       ftb::writeRun(r["out"].as<std::string>(), i, r["nodes"].as<int>(),
                     r["ranks-per-node"].as<int>(), r["steps"].as<int>(), states[i % states.size()]);

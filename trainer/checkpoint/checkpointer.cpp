@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <future>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
@@ -203,8 +204,11 @@ std::string Checkpointer::save(int64_t step, const std::vector<StatePiece>& piec
   try {
     const double tw = nowSeconds();
     auto written = ckpt::writeShardFile(path, slices, rank, step);
+    // The fsync (waiting on the disk) and the crc32 re-read (CPU, from the page cache) overlap.
+    std::future<void> synced = std::async(std::launch::async, [&path] { fsyncPath(path); });
     int64_t bytes = 0;
     std::string crc = fileCrc32(path, &bytes);
+    synced.get();  // rethrows the fsync's IoError
     last_write_s_ = nowSeconds() - tw;
     last_save_bytes_ = bytes;
     testSaveDelay(step);

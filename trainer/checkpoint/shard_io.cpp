@@ -71,7 +71,6 @@ std::vector<std::pair<std::string, CkptSlice>> writeShardFile(
     }
     f.close();
   }
-  fsyncPath(path);
   return out;
 }
 

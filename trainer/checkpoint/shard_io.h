@@ -5,8 +5,9 @@
 //   /<global name>/<k> one dataset per slice this rank writes (k = 0, 1, ... when a rank
 //                      holds several boxes of one tensor, as ZeRO shards do), the box's
 //                      shape, contiguous, with int64 attrs `offset` and `global_shape`.
-// Contract: writeShardFile creates `path` (truncating), writes every slice, closes it
-// and fsyncs it; it returns the manifest entries (file name = basename of path).
+// Contract: writeShardFile creates `path` (truncating), writes every slice and closes it
+// (not fsynced: the caller fsyncs it, overlapping the checksum); it returns the manifest
+// entries (file name = basename of path).
 // ShardReader reads boxes by hyperslab, keeping files open until destroyed. Every
 // HDF5 failure is IoError naming the file and dataset.
 #pragma once

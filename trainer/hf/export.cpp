@@ -1,6 +1,8 @@
 #include "trainer/hf/export.h"
 
 #include <filesystem>
+#include <fstream>
+#include <optional>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -78,23 +80,43 @@ ExportDtype dtypeNamed(const std::string& name, const std::string& source) {
                     "one of run (the run's training.dtype), fp32, bf16, fp16");
 }
 
-// --dtype run: training.dtype of the run whose default checkpoint directory holds rp.
-ExportDtype runDtype(const ResumePoint& rp) {
+// The resolved config (run.toml) of the run whose default checkpoint directory
+// <run>/checkpoints/step_N holds the checkpoint. `where`: its path, or why there is none.
+struct RunConfig {
+  std::optional<Config> cfg;
+  std::string where;
+};
+
+RunConfig runConfig(const ResumePoint& rp) {
   const fs::path run = fs::absolute(rp.dir).parent_path().parent_path();
   const fs::path toml = run / "run.toml";
   if (!fs::exists(toml) || run.filename().string() != rp.manifest.tag)
-    return dtypeNamed("fp32", "the master weights' dtype: no run.toml of run '" +
-                                  rp.manifest.tag + "' beside the checkpoint");
+    return {std::nullopt, "no run.toml of run '" + rp.manifest.tag + "' beside the checkpoint"};
   try {
-    const Config cfg = Config::load(toml.string(), {});
-    return dtypeNamed(cfg.getString("training.dtype"), "training.dtype of " + toml.string());
+    return {Config::load(toml.string(), {}), toml.string()};
   } catch (const FtbError& e) {
-    return dtypeNamed("fp32", std::string("the master weights' dtype: ") + e.what());
+    return {std::nullopt, e.what()};
   }
 }
 
-ExportDtype exportDtype(const std::string& flag, const ResumePoint& rp) {
-  return flag == "run" ? runDtype(rp) : dtypeNamed(flag, "--dtype " + flag);
+// --dtype run: the run's training.dtype, else the master weights' fp32.
+ExportDtype runDtype(const RunConfig& run) {
+  if (!run.cfg) return dtypeNamed("fp32", "the master weights' dtype: " + run.where);
+  return dtypeNamed(run.cfg->getString("training.dtype"), "training.dtype of " + run.where);
+}
+
+// The architecture fields of the model the run started from (model.from_pretrained's
+// config.json, if it is still there): a MistralForCausalLM stays one, with its
+// sliding_window. Otherwise LlamaForCausalLM.
+json sourceArchitecture(const std::optional<Config>& run) {
+  json llama = {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}};
+  if (!run || run->getString("model.from_pretrained").empty()) return llama;
+  std::ifstream in(fs::path(run->getString("model.from_pretrained")) / kHfConfigName);
+  const json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || j.value("architectures", json::array()) != json{"MistralForCausalLM"})
+    return llama;
+  return {{"architectures", {"MistralForCausalLM"}}, {"model_type", "mistral"},
+          {"sliding_window", j.value("sliding_window", json())}};
 }
 
 const char* hfTorchDtype(torch::ScalarType t) {
@@ -107,17 +129,18 @@ int64_t tensorBytes(const HfParam& p, torch::ScalarType t) {
   return b;
 }
 
-json configJson(const ModelArgs& a, const ResumePoint& rp, torch::ScalarType t) {
-  return {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"},
-          {"hidden_size", a.dim}, {"num_hidden_layers", a.n_layers},
-          {"num_attention_heads", a.n_heads}, {"num_key_value_heads", a.n_kv_heads},
-          {"intermediate_size", a.ffn_dim}, {"vocab_size", a.vocab_size},
-          {"max_position_embeddings", a.max_seq_len}, {"rope_theta", a.rope_theta},
-          {"rms_norm_eps", a.norm_eps}, {"tie_word_embeddings", a.tie_embeddings},
-          {"hidden_act", "silu"}, {"attention_bias", false}, {"mlp_bias", false},
-          {"rope_scaling", nullptr}, {"torch_dtype", hfTorchDtype(t)},
-          {"ftbench_export", {{"checkpoint", fs::absolute(rp.dir).string()},
-                              {"step", rp.manifest.state.count("step") ? rp.manifest.state.at("step") : -1}}}};
+json configJson(const ModelArgs& a, const ResumePoint& rp, torch::ScalarType t, json arch) {
+  json c = {{"hidden_size", a.dim}, {"num_hidden_layers", a.n_layers},
+            {"num_attention_heads", a.n_heads}, {"num_key_value_heads", a.n_kv_heads},
+            {"intermediate_size", a.ffn_dim}, {"vocab_size", a.vocab_size},
+            {"max_position_embeddings", a.max_seq_len}, {"rope_theta", a.rope_theta},
+            {"rms_norm_eps", a.norm_eps}, {"tie_word_embeddings", a.tie_embeddings},
+            {"hidden_act", "silu"}, {"attention_bias", false}, {"mlp_bias", false},
+            {"rope_scaling", nullptr}, {"torch_dtype", hfTorchDtype(t)},
+            {"ftbench_export", {{"checkpoint", fs::absolute(rp.dir).string()},
+                                {"step", rp.manifest.state.count("step") ? rp.manifest.state.at("step") : -1}}}};
+  arch.update(c);
+  return arch;
 }
 
 // Consecutive groups of params, each at most max_bytes in dtype t (a larger tensor alone).
@@ -174,12 +197,13 @@ int exportCheckpoint(const ExportOptions& o) {
                       "export into a new directory (nothing is overwritten)");
   ResumePoint rp = resolveCheckpoint(o.checkpoint);
   const ModelArgs a = modelOf(rp);
-  const ExportDtype dt = exportDtype(o.dtype, rp);
+  const RunConfig run = runConfig(rp);
+  const ExportDtype dt = o.dtype == "run" ? runDtype(run) : dtypeNamed(o.dtype, "--dtype " + o.dtype);
   const std::vector<std::vector<HfParam>> shards = planShards(hfParams(a), o.max_shard_bytes, dt.type);
   const fs::path tmp = o.out + ".tmp";
   fs::remove_all(tmp);
   fs::create_directories(tmp);
-  writeFileDurably((tmp / kHfConfigName).string(), configJson(a, rp, dt.type).dump(2) + "\n");
+  writeFileDurably((tmp / kHfConfigName).string(), configJson(a, rp, dt.type, sourceArchitecture(run.cfg)).dump(2) + "\n");
   const int n = int(shards.size());
   json weight_map = json::object();
   int64_t total = 0;
@@ -221,7 +245,7 @@ int exportMain(const std::vector<std::string>& args) {
   words.insert(words.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (std::string& w : words) argv.push_back(w.data());
-  try {
+  return guardedCli(cli, [&]() -> std::optional<int> {
     auto r = cli.parse(int(argv.size()), argv.data());
     if (r.count("help")) {
       std::cout << cli.help();
@@ -240,17 +264,8 @@ int exportMain(const std::vector<std::string>& args) {
     opts.max_shard_bytes = int64_t(mb * (1 << 20));
     opts.dtype = r["dtype"].as<std::string>();
     exportCheckpoint(opts);
-    return 0;
-  } catch (const cxxopts::exceptions::exception& e) {
-    std::cerr << "trainer export: " << e.what() << "\n" << cli.help() << "\n";
-    return kExitBadInput;
-  } catch (const FtbError& e) {
-    std::cerr << e.what() << "\n";
-    return e.exitCode();
-  } catch (const std::exception& e) {  // e.g. a manifest value that is not a number
-    std::cerr << "trainer export: failed: " << e.what() << "\n";
-    return 1;
-  }
+    return 0;  // a manifest value that is not a number: std::exception, exit 1
+  }).value_or(0);
 }
 
 }  // namespace ftb::hf

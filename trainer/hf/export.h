@@ -4,7 +4,9 @@
 // Contract: exportCheckpoint(opts) takes a step_N directory (or a checkpoint directory:
 // its newest usable step_N), verifies every file of it (size, crc32), and writes into a
 // new directory `out` (which must not exist): config.json from the checkpoint's model.*
-// keys (torch_dtype = the exported dtype), and the master weights under their HF names,
+// keys (torch_dtype = the exported dtype; architectures LlamaForCausalLM, or
+// MistralForCausalLM with its sliding_window when the run started from one and its
+// config.json is still there), and the master weights under their HF names,
 // converted to `dtype` (fp32 | bf16 | fp16, round to nearest even; "run" = the
 // training.dtype of the run the checkpoint belongs to, read from <run>/run.toml when the
 // checkpoint sits in its default place <run>/checkpoints/step_N and the directory's name is

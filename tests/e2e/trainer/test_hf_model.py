@@ -251,6 +251,19 @@ def test_export_dtype_follows_the_run_or_the_flag(gqa_model, tmp_path):
     assert not (tmp_path / "x").exists() and not (tmp_path / "x.tmp").exists()
 
 
+def test_export_of_a_mistral_run_stays_a_mistral_with_its_sliding_window(tmp_path):
+    cfg, w = make_hf_dir(tmp_path / "m", seed=7, arch="MistralForCausalLM", sliding_window=4096)
+    data = tmp_path / "tokens.bin"
+    write_tokens(data, 8, cfg["vocab_size"])
+    run_trainer(tmp_path / "run", *hf_run_args(tmp_path / "m", data, "training.lr=0",
+                                               "training.micro_batch_size=4"))
+    export(tmp_path / "run" / "checkpoints", tmp_path / "hf")
+    got = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert got["architectures"] == ["MistralForCausalLM"] and got["model_type"] == "mistral"
+    assert got["sliding_window"] == 4096
+    assert_same_tensors(read_safetensors(tmp_path / "hf" / "model.safetensors"), w)
+
+
 def test_export_refuses_bad_arguments(tmp_path):
     for args, needle in [(["--checkpoint", str(tmp_path / "none"), "--out", str(tmp_path / "o")],
                           "holds no step_N checkpoints"),

@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <sstream>
+#include <stdexcept>
+
 #include "common/error.h"
 
 namespace ftb {
@@ -54,6 +57,46 @@ TEST(CxxoptsPositionals, CommasAreKeptWhole) {
   EXPECT_EQ(r["overrides"].as<std::vector<std::string>>(),
             (Args{"output.dir=/tmp/x,y", "model.x=[1,2]",
                   "output.sweep_fmt=\"{model.name},{hash}\""}));
+}
+
+}  // namespace
+}  // namespace ftb
+
+namespace ftb {
+namespace {
+
+// The one catch block of trainer and trainer export: message format and exit code per
+// kind of exception; a normal return passes through.
+TEST(GuardedCli, MapsEachExceptionToItsMessageAndExitCode) {
+  cxxopts::Options cli("prog", "test program");
+  cli.add_options()("n", "a number", cxxopts::value<int>());
+  auto run = [&](const std::function<std::optional<int>()>& body, std::string& text) {
+    std::ostringstream err;
+    std::optional<int> code = guardedCli(cli, body, err);
+    text = err.str();
+    return code;
+  };
+  std::string text;
+  EXPECT_EQ(run([] { return std::nullopt; }, text), std::nullopt);
+  EXPECT_EQ(text, "");
+  EXPECT_EQ(run([] { return 0; }, text), 0);
+  std::vector<std::string> words{"prog", "--bogus"};
+  std::vector<char*> argv;
+  for (std::string& w : words) argv.push_back(w.data());
+  EXPECT_EQ(run(
+                [&]() -> std::optional<int> {
+                  cli.parse(int(argv.size()), argv.data());
+                  return 0;
+                },
+                text),
+            kExitBadInput);
+  EXPECT_EQ(text.rfind("prog: ", 0), 0u) << text;
+  EXPECT_NE(text.find("bogus"), std::string::npos) << text;
+  EXPECT_NE(text.find("Usage:"), std::string::npos) << "help follows: " << text;
+  EXPECT_EQ(run([]() -> std::optional<int> { throw IoError("disk gone"); }, text), 4);
+  EXPECT_EQ(text, "disk gone\n");
+  EXPECT_EQ(run([]() -> std::optional<int> { throw std::runtime_error("stoi"); }, text), 1);
+  EXPECT_EQ(text, "prog: failed: stoi\n");
 }
 
 }  // namespace

@@ -190,7 +190,7 @@ TEST(MetricsFileTest, RoundTrip) {
   EXPECT_EQ(std::get<double>(d.attrs.at("peak_flops")), 1.14e11);
   EXPECT_EQ(d.attrs.size(), 14u);
   EXPECT_EQ(d.config, info.config_toml);
-  EXPECT_EQ(d.status.state, "completed");
+  EXPECT_EQ(d.status.state, RunState::Completed);
   EXPECT_EQ(d.status.exit_code, 0);
   EXPECT_EQ(d.status.message, "done");
   EXPECT_EQ(d.status.steps_done, 25);
@@ -222,6 +222,32 @@ TEST(MetricsFileTest, ContractViolationsThrow) {
   EXPECT_THROW(m.setStatus("done", 0, ""), std::invalid_argument);
 }
 
+// States outside the recorded ones: refused when written, a corrupt file when read.
+TEST(MetricsFileTest, UnrecordedStateIsRefusedAndAnUnknownOneOnDiskIsCorrupt) {
+  const std::string path = tempDir() + "/m.h5";
+  {
+    MetricsFile m = MetricsFile::create(path, sampleInfo());
+    EXPECT_THROW(m.setStatus(RunState::Held, 0, ""), std::invalid_argument);
+    EXPECT_THROW(m.setStatus("killed", 0, ""), std::invalid_argument);
+    m.setStatus(RunState::Oom, 5, "oom");
+  }
+  EXPECT_EQ(readMetricsFile(path).status.state, RunState::Oom);
+  {
+    h5::H5Handle f = h5::openFile(path, true);
+    h5::H5Handle status = h5::openGroup(f, "status");
+    h5::writeAttrString(status.get(), "state", "done");
+  }
+  try {
+    readMetricsFile(path);
+    FAIL() << "a /status state 'done' was read";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown /status state 'done' (expected one of "
+                                         "running|completed|failed|oom|preempted|invalid)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(MetricsFileTest, DestructorFlushesAndMoveKeepsOneOwner) {
   std::string path = tempDir() + "/m.h5";
   {
@@ -233,7 +259,7 @@ TEST(MetricsFileTest, DestructorFlushesAndMoveKeepsOneOwner) {
   }
   MetricsData d = readMetricsFile(path);
   EXPECT_EQ(d.steps.at("loss"), (std::vector<double>{2.0, 3.0}));
-  EXPECT_EQ(d.status.state, "running");
+  EXPECT_EQ(d.status.state, RunState::Running);
   EXPECT_EQ(d.status.steps_done, 2);
 }
 
@@ -293,7 +319,7 @@ TEST(MetricsFileTest, SigkillKeepsEveryFlushedStep) {
   ASSERT_EQ(waitpid(pid, &wstatus, 0), pid);
   ASSERT_TRUE(WIFSIGNALED(wstatus) && WTERMSIG(wstatus) == SIGKILL) << "status " << wstatus;
   MetricsData d = readMetricsFile(path);
-  EXPECT_EQ(d.status.state, "running");
+  EXPECT_EQ(d.status.state, RunState::Running);
   EXPECT_EQ(d.status.steps_done, 10);
   ASSERT_EQ(d.steps.at("step").size(), 10u);
   ASSERT_EQ(d.steps.at("loss").size(), 10u);

@@ -103,7 +103,7 @@ TEST(Aggregate, CompletedRunMatchesTrainerFormulas) {
   test::TempDir tmp;
   std::string dir = makeRun(tmp.path(), runConfig(), 2, {"completed", "completed"});
   RunRow r = summarize(tmp.path(), dir);
-  EXPECT_EQ(r.status, "completed");
+  EXPECT_EQ(r.status, RunState::Completed);
   EXPECT_EQ(r.tag, fs::path(dir).filename().string());
   EXPECT_EQ(r.world_size, 2);
   EXPECT_EQ(r.nodes, 1);
@@ -134,7 +134,7 @@ TEST(Aggregate, EveryBrokenRunGetsAStatus) {
   auto cfg = [](int i) { return runConfig({"training.seed=" + std::to_string(i)}); };
   auto status = [&](const std::string& dir, double stale = 600) {
     RunRow r = summarize(tmp.path(), dir, stale);
-    return r.status + " | " + r.message;
+    return toString(r.status) + " | " + r.message;
   };
   EXPECT_EQ(status(makeRun(tmp.path(), cfg(1), 2, {"failed", "completed"})),
             "failed | rank 0: failed msg");
@@ -161,18 +161,18 @@ TEST(Aggregate, EveryBrokenRunGetsAStatus) {
                    bytes.size() - 100, bytes.size() - 1}) {
     test::writeFile(f, bytes.substr(0, n));
     RunRow r = summarize(tmp.path(), trunc);
-    EXPECT_TRUE(r.status == "corrupt" || r.status == "completed") << n << ": " << r.status;
+    EXPECT_TRUE(r.status == RunState::Corrupt || r.status == RunState::Completed) << n << ": " << r.status;
   }
   std::string missing = fs::path(makeRun(tmp.path(), cfg(8), 2, {"", ""})).string();
   EXPECT_EQ(status(missing), "missing | no metrics files");
   std::string invalid = makeRun(tmp.path(), cfg(9), 1, {"invalid"});
   RunRow inv = summarize(tmp.path(), invalid);
-  EXPECT_EQ(inv.status, "invalid");
+  EXPECT_EQ(inv.status, RunState::Invalid);
   EXPECT_EQ(inv.is_valid, false);
   // A run dir whose run.toml is not TOML still gets a row.
   test::writeFile(tmp.path() + "/broken/run.toml", "a = [1,");  // "[[[" trips a toml++ debug assert
   RunRow broken = summarize(tmp.path(), tmp.path() + "/broken");
-  EXPECT_EQ(broken.status, "missing");
+  EXPECT_EQ(broken.status, RunState::Missing);
   EXPECT_NE(broken.message.find("run.toml:"), std::string::npos) << broken.message;
 }
 
@@ -272,7 +272,7 @@ TEST(Aggregate, ImplausibleValuesMakeACompletedFileCorrupt) {
     std::string dir = makeRun(tmp.path(), runConfig({"training.seed=" + std::to_string(++seed)}),
                               1, {"completed"}, s);
     last = summarize(tmp.path(), dir);
-    return last.status + " | " + last.message;
+    return toString(last.status) + " | " + last.message;
   };
   Steps neg = fiveSteps();
   neg.tokens_dataset[3] = -1.67e19;
@@ -296,7 +296,7 @@ TEST(Aggregate, ImplausibleValuesMakeACompletedFileCorrupt) {
   EXPECT_TRUE(last.gemm_efficiency.has_value());
   // A failed run may hold a non-finite loss: it stays failed.
   std::string failed = makeRun(tmp.path(), runConfig({"training.seed=99"}), 1, {"failed"}, inf);
-  EXPECT_EQ(summarize(tmp.path(), failed).status, "failed");
+  EXPECT_EQ(summarize(tmp.path(), failed).status, RunState::Failed);
 }
 
 TEST(MetricsProblem, StepOrderAndRowCount) {

@@ -296,7 +296,7 @@ TEST(Sweep, LegacyMultiNodeRunDirStillCountsAsCompleted) {
   for (const RunRow& row : t.runs) {
     if (row.tag != formatTag(cfg, 4, kDefaultTagFmt)) continue;
     found = true;
-    EXPECT_EQ(row.status, "completed") << row.message;
+    EXPECT_EQ(row.status, RunState::Completed) << row.message;
     EXPECT_EQ(row.nodes, 2);
   }
   EXPECT_TRUE(found);
