@@ -257,7 +257,8 @@ void Checkpointer::prepareTmp(const std::string& tmp) {
   if (ec) throw IoError(logPrefix() + " cannot create checkpoint directory " + tmp + ": " + ec.message());
 }
 
-// The manifest, then the directory's rename: the moment the checkpoint becomes complete.
+// After the manifest: the directory's fsync and rename, the moment the checkpoint becomes
+// complete.
 void Checkpointer::commit(const std::string& tmp, const std::string& final_dir) {
   std::lock_guard<std::mutex> lock(commit_mu_);
   if (abandoned_) throw IoError(logPrefix() + " checkpoint save abandoned at the stop deadline");
