@@ -1,32 +1,99 @@
 #include "trainer/optim/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
+
+#include "trainer/kernels/cpu_kernels.h"
 
 namespace ftb {
 namespace {
 
+// Indices of the defined tensors of `ts` grouped into runs that lie back to back in one
+// storage (each contiguous, one dtype), in storage order; any other tensor is a run of
+// its own. E.g. DDP's parameters and gradients (views of flat buckets: parallel/ddp.h).
+std::vector<std::vector<size_t>> adjacentRuns(const std::vector<torch::Tensor>& ts) {
+  std::vector<size_t> idx;
+  for (size_t i = 0; i < ts.size(); ++i)
+    if (ts[i].defined()) idx.push_back(i);
+  auto key = [&](size_t i) {
+    return std::make_pair(ts[i].storage().unsafeGetStorageImpl(), ts[i].storage_offset());
+  };
+  std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return key(a) < key(b); });
+  std::vector<std::vector<size_t>> runs;
+  for (size_t i : idx) {
+    if (!runs.empty()) {
+      const torch::Tensor &last = ts[runs.back().back()], &cur = ts[i];
+      if (last.is_contiguous() && cur.is_contiguous() &&
+          last.scalar_type() == cur.scalar_type() && key(runs.back().back()).first == key(i).first &&
+          cur.storage_offset() == last.storage_offset() + last.numel()) {
+        runs.back().push_back(i);
+        continue;
+      }
+    }
+    runs.push_back({i});
+  }
+  return runs;
+}
+
+// One flat 1-D view of ts[run[0]], ts[run[1]], ... when they lie back to back in that
+// order in one storage (each contiguous, one dtype); else an undefined tensor.
+torch::Tensor flatSpan(const std::vector<torch::Tensor>& ts, const std::vector<size_t>& run) {
+  const torch::Tensor& first = ts[run[0]];
+  if (!first.defined()) return {};
+  int64_t n = 0;
+  for (size_t i : run) {
+    const torch::Tensor& t = ts[i];
+    if (!t.defined() || !t.is_contiguous() || t.scalar_type() != first.scalar_type() ||
+        t.storage().unsafeGetStorageImpl() != first.storage().unsafeGetStorageImpl() ||
+        t.storage_offset() != first.storage_offset() + n)
+      return {};
+    n += t.numel();
+  }
+  if (run.size() == 1) return first.view(-1);
+  return torch::empty({0}, first.options()).set_(first.storage(), first.storage_offset(), {n}, {1});
+}
+
+bool fusable(const torch::Tensor& t) {
+  return t.scalar_type() == torch::kFloat32 && t.is_contiguous() && t.device().is_cpu();
+}
+
+// AdamW over runs of parameters that lie back to back in memory (one run per DDP bucket,
+// one per ZeRO shard): a run whose gradients also lie back to back is updated as one
+// flat tensor, by one fused pass (adamwKernel) when everything is contiguous fp32.
 class AdamW final : public Optimizer {
  public:
   AdamW(std::vector<torch::Tensor> params, const OptimizerOptions& o) : params_(std::move(params)), o_(o) {
-    for (auto& p : params_) {
-      m_.push_back(torch::zeros_like(p));
-      v_.push_back(torch::zeros_like(p));
+    torch::NoGradGuard no_grad;
+    m_.resize(params_.size());
+    v_.resize(params_.size());
+    for (std::vector<size_t>& idx : adjacentRuns(params_)) {
+      int64_t total = 0;
+      for (size_t i : idx) total += params_[i].numel();
+      Run r{idx, torch::zeros({total}, params_[idx[0]].options()),
+            torch::zeros({total}, params_[idx[0]].options())};
+      int64_t off = 0;
+      for (size_t i : idx) {
+        m_[i] = r.m.narrow(0, off, params_[i].numel()).view(params_[i].sizes());
+        v_[i] = r.v.narrow(0, off, params_[i].numel()).view(params_[i].sizes());
+        off += params_[i].numel();
+      }
+      runs_.push_back(std::move(r));
     }
   }
   void step(const std::vector<torch::Tensor>& grads, double lr) override {
     torch::NoGradGuard no_grad;
     ++t_;
-    double bc1 = 1.0 - std::pow(o_.beta1, double(t_));
-    double bc2 = 1.0 - std::pow(o_.beta2, double(t_));
-    for (size_t i = 0; i < params_.size(); ++i) {
-      torch::Tensor& p = params_[i];
-      if (!grads[i].defined()) continue;
-      const torch::Tensor& g = grads[i];
-      if (o_.weight_decay != 0) p.mul_(1.0 - lr * o_.weight_decay);
-      m_[i].mul_(o_.beta1).add_(g, 1.0 - o_.beta1);
-      v_[i].mul_(o_.beta2).addcmul_(g, g, 1.0 - o_.beta2);
-      torch::Tensor denom = (v_[i] / bc2).sqrt_().add_(o_.eps);
-      p.addcdiv_(m_[i], denom, -lr / bc1);
+    const double bc1 = 1.0 - std::pow(o_.beta1, double(t_));
+    const double bc2 = 1.0 - std::pow(o_.beta2, double(t_));
+    for (const Run& r : runs_) {
+      torch::Tensor p = flatSpan(params_, r.idx), g = flatSpan(grads, r.idx);
+      if (p.defined() && g.defined()) {
+        update(p, g, r.m, r.v, lr, bc1, bc2);
+        continue;
+      }
+      for (size_t i : r.idx)  // parameters moved, or gradients elsewhere / missing
+        if (grads[i].defined()) update(params_[i], grads[i], m_[i], v_[i], lr, bc1, bc2);
     }
   }
   int64_t stateBytes() const override {
@@ -41,7 +108,29 @@ class AdamW final : public Optimizer {
   void setStepCount(int64_t t) override { t_ = t; }
 
  private:
+  struct Run {
+    std::vector<size_t> idx;  // parameters in storage order
+    torch::Tensor m, v;       // flat moments; m_[i], v_[i] are views of them
+  };
+  void update(const torch::Tensor& p, const torch::Tensor& g, const torch::Tensor& m,
+              const torch::Tensor& v, double lr, double bc1, double bc2) const {
+    if (fusable(p) && fusable(g) && fusable(m) && fusable(v) && g.numel() == p.numel()) {
+      kernels::AdamWScalars s{float(o_.beta1), float(1.0 - o_.beta1), float(o_.beta2),
+                     float(1.0 - o_.beta2), float(1.0 / bc2), float(o_.eps), float(lr / bc1),
+                     float(1.0 - lr * o_.weight_decay)};
+      kernels::adamw(p.data_ptr<float>(), g.data_ptr<float>(), m.data_ptr<float>(),
+                  v.data_ptr<float>(), p.numel(), s);
+      return;
+    }
+    if (o_.weight_decay != 0) p.mul_(1.0 - lr * o_.weight_decay);
+    m.mul_(o_.beta1).add_(g, 1.0 - o_.beta1);
+    v.mul_(o_.beta2).addcmul_(g, g, 1.0 - o_.beta2);
+    torch::Tensor denom = (v / bc2).sqrt_().add_(o_.eps);
+    p.addcdiv_(m, denom, -lr / bc1);
+  }
+
   std::vector<torch::Tensor> params_, m_, v_;
+  std::vector<Run> runs_;
   OptimizerOptions o_;
   int64_t t_ = 0;
 };
@@ -119,10 +208,18 @@ std::unique_ptr<Optimizer> makeOptimizer(std::vector<torch::Tensor> params,
 double gradSquaredNorm(const std::vector<torch::Tensor>& grads,
                        const std::vector<torch::Tensor>& weights) {
   torch::NoGradGuard no_grad;
-  double s = 0;  // per-tensor fp32 reductions (pairwise summed), accumulated in fp64
+  double s = 0;  // fp32 reductions (pairwise summed), accumulated in fp64
+  if (weights.empty()) {  // one reduction per run of adjacent gradients (a DDP bucket)
+    for (const std::vector<size_t>& run : adjacentRuns(grads)) {
+      torch::Tensor flat = flatSpan(grads, run);
+      double n = (flat.defined() ? flat : grads[run[0]]).norm().item<double>();
+      s += n * n;
+    }
+    return s;
+  }
   for (size_t i = 0; i < grads.size(); ++i) {
     if (!grads[i].defined()) continue;
-    if (!weights.empty() && weights[i].defined()) {
+    if (weights[i].defined()) {
       s += (grads[i].pow(2) * weights[i]).sum().item<double>();
     } else {
       double n = grads[i].norm().item<double>();
@@ -134,8 +231,14 @@ double gradSquaredNorm(const std::vector<torch::Tensor>& grads,
 
 void scaleGrads(const std::vector<torch::Tensor>& grads, double factor) {
   torch::NoGradGuard no_grad;
-  for (const auto& g : grads)
-    if (g.defined()) g.mul_(factor);
+  for (const std::vector<size_t>& run : adjacentRuns(grads)) {
+    torch::Tensor flat = flatSpan(grads, run);
+    if (flat.defined()) {
+      flat.mul_(factor);
+    } else {
+      for (size_t i : run) grads[i].mul_(factor);
+    }
+  }
 }
 
 }  // namespace ftb

@@ -4,6 +4,9 @@
 // - step(grads, lr) updates params[i] in place from grads[i] (same order as the
 //   constructor's params; an undefined gradient skips that parameter), in fp32.
 // - AdamW: decoupled weight decay, bias-corrected moments (Loshchilov & Hutter).
+//   Parameters that lie back to back in one buffer (DDP buckets), with gradients that
+//   do too, are updated as one flat tensor: same element-wise math, a handful of ops
+//   per buffer instead of per parameter; state(i) stays a view per parameter.
 // - Adafactor: factored second moment for 2-D parameters (row and column running
 //   means), unfactored for others, no first moment, update clipped to RMS <= 1,
 //   decay rate 1 - t^-0.8 (Shazeer & Stern 2018), eps1 = 1e-30.
@@ -39,8 +42,9 @@ struct OptimizerOptions {
 std::unique_ptr<Optimizer> makeOptimizer(std::vector<torch::Tensor> params,
                                          const OptimizerOptions& opts);
 
-// Σ weights[i]·grads[i]² (fp64 accumulate); `weights` empty = all ones, else one
-// tensor (or undefined = ones) per gradient.
+// Σ weights[i]·grads[i]² (fp64 accumulate); `weights` empty = all ones (one fp32
+// reduction per run of back-to-back gradients, e.g. a DDP bucket), else one tensor (or
+// undefined = ones) per gradient.
 double gradSquaredNorm(const std::vector<torch::Tensor>& grads,
                        const std::vector<torch::Tensor>& weights = {});
 // Scales every defined gradient by `factor` in place.

@@ -28,10 +28,14 @@ DdpSync::DdpSync(const std::vector<ModelParam>& params, Comm& comm, int64_t tp,
     int64_t n = 0;
     for (size_t k : bucket.params) n += params_[k].numel();
     bucket.flat = torch::zeros({n});
+    torch::Tensor values = torch::empty({n});  // the parameters move into one buffer too
     int64_t off = 0;
     for (size_t k : bucket.params) {
       torch::Tensor& p = params_[k];
       p.mutable_grad() = bucket.flat.narrow(0, off, p.numel()).view(p.sizes());
+      torch::Tensor view = values.narrow(0, off, p.numel()).view(p.sizes());
+      view.copy_(p);
+      p.set_data(view);
       off += p.numel();
     }
   }

@@ -7,7 +7,10 @@
 // - Buckets of ~bucket_bytes fp32 are formed in reverse forward order (about the order
 //   backward produces gradients). Each bucket is one flat buffer and the parameters'
 //   .grad are views into it (allocated once, zeroed after each optimizer step), so
-//   autograd accumulates straight into the buffer that is reduced: no copies.
+//   autograd accumulates straight into the buffer that is reduced: no copies. The
+//   parameters' values are likewise views of one flat buffer per bucket, in the same
+//   order, so the optimizer updates a bucket as one tensor (optim/optimizer.h runs) and
+//   the gradient norm and clipping are one op per bucket.
 // - A post-hook on each parameter's gradient accumulator marks it ready during the
 //   backward of the step's last micro-batch (beforeBackward(true)); when a bucket's
 //   parameters are all ready and every earlier bucket has been launched, its all-reduce

@@ -1,0 +1,37 @@
+// The flat AdamW of parameters that lie back to back in one buffer (DDP buckets,
+// trainer/optim/optimizer.h; one fused pass, trainer/kernels/cpu_kernels.h) against the
+// per-parameter update, and the gradient norm of such a buffer against the per-tensor one.
+#include <gtest/gtest.h>
+
+#include "trainer/optim/optimizer.h"
+
+namespace ftb {
+namespace {
+
+TEST(AdamW, FlatOverOneBufferMatchesSeparateParameters) {
+  torch::manual_seed(4);
+  OptimizerOptions o;
+  o.weight_decay = 0.1;
+  torch::Tensor flat_p = torch::randn({30}), flat_g = torch::zeros({30});
+  std::vector<torch::Tensor> ps{flat_p.narrow(0, 0, 12).view({3, 4}), flat_p.narrow(0, 12, 18)};
+  std::vector<torch::Tensor> gs{flat_g.narrow(0, 0, 12).view({3, 4}), flat_g.narrow(0, 12, 18)};
+  std::vector<torch::Tensor> sep{ps[0].clone(), ps[1].clone()};
+  auto flat_opt = makeOptimizer(ps, o), sep_opt = makeOptimizer(sep, o);
+  for (int step = 0; step < 5; ++step) {
+    flat_g.copy_(torch::randn({30}));
+    std::vector<torch::Tensor> sep_g{gs[0].clone(), gs[1].clone()};
+    flat_opt->step(gs, 1e-2);
+    sep_opt->step(sep_g, 1e-2);
+  }
+  for (size_t i = 0; i < ps.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(ps[i], sep[i], 1e-6, 1e-7)) << i;
+    EXPECT_TRUE(torch::allclose(flat_opt->state(i)[1].second, sep_opt->state(i)[1].second))
+        << "exp_avg_sq " << i;
+  }
+  // One fp32 reduction over the buffer instead of one per tensor: equal up to rounding.
+  const double sep_sq = gradSquaredNorm({gs[0].clone(), gs[1].clone()});
+  EXPECT_NEAR(gradSquaredNorm(gs), sep_sq, 1e-6 * sep_sq);
+}
+
+}  // namespace
+}  // namespace ftb

@@ -1,0 +1,22 @@
+#include "trainer/kernels/cpu_kernels.h"
+
+#include <cmath>
+
+#define FTB_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+
+namespace ftb::kernels {
+
+FTB_CLONES void adamw(float* __restrict p, const float* __restrict g, float* __restrict m,
+                      float* __restrict v, int64_t n, const AdamWScalars& sc) {
+  const AdamWScalars s = sc;
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i];
+    const float mi = s.b1 * m[i] + s.omb1 * gi;
+    const float vi = s.b2 * v[i] + s.omb2 * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = s.decay * p[i] - s.step * mi / (std::sqrt(vi * s.inv_bc2) + s.eps);
+  }
+}
+
+}  // namespace ftb::kernels

@@ -1,0 +1,25 @@
+// Fused fp32 CPU loops outside the model (the model's are in model/fused_ops.cpp): the
+// optimizer update, one pass instead of one per ATen op. Plain C++, no torch header: the
+// file is compiled with -fno-math-errno -fassociative-math (so sqrt vectorises) and each
+// kernel is cloned for AVX-512, AVX2 and baseline x86-64, picked at load time (GCC
+// target_clones).
+//
+// Contracts:
+// - All pointers are dense row-major fp32 arrays of the sizes given; outputs do not
+//   alias inputs unless stated.
+// - Results are deterministic for a given CPU (same clone) but may differ from ATen's
+//   per-op results in the last bits (summation order, fused multiply-add).
+#pragma once
+
+#include <cstdint>
+
+namespace ftb::kernels {
+
+// AdamW, one pass: m = b1 m + (1-b1) g, v = b2 v + (1-b2) g², p = decay p - step m /
+// (sqrt(v inv_bc2) + eps), for n elements in place.
+struct AdamWScalars {
+  float b1, omb1, b2, omb2, inv_bc2, eps, step, decay;
+};
+void adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWScalars& s);
+
+}  // namespace ftb::kernels
