@@ -50,24 +50,26 @@ bench_trainer() {
 }
 
 # ftbench against a plain Python PyTorch eager step of the same tiny model (D128/L2/T128/B2).
-# Three alternating rounds (the machine's load drifts; each implementation's best round is
-# compared, every round is listed).
+# Five alternating rounds of 300 steps (the machine's load drifts; each implementation's
+# best round is compared, every round is listed, with the load average before and after).
 bench_eager() {
   local runs=$OUT/runs/eager
   rm -rf "$runs"
   mkdir -p "$runs"
-  for round in 1 2 3; do
+  cp /proc/loadavg "$runs/loadavg.before"
+  for round in 1 2 3 4 5; do
     echo "bench: tiny D128/L2/T128/B2, round $round: ftbench trainer, then PyTorch eager"
     launch 1 "$runs/ftbench$round.log" -- "$BUILD/trainer/trainer" --config configs/runs/tiny.toml \
       --output-dir "$runs/ftbench$round" --no-sweep-dir model.dim=128 model.ffn_dim=384 \
-      data.seq_len=128 data.min_doc_len=128 training.micro_batch_size=2 training.max_steps=60 \
-      training.warmup_steps=10 training.threads=1 metrics.log_every=20
+      data.seq_len=128 data.min_doc_len=128 training.micro_batch_size=2 training.max_steps=300 \
+      training.warmup_steps=10 training.threads=1 metrics.log_every=100
     launch 1 "$runs/eager$round.log" -- /usr/bin/python3 scripts/bench_eager.py --dim 128 \
       --layers 2 --heads 4 --kv-heads 2 --ffn 384 --vocab 512 --seq 128 --batch 2 --threads 1 \
-      --steps 60 --warmup 10 --out "$runs/eager$round.json"
+      --steps 300 --warmup 10 --out "$runs/eager$round.json"
   done
-  /usr/bin/python3 scripts/bench_report.py eager "$runs"/ftbench{1,2,3} -- "$runs"/eager{1,2,3}.json \
-    > "$OUT/eager.md"
+  cp /proc/loadavg "$runs/loadavg.after"
+  /usr/bin/python3 scripts/bench_report.py eager "$runs"/ftbench{1,2,3,4,5} -- \
+    "$runs"/eager{1,2,3,4,5}.json > "$OUT/eager.md"
   cat "$OUT/eager.md"
 }
 

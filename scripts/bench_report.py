@@ -14,6 +14,7 @@ Usage:
   bench_report.py dpscale RUN_W1 RUN_W2      tokens/s per rank, world 2 over world 1
 """
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -104,6 +105,12 @@ def eager(args):
           + ", ".join(f"{x['tokens_per_s']:.0f}" for x in eag) + f" | {e['step_time_p50_s']:.4f} |")
     print(f"\n- ftbench / eager (best rounds): **{ratio:.2f}×** (target ≥ 1.5×: "
           f"{'met' if ratio >= 1.5 else 'NOT met'})")
+    runs_dir = Path(args[0]).parent
+    load = [(runs_dir / f"loadavg.{w}") for w in ("before", "after")]
+    if all(p.exists() for p in load):
+        b, a = (" ".join(p.read_text().split()[:3]) for p in load)
+        print(f"- load average (1, 5, 15 min) before: {b}; after: {a} "
+              f"({os.cpu_count()} online CPUs; other jobs share them)")
 
 
 def dpscale(w1_dir, w2_dir):
