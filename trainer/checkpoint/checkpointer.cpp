@@ -63,16 +63,6 @@ void testSaveDelay(int64_t step) {
   std::this_thread::sleep_for(std::chrono::duration<double>(std::stod(s.substr(c + 1))));
 }
 
-// Distributed::allGatherString with never-empty values. c10d 1.13's TCPStore server sends
-// a value's 8-byte length with MSG_MORE and then the value; for an empty value nothing
-// uncorks the length, so the GET waits for the kernel's 200 ms cork timeout (measured:
-// 0.2 s per gather, 0.44 s of a 1 MB save at world 2 went there).
-std::vector<std::string> gather(Distributed& dist, const std::string& key, const std::string& value) {
-  std::vector<std::string> all = dist.allGatherString(key, "=" + value);
-  for (std::string& v : all) v.erase(0, 1);
-  return all;
-}
-
 // The first non-empty verdict of all ranks ("" = every rank found its files good).
 std::string firstProblem(const std::vector<std::string>& verdicts) {
   for (const std::string& v : verdicts)
@@ -121,7 +111,7 @@ std::optional<ResumePoint> planResume(const TrainConfig& tc, const Config& cfg,
     } catch (const CheckpointError& e) {
       problem = e.what();
     }
-    problem = firstProblem(gather(dist, "ckpt/verify/" + std::to_string(c), problem));
+    problem = firstProblem(dist.allGatherString("ckpt/verify/" + std::to_string(c), problem));
     if (!problem.empty()) {
       if (explicit_path)
         throw ConfigError("checkpoint.resume", cfg.where("checkpoint.resume"),
@@ -159,7 +149,8 @@ std::vector<ckpt::SliceToWrite> Checkpointer::mySlices(int64_t step,
   // the holder with the fewest bytes assigned so far (same decision on every rank).
   std::string keys;
   for (const StatePiece& p : pieces) keys += sliceKey(p) + "\t" + std::to_string(p.box.numel() * p.view.element_size()) + "\n";
-  std::vector<std::string> all = gather(dist_, "ckpt/save/" + std::to_string(seq_) + "/keys", keys);
+  std::vector<std::string> all =
+      dist_.allGatherString("ckpt/save/" + std::to_string(seq_) + "/keys", keys);
   std::map<std::string, std::pair<int64_t, std::vector<int>>> holders;  // key -> bytes, ranks
   for (size_t r = 0; r < all.size(); ++r)
     for (const std::string& line : splitLines(all[r])) {
@@ -225,7 +216,7 @@ std::string Checkpointer::save(int64_t step, const std::vector<StatePiece>& piec
     record = std::string("!") + logPrefix() + " writing " + path + ": " + e.what();
   }
   const std::string key = "ckpt/save/" + std::to_string(seq_++);
-  std::vector<std::string> records = gather(dist_, key + "/files", record);
+  std::vector<std::string> records = dist_.allGatherString(key + "/files", record);
   std::string verdict;
   for (const std::string& r : records)
     if (!r.empty() && r[0] == '!') verdict = r.substr(1);
@@ -237,7 +228,7 @@ std::string Checkpointer::save(int64_t step, const std::vector<StatePiece>& piec
       verdict = logPrefix() + " writing the manifest of " + final_dir + ": " + e.what();
     }
   }
-  std::vector<std::string> done = gather(dist_, key + "/done", rank == 0 ? verdict : "");
+  std::vector<std::string> done = dist_.allGatherString(key + "/done", rank == 0 ? verdict : "");
   if (!done[0].empty()) throw IoError("checkpoint of step " + std::to_string(step) + " failed: " + done[0]);
   {
     std::lock_guard<std::mutex> lock(commit_mu_);  // every rank: complete on rank 0's word

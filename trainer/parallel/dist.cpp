@@ -121,7 +121,13 @@ std::vector<std::string> Distributed::allGatherString(const std::string& key,
                                                       const std::string& value) {
   if (!store) return {value};
   std::string prefix = "ftb/" + key + "/";
-  store->set(prefix + std::to_string(env.rank), std::vector<uint8_t>(value.begin(), value.end()));
+  // Every value is sent with a one-byte prefix. c10d 1.13's TCPStore server sends a
+  // value's 8-byte length with MSG_MORE and then the value; for an empty value nothing
+  // uncorks the length, so the GET waits for the kernel's 200 ms cork timeout (measured
+  // with strace -T: 0.2 s per gather of "", 0.44 s of a 1 MB checkpoint save at world 2).
+  std::vector<uint8_t> framed{'v'};
+  framed.insert(framed.end(), value.begin(), value.end());
+  store->set(prefix + std::to_string(env.rank), framed);
   std::vector<std::string> out;
   for (int r = 0; r < env.world_size; ++r) {
     std::string k = prefix + std::to_string(r);
@@ -132,7 +138,11 @@ std::vector<std::string> Distributed::allGatherString(const std::string& key,
                       key + "' in the store: " + e.what());
     }
     std::vector<uint8_t> v = store->get(k);
-    out.emplace_back(v.begin(), v.end());
+    if (v.empty() || v[0] != 'v')
+      throw DistError(where(env) + ": rank " + std::to_string(r) + "'s value for '" + key +
+                      "' in the store is not one allGatherString wrote (" +
+                      std::to_string(v.size()) + " bytes, no 'v' prefix)");
+    out.emplace_back(v.begin() + 1, v.end());
   }
   return out;
 }

@@ -22,8 +22,9 @@ struct Distributed {
   c10::intrusive_ptr<c10d::Store> store;  // null when world size 1
   std::unique_ptr<Comm> world;            // all ranks
 
-  // Every rank passes its `value`; returns all ranks' values in rank order (through
-  // the store). Used to check that all ranks agree on the run tag.
+  // Every rank passes its `value` (any bytes, empty included, at the same speed);
+  // returns all ranks' values in rank order (through the store). Used to agree on the
+  // run tag and directory and to coordinate checkpoint saves.
   std::vector<std::string> allGatherString(const std::string& key, const std::string& value);
 
   // A communicator over `ranks` (global ranks, ascending; must contain this rank),

@@ -220,6 +220,10 @@ void runCollectives(int rank, int world, int port) {
   std::vector<std::string> tags = d.allGatherString("tag", "rank-" + std::to_string(rank));
   ASSERT_EQ(static_cast<int>(tags.size()), world);
   for (int r = 0; r < world; ++r) EXPECT_EQ(tags[r], "rank-" + std::to_string(r));
+  // Empty values, and values that are all prefix-like bytes, come back as sent.
+  std::vector<std::string> odd = d.allGatherString("odd", rank == 0 ? "" : "v");
+  ASSERT_EQ(static_cast<int>(odd.size()), world);
+  for (int r = 0; r < world; ++r) EXPECT_EQ(odd[r], r == 0 ? "" : "v") << r;
   c.barrier();
 }
 
