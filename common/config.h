@@ -142,6 +142,12 @@ std::string valueToString(const Value& v);  // TOML spelling: 1, 0.0001, true, "
 // Levenshtein distance (insert/delete/substitute, cost 1 each), for did-you-mean hints.
 size_t editDistance(const std::string& a, const std::string& b);
 
+// The did-you-mean candidate for an unknown `name` among `names`: the one whose last
+// dotted part equals `name` (seq_len -> data.seq_len), else the nearest within edit
+// distance max(2, |name|/3) (ties: first listed); "" if none. (Schema::closest adds the
+// schema's own preference rules on top of editDistance.)
+std::string closestName(const std::string& name, const std::vector<std::string>& names);
+
 // | key | type | default | meaning | table of every key (trainer --help-config, README).
 std::string schemaMarkdown(const Schema& schema);
 

@@ -383,6 +383,20 @@ const Schema& trainerSchema() {
   return schema;
 }
 
+std::string closestName(const std::string& name, const std::vector<std::string>& names) {
+  for (const std::string& n : names) {
+    size_t dot = n.rfind('.');
+    if (dot != std::string::npos && n.compare(dot + 1, std::string::npos, name) == 0) return n;
+  }
+  std::string best;
+  size_t best_d = std::max<size_t>(2, name.size() / 3) + 1;
+  for (const std::string& n : names) {
+    size_t d = editDistance(name, n);
+    if (d < best_d) best = n, best_d = d;
+  }
+  return best;
+}
+
 // Edit distance (insert/delete/substitute, cost 1 each).
 size_t editDistance(const std::string& a, const std::string& b) {
   std::vector<size_t> row(b.size() + 1);

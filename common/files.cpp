@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "common/error.h"
+#include "common/fd.h"
 
 namespace ftb {
 namespace {
@@ -27,14 +28,6 @@ std::string kindOf(mode_t m) {
 std::string sizeText(size_t bytes) {
   return std::to_string(bytes) + " bytes (" + std::to_string(bytes >> 10) + " KiB)";
 }
-
-// RAII for a POSIX file descriptor.
-struct Fd {
-  int fd;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
 
 }  // namespace
 
@@ -57,11 +50,11 @@ std::string readInputFile(const std::string& path, const std::string& what, size
   if (!S_ISREG(st.st_mode))
     throw ConfigError("", path, "is " + kindOf(st.st_mode) + ", expected a regular file",
                       "pass the path of a TOML " + what);
-  Fd f{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)};
-  if (f.fd < 0)
+  Fd f(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  if (f.get() < 0)
     throw ConfigError("", path, "cannot read " + what + ": " + std::strerror(errno),
                       "check its permissions");
-  if (::fstat(f.fd, &st) != 0 || !S_ISREG(st.st_mode))
+  if (::fstat(f.get(), &st) != 0 || !S_ISREG(st.st_mode))
     throw ConfigError("", path, "is " + kindOf(st.st_mode) + ", expected a regular file");
   if (static_cast<size_t>(st.st_size) > max_bytes)
     throw ConfigError("", path,
@@ -71,7 +64,7 @@ std::string readInputFile(const std::string& path, const std::string& what, size
   std::string text;
   char buf[1 << 16];
   while (true) {
-    ssize_t n = ::read(f.fd, buf, sizeof buf);
+    ssize_t n = ::read(f.get(), buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) throw ConfigError("", path, "cannot read " + what + ": " + std::strerror(errno));
     if (n == 0) break;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "common/config.h"
 #include "common/error.h"
 #include "common/sha256.h"
 
@@ -125,22 +126,6 @@ std::vector<Token> tokenize(const std::string& fmt) {
   return tokens;
 }
 
-
-// The candidate whose last dotted part equals `name` (e.g. seq_len ->
-// data.seq_len), else the one within edit distance max(2, |name|/3); "" if none.
-std::string closestName(const std::string& name, const std::vector<std::string>& names) {
-  for (const std::string& n : names) {
-    size_t dot = n.rfind('.');
-    if (dot != std::string::npos && n.compare(dot + 1, std::string::npos, name) == 0) return n;
-  }
-  std::string best;
-  size_t best_d = std::max<size_t>(2, name.size() / 3) + 1;
-  for (const std::string& n : names) {
-    size_t d = editDistance(name, n);
-    if (d < best_d) best = n, best_d = d;
-  }
-  return best;
-}
 
 std::string placeholderValue(const Config& cfg, int world_size, const std::string& hash,
                              const Token& t, const std::string& fmt) {

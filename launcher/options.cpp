@@ -119,10 +119,7 @@ std::vector<std::string> splitCommandLine(int argc, const char* const* argv, Lau
     std::string name = a.substr(0, a.find('='));
     if (name != "-h" &&
         std::find(known.all.begin(), known.all.end(), name) == known.all.end()) {
-      std::string near;  // closest known flag by edit distance (common/config.h), if close
-      size_t best = std::max<size_t>(2, name.size() / 3) + 1;
-      for (const auto& k : known.all)
-        if (size_t d = editDistance(name, k); d < best) best = d, near = k;
+      std::string near = closestName(name, known.all);  // common/config.h
       bad(name, "unknown option",
           near.empty() ? "see launcher --help" : "did you mean '" + near + "'?");
     }

@@ -17,11 +17,6 @@
 
 namespace ftb::launcher {
 
-void Fd::reset(int fd) {
-  if (fd_ >= 0) close(fd_);
-  fd_ = fd;
-}
-
 PipeFds makePipe() {
   int p[2];
   if (pipe2(p, O_CLOEXEC) != 0) throw DistError(std::string("pipe2: ") + std::strerror(errno));

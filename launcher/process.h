@@ -9,33 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "common/fd.h"
+
 namespace ftb::launcher {
-
-// Owns a file descriptor. Invariant: get() is -1 or an open fd closed exactly once.
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() { reset(); }
-  Fd(Fd&& o) noexcept : fd_(o.release()) {}
-  Fd& operator=(Fd&& o) noexcept {
-    if (this != &o) reset(o.release());
-    return *this;
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  int release() {
-    int f = fd_;
-    fd_ = -1;
-    return f;
-  }
-  void reset(int fd = -1);
-  explicit operator bool() const { return fd_ >= 0; }
-
- private:
-  int fd_ = -1;
-};
 
 struct PipeFds {
   Fd read;   // O_CLOEXEC | O_NONBLOCK

@@ -12,26 +12,12 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/fd.h"
 #include "common/log.h"
 #include "trainer/parallel/backend.h"
 
 namespace ftb {
 namespace {
-
-// RAII for a socket fd.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 // The local IPv4 address the kernel would use to reach `host` (no packet is sent).
 // Falls back to "" (Gloo then resolves the hostname) when `host` cannot be resolved.
