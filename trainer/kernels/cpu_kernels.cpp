@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#define FTB_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#include "trainer/kernels/clones.h"
 
 namespace ftb::kernels {
 

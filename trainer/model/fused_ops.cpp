@@ -2,6 +2,8 @@
 
 #include <ATen/Parallel.h>
 
+#include "trainer/kernels/clones.h"
+
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -12,8 +14,7 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// The inner loops, on fp32 rows, built for each ISA and chosen at load time.
-#define FTB_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+// The inner loops work on fp32 rows and are built for each ISA (FTB_CLONES).
 
 // Sixteen independent partial sums, added in a fixed order.
 FTB_CLONES float dot(const float* a, const float* b, int64_t n) {

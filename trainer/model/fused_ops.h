@@ -18,8 +18,8 @@
 // - Deterministic on one machine: the result does not depend on the number of
 //   intra-op threads (rows are independent; the RMSNorm weight gradient is reduced
 //   from fixed row chunks in a fixed order). The inner loops are compiled for
-//   AVX-512, AVX2 and baseline x86-64 and picked at run time, so two CPU kinds may
-//   differ in the last bit (as their BLAS kernels do).
+//   AVX-512, AVX2 + FMA and baseline x86-64 and picked at run time (kernels/clones.h),
+//   so two CPU kinds may differ in the last bit (as their BLAS kernels do).
 #pragma once
 
 #include <torch/torch.h>
