@@ -171,8 +171,10 @@ def test_memory_limit_refuses_before_allocating(tmp_path):
 
 
 def test_sigterm_during_setup_is_honoured(tmp_path):
-    # SIGTERM a few ms into set-up: the run must end promptly as preempted (128+15),
-    # whether the signal lands in set-up or in the first step.
+    # SIGTERM a few ms into set-up: the run must end promptly as preempted, wherever the
+    # signal lands. Before a checkpoint can be saved the exit code is 128+15; once a step
+    # has run, the stop saves one and exits 75 (requeue), as documented. On a fast
+    # machine the 0.8 s signal lands after the first steps.
     for delay in (0.05, 0.3, 0.8):
         out = tmp_path / f"d{delay}"
         p = subprocess.Popen([str(TRAINER), "--config", str(TINY), "--output-dir", str(out),
@@ -185,7 +187,11 @@ def test_sigterm_during_setup_is_honoured(tmp_path):
         if p.returncode == -signal.SIGTERM:  # still loading libtorch: default action
             assert not out.exists(), err
             continue
-        assert p.returncode == 128 + signal.SIGTERM, err
+        if p.returncode == 75:
+            assert "(exit code 75)" in err, err
+            assert sorted((out / "checkpoints").glob("step_*")), err
+        else:
+            assert p.returncode == 128 + signal.SIGTERM, err
         assert "stopped by signal Terminated" in err, err
         if (out / "metrics" / "rank_00000.h5").exists():
             with metrics(out) as f:
