@@ -201,6 +201,11 @@ void addParallel(Schema& sc) {
               "during backward as soon as its gradients are ready",
               kNoTag),
          above(0));
+  sc.add(spec("parallel.local_collectives", kString, s("auto"),
+              "\"auto\": ranks of one host reduce and gather through each other's memory "
+              "(process_vm_readv), falling back to the backend where the kernel forbids it | "
+              "\"off\": every collective on the backend",
+              kNoTag));
   sc.add(spec("parallel.memory_limit_gb", kFloat, f(0.0),
               "per-rank memory limit (OOM above it); 0 = none"),
          atLeast(0));

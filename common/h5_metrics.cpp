@@ -283,6 +283,14 @@ void MetricsFile::setStatus(RunState state, int exit_code, const std::string& me
   flush();
 }
 
+void MetricsFile::setRootAttr(const std::string& name, const AttrValue& value) {
+  std::unique_lock<std::recursive_mutex> lock = guard();
+  if (!isOpen()) return;
+  h5::H5Handle root = h5::openGroup(file_, "/");
+  writeAttr(root, name, value);
+  flush();
+}
+
 void MetricsFile::setFinalStatus(RunState state, int exit_code, const std::string& message) {
   std::unique_lock<std::recursive_mutex> lock = guard();
   setStatus(state, exit_code, message);

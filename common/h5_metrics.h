@@ -96,6 +96,9 @@ class MetricsFile {
   // Writes the buffered rows, rewrites /status steps_done, H5Fflush. Throws IoError
   // (file state then unspecified). No-op on a closed file.
   void flush();
+  // Writes (or rewrites) one root attribute now, for facts known only after create():
+  // e.g. the transport each process group chose. Throws IoError.
+  void setRootAttr(const std::string& name, const AttrValue& value);
   // REQUIRES: isRecorded(state) (running|completed|failed|oom|preempted|invalid; else
   // std::invalid_argument). Flushes buffered rows and rewrites all of /status.
   void setStatus(RunState state, int exit_code, const std::string& message);

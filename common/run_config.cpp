@@ -311,6 +311,8 @@ CommConfig CommConfig::fromConfig(const Config& cfg, Checks checks) {
   if (checks == Checks::kAll && c.backend == "nccl" && !ncclCompiledIn())
     cfg.fail("parallel.backend", "\"nccl\" is not compiled into this build (libtorch has no CUDA)",
              "use backend = \"gloo\" or \"auto\"");
+  c.local_collectives = cfg.getString("parallel.local_collectives");
+  requireOneOf(cfg, "parallel.local_collectives", {"auto", "off"});
   c.timeout_seconds = cfg.getFloat("parallel.timeout_seconds");
   c.bucket_bytes = cfg.getFloat("parallel.bucket_mb") * double(1 << 20);
   c.memory_limit_bytes = cfg.getFloat("parallel.memory_limit_gb") * double(1LL << 30);

@@ -96,6 +96,7 @@ struct LayoutConfig {
 // [parallel], the rest: process-group backend and timeout, DDP buckets, memory limit.
 struct CommConfig {
   std::string backend;
+  std::string local_collectives = "auto";  // "auto" | "off"
   double timeout_seconds = 300;
   double memory_limit_bytes = 0;  // 0 = none; above it a run ends with status "oom"
   double bucket_bytes = 25 << 20;  // DDP gradient bucket size

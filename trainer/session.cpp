@@ -427,7 +427,7 @@ int runSession(const SessionOptions& opts) {
     at::set_num_threads(threadsFor(tc));
     Distributed dist = initDistributed(
         env, std::chrono::milliseconds(static_cast<int64_t>(tc.timeout_seconds * 1000)),
-        tc.backend);
+        tc.backend, tc.local_collectives);
     checkStop("process group");
     // Which checkpoint to resume from is decided (and a bad or incompatible one refused)
     // before anything is written to the run directory or the model is allocated.

@@ -238,6 +238,15 @@ void replyControl(const std::string& run_dir, const Agreement& g, const StepEnd&
   }
 }
 
+// Which transport each process group uses: root attribute `collectives` and one log line.
+void recordTransports(const Distributed& dist, MetricsFile& metrics) {
+  if (dist.transports.empty()) return;
+  std::string all;
+  for (const std::string& t : dist.transports) all += (all.empty() ? "" : "; ") + t;
+  metrics.setRootAttr("collectives", all);
+  if (dist.env.rank == 0) FTB_INFO("collectives: " << all);
+}
+
 }  // namespace
 
 void installStopSignalHandlers() {
@@ -255,6 +264,7 @@ TrainSummary train(const TrainConfig& tc, const Dataset& ds, Distributed& dist,
                    const std::string& run_dir) {
   Comm& world = *dist.world;
   Mesh mesh = buildMesh(dist, tc);
+  recordTransports(dist, metrics);
   ParallelModel pm = parallelize(tc, mesh);
   OptimizerOptions oo{tc.optimizer, tc.beta1, tc.beta2, tc.eps, tc.weight_decay};
   std::unique_ptr<Optimizer> opt = makeOptimizer(pm.sync->optimizerParams(), oo);

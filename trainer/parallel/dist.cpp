@@ -15,6 +15,7 @@
 #include "common/fd.h"
 #include "common/log.h"
 #include "trainer/parallel/backend.h"
+#include "trainer/parallel/local_comm.h"
 
 namespace ftb {
 namespace {
@@ -49,10 +50,11 @@ std::string where(const DistEnv& env) {
 }  // namespace
 
 Distributed initDistributed(const DistEnv& env, std::chrono::milliseconds timeout,
-                            const std::string& backend) {
+                            const std::string& backend, const std::string& local_collectives) {
   Distributed d;
   d.env = env;
   d.backend = backend;
+  d.local_collectives = local_collectives;
   if (env.world_size == 1) {
     d.world = makeSelfComm();
     return d;
@@ -92,7 +94,12 @@ std::unique_ptr<Comm> Distributed::newGroup(const std::string& name, const std::
                                static_cast<int>(it - ranks.begin()),
                                static_cast<int>(ranks.size()), timeout,
                                localAddressTowards(env.master_addr));
-    return makeProcessGroupComm(pg, timeout);
+    std::unique_ptr<Comm> comm = makeProcessGroupComm(pg, timeout);
+    if (local_collectives == "off") return comm;
+    std::string how;
+    comm = makeLocalComm(std::move(comm), *prefixed, ranks, timeout, &how);
+    transports.push_back(name + ": " + how);
+    return comm;
   } catch (const FtbError&) {
     throw;
   } catch (const std::exception& e) {

@@ -9,6 +9,8 @@
 
 #include <chrono>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
@@ -34,10 +36,16 @@ struct Distributed {
 
   std::chrono::milliseconds timeout{300000};
   std::string backend = "auto";
+  // parallel.local_collectives: "auto" lets newGroup() move the collectives of a group
+  // whose ranks share this host through memory (parallel/local_comm.h); "off" keeps
+  // every collective on the backend.
+  std::string local_collectives = "auto";
+  std::vector<std::string> transports;  // "group: transport (or why not)", per group made
 };
 
 // backend: "auto" | "gloo" | "nccl" (parallel.backend).
 Distributed initDistributed(const DistEnv& env, std::chrono::milliseconds timeout,
-                            const std::string& backend = "auto");
+                            const std::string& backend = "auto",
+                            const std::string& local_collectives = "auto");
 
 }  // namespace ftb

@@ -1,6 +1,8 @@
 // Comm over real multi-process Gloo: the fallbacks (bf16 reductions travel as fp32,
 // bf16 data movement as bytes, reduce-scatter = alltoall + local sum, allgather into
-// views of one flat buffer) against closed-form references.
+// views of one flat buffer) against closed-form references. The same checks run over
+// the local-memory transport (parallel/local_comm.h: CommLocal.*), which a group of
+// ranks on one host uses by default.
 //
 // The parent test posix_spawns N fresh copies of this gtest binary running only
 // CommWorker.Run, with rank/world/port/mode in FTB_COMM_TEST_* variables (a fresh
@@ -206,8 +208,20 @@ void checkBroadcast(Comm& c, int world) {
   EXPECT_TRUE(torch::equal(t0, torch::full({5}, 10.0f)));
 }
 
-void runCollectives(int rank, int world, int port) {
-  Distributed d = initDistributed(envFor(rank, world, port), std::chrono::seconds(30));
+// "off": Gloo only; "auto": the local-memory transport, which must have been chosen.
+Distributed join(int rank, int world, int port, const std::string& local,
+                 std::chrono::milliseconds timeout) {
+  Distributed d = initDistributed(envFor(rank, world, port), timeout, "auto", local);
+  const std::string how = d.transports.empty() ? "" : d.transports[0];
+  if (local == "auto")
+    EXPECT_EQ(how, "world: local memory (process_vm_readv)");
+  else
+    EXPECT_TRUE(d.transports.empty()) << how;
+  return d;
+}
+
+void runCollectives(int rank, int world, int port, const std::string& local) {
+  Distributed d = join(rank, world, port, local, std::chrono::seconds(30));
   ASSERT_TRUE(d.world);
   Comm& c = *d.world;
   EXPECT_EQ(c.rank(), rank);
@@ -232,9 +246,9 @@ void runCollectives(int rank, int world, int port) {
 // collective within the 3 s timeout (plus slack), not hang. A hung peer can only be
 // detected by the timeout, so that error must not come early either. Both ranks _Exit
 // so that no Gloo destructor can block on the broken pair.
-void runBrokenPeer(int rank, int world, int port, bool hang) {
+void runBrokenPeer(int rank, int world, int port, bool hang, const std::string& local) {
   const auto timeout = std::chrono::seconds(3);
-  Distributed d = initDistributed(envFor(rank, world, port), timeout);
+  Distributed d = join(rank, world, port, local, timeout);
   d.world->barrier();
   if (rank != 0) {
     if (hang) std::this_thread::sleep_for(std::chrono::seconds(6));
@@ -267,6 +281,25 @@ void runBrokenPeer(int rank, int world, int port, bool hang) {
   std::_Exit(failed ? 1 : 0);
 }
 
+// Ranks that issue different collectives (sizes differ) get a DistError naming the
+// other rank's collective, at once, on both ranks: not a hang, not a wrong sum.
+void runMismatch(int rank, int world, int port) {
+  Distributed d = join(rank, world, port, "auto", std::chrono::seconds(20));
+  torch::Tensor t = torch::ones({rank == 0 ? 100 : 200});
+  auto t0 = Clock::now();
+  try {
+    d.world->allReduceSum(t);
+    ADD_FAILURE() << "mismatched all-reduce did not throw";
+  } catch (const DistError& e) {
+    std::printf("DistError: %s\n", e.what());
+    EXPECT_NE(std::string(e.what()).find("issue different collectives"), std::string::npos);
+  }
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 5.0);
+  bool failed = ::testing::Test::HasFailure();
+  std::fflush(nullptr);
+  std::_Exit(failed ? 1 : 0);
+}
+
 TEST(CommWorker, Run) {
   const char* rank_s = std::getenv(kRankVar);
   if (rank_s == nullptr) GTEST_SKIP() << "worker body, started by the CommGloo tests";
@@ -274,10 +307,17 @@ TEST(CommWorker, Run) {
   int world = std::atoi(std::getenv(kWorldVar));
   int port = std::atoi(std::getenv(kPortVar));
   std::string mode = std::getenv(kModeVar);
+  std::string local = "off";  // a "_local" suffix: the local-memory transport
+  if (mode.size() > 6 && mode.compare(mode.size() - 6, 6, "_local") == 0) {
+    local = "auto";
+    mode.resize(mode.size() - 6);
+  }
   if (mode == "collectives") {
-    runCollectives(rank, world, port);
+    runCollectives(rank, world, port, local);
+  } else if (mode == "mismatch") {
+    runMismatch(rank, world, port);
   } else if (mode == "dead_peer" || mode == "hung_peer") {
-    runBrokenPeer(rank, world, port, mode == "hung_peer");
+    runBrokenPeer(rank, world, port, mode == "hung_peer", local);
   } else {
     FAIL() << "unknown mode " << mode;
   }
@@ -439,6 +479,43 @@ TEST(CommGloo, HungPeerThrowsDistErrorAfterTimeout) {
   expectAllPassed(results, 2);
   ASSERT_EQ(results.size(), 2u);
   EXPECT_NE(results[0].log.find("DistError:"), std::string::npos) << results[0].log;
+}
+
+// The same collectives and failure bounds over the local-memory transport. The hung
+// peer must time out (a live process is never declared failed early); a dead one is
+// noticed once its process is gone.
+TEST(CommLocal, CollectivesTwoRanks) {
+  auto results = runWorkers(2, "collectives_local", std::chrono::seconds(60));
+  expectAllPassed(results, 2);
+  for (const auto& w : results) EXPECT_NE(w.log.find("[  PASSED  ] 1 test"), std::string::npos);
+}
+
+TEST(CommLocal, CollectivesThreeRanks) {
+  auto results = runWorkers(3, "collectives_local", std::chrono::seconds(60));
+  expectAllPassed(results, 3);
+  for (const auto& w : results) EXPECT_NE(w.log.find("[  PASSED  ] 1 test"), std::string::npos);
+}
+
+TEST(CommLocal, DeadPeerThrowsDistErrorWithinTimeout) {
+  auto results = runWorkers(2, "dead_peer_local", std::chrono::seconds(30));
+  expectAllPassed(results, 2);
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_NE(results[0].log.find("DistError:"), std::string::npos) << results[0].log;
+  EXPECT_NE(results[0].log.find("rank 1 (pid"), std::string::npos) << results[0].log;
+}
+
+TEST(CommLocal, HungPeerThrowsDistErrorAfterTimeout) {
+  auto results = runWorkers(2, "hung_peer_local", std::chrono::seconds(30));
+  expectAllPassed(results, 2);
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_NE(results[0].log.find("timed out waiting for rank 1"), std::string::npos)
+      << results[0].log;
+}
+
+TEST(CommLocal, MismatchedCollectivesFailOnEveryRank) {
+  auto results = runWorkers(2, "mismatch_local", std::chrono::seconds(30));
+  expectAllPassed(results, 2);
+  for (const auto& w : results) EXPECT_NE(w.log.find("DistError:"), std::string::npos) << w.log;
 }
 
 // World size 1: every collective is the identity and nothing is communicated.

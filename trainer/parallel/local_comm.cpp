@@ -1,0 +1,457 @@
+#include "trainer/parallel/local_comm.h"
+
+#include <fcntl.h>
+#include <immintrin.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <fstream>
+#include <new>
+#include <random>
+#include <sstream>
+
+#include "common/error.h"
+#include "common/fd.h"
+#include "common/log.h"
+#include "trainer/kernels/clones.h"
+
+namespace ftb {
+namespace {
+
+constexpr uint64_t kMagic = 0x3174636d6d6f6366ULL;  // control block tag
+// A word each member reads in every other at set-up: proves cross-memory attach works.
+volatile uint64_t g_probe_word = kMagic ^ 0x5a5a5a5aULL;
+
+// One cache line per member in the shared control block.
+struct alignas(64) Slot {
+  std::atomic<uint32_t> arrived{0};  // phases this member has completed (wraps)
+  std::atomic<uint32_t> waiters{0};  // peers in a futex wait on `arrived`
+  std::atomic<uint64_t> addr{0};     // this member's tensor in the current collective
+  std::atomic<int64_t> bytes{0};
+  std::atomic<int32_t> op{0};
+};
+static_assert(std::atomic<uint32_t>::is_always_lock_free && std::atomic<uint64_t>::is_always_lock_free);
+constexpr size_t kHeader = 64;  // magic, then the slots
+
+size_t controlBytes(size_t n) {
+  size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return (kHeader + n * sizeof(Slot) + page - 1) / page * page;
+}
+
+std::string firstLine(const char* path) {
+  std::ifstream in(path);
+  std::string s;
+  std::getline(in, s);
+  return s;
+}
+
+std::string nsLink(const char* path) {
+  char buf[128];
+  ssize_t n = readlink(path, buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("?");
+}
+
+std::string errnoText(int e) { return std::string(std::strerror(e)); }
+
+void futexWait(std::atomic<uint32_t>* a, uint32_t expected, long ns) {
+  timespec ts{0, ns};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(a), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+void futexWake(std::atomic<uint32_t>* a) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(a), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+// A shared mapping of the control block; unmapped on destruction.
+class Mapping {
+ public:
+  Mapping() = default;
+  Mapping(void* p, size_t n) : p_(p), n_(n) {}
+  Mapping(Mapping&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(o.n_) {}
+  Mapping& operator=(Mapping&& o) noexcept {
+    std::swap(p_, o.p_);
+    std::swap(n_, o.n_);
+    return *this;
+  }
+  ~Mapping() {
+    if (p_) munmap(p_, n_);
+  }
+  char* get() const { return static_cast<char*>(p_); }
+
+ private:
+  void* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+// Maps the segment `name` (creating and initialising it for `members` slots when
+// `create`); returns "" or what failed.
+std::string mapControl(const std::string& name, size_t members, bool create, Mapping* out) {
+  const size_t bytes = controlBytes(members);
+  Fd fd(shm_open(name.c_str(), create ? O_RDWR | O_CREAT | O_EXCL : O_RDWR, 0600));
+  if (fd.get() < 0) return "shm_open(" + name + "): " + errnoText(errno);
+  if (create) {
+    // fallocate, not just ftruncate: a full /dev/shm fails here, not as SIGBUS later.
+    if (ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) return "ftruncate: " + errnoText(errno);
+    int rc = posix_fallocate(fd.get(), 0, static_cast<off_t>(bytes));
+    if (rc != 0) return "posix_fallocate(" + std::to_string(bytes) + " B) in /dev/shm: " + errnoText(rc);
+  }
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  if (p == MAP_FAILED) return "mmap: " + errnoText(errno);
+  *out = Mapping(p, bytes);
+  if (create) {
+    for (size_t j = 0; j < members; ++j) new (out->get() + kHeader + j * sizeof(Slot)) Slot();
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    *reinterpret_cast<volatile uint64_t*>(out->get()) = kMagic;
+  } else if (*reinterpret_cast<volatile uint64_t*>(out->get()) != kMagic) {
+    return "shared segment " + name + " is not an initialised control block";
+  }
+  return "";
+}
+
+FTB_CLONES void addInto(float* d, const float* s, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] += s[i];
+}
+FTB_CLONES void addInto(double* d, const double* s, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] += s[i];
+}
+template <typename T>
+void maxInto(T* d, const T* s, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] = std::max(d[i], s[i]);
+}
+
+enum class Kind : int32_t { kAllReduceSum = 1, kAllReduceMax, kReduceScatter, kAllGather };
+const char* kindName(Kind k) {
+  switch (k) {
+    case Kind::kAllReduceSum: return "allreduce(sum)";
+    case Kind::kAllReduceMax: return "allreduce(max)";
+    case Kind::kReduceScatter: return "reduce_scatter";
+    case Kind::kAllGather: return "allgather";
+  }
+  return "?";
+}
+
+bool reducible(const torch::Tensor& t) {
+  return t.defined() && t.device().is_cpu() && t.is_contiguous() &&
+         (t.scalar_type() == torch::kFloat32 || t.scalar_type() == torch::kFloat64);
+}
+bool lowPrecision(const torch::Tensor& t) {
+  return t.defined() && t.device().is_cpu() &&
+         (t.scalar_type() == torch::kBFloat16 || t.scalar_type() == torch::kHalf);
+}
+
+class LocalComm final : public Comm {
+ public:
+  LocalComm(std::unique_ptr<Comm> backend, std::vector<int> members, std::vector<pid_t> pids,
+            Mapping control, std::chrono::milliseconds timeout)
+      : backend_(std::move(backend)),
+        members_(std::move(members)),
+        pids_(std::move(pids)),
+        control_(std::move(control)),
+        timeout_(timeout),
+        me_(backend_->rank()),
+        scratch_(kPieceBytes / sizeof(double)) {}
+
+  int rank() const override { return me_; }
+  int size() const override { return static_cast<int>(members_.size()); }
+
+  void allReduceSum(torch::Tensor& t) override { allReduce(t, Kind::kAllReduceSum); }
+  void allReduceMax(torch::Tensor& t) override { allReduce(t, Kind::kAllReduceMax); }
+  std::unique_ptr<PendingWork> allReduceSumAsync(torch::Tensor& t) override {
+    if (!reducible(t) && !lowPrecision(t)) return backend_->allReduceSumAsync(t);
+    return Comm::allReduceSumAsync(t);  // runs here, to completion
+  }
+
+  void allGather(torch::Tensor& out, const torch::Tensor& in) override;
+  void reduceScatterSum(torch::Tensor& out, const torch::Tensor& in) override;
+  void broadcast(torch::Tensor& t, int root) override { backend_->broadcast(t, root); }
+  void barrier() override { backend_->barrier(); }
+
+ private:
+  static constexpr int64_t kPieceBytes = 256 << 10;  // one read + combine, L2-resident
+
+  Slot& slot(int j) const { return *reinterpret_cast<Slot*>(control_.get() + kHeader + j * sizeof(Slot)); }
+  void allReduce(torch::Tensor& t, Kind kind);
+  void post(Kind kind, const void* addr, int64_t bytes);
+  void arrive();
+  void waitAll(Kind kind, int64_t bytes, const char* phase);
+  void waitFor(int j, uint32_t target, Kind kind, int64_t bytes, const char* phase);
+  void readPeer(int j, uint64_t remote, void* local, int64_t bytes, Kind kind);
+  void combinePeers(char* dst, int64_t offset, int64_t bytes, torch::ScalarType dt, Kind kind);
+  [[noreturn]] void fail(Kind kind, int64_t bytes, const std::string& what) const;
+  std::pair<int64_t, int64_t> chunk(int j, int64_t n) const {  // [begin, end) of member j
+    return {n * j / size(), n * (j + 1) / size()};
+  }
+
+  std::unique_ptr<Comm> backend_;
+  std::vector<int> members_;  // global ranks, group order
+  std::vector<pid_t> pids_;
+  Mapping control_;
+  std::chrono::milliseconds timeout_;
+  int me_;
+  uint32_t phase_ = 0;          // phases this member completed (== slot(me_).arrived)
+  std::vector<double> scratch_;  // one piece of a peer's tensor
+};
+
+void LocalComm::fail(Kind kind, int64_t bytes, const std::string& what) const {
+  std::ostringstream os;
+  os << logPrefix() << " " << kindName(kind) << " over local memory (" << bytes << " B, "
+     << size() << " ranks on this host, timeout " << timeout_.count() / 1000.0 << " s): " << what;
+  throw DistError(os.str());
+}
+
+void LocalComm::post(Kind kind, const void* addr, int64_t bytes) {
+  Slot& s = slot(me_);
+  s.addr.store(reinterpret_cast<uint64_t>(addr), std::memory_order_relaxed);
+  s.bytes.store(bytes, std::memory_order_relaxed);
+  s.op.store(static_cast<int32_t>(kind), std::memory_order_relaxed);
+  arrive();
+  waitAll(kind, bytes, "to post its tensor");
+  for (int j = 0; j < size(); ++j) {
+    if (slot(j).op.load() == static_cast<int32_t>(kind) && slot(j).bytes.load() == bytes) continue;
+    fail(kind, bytes,
+         "rank " + std::to_string(members_[j]) + " posted " +
+             kindName(static_cast<Kind>(slot(j).op.load())) + " of " +
+             std::to_string(slot(j).bytes.load()) +
+             " B at the same point: the ranks issue different collectives");
+  }
+}
+
+void LocalComm::arrive() {
+  Slot& s = slot(me_);
+  s.arrived.store(++phase_, std::memory_order_seq_cst);
+  if (s.waiters.load(std::memory_order_seq_cst) > 0) futexWake(&s.arrived);
+}
+
+void LocalComm::waitAll(Kind kind, int64_t bytes, const char* phase) {
+  for (int j = 0; j < size(); ++j)
+    if (j != me_) waitFor(j, phase_, kind, bytes, phase);
+}
+
+// Spins briefly (peers are usually within microseconds), then sleeps on the futex.
+void LocalComm::waitFor(int j, uint32_t target, Kind kind, int64_t bytes, const char* phase) {
+  Slot& s = slot(j);
+  auto reached = [&] { return int32_t(s.arrived.load(std::memory_order_acquire) - target) >= 0; };
+  for (int i = 0; i < 4000; ++i) {
+    if (reached()) return;
+    _mm_pause();
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  while (!reached()) {
+    if (std::chrono::steady_clock::now() > deadline)
+      fail(kind, bytes, "timed out waiting for rank " + std::to_string(members_[j]) + " (pid " +
+                            std::to_string(pids_[j]) + ") " + phase);
+    if (kill(pids_[j], 0) != 0 && errno == ESRCH)
+      fail(kind, bytes, "rank " + std::to_string(members_[j]) + " (pid " + std::to_string(pids_[j]) +
+                            ") exited while this rank waited for it " + phase);
+    s.waiters.fetch_add(1, std::memory_order_seq_cst);
+    uint32_t seen = s.arrived.load(std::memory_order_seq_cst);
+    if (int32_t(seen - target) < 0) futexWait(&s.arrived, seen, 20'000'000);
+    s.waiters.fetch_sub(1, std::memory_order_seq_cst);
+  }
+}
+
+void LocalComm::readPeer(int j, uint64_t remote, void* local, int64_t bytes, Kind kind) {
+  char* dst = static_cast<char*>(local);
+  while (bytes > 0) {
+    iovec l{dst, static_cast<size_t>(bytes)};
+    iovec r{reinterpret_cast<void*>(remote), static_cast<size_t>(bytes)};
+    ssize_t n = process_vm_readv(pids_[j], &l, 1, &r, 1, 0);
+    if (n <= 0)
+      fail(kind, bytes, "reading " + std::to_string(bytes) + " B of rank " + std::to_string(members_[j]) +
+                            " (pid " + std::to_string(pids_[j]) + "): process_vm_readv: " +
+                            errnoText(n < 0 ? errno : EIO));
+    dst += n;
+    remote += static_cast<uint64_t>(n);
+    bytes -= n;
+  }
+}
+
+// dst[0, bytes) = dst (+ or max) every peer's [offset, offset + bytes) of its tensor.
+void LocalComm::combinePeers(char* dst, int64_t offset, int64_t bytes, torch::ScalarType dt, Kind kind) {
+  const int64_t es = dt == torch::kFloat64 ? 8 : 4;
+  char* piece = reinterpret_cast<char*>(scratch_.data());
+  for (int64_t done = 0; done < bytes; done += kPieceBytes) {
+    const int64_t len = std::min(kPieceBytes, bytes - done);
+    for (int j = 0; j < size(); ++j) {
+      if (j == me_) continue;
+      readPeer(j, slot(j).addr.load(std::memory_order_relaxed) + uint64_t(offset + done), piece, len, kind);
+      const int64_t n = len / es;
+      if (dt == torch::kFloat64) {
+        auto* d = reinterpret_cast<double*>(dst + done);
+        auto* s = reinterpret_cast<const double*>(piece);
+        kind == Kind::kAllReduceMax ? maxInto(d, s, n) : addInto(d, s, n);
+      } else {
+        auto* d = reinterpret_cast<float*>(dst + done);
+        auto* s = reinterpret_cast<const float*>(piece);
+        kind == Kind::kAllReduceMax ? maxInto(d, s, n) : addInto(d, s, n);
+      }
+    }
+  }
+}
+
+// Three phases: post, reduce my chunk in place, copy the others' reduced chunks.
+void LocalComm::allReduce(torch::Tensor& t, Kind kind) {
+  if (lowPrecision(t) && t.is_contiguous()) {  // upcast, as Comm promises
+    torch::Tensor wide = t.to(torch::kFloat32);
+    allReduce(wide, kind);
+    t.copy_(wide);
+    return;
+  }
+  if (!reducible(t)) {
+    kind == Kind::kAllReduceMax ? backend_->allReduceMax(t) : backend_->allReduceSum(t);
+    return;
+  }
+  RECORD_USER_SCOPE(kindName(kind));
+  const int64_t es = static_cast<int64_t>(t.element_size()), bytes = t.numel() * es;
+  char* base = static_cast<char*>(t.data_ptr());
+  post(kind, base, bytes);
+  auto [lo, hi] = chunk(me_, t.numel());
+  combinePeers(base + lo * es, lo * es, (hi - lo) * es, t.scalar_type(), kind);
+  arrive();
+  waitAll(kind, bytes, "to reduce its chunk");
+  for (int j = 0; j < size(); ++j) {
+    if (j == me_) continue;
+    auto [a, b] = chunk(j, t.numel());
+    readPeer(j, slot(j).addr.load(std::memory_order_relaxed) + uint64_t(a * es), base + a * es, (b - a) * es, kind);
+  }
+  arrive();
+  waitAll(kind, bytes, "to finish reading this rank's tensor");
+}
+
+void LocalComm::reduceScatterSum(torch::Tensor& out, const torch::Tensor& in) {
+  TORCH_CHECK(in.numel() == out.numel() * size(), "reduceScatter: out/in size mismatch");
+  if (lowPrecision(in) && out.is_contiguous()) {
+    torch::Tensor wide_out = torch::empty({out.numel()}, out.options().dtype(torch::kFloat32));
+    reduceScatterSum(wide_out, in.to(torch::kFloat32));
+    out.view(-1).copy_(wide_out);
+    return;
+  }
+  if (!reducible(in) || !reducible(out) || in.scalar_type() != out.scalar_type()) {
+    backend_->reduceScatterSum(out, in);
+    return;
+  }
+  RECORD_USER_SCOPE("reduce_scatter");
+  const int64_t es = static_cast<int64_t>(in.element_size()), bytes = in.numel() * es;
+  const int64_t mine = out.numel() * es;
+  post(Kind::kReduceScatter, in.data_ptr(), bytes);
+  std::memcpy(out.data_ptr(), static_cast<const char*>(in.data_ptr()) + me_ * mine, size_t(mine));
+  combinePeers(static_cast<char*>(out.data_ptr()), me_ * mine, mine, in.scalar_type(), Kind::kReduceScatter);
+  arrive();
+  waitAll(Kind::kReduceScatter, bytes, "to finish reading this rank's tensor");
+}
+
+void LocalComm::allGather(torch::Tensor& out, const torch::Tensor& in) {
+  TORCH_CHECK(out.numel() == in.numel() * size(), "allGather: out/in size mismatch");
+  if (!in.device().is_cpu() || !out.device().is_cpu() || !in.is_contiguous() || !out.is_contiguous() ||
+      in.scalar_type() != out.scalar_type()) {
+    backend_->allGather(out, in);
+    return;
+  }
+  RECORD_USER_SCOPE("allgather");
+  const int64_t each = in.numel() * static_cast<int64_t>(in.element_size());
+  char* dst = static_cast<char*>(out.data_ptr());
+  post(Kind::kAllGather, in.data_ptr(), each);
+  std::memcpy(dst + me_ * each, in.data_ptr(), size_t(each));
+  for (int j = 0; j < size(); ++j)
+    if (j != me_) readPeer(j, slot(j).addr.load(std::memory_order_relaxed), dst + j * each, each, Kind::kAllGather);
+  arrive();
+  waitAll(Kind::kAllGather, each, "to finish reading this rank's tensor");
+}
+
+// The group's store records: "key\npid\nprobe address\ncontrol segment name".
+struct MemberInfo {
+  std::string key, segment;
+  pid_t pid = 0;
+  uint64_t probe = 0;
+};
+
+std::vector<MemberInfo> exchange(c10d::Store& store, const std::string& tag, int me, int n,
+                                 const std::string& mine) {
+  store.set("local/" + tag + "/" + std::to_string(me), std::vector<uint8_t>(mine.begin(), mine.end()));
+  std::vector<MemberInfo> out(n);
+  for (int j = 0; j < n; ++j) {
+    const std::string k = "local/" + tag + "/" + std::to_string(j);
+    try {
+      store.wait({k});
+    } catch (const std::exception& e) {
+      throw DistError(logPrefix() + ": waiting for group member " + std::to_string(j) +
+                      " to publish its local-transport " + tag + " in the store: " + e.what());
+    }
+    std::vector<uint8_t> v = store.get(k);
+    std::istringstream is(std::string(v.begin(), v.end()));
+    std::getline(is, out[j].key);
+    is >> out[j].pid >> out[j].probe;
+    is.ignore(1);
+    std::getline(is, out[j].segment);
+  }
+  return out;
+}
+
+// "" when this member can map the control block and read every peer's probe word.
+std::string probe(const std::vector<MemberInfo>& info, int me, Mapping* control) {
+  if (info[0].segment.rfind("!", 0) == 0) return "rank 0 of the group: " + info[0].segment.substr(1);
+  if (me != 0) {
+    std::string err = mapControl(info[0].segment, info.size(), false, control);
+    if (!err.empty()) return err;
+  }
+  for (size_t j = 0; j < info.size(); ++j) {
+    if (int(j) == me) continue;
+    uint64_t v = 0;
+    iovec l{&v, sizeof v}, r{reinterpret_cast<void*>(info[j].probe), sizeof v};
+    if (process_vm_readv(info[j].pid, &l, 1, &r, 1, 0) != ssize_t(sizeof v))
+      return "process_vm_readv of pid " + std::to_string(info[j].pid) + ": " + errnoText(errno) +
+             " (ptrace permission: kernel.yama.ptrace_scope, or a seccomp/container policy)";
+    if (v != g_probe_word) return "process_vm_readv of pid " + std::to_string(info[j].pid) + " read a wrong value";
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string localHostKey() {
+  return firstLine("/proc/sys/kernel/random/boot_id") + " " + nsLink("/proc/self/ns/net") + " " +
+         nsLink("/proc/self/ns/pid");
+}
+
+std::unique_ptr<Comm> makeLocalComm(std::unique_ptr<Comm> backend, c10d::Store& store,
+                                    const std::vector<int>& members,
+                                    std::chrono::milliseconds timeout, std::string* why) {
+  const int me = backend->rank(), n = backend->size();
+  Mapping control;
+  std::string segment;
+  if (me == 0) {
+    std::random_device rd;
+    segment = "/ftb-comm-" + std::to_string(getpid()) + "-" + std::to_string(rd());
+    std::string err = mapControl(segment, size_t(n), true, &control);
+    if (!err.empty()) segment = "!" + err;
+  }
+  std::ostringstream mine;
+  mine << localHostKey() << "\n" << getpid() << " " << reinterpret_cast<uint64_t>(&g_probe_word) << "\n" << segment;
+  std::vector<MemberInfo> info = exchange(store, "who", me, n, mine.str());
+  std::string verdict;
+  for (int j = 1; j < n && verdict.empty(); ++j)
+    if (info[j].key != info[0].key) verdict = "ranks on more than one host";
+  if (verdict.empty()) verdict = probe(info, me, &control);
+  std::vector<MemberInfo> oks = exchange(store, "ok", me, n, verdict.empty() ? "ok" : "no: " + verdict);
+  if (me == 0 && segment.rfind("!", 0) != 0) shm_unlink(segment.c_str());  // every member has it mapped (or failed)
+  for (int j = 0; j < n; ++j)
+    if (oks[j].key != "ok") {
+      *why = "backend (rank " + std::to_string(members[j]) + ": " + oks[j].key.substr(4) + ")";
+      return backend;
+    }
+  *why = "local memory (process_vm_readv)";
+  std::vector<pid_t> pids;
+  for (const MemberInfo& m : info) pids.push_back(m.pid);
+  return std::make_unique<LocalComm>(std::move(backend), members, std::move(pids), std::move(control), timeout);
+}
+
+}  // namespace ftb
