@@ -34,10 +34,14 @@ const std::map<std::string, MetricDoc>& metricDocs() {
              "not counted)"}},
       {"step_time_s", {"s", "wall time of this step (rank)"}},
       {"data_s", {"s", "time building batches in this step (rank)"}},
-      {"forward_s", {"s", "time in forward passes in this step (rank)"}},
-      {"backward_s", {"s", "time in backward passes in this step (rank)"}},
+      {"forward_s", {"s", "time in forward passes in this step (rank), less the time blocked in collectives (comm_s)"}},
+      {"backward_s", {"s", "time in backward passes in this step (rank), less the time blocked in collectives (comm_s)"}},
       {"optimizer_s", {"s", "time in the optimizer step (rank)"}},
-      {"comm_s", {"s", "exposed communication time in this step (rank)"}},
+      {"comm_s", {"s", "exposed communication time in this step (rank): time blocked in "
+                       "collectives wherever they run (tensor-parallel all-reduces and ZeRO "
+                       "gathers in forward, reduce-scatters and inline gradient buckets in "
+                       "backward, the waits after backward); forward_s and backward_s "
+                       "exclude it"}},
       {"agree_s",
        {"s", "time in this step's agreement all-reduce (loss, stop flag, control request; "
              "part of comm_s) (rank)"}},

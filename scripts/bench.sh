@@ -73,16 +73,26 @@ bench_eager() {
   cat "$OUT/eager.md"
 }
 
+# Three alternating rounds of world 1, world 2 and world 2 with the collectives on Gloo
+# (parallel.local_collectives=off): the machine's load and clock drift between runs, so
+# each configuration's best round is compared and every round is listed.
 bench_dpscale() {
   local runs=$OUT/runs/dpscale
   rm -rf "$runs"
   mkdir -p "$runs"
-  for n in 1 2; do
-    echo "bench: D512/L8/T512/B4 fp32, world $n"
-    launch "$n" "$runs/w$n.log" -- "$BUILD/trainer/trainer" --config configs/runs/bench-d512.toml \
-      --output-dir "$runs/w$n" --no-sweep-dir training.max_steps=6
+  cp /proc/loadavg "$runs/loadavg.before"
+  for round in 1 2 3; do
+    for cfg in w1 w2 w2gloo; do
+      local n=${cfg:1:1} extra=()
+      [ "$cfg" = w2gloo ] && extra=(parallel.local_collectives=off)
+      echo "bench: D512/L8/T512/B4 fp32, $cfg, round $round"
+      launch "$n" "$runs/$cfg.r$round.log" -- "$BUILD/trainer/trainer" \
+        --config configs/runs/bench-d512.toml --output-dir "$runs/$cfg.r$round" --no-sweep-dir \
+        training.max_steps=6 "${extra[@]}"
+    done
   done
-  /usr/bin/python3 scripts/bench_report.py dpscale "$runs/w1" "$runs/w2" > "$OUT/dpscale.md"
+  cp /proc/loadavg "$runs/loadavg.after"
+  /usr/bin/python3 scripts/bench_report.py dpscale "$runs" > "$OUT/dpscale.md"
   cat "$OUT/dpscale.md"
 }
 

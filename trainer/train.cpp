@@ -95,6 +95,15 @@ struct Loop {
   const Dataset& ds;
 };
 
+// Moves the collective time accrued since `since` (collectiveSeconds()) from `phase`
+// to `comm`; returns the new mark.
+double moveCollectiveTime(double since, double& phase, double& comm) {
+  const double now = collectiveSeconds(), d = now - since;
+  phase -= d;
+  comm += d;
+  return now;
+}
+
 // The global batch's non-padding positions (the loss normaliser): each rank counts
 // its own samples, one world all-reduce sums them (tp ranks hold identical data).
 double globalPositions(Comm& world, int64_t local, int64_t tp) {
@@ -121,17 +130,20 @@ double forwardBackward(const Loop& l, int64_t step, StepRecord& r, Agreement& a)
   for (size_t m = 0; m < mine.micro.size(); ++m) {
     const Batch& b = mine.micro[m];
     torch::Tensor loss_sum;
+    double c = collectiveSeconds();
     {
       RECORD_USER_SCOPE("forward");
       loss_sum = l.model->lossSum(l.model->forward(b.inputs), b.targets, b.mask);
     }
     t = lap(r.fwd, t);
+    c = moveCollectiveTime(c, r.fwd, r.comm);
     l.sync.beforeBackward(m + 1 == mine.micro.size());
     {
       RECORD_USER_SCOPE("backward");
       (loss_sum / positions).backward();
     }
     t = lap(r.bwd, t);
+    moveCollectiveTime(c, r.bwd, r.comm);
     a.loss_sum += loss_sum.item<double>();
     a.padded += double(b.padded_tokens);
     a.dataset += double(b.dataset_tokens);

@@ -2,6 +2,8 @@
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
+#include <atomic>
+#include <chrono>
 #include <sstream>
 
 #include "common/error.h"
@@ -15,6 +17,16 @@ class DoneWork final : public PendingWork {
   void wait() override {}
 };
 }  // namespace
+
+namespace {
+std::atomic<int64_t> g_collective_ns{0};
+}  // namespace
+
+double collectiveSeconds() { return double(g_collective_ns.load(std::memory_order_relaxed)) * 1e-9; }
+CollectiveTimer::~CollectiveTimer() {
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0_);
+  g_collective_ns.fetch_add(ns.count(), std::memory_order_relaxed);
+}
 
 std::unique_ptr<PendingWork> Comm::allReduceSumAsync(torch::Tensor& t) {
   allReduceSum(t);
@@ -152,6 +164,7 @@ class ProcessGroupComm final : public Comm {
 
   void wait(const c10::intrusive_ptr<c10d::Work>& work, const char* op, const torch::Tensor& t) {
     RECORD_USER_SCOPE(op);  // a named range per collective in profiler traces
+    CollectiveTimer timer;
     try {
       work->wait(timeout_);
     } catch (const std::exception& e) {

@@ -57,6 +57,25 @@ class Comm {
   virtual void barrier() = 0;
 };
 
+// Process-wide seconds spent blocked in collectives so far (monotonic): every Comm
+// call that communicates adds the time it blocked (a Gloo wait, a local-memory
+// collective). The training loop moves what accrues during forward and backward
+// (tensor-parallel all-reduces, ZeRO gathers and reduce-scatters, gradient buckets
+// reduced inline) from those phases to comm_s.
+double collectiveSeconds();
+// For Comm implementations: adds its lifetime to collectiveSeconds() (also when the
+// collective throws).
+class CollectiveTimer {
+ public:
+  CollectiveTimer() : t0_(std::chrono::steady_clock::now()) {}
+  ~CollectiveTimer();
+  CollectiveTimer(const CollectiveTimer&) = delete;
+  CollectiveTimer& operator=(const CollectiveTimer&) = delete;
+
+ private:
+  std::chrono::steady_clock::time_point t0_;
+};
+
 // Single-process Comm (world size 1): every collective is the identity.
 std::unique_ptr<Comm> makeSelfComm();
 

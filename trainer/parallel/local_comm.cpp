@@ -311,6 +311,7 @@ void LocalComm::allReduce(torch::Tensor& t, Kind kind) {
     return;
   }
   RECORD_USER_SCOPE(kindName(kind));
+  CollectiveTimer timer;
   const int64_t es = static_cast<int64_t>(t.element_size()), bytes = t.numel() * es;
   char* base = static_cast<char*>(t.data_ptr());
   post(kind, base, bytes);
@@ -340,6 +341,7 @@ void LocalComm::reduceScatterSum(torch::Tensor& out, const torch::Tensor& in) {
     return;
   }
   RECORD_USER_SCOPE("reduce_scatter");
+  CollectiveTimer timer;
   const int64_t es = static_cast<int64_t>(in.element_size()), bytes = in.numel() * es;
   const int64_t mine = out.numel() * es;
   post(Kind::kReduceScatter, in.data_ptr(), bytes);
@@ -357,6 +359,7 @@ void LocalComm::allGather(torch::Tensor& out, const torch::Tensor& in) {
     return;
   }
   RECORD_USER_SCOPE("allgather");
+  CollectiveTimer timer;
   const int64_t each = in.numel() * static_cast<int64_t>(in.element_size());
   char* dst = static_cast<char*>(out.data_ptr());
   post(Kind::kAllGather, in.data_ptr(), each);
