@@ -277,6 +277,43 @@ def test_failing_save_fails_clearly_and_keeps_the_previous_checkpoint(tmp_path):
     assert f"resumed from {ck / 'step_00000005'}" in o + e
 
 
+def test_rank0_unable_to_create_the_save_directory_fails_every_rank_at_once(tmp_path):
+    """World 2: rank 0 cannot create step_10.tmp (an immutable regular file sits at that
+    path, chattr +i; root ignores permission bits). Its error travels in the save's first
+    gather, so both ranks end within seconds (not the 300 s store timeout) as failed, exit
+    4, each naming rank 0's host, the path and the cause; the complete checkpoint of step
+    5 stays and the rerun resumes from it."""
+    out, ck = tmp_path / "run", tmp_path / "ck"
+    ck.mkdir()
+    blocked = ck / "step_00000010.tmp"
+    blocked.write_text("not a directory\n")
+    if subprocess.run(["chattr", "+i", str(blocked)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not supported on this file system")
+    world, ov = LAYOUTS["dp2"]
+    ov = (*ov, f"checkpoint.dir={ck}", "checkpoint.interval=5")
+    try:
+        t0 = time.monotonic()
+        outs = finish(start(out, world, *ov), timeout=90)
+        elapsed = time.monotonic() - t0
+        for r, (rc, o, e) in enumerate(outs):
+            assert rc == 4, f"rank {r} exited {rc}, expected 4:\n{o}\n{e}"
+            with h5(out, r) as f:
+                st = dict(f["status"].attrs)
+            assert st["state"] == "failed" and st["exit_code"] == 4, st
+            msg = st["message"]
+            assert msg.startswith("checkpoint of step 10 failed: [rank 0/2 "), msg
+            assert f"cannot create checkpoint directory {blocked}" in msg, msg
+            assert "Operation not permitted" in msg, msg
+            assert msg in e, f"rank {r}'s log lacks the message:\n{e}"
+        assert elapsed < 30, f"the ranks ended {elapsed:.1f} s after start"
+        assert (ck / "step_00000005" / "manifest.json").exists()
+    finally:
+        subprocess.run(["chattr", "-i", str(blocked)])
+    blocked.unlink()
+    outs = run(out, world, *ov)
+    assert f"resumed from {ck / 'step_00000005'}" in outs[0][1] + outs[0][2]
+
+
 def stop_with_slow_save(out, world, ov, delay_s, *extra):
     """Starts a run that checkpoints every 4 steps and whose saves after a stop signal are
     held `delay_s` seconds (test hook); sends SIGTERM to every rank once the checkpoint of
