@@ -70,17 +70,6 @@ std::string firstProblem(const std::vector<std::string>& verdicts) {
   return "";
 }
 
-std::string compatDiff(const std::map<std::string, std::string>& saved,
-                       const std::map<std::string, std::string>& now) {
-  std::string diff;
-  for (const auto& [k, v] : now) {
-    auto it = saved.find(k);
-    std::string was = it == saved.end() ? "(absent)" : it->second;
-    if (was != v) diff += (diff.empty() ? "" : "; ") + k + " = " + was + " in the checkpoint, " + v + " now";
-  }
-  return diff;
-}
-
 }  // namespace
 
 std::map<std::string, std::string> checkpointCompatKeys(const Config& cfg) {

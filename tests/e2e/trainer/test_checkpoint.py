@@ -246,6 +246,28 @@ def test_changed_model_key_exits_2_naming_it_and_writes_nothing(tmp_path):
     assert not new.exists(), "nothing may be written"
 
 
+def test_manifest_with_the_old_float_spelling_resumes_and_a_changed_value_is_refused(tmp_path):
+    """Manifests written before formatDouble became the one float spelling hold "%.17g"
+    (model.norm_eps "1.0000000000000001e-05"; today "1e-5"): resume compares values, not text."""
+    out = saved_run(tmp_path)
+    step8 = out / "checkpoints" / "step_00000008"
+    manifest = step8 / "manifest.json"
+    m = json.loads(manifest.read_text())
+    assert m["compat"]["model.norm_eps"] == "1e-5", m["compat"]
+    m["compat"]["model.norm_eps"] = "%.17g" % 1e-5
+    m["compat"]["model.rope_theta"] = "%.17g" % float(m["compat"]["model.rope_theta"])
+    manifest.write_text(json.dumps(m, indent=1) + "\n")
+    resumed = tmp_path / "resumed"
+    outs = run(resumed, 1, "training.max_steps=12", f"checkpoint.resume={step8}")
+    assert "step_00000008" in outs[0][2] + outs[0][1]
+    assert np.array_equal(losses(out)[8:], losses(resumed))
+    refused = tmp_path / "refused"
+    err = run(refused, 1, "model.norm_eps=1e-6", f"checkpoint.resume={step8}", expect=2)[0][2]
+    assert "model.norm_eps = 1.0000000000000001e-05 in the checkpoint, 1e-6 now" in err, err
+    assert "model.rope_theta" not in err, err
+    assert not refused.exists(), "nothing may be written"
+
+
 def test_keep_last_prunes_older_complete_checkpoints(tmp_path):
     run(tmp_path, 1, "training.max_steps=12", "checkpoint.interval=2", "checkpoint.keep_last=2")
     names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
