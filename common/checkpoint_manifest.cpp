@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/config.h"
 #include "common/error.h"
 
 namespace ftb {
@@ -64,7 +65,25 @@ CkptTensor parseTensor(const json& j, const std::string& name, const std::string
   return t;
 }
 
+bool sameCompatValue(const std::string& a, const std::string& b) {
+  if (a == b) return true;
+  std::optional<Value> va = valueFromString(a), vb = valueFromString(b);
+  return va && vb && sameValue(*va, *vb);
+}
+
 }  // namespace
+
+std::string compatDiff(const std::map<std::string, std::string>& saved,
+                       const std::map<std::string, std::string>& now) {
+  std::string diff;
+  for (const auto& [k, v] : now) {
+    auto it = saved.find(k);
+    if (it != saved.end() && sameCompatValue(it->second, v)) continue;
+    const std::string was = it == saved.end() ? "(absent)" : it->second;
+    diff += (diff.empty() ? "" : "; ") + k + " = " + was + " in the checkpoint, " + v + " now";
+  }
+  return diff;
+}
 
 std::string manifestToJson(const Manifest& m) {
   json j;

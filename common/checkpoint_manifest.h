@@ -60,6 +60,15 @@ struct Manifest {
   std::map<std::string, CkptTensor> tensors;  // by global name ("model.norm.weight")
 };
 
+// The keys of `now` whose value is not the one in `saved` (a Manifest::compat), as
+// "k = <saved> in the checkpoint, <now> now" joined by "; ", "" when every key agrees;
+// a key missing from `saved` reads "(absent)". Values are TOML spellings compared as
+// parsed values (sameValue in common/config.h): a record holding another spelling of
+// the same number ("0.0001", written before formatDouble became the one spelling, and
+// "1e-4" now) agrees; text that is not a TOML value compares as text.
+std::string compatDiff(const std::map<std::string, std::string>& saved,
+                       const std::map<std::string, std::string>& now);
+
 std::string manifestToJson(const Manifest& m);
 // Throws CheckpointError naming `path` and what is missing or malformed.
 Manifest parseManifest(const std::string& json_text, const std::string& path);

@@ -125,6 +125,17 @@ std::string trim(const std::string& s) {
   return s.substr(b, e - b + 1);
 }
 
+// `text` as the TOML document "v = <text>" holding exactly the key v; nullopt when it
+// is not one TOML value (a bare string, trailing text).
+std::optional<toml::table> parseOneValue(const std::string& text) {
+  try {
+    toml::table t = toml::parse("v = " + text);
+    if (t.size() == 1 && t.get("v") != nullptr) return t;
+  } catch (const toml::parse_error&) {
+  }
+  return std::nullopt;
+}
+
 // "key=VALUE": VALUE as a TOML value, else (string keys only) as a bare string.
 // For a string key, a VALUE that parses as a non-string TOML value (e.g. 7, true)
 // is taken verbatim as text.
@@ -140,12 +151,7 @@ void applyOverride(Config& cfg, const std::string& arg) {
   if (spec == nullptr)
     throw ConfigError(key, where, "unknown key", unknownKeyHint(cfg.schema(), key));
   std::optional<Raw> parsed;
-  try {
-    toml::table t = toml::parse("v = " + text);
-    if (t.size() == 1 && t.get("v") != nullptr) parsed = rawFromNode(*t.get("v"));
-  } catch (const toml::parse_error&) {
-    // Not a TOML value: a bare string (accepted below for string keys only).
-  }
+  if (std::optional<toml::table> t = parseOneValue(text)) parsed = rawFromNode(*t->get("v"));
   Raw raw;
   if (spec->type == ValueType::kString) {
     bool is_string = parsed && parsed->value && std::holds_alternative<std::string>(*parsed->value);
@@ -351,6 +357,21 @@ void Config::checkDomains() const {
                             spec.domain.describe(spec.type == ValueType::kInt),
                         spec.key + ": " + spec.doc);
   }
+}
+
+std::optional<Value> valueFromString(const std::string& text) {
+  if (std::optional<toml::table> t = parseOneValue(text)) return tomlValue(*t->get("v"));
+  return std::nullopt;
+}
+
+bool sameValue(const Value& a, const Value& b) {
+  const auto* ai = std::get_if<int64_t>(&a);
+  const auto* bi = std::get_if<int64_t>(&b);
+  const auto* ad = std::get_if<double>(&a);
+  const auto* bd = std::get_if<double>(&b);
+  if ((ai || ad) && (bi || bd) && !(ai && bi))
+    return (ai ? static_cast<double>(*ai) : *ad) == (bi ? static_cast<double>(*bi) : *bd);
+  return a == b;
 }
 
 // A default-constructed Config adopts trainerSchema().

@@ -137,7 +137,21 @@ class Config {
 // <dir of config file>/../models, FTB_SOURCE_DIR/configs/models.
 std::vector<std::string> presetDirs(const std::string& config_path);
 
-std::string valueToString(const Value& v);  // TOML spelling: 1, 0.0001, true, "s", [1, 2]
+// The one float spelling of ftbench (TOML display, messages, --help-config, checkpoint
+// compat values, the run-tag hash, sweeps, plots, aggregate): the shortest decimal that
+// round-trips to the same double, exponent without '+' or leading zeros, always
+// recognisable as a float by TOML; of fixed and scientific the shorter (std::to_chars):
+// 0.001 -> "0.001", 1e-4 -> "1e-4", 2 -> "2.0", 1e22 -> "1e22", -0.0 -> "0.0",
+// inf -> "inf". Invariant: the run-tag hash (tag.h configHash) serializes floats with
+// it, so its output must never change (tests/unit/sweep_tagger/tag_test.cpp pins it).
+std::string formatDouble(double v);
+std::string valueToString(const Value& v);  // TOML spelling: 1, 1e-4, 0.001, true, "s", [1, 2]
+// The inverse of valueToString: `text` read as one TOML value (any spelling: 0.0001 and
+// 1e-4 give the same double); nullopt if it is not a TOML value with a Value type.
+std::optional<Value> valueFromString(const std::string& text);
+// Same value: numbers compare numerically (an int and a float by exact double
+// equality), everything else by type and content.
+bool sameValue(const Value& a, const Value& b);
 
 // Levenshtein distance (insert/delete/substitute, cost 1 each), for did-you-mean hints.
 size_t editDistance(const std::string& a, const std::string& b);

@@ -7,10 +7,10 @@
 // of the sweep tag hash. model.* shape keys have no default: they come from the
 // preset named by model.name or from the run config.
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <stdexcept>
 
 #include "common/config.h"
@@ -18,20 +18,6 @@
 namespace ftb {
 namespace {
 
-
-// "%.15g".."%.17g", the shortest that reads back exactly; always looks like a float.
-std::string formatFloat(double d) {
-  if (std::isnan(d)) return "nan";
-  if (std::isinf(d)) return d > 0 ? "inf" : "-inf";
-  char buf[64];
-  for (int prec = 15; prec <= 17; ++prec) {
-    std::snprintf(buf, sizeof(buf), "%.*g", prec, d);
-    if (std::strtod(buf, nullptr) == d) break;
-  }
-  std::string s = buf;
-  if (s.find_first_of(".e") == std::string::npos) s += ".0";
-  return s;
-}
 
 std::string quoteString(const std::string& s) {
   std::string out = "\"";
@@ -76,10 +62,11 @@ std::string leafName(const std::string& key) {
   return dot == std::string::npos ? key : key.substr(dot + 1);
 }
 
+// A domain bound: whole numbers as integers ("0", not "0.0": int keys share them),
+// others by formatDouble.
 std::string bound(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%g", v);
-  return buf;
+  if (v == std::trunc(v) && std::fabs(v) < 1e15) return std::to_string(static_cast<int64_t>(v));
+  return formatDouble(v);
 }
 
 KeySpec spec(const char* key, ValueType type, std::optional<Value> def, const char* doc,
@@ -269,10 +256,29 @@ const char* valueTypeName(ValueType t) {
   return "?";
 }
 
+std::string formatDouble(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  if (v == 0) return "0.0";  // also -0.0
+  char buf[64];
+  auto res = std::to_chars(buf, buf + sizeof buf, v);
+  std::string s(buf, res.ptr);
+  size_t e = s.find('e');
+  if (e == std::string::npos) {
+    if (s.find('.') == std::string::npos) s += ".0";
+    return s;
+  }
+  std::string mant = s.substr(0, e), exp = s.substr(e + 1);
+  bool neg = !exp.empty() && exp[0] == '-';
+  if (!exp.empty() && (exp[0] == '-' || exp[0] == '+')) exp.erase(0, 1);
+  exp.erase(0, std::min(exp.find_first_not_of('0'), exp.size() - 1));
+  return mant + "e" + (neg ? "-" : "") + exp;
+}
+
 std::string valueToString(const Value& v) {
   struct Visitor {
     std::string operator()(int64_t i) const { return std::to_string(i); }
-    std::string operator()(double d) const { return formatFloat(d); }
+    std::string operator()(double d) const { return formatDouble(d); }
     std::string operator()(bool b) const { return b ? "true" : "false"; }
     std::string operator()(const std::string& s) const { return quoteString(s); }
     std::string operator()(const std::vector<int64_t>& l) const {

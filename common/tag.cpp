@@ -1,8 +1,6 @@
 #include "common/tag.h"
 
 #include <algorithm>
-#include <charconv>
-#include <cmath>
 #include <vector>
 
 #include "common/config.h"
@@ -174,25 +172,6 @@ std::string describeComponent(const std::string& c) {
 }
 
 }  // namespace
-
-std::string formatDouble(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  if (v == 0) return "0.0";  // also -0.0
-  char buf[64];
-  auto res = std::to_chars(buf, buf + sizeof buf, v);
-  std::string s(buf, res.ptr);
-  size_t e = s.find('e');
-  if (e == std::string::npos) {
-    if (s.find('.') == std::string::npos) s += ".0";
-    return s;
-  }
-  std::string mant = s.substr(0, e), exp = s.substr(e + 1);
-  bool neg = !exp.empty() && exp[0] == '-';
-  if (!exp.empty() && (exp[0] == '-' || exp[0] == '+')) exp.erase(0, 1);
-  exp.erase(0, std::min(exp.find_first_not_of('0'), exp.size() - 1));
-  return mant + "e" + (neg ? "-" : "") + exp;
-}
 
 std::string tagValueString(const Value& v) {
   return std::visit(

@@ -57,13 +57,8 @@ std::string runTomlField(const std::string& run_toml_text, const std::string& na
 
 // The byte stream hashed by configHash() (for tests and debugging).
 std::string canonicalStream(const Config& cfg, int world_size, int nodes = 1);
-// Shortest decimal that round-trips to the same double, exponent without '+' or
-// leading zeros, always recognisable as a float by TOML; of fixed and scientific
-// the shorter (std::to_chars): 0.001 -> "0.001", 1e-4 -> "1e-4", 2 -> "2.0",
-// 1e22 -> "1e22", -0.0 -> "0.0", inf -> "inf".
-std::string formatDouble(double v);
-// A value as it appears in a tag before pathSafe(): strings raw, numbers as above,
-// lists joined by '-'.
+// A value as it appears in a tag before pathSafe(): strings raw, floats by formatDouble
+// (common/config.h), ints in decimal, lists joined by '-'.
 std::string tagValueString(const Value& v);
 // Maps every byte outside [A-Za-z0-9._-] to '_', a leading '.' to '_', "" to "_";
 // values longer than kMaxTagValueLen keep their first 55 bytes + '_' + 8 hex of

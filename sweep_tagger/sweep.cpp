@@ -59,17 +59,6 @@ int64_t launchValue(const Value& v, const std::string& key) {
   return *i;
 }
 
-bool sameValue(const Value& a, const Value& b) {
-  auto num = [](const Value& v, double& out) {
-    if (auto* i = std::get_if<int64_t>(&v)) return out = double(*i), true;
-    if (auto* d = std::get_if<double>(&v)) return out = *d, true;
-    return false;
-  };
-  double x, y;
-  if (num(a, x) && num(b, y)) return x == y;
-  return a == b;
-}
-
 // The value a rule key has at a point: launch keys, world_size or a resolved key.
 std::optional<Value> pointValue(const SweepPoint& p, const Config& cfg, const std::string& key) {
   if (key == "nodes") return Value(p.nodes);

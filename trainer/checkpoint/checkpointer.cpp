@@ -70,17 +70,6 @@ std::string firstProblem(const std::vector<std::string>& verdicts) {
   return "";
 }
 
-std::string compatDiff(const std::map<std::string, std::string>& saved,
-                       const std::map<std::string, std::string>& now) {
-  std::string diff;
-  for (const auto& [k, v] : now) {
-    auto it = saved.find(k);
-    std::string was = it == saved.end() ? "(absent)" : it->second;
-    if (was != v) diff += (diff.empty() ? "" : "; ") + k + " = " + was + " in the checkpoint, " + v + " now";
-  }
-  return diff;
-}
-
 }  // namespace
 
 std::map<std::string, std::string> checkpointCompatKeys(const Config& cfg) {
@@ -143,14 +132,21 @@ std::optional<ResumePoint> planResume(const TrainConfig& tc, const Config& cfg,
   return std::nullopt;
 }
 
-std::vector<ckpt::SliceToWrite> Checkpointer::mySlices(int64_t step,
-                                                       const std::vector<StatePiece>& pieces) {
+std::vector<ckpt::SliceToWrite> Checkpointer::mySlices(const std::string& key, int64_t step,
+                                                       const std::vector<StatePiece>& pieces,
+                                                       const std::string& tmp_error) {
   // Every rank learns every rank's slices; each slice held by several ranks goes to
   // the holder with the fewest bytes assigned so far (same decision on every rank).
+  // Rank 0's record is "!" + why when it could not create step_N.tmp: every rank then
+  // throws that error at once instead of waiting for files that never come.
   std::string keys;
   for (const StatePiece& p : pieces) keys += sliceKey(p) + "\t" + std::to_string(p.box.numel() * p.view.element_size()) + "\n";
   std::vector<std::string> all =
-      dist_.allGatherString("ckpt/save/" + std::to_string(seq_) + "/keys", keys);
+      dist_.allGatherString(key + "/keys", tmp_error.empty() ? keys : "!" + tmp_error);
+  if (!all[0].empty() && all[0][0] == '!') {
+    dist_.leaveAfterGather(key + "/keys");
+    throw IoError("checkpoint of step " + std::to_string(step) + " failed: " + all[0].substr(1));
+  }
   std::map<std::string, std::pair<int64_t, std::vector<int>>> holders;  // key -> bytes, ranks
   for (size_t r = 0; r < all.size(); ++r)
     for (const std::string& line : splitLines(all[r])) {
@@ -171,23 +167,14 @@ std::vector<ckpt::SliceToWrite> Checkpointer::mySlices(int64_t step,
   std::vector<ckpt::SliceToWrite> out;
   for (const StatePiece& p : pieces)
     if (mine.count(sliceKey(p))) out.push_back({p.name, p.global_shape, p.box, p.view});
-  (void)step;
   return out;
 }
 
-std::string Checkpointer::save(int64_t step, const std::vector<StatePiece>& pieces,
-                               const std::map<std::string, int64_t>& state) {
-  const double t0 = nowSeconds();
+// This rank's file in `tmp`: written, fsynced and checksummed. Returns its manifest
+// record (JSON), or "!" + the error naming this rank's host and the file.
+std::string Checkpointer::writeMyFile(const std::string& tmp, int64_t step,
+                                      const std::vector<ckpt::SliceToWrite>& slices) {
   const int rank = dist_.env.rank;
-  const std::string final_dir = (fs::path(dir_) / checkpointDirName(step)).string();
-  const std::string tmp = final_dir + ".tmp";
-  saving_.store(true);
-  struct Done {
-    std::atomic<bool>& f;
-    ~Done() { f.store(false); }
-  } done_saving{saving_};
-  if (rank == 0) prepareTmp(tmp);
-  std::vector<ckpt::SliceToWrite> slices = mySlices(step, pieces);  // waits for rank 0's mkdir
   char fname[32];
   std::snprintf(fname, sizeof fname, "rank_%05d.h5", rank);
   const std::string path = (fs::path(tmp) / fname).string();
@@ -215,7 +202,33 @@ std::string Checkpointer::save(int64_t step, const std::vector<StatePiece>& piec
   } catch (const std::exception& e) {
     record = std::string("!") + logPrefix() + " writing " + path + ": " + e.what();
   }
+  return record;
+}
+
+std::string Checkpointer::save(int64_t step, const std::vector<StatePiece>& pieces,
+                               const std::map<std::string, int64_t>& state) {
+  const double t0 = nowSeconds();
+  const int rank = dist_.env.rank;
+  const std::string final_dir = (fs::path(dir_) / checkpointDirName(step)).string();
+  const std::string tmp = final_dir + ".tmp";
+  saving_.store(true);
+  struct Done {
+    std::atomic<bool>& f;
+    ~Done() { f.store(false); }
+  } done_saving{saving_};
+  // One sequence number per save attempt, taken on every rank before anything can fail.
   const std::string key = "ckpt/save/" + std::to_string(seq_++);
+  std::string tmp_error;  // rank 0: why step_N.tmp could not be made ("" = it exists)
+  if (rank == 0) {
+    try {
+      prepareTmp(tmp);
+    } catch (const std::exception& e) {
+      tmp_error = e.what();
+    }
+  }
+  // Waits for rank 0's mkdir; throws rank 0's tmp_error on every rank.
+  std::vector<ckpt::SliceToWrite> slices = mySlices(key, step, pieces, tmp_error);
+  const std::string record = writeMyFile(tmp, step, slices);
   std::vector<std::string> records = dist_.allGatherString(key + "/files", record);
   std::string verdict;
   for (const std::string& r : records)
@@ -229,7 +242,10 @@ std::string Checkpointer::save(int64_t step, const std::vector<StatePiece>& piec
     }
   }
   std::vector<std::string> done = dist_.allGatherString(key + "/done", rank == 0 ? verdict : "");
-  if (!done[0].empty()) throw IoError("checkpoint of step " + std::to_string(step) + " failed: " + done[0]);
+  if (!done[0].empty()) {
+    dist_.leaveAfterGather(key + "/done");
+    throw IoError("checkpoint of step " + std::to_string(step) + " failed: " + done[0]);
+  }
   {
     std::lock_guard<std::mutex> lock(commit_mu_);  // every rank: complete on rank 0's word
     last_complete_ = final_dir;
@@ -244,6 +260,9 @@ void Checkpointer::prepareTmp(const std::string& tmp) {
   tmp_in_progress_ = tmp;
   std::error_code ec;  // a leftover of a save killed earlier is never a checkpoint: start over
   fs::remove_all(tmp, ec);
+  if (ec)
+    throw IoError(logPrefix() + " cannot create checkpoint directory " + tmp +
+                  ": removing what is there failed: " + ec.message());
   fs::create_directories(tmp, ec);
   if (ec) throw IoError(logPrefix() + " cannot create checkpoint directory " + tmp + ": " + ec.message());
 }

@@ -15,7 +15,9 @@
 //   bytes), fsyncs it, then rank 0 writes the manifest, renames step_N.tmp -> step_N,
 //   fsyncs the parent and prunes complete checkpoints beyond keep_last (never the one
 //   just written). Returns only when the checkpoint is complete on every rank; a failure
-//   on any rank throws IoError on every rank (no hang: store waits time out).
+//   on any rank throws IoError on every rank (no hang: store waits time out). A failure
+//   to create step_N.tmp (rank 0) or to write a rank's file reaches every rank in the
+//   next gather, so each throws at once with the failing rank's host, path and cause.
 // - abandon() may run on another thread (the stop watchdog at checkpoint.preempt_grace_s,
 //   trainer/session.cpp): it waits for a commit in progress (manifest, rename) to end,
 //   forbids any later commit, and on rank 0 removes the step_N.tmp of a save in
@@ -81,12 +83,17 @@ class Checkpointer {
   std::string abandon();
 
  private:
-  std::vector<ckpt::SliceToWrite> mySlices(int64_t step, const std::vector<ckpt::StatePiece>& pieces);
+  // Collective. tmp_error: rank 0's failure to create step_N.tmp ("" on other ranks).
+  std::vector<ckpt::SliceToWrite> mySlices(const std::string& key, int64_t step,
+                                           const std::vector<ckpt::StatePiece>& pieces,
+                                           const std::string& tmp_error);
+  std::string writeMyFile(const std::string& tmp, int64_t step,
+                          const std::vector<ckpt::SliceToWrite>& slices);
   std::string writeManifest(int64_t step, const std::string& tmp,
                             const std::vector<std::string>& file_records,
                             const std::map<std::string, int64_t>& state);
   void prune(int64_t newest_step);
-  void prepareTmp(const std::string& tmp);  // rank 0
+  void prepareTmp(const std::string& tmp);  // rank 0; throws IoError naming tmp and the cause
   void commit(const std::string& tmp, const std::string& final_dir);
 
   std::string dir_;

@@ -140,4 +140,23 @@ std::vector<std::string> Distributed::allGatherString(const std::string& key,
   return out;
 }
 
+void Distributed::leaveAfterGather(const std::string& key) {
+  if (!store) return;
+  const std::string prefix = "ftb/" + key + "/left/";
+  if (env.rank != 0) {
+    store->set(prefix + std::to_string(env.rank), std::vector<uint8_t>{'v'});
+    return;
+  }
+  const auto bound = std::min(timeout, std::chrono::milliseconds(10000));
+  for (int r = 1; r < env.world_size; ++r) {
+    try {
+      store->wait({prefix + std::to_string(r)}, bound);
+    } catch (const std::exception& e) {
+      FTB_WARN(where(env) << ": rank " << r << " did not confirm reading '" << key
+                          << "' within " << bound.count() / 1000.0 << " s; leaving anyway: " << e.what());
+      return;
+    }
+  }
+}
+
 }  // namespace ftb

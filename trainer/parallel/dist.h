@@ -28,6 +28,11 @@ struct Distributed {
   // returns all ranks' values in rank order (through the store). Used to agree on the
   // run tag and directory and to coordinate checkpoint saves.
   std::vector<std::string> allGatherString(const std::string& key, const std::string& value);
+  // Every rank, after an allGatherString(key) whose result makes every rank leave (an
+  // error they all throw): rank 0 hosts the store and its exit would cut off a peer still
+  // reading the gather. Peers say they are done; rank 0 waits for each (at most
+  // min(timeout, 10 s), then warns naming the rank) before returning.
+  void leaveAfterGather(const std::string& key);
 
   // A communicator over `ranks` (global ranks, ascending; must contain this rank),
   // rendezvoused through the store under `name`. Size 1 gives a self Comm. Every

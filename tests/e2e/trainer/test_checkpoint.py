@@ -246,6 +246,28 @@ def test_changed_model_key_exits_2_naming_it_and_writes_nothing(tmp_path):
     assert not new.exists(), "nothing may be written"
 
 
+def test_manifest_with_the_old_float_spelling_resumes_and_a_changed_value_is_refused(tmp_path):
+    """Manifests written before formatDouble became the one float spelling hold "%.17g"
+    (model.norm_eps "1.0000000000000001e-05"; today "1e-5"): resume compares values, not text."""
+    out = saved_run(tmp_path)
+    step8 = out / "checkpoints" / "step_00000008"
+    manifest = step8 / "manifest.json"
+    m = json.loads(manifest.read_text())
+    assert m["compat"]["model.norm_eps"] == "1e-5", m["compat"]
+    m["compat"]["model.norm_eps"] = "%.17g" % 1e-5
+    m["compat"]["model.rope_theta"] = "%.17g" % float(m["compat"]["model.rope_theta"])
+    manifest.write_text(json.dumps(m, indent=1) + "\n")
+    resumed = tmp_path / "resumed"
+    outs = run(resumed, 1, "training.max_steps=12", f"checkpoint.resume={step8}")
+    assert "step_00000008" in outs[0][2] + outs[0][1]
+    assert np.array_equal(losses(out)[8:], losses(resumed))
+    refused = tmp_path / "refused"
+    err = run(refused, 1, "model.norm_eps=1e-6", f"checkpoint.resume={step8}", expect=2)[0][2]
+    assert "model.norm_eps = 1.0000000000000001e-05 in the checkpoint, 1e-6 now" in err, err
+    assert "model.rope_theta" not in err, err
+    assert not refused.exists(), "nothing may be written"
+
+
 def test_keep_last_prunes_older_complete_checkpoints(tmp_path):
     run(tmp_path, 1, "training.max_steps=12", "checkpoint.interval=2", "checkpoint.keep_last=2")
     names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
@@ -275,6 +297,43 @@ def test_failing_save_fails_clearly_and_keeps_the_previous_checkpoint(tmp_path):
         subprocess.run(["chattr", "-i", str(blocked)])
     (rc, o, e), = run(out, 1, *ov)
     assert f"resumed from {ck / 'step_00000005'}" in o + e
+
+
+def test_rank0_unable_to_create_the_save_directory_fails_every_rank_at_once(tmp_path):
+    """World 2: rank 0 cannot create step_10.tmp (an immutable regular file sits at that
+    path, chattr +i; root ignores permission bits). Its error travels in the save's first
+    gather, so both ranks end within seconds (not the 300 s store timeout) as failed, exit
+    4, each naming rank 0's host, the path and the cause; the complete checkpoint of step
+    5 stays and the rerun resumes from it."""
+    out, ck = tmp_path / "run", tmp_path / "ck"
+    ck.mkdir()
+    blocked = ck / "step_00000010.tmp"
+    blocked.write_text("not a directory\n")
+    if subprocess.run(["chattr", "+i", str(blocked)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not supported on this file system")
+    world, ov = LAYOUTS["dp2"]
+    ov = (*ov, f"checkpoint.dir={ck}", "checkpoint.interval=5")
+    try:
+        t0 = time.monotonic()
+        outs = finish(start(out, world, *ov), timeout=90)
+        elapsed = time.monotonic() - t0
+        for r, (rc, o, e) in enumerate(outs):
+            assert rc == 4, f"rank {r} exited {rc}, expected 4:\n{o}\n{e}"
+            with h5(out, r) as f:
+                st = dict(f["status"].attrs)
+            assert st["state"] == "failed" and st["exit_code"] == 4, st
+            msg = st["message"]
+            assert msg.startswith("checkpoint of step 10 failed: [rank 0/2 "), msg
+            assert f"cannot create checkpoint directory {blocked}" in msg, msg
+            assert "Operation not permitted" in msg, msg
+            assert msg in e, f"rank {r}'s log lacks the message:\n{e}"
+        assert elapsed < 30, f"the ranks ended {elapsed:.1f} s after start"
+        assert (ck / "step_00000005" / "manifest.json").exists()
+    finally:
+        subprocess.run(["chattr", "-i", str(blocked)])
+    blocked.unlink()
+    outs = run(out, world, *ov)
+    assert f"resumed from {ck / 'step_00000005'}" in outs[0][1] + outs[0][2]
 
 
 def stop_with_slow_save(out, world, ov, delay_s, *extra):

@@ -1,14 +1,18 @@
-// Tests for common/checkpoint_manifest.h: JSON round trip, directory naming, and that
+// Tests for common/checkpoint_manifest.h: JSON round trip, directory naming, that
 // damaged checkpoints (missing/partial manifest, truncated file, flipped byte) are
-// refused with a message naming the file.
+// refused with a message naming the file, and the compat comparison of resume.
 #include "common/checkpoint_manifest.h"
 
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+
+#include "common/config.h"
 
 namespace ftb {
 namespace {
@@ -126,6 +130,64 @@ TEST(CheckpointManifest, SliceOutsideTheTensorIsRefused) {
   Manifest m = loadVerifiedManifest(dir);
   m.tensors["model.norm.weight"].slices[0].size = {65};
   EXPECT_THROW(parseManifest(manifestToJson(m), "m.json"), CheckpointError);
+}
+
+// "%.17g": how ftbench spelled config floats in manifests before formatDouble became its
+// one float spelling (it took the shortest of %.15g..%.17g that read back exactly).
+std::string oldSpelling(double v, int prec) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*g", prec, v);
+  return buf;
+}
+
+// A checkpoint written by the old spelling resumes against today's valueToString: the
+// record is compared as values (through the manifest's JSON, as planResume reads it).
+TEST(CheckpointCompat, OldFloatSpellingInTheManifestIsAccepted) {
+  std::string root = tempDir();
+  std::string dir = makeCheckpoint(root, 4);
+  Manifest m = loadVerifiedManifest(dir);
+  m.compat = {{"model.dim", "64"},
+              {"model.norm_eps", oldSpelling(1e-5, 17)},  // 1.0000000000000001e-05
+              {"model.rope_theta", oldSpelling(10000.0, 17)},  // 10000 (no ".0")
+              {"training.lr", oldSpelling(1e-4, 15)},  // 0.0001
+              {"model.tie_embeddings", "false"},
+              {"training.optimizer", "\"adamw\""}};
+  writeBytes(dir + "/" + kManifestName, manifestToJson(m));
+  const Manifest saved = loadVerifiedManifest(dir);
+  ASSERT_EQ(saved.compat.at("model.norm_eps"), "1.0000000000000001e-05");
+  ASSERT_EQ(saved.compat.at("training.lr"), "0.0001");
+  const std::map<std::string, std::string> now = {
+      {"model.dim", valueToString(Value(int64_t{64}))},
+      {"model.norm_eps", valueToString(Value(1e-5))},
+      {"model.rope_theta", valueToString(Value(10000.0))},
+      {"training.lr", valueToString(Value(1e-4))},
+      {"model.tie_embeddings", valueToString(Value(false))},
+      {"training.optimizer", valueToString(Value(std::string("adamw")))}};
+  ASSERT_EQ(now.at("model.norm_eps"), "1e-5");  // the spellings really differ
+  ASSERT_EQ(now.at("training.lr"), "1e-4");
+  EXPECT_EQ(compatDiff(saved.compat, now), "");
+}
+
+TEST(CheckpointCompat, ATrulyDifferentValueIsRefusedNamingTheKey) {
+  const std::map<std::string, std::string> saved = {{"model.norm_eps", oldSpelling(1e-5, 17)},
+                                                    {"model.dim", "64"},
+                                                    {"training.optimizer", "\"adamw\""}};
+  auto now = saved;
+  now["model.norm_eps"] = valueToString(Value(1e-6));
+  EXPECT_EQ(compatDiff(saved, now),
+            "model.norm_eps = 1.0000000000000001e-05 in the checkpoint, 1e-6 now");
+  now = saved;
+  now["model.norm_eps"] = valueToString(Value(std::nextafter(1e-5, 1.0)));  // one ulp off
+  EXPECT_NE(compatDiff(saved, now).find("model.norm_eps = "), std::string::npos);
+  now = saved;
+  now["model.dim"] = "128";
+  now["training.optimizer"] = "\"adafactor\"";
+  EXPECT_EQ(compatDiff(saved, now),
+            "model.dim = 64 in the checkpoint, 128 now; training.optimizer = \"adamw\" in the "
+            "checkpoint, \"adafactor\" now");
+  now = saved;
+  now["model.ffn_dim"] = "192";
+  EXPECT_EQ(compatDiff(saved, now), "model.ffn_dim = (absent) in the checkpoint, 192 now");
 }
 
 }  // namespace

@@ -392,8 +392,8 @@ TEST_F(ConfigTest, ToTomlRoundTrips) {
                                    "training.beta2=0.95", "metrics.peak_tflops=123.456789"});
   std::string text = cfg.toToml();
   EXPECT_NE(text.find("[training]\n"), std::string::npos);
-  EXPECT_NE(text.find("lr = 0.0003\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("rope_theta = 500000.0\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("lr = 3e-4\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("rope_theta = 5e5\n"), std::string::npos) << text;  // formatDouble
   Config back = Config::fromString(text, "roundtrip.toml", {});
   ASSERT_EQ(back.entries().size(), cfg.entries().size());
   for (const auto& [key, entry] : cfg.entries()) {
@@ -405,8 +405,11 @@ TEST_F(ConfigTest, ToTomlRoundTrips) {
 
 TEST(ValueToString, TomlSpelling) {
   EXPECT_EQ(valueToString(Value(int64_t{-3})), "-3");
-  EXPECT_EQ(valueToString(Value(1e-4)), "0.0001");
-  EXPECT_EQ(valueToString(Value(1e-5)), "1e-05");
+  // Floats are spelled by formatDouble, the spelling of the run-tag hash.
+  for (double d : {1e-4, 1e-5, 10000.0, 0.1, 1.0 / 3, 0.001, 1e22, -2.5e-10})
+    EXPECT_EQ(valueToString(Value(d)), formatDouble(d)) << d;
+  EXPECT_EQ(valueToString(Value(1e-4)), "1e-4");
+  EXPECT_EQ(valueToString(Value(1e-5)), "1e-5");
   EXPECT_EQ(valueToString(Value(10000.0)), "10000.0");
   EXPECT_EQ(valueToString(Value(0.1)), "0.1");
   EXPECT_EQ(valueToString(Value(1.0 / 3)), "0.3333333333333333");
@@ -414,6 +417,30 @@ TEST(ValueToString, TomlSpelling) {
   EXPECT_EQ(valueToString(Value(std::string("a\\b\t"))), "\"a\\\\b\\t\"");
   EXPECT_EQ(valueToString(Value(std::vector<int64_t>{1, 2})), "[1, 2]");
   EXPECT_EQ(valueToString(Value(std::vector<std::string>{"s"})), "[\"s\"]");
+}
+
+TEST(ValueFromString, ReadsEveryTomlSpellingBack) {
+  for (const Value& v : {Value(int64_t{-3}), Value(1e-4), Value(1e-5), Value(0.1), Value(1e22),
+                         Value(true), Value(std::string("a\\b\t\"q")),
+                         Value(std::vector<int64_t>{1, 2}), Value(std::vector<std::string>{"s"})})
+    EXPECT_EQ(valueFromString(valueToString(v)), v) << valueToString(v);
+  // The spelling of ftbench before formatDouble was the one ("%.15g".."%.17g").
+  EXPECT_EQ(valueFromString("0.0001"), Value(1e-4));
+  EXPECT_EQ(valueFromString("1e-05"), Value(1e-5));
+  EXPECT_EQ(valueFromString("1.0000000000000001e-05"), Value(1e-5));
+  EXPECT_FALSE(valueFromString("adamw").has_value());  // a bare word is not a TOML value
+  EXPECT_FALSE(valueFromString("1 2").has_value());
+}
+
+TEST(SameValue, NumbersCompareNumericallyOthersExactly) {
+  EXPECT_TRUE(sameValue(Value(1e-4), Value(0.0001)));
+  EXPECT_TRUE(sameValue(Value(int64_t{10000}), Value(10000.0)));
+  EXPECT_TRUE(sameValue(Value(10000.0), Value(int64_t{10000})));
+  EXPECT_FALSE(sameValue(Value(1e-4), Value(1.0000000000000002e-4)));  // next double
+  EXPECT_FALSE(sameValue(Value(int64_t{3}), Value(int64_t{4})));
+  EXPECT_FALSE(sameValue(Value(true), Value(int64_t{1})));
+  EXPECT_FALSE(sameValue(Value(std::string("1")), Value(int64_t{1})));
+  EXPECT_TRUE(sameValue(Value(std::vector<int64_t>{1, 2}), Value(std::vector<int64_t>{1, 2})));
 }
 
 TEST(ConfigErrorFormat, WithAndWithoutHint) {
