@@ -119,6 +119,7 @@ TEST_F(ConfigTest, UnknownKeyListsTableKeys) {
   EXPECT_EQ(msg, "config error: " + run("r.toml") +
                      ":2: key 'parallel.something_else': unknown key\n"
                      "  hint: valid keys in [parallel]: backend, bucket_mb, dp_replicate, dp_shard, "
+                     "local_collectives, "
                      "memory_limit_gb, timeout_seconds, tp, zero_stage");
   EXPECT_EQ(loadError("[zzzzzz]\nqqqq = 1\n"),
             "config error: " + run("r.toml") +
@@ -455,9 +456,10 @@ TEST(ConfigErrorFormat, WithAndWithoutHint) {
 
 TEST(SchemaTest, TrainerSchemaKeys) {
   const Schema& s = trainerSchema();
-  EXPECT_EQ(s.keys().size(), 62u);  // 55 + parallel.bucket_mb + checkpoint.preempt_grace_s
+  EXPECT_EQ(s.keys().size(), 63u);  // 55 + parallel.bucket_mb + checkpoint.preempt_grace_s
                                     // + training.device + data.tokenizer/text_field/
                                     // prompt_field/completion_field
+                                    // + parallel.local_collectives
   ASSERT_NE(s.find("training.lr"), nullptr);
   EXPECT_EQ(s.find("training.lr")->type, ValueType::kFloat);
   EXPECT_EQ(std::get<double>(*s.find("training.lr")->default_value), 3e-4);
