@@ -17,7 +17,9 @@
 #   ckpt      checkpoint save and load time and bytes per rank (D512/L8 and the 274 M model,
 #             DDP and ZeRO-3, world 2 through the launcher) against dd conv=fsync of the same
 #             bytes to the same disk; the per-step stop agreement's share of the step (tiny
-#             model, world 2)
+#             model, world 2): its marginal cost (trainer/bench/agree_cost.cpp, the agreement
+#             all-reduce with and without the stop flag, interleaved; FTB_AGREE_ROUNDS rounds,
+#             default 20000), the aligned all-reduce latency and the in-trainer agree_s
 # Usage: scripts/bench.sh [trainer|eager|dpscale|memory|launcher|aggregate|data|hfload|textdata|ckpt ...]
 #        (default: all but hfload and ckpt)
 set -euo pipefail
@@ -237,6 +239,9 @@ bench_ckpt() {
   launch 2 "$runs/agree.log" -- "$BUILD/trainer/trainer" --config configs/runs/tiny.toml \
     --output-dir "$runs/agree" --no-sweep-dir training.max_steps=300 training.warmup_steps=20 \
     metrics.log_every=100
+  echo "bench: ckpt, stop agreement, 5/7/8-double all-reduce A/B, world 2 (${FTB_AGREE_ROUNDS:-20000} rounds)"
+  launch 2 "$runs/agree_ab.log" -- "$BUILD/trainer/ftb_agree_bench" "$runs/agree_ab" \
+    --rounds "${FTB_AGREE_ROUNDS:-20000}"
   cat /proc/loadavg >"$runs/loadavg.after"
   /usr/bin/python3 scripts/bench_ckpt_report.py "$runs" > "$OUT/ckpt.md"
   cat "$OUT/ckpt.md"
