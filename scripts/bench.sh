@@ -75,23 +75,31 @@ bench_eager() {
   cat "$OUT/eager.md"
 }
 
-# Three alternating rounds of world 1, world 2 and world 2 with the collectives on Gloo
-# (parallel.local_collectives=off): the machine's load and clock drift between runs, so
-# each configuration's best round is compared and every round is listed.
+# Three alternating rounds of: world 1; two independent world-1 runs at once, one per core
+# (the ceiling that shared caches, memory and clocks leave when both cores compute); world
+# 2; and world 2 with the collectives on Gloo (parallel.local_collectives=off). Every rank
+# gets one core: world-1 runs start under `taskset -c K`, so the launcher binds the worker
+# to that core, as it binds each world-2 rank to one. The machine's load and clock drift
+# between runs, so each configuration's best round is compared and every round is listed.
 bench_dpscale() {
   local runs=$OUT/runs/dpscale
   rm -rf "$runs"
   mkdir -p "$runs"
   cp /proc/loadavg "$runs/loadavg.before"
+  local d512=(--config configs/runs/bench-d512.toml --no-sweep-dir training.max_steps=8)
   for round in 1 2 3; do
-    for cfg in w1 w2 w2gloo; do
-      local n=${cfg:1:1} extra=()
-      [ "$cfg" = w2gloo ] && extra=(parallel.local_collectives=off)
-      echo "bench: D512/L8/T512/B4 fp32, $cfg, round $round"
-      launch "$n" "$runs/$cfg.r$round.log" -- "$BUILD/trainer/trainer" \
-        --config configs/runs/bench-d512.toml --output-dir "$runs/$cfg.r$round" --no-sweep-dir \
-        training.max_steps=6 "${extra[@]}"
+    echo "bench: D512/L8/T512/B4 fp32, round $round: world 1, 2 x world 1, world 2, world 2 on Gloo"
+    taskset -c 0 "$BUILD/launcher/launcher" --nproc-per-node 1 -- "$BUILD/trainer/trainer" \
+      "${d512[@]}" --output-dir "$runs/w1.r$round" >"$runs/w1.r$round.log" 2>&1
+    for k in 0 1; do
+      taskset -c $k "$BUILD/launcher/launcher" --nproc-per-node 1 -- "$BUILD/trainer/trainer" \
+        "${d512[@]}" --output-dir "$runs/pair$k.r$round" >"$runs/pair$k.r$round.log" 2>&1 &
     done
+    wait
+    launch 2 "$runs/w2.r$round.log" -- "$BUILD/trainer/trainer" "${d512[@]}" \
+      --output-dir "$runs/w2.r$round"
+    launch 2 "$runs/w2gloo.r$round.log" -- "$BUILD/trainer/trainer" "${d512[@]}" \
+      --output-dir "$runs/w2gloo.r$round" parallel.local_collectives=off
   done
   cp /proc/loadavg "$runs/loadavg.after"
   /usr/bin/python3 scripts/bench_report.py dpscale "$runs" > "$OUT/dpscale.md"

@@ -4,6 +4,7 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include "trainer/optim/optimizer.h"
+#include "trainer/parallel/local_comm.h"
 
 namespace ftb {
 
@@ -27,7 +28,7 @@ DdpSync::DdpSync(const std::vector<ModelParam>& params, Comm& comm, int64_t tp,
   for (auto& bucket : buckets_) {
     int64_t n = 0;
     for (size_t k : bucket.params) n += params_[k].numel();
-    bucket.flat = torch::zeros({n});
+    bucket.flat = zerosForPeers(n);  // peers on this host read it (local_comm.h)
     torch::Tensor values = torch::empty({n});  // the parameters move into one buffer too
     int64_t off = 0;
     for (size_t k : bucket.params) {

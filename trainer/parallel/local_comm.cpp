@@ -176,7 +176,7 @@ class LocalComm final : public Comm {
   void barrier() override { backend_->barrier(); }
 
  private:
-  static constexpr int64_t kPieceBytes = 256 << 10;  // one read + combine, L2-resident
+  static constexpr int64_t kPieceBytes = 1 << 20;  // one read + combine, cache-resident
 
   Slot& slot(int j) const { return *reinterpret_cast<Slot*>(control_.get() + kHeader + j * sizeof(Slot)); }
   void allReduce(torch::Tensor& t, Kind kind);
@@ -419,6 +419,23 @@ std::string probe(const std::vector<MemberInfo>& info, int me, Mapping* control)
 }
 
 }  // namespace
+
+torch::Tensor zerosForPeers(int64_t numel) {
+  constexpr size_t kHuge = size_t(2) << 20;
+  const size_t bytes = (size_t(std::max<int64_t>(numel, 1)) * 4 + kHuge - 1) / kHuge * kHuge;
+  // Over-map by one huge page and trim, so the buffer starts on a 2 MiB boundary.
+  void* raw = mmap(nullptr, bytes + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return torch::zeros({numel});
+  const uintptr_t base = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t start = (base + kHuge - 1) / kHuge * kHuge;
+  if (start > base) munmap(raw, start - base);
+  if (const size_t tail = base + bytes + kHuge - (start + bytes); tail > 0)
+    munmap(reinterpret_cast<void*>(start + bytes), tail);
+  void* p = reinterpret_cast<void*>(start);
+  madvise(p, bytes, MADV_HUGEPAGE);  // advice only: without THP the buffer still works
+  return torch::from_blob(p, {numel}, [bytes](void* q) { munmap(q, bytes); },
+                          torch::TensorOptions().dtype(torch::kFloat32));
+}
 
 std::string localHostKey() {
   return firstLine("/proc/sys/kernel/random/boot_id") + " " + nsLink("/proc/self/ns/net") + " " +

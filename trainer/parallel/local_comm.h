@@ -45,6 +45,13 @@ std::unique_ptr<Comm> makeLocalComm(std::unique_ptr<Comm> backend, c10d::Store& 
                                     const std::vector<int>& members,
                                     std::chrono::milliseconds timeout, std::string* why);
 
+// A zeroed 1-D fp32 tensor of `numel` elements for buffers the peers read often (DDP
+// gradient buckets): anonymous memory advised for transparent huge pages. The kernel
+// pins the source pages of a process_vm_readv one by one; with 2 MiB pages a 25 MiB
+// read runs at memcpy speed (measured here: 22 GB/s against 6.9 GB/s with 4 KiB pages,
+// memcpy 26 GB/s). Falls back to torch::zeros when the mapping fails.
+torch::Tensor zerosForPeers(int64_t numel);
+
 // What identifies the kernel and namespaces this process runs in: ranks with equal
 // keys can address each other's memory by pid.
 std::string localHostKey();
