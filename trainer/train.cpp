@@ -181,7 +181,7 @@ Agreement syncAndUpdate(const Loop& l, int64_t step, double positions, double el
     std::vector<torch::Tensor> grads = l.sync.gradients();
     if (tc.max_grad_norm > 0 && r.grad_norm > tc.max_grad_norm)
       scaleGrads(grads, tc.max_grad_norm / (r.grad_norm + 1e-6));
-    l.opt.step(grads, r.lr);
+    l.opt.step(grads, r.lr, l.sync.optimizerZeroesGrads());
   }
   l.sync.afterOptimizer();
   lap(r.opt, t);

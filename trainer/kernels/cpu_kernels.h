@@ -21,5 +21,8 @@ struct AdamWScalars {
   float b1, omb1, b2, omb2, inv_bc2, eps, step, decay;
 };
 void adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWScalars& s);
+// The same update, and g[i] = 0 once read: the gradient buffer is ready for the next
+// step's accumulation without a separate pass over it (g is in cache when zeroed).
+void adamwZeroGrad(float* p, float* g, float* m, float* v, int64_t n, const AdamWScalars& s);
 
 }  // namespace ftb::kernels

@@ -81,9 +81,10 @@ class AdamW final : public Optimizer {
       runs_.push_back(std::move(r));
     }
   }
-  void step(const std::vector<torch::Tensor>& grads, double lr) override {
+  void step(const std::vector<torch::Tensor>& grads, double lr, bool zero_grads) override {
     torch::NoGradGuard no_grad;
     ++t_;
+    zero_grads_ = zero_grads;
     const double bc1 = 1.0 - std::pow(o_.beta1, double(t_));
     const double bc2 = 1.0 - std::pow(o_.beta2, double(t_));
     for (const Run& r : runs_) {
@@ -118,8 +119,12 @@ class AdamW final : public Optimizer {
       kernels::AdamWScalars s{float(o_.beta1), float(1.0 - o_.beta1), float(o_.beta2),
                      float(1.0 - o_.beta2), float(1.0 / bc2), float(o_.eps), float(lr / bc1),
                      float(1.0 - lr * o_.weight_decay)};
-      kernels::adamw(p.data_ptr<float>(), g.data_ptr<float>(), m.data_ptr<float>(),
-                  v.data_ptr<float>(), p.numel(), s);
+      float *pp = p.data_ptr<float>(), *gp = g.data_ptr<float>();
+      float *mp = m.data_ptr<float>(), *vp = v.data_ptr<float>();
+      if (zero_grads_)
+        kernels::adamwZeroGrad(pp, gp, mp, vp, p.numel(), s);
+      else
+        kernels::adamw(pp, gp, mp, vp, p.numel(), s);
       return;
     }
     if (o_.weight_decay != 0) p.mul_(1.0 - lr * o_.weight_decay);
@@ -127,12 +132,14 @@ class AdamW final : public Optimizer {
     v.mul_(o_.beta2).addcmul_(g, g, 1.0 - o_.beta2);
     torch::Tensor denom = (v / bc2).sqrt_().add_(o_.eps);
     p.addcdiv_(m, denom, -lr / bc1);
+    if (zero_grads_) g.zero_();
   }
 
   std::vector<torch::Tensor> params_, m_, v_;
   std::vector<Run> runs_;
   OptimizerOptions o_;
   int64_t t_ = 0;
+  bool zero_grads_ = false;  // this step's step(..., zero_grads)
 };
 
 class Adafactor final : public Optimizer {
@@ -151,7 +158,7 @@ class Adafactor final : public Optimizer {
       }
     }
   }
-  void step(const std::vector<torch::Tensor>& grads, double lr) override {
+  void step(const std::vector<torch::Tensor>& grads, double lr, bool zero_grads) override {
     torch::NoGradGuard no_grad;
     ++t_;
     double rho = 1.0 - std::pow(double(t_), -0.8);
@@ -175,6 +182,7 @@ class Adafactor final : public Optimizer {
       u.div_(std::max(1.0, rms / kClip));
       if (o_.weight_decay != 0) p.mul_(1.0 - lr * o_.weight_decay);
       p.add_(u, -lr);
+      if (zero_grads) grads[i].zero_();
     }
   }
   int64_t stateBytes() const override {

@@ -1,8 +1,10 @@
 // Optimizers over explicit parameter lists (so ZeRO can hand them local shards).
 //
 // Contracts:
-// - step(grads, lr) updates params[i] in place from grads[i] (same order as the
-//   constructor's params; an undefined gradient skips that parameter), in fp32.
+// - step(grads, lr, zero_grads) updates params[i] in place from grads[i] (same order as
+//   the constructor's params; an undefined gradient skips that parameter), in fp32.
+//   With zero_grads every defined grads[i] is zero on return (AdamW zeroes each element
+//   in the update's own pass: no second pass over the gradients).
 // - AdamW: decoupled weight decay, bias-corrected moments (Loshchilov & Hutter).
 //   Parameters that lie back to back in one buffer (DDP buckets), with gradients that
 //   do too, are updated as one flat tensor: same element-wise math, a handful of ops
@@ -24,7 +26,7 @@ namespace ftb {
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
-  virtual void step(const std::vector<torch::Tensor>& grads, double lr) = 0;
+  virtual void step(const std::vector<torch::Tensor>& grads, double lr, bool zero_grads = false) = 0;
   virtual int64_t stateBytes() const = 0;
   // Checkpointing: the state tensors of parameter i by name ("exp_avg", "exp_avg_sq";
   // Adafactor "row", "col", "sq"), aliasing the live state (writes restore it), and the

@@ -97,11 +97,6 @@ double DdpSync::localSquaredNorm() const {
   return gradSquaredNorm(gradients(), norm_weights_) / double(comm_.size());
 }
 
-void DdpSync::afterOptimizer() {
-  torch::NoGradGuard no_grad;
-  for (auto& b : buckets_) b.flat.zero_();
-}
-
 std::vector<FlatLayout> DdpSync::optimizerLayout() const {
   std::vector<FlatLayout> v;
   for (const ModelParam& p : model_params_) v.push_back({{p}, {p.tensor.sizes().vec()}, {0}, 0, p.tensor.numel()});

@@ -10,7 +10,8 @@
 //   autograd accumulates straight into the buffer that is reduced: no copies. The
 //   parameters' values are likewise views of one flat buffer per bucket, in the same
 //   order, so the optimizer updates a bucket as one tensor (optim/optimizer.h runs) and
-//   the gradient norm and clipping are one op per bucket.
+//   the gradient norm and clipping are one op per bucket, and the optimizer zeroes the
+//   buckets in its update pass (optimizerZeroesGrads).
 // - A post-hook on each parameter's gradient accumulator marks it ready during the
 //   backward of the step's last micro-batch (beforeBackward(true)); when a bucket's
 //   parameters are all ready and every earlier bucket has been launched, its all-reduce
@@ -44,7 +45,8 @@ class DdpSync final : public GradSync {
   std::vector<torch::Tensor> optimizerParams() const override { return params_; }
   std::vector<torch::Tensor> gradients() const override;
   double localSquaredNorm() const override;
-  void afterOptimizer() override;
+  bool optimizerZeroesGrads() const override { return true; }
+  void afterOptimizer() override {}  // the optimizer zeroed the buckets
   std::vector<FlatLayout> optimizerLayout() const override;
 
   int64_t numBuckets() const { return static_cast<int64_t>(buckets_.size()); }

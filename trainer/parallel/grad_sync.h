@@ -11,9 +11,12 @@
 //                                    of the local ones) of optimizerParams()
 //   localSquaredNorm()               this rank's share of ||g||²: the sum over all
 //                                    ranks of it is the squared global norm
-//   (clip gradients(), optimizer step on optimizerParams())
+//   (clip gradients(), optimizer step on optimizerParams(); with
+//    optimizerZeroesGrads() the step also zeroes gradients(): Optimizer::step's
+//    zero_grads)
 //   afterOptimizer()                 refresh the materialised parameters from the
 //                                    optimizer's (ZeRO-1/2 all-gather); zero gradients
+//                                    unless the optimizer did
 // Tensor parallelism composes with every strategy: parameters the model marks
 // tp-replicated (ModelParam::tpReplicated) count 1/tp in localSquaredNorm(), because
 // every rank of a tp group holds the same copy.
@@ -51,6 +54,9 @@ class GradSync {
   virtual std::vector<torch::Tensor> optimizerParams() const = 0;
   virtual std::vector<torch::Tensor> gradients() const = 0;
   virtual double localSquaredNorm() const = 0;
+  // True when gradients() are exactly the buffers the next step accumulates into, so
+  // the optimizer's step may zero them in its own pass (and afterOptimizer does not).
+  virtual bool optimizerZeroesGrads() const { return false; }
   virtual void afterOptimizer() = 0;
   // After optimizerParams() were overwritten outside a step (checkpoint restore):
   // make the model's materialised parameters equal them again. Collective.

@@ -33,5 +33,30 @@ TEST(AdamW, FlatOverOneBufferMatchesSeparateParameters) {
   EXPECT_NEAR(gradSquaredNorm(gs), sep_sq, 1e-6 * sep_sq);
 }
 
+// step(..., zero_grads = true) leaves every gradient zero and updates the parameters
+// and moments bit for bit as step(...) does: the fused kernel (flat buffer) and the
+// per-op fallback (a non-contiguous gradient), for AdamW and Adafactor.
+TEST(Optimizer, ZeroGradsInTheUpdateChangesNothingElse) {
+  for (const char* kind : {"adamw", "adafactor"}) {
+    torch::manual_seed(5);
+    OptimizerOptions o;
+    o.kind = kind;
+    o.weight_decay = 0.1;
+    torch::Tensor p1 = torch::randn({4, 6}), q1 = torch::randn({6, 4});
+    std::vector<torch::Tensor> a{p1.clone(), q1.clone()}, b{p1.clone(), q1.clone()};
+    auto oa = makeOptimizer(a, o), ob = makeOptimizer(b, o);
+    for (int step = 0; step < 3; ++step) {
+      torch::Tensor g0 = torch::randn({4, 6}), g1 = torch::randn({4, 6}).t();  // g1: strided
+      std::vector<torch::Tensor> ga{g0.clone(), g1.clone().t().contiguous().t()}, gb{g0, g1};
+      oa->step(ga, 1e-2);
+      ob->step(gb, 1e-2, /*zero_grads=*/true);
+      for (size_t i = 0; i < 2; ++i) {
+        EXPECT_TRUE(torch::equal(a[i], b[i])) << kind << " param " << i << " step " << step;
+        EXPECT_EQ(gb[i].abs().sum().item<float>(), 0.0f) << kind << " grad " << i;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ftb
