@@ -130,6 +130,8 @@ def agreement_ab():
     for path in sorted((runs / "agree_ab").glob("agree_rank_*.csv")):
         t = np.genfromtxt(path, delimiter=",", names=True)
         us = {n: t[f"us_{n}"] for n in (5, 7, 8)}
+        if "gloo_8" in t.dtype.names:
+            us["gloo"] = t["gloo_8"]
         q = {n: tuple(np.percentile(v, [10, 50, 90])) for n, v in us.items()}
         out[int(path.stem.rsplit("_", 1)[1])] = (len(t), q, median_ci(us[8] - us[7]),
                                                  median_ci(us[8] - us[5]))
@@ -172,18 +174,33 @@ def agreement_report():
           "double in that collective.\n")
     print(f"Step time (denominator): the tiny run, 300 steps, median `step_time_s` of the steps "
           f">= warmup, the smaller of the ranks' medians: {step * 1e3:.2f} ms.\n")
-    print("A/B on one Gloo world-2 group (`ftb_agree_bench`, trainer/bench/agree_cost.cpp, "
+    tfile = runs / "agree_ab" / "transport.txt"
+    transport = tfile.read_text().strip() if tfile.exists() else "world: Gloo"
+    on_gloo = "local memory" not in transport
+    print("A/B on one world-2 group with the trainer's default transport (" + transport + "; "
+          "`ftb_agree_bench`, trainer/bench/agree_cost.cpp, "
           "through the launcher): `agree()`'s operation (tensor from N doubles, all-reduce, read "
           "back) with N = 5 (no stop, memory or control doubles), 7 (no stop flag) and 8 (as "
           "trained), interleaved in every round (all six orders in turn), back to back so the "
           "peers stay aligned. Each rank's own timings; the differences are per round, the "
           "confidence interval is the distribution-free one of the median.\n")
     ab_table(ab)
-    print("\nWhy 8 - 7 and 8 - 5 differ: Gloo's ring all-reduce (gloo/allreduce.cc) splits the "
-          "buffer (this small) into 2 x world segments of ceil(bytes / (2 x world)) bytes, rounded up to "
-          "whole elements. At world 2, 7 and 8 doubles both travel as 4 segments of up to 2 "
-          "doubles, so the stop flag adds 8 bytes to messages that are sent anyway; with 5 "
-          "doubles the last segment is empty and its messages are skipped.")
+    if not on_gloo:
+        print("\nBy local memory each rank posts its tensor's address, reads its peer's chunk "
+              "and then the peer's reduced chunk (trainer/parallel/local_comm.h): the size "
+              "differences here are a few bytes in the same reads.")
+    gloo = [q["gloo"] for _, q, _, _ in ab.values() if "gloo" in q]
+    if gloo:
+        print("\nThe same 8-double all-reduce on a Gloo group of the same ranks (TCP loopback), "
+              "timed in the same rounds: p10 / p50 / p90 "
+              + "; ".join(" / ".join(f"{v:.0f}" for v in g) + " us" for g in gloo)
+              + " (rank 0, rank 1).")
+    if on_gloo:
+        print("\nWhy 8 - 7 and 8 - 5 differ on Gloo: its ring all-reduce (gloo/allreduce.cc) splits the "
+              "buffer (this small) into 2 x world segments of ceil(bytes / (2 x world)) bytes, rounded up to "
+              "whole elements. At world 2, 7 and 8 doubles both travel as 4 segments of up to 2 "
+              "doubles, so the stop flag adds 8 bytes to messages that are sent anyway; with 5 "
+              "doubles the last segment is empty and its messages are skipped.")
     marginal_hi = max(d87[2] for _, _, d87, _ in ab.values()) * 1e-6
     marginal = max(d87[0] for _, _, d87, _ in ab.values()) * 1e-6
     aligned = max(q[8][1] for _, q, _, _ in ab.values()) * 1e-6

@@ -5,15 +5,19 @@
 // 8 doubles: loss sum, padded and dataset tokens, stop flag, grad norm², memory flag,
 // control command and request id. The stop flag rides in it; the collective runs every
 // step anyway for the loss and the clipping norm. Started by the launcher (world >= 2),
-// this program forms the world Gloo group through initDistributed, as the trainer does,
-// and times the same operation as agree() (a float64 tensor from N doubles, allReduceSum,
-// read back) for N = 5 (no stop, memory or control doubles), 7 (no stop flag) and 8 (as
-// trained), interleaved: every round runs the three, in an order that cycles through all
-// six permutations, back to back so the peers stay aligned (no compute between
-// collectives, unlike a training step, where the all-reduce also absorbs peer skew).
+// this program forms the world group through initDistributed, as the trainer does (so
+// with the trainer's default transport: local memory for ranks of one host, see
+// trainer/parallel/local_comm.h), and times the same operation as agree() (a float64
+// tensor from N doubles, allReduceSum, read back) for N = 5 (no stop, memory or control
+// doubles), 7 (no stop flag) and 8 (as trained), interleaved: every round runs the three,
+// in an order that cycles through all six permutations, back to back so the peers stay
+// aligned (no compute between collectives, unlike a training step, where the all-reduce
+// also absorbs peer skew). Each round also times the 8-double all-reduce on a Gloo group
+// of the same ranks (parallel.local_collectives = "off"), for comparison.
 //
 // Output: each rank writes OUT/agree_rank_R.csv, one row per measured round:
-//   round,us_5,us_7,us_8      (microseconds, steady clock, this rank's view)
+//   round,us_5,us_7,us_8,gloo_8   (microseconds, steady clock, this rank's view)
+// and rank 0 writes OUT/transport.txt: the world group's transport (Distributed::transports).
 // Warm-up rounds (--warmup) are run and not written.
 #include <algorithm>
 #include <array>
@@ -53,11 +57,19 @@ void run(const std::string& out_dir, int rounds, int warmup, double timeout_s) {
                            "ftb_agree_bench OUT_DIR`");
   ftb::Distributed dist = ftb::initDistributed(
       env, std::chrono::milliseconds(int64_t(timeout_s * 1000)), "gloo");
+  std::vector<int> all(size_t(env.world_size));
+  for (int r = 0; r < env.world_size; ++r) all[size_t(r)] = r;
+  dist.local_collectives = "off";
+  std::unique_ptr<ftb::Comm> gloo = dist.newGroup("agree_bench_gloo", all);
   std::filesystem::create_directories(out_dir);
+  if (env.rank == 0) {
+    std::ofstream t(out_dir + "/transport.txt");
+    t << (dist.transports.empty() ? std::string("world: Gloo") : dist.transports[0]) << "\n";
+  }
   const std::string path = out_dir + "/agree_rank_" + std::to_string(env.rank) + ".csv";
   std::ofstream csv(path);
   if (!csv) throw ftb::IoError("cannot write " + path);
-  csv << "round,us_5,us_7,us_8\n";
+  csv << "round,us_5,us_7,us_8,gloo_8\n";
   std::array<int, 3> order = kSizes;
   for (int i = 0; i < warmup + rounds; ++i) {
     std::next_permutation(order.begin(), order.end());  // cycles through all 6 orders
@@ -66,7 +78,9 @@ void run(const std::string& out_dir, int rounds, int warmup, double timeout_s) {
       const size_t slot = size_t(std::find(kSizes.begin(), kSizes.end(), n) - kSizes.begin());
       us[slot] = timedAgree(*dist.world, n);
     }
-    if (i >= warmup) csv << i - warmup << "," << us[0] << "," << us[1] << "," << us[2] << "\n";
+    const double g8 = timedAgree(*gloo, 8);
+    if (i >= warmup)
+      csv << i - warmup << "," << us[0] << "," << us[1] << "," << us[2] << "," << g8 << "\n";
   }
   dist.world->barrier();
   if (!csv.flush()) throw ftb::IoError("writing " + path + " failed");
