@@ -31,6 +31,12 @@ mkdir -p "$OUT"
 which=("$@")
 [ ${#which[@]} -gt 0 ] || which=(trainer eager dpscale memory launcher aggregate data textdata)
 
+# Every run saves a checkpoint when it ends (checkpoint.interval = 0); the reports read only
+# metrics and logs, so the gigabytes of weights go once a report is written.
+drop_checkpoints() {  # drop_checkpoints RUNS_DIR
+  rm -rf "$1"/*/checkpoints
+}
+
 # The documented way: through the launcher with default flags (tuned worker environment).
 launch() {  # launch N OUT_LOG -- command...
   local n=$1 log=$2
@@ -48,6 +54,7 @@ bench_trainer() {
       --output-dir "$runs/$dtype" --no-sweep-dir training.dtype="$dtype"
   done
   /usr/bin/python3 scripts/bench_report.py trainer "$runs/fp32" "$runs/bf16" > "$md"
+  drop_checkpoints "$runs"
   cat "$md"
 }
 
@@ -103,6 +110,7 @@ bench_dpscale() {
   done
   cp /proc/loadavg "$runs/loadavg.after"
   /usr/bin/python3 scripts/bench_report.py dpscale "$runs" > "$OUT/dpscale.md"
+  drop_checkpoints "$runs"
   cat "$OUT/dpscale.md"
 }
 
@@ -134,6 +142,7 @@ bench_memory() {
       training.activation_checkpointing="\"$ck\"" >"$runs/act_$ck/estimate.txt"
   done
   /usr/bin/python3 scripts/bench_memory_report.py "$runs" > "$OUT/memory.md"
+  drop_checkpoints "$runs"
   cat "$OUT/memory.md"
 }
 
