@@ -15,8 +15,10 @@
 // - A post-hook on each parameter's gradient accumulator marks it ready during the
 //   backward of the step's last micro-batch (beforeBackward(true)); when a bucket's
 //   parameters are all ready and every earlier bucket has been launched, its all-reduce
-//   starts asynchronously (Comm::allReduceSumAsync) while backward continues. Earlier
-//   micro-batches only accumulate (no communication: DDP's no_sync).
+//   starts (Comm::allReduceSumAsync): on Gloo asynchronously, while backward continues;
+//   between ranks of one host (parallel/local_comm.h) it runs to completion right there,
+//   a memory copy on the cores backward runs on. Earlier micro-batches only accumulate
+//   (no communication: DDP's no_sync).
 // - finishGradients() launches buckets whose parameters got no gradient (zeros) and
 //   waits on every bucket in launch order. Buckets launch in index order on every
 //   rank, so collectives match.
