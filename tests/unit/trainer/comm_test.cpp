@@ -453,17 +453,15 @@ void expectAllPassed(const std::vector<WorkerResult>& results, int world) {
   }
 }
 
-TEST(CommGloo, CollectivesTwoRanks) {
-  auto results = runWorkers(2, "collectives", std::chrono::seconds(60));
-  expectAllPassed(results, 2);
+// `world` workers run every collective check in `mode` and all pass.
+void expectCollectivesPass(int world, const std::string& mode) {
+  auto results = runWorkers(world, mode, std::chrono::seconds(60));
+  expectAllPassed(results, world);
   for (const auto& w : results) EXPECT_NE(w.log.find("[  PASSED  ] 1 test"), std::string::npos);
 }
 
-TEST(CommGloo, CollectivesThreeRanks) {
-  auto results = runWorkers(3, "collectives", std::chrono::seconds(60));
-  expectAllPassed(results, 3);
-  for (const auto& w : results) EXPECT_NE(w.log.find("[  PASSED  ] 1 test"), std::string::npos);
-}
+TEST(CommGloo, CollectivesTwoRanks) { expectCollectivesPass(2, "collectives"); }
+TEST(CommGloo, CollectivesThreeRanks) { expectCollectivesPass(3, "collectives"); }
 
 TEST(CommGloo, DeadPeerThrowsDistErrorWithinTimeout) {
   auto t0 = Clock::now();
@@ -484,17 +482,8 @@ TEST(CommGloo, HungPeerThrowsDistErrorAfterTimeout) {
 // The same collectives and failure bounds over the local-memory transport. The hung
 // peer must time out (a live process is never declared failed early); a dead one is
 // noticed once its process is gone.
-TEST(CommLocal, CollectivesTwoRanks) {
-  auto results = runWorkers(2, "collectives_local", std::chrono::seconds(60));
-  expectAllPassed(results, 2);
-  for (const auto& w : results) EXPECT_NE(w.log.find("[  PASSED  ] 1 test"), std::string::npos);
-}
-
-TEST(CommLocal, CollectivesThreeRanks) {
-  auto results = runWorkers(3, "collectives_local", std::chrono::seconds(60));
-  expectAllPassed(results, 3);
-  for (const auto& w : results) EXPECT_NE(w.log.find("[  PASSED  ] 1 test"), std::string::npos);
-}
+TEST(CommLocal, CollectivesTwoRanks) { expectCollectivesPass(2, "collectives_local"); }
+TEST(CommLocal, CollectivesThreeRanks) { expectCollectivesPass(3, "collectives_local"); }
 
 TEST(CommLocal, DeadPeerThrowsDistErrorWithinTimeout) {
   auto results = runWorkers(2, "dead_peer_local", std::chrono::seconds(30));
