@@ -40,7 +40,9 @@ namespace ftb {
 // Returns a LocalComm over `backend` when every member runs on this host (same boot id,
 // network and pid namespaces) and each can read the others' memory (probed here);
 // otherwise returns `backend` unchanged. Every member takes the same decision, and
-// `*why` says which (the transport, or why it fell back).
+// `*why` says which (the transport, or why it fell back). Under Yama ptrace_scope 1 it
+// declares any process of this user a permitted reader (prctl PR_SET_PTRACER_ANY, the
+// state without Yama); ptrace_scope 2 or 3, or a seccomp policy, leaves Gloo.
 std::unique_ptr<Comm> makeLocalComm(std::unique_ptr<Comm> backend, c10d::Store& store,
                                     const std::vector<int>& members,
                                     std::chrono::milliseconds timeout, std::string* why);
