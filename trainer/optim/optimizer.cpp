@@ -84,17 +84,17 @@ class AdamW final : public Optimizer {
   void step(const std::vector<torch::Tensor>& grads, double lr, bool zero_grads) override {
     torch::NoGradGuard no_grad;
     ++t_;
-    zero_grads_ = zero_grads;
     const double bc1 = 1.0 - std::pow(o_.beta1, double(t_));
     const double bc2 = 1.0 - std::pow(o_.beta2, double(t_));
     for (const Run& r : runs_) {
       torch::Tensor p = flatSpan(params_, r.idx), g = flatSpan(grads, r.idx);
       if (p.defined() && g.defined()) {
-        update(p, g, r.m, r.v, lr, bc1, bc2);
+        update(p, g, r.m, r.v, lr, bc1, bc2, zero_grads);
         continue;
       }
       for (size_t i : r.idx)  // parameters moved, or gradients elsewhere / missing
-        if (grads[i].defined()) update(params_[i], grads[i], m_[i], v_[i], lr, bc1, bc2);
+        if (grads[i].defined())
+          update(params_[i], grads[i], m_[i], v_[i], lr, bc1, bc2, zero_grads);
     }
   }
   int64_t stateBytes() const override {
@@ -113,15 +113,16 @@ class AdamW final : public Optimizer {
     std::vector<size_t> idx;  // parameters in storage order
     torch::Tensor m, v;       // flat moments; m_[i], v_[i] are views of them
   };
+  // zero_grad: g is zero on return (in the fused pass where it can be).
   void update(const torch::Tensor& p, const torch::Tensor& g, const torch::Tensor& m,
-              const torch::Tensor& v, double lr, double bc1, double bc2) const {
+              const torch::Tensor& v, double lr, double bc1, double bc2, bool zero_grad) const {
     if (fusable(p) && fusable(g) && fusable(m) && fusable(v) && g.numel() == p.numel()) {
       kernels::AdamWScalars s{float(o_.beta1), float(1.0 - o_.beta1), float(o_.beta2),
                      float(1.0 - o_.beta2), float(1.0 / bc2), float(o_.eps), float(lr / bc1),
                      float(1.0 - lr * o_.weight_decay)};
       float *pp = p.data_ptr<float>(), *gp = g.data_ptr<float>();
       float *mp = m.data_ptr<float>(), *vp = v.data_ptr<float>();
-      if (zero_grads_)
+      if (zero_grad)
         kernels::adamwZeroGrad(pp, gp, mp, vp, p.numel(), s);
       else
         kernels::adamw(pp, gp, mp, vp, p.numel(), s);
@@ -132,14 +133,13 @@ class AdamW final : public Optimizer {
     v.mul_(o_.beta2).addcmul_(g, g, 1.0 - o_.beta2);
     torch::Tensor denom = (v / bc2).sqrt_().add_(o_.eps);
     p.addcdiv_(m, denom, -lr / bc1);
-    if (zero_grads_) g.zero_();
+    if (zero_grad) g.zero_();
   }
 
   std::vector<torch::Tensor> params_, m_, v_;
   std::vector<Run> runs_;
   OptimizerOptions o_;
   int64_t t_ = 0;
-  bool zero_grads_ = false;  // this step's step(..., zero_grads)
 };
 
 class Adafactor final : public Optimizer {
