@@ -93,6 +93,16 @@ TrainConfig load(const std::vector<std::string>& overrides, int world_size) {
   return TrainConfig::fromConfig(Config::load(kTinyRun, overrides), world_size);
 }
 
+// parallel.local_collectives: "auto" (the default) or "off"; anything else is refused
+// naming the key and the choices (exit 2).
+TEST(TrainConfig, LocalCollectivesIsAutoOrOff) {
+  EXPECT_EQ(load({}, 1).local_collectives, "auto");
+  EXPECT_EQ(load({"parallel.local_collectives=\"off\""}, 1).local_collectives, "off");
+  expectConfigError([] { load({"parallel.local_collectives=\"shm\""}, 1); },
+                    {"parallel.local_collectives", "expected one of \"auto\" | \"off\"",
+                     "got \"shm\""});
+}
+
 TEST(TrainConfig, KvHeadsMustDivideHeads) {
   expectConfigError(
       [] {
