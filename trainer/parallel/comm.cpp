@@ -16,10 +16,7 @@ class DoneWork final : public PendingWork {
  public:
   void wait() override {}
 };
-}  // namespace
-
-namespace {
-std::atomic<int64_t> g_collective_ns{0};
+std::atomic<int64_t> g_collective_ns{0};  // collectiveSeconds(), in ns
 }  // namespace
 
 double collectiveSeconds() { return double(g_collective_ns.load(std::memory_order_relaxed)) * 1e-9; }

@@ -48,6 +48,14 @@ struct Distributed {
   std::vector<std::string> transports;  // "group: transport (or why not)", per group made
 };
 
+// Every member `me` of `n` publishes `value` under `prefix` + its index in `store` and
+// gets all n values in member order (any bytes, empty included; each travels framed by
+// one byte, see dist.cpp). Waits are the store's timeout; a failed wait throws DistError
+// naming this rank, host, the member waited for and `what`.
+std::vector<std::string> gatherThroughStore(c10d::Store& store, const std::string& prefix, int me,
+                                            int n, const std::string& value,
+                                            const std::string& what);
+
 // backend: "auto" | "gloo" | "nccl" (parallel.backend).
 Distributed initDistributed(const DistEnv& env, std::chrono::milliseconds timeout,
                             const std::string& backend = "auto",

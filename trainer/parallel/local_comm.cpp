@@ -24,6 +24,7 @@
 #include "common/fd.h"
 #include "common/log.h"
 #include "trainer/kernels/clones.h"
+#include "trainer/parallel/dist.h"
 
 namespace ftb {
 namespace {
@@ -371,27 +372,18 @@ void LocalComm::allGather(torch::Tensor& out, const torch::Tensor& in) {
   waitAll(Kind::kAllGather, each, "to finish reading this rank's tensor");
 }
 
-// The group's store records: "key\npid\nprobe address\ncontrol segment name".
+// A member's "who" record: "host key\npid probe-address\ncontrol segment name".
 struct MemberInfo {
   std::string key, segment;
   pid_t pid = 0;
   uint64_t probe = 0;
 };
 
-std::vector<MemberInfo> exchange(c10d::Store& store, const std::string& tag, int me, int n,
-                                 const std::string& mine) {
-  store.set("local/" + tag + "/" + std::to_string(me), std::vector<uint8_t>(mine.begin(), mine.end()));
-  std::vector<MemberInfo> out(n);
-  for (int j = 0; j < n; ++j) {
-    const std::string k = "local/" + tag + "/" + std::to_string(j);
-    try {
-      store.wait({k});
-    } catch (const std::exception& e) {
-      throw DistError(logPrefix() + ": waiting for group member " + std::to_string(j) +
-                      " to publish its local-transport " + tag + " in the store: " + e.what());
-    }
-    std::vector<uint8_t> v = store.get(k);
-    std::istringstream is(std::string(v.begin(), v.end()));
+// Parses gatherThroughStore's values of the "who" round.
+std::vector<MemberInfo> parseMembers(const std::vector<std::string>& records) {
+  std::vector<MemberInfo> out(records.size());
+  for (size_t j = 0; j < records.size(); ++j) {
+    std::istringstream is(records[j]);
     std::getline(is, out[j].key);
     is >> out[j].pid >> out[j].probe;
     is.ignore(1);
@@ -461,16 +453,19 @@ std::unique_ptr<Comm> makeLocalComm(std::unique_ptr<Comm> backend, c10d::Store& 
   }
   std::ostringstream mine;
   mine << localHostKey() << "\n" << getpid() << " " << reinterpret_cast<uint64_t>(&g_probe_word) << "\n" << segment;
-  std::vector<MemberInfo> info = exchange(store, "who", me, n, mine.str());
+  std::vector<MemberInfo> info =
+      parseMembers(gatherThroughStore(store, "local/who/", me, n, mine.str(), "local transport: who"));
   std::string verdict;
   for (int j = 1; j < n && verdict.empty(); ++j)
     if (info[j].key != info[0].key) verdict = "ranks on more than one host";
   if (verdict.empty()) verdict = probe(info, me, &control);
-  std::vector<MemberInfo> oks = exchange(store, "ok", me, n, verdict.empty() ? "ok" : "no: " + verdict);
+  std::vector<std::string> oks =
+      gatherThroughStore(store, "local/ok/", me, n, verdict.empty() ? "ok" : "no: " + verdict,
+                         "local transport: verdict");
   if (me == 0 && segment.rfind("!", 0) != 0) shm_unlink(segment.c_str());  // every member has it mapped (or failed)
   for (int j = 0; j < n; ++j)
-    if (oks[j].key != "ok") {
-      *why = "backend (rank " + std::to_string(members[j]) + ": " + oks[j].key.substr(4) + ")";
+    if (oks[j] != "ok") {
+      *why = "backend (rank " + std::to_string(members[j]) + ": " + oks[j].substr(4) + ")";
       return backend;
     }
   *why = "local memory (process_vm_readv)";
