@@ -37,10 +37,18 @@ drop_checkpoints() {  # drop_checkpoints RUNS_DIR
   rm -rf "$1"/*/checkpoints
 }
 
+# Before each timed run: write back what earlier runs left dirty in the page cache (an
+# end-of-run checkpoint is hundreds of MB), so the kernel's writeback threads and the block
+# device's interrupts do not land in the next run's measured steps.
+settle() {
+  sync
+}
+
 # The documented way: through the launcher with default flags (tuned worker environment).
 launch() {  # launch N OUT_LOG -- command...
   local n=$1 log=$2
   shift 3
+  settle
   "$BUILD/launcher/launcher" --nproc-per-node "$n" -- "$@" >"$log" 2>&1
 }
 
@@ -96,8 +104,10 @@ bench_dpscale() {
   local d512=(--config configs/runs/bench-d512.toml --no-sweep-dir training.max_steps=8)
   for round in 1 2 3; do
     echo "bench: D512/L8/T512/B4 fp32, round $round: world 1, 2 x world 1, world 2, world 2 on Gloo"
+    settle
     taskset -c 0 "$BUILD/launcher/launcher" --nproc-per-node 1 -- "$BUILD/trainer/trainer" \
       "${d512[@]}" --output-dir "$runs/w1.r$round" >"$runs/w1.r$round.log" 2>&1
+    settle
     for k in 0 1; do
       taskset -c $k "$BUILD/launcher/launcher" --nproc-per-node 1 -- "$BUILD/trainer/trainer" \
         "${d512[@]}" --output-dir "$runs/pair$k.r$round" >"$runs/pair$k.r$round.log" 2>&1 &
