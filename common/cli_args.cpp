@@ -14,7 +14,81 @@ bool isDottedFlag(const std::string& a) {
   return dot != std::string::npos && dot > 2 && (eq == std::string::npos || dot < eq);
 }
 
+// The text between cxxopts' quotes in its message ("Option ‘x’ does not exist").
+std::string quoted(const std::string& what) {
+  size_t b = what.find(cxxopts::LQUOTE);
+  if (b == std::string::npos) return "";
+  b += cxxopts::LQUOTE.size();
+  size_t e = what.find(cxxopts::RQUOTE, b);
+  return e == std::string::npos ? "" : what.substr(b, e - b);
+}
+
+// Every long option of `cli` ("--name") with its help line and whether it is a flag.
+struct CliOption {
+  std::string flag, help;
+  bool is_boolean;
+};
+std::vector<CliOption> cliOptions(const cxxopts::Options& cli) {
+  std::vector<CliOption> out;
+  for (const std::string& group : cli.groups())
+    for (const cxxopts::HelpOptionDetails& o : cli.group_help(group).options)
+      for (const std::string& name : o.l) out.push_back({"--" + name, o.desc, o.is_boolean});
+  return out;
+}
+
+// The option of `words` that took `value`: "--k VALUE" or "--k=VALUE"; "" if none.
+std::string optionOfValue(const std::vector<std::string>& words, const std::string& value) {
+  for (size_t i = 0; i < words.size(); ++i) {
+    const std::string& w = words[i];
+    if (w == value && i > 0 && words[i - 1].rfind("-", 0) == 0) return words[i - 1];
+    size_t eq = w.find('=');
+    if (w.rfind("--", 0) == 0 && eq != std::string::npos && w.substr(eq + 1) == value)
+      return w.substr(0, eq);
+  }
+  return "";
+}
+
 }  // namespace
+
+ConfigError cliError(const cxxopts::Options& cli, const cxxopts::exceptions::exception& e,
+                     const std::vector<std::string>& words) {
+  const std::string help = "see " + cli.program() + " --help";
+  const std::string q = quoted(e.what());
+  const std::vector<CliOption> options = cliOptions(cli);
+  auto find = [&options](const std::string& flag) -> const CliOption* {
+    for (const CliOption& o : options)
+      if (o.flag == flag) return &o;
+    return nullptr;
+  };
+  if (dynamic_cast<const cxxopts::exceptions::no_such_option*>(&e) != nullptr) {
+    std::vector<std::string> flags;
+    for (const CliOption& o : options) flags.push_back(o.flag);
+    const std::string near = closestName("--" + q, flags);
+    return ConfigError("--" + q, "command line", "unknown option",
+                       near.empty() ? help : "did you mean '" + near + "'? (" + help + ")");
+  }
+  if (dynamic_cast<const cxxopts::exceptions::incorrect_argument_type*>(&e) != nullptr) {
+    const std::string flag = optionOfValue(words, q);
+    const CliOption* o = find(flag);
+    const std::string expected = o != nullptr && o->is_boolean ? "true or false" : "a number";
+    return ConfigError(flag, "command line", "expected " + expected + ", got '" + q + "'",
+                       optionHint(cli, flag));
+  }
+  if (dynamic_cast<const cxxopts::exceptions::missing_argument*>(&e) != nullptr ||
+      dynamic_cast<const cxxopts::exceptions::option_requires_argument*>(&e) != nullptr) {
+    const CliOption* o = find("--" + q);
+    return ConfigError("--" + q, "command line", "expected a value after it",
+                       "write --" + q + " VALUE" + (o != nullptr ? " (" + o->help + ")" : ""));
+  }
+  return ConfigError("", "command line", e.what(), help);
+}
+
+std::string optionHint(const cxxopts::Options& cli, const std::string& flag) {
+  const std::string help = "see " + cli.program() + " --help";
+  for (const CliOption& o : cliOptions(cli))
+    if (o.flag == flag) return flag + ": " + o.help + " (" + help + ")";
+  return help;
+}
 
 std::vector<std::string> torchtitanOverrides(const std::vector<std::string>& args,
                                              const Schema& schema) {

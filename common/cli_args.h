@@ -23,11 +23,23 @@
 #include <vector>
 
 #include "common/config.h"
+#include "common/error.h"
 
 namespace ftb {
 
 std::vector<std::string> torchtitanOverrides(const std::vector<std::string>& args,
                                              const Schema& schema = trainerSchema());
+
+// A cxxopts parse error of `cli` as the ConfigError of every other bad input: it names
+// the option (for a value that does not parse, the option in `words` that took it),
+// says what was expected and gives a hint: the closest known option for an unknown one,
+// else the option's own help line and "<program> --help". `words` are the words parsed.
+ConfigError cliError(const cxxopts::Options& cli, const cxxopts::exceptions::exception& e,
+                     const std::vector<std::string>& words);
+
+// The hint for a bad value of `flag` ("--x") that has none of its own: "--x: <its help
+// line> (see <program> --help)"; "see <program> --help" for a flag `cli` does not know.
+std::string optionHint(const cxxopts::Options& cli, const std::string& flag);
 
 // The one catch block of a program's command-line handling (trainer, trainer export):
 // returns what body() returns (nullopt: carry on; a code: exit with it). An exception

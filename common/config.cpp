@@ -91,6 +91,14 @@ std::string unknownKeyHint(const Schema& schema, const std::string& key) {
   }
 }
 
+// The hint of an error about a declared key that has none of its own: what the key is
+// and its default ("training.lr: peak learning rate (default 3e-4)").
+std::string keyHint(const KeySpec& spec) {
+  std::string hint = spec.key + ": " + spec.doc;
+  if (spec.default_value) hint += " (default " + valueToString(*spec.default_value) + ")";
+  return hint;
+}
+
 // Checks `key` is declared and converts `raw` to its type (int -> float widening,
 // empty list -> either list type). Throws ConfigError naming `where` otherwise.
 Value checkValue(const Schema& schema, const std::string& key, const Raw& raw,
@@ -115,7 +123,7 @@ Value checkValue(const Schema& schema, const std::string& key, const Raw& raw,
   throw ConfigError(key, where,
                     std::string("expected ") + valueTypeName(spec->type) + ", got " +
                         raw.type_name + " (" + raw.text + ")",
-                    hint);
+                    hint.empty() ? keyHint(*spec) : hint);
 }
 
 std::string trim(const std::string& s) {
@@ -333,7 +341,8 @@ std::string Config::where(const std::string& key) const {
 }
 
 void Config::fail(const std::string& key, const std::string& what, const std::string& hint) const {
-  throw ConfigError(key, where(key), what, hint);
+  const KeySpec* spec = hint.empty() && schema_ != nullptr ? schema_->find(key) : nullptr;
+  throw ConfigError(key, where(key), what, spec != nullptr ? keyHint(*spec) : hint);
 }
 
 void Config::checkDomains() const {

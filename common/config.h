@@ -112,6 +112,8 @@ class Config {
 
   // Throws ConfigError(key, where(key), what, hint). For invariant checks by users
   // of the config: cfg.fail("training.micro_batch_size", "must be >= 1, got 0", "...").
+  // Without a hint, a declared key's doc line and default are the hint, so every
+  // error about a key says what the key is.
   [[noreturn]] void fail(const std::string& key, const std::string& what,
                          const std::string& hint = "") const;
   // Throws ConfigError for the first value (in schema order) outside its key's Domain:

@@ -206,7 +206,9 @@ DataConfig DataConfig::fromConfig(const Config& cfg, const ModelArgs& model, Che
   if (c.seq_len > model.max_seq_len)
     failEither(cfg, "data.seq_len", "model.max_seq_len",
                "seq_len(" + num(c.seq_len) + ") exceeds model.max_seq_len(" +
-                   num(model.max_seq_len) + ")");
+                   num(model.max_seq_len) + ")",
+               "lower data.seq_len to at most " + num(model.max_seq_len) +
+                   " or raise model.max_seq_len");
   requireOneOf(cfg, "data.padding", {"max_length", "longest", "packing"});
   c.pad_longest = cfg.getString("data.padding") == "longest";
   c.pack = cfg.getString("data.padding") == "packing";

@@ -56,11 +56,13 @@ void checkSizes(const Config& cfg, const TrainConfig& c) {
     cfg.fail(largest(), "global batch = micro_batch_size(" + num(c.micro_batch_size) +
                             ") * grad_accum_steps(" + num(c.grad_accum_steps) +
                             ") * data-parallel size(" + num(c.dpSize()) +
-                            ") overflows a 64-bit integer");
+                            ") overflows a 64-bit integer",
+             "lower training.micro_batch_size or training.grad_accum_steps");
   if (!checkedProduct({*global, c.seq_len, c.max_steps}))
     cfg.fail(largest(), "tokens of the run = global batch(" + num(*global) + ") * seq_len(" +
                             num(c.seq_len) + ") * max_steps(" + num(c.max_steps) +
-                            ") overflows a 64-bit integer");
+                            ") overflows a 64-bit integer",
+             "lower training.max_steps, data.seq_len or the global batch");
 }
 
 }  // namespace ftb

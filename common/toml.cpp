@@ -14,7 +14,9 @@ toml::table parseToml(const std::string& text, const std::string& source_name) {
     return toml::parse(text, source_name);
   } catch (const toml::parse_error& e) {
     throw ConfigError("", source_name + ":" + std::to_string(e.source().begin.line),
-                      "TOML syntax error: " + std::string(e.description()));
+                      "TOML syntax error: " + std::string(e.description()),
+                      "check that line: key = value, strings in quotes (name = \"tiny\"), "
+                      "[section] headers");
   }
 }
 

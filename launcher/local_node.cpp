@@ -97,7 +97,9 @@ NodeInfo localNodeInfo(const LaunchOptions& opts, int node, std::string* program
       if (ec || access(opts.log_dir.c_str(), W_OK) != 0)
         throw ConfigError(
             "--log-dir", "command line",
-            "cannot create or write '" + opts.log_dir + "'" + (ec ? ": " + ec.message() : ""));
+            "cannot create or write '" + opts.log_dir + "'" + (ec ? ": " + ec.message() : ""),
+            "choose a directory this user can write on every node, or drop --log-dir (worker "
+            "output then goes to the console)");
     }
   } catch (const FtbError& e) {
     n.error = e.what();

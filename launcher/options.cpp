@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <cxxopts.hpp>
 #include <regex>
 #include <set>
 
+#include "common/cli_args.h"  // cxxopts, as in every ftbench program
 #include "common/config.h"
 #include "common/error.h"
 
@@ -68,9 +68,11 @@ cxxopts::Options makeParser() {
   return o;
 }
 
+// Without a hint of its own, the flag's help line is the hint (optionHint).
 [[noreturn]] void bad(const std::string& flag, const std::string& what,
                       const std::string& hint = "") {
-  throw ConfigError(flag, "command line", what, hint);
+  throw ConfigError(flag, "command line", what,
+                    hint.empty() ? optionHint(makeParser(), flag) : hint);
 }
 
 // "--nproc_per_node=2" -> "--nproc-per-node=2": torchrun accepts both spellings.
@@ -289,7 +291,7 @@ LaunchOptions parseOptions(int argc, const char* const* argv) {
   try {
     r = parser.parse(static_cast<int>(cargv.size()), cargv.data());
   } catch (const cxxopts::exceptions::exception& e) {
-    bad("arguments", e.what(), "see launcher --help");
+    throw cliError(parser, e, opts);
   }
   if (r.count("help")) {
     out.help = true;

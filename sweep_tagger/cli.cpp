@@ -23,7 +23,8 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-// Parses `args` (without program name) with `opts`; cxxopts errors become ConfigError.
+// Parses `args` (without program name) with `opts`; cxxopts errors become ConfigError
+// (cliError: the option named, what was expected, a hint).
 cxxopts::ParseResult parse(cxxopts::Options& opts, const std::vector<std::string>& args) {
   std::vector<std::string> storage = {opts.program()};
   storage.insert(storage.end(), args.begin(), args.end());
@@ -32,7 +33,7 @@ cxxopts::ParseResult parse(cxxopts::Options& opts, const std::vector<std::string
   try {
     return opts.parse(static_cast<int>(argv.size()), argv.data());
   } catch (const cxxopts::exceptions::exception& e) {
-    throw ConfigError("", "command line", e.what(), "see " + opts.program() + " --help");
+    throw cliError(opts, e, args);
   }
 }
 
@@ -251,15 +252,20 @@ int aggregateCommand(const std::vector<std::string>& args, std::ostream& out) {
     throw ConfigError("", "command line", "missing RESULTS_DIR", "sweep_tagger aggregate --help");
   const std::string results = r["results"].as<std::string>();
   if (!std::filesystem::is_directory(results))
-    throw ConfigError("", "command line", "results dir '" + results + "' does not exist");
+    throw ConfigError("RESULTS_DIR", "command line",
+                      "results dir '" + results + "' does not exist or is not a directory",
+                      "pass the directory the runs were written to (the trainer's output.dir, "
+                      "scripts/sweep.sh's RESULTS)");
   const std::string format = r["format"].as<std::string>();
   if (format != "csv" && format != "md" && format != "json")
-    throw ConfigError("", "command line", "--format must be csv, md or json, got '" + format + "'");
+    throw ConfigError("--format", "command line", "expected csv, md or json, got '" + format + "'",
+                      "--format md prints a readable table, csv (the default) a file for tools");
   AggregateOptions ao;
   ao.stale_seconds = r["stale-seconds"].as<double>();
   ao.reader_timeout_s = r["reader-timeout"].as<double>();
   if (!(ao.reader_timeout_s > 0))
-    throw ConfigError("--reader-timeout", "command line", "must be > 0 seconds");
+    throw ConfigError("--reader-timeout", "command line", "must be > 0 seconds",
+                      "the default, 60 s, suits any healthy file");
   ao.jobs = r.count("jobs") ? r["jobs"].as<int>()
                             : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   AggregateTable table = aggregateRuns(results, ao);
@@ -287,10 +293,14 @@ int aggregateCommand(const std::vector<std::string>& args, std::ostream& out) {
 
 int runSweepTagger(int argc, char** argv, std::ostream& out, std::ostream& err) {
   const std::string usage =
-      "usage: sweep_tagger tag --config X.toml [key=value ...] [--world-size N] [--fmt F]\n"
+      "usage: sweep_tagger tag --config X.toml [key=value ...] [--world-size N] [--nodes N] "
+      "[--fmt F] [--hash]\n"
       "       sweep_tagger expand SWEEP.toml [key=value ...] [--json] [--index I] [--field F] "
       "[--pending RESULTS_DIR]\n"
-      "       sweep_tagger aggregate RESULTS_DIR [--format csv|md|json] [--out F] [--plot DIR]\n";
+      "       sweep_tagger aggregate RESULTS_DIR [--format csv|md|json] [--out F] [--plot DIR] "
+      "[--jobs N]\n"
+      "                              [--stale-seconds S] [--reader-timeout S]\n"
+      "       sweep_tagger SUBCOMMAND --help: every option\n";
   if (argc < 2) {
     err << usage;
     return kExitBadInput;

@@ -42,7 +42,12 @@ int main(int argc, char** argv) {
     words.insert(words.begin(), argv[0]);
     std::vector<char*> cargv;
     for (std::string& w : words) cargv.push_back(w.data());
-    auto args = cli.parse(static_cast<int>(cargv.size()), cargv.data());
+    cxxopts::ParseResult args;
+    try {
+      args = cli.parse(static_cast<int>(cargv.size()), cargv.data());
+    } catch (const cxxopts::exceptions::exception& e) {
+      throw cliError(cli, e, words);
+    }
     if (args.count("help")) {
       std::cout << cli.help() << "\nConfig keys: trainer --help-config\n";
       return 0;

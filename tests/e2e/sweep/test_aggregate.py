@@ -131,4 +131,14 @@ def test_bad_results_dir_is_bad_input(tmp_path):
     p = subprocess.run([str(SWEEP_TAGGER), "aggregate", str(tmp_path / "nope")],
                        capture_output=True, text=True)
     assert p.returncode == 2
-    assert "does not exist" in p.stderr
+    assert "key 'RESULTS_DIR'" in p.stderr and "does not exist" in p.stderr
+    assert "hint: pass the directory the runs were written to" in p.stderr
+    p = subprocess.run([str(SWEEP_TAGGER), "aggregate", str(tmp_path), "--format", "xml"],
+                       capture_output=True, text=True)
+    assert p.returncode == 2
+    assert "key '--format': expected csv, md or json, got 'xml'" in p.stderr
+    assert "hint: --format md" in p.stderr
+    p = subprocess.run([str(SWEEP_TAGGER), "aggregate", str(tmp_path), "--jobs", "two"],
+                       capture_output=True, text=True)
+    assert p.returncode == 2
+    assert "key '--jobs': expected a number, got 'two'" in p.stderr and "hint: --jobs:" in p.stderr

@@ -86,3 +86,29 @@ def test_negative_preempt_grace_is_refused_naming_the_key(tmp_path):
     p, _ = run(tmp_path, BASE, "checkpoint.preempt_grace_s=-1")
     assert p.returncode == 2
     assert "checkpoint.preempt_grace_s" in p.stderr and ">= 0" in p.stderr, p.stderr
+
+
+# The first hour of a new user: every kind of bad input names the key (or flag, or file
+# and line), says what was expected and gives a hint, exit 2. Before, a wrong type, a
+# bad enum value, a TOML syntax error and the overflow check printed no hint, and a
+# mistyped flag printed cxxopts' "Option ‘confg’ does not exist" and the whole usage.
+@pytest.mark.parametrize("toml_extra,args,needles", [
+    ("", ["training.lr=abc"],
+     ["key 'training.lr': expected float", "hint: training.lr: peak learning rate"]),
+    ("", ["training.optimizer=adamx"],
+     ["key 'training.optimizer': expected one of", "hint: training.optimizer:"]),
+    ("", ["training.grad_accum_steps=4611686018427387904"],
+     ["key 'training.grad_accum_steps'", "overflows",
+      "hint: lower training.micro_batch_size or training.grad_accum_steps"]),
+    ("max_steps = = 3\n", [], [":9: TOML syntax error", "hint: check that line"]),
+    ("", ["--confg", "x"],
+     ["key '--confg': unknown option", "hint: did you mean '--config'?"]),
+    ("", ["--estimate-memory", "--world-size", "two"],
+     ["key '--world-size': expected a number, got 'two'", "hint: --world-size:"]),
+])
+def test_every_bad_input_names_key_expectation_and_hint(tmp_path, toml_extra, args, needles):
+    p, cfg = run(tmp_path, BASE + toml_extra, *args)
+    assert p.returncode == 2, p.stderr
+    for needle in needles:
+        assert needle in p.stderr, (needle, p.stderr)
+    assert "Usage:" not in p.stderr, "the error, not the whole usage"

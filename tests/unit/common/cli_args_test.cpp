@@ -101,3 +101,53 @@ TEST(GuardedCli, MapsEachExceptionToItsMessageAndExitCode) {
 
 }  // namespace
 }  // namespace ftb
+
+namespace ftb {
+namespace {
+
+// What cliError makes of `words` parsed by a small program: the message of the
+// ConfigError (exit 2) a user sees for a bad command line.
+std::string cliErrorOf(std::vector<std::string> words) {
+  cxxopts::Options cli("prog", "test program");
+  cli.add_options()("world-size", "world size to plan for", cxxopts::value<int>())(
+      "config", "run config (TOML)", cxxopts::value<std::string>())(
+      "hash", "print the hash")("h,help", "show help");
+  words.insert(words.begin(), "prog");
+  std::vector<char*> argv;
+  for (std::string& w : words) argv.push_back(w.data());
+  try {
+    cli.parse(int(argv.size()), argv.data());
+  } catch (const cxxopts::exceptions::exception& e) {
+    ConfigError err = cliError(cli, e, words);
+    EXPECT_EQ(err.exitCode(), kExitBadInput);
+    return err.what();
+  }
+  return "(parsed)";
+}
+
+// Every bad command line names the option, says what was expected and gives a hint
+// (before: "key 'arguments': Argument ‘x’ failed to parse", the usage dumped for a typo).
+TEST(CliError, NamesTheOptionTheExpectationAndAHint) {
+  EXPECT_EQ(cliErrorOf({"--confg", "x.toml"}),
+            "config error: command line: key '--confg': unknown option\n"
+            "  hint: did you mean '--config'? (see prog --help)");
+  EXPECT_EQ(cliErrorOf({"--zzzzzzzzzz"}),
+            "config error: command line: key '--zzzzzzzzzz': unknown option\n"
+            "  hint: see prog --help");
+  EXPECT_EQ(cliErrorOf({"--world-size", "x"}),
+            "config error: command line: key '--world-size': expected a number, got 'x'\n"
+            "  hint: --world-size: world size to plan for (see prog --help)");
+  EXPECT_EQ(cliErrorOf({"--world-size=2x"}),
+            "config error: command line: key '--world-size': expected a number, got '2x'\n"
+            "  hint: --world-size: world size to plan for (see prog --help)");
+  EXPECT_EQ(cliErrorOf({"--hash=maybe"}),
+            "config error: command line: key '--hash': expected true or false, got 'maybe'\n"
+            "  hint: --hash: print the hash (see prog --help)");
+  EXPECT_EQ(cliErrorOf({"--config"}),
+            "config error: command line: key '--config': expected a value after it\n"
+            "  hint: write --config VALUE (run config (TOML))");
+  EXPECT_EQ(cliErrorOf({"--world-size", "2"}), "(parsed)");
+}
+
+}  // namespace
+}  // namespace ftb

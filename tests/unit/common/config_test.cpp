@@ -128,23 +128,28 @@ TEST_F(ConfigTest, UnknownKeyListsTableKeys) {
                 "training");
 }
 
+// A wrong type names the key and the type expected; the hint says what the key is and
+// its default (no bare "expected int" for a user who does not know the key).
 TEST_F(ConfigTest, WrongType) {
   EXPECT_EQ(loadError("[training]\nmax_steps = \"ten\"\n"),
             "config error: " + run("r.toml") +
-                ":2: key 'training.max_steps': expected int, got string (\"ten\")");
+                ":2: key 'training.max_steps': expected int, got string (\"ten\")\n"
+                "  hint: training.max_steps: optimizer steps to run (default 20)");
   EXPECT_EQ(loadError("[model]\ntie_embeddings = 1\n"),
             "config error: " + run("r.toml") +
-                ":2: key 'model.tie_embeddings': expected bool, got int (1)");
+                ":2: key 'model.tie_embeddings': expected bool, got int (1)\n"
+                "  hint: model.tie_embeddings: share input embedding and output head (default false)");
   EXPECT_EQ(loadError("[data]\nseq_len = [1, 2.5]\n"),
             "config error: " + run("r.toml") +
                 ":2: key 'data.seq_len': expected int, got mixed or non-int/string array "
-                "([ 1, 2.5 ])");
+                "([ 1, 2.5 ])\n  hint: data.seq_len: tokens per sample (default 256)");
 }
 
 TEST_F(ConfigTest, FloatNeverTruncatedToInt) {
   EXPECT_EQ(loadError("[training]\nmax_steps = 10.5\n"),
             "config error: " + run("r.toml") +
-                ":2: key 'training.max_steps': expected int, got float (10.5)");
+                ":2: key 'training.max_steps': expected int, got float (10.5)\n"
+                "  hint: training.max_steps: optimizer steps to run (default 20)");
   EXPECT_EQ(loadError("[training]\nmax_steps = 10.0\n"),
             "config error: " + run("r.toml") +
                 ":2: key 'training.max_steps': expected int, got float (10.0)\n"
@@ -154,6 +159,7 @@ TEST_F(ConfigTest, FloatNeverTruncatedToInt) {
 TEST_F(ConfigTest, MalformedTomlReportsLine) {
   std::string msg = loadError("[training]\nlr = 1e-3\nmax_steps = = 3\n");
   EXPECT_EQ(msg.rfind("config error: " + run("r.toml") + ":3: TOML syntax error: ", 0), 0u) << msg;
+  EXPECT_NE(msg.find("\n  hint: check that line: key = value"), std::string::npos) << msg;
 }
 
 TEST_F(ConfigTest, MissingFile) {
@@ -234,7 +240,8 @@ TEST_F(ConfigTest, OverrideLaterWins) {
 TEST_F(ConfigTest, OverrideErrors) {
   EXPECT_EQ(loadError("", {"training.max_steps=abc"}),
             "config error: override 'training.max_steps=abc': key 'training.max_steps': "
-            "expected int, got string (\"abc\")");
+            "expected int, got string (\"abc\")\n"
+            "  hint: training.max_steps: optimizer steps to run (default 20)");
   EXPECT_EQ(loadError("", {"training.max_steps=1e3"}),
             "config error: override 'training.max_steps=1e3': key 'training.max_steps': "
             "expected int, got float (1000.0)\n  hint: write it as an integer: 1000");
@@ -275,7 +282,7 @@ TEST_F(ConfigTest, Lists) {
   } catch (const ConfigError& e) {
     EXPECT_STREQ(e.what(),
                  "config error: override 'x.ints=[1, \"a\"]': key 'x.ints': expected int list, "
-                 "got mixed or non-int/string array ([ 1, 'a' ])");
+                 "got mixed or non-int/string array ([ 1, 'a' ])\n  hint: x.ints: ints (default [])");
   }
 }
 
@@ -348,6 +355,16 @@ TEST_F(ConfigTest, FailUsesWhere) {
               "config error: " + run("r.toml") +
                   ":2: key 'training.micro_batch_size': must be >= 1, got 0\n"
                   "  hint: use 1 or more");
+  }
+  // Without a hint of its own, the key's doc line and default are the hint.
+  try {
+    cfg.fail("training.optimizer", "expected one of \"adamw\" | \"adafactor\", got \"adamx\"");
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "config error: default: key 'training.optimizer': expected one of \"adamw\" | "
+              "\"adafactor\", got \"adamx\"\n"
+              "  hint: training.optimizer: \"adamw\" | \"adafactor\" (default \"adamw\")");
   }
 }
 

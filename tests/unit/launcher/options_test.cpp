@@ -134,6 +134,22 @@ TEST(TorchrunFlags, UnknownFlagGetsDidYouMean) {
   EXPECT_NE(errorOf({"--zzzzzzzz", "x"}).find("see launcher --help"), std::string::npos);
 }
 
+// A value that does not parse names its flag (it used to be "key 'arguments':
+// Argument ‘abc’ failed to parse"), says a number was expected and what the flag is.
+TEST(TorchrunFlags, UnparsableValueNamesItsFlag) {
+  EXPECT_EQ(errorOf({"--rdzv-timeout", "abc", "x"}),
+            "config error: command line: key '--rdzv-timeout': expected a number, got 'abc'\n"
+            "  hint: --rdzv-timeout: Seconds to wait for every node at rendezvous (see launcher "
+            "--help)");
+  EXPECT_NE(errorOf({"--max_restarts=two", "x"}).find("key '--max-restarts': expected a number"),
+            std::string::npos);
+  // A value out of range without a hint of its own gets the flag's help line.
+  EXPECT_EQ(errorOf({"--master-port", "99999", "x"}),
+            "config error: command line: key '--master-port': must be in 1..65535, got 99999\n"
+            "  hint: --master-port: Fixed MASTER_PORT (default: node 0 binds a free port per "
+            "attempt) (see launcher --help)");
+}
+
 TEST(TorchrunFlags, RendezvousErrors) {
   EXPECT_NE(errorOf({"--nnodes", "2", "--master-addr", "a", "x"}).find("'--node-rank': required"),
             std::string::npos);

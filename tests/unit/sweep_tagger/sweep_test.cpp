@@ -57,7 +57,8 @@ TEST(Sweep, ThreeAxisWithExcludeListsTheRightPoints) {
     EXPECT_FALSE(pts[i].valid);
     EXPECT_EQ(pts[i].reason,
               "config error: override 'data.seq_len=2048': key 'data.seq_len': seq_len(2048) "
-              "exceeds model.max_seq_len(1024)");
+              "exceeds model.max_seq_len(1024)\n"
+              "  hint: lower data.seq_len to at most 1024 or raise model.max_seq_len");
   }
   EXPECT_TRUE(pts[10].included);
   // The trainer's refusal of the same point, word for word.
