@@ -190,8 +190,9 @@ void addParallel(Schema& sc) {
          above(0));
   sc.add(spec("parallel.local_collectives", kString, s("auto"),
               "\"auto\": ranks of one host reduce and gather through each other's memory "
-              "(process_vm_readv), falling back to the backend where the kernel forbids it | "
-              "\"off\": every collective on the backend",
+              "(process_vm_readv), falling back to the backend where the kernel forbids it; "
+              "groups across hosts run in two levels (memory within a host, the backend "
+              "across hosts) | \"off\": every collective on the backend",
               kNoTag));
   sc.add(spec("parallel.memory_limit_gb", kFloat, f(0.0),
               "per-rank memory limit (OOM above it); 0 = none"),

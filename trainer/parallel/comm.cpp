@@ -20,7 +20,14 @@ std::atomic<int64_t> g_collective_ns{0};  // collectiveSeconds(), in ns
 }  // namespace
 
 double collectiveSeconds() { return double(g_collective_ns.load(std::memory_order_relaxed)) * 1e-9; }
+namespace {
+thread_local int t_timer_depth = 0;  // CollectiveTimers alive on this thread
+}  // namespace
+
+CollectiveTimer::CollectiveTimer() : t0_(std::chrono::steady_clock::now()) { ++t_timer_depth; }
+
 CollectiveTimer::~CollectiveTimer() {
+  if (--t_timer_depth > 0) return;  // an enclosing timer counts this span
   const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0_);
   g_collective_ns.fetch_add(ns.count(), std::memory_order_relaxed);
 }

@@ -64,10 +64,11 @@ class Comm {
 // reduced inline) from those phases to comm_s.
 double collectiveSeconds();
 // For Comm implementations: adds its lifetime to collectiveSeconds() (also when the
-// collective throws).
+// collective throws). Timers nest: one alive inside another on the same thread (a
+// composite Comm calling the Comms it is built from) adds nothing, so each span counts once.
 class CollectiveTimer {
  public:
-  CollectiveTimer() : t0_(std::chrono::steady_clock::now()) {}
+  CollectiveTimer();
   ~CollectiveTimer();
   CollectiveTimer(const CollectiveTimer&) = delete;
   CollectiveTimer& operator=(const CollectiveTimer&) = delete;

@@ -15,6 +15,7 @@
 #include "common/fd.h"
 #include "common/log.h"
 #include "trainer/parallel/backend.h"
+#include "trainer/parallel/hier_comm.h"
 #include "trainer/parallel/local_comm.h"
 
 namespace ftb {
@@ -83,31 +84,72 @@ Distributed initDistributed(const DistEnv& env, std::chrono::milliseconds timeou
   return d;
 }
 
-std::unique_ptr<Comm> Distributed::newGroup(const std::string& name, const std::vector<int>& ranks) {
+namespace {
+
+std::unique_ptr<Comm> makeGroup(Distributed& d, const std::string& name, const std::vector<int>& ranks,
+                                std::string* how);
+
+// Where a multi-rank group's collectives run (parallel.local_collectives = "auto"): in
+// memory when every member is on this host; in two levels (hier_comm.h) when the group
+// spans hosts host-major with the same number of members on each; else on `comm`, the
+// backend. Collective over the group; every member takes the same decision.
+std::unique_ptr<Comm> placeCollectives(Distributed& d, const std::string& name, const std::vector<int>& ranks,
+                                       std::unique_ptr<Comm> comm, c10d::Store& store, std::string* how) {
+  const int me = comm->rank(), n = comm->size();
+  HostPlan plan = planHosts(gatherThroughStore(store, "hosts/", me, n, localHostKey(), "host keys"), me);
+  if (plan.hosts == 1) return makeLocalComm(std::move(comm), store, ranks, d.timeout, how);
+  if (!plan.why_not.empty()) {
+    *how = "backend (" + std::to_string(plan.hosts) + " hosts: " + plan.why_not + ")";
+    return comm;
+  }
+  std::vector<int> host_ranks, peer_ranks;
+  for (int g = 0; g < n; ++g) {
+    if (g / plan.per_host == plan.host) host_ranks.push_back(ranks[g]);
+    if (g % plan.per_host == plan.local) peer_ranks.push_back(ranks[g]);
+  }
+  std::string intra_how, cross_how;
+  auto intra = makeGroup(d, name + "/host" + std::to_string(plan.host), host_ranks, &intra_how);
+  auto cross = makeGroup(d, name + "/peers" + std::to_string(plan.local), peer_ranks, &cross_how);
+  *how = "hierarchical: " + intra_how + " among the " + std::to_string(plan.per_host) +
+         " ranks of each host, backend across the " + std::to_string(plan.hosts) + " hosts";
+  return makeHierarchicalComm(std::move(comm), std::move(intra), std::move(cross));
+}
+
+// newGroup() without recording: `*how` gets the transport ("" for a size-1 group or
+// parallel.local_collectives = "off").
+std::unique_ptr<Comm> makeGroup(Distributed& d, const std::string& name, const std::vector<int>& ranks,
+                                std::string* how) {
+  const DistEnv& env = d.env;
   auto it = std::find(ranks.begin(), ranks.end(), env.rank);
   if (it == ranks.end()) throw DistError(where(env) + ": not a member of group " + name);
   if (ranks.size() == 1) return makeSelfComm();
   std::string master = env.master_addr + ":" + std::to_string(env.master_port);
   try {
-    auto prefixed = c10::make_intrusive<c10d::PrefixStore>(name, store);
-    auto pg = makeProcessGroup(resolveBackend(backend), prefixed,
+    auto prefixed = c10::make_intrusive<c10d::PrefixStore>(name, d.store);
+    auto pg = makeProcessGroup(resolveBackend(d.backend), prefixed,
                                static_cast<int>(it - ranks.begin()),
-                               static_cast<int>(ranks.size()), timeout,
+                               static_cast<int>(ranks.size()), d.timeout,
                                localAddressTowards(env.master_addr));
-    std::unique_ptr<Comm> comm = makeProcessGroupComm(pg, timeout);
-    if (local_collectives == "off") return comm;
-    std::string how;
-    comm = makeLocalComm(std::move(comm), *prefixed, ranks, timeout, &how);
-    transports.push_back(name + ": " + how);
-    return comm;
+    std::unique_ptr<Comm> comm = makeProcessGroupComm(pg, d.timeout);
+    if (d.local_collectives == "off") return comm;
+    return placeCollectives(d, name, ranks, std::move(comm), *prefixed, how);
   } catch (const FtbError&) {
     throw;
   } catch (const std::exception& e) {
-    throw DistError(where(env) + ": " + std::string(resolveBackend(backend) == BackendKind::kNccl ? "NCCL" : "Gloo") +
+    throw DistError(where(env) + ": " + std::string(resolveBackend(d.backend) == BackendKind::kNccl ? "NCCL" : "Gloo") +
                     " rendezvous of group '" + name + "' (" +
                     std::to_string(ranks.size()) + " ranks) through " + master +
                     " (waiting for all members to connect) failed: " + e.what());
   }
+}
+
+}  // namespace
+
+std::unique_ptr<Comm> Distributed::newGroup(const std::string& name, const std::vector<int>& ranks) {
+  std::string how;
+  std::unique_ptr<Comm> comm = makeGroup(*this, name, ranks, &how);
+  if (!how.empty()) transports.push_back(name + ": " + how);
+  return comm;
 }
 
 std::vector<std::string> gatherThroughStore(c10d::Store& store, const std::string& prefix, int me,

@@ -42,8 +42,10 @@ struct Distributed {
   std::chrono::milliseconds timeout{300000};
   std::string backend = "auto";
   // parallel.local_collectives: "auto" lets newGroup() move the collectives of a group
-  // whose ranks share this host through memory (parallel/local_comm.h); "off" keeps
-  // every collective on the backend.
+  // whose ranks share this host through memory (parallel/local_comm.h), and run those
+  // of a group spanning hosts (host-major, the same number of ranks on each) in two
+  // levels, memory within each host and the backend across hosts
+  // (parallel/hier_comm.h); "off" keeps every collective on the backend.
   std::string local_collectives = "auto";
   std::vector<std::string> transports;  // "group: transport (or why not)", per group made
 };

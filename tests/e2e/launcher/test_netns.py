@@ -8,6 +8,8 @@ import signal
 import subprocess
 import time
 
+import h5py
+import numpy as np
 import pytest
 
 from launcher_util import (ALLREDUCE, REPO, TRAINER, alive, mpirun_prefix, mpmd, records, run,
@@ -71,6 +73,46 @@ def test_trainer_across_hosts(launcher, netns_hosts, tmp_path):
                                                f"output.dir={tmp_path / 'out'}"]),
             timeout=600, cwd=REPO)
     assert p.returncode == 0, p.stderr[-4000:]
+
+
+TWO_LEVEL = ("hierarchical: local memory (process_vm_readv) among the 2 ranks of each host, "
+             "backend across the 2 hosts")
+
+
+@pytest.mark.parametrize("layout,overrides,world_transport", [
+    ("ddp", [], TWO_LEVEL),
+    ("zero2", ["parallel.dp_shard=4", "parallel.zero_stage=2"], TWO_LEVEL),
+    # shard groups lie within a host (memory), replicate groups span the hosts one rank each
+    ("hsdp", ["parallel.dp_shard=2", "parallel.dp_replicate=2", "parallel.zero_stage=2"], TWO_LEVEL),
+])
+def test_two_ranks_per_host_run_collectives_in_two_levels(launcher, netns_hosts, tmp_path, layout,
+                                                          overrides, world_transport):
+    """2 hosts x 2 workers: by default each group's collectives run in two levels (memory
+    among a host's ranks, Gloo across hosts) and the run reaches the losses of the same run
+    with every collective on Gloo (parallel.local_collectives=off): DDP all-reduce, ZeRO-2
+    reduce-scatter + all-gather, and HSDP's groups within and across hosts."""
+    if not TRAINER.exists():
+        pytest.skip(f"trainer not built at {TRAINER} (set FTB_TRAINER)")
+    cfg = REPO / "configs" / "runs" / "tiny.toml"
+    got = {}
+    for mode in ("auto", "off"):
+        out = tmp_path / mode
+        p = run(two_hosts(tmp_path, launcher, [], [
+            str(TRAINER), "--config", str(cfg), "--no-sweep-dir", "--output-dir", str(out),
+            "training.max_steps=8", *overrides, f"parallel.local_collectives={mode}"],
+            nprocs=(2, 2)), timeout=600, cwd=REPO)
+        assert p.returncode == 0, p.stderr[-4000:]
+        with h5py.File(out / "metrics" / "rank_00000.h5", "r") as f:
+            got[mode] = (np.array(f["steps/loss"][:]), f.attrs.get("collectives", ""))
+    groups = dict(g.split(": ", 1) for g in got["auto"][1].split("; "))
+    assert groups.pop("world") == world_transport, got["auto"][1]
+    if layout == "hsdp":  # rank 0's shard group {0, 1} and replicate group {0, 2}
+        assert set(groups.values()) == {"local memory (process_vm_readv)",
+                                        "backend (2 hosts: one rank per host)"}, groups
+    assert got["off"][1] == "", got["off"][1]
+    a, b = got["auto"][0], got["off"][0]
+    assert a.shape == b.shape == (8,)
+    assert np.max(np.abs(a - b) / np.abs(b)) <= 1e-5, (a, b)
 
 
 def test_fail_fast_kill_9_on_second_host(launcher, netns_hosts, tmp_path):

@@ -2,7 +2,8 @@
 // bf16 data movement as bytes, reduce-scatter = alltoall + local sum, allgather into
 // views of one flat buffer) against closed-form references. The same checks run over
 // the local-memory transport (parallel/local_comm.h: CommLocal.*), which a group of
-// ranks on one host uses by default.
+// ranks on one host uses by default, and over the hierarchical composition a group
+// spanning hosts uses (parallel/hier_comm.h: CommHier.*; pretend hosts of 2 or 3 ranks).
 //
 // The parent test posix_spawns N fresh copies of this gtest binary running only
 // CommWorker.Run, with rank/world/port/mode in FTB_COMM_TEST_* variables (a fresh
@@ -33,6 +34,7 @@
 
 #include "common/error.h"
 #include "trainer/parallel/dist.h"
+#include "trainer/parallel/hier_comm.h"
 
 extern char** environ;
 
@@ -300,6 +302,61 @@ void runMismatch(int rank, int world, int port) {
   std::_Exit(failed ? 1 : 0);
 }
 
+// An all-reduce large enough that the hierarchical Comm splits it (reduce-scatter
+// within the host, all-reduce across hosts, all-gather), with a tail that does not
+// divide by the host size, in fp32, bf16 and a non-contiguous fp32 view.
+void checkLargeAllReduce(Comm& c, int world) {
+  const int64_t n = 3 * 65536 + 7;
+  for (torch::ScalarType dt : {torch::kFloat32, torch::kBFloat16}) {
+    torch::Tensor t = valuesOf(c.rank(), n, dt);
+    t[n - 1] = spikeOf(c.rank());
+    torch::Tensor ref = torch::zeros({n});
+    for (int r = 0; r < world; ++r) {
+      torch::Tensor v = valuesOf(r, n, dt).to(torch::kFloat32);
+      v[n - 1] = spikeOf(r);
+      ref += v;
+    }
+    c.allReduceSum(t);
+    EXPECT_TRUE(torch::equal(t, ref.to(dt))) << "large allReduceSum " << dt << " max diff "
+                                             << maxAbsDiff(t, ref.to(dt));
+    EXPECT_EQ(t[n - 1].item<float>(), spikeSum(world, dt)) << dt << ": not reduced in fp32";
+  }
+  torch::Tensor m = valuesOf(c.rank(), 512 * 384, torch::kFloat32).view({512, 384}).t();
+  torch::Tensor mref = torch::zeros({512 * 384});
+  for (int r = 0; r < world; ++r) mref += valuesOf(r, 512 * 384, torch::kFloat32);
+  c.allReduceSum(m);
+  EXPECT_TRUE(torch::equal(m, mref.view({512, 384}).t())) << "non-contiguous allReduceSum";
+}
+
+// `world` ranks as world / per_host pretend hosts (host-major): each host's group runs
+// in local memory, the groups of one rank per host on Gloo, composed by
+// makeHierarchicalComm as newGroup() does for a group spanning real hosts.
+void runHierarchical(int rank, int world, int port, int per_host) {
+  Distributed d = initDistributed(envFor(rank, world, port), std::chrono::seconds(30), "auto", "off");
+  const int host = rank / per_host, local = rank % per_host;
+  std::vector<int> host_ranks, peer_ranks;
+  for (int r = 0; r < world; ++r) {
+    if (r / per_host == host) host_ranks.push_back(r);
+    if (r % per_host == local) peer_ranks.push_back(r);
+  }
+  d.local_collectives = "auto";
+  std::unique_ptr<Comm> intra = d.newGroup("host" + std::to_string(host), host_ranks);
+  d.local_collectives = "off";
+  std::unique_ptr<Comm> cross = d.newGroup("peers" + std::to_string(local), peer_ranks);
+  ASSERT_EQ(d.transports, std::vector<std::string>{"host" + std::to_string(host) +
+                                                   ": local memory (process_vm_readv)"});
+  std::unique_ptr<Comm> hier = makeHierarchicalComm(std::move(d.world), std::move(intra), std::move(cross));
+  Comm& c = *hier;
+  EXPECT_EQ(c.rank(), rank);
+  EXPECT_EQ(c.size(), world);
+  checkAllReduce(c, world);
+  checkLargeAllReduce(c, world);
+  checkAllGather(c, world);
+  checkReduceScatter(c, world);
+  checkBroadcast(c, world);
+  c.barrier();
+}
+
 TEST(CommWorker, Run) {
   const char* rank_s = std::getenv(kRankVar);
   if (rank_s == nullptr) GTEST_SKIP() << "worker body, started by the CommGloo tests";
@@ -314,6 +371,8 @@ TEST(CommWorker, Run) {
   }
   if (mode == "collectives") {
     runCollectives(rank, world, port, local);
+  } else if (mode.rfind("hier", 0) == 0) {  // "hier<ranks per host>"
+    runHierarchical(rank, world, port, std::stoi(mode.substr(4)));
   } else if (mode == "mismatch") {
     runMismatch(rank, world, port);
   } else if (mode == "dead_peer" || mode == "hung_peer") {
@@ -505,6 +564,52 @@ TEST(CommLocal, MismatchedCollectivesFailOnEveryRank) {
   auto results = runWorkers(2, "mismatch_local", std::chrono::seconds(30));
   expectAllPassed(results, 2);
   for (const auto& w : results) EXPECT_NE(w.log.find("DistError:"), std::string::npos) << w.log;
+}
+
+// Two levels (parallel/hier_comm.h): hosts of 2 and 3 ranks, and 2 and 3 hosts, so a
+// confusion of host-major and local-major chunk order cannot cancel out.
+TEST(CommHier, TwoHostsOfTwoRanks) { expectCollectivesPass(4, "hier2"); }
+TEST(CommHier, ThreeHostsOfTwoRanks) { expectCollectivesPass(6, "hier2"); }
+TEST(CommHier, TwoHostsOfThreeRanks) { expectCollectivesPass(6, "hier3"); }
+
+// Which groups run in two levels: host-major, the same number of ranks on each host,
+// at least two hosts and two ranks per host; otherwise the reason.
+TEST(CommHier, PlanHosts) {
+  HostPlan p = planHosts({"a", "a", "b", "b"}, 3);
+  EXPECT_EQ(p.why_not, "");
+  EXPECT_EQ(p.hosts, 2);
+  EXPECT_EQ(p.per_host, 2);
+  EXPECT_EQ(p.host, 1);
+  EXPECT_EQ(p.local, 1);
+  p = planHosts({"x", "x", "x", "y", "y", "y"}, 4);
+  EXPECT_EQ(p.why_not, "");
+  EXPECT_EQ(p.per_host, 3);
+  EXPECT_EQ(p.host, 1);
+  EXPECT_EQ(p.local, 1);
+  EXPECT_EQ(planHosts({"a", "a"}, 0).why_not, "one host");
+  EXPECT_EQ(planHosts({"a", "b"}, 1).why_not, "one rank per host");
+  EXPECT_EQ(planHosts({"a", "a", "b"}, 2).why_not, "hosts hold different numbers of its ranks");
+  EXPECT_EQ(planHosts({"a", "b", "a", "b"}, 0).why_not,
+            "its ranks are not host-major (rank order interleaves hosts)");
+}
+
+// A composite Comm times its collective and calls Comms that time theirs: the nested
+// span must count once in collectiveSeconds(), not twice.
+TEST(CollectiveTimer, NestedTimersCountTheOuterSpanOnce) {
+  const double before = collectiveSeconds();
+  const auto t0 = Clock::now();
+  {
+    CollectiveTimer outer;
+    {
+      CollectiveTimer inner;
+      std::this_thread::sleep_for(std::chrono::milliseconds(60));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const double span = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double counted = collectiveSeconds() - before;
+  EXPECT_GE(counted, 0.079);
+  EXPECT_LE(counted, span) << "the inner span was counted again";
 }
 
 // World size 1: every collective is the identity and nothing is communicated.

@@ -1,0 +1,142 @@
+#include "trainer/parallel/hier_comm.h"
+
+#include <map>
+
+#include "common/error.h"
+#include "common/log.h"
+
+namespace ftb {
+
+HostPlan planHosts(const std::vector<std::string>& keys, int me) {
+  HostPlan p;
+  std::map<std::string, int> index;  // host key -> host index, in order of first member
+  std::vector<int> count, host_of(keys.size());
+  for (size_t g = 0; g < keys.size(); ++g) {
+    auto [it, fresh] = index.emplace(keys[g], static_cast<int>(count.size()));
+    if (fresh) count.push_back(0);
+    host_of[g] = it->second;
+    if (static_cast<int>(g) == me) p.local = count[it->second];
+    ++count[it->second];
+  }
+  p.hosts = static_cast<int>(count.size());
+  p.host = host_of[me];
+  bool equal = true;
+  for (int c : count) equal = equal && c == count[0];
+  p.per_host = equal ? count[0] : 0;
+  if (p.hosts < 2) {
+    p.why_not = "one host";
+  } else if (!equal) {
+    p.why_not = "hosts hold different numbers of its ranks";
+  } else if (p.per_host < 2) {
+    p.why_not = "one rank per host";
+  } else {
+    for (size_t g = 0; g < keys.size() && p.why_not.empty(); ++g)
+      if (host_of[g] != static_cast<int>(g) / p.per_host)
+        p.why_not = "its ranks are not host-major (rank order interleaves hosts)";
+  }
+  return p;
+}
+
+namespace {
+
+bool lowPrecision(const torch::Tensor& t) {
+  return t.scalar_type() == torch::kBFloat16 || t.scalar_type() == torch::kHalf;
+}
+
+// A contiguous 1-D tensor with t's values in fp32 (low precision) or t's dtype; it
+// aliases t when no conversion or copy is needed.
+torch::Tensor flatWide(const torch::Tensor& t) {
+  torch::Tensor w = lowPrecision(t) ? t.to(torch::kFloat32) : t;
+  return w.contiguous().view({-1});
+}
+
+class HierComm final : public Comm {
+ public:
+  HierComm(std::unique_ptr<Comm> flat, std::unique_ptr<Comm> intra, std::unique_ptr<Comm> cross)
+      : flat_(std::move(flat)), intra_(std::move(intra)), cross_(std::move(cross)) {
+    if (flat_->size() != intra_->size() * cross_->size() ||
+        flat_->rank() != cross_->rank() * intra_->size() + intra_->rank())
+      throw DistError(logPrefix() + " hierarchical group: rank " + std::to_string(flat_->rank()) + " of " +
+                      std::to_string(flat_->size()) + " is not rank " + std::to_string(intra_->rank()) +
+                      " of its host's " + std::to_string(intra_->size()) + " on host " +
+                      std::to_string(cross_->rank()) + " of " + std::to_string(cross_->size()) +
+                      " (the ranks must be host-major)");
+  }
+
+  int rank() const override { return flat_->rank(); }
+  int size() const override { return flat_->size(); }
+  void broadcast(torch::Tensor& t, int root) override { flat_->broadcast(t, root); }
+  void barrier() override { flat_->barrier(); }
+
+  void allReduceSum(torch::Tensor& t) override;
+  void allReduceMax(torch::Tensor& t) override {
+    if (!t.device().is_cpu()) return flat_->allReduceMax(t);
+    CollectiveTimer timer;
+    intra_->allReduceMax(t);
+    cross_->allReduceMax(t);
+  }
+  void allGather(torch::Tensor& out, const torch::Tensor& in) override;
+  void reduceScatterSum(torch::Tensor& out, const torch::Tensor& in) override;
+
+ private:
+  // Below this many elements per host rank an all-reduce runs whole at both levels
+  // (two latency-bound steps instead of three).
+  static constexpr int64_t kSplitMin = 16384;
+
+  std::unique_ptr<Comm> flat_, intra_, cross_;
+};
+
+void HierComm::allReduceSum(torch::Tensor& t) {
+  if (!t.device().is_cpu()) return flat_->allReduceSum(t);
+  CollectiveTimer timer;
+  torch::Tensor w = flatWide(t);
+  const int64_t n = w.numel(), L = intra_->size();
+  if (n < L * kSplitMin) {
+    intra_->allReduceSum(w);
+    cross_->allReduceSum(w);
+  } else {
+    const int64_t chunk = (n + L - 1) / L;
+    torch::Tensor padded = n == chunk * L ? w : torch::cat({w, torch::zeros({chunk * L - n}, w.options())});
+    torch::Tensor shard = torch::empty({chunk}, w.options());
+    intra_->reduceScatterSum(shard, padded);
+    cross_->allReduceSum(shard);
+    intra_->allGather(padded, shard);
+    if (!padded.is_same(w)) w.copy_(padded.narrow(0, 0, n));
+  }
+  if (w.data_ptr() != t.data_ptr() || w.scalar_type() != t.scalar_type()) t.copy_(w.view(t.sizes()));
+}
+
+void HierComm::allGather(torch::Tensor& out, const torch::Tensor& in) {
+  TORCH_CHECK(out.numel() == in.numel() * size(), "allGather: out/in size mismatch");
+  if (!in.device().is_cpu() || !out.device().is_cpu() || !out.is_contiguous()) return flat_->allGather(out, in);
+  CollectiveTimer timer;
+  torch::Tensor host_block = torch::empty({intra_->size() * in.numel()}, in.options());
+  intra_->allGather(host_block, in.contiguous());
+  torch::Tensor o = out.view({-1});
+  cross_->allGather(o, host_block);
+}
+
+void HierComm::reduceScatterSum(torch::Tensor& out, const torch::Tensor& in) {
+  TORCH_CHECK(in.numel() == out.numel() * size(), "reduceScatter: out/in size mismatch");
+  if (!in.device().is_cpu() || !out.device().is_cpu()) return flat_->reduceScatterSum(out, in);
+  CollectiveTimer timer;
+  const int64_t c = out.numel(), N = cross_->size(), L = intra_->size();
+  // Member g = host * L + local owns chunk g. Reorder to [local][host][chunk], so the
+  // host-level reduce-scatter gives local rank l the N chunks {h * L + l}, and the
+  // cross-host one gives host h its chunk h * L + l.
+  torch::Tensor w = flatWide(in).view({N, L, c}).transpose(0, 1).contiguous().view({-1});
+  torch::Tensor mid = torch::empty({N * c}, w.options());
+  intra_->reduceScatterSum(mid, w);
+  torch::Tensor mine = torch::empty({c}, w.options());
+  cross_->reduceScatterSum(mine, mid);
+  out.view({-1}).copy_(mine);
+}
+
+}  // namespace
+
+std::unique_ptr<Comm> makeHierarchicalComm(std::unique_ptr<Comm> flat, std::unique_ptr<Comm> intra,
+                                           std::unique_ptr<Comm> cross) {
+  return std::make_unique<HierComm>(std::move(flat), std::move(intra), std::move(cross));
+}
+
+}  // namespace ftb
