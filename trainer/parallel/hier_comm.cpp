@@ -69,6 +69,7 @@ class HierComm final : public Comm {
   void barrier() override { flat_->barrier(); }
 
   void allReduceSum(torch::Tensor& t) override;
+  std::unique_ptr<PendingWork> allReduceSumAsync(torch::Tensor& t) override;
   void allReduceMax(torch::Tensor& t) override {
     if (!t.device().is_cpu()) return flat_->allReduceMax(t);
     CollectiveTimer timer;
@@ -84,6 +85,27 @@ class HierComm final : public Comm {
   static constexpr int64_t kSplitMin = 16384;
 
   std::unique_ptr<Comm> flat_, intra_, cross_;
+};
+
+// The cross-host all-reduce of a shard in flight; wait() finishes it and all-gathers
+// the shards within the host into `padded`, then copies them to `t` if they differ.
+class HierPending final : public PendingWork {
+ public:
+  HierPending(Comm& intra, std::unique_ptr<PendingWork> cross, torch::Tensor t, torch::Tensor padded,
+              torch::Tensor shard)
+      : intra_(intra), cross_(std::move(cross)), t_(std::move(t)), padded_(std::move(padded)),
+        shard_(std::move(shard)) {}
+  void wait() override {
+    cross_->wait();
+    CollectiveTimer timer;
+    intra_.allGather(padded_, shard_);
+    if (!padded_.is_same(t_)) t_.copy_(padded_.narrow(0, 0, t_.numel()).view(t_.sizes()));
+  }
+
+ private:
+  Comm& intra_;
+  std::unique_ptr<PendingWork> cross_;
+  torch::Tensor t_, padded_, shard_;
 };
 
 void HierComm::allReduceSum(torch::Tensor& t) {
@@ -104,6 +126,23 @@ void HierComm::allReduceSum(torch::Tensor& t) {
     if (!padded.is_same(w)) w.copy_(padded.narrow(0, 0, n));
   }
   if (w.data_ptr() != t.data_ptr() || w.scalar_type() != t.scalar_type()) t.copy_(w.view(t.sizes()));
+}
+
+// The host-level reduce-scatter runs here (memory, fast); the cross-host all-reduce of
+// the shard is left in flight on the backend, so backward overlaps the network part, as
+// with the flat backend.
+std::unique_ptr<PendingWork> HierComm::allReduceSumAsync(torch::Tensor& t) {
+  const int64_t n = t.numel(), L = intra_->size();
+  if (!t.device().is_cpu() || !t.is_contiguous() || lowPrecision(t) || n < L * kSplitMin)
+    return Comm::allReduceSumAsync(t);  // runs to completion here
+  CollectiveTimer timer;
+  torch::Tensor w = t.view({-1});
+  const int64_t chunk = (n + L - 1) / L;
+  torch::Tensor padded = n == chunk * L ? w : torch::cat({w, torch::zeros({chunk * L - n}, w.options())});
+  torch::Tensor shard = torch::empty({chunk}, w.options());
+  intra_->reduceScatterSum(shard, padded);
+  std::unique_ptr<PendingWork> cross = cross_->allReduceSumAsync(shard);
+  return std::make_unique<HierPending>(*intra_, std::move(cross), w, padded, shard);
 }
 
 void HierComm::allGather(torch::Tensor& out, const torch::Tensor& in) {

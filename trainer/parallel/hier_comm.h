@@ -12,6 +12,8 @@
 //   allGather      = all-gather within the host, then of the host blocks across hosts
 //   reduceScatter  = the input's chunks reordered host-major → local-rank-major,
 //                    reduce-scatter within the host, then across hosts
+//   allReduceSumAsync = the reduce-scatter within the host at once, the cross-host
+//                    all-reduce in flight on the backend, the all-gather in wait()
 //   broadcast, barrier, non-CPU tensors: the flat backend group
 //
 // Contract (beyond comm.h's):

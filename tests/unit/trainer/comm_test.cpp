@@ -304,7 +304,7 @@ void runMismatch(int rank, int world, int port) {
 
 // An all-reduce large enough that the hierarchical Comm splits it (reduce-scatter
 // within the host, all-reduce across hosts, all-gather), with a tail that does not
-// divide by the host size, in fp32, bf16 and a non-contiguous fp32 view.
+// divide by the host size, in fp32, bf16, asynchronously and a non-contiguous fp32 view.
 void checkLargeAllReduce(Comm& c, int world) {
   const int64_t n = 3 * 65536 + 7;
   for (torch::ScalarType dt : {torch::kFloat32, torch::kBFloat16}) {
@@ -321,6 +321,19 @@ void checkLargeAllReduce(Comm& c, int world) {
                                              << maxAbsDiff(t, ref.to(dt));
     EXPECT_EQ(t[n - 1].item<float>(), spikeSum(world, dt)) << dt << ": not reduced in fp32";
   }
+  // Two asynchronous all-reduces in flight at once (DDP's buckets), waited in order.
+  torch::Tensor a = valuesOf(c.rank(), n, torch::kFloat32), b = valuesOf(c.rank() + 1, n - 5, torch::kFloat32);
+  torch::Tensor aref = torch::zeros({n}), bref = torch::zeros({n - 5});
+  for (int r = 0; r < world; ++r) {
+    aref += valuesOf(r, n, torch::kFloat32);
+    bref += valuesOf(r + 1, n - 5, torch::kFloat32);
+  }
+  std::unique_ptr<PendingWork> wa = c.allReduceSumAsync(a);
+  std::unique_ptr<PendingWork> wb = c.allReduceSumAsync(b);
+  wa->wait();
+  wb->wait();
+  EXPECT_TRUE(torch::equal(a, aref)) << "first async allReduceSum";
+  EXPECT_TRUE(torch::equal(b, bref)) << "second async allReduceSum";
   torch::Tensor m = valuesOf(c.rank(), 512 * 384, torch::kFloat32).view({512, 384}).t();
   torch::Tensor mref = torch::zeros({512 * 384});
   for (int r = 0; r < world; ++r) mref += valuesOf(r, 512 * 384, torch::kFloat32);
