@@ -37,6 +37,7 @@ if [[ -d $OUT ]]; then
   for t in "${tags[@]}"; do rm -rf "${OUT:?}/$t"; done
   rm -rf "$OUT/.logs" "$OUT/plots" "$OUT/summary.md" "$OUT/summary.csv" "$OUT/summary.constants.csv"
 fi
+load0=$(cut -d' ' -f1-3 /proc/loadavg)
 start=$(date +%s)
 rc=0
 "$ROOT/scripts/sweep.sh" "$SWEEP" "$OUT" || rc=$?
@@ -44,6 +45,6 @@ rc=0
 "$TAGGER" aggregate "$OUT" --format csv --out "$OUT/summary.csv" >/dev/null
 "$TAGGER" aggregate "$OUT" --format md --out "$OUT/summary.md" --plot "$OUT/plots" >/dev/null
 echo
-echo "== throughput of finetuning locally ($OUT/summary.md, plots in $OUT/plots; $(($(date +%s) - start)) s)"
+echo "== throughput of finetuning locally ($OUT/summary.md, plots in $OUT/plots; sweep and aggregation took $(($(date +%s) - start)) s wall time; load average before: $load0)"
 cat "$OUT/summary.md"
 exit "$rc"
