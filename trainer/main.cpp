@@ -65,7 +65,13 @@ int main(int argc, char** argv) {
     if (args.count("no-sweep-dir")) opts.overrides.push_back("output.no_sweep_dir=true");
     opts.print_config = args.count("print-config") > 0;
     opts.estimate_memory = args.count("estimate-memory") > 0;
-    if (args.count("world-size")) opts.world_size = args["world-size"].as<int>();
+    if (args.count("world-size")) {
+      opts.world_size = args["world-size"].as<int>();
+      if (opts.world_size < 1)  // 0 would mean "not given" below: plan for the environment's
+        throw ConfigError("--world-size", "command line",
+                          "must be >= 1, got " + std::to_string(opts.world_size),
+                          "the number of ranks to plan for, e.g. --world-size 8");
+    }
     if (args.count("generate-data")) opts.generate_data = args["generate-data"].as<std::string>();
     return std::nullopt;
   });

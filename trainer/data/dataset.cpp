@@ -3,6 +3,8 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <random>
 
@@ -296,12 +298,17 @@ Batch makeBatch(const Dataset& ds, int64_t first, int64_t count, int64_t seq_len
 
 void writeSyntheticDataset(const TrainConfig& c, const std::string& path) {
   const bool bin = endsWith(path, ".bin");
+  if (!bin && !endsWith(path, ".jsonl"))  // the trainer reads only these two back
+    throw ConfigError("--generate-data", "command line",
+                      "'" + path + "' ends in neither .jsonl nor .bin",
+                      "name the file PATH.jsonl ({\"input_ids\": [...]} per line) or PATH.bin "
+                      "(flat data.bin_dtype ids): data.source reads the format from the name");
   if (bin && !binDtypeProblem(c).empty())  // before the file is created: nothing written
     throw ConfigError("data.bin_dtype", "--generate-data " + path, binDtypeProblem(c),
                       "set data.bin_dtype = \"uint32\"");
   SyntheticDataset ds(c);
   std::ofstream out(path, std::ios::binary);
-  if (!out) throw IoError("cannot write " + path);
+  if (!out) throw IoError("cannot write " + path + ": " + std::strerror(errno));
   for (int64_t i = 0; i < ds.size(); ++i) {
     std::vector<int32_t> ids = ds.document(i);
     if (bin) {

@@ -84,7 +84,8 @@ struct StepBatches {
 StepBatches rankBatches(const Dataset& ds, const TrainConfig& tc, int64_t step, int64_t dp_rank);
 
 // Writes `num_samples` synthetic documents (exactly SyntheticDataset's) to `path`:
-// .jsonl (one {"input_ids": [...]} per line) or .bin (flat stream, bin_dtype).
+// .jsonl (one {"input_ids": [...]} per line) or .bin (flat stream, bin_dtype). Any other
+// name is a ConfigError before the file is created (data.source could not read it back).
 void writeSyntheticDataset(const TrainConfig& c, const std::string& path);
 
 }  // namespace ftb

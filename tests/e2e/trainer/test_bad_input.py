@@ -112,3 +112,20 @@ def test_every_bad_input_names_key_expectation_and_hint(tmp_path, toml_extra, ar
     for needle in needles:
         assert needle in p.stderr, (needle, p.stderr)
     assert "Usage:" not in p.stderr, "the error, not the whole usage"
+
+
+# Before: `--estimate-memory --world-size 0` planned for the environment's world size and
+# exited 0; `--generate-data x.txt` wrote JSONL under a name data.source cannot read back.
+@pytest.mark.parametrize("args,needles", [
+    (["--estimate-memory", "--world-size", "0"],
+     ["key '--world-size': must be >= 1, got 0", "hint:"]),
+    (["--generate-data", "GEN/x.txt"],
+     ["key '--generate-data'", "ends in neither .jsonl nor .bin", "hint: name the file"]),
+])
+def test_planning_and_generate_flags_refuse_bad_values(tmp_path, args, needles):
+    args = [a.replace("GEN", str(tmp_path)) for a in args]
+    p, _ = run(tmp_path, BASE, *args)
+    assert p.returncode == 2, p.stderr
+    for needle in needles:
+        assert needle in p.stderr, (needle, p.stderr)
+    assert not (tmp_path / "x.txt").exists(), "nothing written"
