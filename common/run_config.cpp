@@ -229,6 +229,10 @@ DataConfig DataConfig::fromConfig(const Config& cfg, const ModelArgs& model, Che
     cfg.fail("data.pad_id", "pad_id(" + num(c.pad_id) + ") is not a token id in [0, vocab_size(" +
                                 num(model.vocab_size) + "))",
              "padding positions are masked out of the loss, but they still go through the embedding");
+  const std::string ext = std::filesystem::path(c.data_source).extension().string();
+  if (c.data_source != "synthetic" && ext != ".jsonl" && ext != ".bin")
+    cfg.fail("data.source", "unknown data file type \"" + c.data_source + "\"",
+             "expected \"synthetic\", a .jsonl or a .bin file (the format comes from the name)");
   if (c.data_source != "synthetic" && checks == Checks::kAll &&
       !std::filesystem::is_regular_file(c.data_source))
     cfg.fail("data.source", "data file \"" + c.data_source + "\" does not exist",

@@ -208,6 +208,11 @@ TEST(TrainConfig, OtherInvariantsNameTheNumbers) {
 TEST(TrainConfig, PadIdMustBeATokenId) {
   expectConfigError([] { load({"data.pad_id=600"}, 1); }, {"data.pad_id", "600", "512"});
   expectConfigError([] { load({"data.pad_id=-1"}, 1); }, {"data.pad_id", "-1"});
+  // A source of no known type is refused where it was set (it said "config: key ..."
+  // from the loader, after the config was accepted).
+  expectConfigError([] { load({"data.source=\"corpus.txt\""}, 1); },
+                    {"override 'data.source=\"corpus.txt\"'", "unknown data file type",
+                     "hint: expected \"synthetic\", a .jsonl or a .bin file"});
 }
 
 }  // namespace
