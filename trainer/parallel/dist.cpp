@@ -107,7 +107,7 @@ std::unique_ptr<Comm> placeCollectives(Distributed& d, const std::string& name, 
     if (g / plan.per_host == plan.host) host_ranks.push_back(ranks[g]);
     if (g % plan.per_host == plan.local) peer_ranks.push_back(ranks[g]);
   }
-  std::string intra_how, cross_how;
+  std::string intra_how, cross_how;  // cross: "backend (N hosts: one rank per host)"
   auto intra = makeGroup(d, name + "/host" + std::to_string(plan.host), host_ranks, &intra_how);
   auto cross = makeGroup(d, name + "/peers" + std::to_string(plan.local), peer_ranks, &cross_how);
   *how = "hierarchical: " + intra_how + " among the " + std::to_string(plan.per_host) +
