@@ -117,13 +117,21 @@ std::optional<ResumePoint> planResume(const TrainConfig& tc, const Config& cfg,
                         "resume with the model and optimizer it was saved with, or "
                         "checkpoint.resume=never to start over");
     auto gb = m.state.find("global_batch");
-    if (gb != m.state.end() && gb->second != tc.globalBatch())
-      throw ConfigError("training.global_batch_size", cfg.where("training.micro_batch_size"),
+    if (gb != m.state.end() && gb->second != tc.globalBatch()) {
+      // Blame the key that set this run's global batch, at the place it was set.
+      const std::string key = cfg.getInt("training.global_batch_size") > 0
+                                  ? "training.global_batch_size"
+                                  : "training.micro_batch_size";
+      throw ConfigError(key, cfg.where(key),
                         "checkpoint " + dir + " was saved with a global batch of " +
                             std::to_string(gb->second) + " samples, this run has " +
-                            std::to_string(tc.globalBatch()),
+                            std::to_string(tc.globalBatch()) + " = micro_batch_size(" +
+                            std::to_string(tc.micro_batch_size) + ") * grad_accum_steps(" +
+                            std::to_string(tc.grad_accum_steps) + ") * data-parallel size(" +
+                            std::to_string(tc.dpSize()) + ")",
                         "keep micro_batch_size * grad_accum_steps * dp equal (set "
                         "training.global_batch_size) so the data order continues");
+    }
     return ResumePoint{dir, std::move(m)};
   }
   if (explicit_path) return std::nullopt;  // unreachable: an explicit path either loads or throws

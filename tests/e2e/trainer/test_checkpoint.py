@@ -395,3 +395,19 @@ def test_without_grace_a_stop_save_longer_than_the_stop_watchdog_completes(tmp_p
         last = int(f["steps/step"][-1])
     assert st["state"] == "preempted", st
     assert (tmp_path / "checkpoints" / f"step_{last + 1:08d}" / "manifest.json").exists()
+
+
+def test_changed_global_batch_names_the_key_where_it_was_set(tmp_path):
+    """Before: "tiny.toml:12: key 'training.global_batch_size'", a key that file does not
+    set, with the location of micro_batch_size and no factors."""
+    out = saved_run(tmp_path)
+    step8 = out / "checkpoints" / "step_00000008"
+    new = tmp_path / "new"
+    outs = run(new, 1, "training.micro_batch_size=1", f"checkpoint.resume={step8}", expect=2)
+    err = outs[0][2]
+    assert ("override 'training.micro_batch_size=1': key 'training.micro_batch_size': "
+            "checkpoint ") in err, err
+    assert ("saved with a global batch of 2 samples, this run has 1 = micro_batch_size(1) * "
+            "grad_accum_steps(1) * data-parallel size(1)") in err, err
+    assert "hint: keep micro_batch_size * grad_accum_steps * dp equal" in err
+    assert not new.exists(), "nothing may be written"
