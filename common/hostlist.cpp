@@ -19,10 +19,16 @@ namespace {
 
 constexpr size_t kMaxHosts = kMaxHostlistHosts;
 
+constexpr const char* kHostlistHint =
+    "expected SLURM hostlist syntax: names of letters, digits, '-', '.', '_' with bracket "
+    "ranges, e.g. 'n[01-04,07],gpu-a1'";
+constexpr const char* kTasksHint =
+    "expected SLURM's tasks-per-node syntax: counts >= 1, a repeat as COUNT(xN), e.g. '2(x3),1'";
+
 [[noreturn]] void fail(const std::string& what, const std::string& expr, size_t pos,
-                       const std::string& problem) {
+                       const std::string& problem, const char* hint = kHostlistHint) {
   throw ConfigError(what, "",
-                    problem + " at position " + std::to_string(pos) + " in '" + expr + "'");
+                    problem + " at position " + std::to_string(pos) + " in '" + expr + "'", hint);
 }
 
 bool isSpace(char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; }
@@ -34,15 +40,15 @@ bool isHostChar(char c) {
 
 // Parses a run of digits at expr[pos..]; advances pos. Fails when there is none.
 int64_t parseNumber(const std::string& expr, size_t& pos, const std::string& what,
-                    std::string* text) {
+                    std::string* text, const char* hint = kHostlistHint) {
   size_t start = pos;
   while (pos < expr.size() && isDigit(expr[pos])) ++pos;
   if (pos == start) {
     if (pos < expr.size() && (expr[pos] == ']' || expr[pos] == ','))
-      fail(what, expr, pos, "empty range");
-    fail(what, expr, pos, "expected a number");
+      fail(what, expr, pos, "empty range", hint);
+    fail(what, expr, pos, "expected a number", hint);
   }
-  if (pos - start > 9) fail(what, expr, start, "number too large");
+  if (pos - start > 9) fail(what, expr, start, "number too large", hint);
   *text = expr.substr(start, pos - start);
   return std::stoll(*text);
 }
@@ -149,32 +155,32 @@ std::vector<std::string> expandHostlist(const std::string& expr, const std::stri
 std::vector<int> expandTasksPerNode(const std::string& expr, const std::string& what) {
   std::vector<int> tasks;
   size_t pos = 0;
-  if (expr.empty()) fail(what, expr, 0, "empty value");
+  if (expr.empty()) fail(what, expr, 0, "empty value", kTasksHint);
   while (true) {
     std::string text;
     size_t count_pos = pos;
-    int64_t count = parseNumber(expr, pos, what, &text);
-    if (count < 1) fail(what, expr, count_pos, "tasks per node must be >= 1");
+    int64_t count = parseNumber(expr, pos, what, &text, kTasksHint);
+    if (count < 1) fail(what, expr, count_pos, "tasks per node must be >= 1", kTasksHint);
     int64_t repeat = 1;
     if (pos < expr.size() && expr[pos] == '(') {
       size_t open = pos++;
-      if (pos >= expr.size() || expr[pos] != 'x') fail(what, expr, pos, "expected 'x' after '('");
+      if (pos >= expr.size() || expr[pos] != 'x') fail(what, expr, pos, "expected 'x' after '('", kTasksHint);
       ++pos;
       size_t num_pos = pos;
       if (pos >= expr.size() || !isDigit(expr[pos]))
-        fail(what, expr, pos, "expected a repeat count");
-      repeat = parseNumber(expr, pos, what, &text);
-      if (repeat < 1) fail(what, expr, num_pos, "repeat count must be >= 1");
-      if (pos >= expr.size() || expr[pos] != ')') fail(what, expr, open, "unbalanced '('");
+        fail(what, expr, pos, "expected a repeat count", kTasksHint);
+      repeat = parseNumber(expr, pos, what, &text, kTasksHint);
+      if (repeat < 1) fail(what, expr, num_pos, "repeat count must be >= 1", kTasksHint);
+      if (pos >= expr.size() || expr[pos] != ')') fail(what, expr, open, "unbalanced '('", kTasksHint);
       ++pos;
     }
     if (tasks.size() + static_cast<size_t>(repeat) > kMaxHosts)
-      fail(what, expr, 0, "too many nodes");
+      fail(what, expr, 0, "too many nodes", kTasksHint);
     tasks.insert(tasks.end(), static_cast<size_t>(repeat), static_cast<int>(count));
     if (pos >= expr.size()) break;
-    if (expr[pos] != ',') fail(what, expr, pos, std::string("unexpected '") + expr[pos] + "'");
+    if (expr[pos] != ',') fail(what, expr, pos, std::string("unexpected '") + expr[pos] + "'", kTasksHint);
     ++pos;
-    if (pos >= expr.size()) fail(what, expr, pos, "trailing ','");
+    if (pos >= expr.size()) fail(what, expr, pos, "trailing ','", kTasksHint);
   }
   return tasks;
 }

@@ -26,6 +26,10 @@ constexpr const char* kCtlUsage =
     "  save    checkpoint after the current step and go on\n"
     "  stop    checkpoint after the current step and stop (status preempted, exit code 75)\n";
 
+constexpr const char* kTimeoutHint =
+    "--timeout SECONDS bounds every wait of ctl (default 60), e.g. --timeout 120 for a long "
+    "set-up";
+
 struct CtlArgs {
   CtlCommand command = CtlCommand::kNone;
   std::string run_dir;
@@ -37,12 +41,13 @@ CtlArgs parseCtlArgs(const std::vector<std::string>& args) {
   std::vector<std::string> words;
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i] == "--timeout") {
-      if (i + 1 == args.size()) throw ConfigError("--timeout", "ctl command line", "needs a value");
+      if (i + 1 == args.size())
+        throw ConfigError("--timeout", "ctl command line", "needs a value", kTimeoutHint);
       char* end = nullptr;
       a.timeout_s = std::strtod(args[++i].c_str(), &end);
       if (*end != '\0' || !(a.timeout_s > 0 && a.timeout_s <= 86400))
         throw ConfigError("--timeout", "ctl command line",
-                          "expected seconds in (0, 86400], got '" + args[i] + "'");
+                          "expected seconds in (0, 86400], got '" + args[i] + "'", kTimeoutHint);
     } else {
       words.push_back(args[i]);
     }

@@ -113,3 +113,7 @@ def test_ctl_bad_input(tmp_path):
     assert p.returncode == 2 and "is not a run directory" in p.stderr, p.stderr
     p = ctl("status", tmp_path, "--timeout", "0")
     assert p.returncode == 2 and "--timeout" in p.stderr, p.stderr
+    assert "expected seconds in (0, 86400], got '0'" in p.stderr
+    assert "hint: --timeout SECONDS bounds every wait of ctl" in p.stderr, p.stderr
+    p = ctl("status", tmp_path, "--timeout")
+    assert p.returncode == 2 and "hint: --timeout SECONDS" in p.stderr, p.stderr

@@ -44,12 +44,19 @@ TEST(Hostlist, ResultIsWhitespaceFree) {
     EXPECT_EQ(h.find_first_of(" \t\n"), std::string::npos) << h;
 }
 
+// The message without its hint; every hostlist error must carry the syntax hint.
 std::string errorOf(const std::string& expr) {
   try {
     expandHostlist(expr, "SLURM_JOB_NODELIST");
   } catch (const ConfigError& e) {
     EXPECT_EQ(e.exitCode(), 2);
-    return e.what();
+    const std::string msg = e.what();
+    const std::string hint =
+        "\n  hint: expected SLURM hostlist syntax: names of letters, digits, '-', '.', '_' with "
+        "bracket ranges, e.g. 'n[01-04,07],gpu-a1'";
+    const size_t at = msg.find(hint);
+    EXPECT_NE(at, std::string::npos) << msg;
+    return at == std::string::npos ? msg : msg.substr(0, at);
   }
   ADD_FAILURE() << "no error for '" << expr << "'";
   return "";
@@ -118,7 +125,8 @@ TEST(TasksPerNode, Errors) {
   } catch (const ConfigError& e) {
     EXPECT_STREQ(e.what(),
                  "config error: key 'SLURM_TASKS_PER_NODE': expected a repeat count at "
-                 "position 3 in '2(x)'");
+                 "position 3 in '2(x)'\n  hint: expected SLURM's tasks-per-node syntax: counts >= 1, a repeat as "
+                 "COUNT(xN), e.g. '2(x3),1'");
   }
   // Found by fuzz_hostlist: a node with 0 tasks was accepted.
   try {
@@ -127,7 +135,8 @@ TEST(TasksPerNode, Errors) {
   } catch (const ConfigError& e) {
     EXPECT_STREQ(e.what(),
                  "config error: key 'SLURM_TASKS_PER_NODE': tasks per node must be >= 1 at "
-                 "position 2 in '4,0'");
+                 "position 2 in '4,0'\n  hint: expected SLURM's tasks-per-node syntax: counts >= 1, a repeat as "
+                 "COUNT(xN), e.g. '2(x3),1'");
   }
 }
 
