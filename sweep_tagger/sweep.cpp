@@ -99,9 +99,11 @@ SweepSpec loadSweep(const std::string& path) {
   SweepSpec spec;
   spec.path = path;
   toml::table root = parseToml(readInputFile(path, "sweep file"), path);
+  std::string base_at = path;  // where `base` was set, for the error when its file is missing
   for (const auto& [k, node] : root) {
     const std::string key(k.str());
     const std::string at = tomlLineOf(path, node);
+    if (key == "base") base_at = at;
     if (key == "base" || key == "fmt") {
       if (!node.is_string()) throw ConfigError(key, at, "must be a string");
       (key == "base" ? spec.base : spec.fmt) = node.as_string()->get();
@@ -136,6 +138,10 @@ SweepSpec loadSweep(const std::string& path) {
   fs::path base(spec.base);
   if (base.is_relative()) base = fs::path(path).parent_path() / base;
   spec.base = fs::absolute(base).lexically_normal().string();
+  if (!fs::is_regular_file(spec.base))
+    throw ConfigError("base", base_at, "base config '" + spec.base + "' does not exist",
+                      "base is relative to the sweep file's directory, e.g. base = "
+                      "\"../runs/tiny.toml\" in configs/sweeps/");
   return spec;
 }
 
@@ -165,7 +171,8 @@ std::vector<SweepPoint> expandSweep(const SweepSpec& spec) {
       cfg = Config::load(spec.base, overrides);
     } catch (const ConfigError& e) {
       throw ConfigError(std::string(e.what()) + "\n  in sweep " + spec.path + ", point " +
-                        describe(kv));
+                        (kv.empty() ? std::string("(the base config alone: no grid)")
+                                    : describe(kv)));
     }
     if (!included) {
       for (const KeyValues& rule : spec.exclude) {

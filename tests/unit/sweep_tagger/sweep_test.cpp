@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -336,6 +337,14 @@ TEST(Sweep, ErrorsNameTheFileLineAndKey) {
       [&] { expandSweep(loadSweep(writeSweep(dir, "[grid]\n\"data.seq_len\" = [\"x\"]\n"))); });
   EXPECT_NE(msg.find("data.seq_len"), std::string::npos) << msg;
   EXPECT_NE(msg.find("in sweep " + f + ", point data.seq_len=\"x\""), std::string::npos) << msg;
+  // A base that does not exist is named with the line that set it (it was reported by
+  // the config loader as "..., point " with nothing after "point").
+  test::writeFile(f, "nodes = 1\nbase = \"../runs/nope.toml\"\n");
+  EXPECT_EQ(errorOf([&] { loadSweep(f); }),
+            "config error: " + f + ":2: key 'base': base config '" +
+                std::filesystem::path(dir.path()).parent_path().string() +
+                "/runs/nope.toml' does not exist\n  hint: base is relative to the sweep file's "
+                "directory, e.g. base = \"../runs/tiny.toml\" in configs/sweeps/");
 }
 
 // The sweep's validity is the trainer's own validation (refusalOf = the text of the
