@@ -154,7 +154,7 @@ void applyOverride(Config& cfg, const std::string& arg) {
     throw ConfigError("", where, "expected key=value", "e.g. training.lr=1e-3");
   std::string key = trim(arg.substr(0, eq));
   std::string text = trim(arg.substr(eq + 1));
-  if (key.empty()) throw ConfigError("", where, "empty key before '='");
+  if (key.empty()) throw ConfigError("", where, "empty key before '='", "e.g. training.lr=1e-3");
   const KeySpec* spec = cfg.schema().find(key);
   if (spec == nullptr)
     throw ConfigError(key, where, "unknown key", unknownKeyHint(cfg.schema(), key));
@@ -221,13 +221,15 @@ void applyPreset(Config& cfg, const std::string& config_path) {
 
   toml::table preset = parseToml(readInputFile(path, "model preset"), path);
   if (!preset["model"].is_table())
-    throw ConfigError("model.name", path, "preset has no [model] table");
+    throw ConfigError("model.name", path, "preset has no [model] table",
+                      "a preset file holds only a [model] table (see configs/models/tiny.toml)");
   std::vector<std::pair<std::string, Entry>> found;
   for (const auto& [key, node_ptr] : tomlLeaves(preset)) {
     const toml::node& node = *node_ptr;
     std::string where = tomlLineOf(path, node);
     if (key.compare(0, 6, "model.") != 0)
-      throw ConfigError(key, where, "a preset may only set [model] keys");
+      throw ConfigError(key, where, "a preset may only set [model] keys",
+                        "move " + key + " into the run config (configs/runs/), or drop it");
     Value v = checkValue(schema, key, rawFromNode(node), where);
     found.push_back({key, Entry{std::move(v), "preset " + where}});
   }

@@ -251,7 +251,8 @@ TEST_F(ConfigTest, OverrideErrors) {
   EXPECT_EQ(loadError("", {"training.lr"}),
             "config error: override 'training.lr': expected key=value\n"
             "  hint: e.g. training.lr=1e-3");
-  EXPECT_EQ(loadError("", {"=3"}), "config error: override '=3': empty key before '='");
+  EXPECT_EQ(loadError("", {"=3"}),
+            "config error: override '=3': empty key before '='\n  hint: e.g. training.lr=1e-3");
 }
 
 // A schema with list keys and a nested table, to test lists and serialization.
@@ -341,7 +342,8 @@ TEST_F(ConfigTest, PresetKeysAreValidated) {
   write("models/worse.toml", "[model]\ndim = 8\n[training]\nlr = 1.0\n");
   EXPECT_EQ(loadError("model.name = \"worse\"\n"),
             "config error: " + models() +
-                "/worse.toml:4: key 'training.lr': a preset may only set [model] keys");
+                "/worse.toml:4: key 'training.lr': a preset may only set [model] keys\n"
+                "  hint: move training.lr into the run config (configs/runs/), or drop it");
 }
 
 TEST_F(ConfigTest, FailUsesWhere) {
