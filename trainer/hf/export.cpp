@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <sstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -246,7 +247,12 @@ int exportMain(const std::vector<std::string>& args) {
   std::vector<char*> argv;
   for (std::string& w : words) argv.push_back(w.data());
   return guardedCli(cli, [&]() -> std::optional<int> {
-    auto r = cli.parse(int(argv.size()), argv.data());
+    cxxopts::ParseResult r;
+    try {
+      r = cli.parse(int(argv.size()), argv.data());
+    } catch (const cxxopts::exceptions::exception& e) {
+      throw cliError(cli, e, words);
+    }
     if (r.count("help")) {
       std::cout << cli.help();
       return 0;
@@ -256,8 +262,12 @@ int exportMain(const std::vector<std::string>& args) {
         throw ConfigError(std::string("--") + k, "command line", "missing",
                           "trainer export --checkpoint STEP_DIR --out DIR");
     const double mb = r["max-shard-mb"].as<double>();
-    if (!(mb > 0))
-      throw ConfigError("--max-shard-mb", "command line", "must be > 0, got " + std::to_string(mb));
+    if (!(mb > 0)) {
+      std::ostringstream got;
+      got << mb;
+      throw ConfigError("--max-shard-mb", "command line", "must be > 0, got " + got.str(),
+                        optionHint(cli, "--max-shard-mb"));
+    }
     ExportOptions opts;
     opts.checkpoint = r["checkpoint"].as<std::string>();
     opts.out = r["out"].as<std::string>();

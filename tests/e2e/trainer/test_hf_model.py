@@ -268,7 +268,14 @@ def test_export_refuses_bad_arguments(tmp_path):
     for args, needle in [(["--checkpoint", str(tmp_path / "none"), "--out", str(tmp_path / "o")],
                           "holds no step_N checkpoints"),
                          (["--out", str(tmp_path / "o")], "--checkpoint"),
-                         (["--checkpoint", str(tmp_path), "--out", str(tmp_path)], "already exists")]:
+                         (["--checkpoint", str(tmp_path), "--out", str(tmp_path)], "already exists"),
+                         # a mistyped flag names the right one (it printed cxxopts' message
+                         # and the usage); a bad size says what the flag is
+                         (["--chekpoint", str(tmp_path), "--out", str(tmp_path / "o")],
+                          "key '--chekpoint': unknown option\n  hint: did you mean '--checkpoint'?"),
+                         (["--checkpoint", str(tmp_path), "--out", str(tmp_path / "o"),
+                           "--max-shard-mb", "-1"],
+                          "must be > 0, got -1\n  hint: --max-shard-mb: split the weights")]:
         p = subprocess.run([str(TRAINER), "export", *args], env=base_env(), capture_output=True,
                            text=True, timeout=60)
         assert p.returncode == 2 and needle in p.stderr, p.stderr
