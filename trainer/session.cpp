@@ -236,7 +236,11 @@ int finishRun(MetricsFile& metrics, const TrainConfig& tc, const TrainSummary& s
     if (rank == 0) printSummary(tc, s, peaks, run_dir);  // of the steps done
     return code;
   }
-  metrics.setStatus(RunState::Completed, 0, "completed " + std::to_string(s.steps) + " steps");
+  metrics.setStatus(RunState::Completed, 0,
+                    s.steps == 0 ? "completed: no step left to run (training.max_steps = " +
+                                       std::to_string(tc.max_steps) +
+                                       " was reached before this process)"
+                                 : "completed " + std::to_string(s.steps) + " steps");
   metrics.close();
   if (rank == 0) printSummary(tc, s, peaks, run_dir);
   return 0;

@@ -133,55 +133,81 @@ TrainSummary StepLog::finish(Comm& world) {
   return s;
 }
 
+namespace {
+
+void summaryRow(std::ostream& os, const std::string& k, const std::string& v) {
+  os << "  " << std::left << std::setw(28) << k << v << "\n";
+}
+
+std::string fixed(double v, int prec) {
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(prec) << v;
+  return o.str();
+}
+
+// The figures of the measured steps (only when there are some).
+void measuredRows(std::ostream& os, const TrainConfig& tc, const TrainSummary& s,
+                  const RunPeaks& peaks) {
+  const int world = tc.world_size;
+  summaryRow(os, "tokens/s (padded, global)", fixed(s.tokens_per_s_padded, 1));
+  summaryRow(os, "tokens/s (dataset, global)", fixed(s.tokens_per_s_dataset, 1));
+  summaryRow(os, "tokens/s per device", fixed(s.tokens_per_s_padded / world, 1));
+  summaryRow(os, "MFU (hardware peak)",
+             !peaks.check.ok     ? "not reported: " + peaks.check.message
+             : std::isnan(s.mfu) ? "not reported: " + peaks.hw.source
+                                 : fixed(100 * s.mfu, 1) + " % of " +
+                                       fixed(peaks.hw.flops / 1e9, 1) + " GFLOP/s (" +
+                                       peaks.hw.source + ")");
+  summaryRow(os, "GEMM efficiency",
+             std::isnan(s.gemm_efficiency)
+                 ? "not reported: " + peaks.gemm_source
+                 : fixed(100 * s.gemm_efficiency, 1) + " % of " +
+                       fixed(peaks.gemm_flops / 1e9, 1) + " GFLOP/s (measured " +
+                       peaks.gemm_source + ")");
+  summaryRow(os, "step time p50 / p90",
+             fixed(s.step_p50, 4) + " / " + fixed(s.step_p90, 4) + " s");
+  summaryRow(os, "breakdown",
+             "data " + fixed(100 * s.data_frac, 1) + "%, fwd " + fixed(100 * s.fwd_frac, 1) +
+                 "%, bwd " + fixed(100 * s.bwd_frac, 1) + "%, opt " +
+                 fixed(100 * s.opt_frac, 1) + "%, comm " + fixed(100 * s.comm_frac, 1) + "%");
+}
+
+}  // namespace
+
 void printSummary(const TrainConfig& tc, const TrainSummary& s, const RunPeaks& peaks,
                   const std::string& run_dir) {
-  const int world = tc.world_size;
   std::ostringstream os;
-  auto row = [&os](const std::string& k, const std::string& v) {
-    os << "  " << std::left << std::setw(28) << k << v << "\n";
-  };
-  auto fmt = [](double v, int prec) {
-    std::ostringstream o;
-    o << std::fixed << std::setprecision(prec) << v;
-    return o.str();
-  };
   os << "\n== ftbench summary (" << s.measured_steps << " measured steps after "
      << std::min(tc.warmup_steps, s.steps) << " warmup) ==\n";
-  row("model", tc.model.name + " (" + fmt(tc.model.numParams() / 1e6, 2) + " M params)");
-  row("layout", "world " + std::to_string(world) + " = dp " + std::to_string(tc.dpSize()) +
-                    " (replicate " + std::to_string(tc.dp_replicate) + " x shard " +
-                    std::to_string(tc.dp_shard) + ", ZeRO stage " +
-                    std::to_string(tc.effectiveZeroStage()) + ") x tp " +
-                    std::to_string(tc.tp) + ", micro-batch " +
-                    std::to_string(tc.micro_batch_size) + " x accum " +
-                    std::to_string(tc.grad_accum_steps) + ", seq " + std::to_string(tc.seq_len) +
-                    ", " + (tc.dtype == DType::kBf16 ? "bf16" : "fp32"));
-  row("tokens/s (padded, global)", fmt(s.tokens_per_s_padded, 1));
-  row("tokens/s (dataset, global)", fmt(s.tokens_per_s_dataset, 1));
-  row("tokens/s per device", fmt(s.tokens_per_s_padded / world, 1));
-  row("MFU (hardware peak)",
-      !peaks.check.ok       ? "not reported: " + peaks.check.message
-      : std::isnan(s.mfu)   ? "not reported: " + peaks.hw.source
-                            : fmt(100 * s.mfu, 1) + " % of " + fmt(peaks.hw.flops / 1e9, 1) +
-                                " GFLOP/s (" + peaks.hw.source + ")");
-  row("GEMM efficiency", std::isnan(s.gemm_efficiency)
-                             ? "not reported: " + peaks.gemm_source
-                             : fmt(100 * s.gemm_efficiency, 1) + " % of " +
-                                   fmt(peaks.gemm_flops / 1e9, 1) + " GFLOP/s (measured " +
-                                   peaks.gemm_source + ")");
-  row("step time p50 / p90", fmt(s.step_p50, 4) + " / " + fmt(s.step_p90, 4) + " s");
-  row("breakdown", "data " + fmt(100 * s.data_frac, 1) + "%, fwd " + fmt(100 * s.fwd_frac, 1) +
-                       "%, bwd " + fmt(100 * s.bwd_frac, 1) + "%, opt " +
-                       fmt(100 * s.opt_frac, 1) + "%, comm " + fmt(100 * s.comm_frac, 1) + "%");
-  row("peak RSS (max over ranks)", fmt(s.peak_rss_max / (1 << 20), 1) + " MiB");
-  row("loss first / last", fmt(s.first_loss, 5) + " / " + fmt(s.last_loss, 5));
+  summaryRow(os, "model", tc.model.name + " (" + fixed(tc.model.numParams() / 1e6, 2) +
+                              " M params)");
+  summaryRow(os, "layout",
+             "world " + std::to_string(tc.world_size) + " = dp " + std::to_string(tc.dpSize()) +
+                 " (replicate " + std::to_string(tc.dp_replicate) + " x shard " +
+                 std::to_string(tc.dp_shard) + ", ZeRO stage " +
+                 std::to_string(tc.effectiveZeroStage()) + ") x tp " + std::to_string(tc.tp) +
+                 ", micro-batch " + std::to_string(tc.micro_batch_size) + " x accum " +
+                 std::to_string(tc.grad_accum_steps) + ", seq " + std::to_string(tc.seq_len) +
+                 ", " + (tc.dtype == DType::kBf16 ? "bf16" : "fp32"));
+  if (s.measured_steps > 0)
+    measuredRows(os, tc, s, peaks);
+  else  // nothing was timed: no figure to print, say why
+    summaryRow(os, "throughput",
+               s.steps == 0 ? "not measured: this process ran no step"
+                            : "not measured: every step of this process was warm-up "
+                              "(training.warmup_steps = " +
+                                  std::to_string(tc.warmup_steps) + ")");
+  summaryRow(os, "peak RSS (max over ranks)", fixed(s.peak_rss_max / (1 << 20), 1) + " MiB");
+  if (s.steps > 0)
+    summaryRow(os, "loss first / last", fixed(s.first_loss, 5) + " / " + fixed(s.last_loss, 5));
   if (tc.price_per_hour > 0 && s.tokens_per_s_dataset > 0) {
-    double mt_per_hour = s.tokens_per_s_dataset * 3600 / 1e6;
-    row("M tokens/hour (dataset)", fmt(mt_per_hour, 3));
-    row("$ per M tokens", fmt(tc.price_per_hour * world / mt_per_hour, 4) + " (at $" +
-                              fmt(tc.price_per_hour, 2) + "/device-hour)");
+    const double mt_per_hour = s.tokens_per_s_dataset * 3600 / 1e6;
+    summaryRow(os, "M tokens/hour (dataset)", fixed(mt_per_hour, 3));
+    summaryRow(os, "$ per M tokens", fixed(tc.price_per_hour * tc.world_size / mt_per_hour, 4) +
+                                         " (at $" + fixed(tc.price_per_hour, 2) +
+                                         "/device-hour)");
   }
-  row("run directory", run_dir);
+  summaryRow(os, "run directory", run_dir);
   std::fputs(os.str().c_str(), stdout);
   std::fflush(stdout);
 }

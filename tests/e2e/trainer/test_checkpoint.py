@@ -411,3 +411,21 @@ def test_changed_global_batch_names_the_key_where_it_was_set(tmp_path):
             "grad_accum_steps(1) * data-parallel size(1)") in err, err
     assert "hint: keep micro_batch_size * grad_accum_steps * dp equal" in err
     assert not new.exists(), "nothing may be written"
+
+
+def test_rerun_of_a_completed_run_prints_no_unmeasured_figures(tmp_path):
+    """Re-running a completed command resumes at max_steps and runs no step. Before, its
+    summary printed tokens/s 0.0, MFU 0.0 %, loss 0.00000 / 0.00000 as if measured, and
+    /status said "completed 0 steps" beside steps_done 20."""
+    out = tmp_path / "run"
+    run(out, 1, "training.max_steps=4")
+    outs = run(out, 1, "training.max_steps=4")
+    text = outs[0][1]
+    assert "throughput                  not measured: this process ran no step" in text, text
+    for unmeasured in ("tokens/s", "MFU", "GEMM efficiency", "step time", "loss first"):
+        assert unmeasured not in text, (unmeasured, text)
+    with h5py.File(out / "metrics" / "rank_00000.h5") as f:
+        status = dict(f["status"].attrs)
+    assert status["state"] == "completed" and status["steps_done"] == 4
+    assert status["message"] == ("completed: no step left to run (training.max_steps = 4 was "
+                                 "reached before this process)")
