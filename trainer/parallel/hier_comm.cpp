@@ -149,10 +149,15 @@ void HierComm::allGather(torch::Tensor& out, const torch::Tensor& in) {
   TORCH_CHECK(out.numel() == in.numel() * size(), "allGather: out/in size mismatch");
   if (!in.device().is_cpu() || !out.device().is_cpu() || !out.is_contiguous()) return flat_->allGather(out, in);
   CollectiveTimer timer;
-  torch::Tensor host_block = torch::empty({intra_->size() * in.numel()}, in.options());
-  intra_->allGather(host_block, in.contiguous());
-  torch::Tensor o = out.view({-1});
-  cross_->allGather(o, host_block);
+  const int64_t c = in.numel(), N = cross_->size(), L = intra_->size();
+  // Across hosts first, so each shard crosses the network once (not once per local
+  // rank, as gathering host blocks across hosts would): [host][c] for this local index,
+  // then within the host [local][host][c], reordered into out's [host][local][c].
+  torch::Tensor across = torch::empty({N * c}, in.options());
+  cross_->allGather(across, in.contiguous());
+  torch::Tensor all = torch::empty({L * N * c}, in.options());
+  intra_->allGather(all, across);
+  out.view({N, L, c}).copy_(all.view({L, N, c}).transpose(0, 1));
 }
 
 void HierComm::reduceScatterSum(torch::Tensor& out, const torch::Tensor& in) {

@@ -3,13 +3,18 @@
 // one rank per host. This is the intra-node / inter-node split of NCCL's and oneCCL's
 // hierarchical algorithms, done with the trainer's own Comms.
 //
-// For an all-reduce of S bytes over N hosts of L ranks each, the bytes a rank sends
-// over the network fall from a flat ring's 2(NL-1)/(NL)·S to 2(N-1)/N·S/L, and
-// nothing between ranks of one host passes through a socket:
+// Nothing between ranks of one host passes through a socket, and fewer bytes cross
+// hosts: per host, an all-reduce of S bytes over N hosts sends 2(N-1)/N·S (each of the
+// L local ranks 2(N-1)/N of an S/L shard) where a flat ring crossing each host once per
+// direction sends 2(NL-1)/(NL)·S; a reduce-scatter or all-gather sends (N-1)/N·S where
+// Gloo's (alltoall, all-gather into views) sends L times that. Measured on 2 netns hosts
+// x 2 ranks: tests/e2e/launcher/test_netns.py (test_two_ranks_per_host_*).
 //   allReduceSum   = reduce-scatter within the host (each rank: 1/L of the tensor),
 //                    all-reduce of that shard across hosts, all-gather within the host
 //   allReduceMax   = all-reduce max within the host, then across hosts
-//   allGather      = all-gather within the host, then of the host blocks across hosts
+//   allGather      = all-gather across hosts among the ranks of one local index (each
+//                    shard crosses the network once), then within the host, reordered
+//                    local-rank-major → host-major
 //   reduceScatter  = the input's chunks reordered host-major → local-rank-major,
 //                    reduce-scatter within the host, then across hosts
 //   allReduceSumAsync = the reduce-scatter within the host at once, the cross-host

@@ -75,37 +75,51 @@ def test_trainer_across_hosts(launcher, netns_hosts, tmp_path):
     assert p.returncode == 0, p.stderr[-4000:]
 
 
+def host_tx_bytes():
+    """Bytes each namespace host has sent over its network interface (eth0) so far."""
+    return [int(subprocess.run(["ip", "netns", "exec", h, "cat", "/sys/class/net/eth0/statistics/tx_bytes"],
+                               capture_output=True, text=True, check=True).stdout) for h in ("h1", "h2")]
+
+
 TWO_LEVEL = ("hierarchical: local memory (process_vm_readv) among the 2 ranks of each host, "
              "backend across the 2 hosts")
 
 
-@pytest.mark.parametrize("layout,overrides,world_transport", [
-    ("ddp", [], TWO_LEVEL),
-    ("zero2", ["parallel.dp_shard=4", "parallel.zero_stage=2"], TWO_LEVEL),
-    # shard groups lie within a host (memory), replicate groups span the hosts one rank each
-    ("hsdp", ["parallel.dp_shard=2", "parallel.dp_replicate=2", "parallel.zero_stage=2"], TWO_LEVEL),
+# Bytes a host sends over eth0, two levels / all on Gloo, for the tensor bytes S of a step
+# over N = 2 hosts of L = 2 ranks: DDP's all-reduce 2(N-1)/N·S per host against a ring's
+# 2(NL-1)/(NL)·S split over its host crossings (1.5 S here): 2/3; ZeRO-2's reduce-scatter
+# and all-gather (N-1)/N·S each, against L times that on Gloo: 1/2; HSDP's replicate
+# all-reduce has one rank per host in both, and its shard groups never leave a host: 1.
+@pytest.mark.parametrize("layout,overrides,tx_ratio", [
+    ("ddp", [], (0.60, 0.75)),
+    ("zero2", ["parallel.dp_shard=4", "parallel.zero_stage=2"], (0.45, 0.65)),
+    ("hsdp", ["parallel.dp_shard=2", "parallel.dp_replicate=2", "parallel.zero_stage=2"],
+     (0.97, 1.03)),
 ])
 def test_two_ranks_per_host_run_collectives_in_two_levels(launcher, netns_hosts, tmp_path, layout,
-                                                          overrides, world_transport):
+                                                          overrides, tx_ratio):
     """2 hosts x 2 workers: by default each group's collectives run in two levels (memory
-    among a host's ranks, Gloo across hosts) and the run reaches the losses of the same run
-    with every collective on Gloo (parallel.local_collectives=off): DDP all-reduce, ZeRO-2
+    among a host's ranks, Gloo across hosts). The run reaches the losses of the same run
+    with every collective on Gloo (parallel.local_collectives=off), and each host sends the
+    bytes over its network interface that the two levels should: DDP all-reduce, ZeRO-2
     reduce-scatter + all-gather, and HSDP's groups within and across hosts."""
     if not TRAINER.exists():
         pytest.skip(f"trainer not built at {TRAINER} (set FTB_TRAINER)")
     cfg = REPO / "configs" / "runs" / "tiny.toml"
-    got = {}
+    got, sent = {}, {}
     for mode in ("auto", "off"):
         out = tmp_path / mode
+        before = host_tx_bytes()
         p = run(two_hosts(tmp_path, launcher, [], [
             str(TRAINER), "--config", str(cfg), "--no-sweep-dir", "--output-dir", str(out),
             "training.max_steps=8", *overrides, f"parallel.local_collectives={mode}"],
             nprocs=(2, 2)), timeout=600, cwd=REPO)
         assert p.returncode == 0, p.stderr[-4000:]
+        sent[mode] = [b - a for a, b in zip(before, host_tx_bytes())]
         with h5py.File(out / "metrics" / "rank_00000.h5", "r") as f:
             got[mode] = (np.array(f["steps/loss"][:]), f.attrs.get("collectives", ""))
     groups = dict(g.split(": ", 1) for g in got["auto"][1].split("; "))
-    assert groups.pop("world") == world_transport, got["auto"][1]
+    assert groups.pop("world") == TWO_LEVEL, got["auto"][1]
     if layout == "hsdp":  # rank 0's shard group {0, 1} and replicate group {0, 2}
         assert set(groups.values()) == {"local memory (process_vm_readv)",
                                         "backend (2 hosts: one rank per host)"}, groups
@@ -113,6 +127,8 @@ def test_two_ranks_per_host_run_collectives_in_two_levels(launcher, netns_hosts,
     a, b = got["auto"][0], got["off"][0]
     assert a.shape == b.shape == (8,)
     assert np.max(np.abs(a - b) / np.abs(b)) <= 1e-5, (a, b)
+    for host, (two_level, flat) in enumerate(zip(sent["auto"], sent["off"])):
+        assert tx_ratio[0] <= two_level / flat <= tx_ratio[1], (host, sent)
 
 
 def test_fail_fast_kill_9_on_second_host(launcher, netns_hosts, tmp_path):
