@@ -335,6 +335,10 @@ MetricsData readMetricsFile(const std::string& path) {
   h5::H5Handle file = h5::openFile(path, /*writable=*/false, /*file_locking=*/false);
   h5::H5Handle root = h5::openGroup(file, "/");
   for (const std::string& name : h5::listAttrs(root)) {
+    // An attribute of several elements (resume_steps after a second resume) is no scalar:
+    // reading it as one wrote past the value (sweep_tagger aggregate's reader crashed).
+    if (h5::attrType(root, name) != h5::AttrType::kString && h5::attrElements(root, name) != 1)
+      continue;
     switch (h5::attrType(root, name)) {
       case h5::AttrType::kInt:
         d.attrs[name] = h5::readAttrInt(root, name);

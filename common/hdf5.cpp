@@ -306,7 +306,24 @@ AttrType attrType(hid_t obj, const std::string& name) {
   }
 }
 
+int64_t attrElements(hid_t obj, const std::string& name) {
+  H5Handle attr = openAttr(obj, name);
+  H5Handle space(check(H5Aget_space(attr), obj, "H5Aget_space " + name), Kind::kDataspace);
+  return static_cast<int64_t>(H5Sget_simple_extent_npoints(space));
+}
+
+namespace {
+// A scalar read of an array attribute would write past the one value it is given.
+void requireOneElement(hid_t obj, const std::string& name) {
+  const int64_t n = attrElements(obj, name);
+  if (n != 1)
+    throw IoError("attribute '" + name + "' holds " + std::to_string(n) +
+                  " elements, expected one");
+}
+}  // namespace
+
 int64_t readAttrInt(hid_t obj, const std::string& name) {
+  requireOneElement(obj, name);
   H5Handle attr = openAttr(obj, name);
   int64_t v = 0;
   checkStatus(H5Aread(attr, H5T_NATIVE_INT64, &v), obj, "H5Aread '" + name + "' as int64");
@@ -314,6 +331,7 @@ int64_t readAttrInt(hid_t obj, const std::string& name) {
 }
 
 double readAttrDouble(hid_t obj, const std::string& name) {
+  requireOneElement(obj, name);
   H5Handle attr = openAttr(obj, name);
   double v = 0;
   checkStatus(H5Aread(attr, H5T_NATIVE_DOUBLE, &v), obj, "H5Aread '" + name + "' as double");

@@ -93,8 +93,11 @@ std::vector<int64_t> readAttrInts(hid_t obj, const std::string& name);
 enum class AttrType { kInt, kFloat, kString, kOther };
 bool hasAttr(hid_t obj, const std::string& name);
 AttrType attrType(hid_t obj, const std::string& name);
+// Number of elements of an attribute (1 for a scalar).
+int64_t attrElements(hid_t obj, const std::string& name);
 // Readers convert between integer and float classes; a string read of a
-// non-string attribute (or vice versa) throws IoError.
+// non-string attribute (or vice versa) throws IoError. REQUIRES for readAttrInt and
+// readAttrDouble: the attribute holds one element (else IoError, not a read past the value).
 int64_t readAttrInt(hid_t obj, const std::string& name);
 double readAttrDouble(hid_t obj, const std::string& name);
 std::string readAttrString(hid_t obj, const std::string& name);  // variable or fixed

@@ -209,6 +209,35 @@ TEST(MetricsFileTest, RoundTrip) {
   }
 }
 
+// A run resumed three times (resume_steps holds 3 elements) reads back: the scalar read of
+// that array attribute wrote past its one value and crashed aggregate's reader.
+TEST(MetricsFileTest, RunResumedSeveralTimesReadsBack) {
+  std::string path = metricsFilePath(tempDir() + "/resumed3", 0);
+  RunInfo info = sampleInfo();
+  {
+    MetricsFile m = MetricsFile::create(path, info);
+    m.declareMetric("step", true);
+    for (int s = 0; s < 4; ++s) m.appendStep({{"step", s}});
+    m.setStatus("completed", 0, "done");
+    m.close();
+  }
+  for (int i = 0; i < 3; ++i) {
+    MetricsFile m = MetricsFile::resume(path, info, 4);
+    m.setStatus("completed", 0, "done");
+    m.close();
+  }
+  MetricsData d = readMetricsFile(path);
+  EXPECT_EQ(std::get<int64_t>(d.attrs.at("resume_count")), 3);
+  EXPECT_EQ(d.attrs.count("resume_steps"), 0u);  // an array, not a scalar attribute
+  EXPECT_EQ(d.status.steps_done, 4);
+  h5::H5Handle file = h5::openFile(path, false, false);
+  h5::H5Handle root = h5::openGroup(file, "/");
+  EXPECT_EQ(h5::readAttrInts(root, "resume_steps"), (std::vector<int64_t>{4, 4, 4}));
+  EXPECT_EQ(h5::attrElements(root, "resume_steps"), 3);
+  EXPECT_THROW(h5::readAttrInt(root, "resume_steps"), IoError);
+  EXPECT_THROW(h5::readAttrDouble(root, "resume_steps"), IoError);
+}
+
 TEST(MetricsFileTest, ContractViolationsThrow) {
   MetricsFile m = MetricsFile::create(tempDir() + "/m.h5", sampleInfo());
   m.declareMetric("loss", false);
