@@ -286,6 +286,6 @@ for b in "${which[@]}"; do
     ckpt) bench_ckpt ;;
     launcher) scripts/bench_launcher.sh ;;
     aggregate) if [ -x scripts/bench_aggregate.sh ]; then scripts/bench_aggregate.sh; else echo "bench: aggregate benchmark not available yet" >&2; fi ;;
-    *) echo "bench: unknown benchmark '$b'" >&2; exit 2 ;;
+    *) echo "bench: unknown benchmark '$b'; expected trainer, eager, dpscale, memory, launcher, aggregate, data, hfload, textdata or ckpt (see the list at the top of scripts/bench.sh)" >&2; exit 2 ;;
   esac
 done
