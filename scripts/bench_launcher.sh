@@ -133,7 +133,7 @@ for key, label, n in rows:
     ok = "-" if key.startswith("base") else ("yes" if med <= 300 else "NO")
     lines.append(f"| {label} | {n} | {med:.1f} ({min(ext):.1f}-{max(ext):.1f}) | {imed} | "
                  f"{ok} |")
-lines += ["", "## Plan-only dry runs of large host lists", "",
+lines += ["", "#### Plan-only dry runs of large host lists", "",
           "Wall time of the whole command (parse, expand, place, print to /dev/null). Before "
           "(quadratic placement): 'n[1-30000]:8' took 23 s, 'n[0001-999999]:8' did not finish "
           "in 2 minutes.", "",
