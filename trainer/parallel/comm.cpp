@@ -32,6 +32,10 @@ CollectiveTimer::~CollectiveTimer() {
   g_collective_ns.fetch_add(ns.count(), std::memory_order_relaxed);
 }
 
+bool isReducedPrecision(const torch::Tensor& t) {
+  return t.scalar_type() == torch::kBFloat16 || t.scalar_type() == torch::kHalf;
+}
+
 std::unique_ptr<PendingWork> Comm::allReduceSumAsync(torch::Tensor& t) {
   allReduceSum(t);
   return std::make_unique<DoneWork>();
@@ -52,10 +56,6 @@ class SelfComm final : public Comm {
   void broadcast(torch::Tensor&, int) override {}
   void barrier() override {}
 };
-
-bool isReducedPrecision(const torch::Tensor& t) {
-  return t.scalar_type() == torch::kBFloat16 || t.scalar_type() == torch::kHalf;
-}
 
 class ProcessGroupComm final : public Comm {
  public:

@@ -77,6 +77,9 @@ class CollectiveTimer {
   std::chrono::steady_clock::time_point t0_;
 };
 
+// bf16 or fp16: the dtypes every Comm reduces in fp32 (upcast, reduce, cast back once).
+bool isReducedPrecision(const torch::Tensor& t);
+
 // Single-process Comm (world size 1): every collective is the identity.
 std::unique_ptr<Comm> makeSelfComm();
 

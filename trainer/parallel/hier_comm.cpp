@@ -39,16 +39,33 @@ HostPlan planHosts(const std::vector<std::string>& keys, int me) {
 
 namespace {
 
-bool lowPrecision(const torch::Tensor& t) {
-  return t.scalar_type() == torch::kBFloat16 || t.scalar_type() == torch::kHalf;
-}
-
 // A contiguous 1-D tensor with t's values in fp32 (low precision) or t's dtype; it
 // aliases t when no conversion or copy is needed.
 torch::Tensor flatWide(const torch::Tensor& t) {
-  torch::Tensor w = lowPrecision(t) ? t.to(torch::kFloat32) : t;
+  torch::Tensor w = isReducedPrecision(t) ? t.to(torch::kFloat32) : t;
   return w.contiguous().view({-1});
 }
+
+// The cross-host all-reduce of a shard in flight; wait() finishes it and all-gathers
+// the shards within the host into `padded`, then copies them to `t` (flat) if they differ.
+class HierPending final : public PendingWork {
+ public:
+  HierPending(Comm& intra, std::unique_ptr<PendingWork> cross, torch::Tensor t, torch::Tensor padded,
+              torch::Tensor shard)
+      : intra_(intra), cross_(std::move(cross)), t_(std::move(t)), padded_(std::move(padded)),
+        shard_(std::move(shard)) {}
+  void wait() override {
+    cross_->wait();
+    CollectiveTimer timer;
+    intra_.allGather(padded_, shard_);
+    if (!padded_.is_same(t_)) t_.copy_(padded_.narrow(0, 0, t_.numel()));
+  }
+
+ private:
+  Comm& intra_;
+  std::unique_ptr<PendingWork> cross_;
+  torch::Tensor t_, padded_, shard_;
+};
 
 class HierComm final : public Comm {
  public:
@@ -84,60 +101,39 @@ class HierComm final : public Comm {
   // (two latency-bound steps instead of three).
   static constexpr int64_t kSplitMin = 16384;
 
+  // The split all-reduce of w (flat, fp32/fp64, contiguous, at least kSplitMin per host
+  // rank): the host-level reduce-scatter here, the cross-host all-reduce of this rank's
+  // shard left in flight; wait() all-gathers within the host into w.
+  std::unique_ptr<PendingWork> startSplit(const torch::Tensor& w);
+
   std::unique_ptr<Comm> flat_, intra_, cross_;
-};
-
-// The cross-host all-reduce of a shard in flight; wait() finishes it and all-gathers
-// the shards within the host into `padded`, then copies them to `t` if they differ.
-class HierPending final : public PendingWork {
- public:
-  HierPending(Comm& intra, std::unique_ptr<PendingWork> cross, torch::Tensor t, torch::Tensor padded,
-              torch::Tensor shard)
-      : intra_(intra), cross_(std::move(cross)), t_(std::move(t)), padded_(std::move(padded)),
-        shard_(std::move(shard)) {}
-  void wait() override {
-    cross_->wait();
-    CollectiveTimer timer;
-    intra_.allGather(padded_, shard_);
-    if (!padded_.is_same(t_)) t_.copy_(padded_.narrow(0, 0, t_.numel()).view(t_.sizes()));
-  }
-
- private:
-  Comm& intra_;
-  std::unique_ptr<PendingWork> cross_;
-  torch::Tensor t_, padded_, shard_;
 };
 
 void HierComm::allReduceSum(torch::Tensor& t) {
   if (!t.device().is_cpu()) return flat_->allReduceSum(t);
   CollectiveTimer timer;
   torch::Tensor w = flatWide(t);
-  const int64_t n = w.numel(), L = intra_->size();
-  if (n < L * kSplitMin) {
+  if (w.numel() < intra_->size() * kSplitMin) {
     intra_->allReduceSum(w);
     cross_->allReduceSum(w);
   } else {
-    const int64_t chunk = (n + L - 1) / L;
-    torch::Tensor padded = n == chunk * L ? w : torch::cat({w, torch::zeros({chunk * L - n}, w.options())});
-    torch::Tensor shard = torch::empty({chunk}, w.options());
-    intra_->reduceScatterSum(shard, padded);
-    cross_->allReduceSum(shard);
-    intra_->allGather(padded, shard);
-    if (!padded.is_same(w)) w.copy_(padded.narrow(0, 0, n));
+    startSplit(w)->wait();
   }
   if (w.data_ptr() != t.data_ptr() || w.scalar_type() != t.scalar_type()) t.copy_(w.view(t.sizes()));
 }
 
-// The host-level reduce-scatter runs here (memory, fast); the cross-host all-reduce of
-// the shard is left in flight on the backend, so backward overlaps the network part, as
-// with the flat backend.
+// The cross-host part stays in flight on the backend, so backward overlaps the network
+// part, as with the flat backend.
 std::unique_ptr<PendingWork> HierComm::allReduceSumAsync(torch::Tensor& t) {
-  const int64_t n = t.numel(), L = intra_->size();
-  if (!t.device().is_cpu() || !t.is_contiguous() || lowPrecision(t) || n < L * kSplitMin)
+  if (!t.device().is_cpu() || !t.is_contiguous() || isReducedPrecision(t) ||
+      t.numel() < intra_->size() * kSplitMin)
     return Comm::allReduceSumAsync(t);  // runs to completion here
   CollectiveTimer timer;
-  torch::Tensor w = t.view({-1});
-  const int64_t chunk = (n + L - 1) / L;
+  return startSplit(t.view({-1}));
+}
+
+std::unique_ptr<PendingWork> HierComm::startSplit(const torch::Tensor& w) {
+  const int64_t n = w.numel(), L = intra_->size(), chunk = (n + L - 1) / L;
   torch::Tensor padded = n == chunk * L ? w : torch::cat({w, torch::zeros({chunk * L - n}, w.options())});
   torch::Tensor shard = torch::empty({chunk}, w.options());
   intra_->reduceScatterSum(shard, padded);

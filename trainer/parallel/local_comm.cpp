@@ -146,8 +146,7 @@ bool reducible(const torch::Tensor& t) {
          (t.scalar_type() == torch::kFloat32 || t.scalar_type() == torch::kFloat64);
 }
 bool lowPrecision(const torch::Tensor& t) {
-  return t.defined() && t.device().is_cpu() &&
-         (t.scalar_type() == torch::kBFloat16 || t.scalar_type() == torch::kHalf);
+  return t.defined() && t.device().is_cpu() && isReducedPrecision(t);
 }
 
 class LocalComm final : public Comm {
