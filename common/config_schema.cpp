@@ -257,6 +257,12 @@ const char* valueTypeName(ValueType t) {
   return "?";
 }
 
+std::string formatFixed(double v, int prec) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", prec, v);
+  return buf;
+}
+
 std::string formatDouble(double v) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";

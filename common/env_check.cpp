@@ -6,8 +6,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <initializer_list>
-#include <iomanip>
 #include <sstream>
+
+#include "common/config.h"
 
 namespace ftb {
 namespace {
@@ -21,12 +22,6 @@ Fn symbol(void* lib, const char* name) {
 std::string env(const char* name) {
   const char* v = std::getenv(name);
   return v ? v : "";
-}
-
-std::string fmt(double v, int prec) {
-  std::ostringstream os;
-  os << std::fixed << std::setprecision(prec) << v;
-  return os.str();
 }
 
 std::string trimmed(std::string s) {
@@ -220,11 +215,11 @@ std::vector<std::string> envWarnings(const EnvFacts& f, double gemm_flops,
                 threadFix(f));
   const bool cpu_peak = peak.cores > 0 && peak.flops > 0;
   if (cpu_peak && gemm_flops > 0 && gemm_flops < kGemmWarnFraction * peak.flops)
-    w.push_back("environment: measured " + dtype + " GEMM " + fmt(gemm_flops / 1e9, 1) +
-                " GFLOP/s is " + fmt(100 * gemm_flops / peak.flops, 0) + " % of the " + dtype +
-                " hardware peak " + fmt(peak.flops / 1e9, 1) + " GFLOP/s (" + peak.unit + ", " +
+    w.push_back("environment: measured " + dtype + " GEMM " + formatFixed(gemm_flops / 1e9, 1) +
+                " GFLOP/s is " + formatFixed(100 * gemm_flops / peak.flops, 0) + " % of the " + dtype +
+                " hardware peak " + formatFixed(peak.flops / 1e9, 1) + " GFLOP/s (" + peak.unit + ", " +
                 std::to_string(peak.cores) + " core(s)), below " +
-                fmt(100 * kGemmWarnFraction, 0) + " %; " + gemmCause(f, dtype, peak));
+                formatFixed(100 * kGemmWarnFraction, 0) + " %; " + gemmCause(f, dtype, peak));
   return w;
 }
 

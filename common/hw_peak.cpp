@@ -16,6 +16,7 @@
 #include <limits>
 #include <sstream>
 
+#include "common/config.h"
 #include "common/log.h"
 
 namespace ftb {
@@ -196,12 +197,6 @@ std::string lower(std::string s) {
   return s;
 }
 
-std::string fmtNum(double v, int prec) {
-  std::ostringstream os;
-  os << std::fixed << std::setprecision(prec) << v;
-  return os.str();
-}
-
 }  // namespace
 
 const CpuUnit* CpuUnits::find(const std::string& name) const {
@@ -295,9 +290,9 @@ PeakFlops cpuPeak(const CpuUnits& u, const std::string& dtype, int cores_used) {
   p.flops_per_cycle = best->flops_per_cycle;
   p.flops = double(cores_used) * u.clock_hz * best->flops_per_cycle;
   p.source = "CPU " + u.model_name + ": " + std::to_string(cores_used) + " core(s) x " +
-             fmtNum(u.clock_hz / 1e9, 2) + " GHz x " + fmtNum(best->flops_per_cycle, 0) +
+             formatFixed(u.clock_hz / 1e9, 2) + " GHz x " + formatFixed(best->flops_per_cycle, 0) +
              " " + dtype + " FLOP/cycle (" + best->name + ", measured " +
-             fmtNum(best->measured_flops_per_cycle, 1) + ")" +
+             formatFixed(best->measured_flops_per_cycle, 1) + ")" +
              (u.from_cache ? ", cached in " + u.cache_file : "");
   return p;
 }
@@ -334,7 +329,7 @@ PeakFlops gpuPeak(const std::string& device_name, const std::string& dtype) {
     double tf = dtype == "bf16" ? e.bf16_tflops : e.fp32_tflops;
     p.flops = tf * 1e12;
     p.unit = "GPU table";
-    p.source = std::string("GPU table: ") + e.label + " dense " + dtype + " " + fmtNum(tf, 1) +
+    p.source = std::string("GPU table: ") + e.label + " dense " + dtype + " " + formatFixed(tf, 1) +
                " TFLOPS (device '" + device_name + "')";
     return p;
   }
@@ -347,8 +342,8 @@ PeakFlops applyPeakOverride(const PeakFlops& computed, double peak_tflops) {
   PeakFlops p;
   p.flops = peak_tflops * 1e12;
   p.unit = "config";
-  p.source = "config metrics.peak_tflops = " + fmtNum(peak_tflops, 4) + " TFLOPS" +
-             (computed.flops > 0 ? " (computed: " + fmtNum(computed.flops / 1e12, 4) +
+  p.source = "config metrics.peak_tflops = " + formatFixed(peak_tflops, 4) + " TFLOPS" +
+             (computed.flops > 0 ? " (computed: " + formatFixed(computed.flops / 1e12, 4) +
                                        " TFLOPS, " + computed.source + ")"
                                  : "");
   return p;
@@ -358,8 +353,8 @@ PeakCheck checkGemmAgainstPeak(double gemm_flops, const PeakFlops& peak) {
   PeakCheck c;
   if (peak.flops > 0 && gemm_flops > peak.flops) {
     c.ok = false;
-    c.message = "peak error: the measured GEMM (" + fmtNum(gemm_flops / 1e9, 1) +
-                " GFLOP/s) exceeds the computed hardware peak (" + fmtNum(peak.flops / 1e9, 1) +
+    c.message = "peak error: the measured GEMM (" + formatFixed(gemm_flops / 1e9, 1) +
+                " GFLOP/s) exceeds the computed hardware peak (" + formatFixed(peak.flops / 1e9, 1) +
                 " GFLOP/s from " + peak.source +
                 "), so that peak is wrong; MFU is not reported. Fix: set metrics.peak_tflops";
   }

@@ -7,9 +7,9 @@
 #include <optional>
 #include <ostream>
 #include <set>
-#include <sstream>
 #include <thread>
 
+#include "common/config.h"
 #include "common/error.h"
 #include "common/run_control.h"
 #include "common/run_lock.h"
@@ -74,12 +74,6 @@ bool waitFor(F done, Clock::time_point deadline) {
   return true;
 }
 
-std::string fixed(double v, int prec) {
-  std::ostringstream os;
-  os << std::fixed << std::setprecision(prec) << v;
-  return os.str();
-}
-
 void printReplies(const CtlArgs& a, const std::vector<CtlReply>& reps, std::ostream& out) {
   const CtlReply& r0 = reps.front();
   out << "run " << a.run_dir << ": " << ctlCommandName(a.command) << " answered after step "
@@ -95,8 +89,8 @@ void printReplies(const CtlArgs& a, const std::vector<CtlReply>& reps, std::ostr
     out << std::left << std::setw(6) << r.rank << std::setw(14) << r.host << std::setw(9)
         << r.pid << std::setw(11) << r.state << std::setw(13)
         << (std::to_string(r.steps_done) + "/" + std::to_string(r.max_steps)) << std::setw(10)
-        << fixed(r.loss, 5) << std::setw(12) << fixed(r.tokens_per_s, 1) << std::setw(9)
-        << fixed(r.eta_s, 1) << (r.last_checkpoint.empty() ? "-" : r.last_checkpoint) << "\n";
+        << formatFixed(r.loss, 5) << std::setw(12) << formatFixed(r.tokens_per_s, 1) << std::setw(9)
+        << formatFixed(r.eta_s, 1) << (r.last_checkpoint.empty() ? "-" : r.last_checkpoint) << "\n";
 }
 
 // Waits for every rank's reply to `id`; "" when complete, else what is missing.

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <utility>
 
+#include "common/config.h"
 #include "common/log.h"
 #include "trainer/metrics/perf.h"
 
@@ -139,37 +140,31 @@ void summaryRow(std::ostream& os, const std::string& k, const std::string& v) {
   os << "  " << std::left << std::setw(28) << k << v << "\n";
 }
 
-std::string fixed(double v, int prec) {
-  std::ostringstream o;
-  o << std::fixed << std::setprecision(prec) << v;
-  return o.str();
-}
-
 // The figures of the measured steps (only when there are some).
 void measuredRows(std::ostream& os, const TrainConfig& tc, const TrainSummary& s,
                   const RunPeaks& peaks) {
   const int world = tc.world_size;
-  summaryRow(os, "tokens/s (padded, global)", fixed(s.tokens_per_s_padded, 1));
-  summaryRow(os, "tokens/s (dataset, global)", fixed(s.tokens_per_s_dataset, 1));
-  summaryRow(os, "tokens/s per device", fixed(s.tokens_per_s_padded / world, 1));
+  summaryRow(os, "tokens/s (padded, global)", formatFixed(s.tokens_per_s_padded, 1));
+  summaryRow(os, "tokens/s (dataset, global)", formatFixed(s.tokens_per_s_dataset, 1));
+  summaryRow(os, "tokens/s per device", formatFixed(s.tokens_per_s_padded / world, 1));
   summaryRow(os, "MFU (hardware peak)",
              !peaks.check.ok     ? "not reported: " + peaks.check.message
              : std::isnan(s.mfu) ? "not reported: " + peaks.hw.source
-                                 : fixed(100 * s.mfu, 1) + " % of " +
-                                       fixed(peaks.hw.flops / 1e9, 1) + " GFLOP/s (" +
+                                 : formatFixed(100 * s.mfu, 1) + " % of " +
+                                       formatFixed(peaks.hw.flops / 1e9, 1) + " GFLOP/s (" +
                                        peaks.hw.source + ")");
   summaryRow(os, "GEMM efficiency",
              std::isnan(s.gemm_efficiency)
                  ? "not reported: " + peaks.gemm_source
-                 : fixed(100 * s.gemm_efficiency, 1) + " % of " +
-                       fixed(peaks.gemm_flops / 1e9, 1) + " GFLOP/s (measured " +
+                 : formatFixed(100 * s.gemm_efficiency, 1) + " % of " +
+                       formatFixed(peaks.gemm_flops / 1e9, 1) + " GFLOP/s (measured " +
                        peaks.gemm_source + ")");
   summaryRow(os, "step time p50 / p90",
-             fixed(s.step_p50, 4) + " / " + fixed(s.step_p90, 4) + " s");
+             formatFixed(s.step_p50, 4) + " / " + formatFixed(s.step_p90, 4) + " s");
   summaryRow(os, "breakdown",
-             "data " + fixed(100 * s.data_frac, 1) + "%, fwd " + fixed(100 * s.fwd_frac, 1) +
-                 "%, bwd " + fixed(100 * s.bwd_frac, 1) + "%, opt " +
-                 fixed(100 * s.opt_frac, 1) + "%, comm " + fixed(100 * s.comm_frac, 1) + "%");
+             "data " + formatFixed(100 * s.data_frac, 1) + "%, fwd " + formatFixed(100 * s.fwd_frac, 1) +
+                 "%, bwd " + formatFixed(100 * s.bwd_frac, 1) + "%, opt " +
+                 formatFixed(100 * s.opt_frac, 1) + "%, comm " + formatFixed(100 * s.comm_frac, 1) + "%");
 }
 
 }  // namespace
@@ -179,7 +174,7 @@ void printSummary(const TrainConfig& tc, const TrainSummary& s, const RunPeaks& 
   std::ostringstream os;
   os << "\n== ftbench summary (" << s.measured_steps << " measured steps after "
      << std::min(tc.warmup_steps, s.steps) << " warmup) ==\n";
-  summaryRow(os, "model", tc.model.name + " (" + fixed(tc.model.numParams() / 1e6, 2) +
+  summaryRow(os, "model", tc.model.name + " (" + formatFixed(tc.model.numParams() / 1e6, 2) +
                               " M params)");
   summaryRow(os, "layout",
              "world " + std::to_string(tc.world_size) + " = dp " + std::to_string(tc.dpSize()) +
@@ -197,14 +192,14 @@ void printSummary(const TrainConfig& tc, const TrainSummary& s, const RunPeaks& 
                             : "not measured: every step of this process was warm-up "
                               "(training.warmup_steps = " +
                                   std::to_string(tc.warmup_steps) + ")");
-  summaryRow(os, "peak RSS (max over ranks)", fixed(s.peak_rss_max / (1 << 20), 1) + " MiB");
+  summaryRow(os, "peak RSS (max over ranks)", formatFixed(s.peak_rss_max / (1 << 20), 1) + " MiB");
   if (s.steps > 0)
-    summaryRow(os, "loss first / last", fixed(s.first_loss, 5) + " / " + fixed(s.last_loss, 5));
+    summaryRow(os, "loss first / last", formatFixed(s.first_loss, 5) + " / " + formatFixed(s.last_loss, 5));
   if (tc.price_per_hour > 0 && s.tokens_per_s_dataset > 0) {
     const double mt_per_hour = s.tokens_per_s_dataset * 3600 / 1e6;
-    summaryRow(os, "M tokens/hour (dataset)", fixed(mt_per_hour, 3));
-    summaryRow(os, "$ per M tokens", fixed(tc.price_per_hour * tc.world_size / mt_per_hour, 4) +
-                                         " (at $" + fixed(tc.price_per_hour, 2) +
+    summaryRow(os, "M tokens/hour (dataset)", formatFixed(mt_per_hour, 3));
+    summaryRow(os, "$ per M tokens", formatFixed(tc.price_per_hour * tc.world_size / mt_per_hour, 4) +
+                                         " (at $" + formatFixed(tc.price_per_hour, 2) +
                                          "/device-hour)");
   }
   summaryRow(os, "run directory", run_dir);
