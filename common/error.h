@@ -50,6 +50,10 @@ class OomError : public FtbError {
   explicit OomError(const std::string& msg) : FtbError(msg, 5) {}
 };
 
+// The first line of an exception message. libtorch's c10::Error appends a C++ backtrace
+// after it; users get this line (the backtrace belongs in a debug log, not an error).
+inline std::string firstLine(const std::string& what) { return what.substr(0, what.find('\n')); }
+
 inline constexpr int kExitBadInput = 2;
 // Stopped by a signal (or `launcher ctl stop`) after saving a complete checkpoint: rerunning
 // the same command resumes. 75 = EX_TEMPFAIL (sysexits.h, "try again later"), distinct from

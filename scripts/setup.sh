@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Installs every Debian package ftbench needs. Idempotent: re-running installs nothing
-# new. Needs root (or sudo). Checks that OpenBLAS (OpenMP flavour) is the active BLAS.
+# Installs every Debian package ftbench needs, then the project venv (.venv, git-ignored):
+# PyTorch 2.11 from PyPI (its libtorch is what the trainer builds against) and the Python
+# packages of the tests, pinned in scripts/requirements-venv.txt. Idempotent: re-running
+# installs nothing new. Needs root (or sudo). Checks that OpenBLAS is the active system BLAS.
 set -euo pipefail
 
 PKGS=(
   build-essential cmake ccache pkg-config git
-  libtorch-dev libgloo-dev libopenblas0-openmp      # libtorch 1.13 + c10d Gloo headers + fast BLAS
+  libopenblas0-openmp libopenblas-openmp-dev       # fp32 GEMM where it beats the wheel's MKL
   libjemalloc-dev                                   # trainer allocator (honest peak RSS)
   libopenmpi-dev openmpi-bin                        # launcher rendezvous
   libhdf5-dev hdf5-tools                            # metrics files
@@ -13,7 +15,7 @@ PKGS=(
   libsentencepiece-dev sentencepiece               # JSONL text datasets (spm_train/spm_encode: tests)
   clang libclang-rt-14-dev                          # libFuzzer harnesses (scripts/fuzz.sh)
   gnuplot-nox                                       # sweep_tagger aggregate --plot
-  python3 python3-torch python3-h5py python3-pandas python3-pytest   # interop + e2e tests
+  python3 python3-venv                              # the project venv (below)
   iproute2 procps psmisc                            # netns hosts, ps/pkill in tests
   slurmctld slurmd slurm-client munge               # SLURM cluster tests
 )
@@ -49,3 +51,30 @@ case "$blas" in
     fi
     ;;
 esac
+
+# ---- The project venv: libtorch for the build, torch 2.x and friends for the tests -------
+# Every package is pinned and installed with --no-deps (the file says why). The wheels are
+# kept in a wheelhouse (FTB_WHEELHOUSE, default ~/.cache/ftbench/wheels): the package index
+# here answers with no-store, so pip's own HTTP cache keeps nothing, and a second fresh
+# clone would download the 0.8 GB again.
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+VENV="$ROOT/.venv"
+REQ="$ROOT/scripts/requirements-venv.txt"
+WHEELS="${FTB_WHEELHOUSE:-$HOME/.cache/ftbench/wheels}"
+stamp="$VENV/.ftb-requirements.sha256"
+want=$(sha256sum "$REQ" | cut -d' ' -f1)
+if [ -x "$VENV/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
+  echo "setup: venv up to date ($VENV)"
+else
+  t0=$(date +%s)
+  mkdir -p "$WHEELS"
+  before=$(du -sb "$WHEELS" | cut -f1)
+  [ -x "$VENV/bin/python" ] || /usr/bin/python3 -m venv "$VENV"
+  "$VENV/bin/python" -m pip download -q --no-deps --only-binary=:all: -d "$WHEELS" -r "$REQ"
+  got=$(( ($(du -sb "$WHEELS" | cut -f1) - before) / 1048576 ))
+  "$VENV/bin/python" -m pip install -q --no-deps --no-index --find-links "$WHEELS" -r "$REQ"
+  echo "$want" >"$stamp"
+  echo "setup: venv installed in $(( $(date +%s) - t0 )) s, downloaded ${got} MiB" \
+       "($(du -sh "$VENV" | cut -f1) installed, wheelhouse $WHEELS)"
+fi
+"$VENV/bin/python" -c 'import torch; print("setup: torch", torch.__version__, "at", torch.__file__)'

@@ -1,15 +1,15 @@
 #include "trainer/parallel/backend.h"
 
+// Gloo's own headers come from parallel/gloo_decl (see its README).
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/cuda.h>
-
 
 namespace ftb {
 
 BackendKind resolveBackend(const std::string& name, bool tensors_on_cuda) {
   if (name == "gloo") return BackendKind::kGloo;
   // TrainConfig::fromConfig already refused "nccl" in a build without it (with
-  // file:line); makeNcclProcessGroup of backend_nccl_off.cpp is the runtime guard.
+  // file:line); makeNcclBackend of backend_nccl_off.cpp is the runtime guard.
   if (name == "nccl") return BackendKind::kNccl;
   return tensors_on_cuda && ncclCompiledIn() && torch::cuda::is_available() ? BackendKind::kNccl
                                                                            : BackendKind::kGloo;
@@ -41,12 +41,11 @@ DeviceChoice resolveDevice(const std::string& device, const std::string& backend
   return c;
 }
 
-c10::intrusive_ptr<c10d::ProcessGroup> makeProcessGroup(BackendKind kind,
-                                                        c10::intrusive_ptr<c10d::Store> store,
-                                                        int rank, int size,
-                                                        std::chrono::milliseconds timeout,
-                                                        const std::string& local_addr) {
-  if (kind == BackendKind::kNccl) return makeNcclProcessGroup(std::move(store), rank, size, timeout);
+c10::intrusive_ptr<c10d::Backend> makeBackend(BackendKind kind,
+                                              c10::intrusive_ptr<c10d::Store> store, int rank,
+                                              int size, std::chrono::milliseconds timeout,
+                                              const std::string& local_addr) {
+  if (kind == BackendKind::kNccl) return makeNcclBackend(std::move(store), rank, size, timeout);
   auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
   opts->devices.push_back(local_addr.empty()
                               ? c10d::ProcessGroupGloo::createDefaultDevice()

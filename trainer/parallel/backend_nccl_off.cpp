@@ -4,8 +4,8 @@
 
 namespace ftb {
 
-c10::intrusive_ptr<c10d::ProcessGroup> makeNcclProcessGroup(c10::intrusive_ptr<c10d::Store>, int,
-                                                            int, std::chrono::milliseconds) {
+c10::intrusive_ptr<c10d::Backend> makeNcclBackend(c10::intrusive_ptr<c10d::Store>, int, int,
+                                                  std::chrono::milliseconds) {
   throw ConfigError("parallel.backend", "config",
                     "NCCL is not compiled into this build (libtorch has no CUDA)",
                     "use backend = \"gloo\" or \"auto\"");

@@ -1,6 +1,6 @@
 #include "trainer/parallel/comm.h"
 
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -57,30 +57,30 @@ class SelfComm final : public Comm {
   void barrier() override {}
 };
 
-class ProcessGroupComm final : public Comm {
+class BackendComm final : public Comm {
  public:
-  ProcessGroupComm(c10::intrusive_ptr<c10d::ProcessGroup> pg, std::chrono::milliseconds timeout)
-      : pg_(std::move(pg)), timeout_(timeout) {
-    // Gloo 1.13 lacks _allgather_base, reduce_scatter and bf16 collectives.
-    native_fused_ = pg_->getBackendName() != "gloo";
-    native_low_precision_ = native_fused_;
+  BackendComm(c10::intrusive_ptr<c10d::Backend> backend, std::chrono::milliseconds timeout)
+      : backend_(std::move(backend)), timeout_(timeout) {
+    // Gloo's _reduce_scatter_base is an all-reduce followed by a chunk copy (twice the
+    // bytes of a ring reduce-scatter); alltoall + local sum moves what the ring moves.
+    native_reduce_scatter_ = backend_->getBackendName() != "gloo";
   }
-  int rank() const override { return pg_->getRank(); }
-  int size() const override { return pg_->getSize(); }
+  int rank() const override { return backend_->getRank(); }
+  int size() const override { return backend_->getSize(); }
 
   void allReduceSum(torch::Tensor& t) override { allReduce(t, c10d::ReduceOp::SUM, "allreduce(sum)"); }
   void allReduceMax(torch::Tensor& t) override { allReduce(t, c10d::ReduceOp::MAX, "allreduce(max)"); }
 
   std::unique_ptr<PendingWork> allReduceSumAsync(torch::Tensor& t) override {
-    if (isReducedPrecision(t) && !native_low_precision_) return Comm::allReduceSumAsync(t);
+    if (isReducedPrecision(t)) return Comm::allReduceSumAsync(t);  // reduced in fp32, below
     std::vector<torch::Tensor> v{t};
     c10d::AllreduceOptions opts;
     opts.reduceOp = c10d::ReduceOp::SUM;
-    return std::make_unique<Pending>(this, pg_->allreduce(v, opts), "allreduce(sum) async", t);
+    return std::make_unique<Pending>(this, backend_->allreduce(v, opts), "allreduce(sum) async", t);
   }
 
   void allReduce(torch::Tensor& t, c10d::ReduceOp op, const char* what) {
-    if (isReducedPrecision(t) && !native_low_precision_) {
+    if (isReducedPrecision(t)) {  // the contract: reductions in fp32, one rounding at the end
       torch::Tensor wide = t.to(torch::kFloat32);
       allReduce(wide, op, what);
       t.copy_(wide);
@@ -89,78 +89,57 @@ class ProcessGroupComm final : public Comm {
     std::vector<torch::Tensor> v{t};
     c10d::AllreduceOptions opts;
     opts.reduceOp = op;
-    wait(pg_->allreduce(v, opts), what, t);
+    wait(backend_->allreduce(v, opts), what, t);
   }
 
   void allGather(torch::Tensor& out, const torch::Tensor& in) override {
     TORCH_CHECK(out.numel() == in.numel() * size(), "allGather: out/in size mismatch");
-    torch::Tensor src = in.contiguous();
-    torch::Tensor dst = out;
-    if (isReducedPrecision(src) && !native_low_precision_) {  // data movement: send bytes
-      src = src.view(-1).view(torch::kByte);
-      dst = out.view(-1).view(torch::kByte);
-    }
-    if (native_fused_) {
-      torch::Tensor s = src.view(-1), d = dst.view(-1);
-      wait(pg_->_allgather_base(d, s), "_allgather_base", s);
-      return;
-    }
-    // Fallback: list-form allgather straight into views of the flat output buffer.
-    std::vector<std::vector<torch::Tensor>> outs(1);
-    torch::Tensor d = dst.view(-1);
-    int64_t n = src.numel();
-    for (int r = 0; r < size(); ++r) outs[0].push_back(d.narrow(0, r * n, n));
-    std::vector<torch::Tensor> ins{src.view(-1)};
-    wait(pg_->allgather(outs, ins), "allgather", src);
+    torch::Tensor s = in.contiguous().view(-1);
+    torch::Tensor d = out.view(-1);
+    wait(backend_->_allgather_base(d, s), "_allgather_base", s);
   }
 
   void reduceScatterSum(torch::Tensor& out, const torch::Tensor& in) override {
     TORCH_CHECK(in.numel() == out.numel() * size(), "reduceScatter: out/in size mismatch");
-    if (isReducedPrecision(in) && !native_low_precision_) {
+    if (isReducedPrecision(in)) {
       torch::Tensor wide_out = torch::empty({out.numel()}, out.options().dtype(torch::kFloat32));
       reduceScatterSum(wide_out, in.to(torch::kFloat32));
       out.view(-1).copy_(wide_out);
       return;
     }
-    if (native_fused_) {
-      std::vector<torch::Tensor> outs{out.view(-1)};
-      std::vector<std::vector<torch::Tensor>> ins(1);
-      int64_t n = out.numel();
-      torch::Tensor flat = in.contiguous().view(-1);
-      for (int r = 0; r < size(); ++r) ins[0].push_back(flat.narrow(0, r * n, n));
-      wait(pg_->reduce_scatter(outs, ins), "reduce_scatter", in);
+    torch::Tensor src = in.contiguous().view(-1);
+    if (native_reduce_scatter_) {
+      torch::Tensor dst = out.view(-1);
+      wait(backend_->_reduce_scatter_base(dst, src), "_reduce_scatter_base", src);
       return;
     }
-    // Fallback: alltoall sends chunk r to rank r (the bytes of a ring reduce-scatter),
-    // then each rank sums the size() chunks it received.
-    torch::Tensor src = in.contiguous().view(-1);
+    // alltoall sends chunk r to rank r (the bytes of a ring reduce-scatter), then each
+    // rank sums the size() chunks it received.
     torch::Tensor recv = torch::empty_like(src);
     std::vector<int64_t> splits;  // empty = equal splits
-    wait(pg_->alltoall_base(recv, src, splits, splits), "alltoall_base", src);
+    wait(backend_->alltoall_base(recv, src, splits, splits), "alltoall_base", src);
     out.view(-1).copy_(recv.view({size(), -1}).sum(0));
   }
 
   void broadcast(torch::Tensor& t, int root) override {
-    torch::Tensor x = t;
-    if (isReducedPrecision(t) && !native_low_precision_) x = t.view(torch::kByte);
-    std::vector<torch::Tensor> v{x};
+    std::vector<torch::Tensor> v{t};
     c10d::BroadcastOptions opts;
     opts.rootRank = root;
-    wait(pg_->broadcast(v, opts), "broadcast", t);
+    wait(backend_->broadcast(v, opts), "broadcast", t);
   }
 
-  void barrier() override { wait(pg_->barrier(), "barrier", torch::Tensor()); }
+  void barrier() override { wait(backend_->barrier(), "barrier", torch::Tensor()); }
 
  private:
   class Pending final : public PendingWork {
    public:
-    Pending(ProcessGroupComm* comm, c10::intrusive_ptr<c10d::Work> work, const char* op,
+    Pending(BackendComm* comm, c10::intrusive_ptr<c10d::Work> work, const char* op,
             torch::Tensor t)
         : comm_(comm), work_(std::move(work)), op_(op), t_(std::move(t)) {}
     void wait() override { comm_->wait(work_, op_, t_); }
 
    private:
-    ProcessGroupComm* comm_;
+    BackendComm* comm_;
     c10::intrusive_ptr<c10d::Work> work_;
     const char* op_;
     torch::Tensor t_;
@@ -175,25 +154,24 @@ class ProcessGroupComm final : public Comm {
       std::ostringstream os;
       os << logPrefix() << " " << op << " failed";
       if (t.defined()) os << " on " << t.numel() << " x " << t.scalar_type();
-      os << " (group size " << size() << ", timeout " << timeout_.count() / 1000.0
-         << " s): " << e.what();
+      os << " (" << backend_->getBackendName() << ", group size " << size() << ", timeout "
+         << timeout_.count() / 1000.0 << " s): " << firstLine(e.what());
       throw DistError(os.str());
     }
   }
 
-  c10::intrusive_ptr<c10d::ProcessGroup> pg_;
+  c10::intrusive_ptr<c10d::Backend> backend_;
   std::chrono::milliseconds timeout_;
-  bool native_fused_ = false;
-  bool native_low_precision_ = false;
+  bool native_reduce_scatter_ = false;
 };
 
 }  // namespace
 
 std::unique_ptr<Comm> makeSelfComm() { return std::make_unique<SelfComm>(); }
 
-std::unique_ptr<Comm> makeProcessGroupComm(c10::intrusive_ptr<c10d::ProcessGroup> pg,
-                                           std::chrono::milliseconds timeout) {
-  return std::make_unique<ProcessGroupComm>(std::move(pg), timeout);
+std::unique_ptr<Comm> makeBackendComm(c10::intrusive_ptr<c10d::Backend> backend,
+                                      std::chrono::milliseconds timeout) {
+  return std::make_unique<BackendComm>(std::move(backend), timeout);
 }
 
 }  // namespace ftb

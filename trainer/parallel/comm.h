@@ -5,12 +5,11 @@
 //   a timeout or backend failure throws DistError naming this rank, host, the
 //   collective, the tensor size and the timeout.
 // - Reductions are computed in fp32 (or the tensor's wider dtype): bf16/fp16 inputs
-//   are upcast, reduced and cast back, because Gloo 1.13 has no bf16 collectives.
+//   are upcast, reduced and cast back once, as torchtitan's reduce dtype does. Pure data
+//   movement (all-gather, broadcast) keeps the tensor's dtype.
 // - allGather/reduceScatter work on one flat buffer (out/in of size() * shard
-//   elements); backends that lack the fused ops get the documented fallbacks
-//   (allgather into views of the buffer; reduce_scatter = alltoall + local sum,
-//   the same bytes on the wire as a ring reduce-scatter). bf16 pure data movement
-//   travels as bytes.
+//   elements). On Gloo, reduce_scatter is alltoall + local sum (the bytes of a ring
+//   reduce-scatter; Gloo's own is an all-reduce, twice the bytes).
 // - A Comm of size 1 performs no communication.
 #pragma once
 
@@ -22,7 +21,7 @@
 #include <vector>
 
 namespace c10d {
-class ProcessGroup;
+class Backend;
 class Store;
 }  // namespace c10d
 
@@ -83,9 +82,9 @@ bool isReducedPrecision(const torch::Tensor& t);
 // Single-process Comm (world size 1): every collective is the identity.
 std::unique_ptr<Comm> makeSelfComm();
 
-// A Comm over a c10d ProcessGroup (Gloo here; NCCL in CUDA builds). Errors carry
-// logPrefix() (rank, host). Detects at construction which fused ops the backend has.
-std::unique_ptr<Comm> makeProcessGroupComm(c10::intrusive_ptr<c10d::ProcessGroup> pg,
-                                           std::chrono::milliseconds timeout);
+// A Comm over a c10d Backend (Gloo; NCCL for CUDA tensors). Errors carry logPrefix()
+// (rank, host), the backend and the first line of c10d's message (not its backtrace).
+std::unique_ptr<Comm> makeBackendComm(c10::intrusive_ptr<c10d::Backend> backend,
+                                      std::chrono::milliseconds timeout);
 
 }  // namespace ftb

@@ -75,7 +75,7 @@ Distributed initDistributed(const DistEnv& env, std::chrono::milliseconds timeou
                                          " ranks to connect"
                                    : std::string("connecting to rank 0")) +
                     ") failed after at most " + std::to_string(timeout.count() / 1000) +
-                    " s: " + e.what());
+                    " s: " + firstLine(e.what()));
   }
   d.timeout = timeout;
   std::vector<int> all(env.world_size);
@@ -126,11 +126,11 @@ std::unique_ptr<Comm> makeGroup(Distributed& d, const std::string& name, const s
   std::string master = env.master_addr + ":" + std::to_string(env.master_port);
   try {
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>(name, d.store);
-    auto pg = makeProcessGroup(resolveBackend(d.backend), prefixed,
+    auto pg = makeBackend(resolveBackend(d.backend), prefixed,
                                static_cast<int>(it - ranks.begin()),
                                static_cast<int>(ranks.size()), d.timeout,
                                localAddressTowards(env.master_addr));
-    std::unique_ptr<Comm> comm = makeProcessGroupComm(pg, d.timeout);
+    std::unique_ptr<Comm> comm = makeBackendComm(pg, d.timeout);
     if (d.local_collectives == "off") return comm;
     return placeCollectives(d, name, ranks, std::move(comm), *prefixed, how);
   } catch (const FtbError&) {
@@ -139,7 +139,7 @@ std::unique_ptr<Comm> makeGroup(Distributed& d, const std::string& name, const s
     throw DistError(where(env) + ": " + std::string(resolveBackend(d.backend) == BackendKind::kNccl ? "NCCL" : "Gloo") +
                     " rendezvous of group '" + name + "' (" +
                     std::to_string(ranks.size()) + " ranks) through " + master +
-                    " (waiting for all members to connect) failed: " + e.what());
+                    " (waiting for all members to connect) failed: " + firstLine(e.what()));
   }
 }
 
@@ -169,7 +169,7 @@ std::vector<std::string> gatherThroughStore(c10d::Store& store, const std::strin
       store.wait({k});
     } catch (const std::exception& e) {
       throw DistError(logPrefix() + ": waiting for member " + std::to_string(r) + " to publish '" +
-                      what + "' in the store: " + e.what());
+                      what + "' in the store: " + firstLine(e.what()));
     }
     std::vector<uint8_t> v = store.get(k);
     if (v.empty() || v[0] != 'v')
@@ -200,7 +200,7 @@ void Distributed::leaveAfterGather(const std::string& key) {
       store->wait({prefix + std::to_string(r)}, bound);
     } catch (const std::exception& e) {
       FTB_WARN(where(env) << ": rank " << r << " did not confirm reading '" << key
-                          << "' within " << bound.count() / 1000.0 << " s; leaving anyway: " << e.what());
+                          << "' within " << bound.count() / 1000.0 << " s; leaving anyway: " << firstLine(e.what()));
       return;
     }
   }

@@ -1,0 +1,2 @@
+// Declarations for ProcessGroupGloo.hpp only; see ../README.md. Nothing is needed from here.
+#pragma once
