@@ -57,7 +57,8 @@ struct KeySpec {
   std::string doc;   // one line, shown by --help-config and in README
   bool affects_experiment = true;  // false for output dirs / logging: excluded from the sweep tag
   // Declared but not implemented yet: a value other than the default is refused (exit 2)
-  // by RunConfig, and --help-config marks the key "planned". Drop the flag when it lands.
+  // by TrainConfig::fromConfig (common/run_config.h), and --help-config marks the key
+  // "planned". Drop the flag when it lands.
   bool planned = false;
   Domain domain{};  // numeric keys only (int, float): Schema::add(spec, domain)
 };

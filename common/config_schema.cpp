@@ -163,7 +163,7 @@ void addTraining(Schema& sc) {
               "\"none\" | \"full\" | \"every_N\""));
   sc.add(spec("training.threads", kInt, i(0), "intra-op threads; 0 = OMP_NUM_THREADS or 1"),
          atLeast(0));
-  // Device placement (issue 11); recorded in the metrics file's `device` attribute.
+  // Device placement; recorded in the metrics file's `device` attribute.
   sc.add(spec("training.device", kString, s("auto"),
               "\"auto\" (cuda:LOCAL_RANK with parallel.backend \"nccl\", else cpu) | \"cpu\" | "
               "\"cuda\" (cuda:LOCAL_RANK) | \"cuda:N\"; CUDA placement is not implemented yet "

@@ -1,4 +1,4 @@
-// The environment a rank computes in, checked at start (issue 11): which BLAS and which
+// The environment a rank computes in, checked at start: which BLAS and which
 // of its kernels, the ISA the CPU offers against the one the BLAS uses, thread counts
 // against the CPUs the process is bound to, and the allocator. The trainer checks its own
 // process; the launcher (launcher/env_probe.h) checks the program it is about to start,

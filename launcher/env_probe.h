@@ -1,6 +1,6 @@
-// The environment check of issue 11 from the launcher's side: what the program it starts
-// will compute with, shown by --dry-run (before anything starts) and in the launcher log
-// (right after the workers exec'd, attempt 0).
+// The environment check (common/env_check.h) from the launcher's side: what the program
+// it starts will compute with, shown by --dry-run (before anything starts) and in the
+// launcher log (right after the workers exec'd, attempt 0).
 //
 // Contracts:
 // - probeWorkerEnv() starts this launcher binary again (/proc/self/exe) as

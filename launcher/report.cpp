@@ -135,7 +135,7 @@ void writeWorker(std::ostream& o, const Plan& plan, const NodeInfo& n, int lr,
       << ")\n";
 }
 
-// One line per node: CPU, ISA, BLAS core type, threads against bound CPUs (issue 11);
+// One line per node: CPU, ISA, BLAS core type, threads against bound CPUs;
 // then what probeWorkerEnv() found for the node's first worker.
 void writeEnvironmentCheck(std::ostream& o, const NodeInfo& n) {
   o << "environment check, node " << n.node << " (" << n.host << "): ";

@@ -194,7 +194,7 @@ bench_hfload() {
   cat "$OUT/hf_load.md"
 }
 
-# JSONL + sentencepiece against a pre-tokenized .bin of the same tokens (issue 12). The .bin is
+# JSONL + sentencepiece against a pre-tokenized .bin of the same tokens. The .bin is
 # spm_encode's ids with [bos]/[eos] around each document, i.e. the stream the JSONL run trains
 # on with packing, so both runs train on the same windows (the report checks the trainer's
 # token cache against the .bin, and the losses). Two alternating rounds: round 1's JSONL run

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Markdown report of `scripts/bench.sh ckpt` (issue 10 benchmarks), from RUNS_DIR.
+"""Markdown report of `scripts/bench.sh ckpt`, from RUNS_DIR.
 
 Save and load per rank: the trainer's own log lines (trainer/checkpoint/hook.cpp)
   checkpoint save: rank R wrote B bytes in S s (serialize, write, fsync, checksum); whole save W s
@@ -218,7 +218,7 @@ def agreement_report():
           f"{pct(aligned / step)} |")
     print(f"| in-trainer `agree_s`, summed (the loss/norm all-reduce, waiting for the slower "
           f"rank included) | {pct(in_trainer)} |")
-    print(f"\n- Target (issue 10): stop agreement <= 0.5 % of the step time: "
+    print(f"\n- Target: stop agreement <= 0.5 % of the step time: "
           f"{'yes' if marginal_hi / step <= 0.005 else 'NO'} ({pct(marginal_hi / step)}: the "
           "stop flag's marginal cost, upper end of its 95 % CI). This is the figure compared "
           "because the flag is what the stop agreement adds: the all-reduce it rides in runs "
@@ -249,7 +249,7 @@ def main():
           "in a save. DDP ranks split the replicated state between them (each slice is written "
           "once); ZeRO-3 ranks write their own shards.\n")
     worst = save_table()
-    print(f"\n- Target (issue 10): whole save <= 2x dd of the same bytes: "
+    print(f"\n- Target: whole save <= 2x dd of the same bytes: "
           f"{'yes' if worst <= 2 else 'NO'} (worst ratio {worst:.2f}).\n")
     agreement_report()
 

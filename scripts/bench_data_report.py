@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Per-rank data time against the world size (issue 11): one run dir per argument.
+"""Per-rank data time against the world size: one run dir per argument.
 
 Every figure is read from the runs' per-rank HDF5 metrics files (the measured,
 post-warmup steps): data_s is the time a rank spends building its own micro-batches
@@ -39,7 +39,7 @@ print(f"Machine: {cpu_model()}, {os.cpu_count()} cores, `scripts/bench.sh data`:
       f"--nproc-per-node N`, synthetic data, seq {rows[0]['seq']}, micro-batch {rows[0]['mb']} "
       "per rank (the global batch grows with the world). data = median over the measured "
       "steps of each rank's `data_s` (building its own micro-batches); the range is over "
-      "ranks. Ratio = slowest rank against world 1. Target: flat (issue 11).\n")
+      "ranks. Ratio = slowest rank against world 1. Target: flat.\n")
 print("| world | global batch | measured steps | data ms/step per rank (min–max) "
       "| vs world 1 | comm ms/step p50 |")
 print("|---|---|---|---|---|---|")

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Plain Python PyTorch eager baseline for `scripts/bench.sh eager` (issue 11).
+"""Plain Python PyTorch eager baseline for `scripts/bench.sh eager`.
 
 The same Llama as ftbench's trainer (RMSNorm, rotary embeddings, causal attention as
 matmul + masked softmax + matmul with grouped KV heads, SwiGLU MLP, untied output

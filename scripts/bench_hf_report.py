@@ -50,7 +50,7 @@ for name, label in (("w1", "world 1"), ("zero3_w2", "ZeRO-3 world 2")):
 
 z3 = max(peak for *_, peak in ranks("zero3_w2"))
 ok = "yes" if z3 < full_mib else "**no**"
-print(f"\n- Target (issue 12): peak RSS per rank while loading at ZeRO-3 world 2 below the full "
+print(f"\n- Target: peak RSS per rank while loading at ZeRO-3 world 2 below the full "
       f"fp32 model: {ok} ({z3} MiB max over ranks vs {full_mib:.0f} MiB).")
 print("\nWhat the loader itself adds per rank (its copies and the file pages of the slice being "
       "copied, dropped after each slice) is the \"added by loading\" column; under ZeRO-3 each "

@@ -2,7 +2,7 @@
 """Markdown report of the memory benchmark: measured peak RSS per rank (VmHWM, from
 each rank's HDF5 peak_rss_bytes) against `trainer --estimate-memory`, for ZeRO 0-3.
 
-Targets: ZeRO-1 < DDP, ZeRO-2 <= 0.9 x ZeRO-1 (issue 11), ZeRO-3 <= 0.6 x DDP, estimate
+Targets: ZeRO-1 < DDP, ZeRO-2 <= 0.9 x ZeRO-1, ZeRO-3 <= 0.6 x DDP, estimate
 within 10 % of measured on the 274 M model (25 % on the activation-dominated runs).
 """
 import re

@@ -69,7 +69,7 @@ def trainer(dirs):
     rows = [summarise(d) for d in dirs]
     print("# Trainer throughput: D512/L8 (58 M params), seq 512, micro-batch 4, 1 rank\n")
     print(machine(rows[0]) + " `scripts/bench.sh trainer`: `launcher --nproc-per-node 1` with "
-          "default flags. Targets (issue 11): GEMM efficiency ≥ 80 % fp32, ≥ 50 % bf16.\n")
+          "default flags. Targets: GEMM efficiency ≥ 80 % fp32, ≥ 50 % bf16.\n")
     print("| dtype | measured steps | tokens/s | GEMM efficiency (measured GEMM of the dtype) | "
           "MFU (hardware peak) | step p50 s | fwd / bwd / opt % | peak RSS MiB |")
     print("|---|---|---|---|---|---|---|---|")

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Markdown report of `scripts/bench.sh textdata` (issue 12): JSONL + sentencepiece against a
+"""Markdown report of `scripts/bench.sh textdata`: JSONL + sentencepiece against a
 pre-tokenized .bin of the same token stream, D512/L8, 1 rank.
 
 Usage: bench_textdata_report.py RUNS_DIR   (RUNS_DIR holds bin{1,2}/, jsonl{1,2}/, their
@@ -90,7 +90,7 @@ def main(runs):
           "give the same windows. Two alternating rounds; round 1's JSONL run tokenizes at "
           "start and writes the token cache, round 2's reads it. tokens/s = padded tokens over "
           "step time of the measured (post-warm-up) steps; data = the step's `data_s`. "
-          f"Target (issue 12): the JSONL run's tokens/s within {100 * TARGET_GAP:.0f} % of the "
+          f"Target: the JSONL run's tokens/s within {100 * TARGET_GAP:.0f} % of the "
           ".bin run's.\n")
     print("| round | source | measured steps | tokens/s | data ms/step p50 (max) | data share "
           "| step p50 s | start-up of the text source |")

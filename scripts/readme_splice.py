@@ -1,17 +1,20 @@
 #!/usr/bin/env python3
-"""Puts benchmark reports into README.md: the body of results/bench/<name>.md (whose first
-line is `# Title`) replaces the section `### Title` of README.md, up to the next heading of
-level 1 to 3 (a report may carry `####` subsections).
+"""Puts benchmark reports into results/bench/README.md: the body of results/bench/<name>.md
+(whose first line is `# Title`) replaces the section `### Title` of results/bench/README.md,
+up to the next heading of level 1 to 3 (a report may carry `####` subsections).
 
-    scripts/readme_splice.py results/bench/dpscale.md [more reports...]
+    scripts/readme_splice.py results/bench/*.md
 
-A report whose title has no section in the README is an error (exit 2), not a silent skip.
+results/bench/README.md itself, which that glob includes, is skipped. A report whose title
+has no section in it is an error (exit 2), not a silent skip.
 """
 import re
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+TARGET = ROOT / "results" / "bench" / "README.md"
+TARGET_NAME = "results/bench/README.md"
 
 
 def splice(readme, report):
@@ -21,8 +24,8 @@ def splice(readme, report):
     heading = "### " + lines[0][2:]
     out = readme.split("\n")
     if heading not in out:
-        print(f"error: README.md has no section {heading!r} for {report}\n"
-              f"  hint: add the heading to README.md's Benchmarks, or fix the report's title",
+        print(f"error: {TARGET_NAME} has no section {heading!r} for {report}\n"
+              f"  hint: add the heading to {TARGET_NAME}, or fix the report's title",
               file=sys.stderr)
         sys.exit(2)
     start = out.index(heading) + 1
@@ -32,15 +35,16 @@ def splice(readme, report):
     return "\n".join(out[:start] + lines[1:] + [""] + out[end:])
 
 
-def main(argv):
+def main(argv, target=TARGET):
     if not argv:
         print(__doc__, file=sys.stderr)
         return 2
-    path = ROOT / "README.md"
-    text = path.read_text()
+    text = target.read_text()
     for name in argv:
+        if Path(name).resolve() == target.resolve():
+            continue
         text = splice(text, Path(name))
-    path.write_text(text)
+    target.write_text(text)
     return 0
 
 

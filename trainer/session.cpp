@@ -419,7 +419,8 @@ int runSession(const SessionOptions& opts) {
     TrainConfig tc = resolveConfig(opts, cfg, env);
     watchdog.setGrace(tc.checkpoint.preempt_grace_s);
     if (std::optional<int> rc = runInfoCommand(opts, cfg, tc)) return *rc;
-    // Before anything is allocated: a layout that cannot fit ends as oom at once.
+    // From the estimate, before the model exists. A layout that cannot fit still gets its
+    // process group, run dir and metrics file, then throws OomError: status oom, exit 5.
     const std::string no_fit = memoryVerdict(tc, env);
     const std::string device = placeTensors(cfg, tc, env);
     checkStop("configuration");

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 9 acceptance 1: dependencies point one way, common <- launcher, trainer, sweep_tagger.
+"""Dependencies point one way, common <- launcher, trainer, sweep_tagger.
 
 Checks, and prints the graph it found:
   1. includes: no file under trainer/ includes a sweep_tagger/ or launcher/ header, none under

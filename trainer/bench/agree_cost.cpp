@@ -1,4 +1,4 @@
-// ftb_agree_bench: what the per-step stop agreement costs (scripts/bench.sh ckpt, issue 10;
+// ftb_agree_bench: what the per-step stop agreement costs (scripts/bench.sh ckpt;
 // report: scripts/bench_ckpt_report.py).
 //
 // The trainer's step agreement (agree() in trainer/train.cpp) is one world all-reduce of

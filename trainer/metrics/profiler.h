@@ -45,7 +45,8 @@ class StepProfiler final : public StepHooks {
   int64_t first_ = -1, last_done_ = -1;  // steps recorded so far
 };
 
-// Runs several hooks in order (checkpoint, profiler); ignores null entries.
+// Runs several hooks in the order given; ignores null entries. The session gives the
+// profiler first, then the checkpoint hook, so a save after step b is outside the trace.
 class HookList final : public StepHooks {
  public:
   explicit HookList(std::vector<StepHooks*> hooks) : hooks_(std::move(hooks)) {}

@@ -92,7 +92,7 @@ BAD = {
     "bad_cidr": (["--network", "10.0.0.0/40"], {}, "prefix"),
     "program_not_found": ([], {}, "not found in PATH"),
     "hosts_without_dry_run": (["--hosts", "n1"], {}, "only valid with --dry-run"),
-    # Issue 13 item 6: these were accepted as host names
+    # These were once accepted as host names
     "hosts_two_colons": (["--dry-run", "--hosts", "n1:2:3"], {},
                          "character ':' is not allowed in a host name"),
     "hosts_slash": (["--dry-run", "--hosts", "a/b:2"], {},
@@ -137,7 +137,7 @@ def _ranks_shown(out):
 
 
 def test_large_plan_prints_a_summary(launcher):
-    """Issue 13 item 6: 800 000 workers give a short summary (speed: bench_launcher.sh)."""
+    """800 000 workers give a short summary (speed: bench_launcher.sh)."""
     p = dry_run(launcher, ["--dry-run", "--hosts", "n[1-100000]:8", "--run-id", "big", "--",
                            "/bin/true"], {})
     assert p.returncode == 0, p.stderr
@@ -168,7 +168,7 @@ SECRETS = {"HF_TOKEN": "hf_s3cr3t", "MY_API_KEY": "k3y", "DB_PASSWORD": "pw1", "
 
 
 def test_dry_run_prints_only_what_the_launcher_sets(launcher):
-    """Issue 14: no inherited variables (and no secrets) unless --env all."""
+    """No inherited variables (and no secrets) unless --env all."""
     p = dry_run(launcher, ["--dry-run", "--hosts", "a", "--run-id", "e", "--", "/bin/true"],
                 {**SECRETS, "RANK": "5"})
     assert p.returncode == 0, p.stderr

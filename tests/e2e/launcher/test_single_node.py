@@ -53,7 +53,7 @@ def test_omp_num_threads_inherited(launcher, tmp_path):
 
 
 def test_bind_cores(launcher, tmp_path):
-    """Issue 11: by default the cores are split and bound among local workers, threads match."""
+    """By default the cores are split and bound among local workers, threads match."""
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         pytest.skip("needs 2 CPUs")
@@ -67,7 +67,7 @@ def test_bind_cores(launcher, tmp_path):
 
 
 def test_tuned_env_versus_no_tune_env(launcher, tmp_path):
-    """Issue 11 acceptance 3: the tuned worker env differs from the caller's only by the
+    """The tuned worker env differs from the caller's only by the
     torchrun variables and the logged tuning; --no-tune-env leaves it untouched."""
     caller = {"OMP_NUM_THREADS": "64", "OPENBLAS_CORETYPE": "Prescott", "KEEP_ME": "1"}
     contract = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
@@ -117,7 +117,7 @@ def probed(text):
 
 
 def test_dry_run_and_log_show_the_workers_blas_core_threads_and_allocator(launcher, tmp_path):
-    """Issue 11: --dry-run and the launcher log show the BLAS vendor of the program to start,
+    """--dry-run and the launcher log show the BLAS vendor of the program to start,
     the core type its BLAS picks under the worker's environment (tuned or not), threads,
     binding and the allocator, detected by the trainer's own code (common/env_check.h)."""
     if not TRAINER.exists():
@@ -281,7 +281,7 @@ def test_launcher_sigkill_leaves_no_orphans(launcher, tmp_path):
 
 
 def test_launcher_sigkill_takes_grandchildren(launcher, tmp_path):
-    """Issue 13 item 11: what a worker started itself (same process group) dies with a
+    """What a worker started itself (same process group) dies with a
     SIGKILLed launcher: the reaper kills every worker's process group."""
     proc, recs = _start(launcher, tmp_path, "--grandchild", "--sleep", "60", "--ignore-term")
     kids = [r["grandchild"] for r in recs.values()]
@@ -307,7 +307,7 @@ def test_normal_exit_ends_grandchildren(launcher, tmp_path):
 
 
 def test_usr1_is_a_stop_and_the_workers_code_passes_through(launcher, tmp_path):
-    """Issue 10: a forwarded USR1 after which workers exit with a requeue code is a stop,
+    """A forwarded USR1 after which workers exit with a requeue code is a stop,
     not a failure: no failure table, no restart, the workers' code is the exit code."""
     proc, recs = _start(launcher, tmp_path, "--sleep", "60", "--on-usr1", "75",
                         launcher_args=("--max-restarts", "2"))

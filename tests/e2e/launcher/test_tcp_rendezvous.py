@@ -1,4 +1,4 @@
-"""torchrun-style static rendezvous without MPI (issue 14): --nnodes/--node-rank/--master-addr.
+"""torchrun-style static rendezvous without MPI: --nnodes/--node-rank/--master-addr.
 
 Local tests run two launchers on 127.0.0.1; the netns tests put them on two namespace hosts
 (h1 = 10.77.0.11 node 0 with 2 workers, h2 = 10.77.0.12 node 1 with 1 worker) and skip

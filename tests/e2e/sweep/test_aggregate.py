@@ -1,4 +1,4 @@
-"""`sweep_tagger aggregate` end to end (issue 5, acceptance 4).
+"""`sweep_tagger aggregate` end to end.
 
 A results tree with completed, failed, OOM, killed-mid-run, truncated-file and
 not-started runs, written by ftb_synth_runs (the trainer's MetricsFile and run.toml

@@ -1,4 +1,4 @@
-"""Issue 13 items 7 (sweep side), 8 and 9: aggregate never passes corrupt or special
+"""Aggregate never passes corrupt or special
 files off as results, and sweep runners can tell a run held by another runner.
 
 Binaries: $FTB_BUILD_DIR/sweep_tagger/{sweep_tagger,ftb_synth_runs}.

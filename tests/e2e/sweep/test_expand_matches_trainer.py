@@ -1,4 +1,4 @@
-"""Issue 9 acceptance 2: `sweep_tagger expand`'s valid flag is the trainer's acceptance.
+"""`sweep_tagger expand`'s valid flag is the trainer's acceptance.
 
 A sweep over tp, ffn_dim, optimizer, nodes and nproc_per_node is expanded; for every point
 the trainer validates the same config and layout (`--print-config` runs the same

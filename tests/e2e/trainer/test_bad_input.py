@@ -1,4 +1,4 @@
-"""Issue 2, acceptance 5: bad input exits 2 naming key and file:line; nothing is written."""
+"""Bad input exits 2 naming key and file:line; nothing is written."""
 import re
 import subprocess
 
@@ -64,7 +64,7 @@ def test_world_size_does_not_divide_global_batch(tmp_path):
     assert re.search(r"global_batch_size\(6\).*world_size\(4\)|data-parallel size\(4\)", p.stderr)
 
 
-# Issue 4: bad layouts exit 2 before training, with the numbers in the message.
+# Bad layouts exit 2 before training, with the numbers in the message.
 @pytest.mark.parametrize("overrides,world,needle", [
     (["parallel.tp=2", "parallel.dp_shard=2", "parallel.dp_replicate=2"], 4,
      "dp_replicate(2) * dp_shard(2) * tp(2) = 8 does not equal world_size(4)"),

@@ -1,4 +1,4 @@
-"""Issue 10: sharded checkpoints, preemption and bit-identical resume (with resharding).
+"""Sharded checkpoints, preemption and bit-identical resume (with resharding).
 
 Every test runs real trainer processes on the tiny fp32 model (20 steps) and reads the
 HDF5 metrics files and checkpoint manifests with h5py / json, as a user would.

@@ -1,4 +1,4 @@
-"""Issue 10, acceptance 5: `launcher ctl status|save|stop RUN_DIR` on a running 2-rank job
+"""`launcher ctl status|save|stop RUN_DIR` on a running 2-rank job
 (launcher --nproc-per-node 2, tiny model). status answers per rank; save checkpoints at the
 next step boundary and the run goes on; stop checkpoints and ends the run as preempted with
 the requeue code; the rerun resumes and its losses equal an uninterrupted run's (==).

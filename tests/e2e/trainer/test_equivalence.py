@@ -1,4 +1,4 @@
-"""Issue 2, acceptance 2 and 3: layouts that compute the same global batch give the same losses."""
+"""Layouts that compute the same global batch give the same losses."""
 import numpy as np
 
 from trainer_util import assert_close, losses, run_ranks, run_trainer

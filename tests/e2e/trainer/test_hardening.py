@@ -1,4 +1,5 @@
-"""Issue 13 items 1, 2, 3, 4, 5, 7 and issue 14's torchtitan overrides, end to end.
+"""Hardening, end to end: overrides (torchtitan spellings too), value domains, config paths,
+huge sizes, one run per run directory.
 
 Each test asserts the exit code, that the message names the key, file or holder, and
 that nothing already written is lost or changed.
@@ -23,7 +24,7 @@ def trainer(*args, timeout=60, env=None):
                           capture_output=True, text=True, timeout=timeout)
 
 
-# ---- item 1 + issue 14: overrides arrive whole, torchtitan spellings -------------
+# ---- overrides arrive whole, torchtitan spellings --------------------------------
 
 def test_override_values_with_commas_arrive_whole():
     p = trainer("--config", TINY, "output.dir=/tmp/x,y", "--print-config")
@@ -58,7 +59,7 @@ def test_torchtitan_override_spellings():
     assert p.returncode == 2 and "training.lrr" in p.stderr and "did you mean 'training.lr'" in p.stderr
 
 
-# ---- items 2 and 5: values outside their domain; the key the user set is blamed ---
+# ---- values outside their domain; the key the user set is blamed ------------------
 
 @pytest.mark.parametrize("override, shown, allowed", [
     ("training.lr=nan", "nan", "a finite number >= 0"),
@@ -106,7 +107,7 @@ def test_the_key_the_user_set_is_blamed():
             "world_size(1); parallel.dp_shard = 1 is the default") in p.stderr, p.stderr
 
 
-# ---- item 4: config paths that are not regular files ------------------------------
+# ---- config paths that are not regular files --------------------------------------
 
 def test_config_that_is_not_a_regular_file(tmp_path):
     fifo = tmp_path / "cfg.fifo"
@@ -125,7 +126,7 @@ def test_config_that_is_not_a_regular_file(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-# ---- item 3: huge sizes are refused at once ---------------------------------------
+# ---- huge sizes are refused at once -----------------------------------------------
 
 @pytest.mark.parametrize("overrides,code,key,needle", [
     (["training.grad_accum_steps=4611686018427387904", "training.micro_batch_size=2"], 2,
@@ -198,7 +199,7 @@ def test_sigterm_during_setup_is_honoured(tmp_path):
                 assert f["status"].attrs["state"] == "preempted"
 
 
-# ---- item 7: one run per run directory --------------------------------------------
+# ---- one run per run directory ----------------------------------------------------
 
 def lock_text(run_dir):
     p = run_dir / "run.lock"

@@ -1,4 +1,4 @@
-"""Issue 12 (model half): Hugging Face model import and export.
+"""Hugging Face model import and export.
 
 Model directories are written here with numpy only (hf_util.py). The reference is a plain
 PyTorch Llama written below from the HF LlamaForCausalLM definition (RMSNorm, rotate_half

@@ -1,4 +1,4 @@
-"""Issue 4, acceptance 1: every parallel layout trains the same model on the same global batch.
+"""Every parallel layout trains the same model on the same global batch.
 
 Global batch 4 x 64 tokens, fp32, 20 steps of the tiny model (4 heads, 2 kv heads, so tp=2
 splits both). Losses and global gradient norms must equal world size 1 within 1e-5 relative.

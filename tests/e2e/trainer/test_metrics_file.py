@@ -1,4 +1,4 @@
-"""Issue 2, acceptance 4: metrics files hold the documented layout and survive SIGKILL."""
+"""Metrics files hold the documented layout and survive SIGKILL."""
 import signal
 import subprocess
 import time

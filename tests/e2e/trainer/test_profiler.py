@@ -1,4 +1,4 @@
-"""Issue 12, acceptance 5: `metrics.profile_steps = [a, b]` writes one Chrome trace per rank
+"""`metrics.profile_steps = [a, b]` writes one Chrome trace per rank
 into <run_dir>/traces/ that json.load reads, holding named ranges for forward, backward,
 optimizer and the all-reduce; the profiled run's losses equal an unprofiled run's;
 `sweep_tagger aggregate` lists the traces; bad windows exit 2 naming the key."""

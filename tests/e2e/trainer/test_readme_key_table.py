@@ -1,4 +1,4 @@
-"""trainer/README.md's config key table is the output of `trainer --help-config` (issue 9).
+"""trainer/README.md's config key table is the output of `trainer --help-config`.
 
 The table starts at the `| key | type | default | meaning |` line and runs to the first line
 that is not a table row. Regenerate it after adding a key:

@@ -1,4 +1,4 @@
-"""Issue 13 items 2 and 10, issue 14: how a run that does not complete ends.
+"""How a run that does not complete ends.
 
 - SIGUSR2 is a stop signal like TERM/INT/HUP/USR1: status preempted, a checkpoint of the
   stop step, exit 75 (the requeue code; 128+signal when no checkpoint could be saved).

@@ -1,4 +1,4 @@
-"""Issue 12, acceptance 4: JSONL text datasets tokenized with sentencepiece.
+"""JSONL text datasets tokenized with sentencepiece.
 
 A tiny sentencepiece model is trained with `spm_train` on a corpus written here; the
 trainer's token ids (its documented cache file) equal `spm_encode --output_format=id`

@@ -1,6 +1,6 @@
-// Issue 13 item 2: every numeric key has a domain in the schema, and a value outside it
+// Every numeric key has a domain in the schema, and a value outside it
 // is refused (ConfigError, exit 2) naming the key, the value, the allowed range and where
-// the value came from; values on the boundary are accepted. Issue 13 item 5: an invariant
+// the value came from; values on the boundary are accepted. An invariant
 // between two keys blames the one the user set.
 #include <gtest/gtest.h>
 
@@ -140,7 +140,7 @@ TEST(ConfigDomain, BoundaryValuesAreAcceptedByTheTrainer) {
   EXPECT_EQ(refusal({"parallel.zero_stage=3", "parallel.dp_shard=2"}, 2), "");
 }
 
-// Issue 13 item 5: the preset's n_heads no longer takes the blame for model.dim=66.
+// The preset's n_heads no longer takes the blame for model.dim=66.
 TEST(ConfigBlame, OverriddenDimIsBlamedNotThePresetsHeads) {
   std::string msg = refusal({"model.dim=66"});
   EXPECT_TRUE(contains(msg, "override 'model.dim=66': key 'model.dim': n_heads(4) does not "

@@ -1,4 +1,4 @@
-// Acceptance 3 (issue 5): sweep expansion with exclude/include rules, invalid
+// Sweep expansion with exclude/include rules, invalid
 // points marked, --index/--field for job arrays, --pending against run dirs.
 #include "sweep_tagger/sweep.h"
 
@@ -215,7 +215,7 @@ nproc_per_node = 1
   EXPECT_EQ(tags, (std::vector<std::string>{"sl128.n2", "sl32.n2"}));
 }
 
-// Issue 9: 2 nodes x 2 ranks and 1 node x 4 ranks are different runs (they hashed alike
+// 2 nodes x 2 ranks and 1 node x 4 ranks are different runs (they hashed alike
 // and expand marked the second invalid). Single-node hashes are unchanged.
 TEST(Sweep, NodeCountIsPartOfTheRunIdentity) {
   test::TempDir dir;
@@ -368,7 +368,7 @@ TEST(Validity, LayoutRules) {
   EXPECT_PRED2(has, problems({"data.seq_len=1025"}, 1),
                "seq_len(1025) exceeds model.max_seq_len(1024)");
   EXPECT_PRED2(has, problems({}, 0), "world_size(0) must be >= 1");
-  // The two points issue 9 found valid in expand but refused by the trainer.
+  // Two points that expand once found valid but the trainer refused.
   EXPECT_PRED2(has, problems({"parallel.tp=2", "model.ffn_dim=345"}, 2),
                "tp(2) does not divide ffn_dim(345)");
   EXPECT_PRED2(has, problems({"parallel.tp=2", "training.optimizer=\"adafactor\""}, 2),

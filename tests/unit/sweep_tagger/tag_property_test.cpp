@@ -1,4 +1,4 @@
-// Acceptance 1 (issue 5): on 100,000 generated distinct configs the tag has no
+// On 100,000 generated distinct configs the tag has no
 // collisions, does not depend on how the TOML was written, and is always a safe
 // relative path below the output dir.
 #include <gtest/gtest.h>

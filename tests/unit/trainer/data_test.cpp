@@ -342,7 +342,7 @@ uint64_t rankChecksum(const TrainConfig& tc, const Dataset& ds, int64_t dp_rank,
   return h;
 }
 
-// Issue 11: the samples each rank sees are pinned. These checksums were computed with
+// The samples each rank sees are pinned. These checksums were computed with
 // the code in which every rank regenerated the whole global batch each step; a data
 // path that changes what any rank trains on (order, slicing, padding, normaliser)
 // fails here. 8 steps wrap the 50-sample dataset in every layout.
