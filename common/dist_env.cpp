@@ -113,6 +113,7 @@ DistEnv discoverDistEnv(const EnvLookup& getenv_fn) {
   }
   if (d.nodes < 1) d.nodes = 1;
   d.restart_count = static_cast<int>(env.num("TORCHELASTIC_RESTART_COUNT").value_or(0));
+  d.agent_store = env.str("TORCHELASTIC_USE_AGENT_STORE").value_or("") == "True";
 
   if (auto addr = env.str("MASTER_ADDR")) {
     d.master_addr = *addr;

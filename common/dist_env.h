@@ -27,6 +27,9 @@ struct DistEnv {
   int master_port = 29500;
   std::string source;  // "torchrun", "openmpi", "slurm", "pmi", "single"
   int restart_count = 0;  // TORCHELASTIC_RESTART_COUNT
+  // TORCHELASTIC_USE_AGENT_STORE=True (torchrun 2.x): torchrun's agent already serves the
+  // TCPStore at MASTER_ADDR:MASTER_PORT, so every rank, rank 0 too, connects as a client.
+  bool agent_store = false;
 };
 
 // `getenv` is injectable for tests; default reads the process environment.

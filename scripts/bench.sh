@@ -20,11 +20,15 @@
 #             model, world 2): its marginal cost (trainer/bench/agree_cost.cpp, the agreement
 #             all-reduce with and without the stop flag, interleaved; FTB_AGREE_ROUNDS rounds,
 #             default 20000), the aligned all-reduce latency and the in-trainer agree_s
-# Usage: scripts/bench.sh [trainer|eager|dpscale|memory|launcher|aggregate|data|hfload|textdata|ckpt ...]
-#        (default: all but hfload and ckpt)
+#   port      this build against a baseline build (FTB_BASELINE_BUILD, e.g. the last
+#             libtorch 1.13 commit built in its own folder): D512/L8 fp32 and bf16 and the
+#             tiny model, alternating rounds, with the tiny model's PyTorch eager step
+# Usage: scripts/bench.sh [trainer|eager|dpscale|memory|launcher|aggregate|data|hfload|textdata|ckpt|port ...]
+#        (default: all but hfload, ckpt and port)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
+PY="$ROOT/.venv/bin/python"  # the project venv (scripts/setup.sh): torch 2.x, h5py, pandas
 BUILD=${FTB_BUILD_DIR:-$ROOT/build/release}
 OUT=$ROOT/results/bench
 mkdir -p "$OUT"
@@ -61,7 +65,7 @@ bench_trainer() {
     launch 1 "$runs/$dtype.log" -- "$BUILD/trainer/trainer" --config configs/runs/bench-d512.toml \
       --output-dir "$runs/$dtype" --no-sweep-dir training.dtype="$dtype"
   done
-  /usr/bin/python3 scripts/bench_report.py trainer "$runs/fp32" "$runs/bf16" > "$md"
+  "$PY" scripts/bench_report.py trainer "$runs/fp32" "$runs/bf16" > "$md"
   drop_checkpoints "$runs"
   cat "$md"
 }
@@ -80,12 +84,12 @@ bench_eager() {
       --output-dir "$runs/ftbench$round" --no-sweep-dir model.dim=128 model.ffn_dim=384 \
       data.seq_len=128 data.min_doc_len=128 training.micro_batch_size=2 training.max_steps=300 \
       training.warmup_steps=10 training.threads=1 metrics.log_every=100
-    launch 1 "$runs/eager$round.log" -- /usr/bin/python3 scripts/bench_eager.py --dim 128 \
+    launch 1 "$runs/eager$round.log" -- "$PY" scripts/bench_eager.py --dim 128 \
       --layers 2 --heads 4 --kv-heads 2 --ffn 384 --vocab 512 --seq 128 --batch 2 --threads 1 \
       --steps 300 --warmup 10 --out "$runs/eager$round.json"
   done
   cp /proc/loadavg "$runs/loadavg.after"
-  /usr/bin/python3 scripts/bench_report.py eager "$runs"/ftbench{1,2,3,4,5} -- \
+  "$PY" scripts/bench_report.py eager "$runs"/ftbench{1,2,3,4,5} -- \
     "$runs"/eager{1,2,3,4,5}.json > "$OUT/eager.md"
   cat "$OUT/eager.md"
 }
@@ -119,9 +123,46 @@ bench_dpscale() {
       --output-dir "$runs/w2gloo.r$round" parallel.local_collectives=off
   done
   cp /proc/loadavg "$runs/loadavg.after"
-  /usr/bin/python3 scripts/bench_report.py dpscale "$runs" > "$OUT/dpscale.md"
+  "$PY" scripts/bench_report.py dpscale "$runs" > "$OUT/dpscale.md"
   drop_checkpoints "$runs"
   cat "$OUT/dpscale.md"
+}
+
+# The libtorch 2.x build against a baseline build of the same sources (the last libtorch 1.13
+# commit, built in its own folder: FTB_BASELINE_BUILD), on the same CPU in the same run: three
+# alternating rounds of D512/L8 fp32, D512/L8 bf16 and the tiny model (D128/L2, 300 steps),
+# each through this build's launcher, and the tiny model's PyTorch eager step (the venv's
+# torch) in every round. Each configuration's best round is compared; every round is listed.
+bench_port() {
+  local base=${FTB_BASELINE_BUILD:?set FTB_BASELINE_BUILD to the baseline build folder}
+  local runs=$OUT/runs/port
+  rm -rf "$runs"
+  mkdir -p "$runs"
+  cp /proc/loadavg "$runs/loadavg.before"
+  local tiny=(--config configs/runs/tiny.toml model.dim=128 model.ffn_dim=384 data.seq_len=128
+              data.min_doc_len=128 training.micro_batch_size=2 training.max_steps=300
+              training.warmup_steps=10 training.threads=1 metrics.log_every=100)
+  for round in 1 2 3; do
+    for build in "$base" "$BUILD"; do
+      local tag=new
+      [ "$build" = "$BUILD" ] || tag=base
+      echo "bench: port, round $round, $tag build ($build)"
+      for dtype in fp32 bf16; do
+        launch 1 "$runs/d512_$dtype.$tag.r$round.log" -- "$build/trainer/trainer" \
+          --config configs/runs/bench-d512.toml --no-sweep-dir training.dtype=$dtype \
+          --output-dir "$runs/d512_$dtype.$tag.r$round"
+      done
+      launch 1 "$runs/tiny.$tag.r$round.log" -- "$build/trainer/trainer" "${tiny[@]}" \
+        --no-sweep-dir --output-dir "$runs/tiny.$tag.r$round"
+    done
+    launch 1 "$runs/eager.r$round.log" -- "$PY" scripts/bench_eager.py --dim 128 --layers 2 \
+      --heads 4 --kv-heads 2 --ffn 384 --vocab 512 --seq 128 --batch 2 --threads 1 --steps 300 \
+      --warmup 10 --out "$runs/eager.r$round.json"
+  done
+  cp /proc/loadavg "$runs/loadavg.after"
+  "$PY" scripts/bench_report.py port "$runs" > "$OUT/port.md"
+  drop_checkpoints "$runs"
+  cat "$OUT/port.md"
 }
 
 bench_memory() {
@@ -151,7 +192,7 @@ bench_memory() {
     "$BUILD/trainer/trainer" --config configs/runs/bench-d512.toml --estimate-memory \
       training.activation_checkpointing="\"$ck\"" >"$runs/act_$ck/estimate.txt"
   done
-  /usr/bin/python3 scripts/bench_memory_report.py "$runs" > "$OUT/memory.md"
+  "$PY" scripts/bench_memory_report.py "$runs" > "$OUT/memory.md"
   drop_checkpoints "$runs"
   cat "$OUT/memory.md"
 }
@@ -166,7 +207,7 @@ bench_data() {
       data.seq_len=256 training.micro_batch_size=4 training.max_steps=40 \
       training.warmup_steps=5 >"$runs.w$n.log" 2>&1
   done
-  /usr/bin/python3 scripts/bench_data_report.py "$runs/w1" "$runs/w2" "$runs/w4" > "$OUT/data.md"
+  "$PY" scripts/bench_data_report.py "$runs/w1" "$runs/w2" "$runs/w4" > "$OUT/data.md"
   cat "$OUT/data.md"
 }
 
@@ -175,7 +216,7 @@ bench_hfload() {
   rm -rf "$runs"
   mkdir -p "$runs"
   echo "bench: hfload, writing $model"
-  /usr/bin/python3 scripts/bench_hf_model.py configs/models/mem-270m.toml "$model"
+  "$PY" scripts/bench_hf_model.py configs/models/mem-270m.toml "$model"
   local args=(--config configs/runs/bench-memory.toml --no-sweep-dir model.from_pretrained="$model"
               training.max_steps=1 training.warmup_steps=0)
   echo "bench: hfload, world 1"
@@ -189,7 +230,7 @@ bench_hfload() {
     pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p"; done
-  /usr/bin/python3 scripts/bench_hf_report.py "$runs" "$model" > "$OUT/hf_load.md"
+  "$PY" scripts/bench_hf_report.py "$runs" "$model" > "$OUT/hf_load.md"
   rm -rf "$model"  # 1 GiB of random weights
   cat "$OUT/hf_load.md"
 }
@@ -204,10 +245,10 @@ bench_textdata() {
   rm -rf "$runs"
   mkdir -p "$data"
   echo "bench: textdata, writing the corpus, training sentencepiece, encoding the .bin"
-  /usr/bin/python3 scripts/bench_text_corpus.py corpus "$data" 2000
+  "$PY" scripts/bench_text_corpus.py corpus "$data" 2000
   spm_train --input="$data/corpus.txt" --model_prefix="$data/spm" --vocab_size=4000 \
     --model_type=unigram --num_threads=1 >"$data/spm_train.log" 2>&1
-  /usr/bin/python3 scripts/bench_text_corpus.py bin "$data/spm.model" "$data/corpus.txt" \
+  "$PY" scripts/bench_text_corpus.py bin "$data/spm.model" "$data/corpus.txt" \
     "$data/corpus.bin"
   local args=(--config configs/runs/bench-d512.toml --no-sweep-dir)
   cut -d' ' -f1-3 /proc/loadavg >"$runs/loadavg.before"
@@ -220,7 +261,7 @@ bench_textdata() {
       data.tokenizer="\"$data/spm.model\"" data.padding='"packing"'
   done
   cut -d' ' -f1-3 /proc/loadavg >"$runs/loadavg.after"
-  /usr/bin/python3 scripts/bench_textdata_report.py "$runs" > "$OUT/textdata.md"
+  "$PY" scripts/bench_textdata_report.py "$runs" > "$OUT/textdata.md"
   cat "$OUT/textdata.md"
 }
 
@@ -270,7 +311,7 @@ bench_ckpt() {
   launch 2 "$runs/agree_ab.log" -- "$BUILD/trainer/ftb_agree_bench" "$runs/agree_ab" \
     --rounds "${FTB_AGREE_ROUNDS:-20000}"
   cat /proc/loadavg >"$runs/loadavg.after"
-  /usr/bin/python3 scripts/bench_ckpt_report.py "$runs" > "$OUT/ckpt.md"
+  "$PY" scripts/bench_ckpt_report.py "$runs" > "$OUT/ckpt.md"
   cat "$OUT/ckpt.md"
 }
 
@@ -284,6 +325,7 @@ for b in "${which[@]}"; do
     hfload) bench_hfload ;;
     textdata) bench_textdata ;;
     ckpt) bench_ckpt ;;
+    port) bench_port ;;
     launcher) scripts/bench_launcher.sh ;;
     aggregate) if [ -x scripts/bench_aggregate.sh ]; then scripts/bench_aggregate.sh; else echo "bench: aggregate benchmark not available yet" >&2; fi ;;
     *) echo "bench: unknown benchmark '$b'; expected trainer, eager, dpscale, memory, launcher, aggregate, data, hfload, textdata or ckpt (see the list at the top of scripts/bench.sh)" >&2; exit 2 ;;

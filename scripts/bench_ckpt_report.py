@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Markdown report of `scripts/bench.sh ckpt`, from RUNS_DIR.
 
 Save and load per rank: the trainer's own log lines (trainer/checkpoint/hook.cpp)

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Per-rank data time against the world size: one run dir per argument.
 
 Every figure is read from the runs' per-rank HDF5 metrics files (the measured,

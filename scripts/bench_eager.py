@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Plain Python PyTorch eager baseline for `scripts/bench.sh eager`.
 
 The same Llama as ftbench's trainer (RMSNorm, rotary embeddings, causal attention as

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Writes a random-weight Hugging Face LlamaForCausalLM directory (config.json +
 model.safetensors, fp32) with the shape of a model preset, for `scripts/bench.sh hfload`.
 

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Markdown report of `scripts/bench.sh hfload`: time to load a 274 M-parameter model from
 safetensors, RSS per rank before loading and its peak while loading (VmRSS sampled after
 each tensor slice is copied, before its file pages are dropped; from each rank's "loaded ..."

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Markdown report of the memory benchmark: measured peak RSS per rank (VmHWM, from
 each rank's HDF5 peak_rss_bytes) against `trainer --estimate-memory`, for ZeRO 0-3.
 

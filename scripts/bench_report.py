@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Markdown reports of the trainer benchmarks (scripts/bench.sh trainer|eager|dpscale).
 
 Every number is read from the runs' HDF5 metrics files (and, for the eager baseline, the
@@ -13,6 +13,8 @@ Usage:
   bench_report.py eager FTB_RUN... -- EAGER.json...   ftbench vs plain PyTorch eager
   bench_report.py dpscale RUNS_DIR           tokens/s per rank, world 2 over world 1 (w1.rN,
                                              w2.rN, w2gloo.rN runs)
+  bench_report.py port RUNS_DIR              this build ("new") against a baseline build
+                                             ("base"): CONFIG.{base,new}.rN runs, eager.rN.json
 """
 import json
 import os
@@ -53,6 +55,7 @@ def summarise(run_dir):
         "opt": s["optimizer_s"][keep].sum() / t, "comm": s["comm_s"][keep].sum() / t,
         "rss": s["peak_rss_bytes"].max() / 2**20,
         "collectives": a.get("collectives", "none"),
+        "torch": a.get("torch_version", "?"),
     }
 
 
@@ -170,6 +173,46 @@ def dpscale(runs_dir):
     print(load_line(runs_dir))
 
 
+PORT_CONFIGS = {"d512_fp32": "D512/L8 fp32, T512, B4", "d512_bf16": "D512/L8 bf16, T512, B4",
+                "tiny": "tiny D128/L2 fp32, T128, B2, 300 steps"}
+
+
+def port(runs_dir):
+    runs = {}
+    for d in sorted(Path(runs_dir).iterdir()):
+        if d.is_dir():
+            cfg, build, rnd = d.name.split(".")
+            runs.setdefault(cfg, {}).setdefault(build, []).append(summarise(d))
+    eag = [json.loads(p.read_text()) for p in sorted(Path(runs_dir).glob("eager.r*.json"))]
+    new, base = runs["d512_fp32"]["new"][0], runs["d512_fp32"]["base"][0]
+    print(f"# libtorch {new['torch']} against {base['torch']}: the same sources, the same CPU\n")
+    print(machine(new) + f" `scripts/bench.sh port`: each build's trainer through this build's "
+          f"launcher (`--nproc-per-node 1`, default flags), {len(runs['tiny']['new'])} alternating "
+          "rounds (base, then new, then the eager step); each configuration's best round is "
+          "compared and every round listed. Target for each: ≥ 1.0× the baseline.\n")
+    print("| configuration | baseline tokens/s (every round) | this build tokens/s (every round) "
+          "| ratio, best rounds | GEMM efficiency base / new |")
+    print("|---|---|---|---|---|")
+    for cfg, title in PORT_CONFIGS.items():
+        b = max(runs[cfg]["base"], key=lambda r: r["tok_s"])
+        n = max(runs[cfg]["new"], key=lambda r: r["tok_s"])
+        every = lambda rs: ", ".join(f"{r['tok_s']:.0f}" for r in rs)  # noqa: E731
+        ratio = n["tok_s"] / b["tok_s"]
+        print(f"| {title} | {b['tok_s']:.1f} ({every(runs[cfg]['base'])}) | {n['tok_s']:.1f} "
+              f"({every(runs[cfg]['new'])}) | **{ratio:.3f}×** ({'met' if ratio >= 1.0 else 'NOT met'}) "
+              f"| {pct(b['gemm_eff'])} of {b['gemm'] / 1e9:.0f} / {pct(n['gemm_eff'])} of "
+              f"{n['gemm'] / 1e9:.0f} GFLOP/s |")
+    if eag:
+        e = max(eag, key=lambda x: x["tokens_per_s"])
+        tb = max(runs["tiny"]["base"], key=lambda r: r["tok_s"])["tok_s"]
+        tn = max(runs["tiny"]["new"], key=lambda r: r["tok_s"])["tok_s"]
+        print(f"\n- tiny model against PyTorch eager (torch {e['torch_version']}, best of "
+              f"{len(eag)} rounds, {e['tokens_per_s']:.1f} tokens/s): baseline "
+              f"{tb / e['tokens_per_s']:.2f}×, this build {tn / e['tokens_per_s']:.2f}×")
+    print(f"- GEMM sources: base {base['gemm_source']}; new {new['gemm_source']}")
+    print(load_line(runs_dir))
+
+
 if __name__ == "__main__":
     {"trainer": lambda a: trainer(a), "eager": eager,
-     "dpscale": lambda a: dpscale(a[0])}[sys.argv[1]](sys.argv[2:])
+     "dpscale": lambda a: dpscale(a[0]), "port": lambda a: port(a[0])}[sys.argv[1]](sys.argv[2:])

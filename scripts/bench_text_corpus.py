@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Inputs of `scripts/bench.sh textdata`: one text corpus as JSONL and as a pre-tokenized .bin.
 
   bench_text_corpus.py corpus OUT_DIR DOCS   writes OUT_DIR/corpus.txt (one document a line)

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Markdown report of `scripts/bench.sh textdata`: JSONL + sentencepiece against a
 pre-tokenized .bin of the same token stream, D512/L8, 1 rank.
 

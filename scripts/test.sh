@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds, and runs every test: GoogleTest units (ctest), the
 # libFuzzer harnesses (60 s each, scripts/fuzz.sh) and the multi-process / cluster
-# end-to-end suites (pytest on Debian's python3).
+# end-to-end suites (pytest in the project venv that setup.sh makes).
 # Usage: scripts/test.sh [pytest -k expression]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,8 +11,10 @@ scripts/setup.sh
 scripts/build.sh
 
 export FTB_BUILD_DIR="$ROOT/build/release"
-# Debian's interpreter: it has python3-torch, -h5py, -pandas (a pyenv python3 on PATH would not).
-PY=/usr/bin/python3
+# The project venv (scripts/setup.sh): torch 2.x, h5py, pandas, transformers, peft, pytest.
+# First on PATH, so every `python3` a test or script starts is the venv's too.
+PY="$ROOT/.venv/bin/python"
+export PATH="$ROOT/.venv/bin:$PATH"
 
 echo "== unit tests (ctest)"
 ctest --test-dir build/release --output-on-failure -j2 --timeout 300

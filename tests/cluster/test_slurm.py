@@ -2,7 +2,7 @@
 (tests/cluster/slurm_cluster.sh), driving slurm/train.sbatch, slurm/sweep.sbatch and
 slurm/submit_sweep.sh with the real launcher and trainer.
 
-Run:  /usr/bin/python3 -m pytest -q tests/cluster/test_slurm.py
+Run:  .venv/bin/python -m pytest -q tests/cluster/test_slurm.py
 FTB_BUILD_DIR = build dir with launcher/, trainer/, sweep_tagger/ (default build/release).
 Skips only when not root or when network namespaces cannot be created here; anything else
 that is missing (slurm, munge, binaries) is a failure.

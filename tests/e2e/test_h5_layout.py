@@ -3,7 +3,7 @@
 The files are written by the C++ unit tests (common_tests, MetricsFileTest.RoundTrip and
 MetricsFileTest.SigkillKeepsEveryFlushedStep) through FTB_H5_OUT / FTB_H5_KILLED_OUT.
 Binary: $FTB_BUILD_DIR/tests/common_tests (default <repo>/build/release).
-Run with Debian's interpreter, which has h5py: /usr/bin/python3 -m pytest tests/e2e/test_h5_layout.py
+Run with the project venv, which has h5py: .venv/bin/python -m pytest tests/e2e/test_h5_layout.py
 """
 import os
 import pathlib

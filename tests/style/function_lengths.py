@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Lists every C++ function longer than a limit in common/ launcher/ trainer/ sweep_tagger/.
 
 Usage: function_lengths.py SOURCE_DIR [--limit 80] [--all]   exit 1 if one is over the limit

@@ -61,19 +61,20 @@ Distributed initDistributed(const DistEnv& env, std::chrono::milliseconds timeou
     return d;
   }
   std::string master = env.master_addr + ":" + std::to_string(env.master_port);
+  c10d::TCPStoreOptions opts;
+  opts.port = static_cast<uint16_t>(env.master_port);
+  opts.isServer = env.rank == 0 && !env.agent_store;
+  opts.numWorkers = env.world_size;
+  opts.waitWorkers = true;
+  opts.timeout = timeout;
   try {
-    c10d::TCPStoreOptions opts;
-    opts.port = static_cast<uint16_t>(env.master_port);
-    opts.isServer = env.rank == 0;
-    opts.numWorkers = env.world_size;
-    opts.waitWorkers = true;
-    opts.timeout = timeout;
     d.store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
   } catch (const std::exception& e) {
     throw DistError(where(env) + ": TCPStore at " + master + " (" +
-                    (env.rank == 0 ? "serving, waiting for all " + std::to_string(env.world_size) +
+                    (opts.isServer ? "serving, waiting for all " + std::to_string(env.world_size) +
                                          " ranks to connect"
-                                   : std::string("connecting to rank 0")) +
+                                   : std::string(env.agent_store ? "connecting to torchrun's agent store"
+                                                                 : "connecting to rank 0")) +
                     ") failed after at most " + std::to_string(timeout.count() / 1000) +
                     " s: " + firstLine(e.what()));
   }

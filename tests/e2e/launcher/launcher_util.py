@@ -27,8 +27,8 @@ RSH = REPO / "tests" / "cluster" / "netns_rsh.sh"
 
 
 def torch_python():
-    """An interpreter that can import torch (python3-torch lives in /usr/bin/python3)."""
-    for exe in (sys.executable, "/usr/bin/python3"):
+    """An interpreter that can import torch: the project venv's (scripts/setup.sh)."""
+    for exe in (sys.executable, str(REPO / ".venv" / "bin" / "python")):
         if exe and subprocess.run([exe, "-c", "import torch.distributed"],
                                   capture_output=True).returncode == 0:
             return exe

@@ -6,7 +6,7 @@ code, synthetic numbers). The aggregator must exit 0, give each run its status, 
 a CSV that pandas loads with the documented columns, and agree with tokens/s
 recomputed from the HDF5 steps with h5py.
 Binaries: $FTB_BUILD_DIR/sweep_tagger/{sweep_tagger,ftb_synth_runs}.
-Run with Debian's interpreter: /usr/bin/python3 -m pytest tests/e2e/sweep
+Run with the project venv: .venv/bin/python -m pytest tests/e2e/sweep
 """
 import json
 import os

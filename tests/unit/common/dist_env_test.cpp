@@ -68,6 +68,16 @@ TEST(DistEnv, Torchrun) {
   EXPECT_EQ(d.master_addr, "10.0.0.1");
   EXPECT_EQ(d.master_port, 1234);
   EXPECT_EQ(d.restart_count, 2);
+  EXPECT_FALSE(d.agent_store);  // our launcher and torchrun 1.x: rank 0 serves the store
+}
+
+TEST(DistEnv, TorchrunAgentStoreMakesEveryRankAClient) {
+  std::map<std::string, std::string> vars = {{"RANK", "0"},
+                                             {"WORLD_SIZE", "2"},
+                                             {"TORCHELASTIC_USE_AGENT_STORE", "True"}};
+  EXPECT_TRUE(discoverDistEnv(envOf(vars)).agent_store);
+  vars["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+  EXPECT_FALSE(discoverDistEnv(envOf(vars)).agent_store);
 }
 
 TEST(DistEnv, OpenMpi) {
