@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <memory>
@@ -12,6 +11,7 @@
 #include "common/cli_args.h"
 #include "common/config.h"
 #include "common/error.h"
+#include "common/files.h"
 #include "sweep_tagger/aggregate.h"
 #include "sweep_tagger/plot.h"
 #include "common/run_status.h"
@@ -35,13 +35,6 @@ cxxopts::ParseResult parse(cxxopts::Options& opts, const std::vector<std::string
   } catch (const cxxopts::exceptions::exception& e) {
     throw cliError(opts, e, args);
   }
-}
-
-void writeFile(const std::string& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f << text;
-  f.close();
-  if (!f) throw IoError("cannot write " + path);
 }
 
 Json toJson(const Value& v) {
@@ -273,10 +266,12 @@ int aggregateCommand(const std::vector<std::string>& args, std::ostream& out) {
       format == "csv" ? toCsv(table) : (format == "md" ? toMarkdown(table) : toJson(table));
   if (r.count("out")) {
     const std::filesystem::path path = r["out"].as<std::string>();
-    writeFile(path.string(), text);
+    // Each file whole or not at all (writeFileDurably): a killed or failed aggregate never
+    // leaves a truncated table that reads as a complete one.
+    writeFileDurably(path.string(), text);
     if (format == "csv")
-      writeFile((path.parent_path() / (path.stem().string() + ".constants.csv")).string(),
-                constantsCsv(table));
+      writeFileDurably((path.parent_path() / (path.stem().string() + ".constants.csv")).string(),
+                       constantsCsv(table));
   } else {
     out << text;
   }
