@@ -187,7 +187,11 @@ int expandCommand(const std::vector<std::string>& args, std::ostream& out) {
     throw ConfigError("", "command line", "missing SWEEP.toml", "sweep_tagger expand --help");
   SweepSpec spec = loadSweep(r["sweep"].as<std::string>());
   if (r.count("overrides")) spec.overrides = r["overrides"].as<std::vector<std::string>>();
-  std::vector<SweepPoint> points = expandSweep(spec);
+  // --index I needs the points up to I only (indices count listed points: those before
+  // I decide which grid point I is). A negative I expands all, for the count it reports.
+  std::optional<int> last;
+  if (r.count("index") && r["index"].as<int>() >= 0) last = r["index"].as<int>();
+  std::vector<SweepPoint> points = expandSweep(spec, last);
 
   std::vector<PointRow> rows;
   const bool pending = r.count("pending") > 0;

@@ -312,6 +312,69 @@ TEST(Sweep, NoGridMeansBaseOrIncludesOnly) {
   EXPECT_EQ(pts[0].overrides.size(), 1u);
 }
 
+// An axis of `n` seeds: "training.seed" = [0, 1, ..., n-1].
+std::string seedAxis(int n, const char* key = "training.seed") {
+  std::string axis = std::string("\"") + key + "\" = [";
+  for (int i = 0; i < n; ++i) axis += (i ? "," : "") + std::to_string(i);
+  return axis + "]\n";
+}
+
+// 8 axes x 100 values (1e16 points) took over 60 s and 1.1 GB before the first point came
+// out; the count is checked from the axis lengths before anything is expanded.
+TEST(Sweep, MoreThanTheMaximumPointsIsRefusedBeforeExpanding) {
+  test::TempDir dir;
+  std::string grid = "[grid]\n";
+  for (const char* k : {"training.seed", "training.max_steps", "training.warmup_steps",
+                        "data.num_samples", "training.lr_warmup_steps", "training.threads",
+                        "data.pad_id", "metrics.log_every"})
+    grid += seedAxis(100, k);
+  const std::string f = writeSweep(dir, grid);
+  std::string msg = errorOf([&] { loadSweep(f); });
+  EXPECT_EQ(msg.rfind("config error: " + f + ":2: key 'grid': the sweep has 10000000000000000 "
+                      "points (training.seed(100) x training.max_steps(100) x ",
+                      0),
+            0u)
+      << msg;
+  EXPECT_NE(msg.find("more than the limit of 10000 points per sweep\n  hint: split it"),
+            std::string::npos)
+      << msg;
+  // 20 axes of 10 values: the product overflows int64; still refused, not wrapped.
+  grid = "[grid]\n";
+  for (const char* k :
+       {"training.seed", "training.max_steps", "training.warmup_steps", "data.num_samples",
+        "training.lr_warmup_steps", "training.threads", "data.pad_id", "metrics.log_every",
+        "data.seq_len", "data.min_doc_len", "training.micro_batch_size",
+        "training.grad_accum_steps", "training.global_batch_size", "checkpoint.interval",
+        "checkpoint.keep_last", "parallel.dp_replicate", "parallel.dp_shard", "parallel.tp",
+        "parallel.zero_stage", "model.n_layers"})
+    grid += seedAxis(10, k);
+  msg = errorOf([&] { loadSweep(writeSweep(dir, grid)); });
+  EXPECT_NE(msg.find("the sweep has more than 2^63 points (training.seed(10) x "),
+            std::string::npos)
+      << msg;
+  // Exactly the limit passes; one [[include]] more does not.
+  const std::string at_limit = "[grid]\n" + seedAxis(100) + seedAxis(100, "training.max_steps");
+  EXPECT_EQ(errorOf([&] { loadSweep(writeSweep(dir, at_limit)); }), "(no error)");
+  msg = errorOf([&] {
+    loadSweep(writeSweep(dir, at_limit + "[[include]]\n\"data.seq_len\" = 64\n"));
+  });
+  EXPECT_NE(msg.find("the sweep has 10001 points (training.seed(100) x training.max_steps(100) "
+                     "= 10000, + 1 [[include]]), more than the limit"),
+            std::string::npos)
+      << msg;
+}
+
+TEST(Sweep, ExpandingThroughAnIndexListsTheSamePointsAsTheWholeSweep) {
+  const SweepSpec spec = loadSweep(kThreeAxis);
+  const std::vector<SweepPoint> all = expandSweep(spec);
+  for (int last : {0, 4, 9}) {
+    std::vector<SweepPoint> some = expandSweep(spec, last);
+    ASSERT_EQ(some.size(), static_cast<size_t>(last) + 1);
+    for (int i = 0; i <= last; ++i) EXPECT_EQ(some[i].tag, all[i].tag) << i;
+  }
+  EXPECT_EQ(expandSweep(spec, 1000).size(), all.size());  // past the end: all of them
+}
+
 TEST(Sweep, ErrorsNameTheFileLineAndKey) {
   test::TempDir dir;
   const std::string f = dir.path() + "/sweep.toml";
