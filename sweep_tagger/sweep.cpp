@@ -39,10 +39,13 @@ void checkKey(const std::string& path, const std::string& section, const std::st
   }
   const Schema& schema = trainerSchema();
   if (schema.find(key)) return;
-  std::string near = schema.closest(key);
+  // Another tool's spelling or a did-you-mean; a list of the schema's keys would leave out
+  // the sweep's own nodes and nproc_per_node: say what sweep keys are instead.
+  const std::string hint = unknownKeyHint(schema, key, {"nodes", "nproc_per_node"});
   throw ConfigError(key, tomlLineOf(path, n), "unknown key in " + section,
-                    near.empty() ? "sweep keys are trainer config keys, nodes or nproc_per_node"
-                                 : "did you mean '" + near + "'?");
+                    hint.rfind("valid ", 0) == 0 || hint.empty()
+                        ? "sweep keys are trainer config keys, nodes or nproc_per_node"
+                        : hint);
 }
 
 KeyValues readRule(const std::string& path, const std::string& section, const toml::table& t) {

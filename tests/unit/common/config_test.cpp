@@ -114,6 +114,56 @@ TEST_F(ConfigTest, UnknownKeyDidYouMean) {
                 ":2: key 'model.lr': unknown key\n  hint: did you mean 'training.lr'?");
 }
 
+// torchtitan's `--training.steps 10` got "did you mean 'training.eps'" (edit distance 2).
+TEST_F(ConfigTest, AnotherToolsSpellingNamesTheFtbenchKey) {
+  EXPECT_EQ(loadError("", {"training.steps=10"}),
+            "config error: override 'training.steps=10': key 'training.steps': unknown key\n"
+            "  hint: 'training.steps' is torchtitan's spelling; ftbench calls it "
+            "training.max_steps");
+  EXPECT_EQ(loadError("[optimizer]\nlr = 1e-3\n"),
+            "config error: " + run("r.toml") +
+                ":2: key 'optimizer.lr': unknown key\n"
+                "  hint: 'optimizer.lr' is torchtitan's spelling; ftbench calls it training.lr");
+  EXPECT_EQ(loadError("[parallelism]\ntensor_parallel_degree = 2\n"),
+            "config error: " + run("r.toml") +
+                ":2: key 'parallelism.tensor_parallel_degree': unknown key\n"
+                "  hint: 'parallelism.tensor_parallel_degree' is torchtitan's spelling; ftbench "
+                "calls it parallel.tp");
+  EXPECT_EQ(loadError("", {"parallelism.pipeline_parallel_degree=2"}),
+            "config error: override 'parallelism.pipeline_parallel_degree=2': key "
+            "'parallelism.pipeline_parallel_degree': unknown key\n"
+            "  hint: 'parallelism.pipeline_parallel_degree' is torchtitan's spelling; ftbench "
+            "has no such setting");
+  // A dotless spelling matches the last part of the key, in any table.
+  EXPECT_EQ(loadError("[training]\nlearning_rate = 1e-3\n"),
+            "config error: " + run("r.toml") +
+                ":2: key 'training.learning_rate': unknown key\n"
+                "  hint: 'learning_rate' is the Hugging Face Trainer's spelling; ftbench calls "
+                "it training.lr");
+  // Typos of ftbench's own keys keep their did-you-mean.
+  EXPECT_NE(loadError("", {"training.max_step=3"}).find("did you mean 'training.max_steps'?"),
+            std::string::npos);
+}
+
+TEST(SchemaTest, ForeignSpellingsNameRealKeys) {
+  const Schema& schema = trainerSchema();
+  ASSERT_GE(foreignSpellings().size(), 30u);
+  for (const ForeignSpelling& f : foreignSpellings()) {
+    SCOPED_TRACE(f.spelling);
+    EXPECT_EQ(schema.find(f.spelling), nullptr);  // never shadows an ftbench key
+    const std::string ours = f.key;
+    const bool launch = ours == "nodes" || ours == "nproc_per_node";
+    EXPECT_TRUE(ours.empty() || launch || schema.find(ours) != nullptr) << ours;
+    const std::string hint =
+        unknownKeyHint(schema, f.spelling, launch ? std::vector<std::string>{ours}
+                                                  : std::vector<std::string>{});
+    EXPECT_EQ(hint, "'" + std::string(f.spelling) + "' is " + f.tool + "'s spelling; " +
+                        (ours.empty() ? "ftbench has no such setting" : "ftbench calls it " + ours));
+  }
+  // torchrun's spellings are sweep words: not offered where nodes is no key (a run config).
+  EXPECT_EQ(unknownKeyHint(schema, "nnodes").find("torchrun"), std::string::npos);
+}
+
 TEST_F(ConfigTest, UnknownKeyListsTableKeys) {
   std::string msg = loadError("[parallel]\nsomething_else = 1\n");
   EXPECT_EQ(msg, "config error: " + run("r.toml") +

@@ -375,6 +375,22 @@ TEST(Sweep, ExpandingThroughAnIndexListsTheSamePointsAsTheWholeSweep) {
   EXPECT_EQ(expandSweep(spec, 1000).size(), all.size());  // past the end: all of them
 }
 
+// torchtitan's command line: `--training.steps 10` exits 2 naming ftbench's key (it got
+// "did you mean 'training.eps'").
+TEST(Sweep, TorchtitanFlagSpellingExitsTwoNamingTheFtbenchKey) {
+  std::vector<std::string> words = {"sweep_tagger", "tag", "--config",
+                                    test::dataDir() + "/base.toml", "--training.steps", "10"};
+  std::vector<char*> argv;
+  for (std::string& w : words) argv.push_back(w.data());
+  std::ostringstream out, err;
+  EXPECT_EQ(runSweepTagger(static_cast<int>(argv.size()), argv.data(), out, err), 2);
+  EXPECT_EQ(out.str(), "");
+  EXPECT_EQ(err.str(),
+            "sweep_tagger tag: config error: override 'training.steps=10': key 'training.steps': "
+            "unknown key\n  hint: 'training.steps' is torchtitan's spelling; ftbench calls it "
+            "training.max_steps\n");
+}
+
 TEST(Sweep, ErrorsNameTheFileLineAndKey) {
   test::TempDir dir;
   const std::string f = dir.path() + "/sweep.toml";
@@ -382,6 +398,20 @@ TEST(Sweep, ErrorsNameTheFileLineAndKey) {
             "config error: " + f +
                 ":3: key 'data.seqlen': unknown key in [grid]\n"
                 "  hint: did you mean 'data.seq_len'?");
+  // Another tool's spelling names the ftbench key, in [grid] and in rules alike.
+  EXPECT_EQ(errorOf([&] { loadSweep(writeSweep(dir, "[grid]\n\"training.steps\" = [5]\n")); }),
+            "config error: " + f +
+                ":3: key 'training.steps': unknown key in [grid]\n"
+                "  hint: 'training.steps' is torchtitan's spelling; ftbench calls it "
+                "training.max_steps");
+  EXPECT_EQ(errorOf([&] { loadSweep(writeSweep(dir, "[grid]\nnnodes = [1, 2]\n")); }),
+            "config error: " + f +
+                ":3: key 'nnodes': unknown key in [grid]\n"
+                "  hint: 'nnodes' is torchrun's spelling; ftbench calls it nodes");
+  EXPECT_EQ(errorOf([&] { loadSweep(writeSweep(dir, "[grid]\nzzzz = [1]\n")); }),
+            "config error: " + f +
+                ":3: key 'zzzz': unknown key in [grid]\n"
+                "  hint: sweep keys are trainer config keys, nodes or nproc_per_node");
   EXPECT_EQ(errorOf([&] { loadSweep(writeSweep(dir, "[grid]\n\"data.seq_len\" = 5\n")); }),
             "config error: " + f +
                 ":3: key 'data.seq_len': a grid axis must be a non-empty "
