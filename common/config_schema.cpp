@@ -209,6 +209,11 @@ void addCheckpoint(Schema& sc) {
               "\"auto\" (newest complete checkpoint of checkpoint.dir) | \"never\" | path of a "
               "step_N directory",
               kNoTag));
+  sc.add(spec("checkpoint.save_final", kBool, b(true),
+              "save a checkpoint after the last step (training.max_steps or "
+              "stop_after_seconds); false for throughput-only runs. A stop signal or "
+              "`launcher ctl stop|save` still saves",
+              kNoTag));
   sc.add(spec("checkpoint.keep_last", kInt, i(2),
               "complete checkpoints kept (older ones pruned); 0 = keep all", kNoTag),
          atLeast(0));

@@ -365,6 +365,7 @@ CheckpointConfig CheckpointConfig::fromConfig(const Config& cfg) {
   CheckpointConfig c;
   c.dir = cfg.getString("checkpoint.dir");
   c.interval = cfg.getInt("checkpoint.interval");
+  c.save_final = cfg.getBool("checkpoint.save_final");
   c.keep_last = cfg.getInt("checkpoint.keep_last");
   c.resume = cfg.getString("checkpoint.resume");
   if (c.resume.empty() || c.resume == "none")

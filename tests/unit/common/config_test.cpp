@@ -14,6 +14,8 @@
 
 #include "common/error.h"
 #include "common/files.h"
+#include "common/run_config.h"
+#include "common/tag.h"
 
 namespace ftb {
 namespace {
@@ -143,6 +145,33 @@ TEST_F(ConfigTest, AnotherToolsSpellingNamesTheFtbenchKey) {
   // Typos of ftbench's own keys keep their did-you-mean.
   EXPECT_NE(loadError("", {"training.max_step=3"}).find("did you mean 'training.max_steps'?"),
             std::string::npos);
+}
+
+// Throughput-only sweeps had no way to skip the final checkpoint of every point.
+TEST(SchemaTest, CheckpointSaveFinalIsABoolOutsideTheRunIdentity) {
+  const std::vector<std::string> model = {"model.name=t", "model.dim=8", "model.n_layers=1",
+                                          "model.n_heads=2", "model.n_kv_heads=2",
+                                          "model.ffn_dim=16", "model.vocab_size=32",
+                                          "model.max_seq_len=16", "data.seq_len=16"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), model.begin(), model.end());
+    return Config::fromString("", "run.toml", extra);
+  };
+  EXPECT_TRUE(CheckpointConfig::fromConfig(with({})).save_final);  // default: save
+  const Config off = with({"checkpoint.save_final=false"});
+  EXPECT_FALSE(CheckpointConfig::fromConfig(off).save_final);
+  EXPECT_FALSE(TrainConfig::fromConfig(off, 1).checkpoint.save_final);
+  // Not part of the run identity: a sweep rerun with it off finds its run directories.
+  EXPECT_EQ(configHash(off, 2), configHash(with({}), 2));
+  try {
+    with({"checkpoint.save_final=0"});
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.exitCode(), 2);
+    EXPECT_NE(std::string(e.what()).find("key 'checkpoint.save_final': expected bool, got int"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(SchemaTest, ForeignSpellingsNameRealKeys) {
@@ -525,10 +554,10 @@ TEST(ConfigErrorFormat, WithAndWithoutHint) {
 
 TEST(SchemaTest, TrainerSchemaKeys) {
   const Schema& s = trainerSchema();
-  EXPECT_EQ(s.keys().size(), 63u);  // 55 + parallel.bucket_mb + checkpoint.preempt_grace_s
+  EXPECT_EQ(s.keys().size(), 64u);  // 55 + parallel.bucket_mb + checkpoint.preempt_grace_s
                                     // + training.device + data.tokenizer/text_field/
                                     // prompt_field/completion_field
-                                    // + parallel.local_collectives
+                                    // + parallel.local_collectives + checkpoint.save_final
   ASSERT_NE(s.find("training.lr"), nullptr);
   EXPECT_EQ(s.find("training.lr")->type, ValueType::kFloat);
   EXPECT_EQ(std::get<double>(*s.find("training.lr")->default_value), 3e-4);
