@@ -1,6 +1,8 @@
 #include "sweep_tagger/cli.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
@@ -306,20 +308,36 @@ int runSweepTagger(int argc, char** argv, std::ostream& out, std::ostream& err) 
   }
   const std::string cmd = argv[1];
   const std::vector<std::string> args(argv + 2, argv + argc);
+  int code = 0;
   try {
-    if (cmd == "tag") return tagCommand(args, out);
-    if (cmd == "expand") return expandCommand(args, out);
-    if (cmd == "aggregate") return aggregateCommand(args, out);
-    if (cmd == "-h" || cmd == "--help") {
+    if (cmd == "tag") {
+      code = tagCommand(args, out);
+    } else if (cmd == "expand") {
+      code = expandCommand(args, out);
+    } else if (cmd == "aggregate") {
+      code = aggregateCommand(args, out);
+    } else if (cmd == "-h" || cmd == "--help") {
       out << usage;
-      return 0;
+    } else {
+      err << "sweep_tagger: unknown subcommand '" << cmd << "'\n" << usage;
+      return kExitBadInput;
     }
-    err << "sweep_tagger: unknown subcommand '" << cmd << "'\n" << usage;
-    return kExitBadInput;
   } catch (const FtbError& e) {
     err << "sweep_tagger " << cmd << ": " << e.what() << "\n";
     return e.exitCode();
   }
+  // Output that did not reach stdout (`> file` on a full disk) is no result: exit 4 (IoError).
+  const bool failed = !out;  // a write already failed: errno is still its error
+  int error = failed ? errno : 0;
+  errno = 0;
+  if (!out.flush() || failed) {
+    if (error == 0) error = errno;
+    err << "sweep_tagger " << cmd << ": cannot write the output to stdout"
+        << (error != 0 ? std::string(": ") + std::strerror(error) : std::string())
+        << "; what it printed is incomplete\n";
+    return IoError("").exitCode();
+  }
+  return code;
 }
 
 }  // namespace ftb

@@ -2,7 +2,8 @@
 --plot charts' .dat/.gp/.png/.svg) whole or not at all: a write that fails (full disk,
 file size limit) exits 4 naming the file and the OS error and leaves the previous file
 as it was; a process killed in the middle of a write leaves the previous file too, never
-a truncated table that reads as a complete one.
+a truncated table that reads as a complete one. Output on stdout that cannot be written
+(`> table.csv` on a full disk) exits 4 too.
 
 Binaries: $FTB_BUILD_DIR/sweep_tagger/{sweep_tagger,ftb_synth_runs}.
 """
@@ -130,3 +131,17 @@ def test_full_disk_leaves_every_previous_output_file_as_it_was(results, tmp_path
     assert f"cannot write {disk}/table.csv: " in (snap / "out.err").read_text()
     assert f"cannot write {disk}/plots/" in (snap / "plot.err").read_text()
     assert snapshot(snap / "after") == before  # byte for byte, and no file more
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
+def test_table_on_a_full_stdout_exits_4_not_0(results):
+    """`aggregate RESULTS > table.csv` on a full disk exited 0 with a truncated file."""
+    for args in (["aggregate", str(results)], ["aggregate", str(results), "--format", "md"],
+                 ["expand", str(REPO / "tests" / "data" / "sweep_tagger" / "sweeps" /
+                                "three_axis.toml")]):
+        with open("/dev/full", "w") as full:
+            p = subprocess.run([str(SWEEP_TAGGER), *args], stdout=full, stderr=subprocess.PIPE,
+                               text=True, timeout=120)
+        assert p.returncode == 4, (args, p.stderr)
+        assert (f"sweep_tagger {args[0]}: cannot write the output to stdout: No space left on "
+                "device; what it printed is incomplete") in p.stderr
