@@ -1,11 +1,13 @@
 #include "sweep_tagger/plot.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cmath>
 #include <filesystem>
@@ -15,6 +17,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "common/error.h"
 #include "common/files.h"
@@ -62,8 +65,27 @@ struct Chart {
   std::vector<std::string> xtics;  // non-empty: categorical axis, x = index
 };
 
+// Reaps `pid`, waiting at most `timeout_s`; past it kills it (SIGKILL) and reaps it.
+// Returns false on the timeout.
+bool waitWithDeadline(pid_t pid, int& status, double timeout_s) {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(timeout_s));
+  while (true) {
+    pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid || (r < 0 && errno != EINTR)) return true;
+    if (Clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  kill(pid, SIGKILL);
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return false;
+}
+
 // Runs `gnuplot -e 'out="<out>"' script`: the script writes <out>.png and <out>.svg.
-bool runGnuplot(const std::string& script, const std::string& out, std::string& error) {
+bool runGnuplot(const std::string& script, const std::string& out, double timeout_s,
+                std::string& error) {
   pid_t pid;
   const std::string out_var = "out=" + gpQuote(out);
   const char* argv[] = {"gnuplot", "-e", out_var.c_str(), script.c_str(), nullptr};
@@ -79,7 +101,10 @@ bool runGnuplot(const std::string& script, const std::string& out, std::string& 
     return false;
   }
   int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  if (!waitWithDeadline(pid, status, timeout_s)) {
+    error = "gnuplot did not finish " + script + " within " + formatDouble(timeout_s) +
+            " s: killed";
+    return false;
   }
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
     std::error_code ec;
@@ -158,10 +183,10 @@ bool imageComplete(const std::string& path, const std::string& ext) {
 
 // Draws <base>.png and .svg: gnuplot writes them under temporary names, each renamed into
 // place once whole. Returns "" or why not (the temporary images are removed).
-std::string drawImages(const std::string& base) {
+std::string drawImages(const std::string& base, double timeout_s) {
   const std::string tmp = base + ".tmp." + std::to_string(getpid());
   std::string error;
-  bool ok = runGnuplot(base + ".gp", tmp, error);
+  bool ok = runGnuplot(base + ".gp", tmp, timeout_s, error);
   for (const char* ext : {".png", ".svg"})
     if (ok && !imageComplete(tmp + ext, ext)) {
       ok = false;
@@ -175,13 +200,13 @@ std::string drawImages(const std::string& base) {
   return error;
 }
 
-bool draw(const Chart& c, const std::string& dir, std::vector<std::string>& written,
-          std::vector<std::string>& warnings) {
+bool draw(const Chart& c, const std::string& dir, double timeout_s,
+          std::vector<std::string>& written, std::vector<std::string>& warnings) {
   const std::string base = (fs::path(dir) / c.file).string();
   std::vector<std::string> names;
   writeFileDurably(base + ".dat", datText(c, names));
   writeFileDurably(base + ".gp", gpText(c, base, names));
-  const std::string error = drawImages(base);
+  const std::string error = drawImages(base, timeout_s);
   if (!error.empty()) {
     warnings.push_back(error);
     return false;
@@ -269,7 +294,8 @@ Chart scalingChart(const std::vector<Axis>& varying, const std::vector<const Run
 }  // namespace
 
 std::vector<std::string> writePlots(const AggregateTable& t, const std::string& dir,
-                                    std::vector<std::string>& warnings) {
+                                    std::vector<std::string>& warnings,
+                                    double gnuplot_timeout_s) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw IoError("cannot create plot dir " + dir + ": " + ec.message());
@@ -285,9 +311,9 @@ std::vector<std::string> writePlots(const AggregateTable& t, const std::string& 
   bool ws_varies = false;
   for (const Axis& a : varying) {
     ws_varies |= a.name == "world_size";
-    draw(throughputChart(a, varying, runs), dir, written, warnings);
+    draw(throughputChart(a, varying, runs), dir, gnuplot_timeout_s, written, warnings);
   }
-  if (ws_varies) draw(scalingChart(varying, runs), dir, written, warnings);
+  if (ws_varies) draw(scalingChart(varying, runs), dir, gnuplot_timeout_s, written, warnings);
   if (varying.empty()) warnings.push_back("no axis varies across the runs: nothing to plot");
   return written;
 }

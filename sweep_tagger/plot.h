@@ -22,7 +22,10 @@
 
 namespace ftb {
 
+// Each gnuplot run may take `gnuplot_timeout_s`; past it gnuplot is killed and that chart
+// is a warning ("gnuplot did not finish X.gp within 120.0 s: killed").
 std::vector<std::string> writePlots(const AggregateTable& t, const std::string& dir,
-                                    std::vector<std::string>& warnings);
+                                    std::vector<std::string>& warnings,
+                                    double gnuplot_timeout_s = 120);
 
 }  // namespace ftb
