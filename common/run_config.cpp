@@ -209,14 +209,14 @@ DataConfig DataConfig::fromConfig(const Config& cfg, const ModelArgs& model, Che
     // other value): lowering data.seq_len is the only way.
     std::string way = " or raise model.max_seq_len";
     if (cfg.has("model.from_pretrained"))
-      way = " (model.max_seq_len is max_position_embeddings of " +
-            (std::filesystem::path(cfg.getString("model.from_pretrained")) / kHfConfigName)
-                .string() +
-            ": a pretrained model's length cannot be raised)";
-    failEither(cfg, "data.seq_len", "model.max_seq_len",
-               "seq_len(" + num(c.seq_len) + ") exceeds model.max_seq_len(" +
-                   num(model.max_seq_len) + ")",
-               "lower data.seq_len to at most " + num(model.max_seq_len) + way);
+      way =
+          " (model.max_seq_len is max_position_embeddings of " +
+          (std::filesystem::path(cfg.getString("model.from_pretrained")) / kHfConfigName).string() +
+          ": a pretrained model's length cannot be raised)";
+    failEither(
+        cfg, "data.seq_len", "model.max_seq_len",
+        "seq_len(" + num(c.seq_len) + ") exceeds model.max_seq_len(" + num(model.max_seq_len) + ")",
+        "lower data.seq_len to at most " + num(model.max_seq_len) + way);
   }
   requireOneOf(cfg, "data.padding", {"max_length", "longest", "packing"});
   c.pad_longest = cfg.getString("data.padding") == "longest";

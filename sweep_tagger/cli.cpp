@@ -14,11 +14,11 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "common/files.h"
+#include "common/run_status.h"
+#include "common/tag.h"
 #include "sweep_tagger/aggregate.h"
 #include "sweep_tagger/plot.h"
-#include "common/run_status.h"
 #include "sweep_tagger/sweep.h"
-#include "common/tag.h"
 
 namespace ftb {
 namespace {

@@ -7,8 +7,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -102,8 +102,8 @@ bool runGnuplot(const std::string& script, const std::string& out, double timeou
   }
   int status = 0;
   if (!waitWithDeadline(pid, status, timeout_s)) {
-    error = "gnuplot did not finish " + script + " within " + formatDouble(timeout_s) +
-            " s: killed";
+    error =
+        "gnuplot did not finish " + script + " within " + formatDouble(timeout_s) + " s: killed";
     return false;
   }
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
@@ -294,8 +294,7 @@ Chart scalingChart(const std::vector<Axis>& varying, const std::vector<const Run
 }  // namespace
 
 std::vector<std::string> writePlots(const AggregateTable& t, const std::string& dir,
-                                    std::vector<std::string>& warnings,
-                                    double gnuplot_timeout_s) {
+                                    std::vector<std::string>& warnings, double gnuplot_timeout_s) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw IoError("cannot create plot dir " + dir + ": " + ec.message());

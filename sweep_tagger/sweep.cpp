@@ -11,9 +11,9 @@
 #include "common/checked_math.h"
 #include "common/error.h"
 #include "common/files.h"
-#include "common/tag.h"
 #include "common/run_config.h"
 #include "common/run_status.h"
+#include "common/tag.h"
 #include "common/toml.h"
 
 namespace ftb {

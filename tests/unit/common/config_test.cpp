@@ -149,10 +149,10 @@ TEST_F(ConfigTest, AnotherToolsSpellingNamesTheFtbenchKey) {
 
 // Throughput-only sweeps had no way to skip the final checkpoint of every point.
 TEST(SchemaTest, CheckpointSaveFinalIsABoolOutsideTheRunIdentity) {
-  const std::vector<std::string> model = {"model.name=t", "model.dim=8", "model.n_layers=1",
-                                          "model.n_heads=2", "model.n_kv_heads=2",
-                                          "model.ffn_dim=16", "model.vocab_size=32",
-                                          "model.max_seq_len=16", "data.seq_len=16"};
+  const std::vector<std::string> model = {
+      "model.name=t",        "model.dim=8",          "model.n_layers=1",
+      "model.n_heads=2",     "model.n_kv_heads=2",   "model.ffn_dim=16",
+      "model.vocab_size=32", "model.max_seq_len=16", "data.seq_len=16"};
   auto with = [&](std::vector<std::string> extra) {
     extra.insert(extra.begin(), model.begin(), model.end());
     return Config::fromString("", "run.toml", extra);
@@ -183,11 +183,11 @@ TEST(SchemaTest, ForeignSpellingsNameRealKeys) {
     const std::string ours = f.key;
     const bool launch = ours == "nodes" || ours == "nproc_per_node";
     EXPECT_TRUE(ours.empty() || launch || schema.find(ours) != nullptr) << ours;
-    const std::string hint =
-        unknownKeyHint(schema, f.spelling, launch ? std::vector<std::string>{ours}
-                                                  : std::vector<std::string>{});
-    EXPECT_EQ(hint, "'" + std::string(f.spelling) + "' is " + f.tool + "'s spelling; " +
-                        (ours.empty() ? "ftbench has no such setting" : "ftbench calls it " + ours));
+    const std::string hint = unknownKeyHint(
+        schema, f.spelling, launch ? std::vector<std::string>{ours} : std::vector<std::string>{});
+    EXPECT_EQ(hint,
+              "'" + std::string(f.spelling) + "' is " + f.tool + "'s spelling; " +
+                  (ours.empty() ? "ftbench has no such setting" : "ftbench calls it " + ours));
   }
   // torchrun's spellings are sweep words: not offered where nodes is no key (a run config).
   EXPECT_EQ(unknownKeyHint(schema, "nnodes").find("torchrun"), std::string::npos);

@@ -93,12 +93,13 @@ TEST_F(HfConfigTest, UnsupportedArchitectureAndFeaturesAreRefused) {
 TEST_F(HfConfigTest, SeqLenAboveAPretrainedModelsLengthHintsAWayThatWorks) {
   write(kLlama);  // max_position_embeddings 8192
   const std::string refusal = refusalOf(load("", {"data.seq_len=16384"}), 1);
-  EXPECT_EQ(refusal, "config error: override 'data.seq_len=16384': key 'data.seq_len': "
-                     "seq_len(16384) exceeds model.max_seq_len(8192)\n"
-                     "  hint: lower data.seq_len to at most 8192 (model.max_seq_len is "
-                     "max_position_embeddings of " +
-                         (dir_ / "config.json").string() +
-                         ": a pretrained model's length cannot be raised)");
+  EXPECT_EQ(refusal,
+            "config error: override 'data.seq_len=16384': key 'data.seq_len': "
+            "seq_len(16384) exceeds model.max_seq_len(8192)\n"
+            "  hint: lower data.seq_len to at most 8192 (model.max_seq_len is "
+            "max_position_embeddings of " +
+                (dir_ / "config.json").string() +
+                ": a pretrained model's length cannot be raised)");
   EXPECT_EQ(refusalOf(load("", {"data.seq_len=8192"}), 1), "");  // the hint, followed
   // What the old hint said is refused.
   EXPECT_NE(errorOf("", {"data.seq_len=16384", "model.max_seq_len=16384"})

@@ -322,42 +322,38 @@ std::string seedAxis(int n, const char* key = "training.seed") {
 // 8 axes x 100 values (1e16 points) took over 60 s and 1.1 GB before the first point came
 // out; the count is checked from the axis lengths before anything is expanded.
 TEST(Sweep, MoreThanTheMaximumPointsIsRefusedBeforeExpanding) {
+  // Ten keys, any type: loadSweep checks names and lengths, the values come later.
+  const std::vector<const char*> keys = {
+      "training.seed",    "training.max_steps",       "training.warmup_steps",
+      "data.num_samples", "training.lr_warmup_steps", "training.threads",
+      "data.pad_id",      "metrics.log_every",        "data.seq_len",
+      "data.min_doc_len"};
   test::TempDir dir;
   std::string grid = "[grid]\n";
-  for (const char* k : {"training.seed", "training.max_steps", "training.warmup_steps",
-                        "data.num_samples", "training.lr_warmup_steps", "training.threads",
-                        "data.pad_id", "metrics.log_every"})
-    grid += seedAxis(100, k);
+  for (size_t k = 0; k < 8; ++k) grid += seedAxis(100, keys[k]);
   const std::string f = writeSweep(dir, grid);
   std::string msg = errorOf([&] { loadSweep(f); });
-  EXPECT_EQ(msg.rfind("config error: " + f + ":2: key 'grid': the sweep has 10000000000000000 "
-                      "points (training.seed(100) x training.max_steps(100) x ",
+  EXPECT_EQ(msg.rfind("config error: " + f +
+                          ":2: key 'grid': the sweep has 10000000000000000 "
+                          "points (training.seed(100) x training.max_steps(100) x ",
                       0),
             0u)
       << msg;
   EXPECT_NE(msg.find("more than the limit of 10000 points per sweep\n  hint: split it"),
             std::string::npos)
       << msg;
-  // 20 axes of 10 values: the product overflows int64; still refused, not wrapped.
+  // 10 axes of 100 values: 1e20 overflows int64; still refused, not wrapped.
   grid = "[grid]\n";
-  for (const char* k :
-       {"training.seed", "training.max_steps", "training.warmup_steps", "data.num_samples",
-        "training.lr_warmup_steps", "training.threads", "data.pad_id", "metrics.log_every",
-        "data.seq_len", "data.min_doc_len", "training.micro_batch_size",
-        "training.grad_accum_steps", "training.global_batch_size", "checkpoint.interval",
-        "checkpoint.keep_last", "parallel.dp_replicate", "parallel.dp_shard", "parallel.tp",
-        "parallel.zero_stage", "model.n_layers"})
-    grid += seedAxis(10, k);
+  for (const char* k : keys) grid += seedAxis(100, k);
   msg = errorOf([&] { loadSweep(writeSweep(dir, grid)); });
-  EXPECT_NE(msg.find("the sweep has more than 2^63 points (training.seed(10) x "),
+  EXPECT_NE(msg.find("the sweep has more than 2^63 points (training.seed(100) x "),
             std::string::npos)
       << msg;
   // Exactly the limit passes; one [[include]] more does not.
   const std::string at_limit = "[grid]\n" + seedAxis(100) + seedAxis(100, "training.max_steps");
   EXPECT_EQ(errorOf([&] { loadSweep(writeSweep(dir, at_limit)); }), "(no error)");
-  msg = errorOf([&] {
-    loadSweep(writeSweep(dir, at_limit + "[[include]]\n\"data.seq_len\" = 64\n"));
-  });
+  msg = errorOf(
+      [&] { loadSweep(writeSweep(dir, at_limit + "[[include]]\n\"data.seq_len\" = 64\n")); });
   EXPECT_NE(msg.find("the sweep has 10001 points (training.seed(100) x training.max_steps(100) "
                      "= 10000, + 1 [[include]]), more than the limit"),
             std::string::npos)
@@ -378,8 +374,8 @@ TEST(Sweep, ExpandingThroughAnIndexListsTheSamePointsAsTheWholeSweep) {
 // torchtitan's command line: `--training.steps 10` exits 2 naming ftbench's key (it got
 // "did you mean 'training.eps'").
 TEST(Sweep, TorchtitanFlagSpellingExitsTwoNamingTheFtbenchKey) {
-  std::vector<std::string> words = {"sweep_tagger", "tag", "--config",
-                                    test::dataDir() + "/base.toml", "--training.steps", "10"};
+  std::vector<std::string> words = {
+      "sweep_tagger", "tag", "--config", test::dataDir() + "/base.toml", "--training.steps", "10"};
   std::vector<char*> argv;
   for (std::string& w : words) argv.push_back(w.data());
   std::ostringstream out, err;
