@@ -222,36 +222,4 @@ Manifest loadVerifiedManifest(const std::string& dir, const std::vector<int64_t>
   return m;
 }
 
-void fsyncPath(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw IoError("cannot open " + path + " to fsync it: " + std::strerror(errno));
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  if (rc != 0) throw IoError("fsync of " + path + " failed: " + std::strerror(err));
-}
-
-void renameDurably(const std::string& from, const std::string& to) {
-  if (std::rename(from.c_str(), to.c_str()) != 0)
-    throw IoError("cannot rename " + from + " to " + to + ": " + std::strerror(errno));
-  std::string parent = fs::path(to).parent_path().string();
-  fsyncPath(parent.empty() ? "." : parent);
-}
-
-void writeFileAndFsync(const std::string& path, const std::string& text) {
-  {
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) throw IoError("cannot write " + path + ": " + std::strerror(errno));
-  }
-  fsyncPath(path);
-}
-
-void writeFileDurably(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  writeFileAndFsync(tmp, text);
-  renameDurably(tmp, path);
-}
-
 }  // namespace ftb

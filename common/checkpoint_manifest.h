@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "common/files.h"  // fsyncPath, writeFileDurably, ...: the durable writes of a save
+
 namespace ftb {
 
 inline constexpr int64_t kCheckpointFormatVersion = 1;
@@ -101,11 +103,5 @@ Manifest loadVerifiedManifest(const std::string& dir, const std::vector<int64_t>
 // crc32 (zlib, as Python's zlib.crc32) of a whole file and its size. Throws
 // CheckpointError when it cannot be read.
 std::string fileCrc32(const std::string& path, int64_t* bytes);
-
-// Durability helpers. Throw IoError naming the path and errno text.
-void fsyncPath(const std::string& path);  // a file or a directory
-void writeFileAndFsync(const std::string& path, const std::string& text);  // truncate, write, fsync
-void writeFileDurably(const std::string& path, const std::string& text);  // tmp, fsync, rename, fsync dir
-void renameDurably(const std::string& from, const std::string& to);      // rename, fsync parent
 
 }  // namespace ftb

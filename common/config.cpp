@@ -75,8 +75,33 @@ std::string join(const std::set<std::string>& items, const char* sep = ", ") {
   return out;
 }
 
-// "did you mean 'x.y'?" or the valid keys of the nearest enclosing known table.
-std::string unknownKeyHint(const Schema& schema, const std::string& key) {
+// "'training.steps' is torchtitan's spelling; ftbench calls it training.max_steps" when `key`
+// (or, for a dotless spelling, its last part) is one of foreignSpellings() whose ftbench key
+// is in `schema` or `also_keys` (or which has none); "" otherwise.
+std::string foreignSpellingHint(const Schema& schema, const std::string& key,
+                                const std::vector<std::string>& also_keys) {
+  const std::string leaf = key.substr(key.rfind('.') + 1);  // npos + 1 == 0: the whole key
+  for (const ForeignSpelling& f : foreignSpellings()) {
+    const bool dotted = std::string(f.spelling).find('.') != std::string::npos;
+    if (key != f.spelling && (dotted || leaf != f.spelling)) continue;
+    const std::string ours = f.key;
+    const bool known = ours.empty() || schema.find(ours) != nullptr ||
+                       std::find(also_keys.begin(), also_keys.end(), ours) != also_keys.end();
+    if (!known) continue;
+    const std::string whose = "'" + std::string(f.spelling) + "' is " + f.tool + "'s spelling; ";
+    return whose + (ours.empty() ? "ftbench has no such setting" : "ftbench calls it " + ours);
+  }
+  return "";
+}
+
+}  // namespace
+
+// See config.h: another tool's spelling, "did you mean 'x.y'?" or the valid keys of the
+// nearest enclosing known table.
+std::string unknownKeyHint(const Schema& schema, const std::string& key,
+                           const std::vector<std::string>& also_keys) {
+  if (std::string foreign = foreignSpellingHint(schema, key, also_keys); !foreign.empty())
+    return foreign;
   std::string near = schema.closest(key);
   if (!near.empty()) return "did you mean '" + near + "'?";
   std::string table = key;
@@ -90,6 +115,8 @@ std::string unknownKeyHint(const Schema& schema, const std::string& key) {
     if (table.empty()) return "";
   }
 }
+
+namespace {
 
 // The hint of an error about a declared key that has none of its own: what the key is
 // and its default ("training.lr: peak learning rate (default 3e-4)").

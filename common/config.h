@@ -168,6 +168,27 @@ size_t editDistance(const std::string& a, const std::string& b);
 // schema's own preference rules on top of editDistance.)
 std::string closestName(const std::string& name, const std::vector<std::string>& names);
 
+// A setting as another tool spells it, and the ftbench key that means it ("" when ftbench
+// has no such setting). `tool` is whose spelling it is ("torchtitan", "torchrun", "the Hugging
+// Face Trainer"). A `spelling` without a dot is matched against the last part of a key
+// (learning_rate, training.learning_rate).
+struct ForeignSpelling {
+  const char* spelling;
+  const char* key;
+  const char* tool;
+};
+const std::vector<ForeignSpelling>& foreignSpellings();
+
+// The hint for an unknown config `key`, by meaning before spelling:
+// - another tool's spelling of an ftbench setting (foreignSpellings()) whose key is in
+//   `schema` or `also_keys`: "'training.steps' is torchtitan's spelling; ftbench calls it
+//   training.max_steps"; ftbench has no such setting: "... ftbench has no such setting";
+// - else "did you mean 'x.y'?" (Schema::closest);
+// - else the valid keys of the nearest enclosing table ("valid keys in [data]: ...").
+// `also_keys` are valid beside the schema's (a sweep's nodes and nproc_per_node).
+std::string unknownKeyHint(const Schema& schema, const std::string& key,
+                           const std::vector<std::string>& also_keys = {});
+
 // | key | type | default | meaning | table of every key (trainer --help-config, README).
 std::string schemaMarkdown(const Schema& schema);
 

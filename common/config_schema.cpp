@@ -209,6 +209,11 @@ void addCheckpoint(Schema& sc) {
               "\"auto\" (newest complete checkpoint of checkpoint.dir) | \"never\" | path of a "
               "step_N directory",
               kNoTag));
+  sc.add(spec("checkpoint.save_final", kBool, b(true),
+              "save a checkpoint after the last step (training.max_steps or "
+              "stop_after_seconds); false for throughput-only runs. A stop signal or "
+              "`launcher ctl stop|save` still saves",
+              kNoTag));
   sc.add(spec("checkpoint.keep_last", kInt, i(2),
               "complete checkpoints kept (older ones pruned); 0 = keep all", kNoTag),
          atLeast(0));
@@ -399,6 +404,66 @@ const Schema& trainerSchema() {
     return sc;
   }();
   return schema;
+}
+
+// torchtitan: JobConfig (torchtitan/config/job_config.py) and its older spellings
+// (training.batch_size, training.*_degree). torchrun: its launch flags as sweep keys.
+// The Hugging Face Trainer: TrainingArguments names, matched by their last part.
+// Invariant (ConfigSchema.ForeignSpellingsNameRealKeys): no spelling is an ftbench key and
+// every non-empty key is a trainerSchema() key or a sweep's nodes / nproc_per_node.
+const std::vector<ForeignSpelling>& foreignSpellings() {
+  static const std::vector<ForeignSpelling> table = {
+      {"training.steps", "training.max_steps", "torchtitan"},
+      {"training.local_batch_size", "training.micro_batch_size", "torchtitan"},
+      {"training.batch_size", "training.micro_batch_size", "torchtitan"},
+      {"training.seq_len", "data.seq_len", "torchtitan"},
+      {"training.max_norm", "training.max_grad_norm", "torchtitan"},
+      {"training.dataset", "data.source", "torchtitan"},
+      {"training.dataset_path", "data.source", "torchtitan"},
+      {"training.mixed_precision_param", "training.dtype", "torchtitan"},
+      {"training.data_parallel_replicate_degree", "parallel.dp_replicate", "torchtitan"},
+      {"training.data_parallel_shard_degree", "parallel.dp_shard", "torchtitan"},
+      {"training.tensor_parallel_degree", "parallel.tp", "torchtitan"},
+      {"training.compile", "", "torchtitan"},
+      {"optimizer.name", "training.optimizer", "torchtitan"},
+      {"optimizer.lr", "training.lr", "torchtitan"},
+      {"optimizer.beta1", "training.beta1", "torchtitan"},
+      {"optimizer.beta2", "training.beta2", "torchtitan"},
+      {"optimizer.eps", "training.eps", "torchtitan"},
+      {"optimizer.weight_decay", "training.weight_decay", "torchtitan"},
+      {"lr_scheduler.warmup_steps", "training.lr_warmup_steps", "torchtitan"},
+      {"parallelism.data_parallel_replicate_degree", "parallel.dp_replicate", "torchtitan"},
+      {"parallelism.data_parallel_shard_degree", "parallel.dp_shard", "torchtitan"},
+      {"parallelism.tensor_parallel_degree", "parallel.tp", "torchtitan"},
+      {"parallelism.pipeline_parallel_degree", "", "torchtitan"},
+      {"parallelism.context_parallel_degree", "", "torchtitan"},
+      {"checkpoint.folder", "checkpoint.dir", "torchtitan"},
+      {"checkpoint.keep_latest_k", "checkpoint.keep_last", "torchtitan"},
+      {"checkpoint.initial_load_path", "checkpoint.resume", "torchtitan"},
+      {"activation_checkpoint.mode", "training.activation_checkpointing", "torchtitan"},
+      {"metrics.log_freq", "metrics.log_every", "torchtitan"},
+      {"job.dump_folder", "output.dir", "torchtitan"},
+      {"comm.init_timeout_seconds", "parallel.timeout_seconds", "torchtitan"},
+      {"comm.train_timeout_seconds", "parallel.timeout_seconds", "torchtitan"},
+      {"model.flavor", "model.name", "torchtitan"},
+      {"model.tokenizer_path", "data.tokenizer", "torchtitan"},
+      {"model.hf_assets_path", "model.from_pretrained", "torchtitan"},
+      {"nnodes", "nodes", "torchrun"},
+      {"nproc-per-node", "nproc_per_node", "torchrun"},
+      {"learning_rate", "training.lr", "the Hugging Face Trainer"},
+      {"per_device_train_batch_size", "training.micro_batch_size", "the Hugging Face Trainer"},
+      {"gradient_accumulation_steps", "training.grad_accum_steps", "the Hugging Face Trainer"},
+      {"adam_beta1", "training.beta1", "the Hugging Face Trainer"},
+      {"adam_beta2", "training.beta2", "the Hugging Face Trainer"},
+      {"adam_epsilon", "training.eps", "the Hugging Face Trainer"},
+      {"max_seq_length", "data.seq_len", "the Hugging Face Trainer"},
+      {"gradient_checkpointing", "training.activation_checkpointing", "the Hugging Face Trainer"},
+      {"output_dir", "output.dir", "the Hugging Face Trainer"},
+      {"save_steps", "checkpoint.interval", "the Hugging Face Trainer"},
+      {"save_total_limit", "checkpoint.keep_last", "the Hugging Face Trainer"},
+      {"logging_steps", "metrics.log_every", "the Hugging Face Trainer"},
+  };
+  return table;
 }
 
 std::string closestName(const std::string& name, const std::vector<std::string>& names) {

@@ -1,4 +1,4 @@
-// readInputFile(): see the contract in files.h.
+// readInputFile() and the durable writes: see the contracts in files.h.
 #include "common/files.h"
 
 #include <fcntl.h>
@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -23,6 +24,32 @@ std::string kindOf(mode_t m) {
   if (S_ISCHR(m)) return "a character device";
   if (S_ISBLK(m)) return "a block device";
   return "a special file";
+}
+
+// Writes all of `text` to `fd` (short writes and EINTR retried). Returns 0 or the errno.
+int writeAll(int fd, const std::string& text) {
+  size_t off = 0;
+  while (off < text.size()) {
+    ssize_t n = ::write(fd, text.data() + off, text.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno;
+    off += static_cast<size_t>(n);
+  }
+  return 0;
+}
+
+// Creates or truncates `path`, writes `text`, fsyncs and closes it. Returns "" or the OS
+// error and the step that failed ("No space left on device (write of <path>)").
+std::string writeAndSync(const std::string& path, const std::string& text) {
+  auto failed = [&](const char* step, int err) {
+    return std::string(std::strerror(err)) + " (" + step + " of " + path + ")";
+  };
+  Fd f(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666));
+  if (!f) return failed("open", errno);
+  if (int err = writeAll(f.get(), text)) return failed("write", err);
+  if (::fsync(f.get()) != 0) return failed("fsync", errno);
+  if (::close(f.release()) != 0) return failed("close", errno);
+  return "";
 }
 
 std::string sizeText(size_t bytes) {
@@ -73,6 +100,37 @@ std::string readInputFile(const std::string& path, const std::string& what, size
       throw ConfigError("", path, what + " is more than the limit of " + sizeText(max_bytes));
   }
   return text;
+}
+
+void fsyncPath(const std::string& path) {
+  Fd f(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!f) throw IoError("cannot open " + path + " to fsync it: " + std::strerror(errno));
+  if (::fsync(f.get()) != 0) throw IoError("fsync of " + path + " failed: " + std::strerror(errno));
+}
+
+void renameDurably(const std::string& from, const std::string& to) {
+  if (std::rename(from.c_str(), to.c_str()) != 0)
+    throw IoError("cannot rename " + from + " to " + to + ": " + std::strerror(errno));
+  std::string parent = std::filesystem::path(to).parent_path().string();
+  fsyncPath(parent.empty() ? "." : parent);
+}
+
+void writeFileAndFsync(const std::string& path, const std::string& text) {
+  const std::string failed = writeAndSync(path, text);
+  if (!failed.empty()) throw IoError("cannot write " + path + ": " + failed);
+}
+
+void writeFileDurably(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  std::string failed = writeAndSync(tmp, text);
+  if (failed.empty() && std::rename(tmp.c_str(), path.c_str()) != 0)
+    failed = std::string(std::strerror(errno)) + " (rename of " + tmp + ")";
+  if (!failed.empty()) {
+    ::unlink(tmp.c_str());
+    throw IoError("cannot write " + path + ": " + failed + "; " + path + " is unchanged");
+  }
+  std::string parent = std::filesystem::path(path).parent_path().string();
+  fsyncPath(parent.empty() ? "." : parent);
 }
 
 }  // namespace ftb

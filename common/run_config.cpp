@@ -5,6 +5,7 @@
 
 #include "common/checked_math.h"
 #include "common/error.h"
+#include "common/hf_config.h"
 
 namespace ftb {
 
@@ -203,12 +204,20 @@ DataConfig DataConfig::fromConfig(const Config& cfg, const ModelArgs& model, Che
   DataConfig c;
   c.data_source = cfg.getString("data.source");
   c.seq_len = cfg.getInt("data.seq_len");
-  if (c.seq_len > model.max_seq_len)
-    failEither(cfg, "data.seq_len", "model.max_seq_len",
-               "seq_len(" + num(c.seq_len) + ") exceeds model.max_seq_len(" +
-                   num(model.max_seq_len) + ")",
-               "lower data.seq_len to at most " + num(model.max_seq_len) +
-                   " or raise model.max_seq_len");
+  if (c.seq_len > model.max_seq_len) {
+    // A pretrained model's max_seq_len is its config.json's (applyPretrained refuses any
+    // other value): lowering data.seq_len is the only way.
+    std::string way = " or raise model.max_seq_len";
+    if (cfg.has("model.from_pretrained"))
+      way =
+          " (model.max_seq_len is max_position_embeddings of " +
+          (std::filesystem::path(cfg.getString("model.from_pretrained")) / kHfConfigName).string() +
+          ": a pretrained model's length cannot be raised)";
+    failEither(
+        cfg, "data.seq_len", "model.max_seq_len",
+        "seq_len(" + num(c.seq_len) + ") exceeds model.max_seq_len(" + num(model.max_seq_len) + ")",
+        "lower data.seq_len to at most " + num(model.max_seq_len) + way);
+  }
   requireOneOf(cfg, "data.padding", {"max_length", "longest", "packing"});
   c.pad_longest = cfg.getString("data.padding") == "longest";
   c.pack = cfg.getString("data.padding") == "packing";
@@ -356,6 +365,7 @@ CheckpointConfig CheckpointConfig::fromConfig(const Config& cfg) {
   CheckpointConfig c;
   c.dir = cfg.getString("checkpoint.dir");
   c.interval = cfg.getInt("checkpoint.interval");
+  c.save_final = cfg.getBool("checkpoint.save_final");
   c.keep_last = cfg.getInt("checkpoint.keep_last");
   c.resume = cfg.getString("checkpoint.resume");
   if (c.resume.empty() || c.resume == "none")

@@ -36,6 +36,7 @@ enum class DType { kFp32, kBf16 };
 struct CheckpointConfig {
   std::string dir;         // "" = <run_dir>/checkpoints
   int64_t interval = 0;    // 0 = only at the end and on preemption
+  bool save_final = true;  // false: no save after the last step (preemption, ctl still save)
   int64_t keep_last = 2;   // 0 = keep all
   std::string resume = "auto";  // "auto" | "never" | path of a step_N directory
   double preempt_grace_s = 0;   // 0 = no deadline

@@ -1,8 +1,9 @@
 #include "sweep_tagger/cli.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <memory>
@@ -12,11 +13,12 @@
 #include "common/cli_args.h"
 #include "common/config.h"
 #include "common/error.h"
+#include "common/files.h"
+#include "common/run_status.h"
+#include "common/tag.h"
 #include "sweep_tagger/aggregate.h"
 #include "sweep_tagger/plot.h"
-#include "common/run_status.h"
 #include "sweep_tagger/sweep.h"
-#include "common/tag.h"
 
 namespace ftb {
 namespace {
@@ -35,13 +37,6 @@ cxxopts::ParseResult parse(cxxopts::Options& opts, const std::vector<std::string
   } catch (const cxxopts::exceptions::exception& e) {
     throw cliError(opts, e, args);
   }
-}
-
-void writeFile(const std::string& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f << text;
-  f.close();
-  if (!f) throw IoError("cannot write " + path);
 }
 
 Json toJson(const Value& v) {
@@ -194,7 +189,11 @@ int expandCommand(const std::vector<std::string>& args, std::ostream& out) {
     throw ConfigError("", "command line", "missing SWEEP.toml", "sweep_tagger expand --help");
   SweepSpec spec = loadSweep(r["sweep"].as<std::string>());
   if (r.count("overrides")) spec.overrides = r["overrides"].as<std::vector<std::string>>();
-  std::vector<SweepPoint> points = expandSweep(spec);
+  // --index I needs the points up to I only (indices count listed points: those before
+  // I decide which grid point I is). A negative I expands all, for the count it reports.
+  std::optional<int> last;
+  if (r.count("index") && r["index"].as<int>() >= 0) last = r["index"].as<int>();
+  std::vector<SweepPoint> points = expandSweep(spec, last);
 
   std::vector<PointRow> rows;
   const bool pending = r.count("pending") > 0;
@@ -273,10 +272,12 @@ int aggregateCommand(const std::vector<std::string>& args, std::ostream& out) {
       format == "csv" ? toCsv(table) : (format == "md" ? toMarkdown(table) : toJson(table));
   if (r.count("out")) {
     const std::filesystem::path path = r["out"].as<std::string>();
-    writeFile(path.string(), text);
+    // Each file whole or not at all (writeFileDurably): a killed or failed aggregate never
+    // leaves a truncated table that reads as a complete one.
+    writeFileDurably(path.string(), text);
     if (format == "csv")
-      writeFile((path.parent_path() / (path.stem().string() + ".constants.csv")).string(),
-                constantsCsv(table));
+      writeFileDurably((path.parent_path() / (path.stem().string() + ".constants.csv")).string(),
+                       constantsCsv(table));
   } else {
     out << text;
   }
@@ -307,20 +308,36 @@ int runSweepTagger(int argc, char** argv, std::ostream& out, std::ostream& err) 
   }
   const std::string cmd = argv[1];
   const std::vector<std::string> args(argv + 2, argv + argc);
+  int code = 0;
   try {
-    if (cmd == "tag") return tagCommand(args, out);
-    if (cmd == "expand") return expandCommand(args, out);
-    if (cmd == "aggregate") return aggregateCommand(args, out);
-    if (cmd == "-h" || cmd == "--help") {
+    if (cmd == "tag") {
+      code = tagCommand(args, out);
+    } else if (cmd == "expand") {
+      code = expandCommand(args, out);
+    } else if (cmd == "aggregate") {
+      code = aggregateCommand(args, out);
+    } else if (cmd == "-h" || cmd == "--help") {
       out << usage;
-      return 0;
+    } else {
+      err << "sweep_tagger: unknown subcommand '" << cmd << "'\n" << usage;
+      return kExitBadInput;
     }
-    err << "sweep_tagger: unknown subcommand '" << cmd << "'\n" << usage;
-    return kExitBadInput;
   } catch (const FtbError& e) {
     err << "sweep_tagger " << cmd << ": " << e.what() << "\n";
     return e.exitCode();
   }
+  // Output that did not reach stdout (`> file` on a full disk) is no result: exit 4 (IoError).
+  const bool failed = !out;  // a write already failed: errno is still its error
+  int error = failed ? errno : 0;
+  errno = 0;
+  if (!out.flush() || failed) {
+    if (error == 0) error = errno;
+    err << "sweep_tagger " << cmd << ": cannot write the output to stdout"
+        << (error != 0 ? std::string(": ") + std::strerror(error) : std::string())
+        << "; what it printed is incomplete\n";
+    return IoError("").exitCode();
+  }
+  return code;
 }
 
 }  // namespace ftb

@@ -1,11 +1,14 @@
 #include "sweep_tagger/plot.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -13,8 +16,11 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <sstream>
+#include <thread>
 
 #include "common/error.h"
+#include "common/files.h"
 #include "common/tag.h"
 
 extern char** environ;
@@ -59,9 +65,30 @@ struct Chart {
   std::vector<std::string> xtics;  // non-empty: categorical axis, x = index
 };
 
-bool runGnuplot(const std::string& script, std::string& error) {
+// Reaps `pid`, waiting at most `timeout_s`; past it kills it (SIGKILL) and reaps it.
+// Returns false on the timeout.
+bool waitWithDeadline(pid_t pid, int& status, double timeout_s) {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(timeout_s));
+  while (true) {
+    pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid || (r < 0 && errno != EINTR)) return true;
+    if (Clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  kill(pid, SIGKILL);
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return false;
+}
+
+// Runs `gnuplot -e 'out="<out>"' script`: the script writes <out>.png and <out>.svg.
+bool runGnuplot(const std::string& script, const std::string& out, double timeout_s,
+                std::string& error) {
   pid_t pid;
-  const char* argv[] = {"gnuplot", script.c_str(), nullptr};
+  const std::string out_var = "out=" + gpQuote(out);
+  const char* argv[] = {"gnuplot", "-e", out_var.c_str(), script.c_str(), nullptr};
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
@@ -74,7 +101,10 @@ bool runGnuplot(const std::string& script, std::string& error) {
     return false;
   }
   int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  if (!waitWithDeadline(pid, status, timeout_s)) {
+    error =
+        "gnuplot did not finish " + script + " within " + formatDouble(timeout_s) + " s: killed";
+    return false;
   }
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
     std::error_code ec;
@@ -85,22 +115,25 @@ bool runGnuplot(const std::string& script, std::string& error) {
   return false;
 }
 
-bool draw(const Chart& c, const std::string& dir, std::vector<std::string>& written,
-          std::vector<std::string>& warnings) {
-  const std::string base = (fs::path(dir) / c.file).string();
-  std::ofstream dat(base + ".dat");
-  std::vector<std::string> names;
+// The .dat file: one gnuplot data block per series (sorted by x). Returns the series names.
+std::string datText(const Chart& c, std::vector<std::string>& names) {
+  std::string dat;
   for (const auto& [name, pts] : c.series) {
     std::vector<std::pair<double, double>> sorted = pts;
     std::sort(sorted.begin(), sorted.end());
-    dat << "# " << name << "\n";
-    for (auto [x, y] : sorted) dat << formatDouble(x) << " " << formatDouble(y) << "\n";
-    dat << "\n\n";
+    dat += "# " + name + "\n";
+    for (auto [x, y] : sorted) dat += formatDouble(x) + " " + formatDouble(y) + "\n";
+    dat += "\n\n";
     names.push_back(name);
   }
-  dat.close();
-  const bool legend = names.size() <= kMaxLegendSeries;
-  std::ofstream gp(base + ".gp");
+  return dat;
+}
+
+// The .gp script. It writes <out>.png and <out>.svg, `out` defaulting to `base` (run it
+// again by hand: `gnuplot base.gp`); writePlots passes a temporary `out` with -e.
+std::string gpText(const Chart& c, const std::string& base, const std::vector<std::string>& names) {
+  std::ostringstream gp;
+  gp << "if (!exists(\"out\")) out = " << gpQuote(base) << "\n";
   gp << "set title " << gpQuote(c.title) << "\nset xlabel " << gpQuote(c.xlabel) << "\nset ylabel "
      << gpQuote(c.ylabel) << "\nset grid\nset key below\n"
      << "set yrange [0:*]\nset offsets graph 0.03, graph 0.03, 0, 0\n";
@@ -121,20 +154,60 @@ bool draw(const Chart& c, const std::string& dir, std::vector<std::string>& writ
       gp << (i ? ", " : "") << gpQuote(c.xtics[i]) << " " << i;
     gp << ")\n";
   }
+  const bool legend = names.size() <= kMaxLegendSeries;
   std::string plot = "plot ";
   for (size_t i = 0; i < names.size(); ++i) {
     plot += (i ? ", " : "") + gpQuote(base + ".dat") + " index " + std::to_string(i) +
             (legend ? " with linespoints title " + gpQuote(names[i])
                     : " with points pt 7 ps 0.5 lc rgb \"#3060a0\" notitle");
   }
-  gp << "set terminal pngcairo size 900,600 noenhanced\nset output " << gpQuote(base + ".png")
-     << "\n"
-     << plot << "\nset terminal svg size 900,600 noenhanced\nset output " << gpQuote(base + ".svg")
-     << "\n"
+  gp << "set terminal pngcairo size 900,600 noenhanced\nset output out.\".png\"\n"
+     << plot << "\nset terminal svg size 900,600 noenhanced\nset output out.\".svg\"\n"
      << plot << "\nunset output\n";
-  gp.close();
+  return gp.str();
+}
+
+// Whether an image gnuplot wrote is whole: a PNG ends with its IEND chunk, an SVG with
+// </svg> (gnuplot exits 0 even when the disk filled up under it).
+bool imageComplete(const std::string& path, const std::string& ext) {
+  const std::string tail = ext == ".png" ? std::string("IEND\xae\x42\x60\x82", 8) : "</svg>";
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  const std::streamoff size = in ? static_cast<std::streamoff>(in.tellg()) : -1;
+  if (size < static_cast<std::streamoff>(tail.size())) return false;
+  const std::streamoff from = std::max<std::streamoff>(0, size - 64);
+  std::string end(static_cast<size_t>(size - from), '\0');
+  in.seekg(from);
+  in.read(end.data(), static_cast<std::streamsize>(end.size()));
+  return in && end.find(tail) != std::string::npos;
+}
+
+// Draws <base>.png and .svg: gnuplot writes them under temporary names, each renamed into
+// place once whole. Returns "" or why not (the temporary images are removed).
+std::string drawImages(const std::string& base, double timeout_s) {
+  const std::string tmp = base + ".tmp." + std::to_string(getpid());
   std::string error;
-  if (!runGnuplot(base + ".gp", error)) {
+  bool ok = runGnuplot(base + ".gp", tmp, timeout_s, error);
+  for (const char* ext : {".png", ".svg"})
+    if (ok && !imageComplete(tmp + ext, ext)) {
+      ok = false;
+      error = "gnuplot wrote an incomplete " + tmp + ext + " (disk full?)";
+    }
+  std::error_code ec;
+  for (const char* ext : {".png", ".svg"}) {
+    if (ok) renameDurably(tmp + ext, base + ext);  // IoError: exit 4
+    fs::remove(tmp + ext, ec);
+  }
+  return error;
+}
+
+bool draw(const Chart& c, const std::string& dir, double timeout_s,
+          std::vector<std::string>& written, std::vector<std::string>& warnings) {
+  const std::string base = (fs::path(dir) / c.file).string();
+  std::vector<std::string> names;
+  writeFileDurably(base + ".dat", datText(c, names));
+  writeFileDurably(base + ".gp", gpText(c, base, names));
+  const std::string error = drawImages(base, timeout_s);
+  if (!error.empty()) {
     warnings.push_back(error);
     return false;
   }
@@ -221,7 +294,7 @@ Chart scalingChart(const std::vector<Axis>& varying, const std::vector<const Run
 }  // namespace
 
 std::vector<std::string> writePlots(const AggregateTable& t, const std::string& dir,
-                                    std::vector<std::string>& warnings) {
+                                    std::vector<std::string>& warnings, double gnuplot_timeout_s) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw IoError("cannot create plot dir " + dir + ": " + ec.message());
@@ -237,9 +310,9 @@ std::vector<std::string> writePlots(const AggregateTable& t, const std::string& 
   bool ws_varies = false;
   for (const Axis& a : varying) {
     ws_varies |= a.name == "world_size";
-    draw(throughputChart(a, varying, runs), dir, written, warnings);
+    draw(throughputChart(a, varying, runs), dir, gnuplot_timeout_s, written, warnings);
   }
-  if (ws_varies) draw(scalingChart(varying, runs), dir, written, warnings);
+  if (ws_varies) draw(scalingChart(varying, runs), dir, gnuplot_timeout_s, written, warnings);
   if (varying.empty()) warnings.push_back("no axis varies across the runs: nothing to plot");
   return written;
 }

@@ -9,7 +9,10 @@
 // Only completed runs with a tokens/s value are plotted. Axes whose values span a
 // factor >= 8 are log2-scaled. Returns the image files written;
 // problems (no gnuplot, gnuplot failed, nothing to plot) go to `warnings` and never
-// throw, except IoError when `dir` cannot be created.
+// throw, except IoError (exit 4) when `dir` cannot be created or a file cannot be written.
+// Every file appears whole or not at all: .dat and .gp by writeFileDurably, the images
+// drawn under temporary names and renamed once complete (a PNG ends with IEND, an SVG
+// with </svg>); a failed or killed aggregate leaves the previous files as they were.
 #pragma once
 
 #include <string>
@@ -19,7 +22,10 @@
 
 namespace ftb {
 
+// Each gnuplot run may take `gnuplot_timeout_s`; past it gnuplot is killed and that chart
+// is a warning ("gnuplot did not finish X.gp within 120.0 s: killed").
 std::vector<std::string> writePlots(const AggregateTable& t, const std::string& dir,
-                                    std::vector<std::string>& warnings);
+                                    std::vector<std::string>& warnings,
+                                    double gnuplot_timeout_s = 120);
 
 }  // namespace ftb

@@ -8,11 +8,12 @@
 #include <set>
 #include <tuple>
 
+#include "common/checked_math.h"
 #include "common/error.h"
 #include "common/files.h"
-#include "common/tag.h"
 #include "common/run_config.h"
 #include "common/run_status.h"
+#include "common/tag.h"
 #include "common/toml.h"
 
 namespace ftb {
@@ -38,10 +39,13 @@ void checkKey(const std::string& path, const std::string& section, const std::st
   }
   const Schema& schema = trainerSchema();
   if (schema.find(key)) return;
-  std::string near = schema.closest(key);
+  // Another tool's spelling or a did-you-mean; a list of the schema's keys would leave out
+  // the sweep's own nodes and nproc_per_node: say what sweep keys are instead.
+  const std::string hint = unknownKeyHint(schema, key, {"nodes", "nproc_per_node"});
   throw ConfigError(key, tomlLineOf(path, n), "unknown key in " + section,
-                    near.empty() ? "sweep keys are trainer config keys, nodes or nproc_per_node"
-                                 : "did you mean '" + near + "'?");
+                    hint.rfind("valid ", 0) == 0 || hint.empty()
+                        ? "sweep keys are trainer config keys, nodes or nproc_per_node"
+                        : hint);
 }
 
 KeyValues readRule(const std::string& path, const std::string& section, const toml::table& t) {
@@ -67,6 +71,30 @@ std::optional<Value> pointValue(const SweepPoint& p, const Config& cfg, const st
   auto it = cfg.entries().find(key);
   if (it == cfg.entries().end()) return std::nullopt;
   return it->second.value;
+}
+
+// Refuses a sweep listing more than kMaxSweepPoints points (see sweep.h), from the axis
+// lengths alone: nothing is expanded first. `at` is where [grid] is.
+void checkPointCount(const SweepSpec& spec, const std::string& at) {
+  std::optional<int64_t> grid = spec.grid.empty() && !spec.include.empty() ? 0 : 1;
+  std::string axes;
+  for (const auto& [axis, values] : spec.grid) {
+    const auto n = static_cast<int64_t>(values.size());
+    axes += (axes.empty() ? "" : " x ") + axis + "(" + std::to_string(n) + ")";
+    if (grid) grid = checkedProduct({*grid, n});
+  }
+  const auto include = static_cast<int64_t>(spec.include.size());
+  std::optional<int64_t> total = grid ? checkedSum({*grid, include}) : std::nullopt;
+  if (total && *total <= kMaxSweepPoints) return;
+  std::string detail = axes.empty() ? "no grid" : axes;
+  if (total && include > 0)
+    detail += " = " + std::to_string(*grid) + ", + " + std::to_string(include) + " [[include]]";
+  throw ConfigError("grid", at,
+                    "the sweep has " + (total ? std::to_string(*total) : "more than 2^63") +
+                        " points (" + detail + "), more than the limit of " +
+                        std::to_string(kMaxSweepPoints) + " points per sweep",
+                    "split it into several sweep files (e.g. one per value of the first axis), "
+                    "or list the points you need under [[include]]");
 }
 
 std::string describe(const KeyValues& kv) {
@@ -100,6 +128,7 @@ SweepSpec loadSweep(const std::string& path) {
   spec.path = path;
   toml::table root = parseToml(readInputFile(path, "sweep file"), path);
   std::string base_at = path;  // where `base` was set, for the error when its file is missing
+  std::string grid_at = path;
   for (const auto& [k, node] : root) {
     const std::string key(k.str());
     const std::string at = tomlLineOf(path, node);
@@ -113,6 +142,7 @@ SweepSpec loadSweep(const std::string& path) {
           launchValue(node.as_integer()->get(), key);
     } else if (key == "grid") {
       if (!node.is_table()) throw ConfigError(key, at, "must be a table");
+      grid_at = at;
       for (const auto& [axis, n] : tomlLeaves(*node.as_table())) {
         checkKey(path, "[grid]", axis, *n, false);
         if (!n->is_array() || n->as_array()->empty())
@@ -134,6 +164,7 @@ SweepSpec loadSweep(const std::string& path) {
                         "[[include]]");
     }
   }
+  checkPointCount(spec, grid_at);
   if (spec.base.empty()) throw ConfigError("base", path, "missing", "base = \"../runs/x.toml\"");
   fs::path base(spec.base);
   if (base.is_relative()) base = fs::path(path).parent_path() / base;
@@ -145,7 +176,7 @@ SweepSpec loadSweep(const std::string& path) {
   return spec;
 }
 
-std::vector<SweepPoint> expandSweep(const SweepSpec& spec) {
+std::vector<SweepPoint> expandSweep(const SweepSpec& spec, std::optional<int> last) {
   std::vector<SweepPoint> points;
   std::map<std::string, size_t> seen;  // config hash -> first point listing it
   auto add = [&](const KeyValues& kv, bool included) {
@@ -199,9 +230,10 @@ std::vector<SweepPoint> expandSweep(const SweepSpec& spec) {
     points.push_back(std::move(p));
   };
 
+  auto enough = [&] { return last && static_cast<int64_t>(points.size()) > *last; };
   std::vector<size_t> at(spec.grid.size(), 0);
   // No grid: the base config is the one grid point, unless include lists the points.
-  for (bool done = spec.grid.empty() && !spec.include.empty(); !done;) {
+  for (bool done = spec.grid.empty() && !spec.include.empty(); !done && !enough();) {
     KeyValues kv;
     for (size_t a = 0; a < spec.grid.size(); ++a)
       kv.emplace_back(spec.grid[a].first, spec.grid[a].second[at[a]]);
@@ -215,7 +247,7 @@ std::vector<SweepPoint> expandSweep(const SweepSpec& spec) {
       at[a] = 0;
     }
   }
-  for (const KeyValues& kv : spec.include) add(kv, true);
+  for (size_t i = 0; i < spec.include.size() && !enough(); ++i) add(spec.include[i], true);
   return points;
 }
 

@@ -30,11 +30,20 @@
 // - SweepSpec::overrides ("key=value", from the command line) apply to every point after
 //   the point's own overrides (so they win), before the tag, the hash, exclude rules and
 //   validity are computed: the tag a runner prints and checks is the directory it writes.
+// - Size: loadSweep() refuses (ConfigError, exit 2) a sweep whose grid points (the product
+//   of the axis lengths, before [[exclude]]) plus [[include]] points exceed
+//   kMaxSweepPoints, naming each axis's length and the product, before anything is
+//   expanded. Expanding a point costs about 0.1 ms and 1 KB (it resolves and validates the
+//   point's config), so the largest accepted sweep expands in about a second.
+// - expandSweep(spec, last) stops once point `last` is listed: `expand --index I` costs
+//   the points up to I, not the whole sweep.
 // - args() is what a run of the point passes to the trainer after --config base:
 //   the point's overrides, then SweepSpec::overrides, plus output.sweep_fmt when the sweep
 //   sets fmt, so that the trainer names the run directory exactly `tag`.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -72,8 +81,13 @@ struct SweepPoint {
   std::vector<std::string> args;  // "key=VALUE" trainer overrides (see above)
 };
 
+// The most points a sweep may list (grid points before [[exclude]] + [[include]] points).
+// A sweep over 10000 throughput runs is split into several files.
+inline constexpr int64_t kMaxSweepPoints = 10000;
+
 SweepSpec loadSweep(const std::string& path);
-std::vector<SweepPoint> expandSweep(const SweepSpec& spec);
+// All points, or those with index <= `last` (fewer when the sweep has fewer).
+std::vector<SweepPoint> expandSweep(const SweepSpec& spec, std::optional<int> last = {});
 
 // runState() of the point's run directory under `results_dir`: <results_dir>/<tag>, or
 // for a multi-node point with no such directory, the legacy_tag directory when its run

@@ -34,7 +34,8 @@ void CheckpointHook::onStart(TrainContext& ctx, TrainState& state) {
 
 void CheckpointHook::onStepEnd(TrainContext& ctx, const StepEnd& end) {
   const int64_t done = end.step + 1, every = tc_.checkpoint.interval;
-  if (done == last_saved_ || !(end.last || end.save_now || (every > 0 && done % every == 0)))
+  const bool final_due = end.last && (tc_.checkpoint.save_final || end.stop_signal != 0);
+  if (done == last_saved_ || !(final_due || end.save_now || (every > 0 && done % every == 0)))
     return;
   ctx.metrics.flush();  // rows up to the checkpoint are on disk before it exists
   std::vector<ckpt::StatePiece> pieces =

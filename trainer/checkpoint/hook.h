@@ -6,8 +6,9 @@
 // does nothing. onStepEnd() (collective; every rank sees the same StepEnd) flushes the
 // metrics file, then saves after step end.step + 1 steps when checkpoint.interval
 // divides it, when end.last (the last step, a stop_after_seconds stop, a stop
-// signal: preemption, `launcher ctl stop`) or when end.save_now (`launcher ctl save`). Every rank makes the same decision, so the save's collectives
-// match.
+// signal: preemption, `launcher ctl stop`) or when end.save_now (`launcher ctl save`). Every rank
+// makes the same decision, so the save's collectives match. With checkpoint.save_final = false,
+// end.last saves only for a stop signal (preemption; `launcher ctl stop` sets save_now).
 #pragma once
 
 #include <memory>

@@ -14,6 +14,8 @@
 
 #include "common/error.h"
 #include "common/files.h"
+#include "common/run_config.h"
+#include "common/tag.h"
 
 namespace ftb {
 namespace {
@@ -112,6 +114,83 @@ TEST_F(ConfigTest, UnknownKeyDidYouMean) {
   EXPECT_EQ(loadError("[model]\nlr = 0.1\n"),
             "config error: " + run("r.toml") +
                 ":2: key 'model.lr': unknown key\n  hint: did you mean 'training.lr'?");
+}
+
+// torchtitan's `--training.steps 10` got "did you mean 'training.eps'" (edit distance 2).
+TEST_F(ConfigTest, AnotherToolsSpellingNamesTheFtbenchKey) {
+  EXPECT_EQ(loadError("", {"training.steps=10"}),
+            "config error: override 'training.steps=10': key 'training.steps': unknown key\n"
+            "  hint: 'training.steps' is torchtitan's spelling; ftbench calls it "
+            "training.max_steps");
+  EXPECT_EQ(loadError("[optimizer]\nlr = 1e-3\n"),
+            "config error: " + run("r.toml") +
+                ":2: key 'optimizer.lr': unknown key\n"
+                "  hint: 'optimizer.lr' is torchtitan's spelling; ftbench calls it training.lr");
+  EXPECT_EQ(loadError("[parallelism]\ntensor_parallel_degree = 2\n"),
+            "config error: " + run("r.toml") +
+                ":2: key 'parallelism.tensor_parallel_degree': unknown key\n"
+                "  hint: 'parallelism.tensor_parallel_degree' is torchtitan's spelling; ftbench "
+                "calls it parallel.tp");
+  EXPECT_EQ(loadError("", {"parallelism.pipeline_parallel_degree=2"}),
+            "config error: override 'parallelism.pipeline_parallel_degree=2': key "
+            "'parallelism.pipeline_parallel_degree': unknown key\n"
+            "  hint: 'parallelism.pipeline_parallel_degree' is torchtitan's spelling; ftbench "
+            "has no such setting");
+  // A dotless spelling matches the last part of the key, in any table.
+  EXPECT_EQ(loadError("[training]\nlearning_rate = 1e-3\n"),
+            "config error: " + run("r.toml") +
+                ":2: key 'training.learning_rate': unknown key\n"
+                "  hint: 'learning_rate' is the Hugging Face Trainer's spelling; ftbench calls "
+                "it training.lr");
+  // Typos of ftbench's own keys keep their did-you-mean.
+  EXPECT_NE(loadError("", {"training.max_step=3"}).find("did you mean 'training.max_steps'?"),
+            std::string::npos);
+}
+
+// Throughput-only sweeps had no way to skip the final checkpoint of every point.
+TEST(SchemaTest, CheckpointSaveFinalIsABoolOutsideTheRunIdentity) {
+  const std::vector<std::string> model = {
+      "model.name=t",        "model.dim=8",          "model.n_layers=1",
+      "model.n_heads=2",     "model.n_kv_heads=2",   "model.ffn_dim=16",
+      "model.vocab_size=32", "model.max_seq_len=16", "data.seq_len=16"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), model.begin(), model.end());
+    return Config::fromString("", "run.toml", extra);
+  };
+  EXPECT_TRUE(CheckpointConfig::fromConfig(with({})).save_final);  // default: save
+  const Config off = with({"checkpoint.save_final=false"});
+  EXPECT_FALSE(CheckpointConfig::fromConfig(off).save_final);
+  EXPECT_FALSE(TrainConfig::fromConfig(off, 1).checkpoint.save_final);
+  // Not part of the run identity: a sweep rerun with it off finds its run directories.
+  EXPECT_EQ(configHash(off, 2), configHash(with({}), 2));
+  try {
+    with({"checkpoint.save_final=0"});
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.exitCode(), 2);
+    EXPECT_NE(std::string(e.what()).find("key 'checkpoint.save_final': expected bool, got int"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(SchemaTest, ForeignSpellingsNameRealKeys) {
+  const Schema& schema = trainerSchema();
+  ASSERT_GE(foreignSpellings().size(), 30u);
+  for (const ForeignSpelling& f : foreignSpellings()) {
+    SCOPED_TRACE(f.spelling);
+    EXPECT_EQ(schema.find(f.spelling), nullptr);  // never shadows an ftbench key
+    const std::string ours = f.key;
+    const bool launch = ours == "nodes" || ours == "nproc_per_node";
+    EXPECT_TRUE(ours.empty() || launch || schema.find(ours) != nullptr) << ours;
+    const std::string hint = unknownKeyHint(
+        schema, f.spelling, launch ? std::vector<std::string>{ours} : std::vector<std::string>{});
+    EXPECT_EQ(hint,
+              "'" + std::string(f.spelling) + "' is " + f.tool + "'s spelling; " +
+                  (ours.empty() ? "ftbench has no such setting" : "ftbench calls it " + ours));
+  }
+  // torchrun's spellings are sweep words: not offered where nodes is no key (a run config).
+  EXPECT_EQ(unknownKeyHint(schema, "nnodes").find("torchrun"), std::string::npos);
 }
 
 TEST_F(ConfigTest, UnknownKeyListsTableKeys) {
@@ -475,10 +554,10 @@ TEST(ConfigErrorFormat, WithAndWithoutHint) {
 
 TEST(SchemaTest, TrainerSchemaKeys) {
   const Schema& s = trainerSchema();
-  EXPECT_EQ(s.keys().size(), 63u);  // 55 + parallel.bucket_mb + checkpoint.preempt_grace_s
+  EXPECT_EQ(s.keys().size(), 64u);  // 55 + parallel.bucket_mb + checkpoint.preempt_grace_s
                                     // + training.device + data.tokenizer/text_field/
                                     // prompt_field/completion_field
-                                    // + parallel.local_collectives
+                                    // + parallel.local_collectives + checkpoint.save_final
   ASSERT_NE(s.find("training.lr"), nullptr);
   EXPECT_EQ(s.find("training.lr")->type, ValueType::kFloat);
   EXPECT_EQ(std::get<double>(*s.find("training.lr")->default_value), 3e-4);

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "common/error.h"
+#include "common/run_config.h"
 
 namespace ftb {
 namespace {
@@ -87,6 +88,31 @@ TEST_F(HfConfigTest, UnsupportedArchitectureAndFeaturesAreRefused) {
 
 // A resolved run.toml (every model.* key recorded) read back where the model directory
 // is gone, as sweep_tagger aggregate does on another machine, keeps its keys.
+// data.seq_len above a pretrained model's length: the hint used to say "or raise
+// model.max_seq_len", which applyPretrained then refuses. It now says the one way that works.
+TEST_F(HfConfigTest, SeqLenAboveAPretrainedModelsLengthHintsAWayThatWorks) {
+  write(kLlama);  // max_position_embeddings 8192
+  const std::string refusal = refusalOf(load("", {"data.seq_len=16384"}), 1);
+  EXPECT_EQ(refusal,
+            "config error: override 'data.seq_len=16384': key 'data.seq_len': "
+            "seq_len(16384) exceeds model.max_seq_len(8192)\n"
+            "  hint: lower data.seq_len to at most 8192 (model.max_seq_len is "
+            "max_position_embeddings of " +
+                (dir_ / "config.json").string() +
+                ": a pretrained model's length cannot be raised)");
+  EXPECT_EQ(refusalOf(load("", {"data.seq_len=8192"}), 1), "");  // the hint, followed
+  // What the old hint said is refused.
+  EXPECT_NE(errorOf("", {"data.seq_len=16384", "model.max_seq_len=16384"})
+                .find("16384 disagrees with " + (dir_ / "config.json").string()),
+            std::string::npos);
+  // A model without from_pretrained can still be raised.
+  const std::string own = refusalOf(
+      Config::fromString("", "run.toml", {"data.seq_len=16384", "model.max_seq_len=8192"}), 1);
+  EXPECT_NE(own.find("hint: lower data.seq_len to at most 8192 or raise model.max_seq_len"),
+            std::string::npos)
+      << own;
+}
+
 TEST_F(HfConfigTest, RecordedRunTomlNeedsNoConfigJson) {
   write(kLlama);
   std::string recorded = load("").toToml();

@@ -330,6 +330,38 @@ TEST_F(AggregateTableTest, PlotsWithGnuplot) {
                        "tokens_per_s_vs_data.seq_len.png", "tokens_per_s_vs_data.seq_len.svg",
                        "tokens_per_s_vs_world_size.png", "tokens_per_s_vs_world_size.svg",
                        "scaling_efficiency.png", "scaling_efficiency.svg"}));
+  for (const auto& e : fs::directory_iterator(tmp_.path() + "/plots"))  // temporaries renamed
+    EXPECT_EQ(e.path().string().find(".tmp."), std::string::npos) << e.path();
+  // The .gp left beside the images redraws them by hand.
+  const std::string png = tmp_.path() + "/plots/scaling_efficiency.png";
+  fs::remove(png);
+  EXPECT_EQ(std::system(("gnuplot " + tmp_.path() + "/plots/scaling_efficiency.gp").c_str()), 0);
+  EXPECT_GT(fs::file_size(png), 1000u);
+}
+
+// A gnuplot that never finishes costs its charts (a warning each), not the aggregation.
+TEST_F(AggregateTableTest, HangingGnuplotIsKilledAfterItsDeadline) {
+  const std::string bin = tmp_.path() + "/bin";
+  fs::create_directories(bin);
+  std::ofstream(bin + "/gnuplot") << "#!/bin/sh\nexec sleep 600\n";
+  fs::permissions(bin + "/gnuplot", fs::perms::owner_all);
+  const std::string path = std::getenv("PATH") ? std::getenv("PATH") : "";
+  setenv("PATH", (bin + ":" + path).c_str(), 1);
+  AggregateTable t = aggregateRuns(tmp_.path(), AggregateOptions{});
+  std::vector<std::string> warnings;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::string> files = writePlots(t, tmp_.path() + "/plots", warnings, 0.5);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  setenv("PATH", path.c_str(), 1);
+  EXPECT_TRUE(files.empty());
+  ASSERT_EQ(warnings.size(), 3u);  // seq_len, world_size, scaling
+  EXPECT_NE(warnings[0].find("gnuplot did not finish " + tmp_.path() +
+                             "/plots/tokens_per_s_vs_data.seq_len.gp within 0.5 s: killed"),
+            std::string::npos)
+      << warnings[0];
+  EXPECT_LT(secs, 3 * 0.5 + 30);  // three deadlines, not three sleeps of 600 s
+  for (const auto& e : fs::directory_iterator(tmp_.path() + "/plots"))
+    EXPECT_EQ(e.path().extension() == ".png" || e.path().extension() == ".svg", false) << e.path();
 }
 
 TEST(ProcessPool, CrashCostsOneResult) {

@@ -312,6 +312,81 @@ TEST(Sweep, NoGridMeansBaseOrIncludesOnly) {
   EXPECT_EQ(pts[0].overrides.size(), 1u);
 }
 
+// An axis of `n` seeds: "training.seed" = [0, 1, ..., n-1].
+std::string seedAxis(int n, const char* key = "training.seed") {
+  std::string axis = std::string("\"") + key + "\" = [";
+  for (int i = 0; i < n; ++i) axis += (i ? "," : "") + std::to_string(i);
+  return axis + "]\n";
+}
+
+// 8 axes x 100 values (1e16 points) took over 60 s and 1.1 GB before the first point came
+// out; the count is checked from the axis lengths before anything is expanded.
+TEST(Sweep, MoreThanTheMaximumPointsIsRefusedBeforeExpanding) {
+  // Ten keys, any type: loadSweep checks names and lengths, the values come later.
+  const std::vector<const char*> keys = {
+      "training.seed",    "training.max_steps",       "training.warmup_steps",
+      "data.num_samples", "training.lr_warmup_steps", "training.threads",
+      "data.pad_id",      "metrics.log_every",        "data.seq_len",
+      "data.min_doc_len"};
+  test::TempDir dir;
+  std::string grid = "[grid]\n";
+  for (size_t k = 0; k < 8; ++k) grid += seedAxis(100, keys[k]);
+  const std::string f = writeSweep(dir, grid);
+  std::string msg = errorOf([&] { loadSweep(f); });
+  EXPECT_EQ(msg.rfind("config error: " + f +
+                          ":2: key 'grid': the sweep has 10000000000000000 "
+                          "points (training.seed(100) x training.max_steps(100) x ",
+                      0),
+            0u)
+      << msg;
+  EXPECT_NE(msg.find("more than the limit of 10000 points per sweep\n  hint: split it"),
+            std::string::npos)
+      << msg;
+  // 10 axes of 100 values: 1e20 overflows int64; still refused, not wrapped.
+  grid = "[grid]\n";
+  for (const char* k : keys) grid += seedAxis(100, k);
+  msg = errorOf([&] { loadSweep(writeSweep(dir, grid)); });
+  EXPECT_NE(msg.find("the sweep has more than 2^63 points (training.seed(100) x "),
+            std::string::npos)
+      << msg;
+  // Exactly the limit passes; one [[include]] more does not.
+  const std::string at_limit = "[grid]\n" + seedAxis(100) + seedAxis(100, "training.max_steps");
+  EXPECT_EQ(errorOf([&] { loadSweep(writeSweep(dir, at_limit)); }), "(no error)");
+  msg = errorOf(
+      [&] { loadSweep(writeSweep(dir, at_limit + "[[include]]\n\"data.seq_len\" = 64\n")); });
+  EXPECT_NE(msg.find("the sweep has 10001 points (training.seed(100) x training.max_steps(100) "
+                     "= 10000, + 1 [[include]]), more than the limit"),
+            std::string::npos)
+      << msg;
+}
+
+TEST(Sweep, ExpandingThroughAnIndexListsTheSamePointsAsTheWholeSweep) {
+  const SweepSpec spec = loadSweep(kThreeAxis);
+  const std::vector<SweepPoint> all = expandSweep(spec);
+  for (int last : {0, 4, 9}) {
+    std::vector<SweepPoint> some = expandSweep(spec, last);
+    ASSERT_EQ(some.size(), static_cast<size_t>(last) + 1);
+    for (int i = 0; i <= last; ++i) EXPECT_EQ(some[i].tag, all[i].tag) << i;
+  }
+  EXPECT_EQ(expandSweep(spec, 1000).size(), all.size());  // past the end: all of them
+}
+
+// torchtitan's command line: `--training.steps 10` exits 2 naming ftbench's key (it got
+// "did you mean 'training.eps'").
+TEST(Sweep, TorchtitanFlagSpellingExitsTwoNamingTheFtbenchKey) {
+  std::vector<std::string> words = {
+      "sweep_tagger", "tag", "--config", test::dataDir() + "/base.toml", "--training.steps", "10"};
+  std::vector<char*> argv;
+  for (std::string& w : words) argv.push_back(w.data());
+  std::ostringstream out, err;
+  EXPECT_EQ(runSweepTagger(static_cast<int>(argv.size()), argv.data(), out, err), 2);
+  EXPECT_EQ(out.str(), "");
+  EXPECT_EQ(err.str(),
+            "sweep_tagger tag: config error: override 'training.steps=10': key 'training.steps': "
+            "unknown key\n  hint: 'training.steps' is torchtitan's spelling; ftbench calls it "
+            "training.max_steps\n");
+}
+
 TEST(Sweep, ErrorsNameTheFileLineAndKey) {
   test::TempDir dir;
   const std::string f = dir.path() + "/sweep.toml";
@@ -319,6 +394,20 @@ TEST(Sweep, ErrorsNameTheFileLineAndKey) {
             "config error: " + f +
                 ":3: key 'data.seqlen': unknown key in [grid]\n"
                 "  hint: did you mean 'data.seq_len'?");
+  // Another tool's spelling names the ftbench key, in [grid] and in rules alike.
+  EXPECT_EQ(errorOf([&] { loadSweep(writeSweep(dir, "[grid]\n\"training.steps\" = [5]\n")); }),
+            "config error: " + f +
+                ":3: key 'training.steps': unknown key in [grid]\n"
+                "  hint: 'training.steps' is torchtitan's spelling; ftbench calls it "
+                "training.max_steps");
+  EXPECT_EQ(errorOf([&] { loadSweep(writeSweep(dir, "[grid]\nnnodes = [1, 2]\n")); }),
+            "config error: " + f +
+                ":3: key 'nnodes': unknown key in [grid]\n"
+                "  hint: 'nnodes' is torchrun's spelling; ftbench calls it nodes");
+  EXPECT_EQ(errorOf([&] { loadSweep(writeSweep(dir, "[grid]\nzzzz = [1]\n")); }),
+            "config error: " + f +
+                ":3: key 'zzzz': unknown key in [grid]\n"
+                "  hint: sweep keys are trainer config keys, nodes or nproc_per_node");
   EXPECT_EQ(errorOf([&] { loadSweep(writeSweep(dir, "[grid]\n\"data.seq_len\" = 5\n")); }),
             "config error: " + f +
                 ":3: key 'data.seq_len': a grid axis must be a non-empty "
