@@ -163,6 +163,11 @@ void addTraining(Schema& sc) {
               "\"none\" | \"full\" | \"every_N\""));
   sc.add(spec("training.threads", kInt, i(0), "intra-op threads; 0 = OMP_NUM_THREADS or 1"),
          atLeast(0));
+  sc.add(spec("training.fp32_gemm", kString, s("auto"),
+              "BLAS of the model's fp32 CPU projections: \"auto\" (the faster of the two on a "
+              "2048^3 GEMM timed at start) | \"aten\" (libtorch's own, MKL in the PyPI "
+              "wheel) | \"openblas\" (libopenblas.so.0); the choice and both figures are recorded",
+              kNoTag));
   // Device placement; recorded in the metrics file's `device` attribute.
   sc.add(spec("training.device", kString, s("auto"),
               "\"auto\" (cuda:LOCAL_RANK with parallel.backend \"nccl\", else cpu) | \"cpu\" | "

@@ -269,6 +269,8 @@ TrainingConfig TrainingConfig::fromConfig(const Config& cfg) {
   c.eps = cfg.getFloat("training.eps");
   c.seed = cfg.getInt("training.seed");
   c.threads = cfg.getInt("training.threads");
+  requireOneOf(cfg, "training.fp32_gemm", {"auto", "aten", "openblas"});
+  c.fp32_gemm = cfg.getString("training.fp32_gemm");
   c.device = cfg.getString("training.device");
   if (!validDeviceName(c.device))
     cfg.fail("training.device", "expected \"auto\", \"cpu\", \"cuda\" or \"cuda:N\", got \"" +

@@ -445,6 +445,7 @@ int runSession(const SessionOptions& opts) {
     const CpuInfo cpu = detectCpu();
     const RunPeaks peaks = no_fit.empty() ? resolvePeaks(tc, cpu, device, "")
                                           : unmeasuredPeaks("not measured (run refused)");
+    setFp32Gemm(peaks.fp32_route);  // the BLAS the fp32 projections use, measured just now
     RunInfo info = runInfo(cfg, tc, env, run_dir, device, cpu, peaks);
     for (auto& a : checkEnvironment(tc, cpu, peaks, env.rank)) info.extra_attrs.push_back(a);
     const std::string mpath = metricsFilePath(run_dir, env.rank);

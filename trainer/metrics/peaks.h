@@ -19,6 +19,7 @@
 #include "common/h5_metrics.h"
 #include "common/hw_peak.h"
 #include "common/run_config.h"
+#include "trainer/model/linear.h"
 
 namespace ftb {
 
@@ -28,6 +29,11 @@ struct RunPeaks {
   std::string isa;         // CpuInfo::isaString() of this machine
   double gemm_flops = 0;   // measured GEMM FLOP/s (0 = not measured)
   std::string gemm_source;  // "fp32 GEMM 2048^3, 2 thread(s), best of 3"
+  // fp32 on the CPU: which BLAS the model's projections use (the session applies it with
+  // setFp32Gemm) and what each measured (0 = not measured); gemm_flops is the chosen one's.
+  Fp32Gemm fp32_route = Fp32Gemm::kAten;
+  double fp32_gemm_aten = 0, fp32_gemm_openblas = 0;
+  std::string gemm_source_extra;  // " via <BLAS> (<why>)"
 
   // Denominators for StepLog: NaN when the figure cannot be reported.
   double mfuPeak() const;

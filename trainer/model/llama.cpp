@@ -4,6 +4,7 @@
 
 #include "trainer/model/activation_checkpoint.h"
 #include "trainer/model/fused_ops.h"
+#include "trainer/model/linear.h"
 
 namespace ftb {
 namespace {
@@ -16,7 +17,7 @@ torch::Tensor w(const torch::Tensor& weight) {
 }
 
 torch::Tensor proj(const torch::Tensor& x, const torch::Tensor& weight) {
-  return torch::matmul(x, w(weight).t());
+  return projection(x, w(weight));
 }
 
 uint64_t fnv1a(const std::string& s) {

@@ -1,0 +1,68 @@
+// The fp32 projection on OpenBLAS against ATen's matmul: same values and gradients to fp32
+// rounding, no weight gradient where none is needed, and other dtypes left to ATen.
+#include "trainer/model/linear.h"
+
+#include <gtest/gtest.h>
+
+#include "trainer/kernels/openblas.h"
+
+namespace ftb {
+namespace {
+
+struct RouteGuard {  // restores the process-wide route whatever a test does
+  Fp32Gemm saved = fp32Gemm();
+  ~RouteGuard() { setFp32Gemm(saved); }
+};
+
+double relErr(const torch::Tensor& a, const torch::Tensor& ref) {
+  return ((a - ref).abs().max() / ref.abs().max()).item<double>();
+}
+
+// Forward and both gradients of projection(x, w) on `route`, from fixed inputs.
+std::vector<torch::Tensor> run(Fp32Gemm route, bool weight_grad) {
+  setFp32Gemm(route);
+  torch::manual_seed(7);
+  torch::Tensor x = torch::randn({3, 5, 24}).requires_grad_(true);
+  torch::Tensor w = torch::randn({40, 24}).requires_grad_(weight_grad);
+  torch::Tensor y = projection(x, w);
+  (y * torch::linspace(-1, 1, 40)).sum().backward();
+  return {y.detach(), x.grad(), weight_grad ? w.grad() : torch::Tensor()};
+}
+
+TEST(Projection, OpenBlasMatchesAtenForwardAndBackward) {
+  if (!kernels::openblas()) GTEST_SKIP() << "libopenblas.so.0 does not load";
+  RouteGuard guard;
+  auto ref = run(Fp32Gemm::kAten, true), got = run(Fp32Gemm::kOpenBlas, true);
+  EXPECT_EQ(got[0].sizes(), ref[0].sizes());
+  for (int i = 0; i < 3; ++i) EXPECT_LT(relErr(got[i], ref[i]), 1e-5) << "tensor " << i;
+}
+
+TEST(Projection, FrozenWeightGetsNoGradient) {
+  if (!kernels::openblas()) GTEST_SKIP() << "libopenblas.so.0 does not load";
+  RouteGuard guard;
+  auto ref = run(Fp32Gemm::kAten, false), got = run(Fp32Gemm::kOpenBlas, false);
+  EXPECT_LT(relErr(got[1], ref[1]), 1e-5);
+  EXPECT_FALSE(got[2].defined());
+}
+
+TEST(Projection, Bf16StaysOnAten) {
+  if (!kernels::openblas()) GTEST_SKIP() << "libopenblas.so.0 does not load";
+  RouteGuard guard;
+  setFp32Gemm(Fp32Gemm::kOpenBlas);
+  torch::Tensor x = torch::randn({4, 8}).to(torch::kBFloat16), w = torch::randn({6, 8});
+  torch::Tensor y = projection(x, w.to(torch::kBFloat16));
+  EXPECT_EQ(y.scalar_type(), torch::kBFloat16);
+  EXPECT_TRUE(torch::equal(y, torch::matmul(x, w.to(torch::kBFloat16).t())));
+}
+
+TEST(Projection, RouteNamesSayWhichBlas) {
+  EXPECT_NE(fp32GemmName(Fp32Gemm::kAten).find("ATen"), std::string::npos);
+  if (kernels::openblas()) {
+    EXPECT_EQ(fp32GemmName(Fp32Gemm::kOpenBlas).rfind("OpenBLAS", 0), 0u);
+    EXPECT_GT(measureFp32Gemm(Fp32Gemm::kOpenBlas, 64, 1), 0);
+  }
+  EXPECT_GT(measureFp32Gemm(Fp32Gemm::kAten, 64, 1), 0);
+}
+
+}  // namespace
+}  // namespace ftb

@@ -1,0 +1,106 @@
+#include "trainer/model/linear.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+
+#include "trainer/kernels/openblas.h"
+
+namespace ftb {
+namespace {
+
+std::atomic<Fp32Gemm> g_route{Fp32Gemm::kAten};
+
+// y[M,N] = x[M,K] · W[N,K]ᵀ on OpenBLAS; backward gx = gy · W, gW = gyᵀ · x.
+class BlasLinear : public torch::autograd::Function<BlasLinear> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& weight) {
+    const int64_t K = weight.size(1), N = weight.size(0);
+    torch::Tensor x2 = x.reshape({-1, K}).contiguous(), w = weight.contiguous();
+    const int64_t M = x2.size(0);
+    torch::Tensor y = torch::empty({M, N}, x.options());
+    kernels::openblas()->sgemm(false, true, M, N, K, 1.f, x2.data_ptr<float>(), K,
+                               w.data_ptr<float>(), K, 0.f, y.data_ptr<float>(), N);
+    ctx->save_for_backward({x2, w});
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape.back() = N;
+    return y.view(shape);
+  }
+
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const torch::Tensor &x2 = saved[0], &w = saved[1];
+    const int64_t M = x2.size(0), K = x2.size(1), N = w.size(0);
+    torch::Tensor gy = grads[0].reshape({M, N}).contiguous();
+    torch::Tensor gx, gw;
+    const kernels::OpenBlas* blas = kernels::openblas();
+    if (ctx->needs_input_grad(0)) {
+      gx = torch::empty({M, K}, gy.options());
+      blas->sgemm(false, false, M, K, N, 1.f, gy.data_ptr<float>(), N, w.data_ptr<float>(), K,
+                  0.f, gx.data_ptr<float>(), K);
+    }
+    if (ctx->needs_input_grad(1)) {
+      gw = torch::empty({N, K}, gy.options());
+      blas->sgemm(true, false, N, K, M, 1.f, gy.data_ptr<float>(), N, x2.data_ptr<float>(), K,
+                  0.f, gw.data_ptr<float>(), K);
+    }
+    std::vector<int64_t> shape = grads[0].sizes().vec();
+    shape.back() = K;
+    return {gx.defined() ? gx.view(shape) : gx, gw};
+  }
+};
+
+bool onOpenBlas(const torch::Tensor& x, const torch::Tensor& w) {
+  return g_route.load(std::memory_order_relaxed) == Fp32Gemm::kOpenBlas &&
+         x.scalar_type() == torch::kFloat32 && w.scalar_type() == torch::kFloat32 &&
+         x.device().is_cpu() && w.device().is_cpu() && w.dim() == 2 && x.numel() > 0;
+}
+
+double seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+void setFp32Gemm(Fp32Gemm route) {
+  TORCH_CHECK(route == Fp32Gemm::kAten || kernels::openblas(), "OpenBLAS is not loadable");
+  g_route.store(route);
+}
+
+Fp32Gemm fp32Gemm() { return g_route.load(); }
+
+std::string fp32GemmName(Fp32Gemm route) {
+  if (route == Fp32Gemm::kAten) return at::hasMKL() ? "ATen (MKL)" : "ATen";
+  const kernels::OpenBlas* blas = kernels::openblas();
+  return blas ? blas->describe() : "OpenBLAS (not loadable)";
+}
+
+torch::Tensor projection(const torch::Tensor& x, const torch::Tensor& weight) {
+  if (onOpenBlas(x, weight)) return BlasLinear::apply(x, weight);
+  return torch::matmul(x, weight.t());
+}
+
+double measureFp32Gemm(Fp32Gemm route, int64_t n, int reps) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor a = torch::randn({n, n}), b = torch::randn({n, n}), c = torch::empty({n, n});
+  auto once = [&] {
+    if (route == Fp32Gemm::kAten) {
+      torch::mm_out(c, a, b);
+    } else {
+      kernels::openblas()->sgemm(false, false, n, n, n, 1.f, a.data_ptr<float>(), n,
+                                 b.data_ptr<float>(), n, 0.f, c.data_ptr<float>(), n);
+    }
+  };
+  once();  // warm-up: thread pools, packing buffers
+  double best = 1e30;
+  for (int i = 0; i < reps; ++i) {
+    const double t0 = seconds();
+    once();
+    best = std::min(best, seconds() - t0);
+  }
+  return 2.0 * double(n) * double(n) * double(n) / best;
+}
+
+}  // namespace ftb

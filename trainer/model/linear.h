@@ -1,0 +1,31 @@
+// The model's projections y = x Wᵀ, with fp32 CPU GEMMs on the BLAS this process chose.
+//
+// Contracts:
+// - setFp32Gemm() is called once per process before the first forward (the session does,
+//   from training.fp32_gemm and the timings of trainer/metrics/peaks.cpp); the default is
+//   kAten. It changes which library multiplies, not what is computed: results agree with
+//   ATen's to fp32 rounding (summation order differs).
+// - projection(x, weight): x [..., K], weight [N, K] -> [..., N], differentiable in both. fp32
+//   CPU inputs go to OpenBLAS when kOpenBlas is set; every other dtype or device, and
+//   kAten, to torch::matmul. A weight that needs no gradient gets none computed.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+
+namespace ftb {
+
+enum class Fp32Gemm { kAten, kOpenBlas };
+
+void setFp32Gemm(Fp32Gemm route);
+Fp32Gemm fp32Gemm();
+std::string fp32GemmName(Fp32Gemm route);  // "ATen (MKL)" or OpenBLAS's own description
+
+torch::Tensor projection(const torch::Tensor& x, const torch::Tensor& weight);
+
+// FLOP/s of the best of `reps` n×n×n fp32 GEMMs through `route` on this thread's intra-op
+// threads (after one warm-up). REQUIRES: route is kAten, or openblas() loads.
+double measureFp32Gemm(Fp32Gemm route, int64_t n, int reps);
+
+}  // namespace ftb
