@@ -128,7 +128,7 @@ PY
 )
 
 if [[ ${#groups[@]} -eq 0 ]]; then
-  echo "submit_sweep.sh: no valid point left to submit (completed, queued, or at --max-tries)" >&2
+  echo "submit_sweep.sh: nothing to submit: every valid point is completed, queued, or at --max-tries" >&2
   exit 0
 fi
 

@@ -465,6 +465,8 @@ def test_slow_save_survives_a_preemption_and_resumes_bit_identically(cluster, un
     assert "SIGKILL" not in out, out[-4000:]
     stop = re.search(r"stopped by signal [^\n]*? after (\d+) steps; checkpoint", out)
     assert stop, out[-4000:]
+    # attempt 1 measured the 8 s save from attempt 0's worker logs (2 x 8 + 30 < 60: floor)
+    assert re.search(r"stop grace 60 s \(last measured save: 8\.\d+ s\)", out), out[-4000:]
     _assert_resumed_and_equal(results, uninterrupted, resume_step=int(stop.group(1)))
 
 
@@ -493,7 +495,7 @@ def test_signal_during_start_up_requeues(cluster, tmp_path):
     results = tmp_path / "startup"
     hook = tmp_path / "setup.sh"
     hook.write_text('echo "site set-up attempt ${SLURM_RESTART_COUNT:-0}"\n'
-                    '[[ ${SLURM_RESTART_COUNT:-0} == 0 ]] && sleep 8\n')
+                    '[[ ${SLURM_RESTART_COUNT:-0} == 0 ]] && sleep 8\ntrue\n')
     env = clean_env(CONFIG=TINY, RESULTS=results, NPROC=1, FTB_SETUP=hook)
     job = sbatch(["-N2", "slurm/train.sbatch", "training.max_steps=12"], env, results)
     log = results / "logs" / f"ftb-train-{job}.out"
@@ -568,3 +570,73 @@ def test_export_none_settings_as_arguments_and_site_hook(cluster, tmp_path):
     assert "OPENBLAS_NUM_THREADS=1 (inherited 7 exceeds" in out, out[-4000:]
     files = _rank_files(results, "metrics")
     assert len(files) == 2 and all(status(f)["state"] == "completed" for f in files), files
+
+
+def _held_sweep(tmp_path, *extra):
+    """slurm_test.toml copied to tmp_path (base made absolute) and submitted held."""
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text(SWEEP.read_text().replace('base = "../runs/tiny.toml"', f'base = "{TINY}"'))
+    results = tmp_path / "res"
+    p = run([REPO / "slurm" / "submit_sweep.sh", sweep, results, *extra, "--hold"])
+    assert p.returncode == 0, p.stderr
+    return sweep, results, p
+
+
+def test_sweep_snapshot_runs_the_submitted_points_after_an_edit(cluster, tmp_path):
+    """Each array runs the points snapshotted at submission: the sweep file edited while the
+    tasks are held (every tag changes) does not move them (the 1-node task runs its submitted
+    point and notes the edit), and a task whose snapshot was altered refuses to run (exit 2)."""
+    sweep, results, p = _held_sweep(tmp_path)
+    jobs = p.stdout.split()
+    assert len(jobs) == 2, p.stderr
+    before = [json.loads(l) for l in run([TAGGER, "expand", sweep, "--json"]).stdout.splitlines()]
+    sweep.write_text(sweep.read_text().replace('"training.max_steps" = 10', '"training.max_steps" = 11')
+                     .replace('"training.max_steps" = [10]', '"training.max_steps" = [11]'))
+    after = [json.loads(l) for l in run([TAGGER, "expand", sweep, "--json"]).stdout.splitlines()]
+    assert {q["tag"] for q in before}.isdisjoint(q["tag"] for q in after)
+    snaps = sorted((results / "sweeps").glob("*-n2-*.jsonl"))
+    assert len(snaps) == 1
+    snaps[0].write_text(snaps[0].read_text().replace('"training.max_steps=10"',
+                                                     '"training.max_steps=12"'))
+    for job in jobs:
+        assert run(["scontrol", "release", job]).returncode == 0
+    one, two = (wait_job(job, 120, results / "logs" / f"ftb-sweep-{job}_*.out")[0] for job in jobs)
+    log1 = (results / "logs" / f"ftb-sweep-{jobs[0]}_0.out").read_text()
+    log2 = (results / "logs" / f"ftb-sweep-{jobs[1]}_0.out").read_text()
+    assert one["JobState"] == "COMPLETED", (one, log1[-3000:])
+    assert "changed since submission" in log1 and f"running the submitted point {before[0]['tag']}" \
+        in log1, log1[-3000:]
+    files = sorted((results / before[0]["tag"] / "metrics").glob("rank_*.h5"))
+    assert len(files) == 2 and all(status(f)["state"] == "completed" for f in files), files
+    assert steps(files[0])[0] == list(range(10))  # the submitted max_steps, not the edit's 11
+    assert two["JobState"] == "FAILED" and two["ExitCode"] == "2:0", (two, log2[-3000:])
+    assert "as submitted: it was changed" in log2, log2
+    assert not (results / before[1]["tag"]).exists() and not (results / after[1]["tag"]).exists()
+
+
+def test_sweep_resubmission_skips_queued_points_caps_retries_and_throttles(cluster, tmp_path):
+    """A second submit_sweep.sh while the first arrays wait in the queue submits nothing
+    ("already queued"); once they left the queue without completing, --max-tries 1 skips
+    them; --throttle 1 sets the array's task throttle."""
+    sweep, results, p = _held_sweep(tmp_path)
+    jobs = p.stdout.split()
+    try:
+        again = run([REPO / "slurm" / "submit_sweep.sh", sweep, results])
+        assert again.returncode == 0 and again.stdout.strip() == "", again.stderr
+        assert f"is already queued as job {jobs[0]}_0 (PENDING): skipped" in again.stderr
+        assert f"is already queued as job {jobs[1]}_0 (PENDING): skipped" in again.stderr
+    finally:
+        run(["scancel", *jobs])
+    wait_until(lambda: not run(["squeue", "-h", "-j", ",".join(jobs)]).stdout.strip(), 30,
+               "the cancelled arrays to leave the queue")
+    capped = run([REPO / "slurm" / "submit_sweep.sh", sweep, results, "--max-tries", "1"])
+    assert capped.returncode == 0 and capped.stdout.strip() == "", capped.stderr
+    assert "was submitted 1 time(s)" in capped.stderr, capped.stderr
+    _, _, thr = _held_sweep(tmp_path, "--max-tries", "2", "--throttle", "1")
+    new = thr.stdout.split()
+    try:
+        assert len(new) == 2, thr.stderr
+        rec = job_records(new[0])[0]
+        assert rec.get("ArrayTaskThrottle") == "1", rec
+    finally:
+        run(["scancel", *new])

@@ -114,7 +114,7 @@ def test_retry_cap_skips_points_submitted_max_tries_times(fake):
     assert len(calls(tmp)) == n and p.stdout.strip() == ""
     assert "was submitted 2 time(s) (jobs 100_0, 105_0) without completing: skipped " \
            "(--max-tries 2; raise it to retry)" in p.stderr
-    assert "no valid point left to submit" in p.stderr
+    assert "nothing to submit: every valid point is completed, queued, or at --max-tries" in p.stderr
     assert submit(env, results, "--max-tries", "3").stdout.strip() != ""
 
 
