@@ -305,7 +305,7 @@ def uninterrupted(cluster, tmp_path_factory):
 
 @pytest.mark.parametrize("launch", ["srun", "mpirun"])
 def test_preemption_usr1_requeues_and_the_rerun_completes(cluster, uninterrupted, tmp_path, launch):
-    """scancel --signal=USR1 --batch (what --signal=B:USR1@60 sends before the time limit),
+    """scancel --signal=USR1 --batch (what --signal=B:USR1@300 sends before the time limit),
     with the launchers started by srun or by mpirun inside the allocation: both trainers save
     a checkpoint at the agreed stop step and exit with the requeue code, the job requeues
     itself (Restarts=1), runs again after slurm's requeue delay (cred_expire + 1 s), resumes
@@ -640,3 +640,28 @@ def test_sweep_resubmission_skips_queued_points_caps_retries_and_throttles(clust
         assert rec.get("ArrayTaskThrottle") == "1", rec
     finally:
         run(["scancel", *new])
+
+
+def test_time_limit_notice_to_the_steps_only_requeues_mid_run(cluster, tmp_path):
+    """A real time limit with `--signal=USR1@50` (no B:, FTB_NOTICE=0): SLURM signals the
+    launch step only, 10-40 s into the run. The trainers save and exit 75, the batch shell
+    requeues on that code; attempt 1 resumes from the checkpoint and, signalled again by its
+    own limit, is not requeued a second time (FTB_MAX_REQUEUES=1): the job ends 75."""
+    results = tmp_path / "limitsteps"
+    env = clean_env(CONFIG=TINY, RESULTS=results, NPROC=1, FTB_NOTICE=0, FTB_MAX_REQUEUES=1)
+    job = sbatch(["-N2", "-t", "1", "--signal=USR1@50", "slurm/train.sbatch",
+                  "training.max_steps=1000000", "training.stop_after_seconds=55",
+                  "checkpoint.interval=1000"], env, results)
+    log = results / "logs" / f"ftb-train-{job}.out"
+    rec = wait_job(job, 200, log)[0]
+    out = log.read_text()
+    assert "preempted by exit code 75" in out and f"scontrol requeue {job}" in out, out[-4000:]
+    assert "SIGUSR1: stopping" not in out, "the notice was to reach the steps only"
+    assert f"job {job} attempt 1 on" in out and "resumed from" in out, out[-4000:]
+    assert "(FTB_MAX_REQUEUES=1): not requeued" in out, out[-4000:]
+    assert rec["Restarts"] == "1" and rec["ExitCode"] == f"{REQUEUE_EXIT}:0", (rec, tail(log))
+    files = _rank_files(results, "metrics")
+    assert len(files) == 2 and all(status(f)["state"] == "preempted" for f in files), files
+    for f in files:
+        with h5py.File(f, "r") as h:
+            assert h.attrs["resume_count"] == 1, dict(h.attrs)
