@@ -245,6 +245,7 @@ NodeInfo localNodeInfo(const LaunchOptions& opts, int node, std::string* program
 }
 
 ReservedPort reserveFreePort(int avoid) {
+  errno = 0;
   for (int attempt = 0; attempt < 8; ++attempt) {
     Fd s(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
     if (!s) break;
@@ -261,7 +262,9 @@ ReservedPort reserveFreePort(int avoid) {
     if (port > 0 && port != avoid) return ReservedPort{port, std::move(s)};
   }
   throw DistError(std::string("cannot reserve a free TCP port for MASTER_PORT: ") +
-                  std::strerror(errno));
+                  (errno ? std::strerror(errno)
+                         : "the kernel offered only port " + std::to_string(avoid) +
+                               ", the previous attempt's"));
 }
 
 std::string generateRunId() {
