@@ -15,10 +15,10 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <tuple>
 #include <random>
 #include <regex>
 #include <sstream>
+#include <tuple>
 
 #include "common/cpu_info.h"
 #include "common/error.h"
@@ -85,8 +85,8 @@ GpuSet detectGpus(const EnvLookup& env, const std::string& dev_dir) {
   long limit = -1;
   if (!on_node.empty()) {
     if (on_node.size() > 6 || on_node.find_first_not_of("0123456789") != std::string::npos)
-      throw ConfigError("SLURM_GPUS_ON_NODE", "environment",
-                        "'" + on_node + "' is not a GPU count", "expected an integer >= 0");
+      throw ConfigError("SLURM_GPUS_ON_NODE", "environment", "'" + on_node + "' is not a GPU count",
+                        "expected an integer >= 0");
     limit = std::stol(on_node);
   }
   const std::string gpus_on = limit >= 0 ? "SLURM_GPUS_ON_NODE=" + on_node + ", " : "";
@@ -113,8 +113,10 @@ GpuSet detectGpus(const EnvLookup& env, const std::string& dev_dir) {
     for (long i = 0; i < limit; ++i) g.ids.push_back(std::to_string(i));
     g.source = gpus_on + "ids " + joinIds(g.ids) + " (no id list set)";
   } else if (!envStr(env, "SLURM_JOB_ID").empty()) {
-    g.source = "none granted: SLURM job without SLURM_GPUS_ON_NODE, SLURM_JOB_GPUS or "
-               "CUDA_VISIBLE_DEVICES (" + dev_dir + "/nvidia* not counted)";
+    g.source =
+        "none granted: SLURM job without SLURM_GPUS_ON_NODE, SLURM_JOB_GPUS or "
+        "CUDA_VISIBLE_DEVICES (" +
+        dev_dir + "/nvidia* not counted)";
   } else {
     g.ids = devNvidiaIds(dev_dir);
     g.source = "ids " + joinIds(g.ids) + " from " + dev_dir + "/nvidiaN (no scheduler variable)";
@@ -129,7 +131,8 @@ void requireGpuPerWorker(int nproc, const GpuSet& gpus) {
                     std::to_string(nproc) + " workers on a node with " + std::to_string(n) +
                         " GPU(s) (" + gpus.source + "): workers would share a GPU",
                     "use --nproc-per-node gpu (one worker per GPU) or at most " +
-                        std::to_string(n) + ", ask SLURM for more GPUs (--gpus-per-node), or "
+                        std::to_string(n) +
+                        ", ask SLURM for more GPUs (--gpus-per-node), or "
                         "run CPU workers with CUDA_VISIBLE_DEVICES= (empty)");
 }
 

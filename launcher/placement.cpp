@@ -1,10 +1,10 @@
 #include "launcher/placement.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <set>
 #include <sstream>
-
-#include <unistd.h>
 
 #include "common/error.h"
 #include "common/hostlist.h"
@@ -26,8 +26,8 @@ int Plan::firstRank(int node) const { return prefix().at(node); }
 
 bool isVirtualInterface(const IfAddr& a) {
   if (a.loopback) return true;
-  for (const char* p : {"docker", "br-", "virbr", "veth", "cni", "flannel", "cali", "lxcbr",
-                        "podman"})
+  for (const char* p :
+       {"docker", "br-", "virbr", "veth", "cni", "flannel", "cali", "lxcbr", "podman"})
     if (a.name.rfind(p, 0) == 0) return true;
   return false;
 }
@@ -219,16 +219,15 @@ std::vector<EnvChange> tunedEnv(const NodeInfo& n, int local_rank) {
   const int phys = physicalCores(n, cpus);
   long threads = cpus.empty() ? std::max(1, n.cores / std::max(1, n.nproc)) : phys;
   std::string basis =
-      cpus.empty() ? std::to_string(threads) + " of the node's " + std::to_string(n.cores) +
-                         " cores per worker (not bound: " + std::to_string(n.nproc) +
-                         " workers, " +
-                         std::to_string(n.cpus.empty() ? n.cores : static_cast<int>(n.cpus.size())) +
-                         " CPUs)"
-                   : std::to_string(cpus.size()) + " CPU(s) bound to this worker (" +
-                         cpuList(cpus) + ")" +
-                         (phys != static_cast<int>(cpus.size())
-                              ? ", " + std::to_string(phys) + " physical core(s): one thread each"
-                              : "");
+      cpus.empty()
+          ? std::to_string(threads) + " of the node's " + std::to_string(n.cores) +
+                " cores per worker (not bound: " + std::to_string(n.nproc) + " workers, " +
+                std::to_string(n.cpus.empty() ? n.cores : static_cast<int>(n.cpus.size())) +
+                " CPUs)"
+          : std::to_string(cpus.size()) + " CPU(s) bound to this worker (" + cpuList(cpus) + ")" +
+                (phys != static_cast<int>(cpus.size())
+                     ? ", " + std::to_string(phys) + " physical core(s): one thread each"
+                     : "");
   for (const char* name : {"OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"}) {
     auto it = n.preset.find(name);
     bool omp = std::string(name) == "OMP_NUM_THREADS";

@@ -73,8 +73,8 @@ std::string gpuSources(const Plan& plan) {
   std::string out;
   for (const auto& n : plan.nodes)
     if (any && !n.gpu_source.empty())
-      out += "gpus node " + std::to_string(n.node) + " (host " + n.host + "): " + n.gpu_source +
-             "\n";
+      out +=
+          "gpus node " + std::to_string(n.node) + " (host " + n.host + "): " + n.gpu_source + "\n";
   return out;
 }
 

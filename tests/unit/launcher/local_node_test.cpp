@@ -38,8 +38,8 @@ std::string fakeDev() {
 TEST(Gpus, ScheduledGrantBeatsWhatTheMachineShows) {
   const std::string dev = fakeDev();
   // SLURM's value for GRES without device files is not a GPU.
-  GpuSet g = detectGpus(envOf({{"CUDA_VISIBLE_DEVICES", "NoDevFiles"}, {"SLURM_JOB_ID", "7"}}),
-                        dev);
+  GpuSet g =
+      detectGpus(envOf({{"CUDA_VISIBLE_DEVICES", "NoDevFiles"}, {"SLURM_JOB_ID", "7"}}), dev);
   EXPECT_TRUE(g.ids.empty());
   EXPECT_NE(g.source.find("NoDevFiles"), std::string::npos) << g.source;
   // Inside a job without a GPU variable: none granted, /dev not counted.
@@ -47,9 +47,10 @@ TEST(Gpus, ScheduledGrantBeatsWhatTheMachineShows) {
   EXPECT_TRUE(g.ids.empty());
   EXPECT_NE(g.source.find("none granted"), std::string::npos) << g.source;
   // SLURM_GPUS_ON_NODE bounds the id list.
-  g = detectGpus(envOf({{"SLURM_GPUS_ON_NODE", "2"}, {"CUDA_VISIBLE_DEVICES", "2,3,5"},
-                        {"SLURM_JOB_ID", "7"}}),
-                 dev);
+  g = detectGpus(
+      envOf(
+          {{"SLURM_GPUS_ON_NODE", "2"}, {"CUDA_VISIBLE_DEVICES", "2,3,5"}, {"SLURM_JOB_ID", "7"}}),
+      dev);
   EXPECT_EQ(g.ids, (std::vector<std::string>{"2", "3"}));
   EXPECT_EQ(g.source, "SLURM_GPUS_ON_NODE=2, ids 2,3 from CUDA_VISIBLE_DEVICES=2,3,5");
   g = detectGpus(envOf({{"SLURM_JOB_GPUS", "4,6"}, {"SLURM_JOB_ID", "7"}}), dev);
@@ -156,9 +157,9 @@ TEST(CpuTopology, MissingFilesMeanOneCorePerCpu) {
 }
 
 TEST(Cores, SlurmCpusPerTaskBoundsTheCores) {
-  EXPECT_EQ(coresForNode(0, 64, "8"), 8);    // task/none: the mask is the whole machine
-  EXPECT_EQ(coresForNode(0, 4, "8"), 4);     // never more than the mask
-  EXPECT_EQ(coresForNode(6, 64, "8"), 6);    // --cores-per-node wins
+  EXPECT_EQ(coresForNode(0, 64, "8"), 8);  // task/none: the mask is the whole machine
+  EXPECT_EQ(coresForNode(0, 4, "8"), 4);   // never more than the mask
+  EXPECT_EQ(coresForNode(6, 64, "8"), 6);  // --cores-per-node wins
   EXPECT_EQ(coresForNode(0, 64, nullptr), 64);
   EXPECT_EQ(coresForNode(0, 64, "x"), 64);
 }

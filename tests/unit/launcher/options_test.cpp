@@ -133,7 +133,8 @@ TEST(TorchrunFlags, StorePortOfASlurmJobIsTheJobsPort) {
   auto o = parse({"--nnodes", "2", "--node-rank", "1", "--master-addr", "h1", "x"});
   EXPECT_EQ(o.rdzv_port, slurmJobPort(4242, readIpLocalPortRange()));
   EXPECT_NE(o.rdzv_port, parse({"--nnodes", "2", "--node-rank", "1", "--master-addr", "h1",
-                                "--master-port", "1", "x"}).rdzv_port);
+                                "--master-port", "1", "x"})
+                             .rdzv_port);
   setenv("SLURM_JOB_ID", "24242", 1);  // 20000 apart: another port
   EXPECT_NE(parse({"--nnodes", "2", "--node-rank", "1", "--master-addr", "h1", "x"}).rdzv_port,
             o.rdzv_port);

@@ -151,8 +151,7 @@ TEST(Addresses, DockerBridgeOnEveryNodeIsNotTheMaster) {
   EXPECT_EQ(nodes[1].ip, "10.1.1.5");  // not the bridge address shared by every node
   EXPECT_EQ(nodes[2].iface, "eth0");
   EXPECT_NE(why.find("eth0 10.1.0.5/24"), std::string::npos) << why;
-  EXPECT_NE(why.find("docker0 172.17.0.1 (node 1 has the same address)"), std::string::npos)
-      << why;
+  EXPECT_NE(why.find("docker0 172.17.0.1 (node 1 has the same address)"), std::string::npos) << why;
   EXPECT_NE(why.find("virbr0 192.168.120.1 (container/VM bridge interface)"), std::string::npos)
       << why;
 }
