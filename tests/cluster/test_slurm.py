@@ -648,7 +648,9 @@ def test_time_limit_notice_to_the_steps_only_requeues_mid_run(cluster, tmp_path)
     does not, the step's exit 75 requeues: test_signal_to_the_steps_only_requeues). The
     trainers save and exit 75, the job requeues; attempt 1 resumes from the checkpoint and,
     signalled again by its own limit, is not requeued a second time (FTB_MAX_REQUEUES=1): the
-    job ends 75."""
+    job ends 75. slurmctld's limit check may deliver the notice within seconds of the
+    start: attempt 0 then stops during set-up (138, no checkpoint), which requeues as well,
+    and attempt 1 starts over instead of resuming."""
     results = tmp_path / "limitsteps"
     env = clean_env(CONFIG=TINY, RESULTS=results, NPROC=1, FTB_NOTICE=0, FTB_MAX_REQUEUES=1)
     job = sbatch(["-N2", "-t", "1", "--signal=USR1@50", "slurm/train.sbatch",
@@ -659,11 +661,14 @@ def test_time_limit_notice_to_the_steps_only_requeues_mid_run(cluster, tmp_path)
     out = log.read_text()
     assert f"scontrol requeue {job} (restart 1)" in out, out[-4000:]
     assert out.count("forwarding SIGUSR1 to local workers") >= 4, out[-4000:]  # 2 per attempt
-    assert f"job {job} attempt 1 on" in out and "resumed from" in out, out[-4000:]
+    attempt0 = out.split(f"job {job} attempt 1 on")[0]
+    assert len(attempt0) < len(out), out[-4000:]
+    in_set_up = "during set-up" in attempt0
+    assert in_set_up or "resumed from" in out, out[-4000:]
     assert "(FTB_MAX_REQUEUES=1): not requeued" in out, out[-4000:]
     assert rec["Restarts"] == "1" and rec["ExitCode"] == f"{REQUEUE_EXIT}:0", (rec, tail(log))
     files = _rank_files(results, "metrics")
     assert len(files) == 2 and all(status(f)["state"] == "preempted" for f in files), files
     for f in files:
         with h5py.File(f, "r") as h:
-            assert h.attrs["resume_count"] == 1, dict(h.attrs)
+            assert h.attrs["resume_count"] == (0 if in_set_up else 1), dict(h.attrs)
