@@ -6,9 +6,12 @@
 #include "common/dist_env.h"
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
+#include <fstream>
 #include <initializer_list>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -129,9 +132,35 @@ DistEnv discoverDistEnv(const EnvLookup& getenv_fn) {
   if (auto port = env.num("MASTER_PORT", 1, 65535)) {
     d.master_port = static_cast<int>(*port);
   } else if (auto job = env.num("SLURM_JOB_ID", 0, 0x7fffffffL)) {
-    d.master_port = 20000 + static_cast<int>(*job % 20000);
+    d.master_port = slurmJobPort(*job, readIpLocalPortRange());
   }
   return d;
+}
+
+int slurmJobPort(long long job_id, const std::string& ip_local_port_range) {
+  long lo = 32768, hi = 60999;
+  std::istringstream in(ip_local_port_range);
+  long a = 0, b = 0;
+  if (in >> a >> b && 1 <= a && a <= b && b <= 65535) lo = a, hi = b;
+  long first = kJobPortLow, size = 1024;
+  if (lo - kJobPortLow >= 1024) {
+    size = lo - kJobPortLow;
+  } else if (65535 - hi >= 1024) {
+    first = hi + 1;
+    size = 65535 - hi;
+  }
+  uint64_t z = static_cast<uint64_t>(job_id) + 0x9e3779b97f4a7c15ULL;  // splitmix64
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  z ^= z >> 31;
+  return static_cast<int>(first + static_cast<long>(z % static_cast<uint64_t>(size)));
+}
+
+std::string readIpLocalPortRange() {
+  std::ifstream f("/proc/sys/net/ipv4/ip_local_port_range");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return f ? ss.str() : "";
 }
 
 }  // namespace ftb

@@ -100,11 +100,10 @@ std::optional<Plan> Launcher::rendezvous() {
     p.source = rt_.opts.tcpRendezvous() ? "TCP rendezvous (--nnodes)"
                : t.size() > 1               ? "mpi"
                                             : "this node";
-    p.master_addr = assignAddresses(p.nodes);
+    p.master_addr = assignAddresses(p.nodes, &p.master_why);
     p.run_id = rt_.opts.run_id.empty() ? generateRunId() : rt_.opts.run_id;
     p.max_restarts = rt_.opts.max_restarts;
-    if (msg.error.empty())
-      p.master_port = rt_.opts.master_port ? rt_.opts.master_port : pickFreePort(p.master_addr, 0);
+    if (msg.error.empty()) p.master_port = holdMasterPort(0);
     for (auto& n : p.nodes) n.addrs.clear();  // only needed for assignAddresses
     for (int n = 1; n < t.size(); ++n) t.send(n, kTagPlan, encode(msg));
   } else {
@@ -117,6 +116,12 @@ std::optional<Plan> Launcher::rendezvous() {
     return std::nullopt;
   }
   return msg.plan;
+}
+
+int Launcher::holdMasterPort(int avoid) {
+  if (rt_.opts.master_port) return rt_.opts.master_port;
+  master_port_hold_ = reserveFreePort(avoid);
+  return master_port_hold_.port;
 }
 
 Decision Launcher::finishAttempt(const NodeEnd& end) {
@@ -155,9 +160,7 @@ Decision Launcher::finishAttempt(const NodeEnd& end) {
   auto late = rt_.stop_signals.find(attempt);
   Decision d = decide(all, attempt, rt_.opts.max_restarts,
                       late == rt_.stop_signals.end() ? 0 : late->second);
-  if (d.restart)
-    d.next_port = rt_.opts.master_port ? rt_.opts.master_port
-                                       : pickFreePort(plan_.master_addr, plan_.master_port);
+  if (d.restart) d.next_port = holdMasterPort(plan_.master_port);
   for (int n = 1; n < t.size(); ++n) t.send(n, kTagDecision, encode(d));
   return d;
 }
@@ -189,8 +192,9 @@ int Launcher::run() {
   }
   if (t.rank() == 0)
     FTB_INFO(t.describe() << "; run id " << plan_.run_id << "; MASTER_ADDR:PORT "
-                          << plan_.master_addr << ":" << plan_.master_port << "\n"
-                          << placementTable(plan_));
+                          << plan_.master_addr << ":" << plan_.master_port << " (MASTER_ADDR "
+                          << plan_.master_why << ")\n"
+                          << placementTable(plan_) << gpuSources(plan_));
   for (int attempt = 0;; ++attempt) {
     NodeEnd end = Supervisor(rt_, plan_, attempt).run();
     FTB_DEBUG("attempt " << attempt << " ended locally " << msSince(rt_.start)

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "launcher/local_node.h"
 #include "launcher/placement.h"
 #include "launcher/runtime.h"
 
@@ -32,9 +33,14 @@ class Launcher {
   Message await(int tag, int attempt, std::optional<Clock::time_point> deadline,
                 const std::string& what);
   std::string describeNode(int node) const;  // "node 1 (host h, 10.77.0.12)"
+  // Node 0: the workers' MASTER_PORT for the next attempt: --master-port, else a port
+  // reserved until the next call or the launcher's exit (a worker's SO_REUSEADDR server
+  // binds it; no other job can take it in between), never `avoid`.
+  int holdMasterPort(int avoid);
 
   Runtime rt_;
   Plan plan_;
+  ReservedPort master_port_hold_;
 };
 
 }  // namespace ftb::launcher

@@ -7,9 +7,25 @@
 
 #include "common/cli_args.h"  // cxxopts, as in every ftbench program
 #include "common/config.h"
+#include "common/dist_env.h"
 #include "common/error.h"
 
 namespace ftb::launcher {
+namespace {
+
+// The TCP rendezvous store's port without --master-port: in a SLURM job the job's port
+// (slurmJobPort, common/dist_env.h: launchers of two jobs on one node do not collide),
+// else torchrun's 29500.
+int defaultStorePort() {
+  const char* job = std::getenv("SLURM_JOB_ID");
+  std::string j = job ? job : "";
+  if (j.empty() || j.size() > 15 || j.find_first_not_of("0123456789") != std::string::npos)
+    return 29500;
+  return slurmJobPort(std::stoll(j), readIpLocalPortRange());
+}
+
+}  // namespace
+
 namespace {
 
 cxxopts::Options makeParser() {
@@ -202,7 +218,7 @@ void readRendezvous(const cxxopts::ParseResult& r, LaunchOptions& out) {
     if (r.count("rdzv-endpoint"))
       bad("--master-addr", "give either --master-addr or --rdzv-endpoint, not both");
     out.rdzv_host = r["master-addr"].as<std::string>();
-    out.rdzv_port = out.master_port > 0 ? out.master_port : 29500;
+    out.rdzv_port = out.master_port > 0 ? out.master_port : defaultStorePort();
     if (out.rdzv_host.empty()) bad("--master-addr", "address is empty");
   }
   if (!out.tcpRendezvous()) return;

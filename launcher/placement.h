@@ -26,7 +26,8 @@ struct NodeInfo {
   std::string iface;    // interface of ip; "" = do not set GLOO_SOCKET_IFNAME
   bool chosen = false;  // ip/iface fixed locally by --iface/--network
   int cores = 1;
-  std::vector<std::string> gpus;  // visible GPU ids
+  std::vector<std::string> gpus;  // GPU ids for the workers (detectGpus, local_node.h)
+  std::string gpu_source;         // where gpus came from; "" = not detected (plan-only)
   int nproc = 1;
   // Inherited values of the variables the launcher may set (kPresetVars), if set.
   std::map<std::string, std::string> preset;
@@ -34,7 +35,12 @@ struct NodeInfo {
   // block of `cpus`, thread counts to match, OPENBLAS_CORETYPE corrected (coretype_fix).
   bool tune_env = true;
   bool bind_cores = false;        // --bind-cores: bind even with --no-tune-env
-  std::vector<int> cpus;          // CPU ids this launcher may use; empty = 0..cores-1 (plan-only)
+  // CPU ids this launcher may use, in placement order (readCpuTopology: NUMA node, package,
+  // physical core, so SMT siblings are adjacent); empty = 0..cores-1 (plan-only).
+  std::vector<int> cpus;
+  // Parallel to cpus, or empty (= every CPU its own core, NUMA node unknown): the physical
+  // core (lowest sibling id) and NUMA node (-1 unknown) of each CPU.
+  std::vector<int> cpu_core, cpu_numa;
   std::string cpu_model, isa;     // common/cpu_info; "" when unknown (plan-only --hosts)
   std::string coretype_fix;       // OPENBLAS_CORETYPE to set; "" = leave as is
   std::string coretype_note;      // checkOpenblasCoretype's message ("" = fine or unset)
@@ -55,6 +61,7 @@ struct Plan {
   std::string run_id;
   int max_restarts = 0;
   std::string source;  // "mpi", "single", "--hosts", "slurm": where the node list came from
+  std::string master_why;  // how master_addr was chosen (assignAddresses); "" = plan-only
 
   int worldSize() const;
   int firstRank(int node) const;  // O(1) after the first call
@@ -65,25 +72,44 @@ struct Plan {
 };
 
 // Fills ip/iface of every node and returns MASTER_ADDR (see placement.cpp for the rule).
-std::string assignAddresses(std::vector<NodeInfo>& nodes);
+// `why`, if given, receives the choice and its reason for the log and the dry run.
+std::string assignAddresses(std::vector<NodeInfo>& nodes, std::string* why = nullptr);
+// True for interfaces that are not a route between nodes even when every node has one:
+// container and VM bridges and their veth ends (docker*, br-*, virbr*, veth*, cni*,
+// flannel*, cali*, lxcbr*, podman*) and loopback.
+bool isVirtualInterface(const IfAddr& a);
 
 // Variables whose inherited values a node reports in NodeInfo::preset.
 extern const char* const kPresetVars[5];
 
-// CPUs local worker `local_rank` of `n` is bound to: block r of size
-// min(|cpus|, cores) / nproc of n.cpus (of 0..cores-1 when cpus is empty); empty (not
-// bound) without tuning/--bind-cores or when there are more workers than CPUs.
+// CPUs local worker `local_rank` of `n` is bound to, sorted. The usable CPUs are the first
+// min(|cpus|, cores) of n.cpus in placement order (0..cores-1 when cpus is empty). With at
+// most one worker per physical core, worker r gets block r of (usable cores / nproc) whole
+// physical cores, with all their SMT siblings: blocks never split a core, and follow the
+// NUMA node order. With more workers than cores but not than CPUs, block r of
+// usable / nproc CPUs. Empty (not bound) without tuning/--bind-cores or with more workers
+// than CPUs.
 std::vector<int> workerCpus(const NodeInfo& n, int local_rank);
+// Physical cores among `cpus` of node `n` (each CPU its own core without n.cpu_core).
+int physicalCores(const NodeInfo& n, const std::vector<int>& cpus);
+// NUMA nodes of `cpus` on `n`, "0" or "0,1"; "" when unknown.
+std::string numaNodes(const NodeInfo& n, const std::vector<int>& cpus);
+
+// The value of a count such as OMP_NUM_THREADS: -1 unless plain decimal digits (at most 6).
+long parsedCount(const std::string& v);
 
 // "0-3,8" for {0,1,2,3,8}.
 std::string cpuList(const std::vector<int>& cpus);
+// Inverse of cpuList, as Linux writes CPU lists ("0-3,8\n"); malformed parts are skipped.
+std::vector<int> parseCpuList(const std::string& text);
 
 // One variable the tuning sets, and why (for --dry-run and the launcher log).
 struct EnvChange {
   std::string name, value, reason;
 };
 // The tuned variables of local worker `local_rank` (empty without tuning): OMP_NUM_THREADS
-// = its bound CPUs (or cores / nproc when not bound) unless the inherited value is not
+// = the physical cores of its bound CPUs (SMT siblings share a core's FMA units, so one
+// thread per core; cores / nproc when not bound) unless the inherited value is not
 // larger; MKL_NUM_THREADS/OPENBLAS_NUM_THREADS lowered to that when larger; OPENBLAS_CORETYPE
 // = n.coretype_fix when set.
 std::vector<EnvChange> tunedEnv(const NodeInfo& n, int local_rank);

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <map>
 
+#include "common/dist_env.h"
 #include "common/error.h"
 #include "common/hostlist.h"
 #include "launcher/local_node.h"
@@ -46,9 +47,11 @@ Plan planWithoutMpi(const LaunchOptions& opts) {
     }
   }
   std::vector<int> cores(hosts.size(), static_cast<int>(allowedCpus().size()));
-  std::string cpn = env("SLURM_JOB_CPUS_PER_NODE");
+  std::string cpn = env("SLURM_JOB_CPUS_PER_NODE"), cpt = env("SLURM_CPUS_PER_TASK");
   if (opts.cores_per_node > 0) {
     cores.assign(hosts.size(), opts.cores_per_node);
+  } else if (plan.source == "SLURM_JOB_NODELIST" && parsedCount(cpt) > 0) {
+    cores.assign(hosts.size(), static_cast<int>(parsedCount(cpt)));
   } else if (plan.source == "SLURM_JOB_NODELIST" && !cpn.empty()) {
     auto c = expandTasksPerNode(cpn, "SLURM_JOB_CPUS_PER_NODE");
     if (c.size() == hosts.size()) cores = c;
@@ -91,7 +94,7 @@ Plan planWithoutMpi(const LaunchOptions& opts) {
   std::string job = env("SLURM_JOB_ID");
   plan.master_port = opts.master_port > 0 ? opts.master_port
                      : !job.empty() && job.find_first_not_of("0123456789") == std::string::npos
-                         ? 20000 + static_cast<int>(std::stoll(job.substr(0, 15)) % 20000)
+                         ? slurmJobPort(std::stoll(job.substr(0, 15)), readIpLocalPortRange())
                          : 29500;
   plan.run_id = !opts.run_id.empty() ? opts.run_id : !job.empty() ? job : generateRunId();
   plan.max_restarts = opts.max_restarts;

@@ -67,6 +67,17 @@ std::string placementTable(const Plan& plan) {
   return table(rows, "");
 }
 
+std::string gpuSources(const Plan& plan) {
+  bool any = false;
+  for (const auto& n : plan.nodes) any = any || !n.gpus.empty();
+  std::string out;
+  for (const auto& n : plan.nodes)
+    if (any && !n.gpu_source.empty())
+      out +=
+          "gpus node " + std::to_string(n.node) + " (host " + n.host + "): " + n.gpu_source + "\n";
+  return out;
+}
+
 bool isSecretName(const std::string& name) {
   std::string up;
   for (char c : name) up += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
@@ -129,7 +140,14 @@ void writeWorker(std::ostream& o, const Plan& plan, const NodeInfo& n, int lr,
   o << "\n";
   if (!replaced.empty()) o << "  replaces inherited:" << replaced << "\n";
   std::vector<int> cpus = workerCpus(n, lr);
-  if (!cpus.empty()) o << "  cpus: " << cpuList(cpus) << "\n";
+  if (!cpus.empty()) {
+    o << "  cpus: " << cpuList(cpus);
+    int phys = physicalCores(n, cpus);
+    std::string numa = numaNodes(n, cpus);
+    if (phys != static_cast<int>(cpus.size())) o << " (" << phys << " physical core(s))";
+    if (!numa.empty()) o << "  NUMA node " << numa;
+    o << "\n";
+  }
   for (const auto& c : tunedEnv(n, lr))
     o << "  tuned: " << c.name << "=" << displayValue(c.name, c.value) << "  (" << c.reason
       << ")\n";
@@ -152,6 +170,7 @@ void writeEnvironmentCheck(std::ostream& o, const NodeInfo& n) {
   o << "; threads " << threadsFor(n) << " per worker, "
     << (bound ? std::to_string(bound) + " bound CPU(s) each" : std::string("not bound"));
   if (!n.tune_env) o << " (--no-tune-env: caller's environment unchanged)";
+  if (!n.gpu_source.empty()) o << "; GPUs " << n.gpus.size() << ": " << n.gpu_source;
   o << "\n";
   writeWorkerEnv(o, n.worker_env, "  ");
 }
@@ -194,7 +213,9 @@ void writeDryRunReport(std::ostream& o, const Plan& plan, const std::string& pro
   o << "launcher --dry-run: " << plan.nodes.size() << " node(s), " << plan.worldSize()
     << " worker(s), nodes from " << plan.source << "; nothing is started\n";
   o << "MASTER_ADDR:MASTER_PORT = " << plan.master_addr << ":" << plan.master_port << "   run id "
-    << plan.run_id << "   max restarts " << plan.max_restarts << "\n\n";
+    << plan.run_id << "   max restarts " << plan.max_restarts << "\n";
+  if (!plan.master_why.empty()) o << "MASTER_ADDR " << plan.master_why << "\n";
+  o << "\n";
   if (full) {
     o << placementTable(plan) << "\n";
   } else {

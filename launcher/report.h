@@ -14,6 +14,8 @@ namespace ftb::launcher {
 
 // node | host | ip | cores | gpus | nproc | global ranks | local ranks | threads
 std::string placementTable(const Plan& plan);
+// One line per node, "gpus node 1 (host h2): <source>", when any node has a GPU; else "".
+std::string gpuSources(const Plan& plan);
 
 // Plans with more workers than this print a summary unless --full is given.
 inline constexpr int kFullListMaxWorkers = 64;

@@ -27,7 +27,8 @@ void to_json(Json& j, const NodeInfo& v) {
            {"preset", v.preset}, {"addrs", v.addrs}, {"error", v.error},
            {"tune_env", v.tune_env}, {"bind_cores", v.bind_cores}, {"cpus", v.cpus},
            {"cpu_model", v.cpu_model}, {"isa", v.isa}, {"coretype_fix", v.coretype_fix},
-           {"coretype_note", v.coretype_note}, {"worker_env", v.worker_env}};
+           {"coretype_note", v.coretype_note}, {"worker_env", v.worker_env},
+           {"gpu_source", v.gpu_source}, {"cpu_core", v.cpu_core}, {"cpu_numa", v.cpu_numa}};
 }
 void from_json(const Json& j, NodeInfo& v) {
   j.at("node").get_to(v.node);
@@ -49,6 +50,9 @@ void from_json(const Json& j, NodeInfo& v) {
   j.at("coretype_fix").get_to(v.coretype_fix);
   j.at("coretype_note").get_to(v.coretype_note);
   j.at("worker_env").get_to(v.worker_env);
+  j.at("gpu_source").get_to(v.gpu_source);
+  j.at("cpu_core").get_to(v.cpu_core);
+  j.at("cpu_numa").get_to(v.cpu_numa);
 }
 
 void to_json(Json& j, const Failure& f) {
@@ -75,7 +79,7 @@ void to_json(Json& j, const PlanMsg& v) {
   j = Json{{"error", v.error},          {"master_addr", v.plan.master_addr},
            {"master_port", v.plan.master_port}, {"run_id", v.plan.run_id},
            {"max_restarts", v.plan.max_restarts}, {"source", v.plan.source},
-           {"nodes", v.plan.nodes}};
+           {"master_why", v.plan.master_why}, {"nodes", v.plan.nodes}};
 }
 void from_json(const Json& j, PlanMsg& v) {
   j.at("error").get_to(v.error);
@@ -84,6 +88,7 @@ void from_json(const Json& j, PlanMsg& v) {
   j.at("run_id").get_to(v.plan.run_id);
   j.at("max_restarts").get_to(v.plan.max_restarts);
   j.at("source").get_to(v.plan.source);
+  j.at("master_why").get_to(v.plan.master_why);
   j.at("nodes").get_to(v.plan.nodes);
 }
 

@@ -305,7 +305,7 @@ def uninterrupted(cluster, tmp_path_factory):
 
 @pytest.mark.parametrize("launch", ["srun", "mpirun"])
 def test_preemption_usr1_requeues_and_the_rerun_completes(cluster, uninterrupted, tmp_path, launch):
-    """scancel --signal=USR1 --batch (what --signal=B:USR1@60 sends before the time limit),
+    """scancel --signal=USR1 --batch (what --signal=B:USR1@300 sends before the time limit),
     with the launchers started by srun or by mpirun inside the allocation: both trainers save
     a checkpoint at the agreed stop step and exit with the requeue code, the job requeues
     itself (Restarts=1), runs again after slurm's requeue delay (cred_expire + 1 s), resumes
@@ -390,7 +390,8 @@ def test_time_limit_notice_usr1_stops_the_run(cluster, tmp_path):
     limits). slurmctld checks time limits every ~30 s, so USR1 arrives 5-35 s after the
     start; the trainers record "preempted" (FTB_REQUEUE=0 here: the job then ends)."""
     results = tmp_path / "limit"
-    env = clean_env(CONFIG=TINY, RESULTS=results, NPROC=1, FTB_REQUEUE=0)
+    # FTB_NOTICE=0: SLURM's notice, not the script's own (test_own_notice_... tests that)
+    env = clean_env(CONFIG=TINY, RESULTS=results, NPROC=1, FTB_REQUEUE=0, FTB_NOTICE=0)
     job = sbatch(["-N2", "-t", "1", "--signal=B:USR1@55", "slurm/train.sbatch",
                   "training.max_steps=1000000", "training.stop_after_seconds=50"], env, results)
     log = results / "logs" / f"ftb-train-{job}.out"
@@ -408,3 +409,266 @@ def test_time_limit_notice_usr1_stops_the_run(cluster, tmp_path):
     assert len(files) == 2
     for f in files:
         assert status(f)["state"] == "preempted", (f, status(f))
+
+
+def _wait_for_steps(job, log, total):
+    """Waits for the first training step line of the job (the trainers' handlers are
+    installed by then)."""
+    try:
+        wait_until(lambda: log.exists() and re.search(rf"\] step \d+/{total} ", log.read_text()),
+                   90, f"training steps in {log}")
+    except AssertionError as e:
+        raise AssertionError(f"{e}; job {job_records(job)}\n{tail(log)}\n{cluster_diag()}") \
+            from None
+
+
+def _assert_resumed_and_equal(results, uninterrupted, resume_step=None):
+    """Every rank file: completed, steps 0..RESUME_STEPS-1 once, one resume (at resume_step
+    when given); every loss equal to the uninterrupted run's."""
+    files = _rank_files(results, "metrics")
+    assert len(files) == 2, files
+    for f in files:
+        with h5py.File(f, "r") as h:
+            assert dict(h["status"].attrs)["state"] == "completed", (f, dict(h["status"].attrs))
+            assert h.attrs["resume_count"] == 1, dict(h.attrs)
+            if resume_step is not None:
+                assert h.attrs["resume_steps"][0] == resume_step, dict(h.attrs)
+            assert list(h["steps/step"][:]) == list(range(RESUME_STEPS)), f
+    got = _rank_losses(results)
+    for name, ref in uninterrupted.items():
+        diff = [i for i, (a, b) in enumerate(zip(ref, got[name])) if a != b]
+        assert len(got[name]) == len(ref) and not diff, \
+            f"{name}: losses differ from the uninterrupted run at steps {diff[:10]}"
+
+
+def test_slow_save_survives_a_preemption_and_resumes_bit_identically(cluster, uninterrupted,
+                                                                     tmp_path):
+    """The stop-time save takes 8 s (test hook FTB_TEST_CKPT_SAVE_DELAY=stop:8), more than
+    the launcher's default --grace of 5 s. The batch shell stops the trainers with their
+    agreed stop (USR1: no SIGKILL while they save) and gives them the stop grace: both save
+    the stop step, exit 75, the job requeues and resumes from exactly that checkpoint, and the
+    losses equal the uninterrupted run's. (A TERM with SIGKILL after 5 s lost that save: exit
+    137 and a resume from an older checkpoint.)"""
+    results = tmp_path / "slowsave"
+    env = clean_env(CONFIG=TINY, RESULTS=results, NPROC=1, FTB_TEST_CKPT_SAVE_DELAY="stop:8")
+    job = sbatch(["-N2", "slurm/train.sbatch", *RESUME_ARGS], env, results)
+    log = results / "logs" / f"ftb-train-{job}.out"
+    _wait_for_steps(job, log, RESUME_STEPS)
+    t0 = time.monotonic()
+    assert run(["scancel", "--signal=USR1", "--batch", job]).returncode == 0
+    wait_until(lambda: int(job_records(job)[0]["Restarts"]) >= 1, 90, f"job {job} to requeue")
+    assert time.monotonic() - t0 >= 8, "the stop did not wait for the 8 s save"
+    rec = wait_job(job, 180, log)[0]
+    out = log.read_text()
+    assert rec["JobState"] == "COMPLETED" and rec["Restarts"] == "1", (rec, tail(log))
+    assert f"launcher exit code {REQUEUE_EXIT}" in out, out[-4000:]
+    assert "SIGKILL" not in out, out[-4000:]
+    stop = re.search(r"stopped by signal [^\n]*? after (\d+) steps; checkpoint", out)
+    assert stop, out[-4000:]
+    # attempt 1 measured the 8 s save from attempt 0's worker logs (2 x 8 + 30 < 60: floor)
+    assert re.search(r"stop grace 60 s \(last measured save: 8\.\d+ s\)", out), out[-4000:]
+    _assert_resumed_and_equal(results, uninterrupted, resume_step=int(stop.group(1)))
+
+
+def test_signal_to_the_steps_only_requeues(cluster, uninterrupted, tmp_path):
+    """What --signal=USR1@N (without B:) does: USR1 reaches the launch step, not the batch
+    shell. The trainers save and the step exits 75; the shell trapped nothing but requeues
+    on that code, and the rerun resumes and completes with the uninterrupted run's losses."""
+    results = tmp_path / "stepsig"
+    env = clean_env(CONFIG=TINY, RESULTS=results, NPROC=1)
+    job = sbatch(["-N2", "slurm/train.sbatch", *RESUME_ARGS], env, results)
+    log = results / "logs" / f"ftb-train-{job}.out"
+    _wait_for_steps(job, log, RESUME_STEPS)
+    assert run(["scancel", "--signal=USR1", job]).returncode == 0  # the steps, not --batch
+    rec = wait_job(job, 240, log)[0]
+    out = log.read_text()
+    assert rec["JobState"] == "COMPLETED" and rec["Restarts"] == "1", (rec, tail(log))
+    assert "SIGUSR1: stopping" not in out, "the batch shell was not to be signalled"
+    assert "preempted by exit code 75" in out and f"scontrol requeue {job}" in out, out[-4000:]
+    _assert_resumed_and_equal(results, uninterrupted)
+
+
+def test_signal_during_start_up_requeues(cluster, tmp_path):
+    """A stop that arrives before the launch step exists (here: while the site set-up hook
+    of attempt 0 runs) is recorded, the step is not started, and the job is requeued; the
+    rerun completes."""
+    results = tmp_path / "startup"
+    hook = tmp_path / "setup.sh"
+    hook.write_text('echo "site set-up attempt ${SLURM_RESTART_COUNT:-0}"\n'
+                    '[[ ${SLURM_RESTART_COUNT:-0} == 0 ]] && sleep 8\ntrue\n')
+    env = clean_env(CONFIG=TINY, RESULTS=results, NPROC=1, FTB_SETUP=hook)
+    job = sbatch(["-N2", "slurm/train.sbatch", "training.max_steps=12"], env, results)
+    log = results / "logs" / f"ftb-train-{job}.out"
+    wait_until(lambda: log.exists() and "site set-up attempt 0" in log.read_text(), 60,
+               f"the set-up hook in {log}")
+    assert run(["scancel", "--signal=USR1", "--batch", job]).returncode == 0
+    rec = wait_job(job, 150, log)[0]
+    out = log.read_text()
+    assert rec["JobState"] == "COMPLETED" and rec["Restarts"] == "1", (rec, tail(log))
+    assert "SIGUSR1 before the launch step started: recorded" in out, out[-4000:]
+    assert "preempted by SIGUSR1: scontrol requeue" in out, out[-4000:]
+    assert "site set-up attempt 1" in out and f"job {job} attempt 1 on" in out, out[-4000:]
+    files = _rank_files(results, "metrics")
+    assert len(files) == 2 and all(status(f)["state"] == "completed" for f in files), files
+
+
+def test_own_notice_from_the_time_limit_stops_a_run_in_start_up(cluster, tmp_path):
+    """The script's own notice (time left <= stop grace + 30 s, checked every 10 s) fires
+    while attempt 0 is still in its set-up (a 25 s hook; -t 1 and FTB_STOP_GRACE=40: due at
+    once): the stop is recorded before the launch step exists and the job requeues; attempt 1
+    (no delay, a 12-step run) completes within its own minute."""
+    results = tmp_path / "ownnotice"
+    hook = tmp_path / "setup.sh"
+    hook.write_text('[[ ${SLURM_RESTART_COUNT:-0} == 0 ]] && sleep 25\ntrue\n')
+    env = clean_env(CONFIG=TINY, RESULTS=results, NPROC=1, FTB_SETUP=hook, FTB_STOP_GRACE=40)
+    job = sbatch(["-N2", "-t", "1", "slurm/train.sbatch", "training.max_steps=12"], env, results)
+    log = results / "logs" / f"ftb-train-{job}.out"
+    rec = wait_job(job, 150, log)[0]
+    out = log.read_text()
+    assert "<= stop grace + 30 s = 70 s" in out, out[-4000:]
+    assert "SIGUSR1 before the launch step started: recorded" in out, out[-4000:]
+    assert rec["Restarts"] == "1" and rec["JobState"] == "COMPLETED", (rec, tail(log))
+
+
+def test_tcp_launch_matches_the_mpi_launch(cluster, uninterrupted, tmp_path):
+    """FTB_LAUNCH=tcp: srun --mpi=none, each launcher told its node rank (SLURM_NODEID) and
+    node 0's address (the first host's NodeAddr); the launchers meet over TCP. Two nodes
+    train, and every step's loss equals (==) the srun --mpi=pmix launch of the same config."""
+    results = tmp_path / "tcp"
+    env = clean_env(CONFIG=TINY, RESULTS=results, NPROC=1, FTB_LAUNCH="tcp")
+    job = sbatch(["-N2", "slurm/train.sbatch", *RESUME_ARGS], env, results)
+    log = results / "logs" / f"ftb-train-{job}.out"
+    rec = wait_job(job, 180, log)[0]
+    out = log.read_text()
+    assert rec["JobState"] == "COMPLETED" and rec["ExitCode"] == "0:0", (rec, tail(log))
+    assert "--mpi=none" in out and "TCP rendezvous, node 0 of 2" in out, out[-4000:]
+    assert re.search(r"^1\s+\S+\s+10\.77\.0\.12\s", out, re.M), out[-4000:]
+    got = _rank_losses(results)
+    assert got == uninterrupted, "losses differ from the MPI launch"
+
+
+def test_export_none_settings_as_arguments_and_site_hook(cluster, tmp_path):
+    """sbatch --export=NONE (what SBATCH_EXPORT=NONE sets): nothing of the submitter's
+    environment reaches the job, so the settings come as NAME=value arguments; the FTB_SETUP
+    hook's variables reach the launchers through srun (SLURM_EXPORT_ENV=ALL): the launcher
+    lowers the hook's OPENBLAS_NUM_THREADS=7 and logs it, and the run completes."""
+    results = tmp_path / "exportnone"
+    (results / "logs").mkdir(parents=True)
+    hook = tmp_path / "site setup.sh"
+    hook.write_text("export OPENBLAS_NUM_THREADS=7\n")
+    p = run(["sbatch", "--parsable", "--export=NONE", "-N2", "-o",
+             results / "logs" / "%x-%j.out", "slurm/train.sbatch", f"CONFIG={TINY}",
+             f"RESULTS={results}", "NPROC=1", f"FTB_BUILD_DIR={BUILD}", f"FTB_SETUP={hook}",
+             "training.max_steps=12"], env=clean_env())
+    assert p.returncode == 0, p.stderr
+    job = p.stdout.strip().split(";")[0]
+    log = results / "logs" / f"ftb-train-{job}.out"
+    rec = wait_job(job, 120, log)[0]
+    out = log.read_text()
+    assert rec["JobState"] == "COMPLETED" and rec["ExitCode"] == "0:0", (rec, tail(log))
+    assert "site set-up: source" in out, out[-4000:]
+    assert "OPENBLAS_NUM_THREADS=1 (inherited 7 exceeds" in out, out[-4000:]
+    files = _rank_files(results, "metrics")
+    assert len(files) == 2 and all(status(f)["state"] == "completed" for f in files), files
+
+
+def _held_sweep(tmp_path, *extra):
+    """slurm_test.toml copied to tmp_path (base made absolute) and submitted held."""
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text(SWEEP.read_text().replace('base = "../runs/tiny.toml"', f'base = "{TINY}"'))
+    results = tmp_path / "res"
+    p = run([REPO / "slurm" / "submit_sweep.sh", sweep, results, *extra, "--hold"])
+    assert p.returncode == 0, p.stderr
+    return sweep, results, p
+
+
+def test_sweep_snapshot_runs_the_submitted_points_after_an_edit(cluster, tmp_path):
+    """Each array runs the points snapshotted at submission: the sweep file edited while the
+    tasks are held (every tag changes) does not move them (the 1-node task runs its submitted
+    point and notes the edit), and a task whose snapshot was altered refuses to run (exit 2)."""
+    sweep, results, p = _held_sweep(tmp_path)
+    jobs = p.stdout.split()
+    assert len(jobs) == 2, p.stderr
+    before = [json.loads(l) for l in run([TAGGER, "expand", sweep, "--json"]).stdout.splitlines()]
+    sweep.write_text(sweep.read_text().replace('"training.max_steps" = 10', '"training.max_steps" = 11')
+                     .replace('"training.max_steps" = [10]', '"training.max_steps" = [11]'))
+    after = [json.loads(l) for l in run([TAGGER, "expand", sweep, "--json"]).stdout.splitlines()]
+    assert {q["tag"] for q in before}.isdisjoint(q["tag"] for q in after)
+    snaps = sorted((results / "sweeps").glob("*-n2-*.jsonl"))
+    assert len(snaps) == 1
+    snaps[0].write_text(snaps[0].read_text().replace('"training.max_steps=10"',
+                                                     '"training.max_steps=12"'))
+    for job in jobs:
+        assert run(["scontrol", "release", job]).returncode == 0
+    one, two = (wait_job(job, 120, results / "logs" / f"ftb-sweep-{job}_*.out")[0] for job in jobs)
+    log1 = (results / "logs" / f"ftb-sweep-{jobs[0]}_0.out").read_text()
+    log2 = (results / "logs" / f"ftb-sweep-{jobs[1]}_0.out").read_text()
+    assert one["JobState"] == "COMPLETED", (one, log1[-3000:])
+    assert "changed since submission" in log1 and f"running the submitted point {before[0]['tag']}" \
+        in log1, log1[-3000:]
+    files = sorted((results / before[0]["tag"] / "metrics").glob("rank_*.h5"))
+    assert len(files) == 2 and all(status(f)["state"] == "completed" for f in files), files
+    assert steps(files[0])[0] == list(range(10))  # the submitted max_steps, not the edit's 11
+    assert two["JobState"] == "FAILED" and two["ExitCode"] == "2:0", (two, log2[-3000:])
+    assert "as submitted: it was changed" in log2, log2
+    assert not (results / before[1]["tag"]).exists() and not (results / after[1]["tag"]).exists()
+
+
+def test_sweep_resubmission_skips_queued_points_caps_retries_and_throttles(cluster, tmp_path):
+    """A second submit_sweep.sh while the first arrays wait in the queue submits nothing
+    ("already queued"); once they left the queue without completing, --max-tries 1 skips
+    them; --throttle 1 sets the array's task throttle."""
+    sweep, results, p = _held_sweep(tmp_path)
+    jobs = p.stdout.split()
+    try:
+        again = run([REPO / "slurm" / "submit_sweep.sh", sweep, results])
+        assert again.returncode == 0 and again.stdout.strip() == "", again.stderr
+        assert f"is already queued as job {jobs[0]}_0 (PENDING): skipped" in again.stderr
+        assert f"is already queued as job {jobs[1]}_0 (PENDING): skipped" in again.stderr
+    finally:
+        run(["scancel", *jobs])
+    wait_until(lambda: not run(["squeue", "-h", "-j", ",".join(jobs)]).stdout.strip(), 30,
+               "the cancelled arrays to leave the queue")
+    capped = run([REPO / "slurm" / "submit_sweep.sh", sweep, results, "--max-tries", "1"])
+    assert capped.returncode == 0 and capped.stdout.strip() == "", capped.stderr
+    assert "was submitted 1 time(s)" in capped.stderr, capped.stderr
+    _, _, thr = _held_sweep(tmp_path, "--max-tries", "2", "--throttle", "1")
+    new = thr.stdout.split()
+    try:
+        assert len(new) == 2, thr.stderr
+        rec = job_records(new[0])[0]
+        assert rec.get("ArrayTaskThrottle") == "1", rec
+    finally:
+        run(["scancel", *new])
+
+
+def test_time_limit_notice_to_the_steps_only_requeues_mid_run(cluster, tmp_path):
+    """A real time limit with `--signal=USR1@50` (no B:, FTB_NOTICE=0): SLURM signals the
+    launch step 10-40 s into the run (slurm 22.05 here signals the batch shell too; where it
+    does not, the step's exit 75 requeues: test_signal_to_the_steps_only_requeues). The
+    trainers save and exit 75, the job requeues; attempt 1 resumes from the checkpoint and,
+    signalled again by its own limit, is not requeued a second time (FTB_MAX_REQUEUES=1): the
+    job ends 75. slurmctld's limit check may deliver the notice within seconds of the
+    start: attempt 0 then stops during set-up (138, no checkpoint), which requeues as well,
+    and attempt 1 starts over instead of resuming."""
+    results = tmp_path / "limitsteps"
+    env = clean_env(CONFIG=TINY, RESULTS=results, NPROC=1, FTB_NOTICE=0, FTB_MAX_REQUEUES=1)
+    job = sbatch(["-N2", "-t", "1", "--signal=USR1@50", "slurm/train.sbatch",
+                  "training.max_steps=1000000", "training.stop_after_seconds=55",
+                  "checkpoint.interval=1000"], env, results)
+    log = results / "logs" / f"ftb-train-{job}.out"
+    rec = wait_job(job, 200, log)[0]
+    out = log.read_text()
+    assert f"scontrol requeue {job} (restart 1)" in out, out[-4000:]
+    assert out.count("forwarding SIGUSR1 to local workers") >= 4, out[-4000:]  # 2 per attempt
+    attempt0 = out.split(f"job {job} attempt 1 on")[0]
+    assert len(attempt0) < len(out), out[-4000:]
+    in_set_up = "during set-up" in attempt0
+    assert in_set_up or "resumed from" in out, out[-4000:]
+    assert "(FTB_MAX_REQUEUES=1): not requeued" in out, out[-4000:]
+    assert rec["Restarts"] == "1" and rec["ExitCode"] == f"{REQUEUE_EXIT}:0", (rec, tail(log))
+    files = _rank_files(results, "metrics")
+    assert len(files) == 2 and all(status(f)["state"] == "preempted" for f in files), files
+    for f in files:
+        with h5py.File(f, "r") as h:
+            assert h.attrs["resume_count"] == (0 if in_set_up else 1), dict(h.attrs)

@@ -102,6 +102,14 @@ BAD = {
     "full_without_dry_run": (["--full"], {}, "only valid with --dry-run"),
     "env_bad_value": (["--dry-run", "--env", "some"], {}, "expected 'set' or 'all'"),
     "srun_without_pmi": ([], {"SLURM_STEP_NUM_TASKS": "2"}, "srun tasks without PMI"),
+    # Two workers would share the one GPU (it used to be CUDA_VISIBLE_DEVICES=gpus[r % n]).
+    "more_workers_than_gpus": (["--nproc-per-node", "2"], {"CUDA_VISIBLE_DEVICES": "0"},
+                               "2 workers on a node with 1 GPU(s) (ids 0 from "
+                               "CUDA_VISIBLE_DEVICES=0): workers would share a GPU"),
+    "more_workers_than_slurm_gpus": (["--nproc-per-node", "3"],
+                                     {"SLURM_JOB_ID": "5", "SLURM_GPUS_ON_NODE": "2",
+                                      "CUDA_VISIBLE_DEVICES": "0,1"},
+                                     "3 workers on a node with 2 GPU(s)"),
 }
 
 

@@ -109,7 +109,31 @@ TEST(DistEnv, Slurm) {
   EXPECT_EQ(d.local_world_size, 3);  // node 2 of "2,2,3"
   EXPECT_EQ(d.node_rank, 2);
   EXPECT_EQ(d.master_addr, "n07");
-  EXPECT_EQ(d.master_port, 20000 + 123456 % 20000);
+  EXPECT_EQ(d.master_port, slurmJobPort(123456, readIpLocalPortRange()));
+}
+
+TEST(DistEnv, JobPortLiesBelowTheEphemeralRangeAndSeparatesIds20000Apart) {
+  const std::string linux_default = "32768\t60999\n";
+  int collisions = 0;
+  for (long long job = 1; job <= 5000; ++job) {
+    int p = slurmJobPort(job, linux_default);
+    ASSERT_GE(p, kJobPortLow) << job;
+    ASSERT_LT(p, 32768) << job;  // never a port connect() may take as its source port
+    collisions += p == slurmJobPort(job + 20000, linux_default);
+  }
+  // 20000 + id % 20000 gave every such pair one port (5000 collisions); a hash into 22528
+  // ports gives a pair the same port with probability 1/22528.
+  EXPECT_LE(collisions, 3);
+  EXPECT_EQ(slurmJobPort(77, ""), slurmJobPort(77, linux_default));  // unreadable: default
+  EXPECT_EQ(slurmJobPort(77, "garbage"), slurmJobPort(77, linux_default));
+  for (long long job : {1LL, 99LL, 123456LL, 2147483647LL}) {
+    int low = slurmJobPort(job, "40000 60999");  // a site's wider gap below
+    EXPECT_TRUE(low >= kJobPortLow && low < 40000) << low;
+    int high = slurmJobPort(job, "1024 50000");  // no room below: above the range
+    EXPECT_TRUE(high > 50000 && high <= 65535) << high;
+    int none = slurmJobPort(job, "1024 65000");  // no room on either side
+    EXPECT_TRUE(none >= kJobPortLow && none < kJobPortLow + 1024) << none;
+  }
 }
 
 TEST(DistEnv, SlurmStepNodelistBeatsJobNodelist) {

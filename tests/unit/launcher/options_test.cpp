@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
+#include "common/dist_env.h"
 #include "common/error.h"
 
 namespace ftb::launcher {
@@ -123,6 +126,21 @@ TEST(TorchrunFlags, BothSpellingsOfEveryFlag) {
             29400);
   EXPECT_TRUE(parse({"--standalone", "--nproc-per-node", "2", "x"}).standalone);
   EXPECT_FALSE(parse({"--nnodes", "1", "x"}).tcpRendezvous());
+}
+
+TEST(TorchrunFlags, StorePortOfASlurmJobIsTheJobsPort) {
+  setenv("SLURM_JOB_ID", "4242", 1);
+  auto o = parse({"--nnodes", "2", "--node-rank", "1", "--master-addr", "h1", "x"});
+  EXPECT_EQ(o.rdzv_port, slurmJobPort(4242, readIpLocalPortRange()));
+  EXPECT_NE(o.rdzv_port, parse({"--nnodes", "2", "--node-rank", "1", "--master-addr", "h1",
+                                "--master-port", "1", "x"})
+                             .rdzv_port);
+  setenv("SLURM_JOB_ID", "24242", 1);  // 20000 apart: another port
+  EXPECT_NE(parse({"--nnodes", "2", "--node-rank", "1", "--master-addr", "h1", "x"}).rdzv_port,
+            o.rdzv_port);
+  unsetenv("SLURM_JOB_ID");
+  EXPECT_EQ(parse({"--nnodes", "2", "--node-rank", "1", "--master-addr", "h1", "x"}).rdzv_port,
+            29500);
 }
 
 TEST(TorchrunFlags, UnknownFlagGetsDidYouMean) {

@@ -128,12 +128,45 @@ TEST(Addresses, SingleNodeUsesLoopback) {
 TEST(Addresses, MasterIsOnTheSubnetThePeersShare) {
   std::vector<NodeInfo> nodes(2);
   nodes[0].addrs = {addr("lo", "127.0.0.1", 8, true), addr("eth0", "192.168.1.5", 24),
-                    addr("veth0", "10.77.0.11", 24)};
+                    addr("ib0", "10.77.0.11", 24)};
   nodes[1].addrs = {addr("lo", "127.0.0.1", 8, true), addr("eth9", "10.77.0.12", 24)};
   EXPECT_EQ(assignAddresses(nodes), "10.77.0.11");
-  EXPECT_EQ(nodes[0].iface, "veth0");
+  EXPECT_EQ(nodes[0].iface, "ib0");
   EXPECT_EQ(nodes[1].ip, "10.77.0.12");
   EXPECT_EQ(nodes[1].iface, "eth9");
+}
+
+TEST(Addresses, DockerBridgeOnEveryNodeIsNotTheMaster) {
+  // docker0 172.17.0.1/16 on every node: its subnet holds every node, while the nodes' real
+  // addresses lie in different routed /24s (no shared subnet). The bridge used to win.
+  std::vector<NodeInfo> nodes(3);
+  for (int i = 0; i < 3; ++i)
+    nodes[i].addrs = {addr("lo", "127.0.0.1", 8, true), addr("docker0", "172.17.0.1", 16),
+                      addr("eth0", "10.1." + std::to_string(i) + ".5", 24),
+                      addr("br-3f2a", "172.18.0.1", 16),
+                      addr("virbr0", "192.168.12" + std::to_string(i) + ".1", 16)};
+  std::string why;
+  EXPECT_EQ(assignAddresses(nodes, &why), "10.1.0.5");
+  EXPECT_EQ(nodes[0].iface, "eth0");
+  EXPECT_EQ(nodes[1].ip, "10.1.1.5");  // not the bridge address shared by every node
+  EXPECT_EQ(nodes[2].iface, "eth0");
+  EXPECT_NE(why.find("eth0 10.1.0.5/24"), std::string::npos) << why;
+  EXPECT_NE(why.find("docker0 172.17.0.1 (node 1 has the same address)"), std::string::npos) << why;
+  EXPECT_NE(why.find("virbr0 192.168.120.1 (container/VM bridge interface)"), std::string::npos)
+      << why;
+}
+
+TEST(Addresses, AVirtualInterfaceThatIsTheOnlyRouteIsUsed) {
+  std::vector<NodeInfo> nodes(2);
+  nodes[0].addrs = {addr("lo", "127.0.0.1", 8, true), addr("veth7", "10.9.0.1", 24)};
+  nodes[1].addrs = {addr("lo", "127.0.0.1", 8, true), addr("veth3", "10.9.0.2", 24)};
+  std::string why;
+  EXPECT_EQ(assignAddresses(nodes, &why), "10.9.0.1");
+  EXPECT_EQ(nodes[1].ip, "10.9.0.2");
+  EXPECT_NE(why.find("no other candidate"), std::string::npos) << why;
+  EXPECT_TRUE(isVirtualInterface(addr("docker0", "172.17.0.1", 16)));
+  EXPECT_FALSE(isVirtualInterface(addr("eth0", "10.0.0.1", 24)));
+  EXPECT_FALSE(isVirtualInterface(addr("bond0", "10.0.0.1", 24)));
 }
 
 TEST(Addresses, ExplicitChoiceIsKept) {

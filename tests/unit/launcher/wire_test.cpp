@@ -31,6 +31,10 @@ TEST(Wire, NodeInfoRoundTrip) {
   n.chosen = true;
   n.cores = 64;
   n.gpus = {"0", "1"};
+  n.gpu_source = "ids 0,1 from SLURM_JOB_GPUS";
+  n.cpus = {0, 8, 1, 9};
+  n.cpu_core = {0, 0, 1, 1};
+  n.cpu_numa = {0, 0, 1, -1};
   n.nproc = 8;
   n.preset = {{"OMP_NUM_THREADS", "2"}};
   n.addrs = {{"lo", "127.0.0.1", 8, true}, {"eth0", "10.0.0.3", 24, false}};
@@ -43,6 +47,10 @@ TEST(Wire, NodeInfoRoundTrip) {
   EXPECT_TRUE(m.chosen);
   EXPECT_EQ(m.cores, 64);
   EXPECT_EQ(m.gpus, n.gpus);
+  EXPECT_EQ(m.gpu_source, n.gpu_source);
+  EXPECT_EQ(m.cpus, n.cpus);
+  EXPECT_EQ(m.cpu_core, n.cpu_core);
+  EXPECT_EQ(m.cpu_numa, n.cpu_numa);
   EXPECT_EQ(m.nproc, 8);
   EXPECT_EQ(m.preset, n.preset);
   ASSERT_EQ(m.addrs.size(), 2u);
@@ -60,7 +68,9 @@ TEST(Wire, PlanDecisionEndStopRoundTrip) {
   p.plan.run_id = "rid";
   p.plan.max_restarts = 3;
   p.plan.source = "mpi";
+  p.plan.master_why = "eth0 10.0.0.1/24: its subnet holds an address of 1 of 1 other node(s)";
   PlanMsg q = decodePlan(encode(p));
+  EXPECT_EQ(q.plan.master_why, p.plan.master_why);
   EXPECT_EQ(q.plan.nodes.size(), 2u);
   EXPECT_EQ(q.plan.nodes[1].host, "x");
   EXPECT_EQ(q.plan.master_port, 1234);
