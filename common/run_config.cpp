@@ -270,6 +270,8 @@ TrainingConfig TrainingConfig::fromConfig(const Config& cfg) {
   c.seed = cfg.getInt("training.seed");
   c.threads = cfg.getInt("training.threads");
   requireOneOf(cfg, "training.fp32_gemm", {"auto", "aten", "openblas"});
+  requireOneOf(cfg, "training.attention", {"fused_softmax", "sdpa"});
+  c.attention = cfg.getString("training.attention");
   c.fp32_gemm = cfg.getString("training.fp32_gemm");
   c.device = cfg.getString("training.device");
   if (!validDeviceName(c.device))

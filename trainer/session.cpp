@@ -27,6 +27,7 @@
 #include "trainer/metrics/perf.h"
 #include "common/env_check.h"
 #include "trainer/metrics/peaks.h"
+#include "trainer/model/llama.h"
 #include "trainer/parallel/backend.h"
 #include "trainer/parallel/dist.h"
 #include "trainer/parallel/memory_estimate.h"
@@ -446,6 +447,8 @@ int runSession(const SessionOptions& opts) {
     const RunPeaks peaks = no_fit.empty() ? resolvePeaks(tc, cpu, device, "")
                                           : unmeasuredPeaks("not measured (run refused)");
     setFp32Gemm(peaks.fp32_route);  // the BLAS the fp32 projections use, measured just now
+    setAttentionKernel(tc.attention == "sdpa" ? AttentionKernel::kSdpa
+                                              : AttentionKernel::kFusedSoftmax);
     RunInfo info = runInfo(cfg, tc, env, run_dir, device, cpu, peaks);
     for (auto& a : checkEnvironment(tc, cpu, peaks, env.rank)) info.extra_attrs.push_back(a);
     const std::string mpath = metricsFilePath(run_dir, env.rank);

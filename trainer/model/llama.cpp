@@ -1,5 +1,6 @@
 #include "trainer/model/llama.h"
 
+#include <atomic>
 #include <cmath>
 
 #include "trainer/model/activation_checkpoint.h"
@@ -10,6 +11,7 @@ namespace ftb {
 namespace {
 
 thread_local torch::ScalarType t_compute_dtype = torch::kFloat32;
+std::atomic<AttentionKernel> g_attention{AttentionKernel::kFusedSoftmax};
 
 // Weight cast to the compute dtype; differentiable, so the fp32 master gets fp32 grads.
 torch::Tensor w(const torch::Tensor& weight) {
@@ -94,6 +96,18 @@ TransformerBlockImpl::TransformerBlockImpl(const ModelArgs& a, const TpContext& 
   w3 = add("w3", "feed_forward.w3.weight", {a.ffn_dim, D}, 0, false);
 }
 
+void setAttentionKernel(AttentionKernel kernel) { g_attention.store(kernel); }
+AttentionKernel attentionKernel() { return g_attention.load(); }
+
+torch::Tensor causalAttention(const torch::Tensor& q, const torch::Tensor& k,
+                              const torch::Tensor& v) {
+  if (attentionKernel() == AttentionKernel::kSdpa)
+    return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
+                                            /*is_causal=*/true, /*scale=*/1.0);
+  // Causal softmax in fp32 over the unmasked half only (fused kernel), probs in q's dtype.
+  return torch::matmul(fusedCausalSoftmax(torch::matmul(q, k.transpose(-2, -1)), q.scalar_type()), v);
+}
+
 torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x, const RopeTables& rope) {
   const int64_t B = x.size(0), T = x.size(1);
   // Attention: column-parallel q/k/v (local heads), row-parallel output.
@@ -109,10 +123,7 @@ torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x, const RopeTa
     k = k.repeat_interleave(rep, 1);
     v = v.repeat_interleave(rep, 1);
   }
-  // Causal softmax in fp32 over the unmasked half only (fused kernel), probs in the
-  // compute dtype.
-  torch::Tensor probs = fusedCausalSoftmax(torch::matmul(q, k.transpose(-2, -1)), x.scalar_type());
-  torch::Tensor attn = torch::matmul(probs, v).transpose(1, 2).reshape({B, T, -1});
+  torch::Tensor attn = causalAttention(q, k, v).transpose(1, 2).reshape({B, T, -1});
   torch::Tensor out = x + reduceFromTp(proj(attn, wo), tp_);
   // SwiGLU MLP: column-parallel w1/w3, row-parallel w2.
   torch::Tensor g = copyToTp(rmsNorm(out, ffn_norm, eps_), tp_);

@@ -47,6 +47,19 @@ torch::Tensor applyRope(const torch::Tensor& x, const RopeTables& rope, double s
 // RMSNorm in fp32 statistics, result in the compute dtype (fused kernel, model/fused_ops.h).
 torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 
+// How causal attention is computed (training.attention), process-wide; set once before the
+// first forward. kFusedSoftmax: scores = q kᵀ, the fused fp32 causal softmax
+// (fused_ops.h), probs · v. kSdpa: at::scaled_dot_product_attention with is_causal (libtorch
+// 2.x's fused flash-attention kernel on the CPU, or the CUDA one). The same function of
+// q, k, v; the results differ in rounding.
+enum class AttentionKernel { kFusedSoftmax, kSdpa };
+void setAttentionKernel(AttentionKernel kernel);
+AttentionKernel attentionKernel();
+// q [B, H, T, hd] already scaled by 1/sqrt(hd); k, v [B, H, T, hd] (GQA heads repeated).
+// Returns [B, H, T, hd] in q's dtype.
+torch::Tensor causalAttention(const torch::Tensor& q, const torch::Tensor& k,
+                              const torch::Tensor& v);
+
 // A parameter as the model created it. Invariant: shard_dim is the dimension split
 // across tensor-parallel ranks, -1 when every tp rank holds the same full tensor
 // (norm weights): those count once, not tp times, in the global gradient norm.
