@@ -64,7 +64,7 @@ const std::vector<double>* column(const MetricsData& d, const char* name) {
   return it == d.steps.end() ? nullptr : &it->second;
 }
 
-// trainer/train.cpp's percentile: nearest rank of q*(n-1).
+// trainer/loop/step_log.cpp's percentile: nearest rank of q*(n-1).
 // REQUIRES: !v.empty().
 double percentile(std::vector<double>& v, double q) {
   size_t i = std::min(static_cast<size_t>(q * double(v.size() - 1) + 0.5), v.size() - 1);

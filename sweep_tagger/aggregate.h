@@ -13,7 +13,7 @@
 //     partial (every file says completed but fewer rank files than world_size),
 //     missing (no metrics at all: not started),
 //     completed.
-// - Numbers follow the trainer's summary (trainer/train.cpp) so that both agree:
+// - Numbers follow the trainer's summary (trainer/loop/step_log.cpp) so that both agree:
 //   measured steps are those with step >= training.warmup_steps; tokens/s = sum of
 //   the (global) tokens over measured steps / sum of step_time_s of the reference
 //   rank (rank 0, else the lowest readable rank); per device = / world_size;

@@ -22,7 +22,7 @@
 #include "common/run_lock.h"
 #include "common/tag.h"
 #include "trainer/data/dataset.h"
-#include "trainer/metrics/profiler.h"
+#include "trainer/loop/profiler.h"
 #include "common/h5_metrics.h"
 #include "trainer/metrics/perf.h"
 #include "common/env_check.h"
@@ -31,9 +31,9 @@
 #include "trainer/parallel/dist.h"
 #include "trainer/parallel/memory_estimate.h"
 #include "common/run_config.h"
-#include "trainer/checkpoint/hook.h"
+#include "trainer/loop/checkpoint_hook.h"
 #include "trainer/hf/pretrained.h"
-#include "trainer/train.h"
+#include "trainer/loop/train.h"
 
 namespace ftb {
 namespace {

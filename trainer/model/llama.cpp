@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "trainer/model/activation_checkpoint.h"
-#include "trainer/model/fused_ops.h"
+#include "trainer/kernels/fused_ops.h"
 
 namespace ftb {
 namespace {

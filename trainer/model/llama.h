@@ -1,6 +1,6 @@
 // Llama-family decoder (RMSNorm, RoPE, GQA attention, SwiGLU MLP, tied or untied
 // embeddings) in libtorch. The model math, written for one tensor-parallel rank: its
-// forward and backward run the Megatron tp collectives (parallel/tp.h) in place.
+// forward and backward run the Megatron tp collectives (comm/tp.h) in place.
 // Which parameters ZeRO shards and how gradients are synchronised across data-parallel
 // ranks lives in parallel/ (parallelize.h).
 //
@@ -28,13 +28,13 @@
 
 #include <functional>
 
-#include "trainer/parallel/tp.h"
+#include "trainer/comm/tp.h"
 #include "common/run_config.h"
 
 namespace ftb {
 
 // Precomputed rotary tables cos/sin [max_seq_len, head_dim/2] in fp32, HF "rotate_half"
-// layout. (The causal mask is applied by the fused softmax, model/fused_ops.h.)
+// layout. (The causal mask is applied by the fused softmax, kernels/fused_ops.h.)
 struct RopeTables {
   torch::Tensor cos, sin;
   static RopeTables make(int64_t head_dim, int64_t max_seq_len, double theta);
@@ -42,9 +42,9 @@ struct RopeTables {
   // recompute).
   RopeTables forTokens(int64_t T) const;
 };
-// x [B,H,T,hd] rotated (fused kernel, model/fused_ops.h), times scale; contiguous result.
+// x [B,H,T,hd] rotated (fused kernel, kernels/fused_ops.h), times scale; contiguous result.
 torch::Tensor applyRope(const torch::Tensor& x, const RopeTables& rope, double scale = 1.0);
-// RMSNorm in fp32 statistics, result in the compute dtype (fused kernel, model/fused_ops.h).
+// RMSNorm in fp32 statistics, result in the compute dtype (fused kernel, kernels/fused_ops.h).
 torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 
 // A parameter as the model created it. Invariant: shard_dim is the dimension split

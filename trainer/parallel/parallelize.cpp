@@ -1,14 +1,11 @@
 #include "trainer/parallel/parallelize.h"
 
-#include "trainer/hf/pretrained.h"
 #include "trainer/parallel/ddp.h"
 #include "trainer/parallel/zero.h"
 
 namespace ftb {
 
-namespace {
-
-ParallelModel build(const TrainConfig& tc, Mesh& mesh) {
+ParallelModel parallelize(const TrainConfig& tc, Mesh& mesh) {
   const torch::ScalarType dtype = tc.dtype == DType::kBf16 ? torch::kBFloat16 : torch::kFloat32;
   const auto seed = static_cast<uint64_t>(tc.seed);
   ParallelModel pm;
@@ -28,14 +25,6 @@ ParallelModel build(const TrainConfig& tc, Mesh& mesh) {
                          });
   if (BlockExecutor* e = zero->blockExecutor()) pm.model->setBlockExecutor(e);
   pm.sync = std::move(zero);
-  return pm;
-}
-
-}  // namespace
-
-ParallelModel parallelize(const TrainConfig& tc, Mesh& mesh) {
-  ParallelModel pm = build(tc, mesh);
-  if (!tc.from_pretrained.empty()) hf::loadPretrained(tc, mesh, *pm.sync);
   return pm;
 }
 

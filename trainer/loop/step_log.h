@@ -20,7 +20,7 @@
 #include "common/h5_metrics.h"
 #include "common/run_config.h"
 #include "trainer/metrics/peaks.h"
-#include "trainer/parallel/comm.h"
+#include "trainer/comm/comm.h"
 
 namespace ftb {
 

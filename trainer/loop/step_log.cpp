@@ -1,4 +1,4 @@
-#include "trainer/step_log.h"
+#include "trainer/loop/step_log.h"
 
 #include <torch/torch.h>
 
