@@ -147,7 +147,6 @@ void addTraining(Schema& sc) {
   sc.add(spec("training.max_steps", kInt, i(20), "optimizer steps to run"), atLeast(1));
   sc.add(spec("training.stop_after_seconds", kFloat, f(0.0), "wall-clock limit; 0 = no limit"),
          atLeast(0));
-  sc.add(spec("training.warmup_steps", kInt, i(2), "steps excluded from summaries"), atLeast(0));
   sc.add(spec("training.lr", kFloat, f(3e-4), "peak learning rate"), atLeast(0));
   sc.add(spec("training.lr_warmup_steps", kInt, i(0), "linear LR warmup steps"), atLeast(0));
   sc.add(spec("training.weight_decay", kFloat, f(0.0), "decoupled weight decay"), atLeast(0));
@@ -230,6 +229,10 @@ void addMetricsAndOutput(Schema& sc) {
   sc.add(spec("metrics.peak_tflops", kFloat, f(0.0),
               "hardware peak TFLOP/s per device, MFU's denominator; 0 = computed "
               "(CPU: cores x measured clock x FLOP/cycle; GPU: table)"),
+         atLeast(0));
+  sc.add(spec("metrics.skip_first_steps", kInt, i(2),
+              "the first N steps (warm-up) are left out of summaries (tokens/s, MFU, step "
+              "times); not the learning-rate warm-up, training.lr_warmup_steps"),
          atLeast(0));
   sc.add(spec("metrics.price_per_hour", kFloat, f(0.0), "$/hour for cost metrics", kNoTag), atLeast(0));
   sc.add(spec("metrics.profile_steps", ValueType::kIntList, Value(std::vector<int64_t>{}),
@@ -404,6 +407,26 @@ const Schema& trainerSchema() {
     return sc;
   }();
   return schema;
+}
+
+// Invariant (SchemaTest.RenamedKeysPointToRealKeys): no old name is a key, every new name is.
+const std::vector<RenamedKey>& renamedKeys() {
+  static const std::vector<RenamedKey> table = {
+      {"training.warmup_steps", "metrics.skip_first_steps"},
+  };
+  return table;
+}
+
+const RenamedKey* renamedFrom(const std::string& old_key) {
+  for (const RenamedKey& r : renamedKeys())
+    if (old_key == r.old_key) return &r;
+  return nullptr;
+}
+
+const RenamedKey* renamedTo(const std::string& key) {
+  for (const RenamedKey& r : renamedKeys())
+    if (key == r.key) return &r;
+  return nullptr;
 }
 
 // torchtitan: JobConfig (torchtitan/config/job_config.py) and its older spellings

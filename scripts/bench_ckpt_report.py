@@ -34,7 +34,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from bench_common import cpu_model
+from bench_common import cpu_model, skip_first_steps
 
 runs = Path(sys.argv[1])
 SAVE = re.compile(r"checkpoint save: rank (\d+) wrote (\d+) bytes in ([\d.e+-]+) s .*; whole save ([\d.e+-]+) s")
@@ -105,7 +105,7 @@ def agreement():
     rows = []
     for path in sorted((runs / "agree" / "metrics").glob("rank_*.h5")):
         with h5py.File(path, "r") as f:
-            warm = tomllib.loads(f["config"].asstr()[()])["training"]["warmup_steps"]
+            warm = skip_first_steps(tomllib.loads(f["config"].asstr()[()]))
             keep = f["steps/step"][:] >= warm
             agree = f["steps/agree_s"][:][keep]
             step = f["steps/step_time_s"][:][keep]

@@ -25,12 +25,14 @@ import h5py
 import numpy as np
 import tomllib
 
+from bench_common import skip_first_steps
+
 
 def summarise(run_dir):
     with h5py.File(Path(run_dir) / "metrics" / "rank_00000.h5", "r") as f:
         assert f["status"].attrs["state"] == "completed", run_dir
         cfg = tomllib.loads(f["config"].asstr()[()])
-        warm = cfg["training"]["warmup_steps"]
+        warm = skip_first_steps(cfg)
         s = {k: np.asarray(f["steps"][k][:]) for k in f["steps"]}
         a = dict(f.attrs)
     keep = s["step"] >= warm

@@ -183,8 +183,7 @@ std::vector<ckpt::SliceToWrite> Checkpointer::mySlices(const std::string& key, i
 std::string Checkpointer::writeMyFile(const std::string& tmp, int64_t step,
                                       const std::vector<ckpt::SliceToWrite>& slices) {
   const int rank = dist_.env.rank;
-  char fname[32];
-  std::snprintf(fname, sizeof fname, "rank_%05d.h5", rank);
+  const std::string fname = checkpointShardName(rank);
   const std::string path = (fs::path(tmp) / fname).string();
   std::string record;
   try {

@@ -97,9 +97,9 @@ class TransformerImpl : public torch::nn::Module {
   // before the next block is allocated.
   using UnitBuilt = std::function<void(int64_t layer, const std::vector<ModelParam>& params)>;
 
-  // checkpoint_every: 0 = none, n = recompute every n-th block in backward.
+  // recompute_every: 0 = none, n = recompute every n-th block in backward.
   TransformerImpl(const ModelArgs& a, const TpContext& tp, torch::ScalarType compute_dtype,
-                  int64_t checkpoint_every, uint64_t seed, const UnitBuilt& on_unit = nullptr);
+                  int64_t recompute_every, uint64_t seed, const UnitBuilt& on_unit = nullptr);
   torch::Tensor forward(const torch::Tensor& tokens);
   // Σ of token cross-entropies over mask (fp32 scalar), vocab-parallel under tp.
   torch::Tensor lossSum(const torch::Tensor& logits, const torch::Tensor& targets,
@@ -120,7 +120,7 @@ class TransformerImpl : public torch::nn::Module {
   ModelArgs args_;
   TpContext tp_;
   torch::ScalarType compute_dtype_;
-  int64_t checkpoint_every_;
+  int64_t recompute_every_;
   RopeTables rope_;
   // The current forward's tables; a member because checkpointed blocks read them
   // again in backward (Invariant: a backward runs before the next forward).

@@ -11,7 +11,7 @@ ParallelModel parallelize(const TrainConfig& tc, Mesh& mesh) {
   ParallelModel pm;
   const int stage = static_cast<int>(tc.effectiveZeroStage());
   if (stage == 0) {
-    pm.model = Transformer(tc.model, mesh.tpContext(), dtype, tc.checkpoint_every, seed);
+    pm.model = Transformer(tc.model, mesh.tpContext(), dtype, tc.activation_checkpointing, seed);
     pm.sync = std::make_unique<DdpSync>(pm.model->paramsInForwardOrder(), *mesh.dp_comm, tc.tp,
                                         static_cast<int64_t>(tc.bucket_bytes));
     return pm;
@@ -19,7 +19,7 @@ ParallelModel parallelize(const TrainConfig& tc, Mesh& mesh) {
   std::unique_ptr<ZeroSync> zero =
       makeZeroSync(stage, *mesh.shard_comm, *mesh.replicate_comm, dtype, tc.tp);
   ZeroSync* z = zero.get();
-  pm.model = Transformer(tc.model, mesh.tpContext(), dtype, tc.checkpoint_every, seed,
+  pm.model = Transformer(tc.model, mesh.tpContext(), dtype, tc.activation_checkpointing, seed,
                          [z](int64_t layer, const std::vector<ModelParam>& params) {
                            z->addUnit(layer, params);
                          });
