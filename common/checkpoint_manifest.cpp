@@ -154,6 +154,12 @@ std::string checkpointDirName(int64_t step) {
   return buf;
 }
 
+std::string checkpointShardName(int64_t rank) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "shard_%05lld.h5", static_cast<long long>(rank));
+  return buf;
+}
+
 std::optional<int64_t> checkpointStepOf(const std::string& name) {
   if (name.rfind("step_", 0) != 0 || name.size() == 5 || name.size() > 5 + 18) return std::nullopt;
   for (size_t i = 5; i < name.size(); ++i)

@@ -2,8 +2,12 @@
 // writes checkpoints, sweep_tagger only asks whether a run has a complete one).
 //
 // Layout of one checkpoint (trainer/README.md "Checkpoints"):
-//   <checkpoint.dir>/step_00000008/rank_00000.h5   one HDF5 file per rank: the slices of
+//   <checkpoint.dir>/step_00000008/shard_00000.h5  one HDF5 file per rank: the slices of
 //                                                   the global tensors this rank owns
+//                                                   (checkpointShardName; checkpoints saved
+//                                                   before were named rank_00000.h5, as
+//                                                   metrics files are: a load follows the
+//                                                   manifest's names, so those load too)
 //   <checkpoint.dir>/step_00000008/manifest.json   written last by rank 0
 // A save writes into step_N.tmp/, rank 0 writes the manifest there after every rank
 // has fsynced its file, then renames the directory to step_N and fsyncs the parent.
@@ -41,7 +45,7 @@ struct CkptTensor {
 };
 
 struct CkptFile {
-  std::string name;  // "rank_00000.h5"
+  std::string name;  // "shard_00000.h5" (older checkpoints: "rank_00000.h5")
   int64_t rank = 0, bytes = 0;
   std::string crc32;  // zlib crc32 of the whole file, 8 lower-case hex digits
 };
@@ -88,6 +92,9 @@ class CheckpointError : public std::runtime_error {
 
 // "step_%08d".
 std::string checkpointDirName(int64_t step);
+// "shard_00000.h5": the file rank `rank` writes in a checkpoint directory. Not rank_NNNNN.h5,
+// the metrics files' name, so a glob for metrics (**/rank_*.h5) finds no checkpoint shard.
+std::string checkpointShardName(int64_t rank);
 // Step of a directory name "step_N" (no suffix), else nullopt.
 std::optional<int64_t> checkpointStepOf(const std::string& dir_name);
 // Paths of every step_N directory under `ckpt_dir`, newest (largest N) first. Does

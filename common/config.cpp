@@ -100,6 +100,9 @@ std::string foreignSpellingHint(const Schema& schema, const std::string& key,
 // nearest enclosing known table.
 std::string unknownKeyHint(const Schema& schema, const std::string& key,
                            const std::vector<std::string>& also_keys) {
+  if (const RenamedKey* r = renamedFrom(key); r != nullptr && schema.find(r->key) != nullptr)
+    return "'" + key + "' is now called " + r->key + "; write " + r->key + " (" +
+           schema.find(r->key)->doc + ")";
   if (std::string foreign = foreignSpellingHint(schema, key, also_keys); !foreign.empty())
     return foreign;
   std::string near = schema.closest(key);
@@ -325,7 +328,11 @@ Config Config::fromString(const std::string& toml_text, const std::string& sourc
   cfg.schema_ = &schema;
   cfg.source_path_ = source_name;
   toml::table root = parseToml(toml_text, source_name);
-  for (const auto& [key, node] : tomlLeaves(root)) {
+  // A run.toml the trainer wrote before a key was renamed still reads, under the new name.
+  const bool recorded = toml_text.rfind(kRecordedConfigMark, 0) == 0;
+  for (const auto& [leaf, node] : tomlLeaves(root)) {
+    const RenamedKey* r = recorded ? renamedFrom(leaf) : nullptr;
+    const std::string key = r != nullptr ? r->key : leaf;
     std::string where = tomlLineOf(source_name, *node);
     cfg.entries_[key] = Entry{checkValue(schema, key, rawFromNode(*node), where), where};
   }

@@ -179,7 +179,23 @@ struct ForeignSpelling {
 };
 const std::vector<ForeignSpelling>& foreignSpellings();
 
+// A key ftbench renamed: `old_key` is refused (exit 2) with a hint naming `key`, except in a
+// recorded run.toml (one that starts with kRecordedConfigMark), which reads it as `key`; the
+// tag hashes `key` under `old_key` (common/tag.h), so run directories keep their names.
+struct RenamedKey {
+  const char* old_key;
+  const char* key;
+};
+const std::vector<RenamedKey>& renamedKeys();
+const RenamedKey* renamedFrom(const std::string& old_key);  // nullptr: not an old name
+const RenamedKey* renamedTo(const std::string& key);        // nullptr: never renamed
+
+// The first line of every run.toml the trainer writes (common/run_dir.h): a recorded config.
+inline constexpr const char* kRecordedConfigMark = "# ftbench run.toml:";
+
 // The hint for an unknown config `key`, by meaning before spelling:
+// - an old name of a renamed key (renamedKeys()): "'training.warmup_steps' is now called
+//   metrics.skip_first_steps; write metrics.skip_first_steps (<its doc>)";
 // - another tool's spelling of an ftbench setting (foreignSpellings()) whose key is in
 //   `schema` or `also_keys`: "'training.steps' is torchtitan's spelling; ftbench calls it
 //   training.max_steps"; ftbench has no such setting: "... ftbench has no such setting";

@@ -147,7 +147,6 @@ void addTraining(Schema& sc) {
   sc.add(spec("training.max_steps", kInt, i(20), "optimizer steps to run"), atLeast(1));
   sc.add(spec("training.stop_after_seconds", kFloat, f(0.0), "wall-clock limit; 0 = no limit"),
          atLeast(0));
-  sc.add(spec("training.warmup_steps", kInt, i(2), "steps excluded from summaries"), atLeast(0));
   sc.add(spec("training.lr", kFloat, f(3e-4), "peak learning rate"), atLeast(0));
   sc.add(spec("training.lr_warmup_steps", kInt, i(0), "linear LR warmup steps"), atLeast(0));
   sc.add(spec("training.weight_decay", kFloat, f(0.0), "decoupled weight decay"), atLeast(0));
@@ -163,10 +162,10 @@ void addTraining(Schema& sc) {
               "\"none\" | \"full\" | \"every_N\""));
   sc.add(spec("training.threads", kInt, i(0), "intra-op threads; 0 = OMP_NUM_THREADS or 1"),
          atLeast(0));
-  sc.add(spec("training.attention", kString, s("fused_softmax"),
-              "causal attention kernel: \"fused_softmax\" (q k^T, ftbench's fused fp32 causal "
-              "softmax, probs v) | \"sdpa\" (libtorch's scaled_dot_product_attention, a fused "
-              "flash-attention kernel)",
+  sc.add(spec("training.attention", kString, s("sdpa"),
+              "causal attention kernel: \"sdpa\" (libtorch's scaled_dot_product_attention, a "
+              "fused flash-attention kernel; faster on the CPU in scripts/bench.sh port) | "
+              "\"fused_softmax\" (q k^T, ftbench's fused fp32 causal softmax, probs v)",
               kNoTag));
   sc.add(spec("training.fp32_gemm", kString, s("auto"),
               "BLAS of the model's fp32 CPU projections: \"auto\" (the faster of the two on a "
@@ -240,6 +239,10 @@ void addMetricsAndOutput(Schema& sc) {
   sc.add(spec("metrics.peak_tflops", kFloat, f(0.0),
               "hardware peak TFLOP/s per device, MFU's denominator; 0 = computed "
               "(CPU: cores x measured clock x FLOP/cycle; GPU: table)"),
+         atLeast(0));
+  sc.add(spec("metrics.skip_first_steps", kInt, i(2),
+              "the first N steps (warm-up) are left out of summaries (tokens/s, MFU, step "
+              "times); not the learning-rate warm-up, training.lr_warmup_steps"),
          atLeast(0));
   sc.add(spec("metrics.price_per_hour", kFloat, f(0.0), "$/hour for cost metrics", kNoTag), atLeast(0));
   sc.add(spec("metrics.profile_steps", ValueType::kIntList, Value(std::vector<int64_t>{}),
@@ -414,6 +417,26 @@ const Schema& trainerSchema() {
     return sc;
   }();
   return schema;
+}
+
+// Invariant (SchemaTest.RenamedKeysPointToRealKeys): no old name is a key, every new name is.
+const std::vector<RenamedKey>& renamedKeys() {
+  static const std::vector<RenamedKey> table = {
+      {"training.warmup_steps", "metrics.skip_first_steps"},
+  };
+  return table;
+}
+
+const RenamedKey* renamedFrom(const std::string& old_key) {
+  for (const RenamedKey& r : renamedKeys())
+    if (old_key == r.old_key) return &r;
+  return nullptr;
+}
+
+const RenamedKey* renamedTo(const std::string& key) {
+  for (const RenamedKey& r : renamedKeys())
+    if (key == r.key) return &r;
+  return nullptr;
 }
 
 // torchtitan: JobConfig (torchtitan/config/job_config.py) and its older spellings

@@ -258,7 +258,6 @@ TrainingConfig TrainingConfig::fromConfig(const Config& cfg) {
   c.micro_batch_size = cfg.getInt("training.micro_batch_size");
   c.grad_accum_steps = cfg.getInt("training.grad_accum_steps");
   c.max_steps = cfg.getInt("training.max_steps");
-  c.warmup_steps = cfg.getInt("training.warmup_steps");
   c.stop_after_seconds = cfg.getFloat("training.stop_after_seconds");
   c.lr = cfg.getFloat("training.lr");
   c.lr_warmup_steps = cfg.getInt("training.lr_warmup_steps");
@@ -282,7 +281,7 @@ TrainingConfig TrainingConfig::fromConfig(const Config& cfg) {
   c.optimizer = cfg.getString("training.optimizer");
   requireOneOf(cfg, "training.dtype", {"fp32", "bf16"});
   c.dtype = cfg.getString("training.dtype") == "bf16" ? DType::kBf16 : DType::kFp32;
-  c.checkpoint_every = parseCheckpointing(cfg);
+  c.activation_checkpointing = parseCheckpointing(cfg);
   return c;
 }
 
@@ -341,6 +340,7 @@ CommConfig CommConfig::fromConfig(const Config& cfg, Checks checks) {
 MetricsConfig MetricsConfig::fromConfig(const Config& cfg, int64_t max_steps) {
   MetricsConfig c;
   c.log_every = cfg.getInt("metrics.log_every");
+  c.skip_first_steps = cfg.getInt("metrics.skip_first_steps");
   c.peak_tflops = cfg.getFloat("metrics.peak_tflops");
   c.price_per_hour = cfg.getFloat("metrics.price_per_hour");
   c.profile_steps = cfg.getIntList("metrics.profile_steps");

@@ -69,16 +69,18 @@ struct DataConfig {
 // [training], except training.global_batch_size (it needs the layout:
 // TrainConfig::fromConfig resolves it into grad_accum_steps).
 struct TrainingConfig {
-  int64_t micro_batch_size = 1, grad_accum_steps = 1, max_steps = 0, warmup_steps = 0;
+  int64_t micro_batch_size = 1, grad_accum_steps = 1, max_steps = 0;
   double stop_after_seconds = 0;
   double lr = 0, weight_decay = 0, max_grad_norm = 0, beta1 = 0, beta2 = 0, eps = 0;
   int64_t lr_warmup_steps = 0, seed = 0, threads = 0;
   std::string fp32_gemm = "auto";  // "auto" | "aten" | "openblas" (trainer/model/linear.h)
-  std::string attention = "fused_softmax";  // "fused_softmax" | "sdpa" (trainer/model/llama.h)
+  std::string attention = "sdpa";  // "sdpa" | "fused_softmax" (trainer/model/llama.h)
   std::string device = "auto";  // "auto" | "cpu" | "cuda" | "cuda:N" (checked syntax)
   std::string optimizer;  // "adamw" | "adafactor"
   DType dtype = DType::kFp32;
-  int64_t checkpoint_every = 0;  // 0: no activation checkpointing; n: every n-th block
+  // training.activation_checkpointing: 0 = none; n = every n-th block recomputes its
+  // activations in backward ("full" = 1). Not checkpoint saves: CheckpointConfig::interval.
+  int64_t activation_checkpointing = 0;
   static TrainingConfig fromConfig(const Config& cfg);
 };
 
@@ -109,6 +111,7 @@ struct CommConfig {
 // [metrics]
 struct MetricsConfig {
   int64_t log_every = 1;
+  int64_t skip_first_steps = 0;  // steps [0, skip_first_steps) are left out of summaries
   double peak_tflops = 0, price_per_hour = 0;
   std::vector<int64_t> profile_steps;  // {} or {first, last}: steps traced (0-based)
   // profile_steps must lie below max_steps.

@@ -50,7 +50,7 @@ RunDir prepareRunDir(const Config& cfg, int world_size, const std::string& outpu
   const std::string hash = configHash(cfg, world_size, nodes);
   const std::string ws = std::to_string(world_size);
   const std::string text =
-      "# ftbench run.toml: the resolved config of this run (written once)\n"
+      std::string(kRecordedConfigMark) + " the resolved config of this run (written once)\n"
       "# tag = " +
       rd.tag + "\n# config_hash = " + hash + "\n# world_size = " + ws +
       "\n# nodes = " + std::to_string(nodes) + "\n" + cfg.toToml();

@@ -1,6 +1,7 @@
 #include "common/tag.h"
 
 #include <algorithm>
+#include <map>
 #include <vector>
 
 #include "common/config.h"
@@ -213,11 +214,16 @@ std::string pathSafe(const std::string& value) {
 
 std::string canonicalStream(const Config& cfg, int world_size, int nodes) {
   std::string out = kStreamHeader;
-  for (const auto& [key, entry] : cfg.entries()) {  // std::map: sorted by bytes
+  // A renamed key hashes under its old name, in the old name's place in the byte order, so
+  // run directories written before the rename keep their tags (renamedKeys()).
+  std::map<std::string, Value> records;  // sorted by bytes
+  for (const auto& [key, entry] : cfg.entries()) {
     const KeySpec* spec = cfg.schema().find(key);
     if (spec && !spec->affects_experiment) continue;
-    putRecord(out, key, declared(cfg, key, entry.value));
+    const RenamedKey* r = renamedTo(key);
+    records.emplace(r != nullptr ? r->old_key : key, declared(cfg, key, entry.value));
   }
+  for (const auto& [key, value] : records) putRecord(out, key, value);
   out += 'W';
   putBytes(out, "world_size");
   putBytes(out, std::to_string(world_size));

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Markdown report of `scripts/bench.sh ckpt`, from RUNS_DIR.
 
-Save and load per rank: the trainer's own log lines (trainer/checkpoint/hook.cpp)
+Save and load per rank: the trainer's own log lines (trainer/loop/checkpoint_hook.cpp)
   checkpoint save: rank R wrote B bytes in S s (serialize, write, fsync, checksum); whole save W s
   checkpoint load: rank R read B bytes in S s
 of run 1 (saves after steps 1 and 2) and the load of run 2 (resumes from step 1), against dd
@@ -11,7 +11,7 @@ Target: whole save <= 2x dd.
 
 Stop agreement (target: <= 0.5 % of the step time, tiny model, world 2). The stop flag has
 no collective of its own: it is one of the 8 doubles of the step's agreement all-reduce
-(trainer/train.cpp agree()), which runs every step anyway for the loss, token counts and
+(trainer/loop/train.cpp agree()), which runs every step anyway for the loss, token counts and
 the clipping grad norm. Three figures, all against the tiny run's median step time
 (`step_time_s`, HDF5, steps >= warmup, the smaller rank median):
 - marginal cost of the stop flag: ftb_agree_bench (trainer/bench/agree_cost.cpp) times
@@ -34,7 +34,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from bench_common import cpu_model
+from bench_common import cpu_model, skip_first_steps
 
 runs = Path(sys.argv[1])
 SAVE = re.compile(r"checkpoint save: rank (\d+) wrote (\d+) bytes in ([\d.e+-]+) s .*; whole save ([\d.e+-]+) s")
@@ -105,7 +105,7 @@ def agreement():
     rows = []
     for path in sorted((runs / "agree" / "metrics").glob("rank_*.h5")):
         with h5py.File(path, "r") as f:
-            warm = tomllib.loads(f["config"].asstr()[()])["training"]["warmup_steps"]
+            warm = skip_first_steps(tomllib.loads(f["config"].asstr()[()]))
             keep = f["steps/step"][:] >= warm
             agree = f["steps/agree_s"][:][keep]
             step = f["steps/step_time_s"][:][keep]
@@ -169,8 +169,8 @@ def agreement_report():
     print("Stop agreement: tiny model (configs/runs/tiny.toml), world 2. The stop flag has no "
           "collective of its own: it is one of the 8 doubles of the step's agreement all-reduce "
           "(loss sum, padded and dataset tokens, stop flag, grad norm², memory flag, control "
-          "command and id; trainer/train.cpp `agree()`), which every step needs anyway for the "
-          "loss and the clipping grad norm. What the stop agreement adds is therefore one "
+          "command and id; trainer/loop/train.cpp `agree()`), which every step needs anyway for "
+          "the loss and the clipping grad norm. What the stop agreement adds is therefore one "
           "double in that collective.\n")
     print(f"Step time (denominator): the tiny run, 300 steps, median `step_time_s` of the steps "
           f">= warmup, the smaller of the ranks' medians: {step * 1e3:.2f} ms.\n")

@@ -9,3 +9,12 @@ def cpu_model():
         if line.startswith("model name"):
             return line.split(":", 1)[1].strip()
     return "unknown CPU"
+
+
+def skip_first_steps(cfg):
+    """The steps a run leaves out of summaries, from its parsed config (run.toml or the metrics
+    file's `config`): metrics.skip_first_steps; runs made before that key was renamed recorded
+    it as training.warmup_steps."""
+    if "skip_first_steps" in cfg.get("metrics", {}):
+        return cfg["metrics"]["skip_first_steps"]
+    return cfg.get("training", {}).get("warmup_steps", 0)

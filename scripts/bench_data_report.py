@@ -13,7 +13,7 @@ import h5py
 import numpy as np
 import tomllib
 
-from bench_common import cpu_model
+from bench_common import cpu_model, skip_first_steps
 
 
 def summarise(run_dir):
@@ -21,7 +21,7 @@ def summarise(run_dir):
     for path in sorted((Path(run_dir) / "metrics").glob("rank_*.h5")):
         with h5py.File(path, "r") as f:
             cfg = tomllib.loads(f["config"].asstr()[()])
-            warm = cfg["training"]["warmup_steps"]
+            warm = skip_first_steps(cfg)
             keep = f["steps"]["step"][:] >= warm
             per_rank.append(np.median(f["steps"]["data_s"][:][keep]))
             comm.append(np.median(f["steps"]["comm_s"][:][keep]))

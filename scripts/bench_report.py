@@ -25,12 +25,14 @@ import h5py
 import numpy as np
 import tomllib
 
+from bench_common import skip_first_steps
+
 
 def summarise(run_dir):
     with h5py.File(Path(run_dir) / "metrics" / "rank_00000.h5", "r") as f:
         assert f["status"].attrs["state"] == "completed", run_dir
         cfg = tomllib.loads(f["config"].asstr()[()])
-        warm = cfg["training"]["warmup_steps"]
+        warm = skip_first_steps(cfg)
         s = {k: np.asarray(f["steps"][k][:]) for k in f["steps"]}
         a = dict(f.attrs)
     keep = s["step"] >= warm
@@ -181,7 +183,7 @@ def port(runs_dir):
     runs = {}
     for d in sorted(Path(runs_dir).iterdir()):
         if d.is_dir():
-            cfg, build, rnd = d.name.split(".")
+            cfg, build, _ = d.name.split(".")
             runs.setdefault(cfg, {}).setdefault(build, []).append(summarise(d))
     eag = [json.loads(p.read_text()) for p in sorted(Path(runs_dir).glob("eager.r*.json"))]
     new, base = runs["d512_fp32"]["new"][0], runs["d512_fp32"]["base"][0]
@@ -209,6 +211,15 @@ def port(runs_dir):
         print(f"\n- tiny model against PyTorch eager (torch {e['torch_version']}, best of "
               f"{len(eag)} rounds, {e['tokens_per_s']:.1f} tokens/s): baseline "
               f"{tb / e['tokens_per_s']:.2f}×, this build {tn / e['tokens_per_s']:.2f}×")
+    for dtype in ("fp32", "bf16"):
+        fused = runs.get(f"d512_{dtype}_fusedsoftmax", {}).get("new")
+        if fused:
+            f = max(fused, key=lambda r: r["tok_s"])
+            n = max(runs[f"d512_{dtype}"]["new"], key=lambda r: r["tok_s"])
+            print(f"- attention kernel, D512/L8 {dtype}, this build: SDPA (the default) "
+                  f"{n['tok_s']:.1f} tokens/s against the fused causal softmax {f['tok_s']:.1f} "
+                  f"(every round: {every(fused)}): "
+                  f"**{n['tok_s'] / f['tok_s']:.3f}×**")
     print(f"- GEMM sources: base {base['gemm_source']}; new {new['gemm_source']}")
     print(load_line(runs_dir))
 

@@ -22,7 +22,7 @@ import h5py
 import numpy as np
 import tomllib
 
-from bench_common import cpu_model
+from bench_common import cpu_model, skip_first_steps
 
 TARGET_GAP = 0.02
 
@@ -33,7 +33,7 @@ def summarise(run_dir):
         cfg = tomllib.loads(f["config"].asstr()[()])
         s = {k: np.asarray(f["steps"][k][:]) for k in f["steps"]}
         threads = int(f.attrs.get("env_intra_threads", 0))
-    keep = s["step"] >= cfg["training"]["warmup_steps"]
+    keep = s["step"] >= skip_first_steps(cfg)
     t = s["step_time_s"][keep].sum()
     return {"steps": int(keep.sum()), "tok_s": s["tokens_padded"][keep].sum() / t,
             "data_p50": float(np.median(s["data_s"][keep])), "data_max": float(s["data_s"][keep].max()),

@@ -64,7 +64,7 @@ const std::vector<double>* column(const MetricsData& d, const char* name) {
   return it == d.steps.end() ? nullptr : &it->second;
 }
 
-// trainer/train.cpp's percentile: nearest rank of q*(n-1).
+// trainer/loop/step_log.cpp's percentile: nearest rank of q*(n-1).
 // REQUIRES: !v.empty().
 double percentile(std::vector<double>& v, double q) {
   size_t i = std::min(static_cast<size_t>(q * double(v.size() - 1) + 0.5), v.size() - 1);
@@ -91,10 +91,12 @@ void computeNumbers(RunRow& row, const RankFile& ref, const std::vector<RankFile
       row.peak_mem_mib = std::max(row.peak_mem_mib.value_or(0), mib);
     }
 
-  const double warmup = numberOf(row.config, "training.warmup_steps").value_or(0);
+  // Runs written before the key was renamed record it as training.warmup_steps.
+  const double skip = numberOf(row.config, "metrics.skip_first_steps")
+                          .value_or(numberOf(row.config, "training.warmup_steps").value_or(0));
   std::vector<size_t> measured;
   for (size_t i = 0; i < n; ++i)
-    if ((*step)[i] >= warmup) measured.push_back(i);
+    if ((*step)[i] >= skip) measured.push_back(i);
   row.measured_steps = static_cast<int64_t>(measured.size());
   if (measured.empty()) return;
   auto sum = [&](const char* name) -> std::optional<double> {

@@ -13,9 +13,10 @@
 //     partial (every file says completed but fewer rank files than world_size),
 //     missing (no metrics at all: not started),
 //     completed.
-// - Numbers follow the trainer's summary (trainer/train.cpp) so that both agree:
-//   measured steps are those with step >= training.warmup_steps; tokens/s = sum of
-//   the (global) tokens over measured steps / sum of step_time_s of the reference
+// - Numbers follow the trainer's summary (trainer/loop/step_log.cpp) so that both agree:
+//   measured steps are those with step >= metrics.skip_first_steps (training.warmup_steps
+//   in runs recorded before the rename); tokens/s = sum of the (global) tokens over
+//   measured steps / sum of step_time_s of the reference
 //   rank (rank 0, else the lowest readable rank); per device = / world_size;
 //   MFU (against the hardware peak, peak_flops) and GEMM efficiency (against the
 //   GEMM measured at start, gemm_flops) = step-time-weighted means of the per-step

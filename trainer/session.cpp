@@ -22,19 +22,20 @@
 #include "common/run_lock.h"
 #include "common/tag.h"
 #include "trainer/data/dataset.h"
-#include "trainer/metrics/profiler.h"
+#include "trainer/loop/profiler.h"
 #include "common/h5_metrics.h"
 #include "trainer/metrics/perf.h"
 #include "common/env_check.h"
 #include "trainer/metrics/peaks.h"
+#include "trainer/model/linear.h"
 #include "trainer/model/llama.h"
 #include "trainer/parallel/backend.h"
 #include "trainer/parallel/dist.h"
 #include "trainer/parallel/memory_estimate.h"
 #include "common/run_config.h"
-#include "trainer/checkpoint/hook.h"
+#include "trainer/loop/checkpoint_hook.h"
 #include "trainer/hf/pretrained.h"
-#include "trainer/train.h"
+#include "trainer/loop/train.h"
 
 namespace ftb {
 namespace {
@@ -400,6 +401,21 @@ bool peerLeftAtDeadline(const TrainConfig& tc, const std::exception& e) {
 }
 
 // The pre-flight memory check: "" or why this layout cannot fit (see memoryFitProblem).
+// The run's peaks, and the model's kernels chosen with them: for fp32 on the CPU the BLAS
+// of the projections (training.fp32_gemm, timed here), and the attention kernel.
+RunPeaks measurePeaks(const TrainConfig& tc, const CpuInfo& cpu, const std::string& device) {
+  setAttentionKernel(tc.attention == "sdpa" ? AttentionKernel::kSdpa
+                                            : AttentionKernel::kFusedSoftmax);
+  if (tc.dtype != DType::kFp32 || device != "cpu") return resolvePeaks(tc, cpu, device, "");
+  const Fp32GemmChoice c = chooseFp32Gemm(tc.fp32_gemm, kPeakGemmN, kPeakGemmReps);
+  setFp32Gemm(c.route);
+  GemmFigure g{c.flops(), " via " + fp32GemmName(c.route) + " (" + c.why + ")",
+               {{"fp32_gemm", fp32GemmName(c.route)},
+                {"fp32_gemm_aten_flops", c.aten_flops},
+                {"fp32_gemm_openblas_flops", c.openblas_flops}}};
+  return resolvePeaks(tc, cpu, device, "", &g);
+}
+
 std::string memoryVerdict(const TrainConfig& tc, const DistEnv& env) {
   return memoryFitProblem(tc, estimateMemory(tc), memoryBudget(tc, env.local_world_size));
 }
@@ -444,11 +460,8 @@ int runSession(const SessionOptions& opts) {
     // No stop check between the run directory and its metrics file: a stop signal arriving
     // now is honoured right after the file exists, so the run records "preempted".
     const CpuInfo cpu = detectCpu();
-    const RunPeaks peaks = no_fit.empty() ? resolvePeaks(tc, cpu, device, "")
+    const RunPeaks peaks = no_fit.empty() ? measurePeaks(tc, cpu, device)
                                           : unmeasuredPeaks("not measured (run refused)");
-    setFp32Gemm(peaks.fp32_route);  // the BLAS the fp32 projections use, measured just now
-    setAttentionKernel(tc.attention == "sdpa" ? AttentionKernel::kSdpa
-                                              : AttentionKernel::kFusedSoftmax);
     RunInfo info = runInfo(cfg, tc, env, run_dir, device, cpu, peaks);
     for (auto& a : checkEnvironment(tc, cpu, peaks, env.rank)) info.extra_attrs.push_back(a);
     const std::string mpath = metricsFilePath(run_dir, env.rank);

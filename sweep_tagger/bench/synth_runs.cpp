@@ -31,9 +31,8 @@ n_kv_heads = 4
 ffn_dim = 688
 vocab_size = 32000
 max_seq_len = 2048
-[training]
-warmup_steps = 2
 [metrics]
+skip_first_steps = 2
 price_per_hour = 0.5
 [output]
 sweep_fmt = "{model.name}.sl{data.seq_len}.mb{training.micro_batch_size}.ws{world_size}.{hash}"

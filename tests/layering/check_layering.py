@@ -6,7 +6,10 @@ Checks, and prints the graph it found:
      sweep_tagger/ a trainer/ or launcher/ one, none under launcher/ a trainer/ or sweep_tagger/
      one, and none under common/ any of the three (quoted and angle includes, also relative
      spellings such as "../trainer/x.h"); toml++ is included only by common/toml.h;
-  2. CMake targets (ftb_targets.tsv, written at configure time by tests/CMakeLists.txt): each
+  2. inside trainer/, every include points down TRAINER_STACK (a subfolder includes its own
+     files and those of lower levels only; folders sharing a level do not include each other),
+     and every subfolder of trainer/ is in the stack;
+  3. CMake targets (ftb_targets.tsv, written at configure time by tests/CMakeLists.txt): each
      of the four folders builds exactly one library, every source of a target lies in its
      folder, and the only link edges between the project's targets are
      <folder executable> -> <its folder's library> -> ftb_common.
@@ -25,6 +28,19 @@ ALLOWED = {  # folder -> folders its files may include
     "launcher": {"common", "launcher"},
     "sweep_tagger": {"common", "sweep_tagger"},
 }
+# trainer/ bottom to top. "" is the files directly in trainer/ (main, session).
+TRAINER_STACK = (
+    ("kernels", "data", "metrics"),  # compute kernels, the data pipeline, timers and peaks
+    ("comm",),        # the Comm interface and the tensor-parallel ops: the narrow seam
+    ("model",),       # the Llama transformer
+    ("parallel",),    # process groups, mesh, gradient sync (DDP, ZeRO), parallelize()
+    ("optim",),       # optimizers
+    ("checkpoint",),  # sharded checkpoints
+    ("hf",),          # Hugging Face weights in and out
+    ("loop",),        # train(), the step hooks, the step log
+    ("", "bench"),    # the session (main.cpp, session.*) and the benchmark tools
+)
+TRAINER_LEVEL = {sub: i for i, level in enumerate(TRAINER_STACK) for sub in level}
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 
 
@@ -34,14 +50,34 @@ def folder_of(root, path):
     return top if top in FOLDERS else None
 
 
-def included_folder(root, src, target):
+def included_path(root, src, target):
+    """The included file relative to root, or None for a system or third-party header."""
     top = target.split("/")[0]
     if top in FOLDERS and os.path.exists(os.path.join(root, target)):
-        return top
+        return os.path.normpath(target)
     local = os.path.join(os.path.dirname(src), target)  # "metrics/x.h", "../trainer/x.h"
     if os.path.exists(local):
-        return folder_of(root, local)
-    return None  # system or third-party header
+        return os.path.relpath(os.path.normpath(local), root)
+    return None
+
+
+def trainer_sub(rel):
+    """trainer/<sub>/... -> sub; a file directly in trainer/ -> ""."""
+    parts = rel.split(os.sep)
+    return parts[1] if len(parts) > 2 else ""
+
+
+def check_trainer_stack(rel, lineno, target, dep_rel):
+    """Problems with trainer file `rel` including trainer file `dep_rel` (both root-relative)."""
+    sub, dep = trainer_sub(rel), trainer_sub(dep_rel)
+    if sub not in TRAINER_LEVEL or dep not in TRAINER_LEVEL:
+        return []  # reported once per file by check_includes
+    if sub == dep or TRAINER_LEVEL[dep] < TRAINER_LEVEL[sub]:
+        return []
+    where = "up" if TRAINER_LEVEL[dep] > TRAINER_LEVEL[sub] else "sideways in"
+    below = [x or "trainer/ (top)" for lvl in TRAINER_STACK[:TRAINER_LEVEL[sub]] for x in lvl]
+    return [f"{rel}:{lineno}: trainer/{sub or '(top)'} includes {target}, {where} the trainer "
+            f"stack (trainer/{dep or '(top)'}); it may include its own folder and {below}"]
 
 
 def check_includes(root):
@@ -53,6 +89,9 @@ def check_includes(root):
                     continue
                 src = os.path.join(dirpath, name)
                 rel = os.path.relpath(src, root)
+                if folder == "trainer" and trainer_sub(rel) not in TRAINER_LEVEL:
+                    problems.append(f"{rel}: trainer/{trainer_sub(rel)}/ is not in the trainer "
+                                    "stack (TRAINER_STACK in tests/layering/check_layering.py)")
                 with open(src, encoding="utf-8", errors="replace") as f:
                     for lineno, line in enumerate(f, 1):
                         m = INCLUDE.match(line)
@@ -62,10 +101,13 @@ def check_includes(root):
                         if target.startswith("toml++/") and rel != os.path.join("common", "toml.h"):
                             problems.append(f"{rel}:{lineno}: includes <{target}>; include "
                                             "common/toml.h (the one TOML reader) instead")
-                        dep = included_folder(root, src, target)
+                        dep_rel = included_path(root, src, target)
+                        dep = folder_of(root, os.path.join(root, dep_rel)) if dep_rel else None
                         if dep and dep not in ALLOWED[folder]:
                             problems.append(f"{rel}:{lineno}: {folder}/ includes {target} "
                                             f"({dep}/); allowed: {sorted(ALLOWED[folder])}")
+                        if folder == "trainer" and dep == "trainer":
+                            problems += check_trainer_stack(rel, lineno, target, dep_rel)
     return problems
 
 
@@ -114,11 +156,20 @@ def self_test():
     with tempfile.TemporaryDirectory() as root:
         for folder in FOLDERS:
             os.makedirs(os.path.join(root, folder, "sub"))
+        for sub in ("model", "loop", "kernels", "data", "comm"):
+            os.makedirs(os.path.join(root, "trainer", sub))
         files = {
             "sweep_tagger/y.h": "",
             "trainer/sub/x.cpp": '#include "sweep_tagger/y.h"\n#include <toml++/toml.h>\n',
             "common/c.cpp": '#include "../trainer/sub/x.cpp"\n',
             "launcher/ok.cpp": '#include "common/c.cpp"\n#include <vector>\n',
+            # the trainer stack: one include up, one sideways, the rest point down (fine)
+            "trainer/data/d.h": "",
+            "trainer/comm/ok.h": '#include "trainer/kernels/k.h"\n',
+            "trainer/model/m.h": '#include "trainer/comm/ok.h"\n#include "../loop/l.h"\n',
+            "trainer/loop/l.h": '#include "trainer/model/m.h"\n#include "trainer/data/d.h"\n',
+            "trainer/kernels/k.h": '#include "trainer/data/d.h"\n',
+            "trainer/s.cpp": '#include "trainer/loop/l.h"\n#include "trainer/kernels/k.h"\n',
         }
         for rel, text in files.items():
             with open(os.path.join(root, rel), "w") as f:
@@ -126,7 +177,10 @@ def self_test():
         found = check_includes(root)
         want = ["trainer/sub/x.cpp:1: trainer/ includes sweep_tagger/y.h",
                 "trainer/sub/x.cpp:2: includes <toml++/toml.h>",
-                "common/c.cpp:1: common/ includes ../trainer/sub/x.cpp"]
+                "common/c.cpp:1: common/ includes ../trainer/sub/x.cpp",
+                "trainer/sub/x.cpp: trainer/sub/ is not in the trainer stack",
+                "trainer/model/m.h:2: trainer/model includes ../loop/l.h, up the trainer stack",
+                "trainer/kernels/k.h:1: trainer/kernels includes trainer/data/d.h, sideways in"]
         tsv = os.path.join(root, "t.tsv")
         with open(tsv, "w") as f:
             f.write(f"ftb_common\tSTATIC_LIBRARY\t{root}/common\t\tc.cpp\n"
@@ -138,7 +192,8 @@ def self_test():
                  "compiles " + os.path.join(root, "trainer", "../common/c.cpp"),
                  "trainer/ builds two libraries"]
         missing = [w for w in want if not any(w in p for p in found)]
-        stray = [p for p in found if "launcher/ok.cpp" in p]
+        stray = [p for p in found if any(ok in p for ok in (
+            "launcher/ok.cpp", "trainer/comm/ok.h", "trainer/loop/l.h", "trainer/s.cpp"))]
         if missing or stray or len(found) != len(want):
             print("self-test failed; missing:", missing, "stray:", stray, "found:", found)
             return 1
@@ -161,7 +216,9 @@ def main():
         for p in problems:
             print("  " + p)
         return 1
-    print("layering: includes and targets point one way (common <- launcher, trainer, sweep_tagger)")
+    print("layering: includes and targets point one way (common <- launcher, trainer, sweep_tagger)"
+          "; inside trainer/ every include points down " +
+          " -> ".join("/".join(x or "(top)" for x in lvl) for lvl in TRAINER_STACK))
     return 0
 
 

@@ -1,7 +1,7 @@
 // ftb_agree_bench: what the per-step stop agreement costs (scripts/bench.sh ckpt;
 // report: scripts/bench_ckpt_report.py).
 //
-// The trainer's step agreement (agree() in trainer/train.cpp) is one world all-reduce of
+// The trainer's step agreement (agree() in trainer/loop/train.cpp) is one world all-reduce of
 // 8 doubles: loss sum, padded and dataset tokens, stop flag, grad norm², memory flag,
 // control command and request id. The stop flag rides in it; the collective runs every
 // step anyway for the loss and the clipping norm. Started by the launcher (world >= 2),

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -14,7 +15,6 @@
 #include "common/log.h"
 #include "trainer/checkpoint/shard_io.h"
 #include "trainer/metrics/perf.h"
-#include "trainer/train.h"
 
 namespace ftb {
 namespace fs = std::filesystem;
@@ -52,14 +52,14 @@ std::vector<std::string> splitLines(const std::string& s) {
 // sleeps after this rank's file is written in the save of STEP (STEP "stop": any save
 // after this rank learned of a stop signal), widening the window in which a SIGKILL or
 // the preempt_grace_s deadline meets a partial checkpoint.
-void testSaveDelay(int64_t step) {
+void testSaveDelay(int64_t step, const std::function<bool()>& stop_seen) {
   const char* v = std::getenv("FTB_TEST_CKPT_SAVE_DELAY");
   if (!v) return;
   std::string s = v;
   size_t c = s.find(':');
   if (c == std::string::npos) return;
   const std::string which = s.substr(0, c);
-  if (which == "stop" ? g_stop_seen_ns.load() == 0 : std::stoll(which) != step) return;
+  if (which == "stop" ? !(stop_seen && stop_seen()) : std::stoll(which) != step) return;
   std::this_thread::sleep_for(std::chrono::duration<double>(std::stod(s.substr(c + 1))));
 }
 
@@ -183,8 +183,7 @@ std::vector<ckpt::SliceToWrite> Checkpointer::mySlices(const std::string& key, i
 std::string Checkpointer::writeMyFile(const std::string& tmp, int64_t step,
                                       const std::vector<ckpt::SliceToWrite>& slices) {
   const int rank = dist_.env.rank;
-  char fname[32];
-  std::snprintf(fname, sizeof fname, "rank_%05d.h5", rank);
+  const std::string fname = checkpointShardName(rank);
   const std::string path = (fs::path(tmp) / fname).string();
   std::string record;
   try {
@@ -197,7 +196,7 @@ std::string Checkpointer::writeMyFile(const std::string& tmp, int64_t step,
     synced.get();  // rethrows the fsync's IoError
     last_write_s_ = nowSeconds() - tw;
     last_save_bytes_ = bytes;
-    testSaveDelay(step);
+    testSaveDelay(step, stop_seen_);
     json j = {{"file", {{"name", fname}, {"rank", rank}, {"bytes", bytes}, {"crc32", crc}}},
               {"slices", json::array()}};
     for (size_t i = 0; i < written.size(); ++i) {

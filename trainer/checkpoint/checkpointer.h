@@ -27,6 +27,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -79,6 +80,9 @@ class Checkpointer {
   int64_t lastSaveBytes() const { return last_save_bytes_; }  // this rank's file
 
   bool saving() const { return saving_.load(); }  // any thread
+  // Whether this rank has learned of a stop signal (the loop's stop flags): read only by
+  // the FTB_TEST_CKPT_SAVE_DELAY test hook ("stop:SECONDS"). Unset: never.
+  void setStopSeen(std::function<bool()> stop_seen) { stop_seen_ = std::move(stop_seen); }
   // Any thread. Returns the newest checkpoint this object completed ("" when none).
   std::string abandon();
 
@@ -104,6 +108,7 @@ class Checkpointer {
   double last_save_s_ = 0, last_write_s_ = 0;
   int64_t last_save_bytes_ = 0;
   std::atomic<bool> saving_{false};
+  std::function<bool()> stop_seen_;
   std::mutex commit_mu_;  // guards the three below; held by commit() and abandon()
   bool abandoned_ = false;
   std::string tmp_in_progress_;  // rank 0: the step_N.tmp being written, else ""

@@ -62,7 +62,7 @@ Batch makeBatch(const Dataset& ds, int64_t first, int64_t count, int64_t seq_len
 // building tensors.
 int64_t countPositions(const Dataset& ds, int64_t first, int64_t count, int64_t seq_len);
 
-// The samples data-parallel rank `dp_rank` trains on at step `step` (trainer/train.h):
+// The samples data-parallel rank `dp_rank` trains on at step `step` (trainer/loop/train.h):
 // the contiguous slice [step·G + dp_rank·G/dp, +G/dp) of the global batch, cut into
 // grad_accum_steps micro-batches of micro_batch_size. Tensor-parallel ranks of one
 // data-parallel rank share it. REQUIRES: 0 <= dp_rank < tc.dpSize().

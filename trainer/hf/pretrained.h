@@ -65,7 +65,8 @@ class PretrainedModel {
 };
 
 // Fills this rank's weights (sync.optimizerParams(), any layout) from tc.from_pretrained
-// and refreshes the materialised parameters (sync.paramsLoaded(): collective). Logs the
+// and refreshes the materialised parameters (sync.paramsLoaded(): collective).
+// REQUIRES: called after parallelize() built `sync` (train() does, before the optimizer). Logs the
 // load time, this rank's RSS before loading and its peak while loading.
 void loadPretrained(const TrainConfig& tc, const Mesh& mesh, GradSync& sync);
 

@@ -1,4 +1,4 @@
-// Fused fp32 CPU loops outside the model (the model's are in model/fused_ops.cpp): the
+// Fused fp32 CPU loops outside the model (the model's are in kernels/fused_ops.cpp): the
 // optimizer update, one pass instead of one per ATen op. Plain C++, no torch header: the
 // file is compiled with -fno-math-errno -fassociative-math (so sqrt vectorises) and each
 // kernel is cloned for AVX-512, AVX2 + FMA and baseline x86-64, picked at load time

@@ -19,7 +19,6 @@
 #include "common/h5_metrics.h"
 #include "common/hw_peak.h"
 #include "common/run_config.h"
-#include "trainer/model/linear.h"
 
 namespace ftb {
 
@@ -29,11 +28,7 @@ struct RunPeaks {
   std::string isa;         // CpuInfo::isaString() of this machine
   double gemm_flops = 0;   // measured GEMM FLOP/s (0 = not measured)
   std::string gemm_source;  // "fp32 GEMM 2048^3, 2 thread(s), best of 3"
-  // fp32 on the CPU: which BLAS the model's projections use (the session applies it with
-  // setFp32Gemm) and what each measured (0 = not measured); gemm_flops is the chosen one's.
-  Fp32Gemm fp32_route = Fp32Gemm::kAten;
-  double fp32_gemm_aten = 0, fp32_gemm_openblas = 0;
-  std::string gemm_source_extra;  // " via <BLAS> (<why>)"
+  std::vector<std::pair<std::string, AttrValue>> gemm_attrs;  // GemmFigure::attrs
 
   // Denominators for StepLog: NaN when the figure cannot be reported.
   double mfuPeak() const;
@@ -53,10 +48,23 @@ RunPeaks unmeasuredPeaks(const std::string& why);
 PeakFlops hardwarePeak(const CpuInfo& cpu, const std::string& device, const std::string& gpu_name,
                        const std::string& dtype, int threads, double peak_tflops);
 
+// The GEMM behind gemm_efficiency: kPeakGemmN^3 in the compute dtype, best of kPeakGemmReps.
+inline constexpr int64_t kPeakGemmN = 2048;
+inline constexpr int kPeakGemmReps = 3;
+
+// A GEMM the caller measured on the BLAS its model uses (for fp32 on the CPU, the session's
+// choice between ATen and OpenBLAS, trainer/model/linear.h): its FLOP/s, " via <BLAS> (<why>)"
+// for gemm_source, and the attributes that record the choice.
+struct GemmFigure {
+  double flops = 0;
+  std::string via;
+  std::vector<std::pair<std::string, AttrValue>> attrs;
+};
+
 // REQUIRES: intra-op threads already set (at::set_num_threads). Measures the GEMM
-// (a few seconds on one core), resolves the hardware peak, checks one against the
-// other and logs a warning on this rank when the peak is wrong.
+// (a few seconds on one core) unless `measured` gives it, resolves the hardware peak,
+// checks one against the other and logs a warning on this rank when the peak is wrong.
 RunPeaks resolvePeaks(const TrainConfig& tc, const CpuInfo& cpu, const std::string& device,
-                      const std::string& gpu_name);
+                      const std::string& gpu_name, const GemmFigure* measured = nullptr);
 
 }  // namespace ftb

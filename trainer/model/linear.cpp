@@ -4,6 +4,8 @@
 #include <atomic>
 #include <chrono>
 
+#include "common/config.h"
+#include "common/error.h"
 #include "trainer/kernels/openblas.h"
 
 namespace ftb {
@@ -80,6 +82,26 @@ std::string fp32GemmName(Fp32Gemm route) {
 torch::Tensor projection(const torch::Tensor& x, const torch::Tensor& weight) {
   if (onOpenBlas(x, weight)) return BlasLinear::apply(x, weight);
   return torch::matmul(x, weight.t());
+}
+
+Fp32GemmChoice chooseFp32Gemm(const std::string& key, int64_t n, int reps) {
+  std::string why;
+  const bool have_openblas = kernels::openblas(&why) != nullptr;
+  if (key == "openblas" && !have_openblas)
+    throw ConfigError("training.fp32_gemm", "config",
+                      "\"openblas\" but libopenblas.so.0 does not load: " + why,
+                      "install libopenblas0 or use \"auto\" or \"aten\"");
+  Fp32GemmChoice c;
+  if (key != "openblas") c.aten_flops = measureFp32Gemm(Fp32Gemm::kAten, n, reps);
+  if (key != "aten" && have_openblas) c.openblas_flops = measureFp32Gemm(Fp32Gemm::kOpenBlas, n, reps);
+  c.route = c.openblas_flops > c.aten_flops ? Fp32Gemm::kOpenBlas : Fp32Gemm::kAten;
+  const auto gflops = [](double f) { return formatFixed(f / 1e9, 1) + " GFLOP/s"; };
+  c.why = "training.fp32_gemm = \"" + key + "\"";
+  if (key == "auto")
+    c.why += have_openblas ? ": the faster of ATen " + gflops(c.aten_flops) + " and OpenBLAS " +
+                                 gflops(c.openblas_flops)
+                           : ": OpenBLAS does not load (" + why + ")";
+  return c;
 }
 
 double measureFp32Gemm(Fp32Gemm route, int64_t n, int reps) {

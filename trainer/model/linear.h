@@ -24,6 +24,17 @@ std::string fp32GemmName(Fp32Gemm route);  // "ATen (MKL)" or OpenBLAS's own des
 
 torch::Tensor projection(const torch::Tensor& x, const torch::Tensor& weight);
 
+// training.fp32_gemm resolved: "aten", "openblas", or "auto" = whichever of the two ran an
+// n×n×n GEMM faster here and now (both timed when OpenBLAS loads; 0 = not measured).
+// Throws ConfigError for "openblas" when libopenblas.so.0 does not load.
+struct Fp32GemmChoice {
+  Fp32Gemm route = Fp32Gemm::kAten;
+  double aten_flops = 0, openblas_flops = 0;
+  std::string why;  // "training.fp32_gemm = "auto": the faster of ATen 95.1 and OpenBLAS ..."
+  double flops() const { return route == Fp32Gemm::kOpenBlas ? openblas_flops : aten_flops; }
+};
+Fp32GemmChoice chooseFp32Gemm(const std::string& key, int64_t n, int reps);
+
 // FLOP/s of the best of `reps` n×n×n fp32 GEMMs through `route` on this thread's intra-op
 // threads (after one warm-up). REQUIRES: route is kAten, or openblas() loads.
 double measureFp32Gemm(Fp32Gemm route, int64_t n, int reps);

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "trainer/model/activation_checkpoint.h"
-#include "trainer/model/fused_ops.h"
+#include "trainer/kernels/fused_ops.h"
 #include "trainer/model/linear.h"
 
 namespace ftb {
@@ -131,9 +131,9 @@ torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x, const RopeTa
 }
 
 TransformerImpl::TransformerImpl(const ModelArgs& a, const TpContext& tp,
-                                 torch::ScalarType compute_dtype, int64_t checkpoint_every,
+                                 torch::ScalarType compute_dtype, int64_t recompute_every,
                                  uint64_t seed, const UnitBuilt& on_unit)
-    : args_(a), tp_(tp), compute_dtype_(compute_dtype), checkpoint_every_(checkpoint_every) {
+    : args_(a), tp_(tp), compute_dtype_(compute_dtype), recompute_every_(recompute_every) {
   for (int64_t i = 0; i < a.n_layers; ++i) {
     layers.push_back(register_module("layers_" + std::to_string(i),
                                      TransformerBlock(a, tp, i, seed)));
@@ -169,7 +169,7 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) {
     TransformerBlockImpl& block = *layers[i];
     if (executor_) {
       h = executor_->run(static_cast<int64_t>(i), block, h, step_rope_);
-    } else if (checkpoint_every_ > 0 && static_cast<int64_t>(i) % checkpoint_every_ == 0 &&
+    } else if (recompute_every_ > 0 && static_cast<int64_t>(i) % recompute_every_ == 0 &&
                torch::GradMode::is_enabled()) {
       h = checkpointedBlock(block, h, step_rope_, nullptr);
     } else {

@@ -1,6 +1,6 @@
 // Llama-family decoder (RMSNorm, RoPE, GQA attention, SwiGLU MLP, tied or untied
 // embeddings) in libtorch. The model math, written for one tensor-parallel rank: its
-// forward and backward run the Megatron tp collectives (parallel/tp.h) in place.
+// forward and backward run the Megatron tp collectives (comm/tp.h) in place.
 // Which parameters ZeRO shards and how gradients are synchronised across data-parallel
 // ranks lives in parallel/ (parallelize.h).
 //
@@ -28,13 +28,13 @@
 
 #include <functional>
 
-#include "trainer/parallel/tp.h"
+#include "trainer/comm/tp.h"
 #include "common/run_config.h"
 
 namespace ftb {
 
 // Precomputed rotary tables cos/sin [max_seq_len, head_dim/2] in fp32, HF "rotate_half"
-// layout. (The causal mask is applied by the fused softmax, model/fused_ops.h.)
+// layout. (The causal mask is applied by the fused softmax, kernels/fused_ops.h.)
 struct RopeTables {
   torch::Tensor cos, sin;
   static RopeTables make(int64_t head_dim, int64_t max_seq_len, double theta);
@@ -42,9 +42,9 @@ struct RopeTables {
   // recompute).
   RopeTables forTokens(int64_t T) const;
 };
-// x [B,H,T,hd] rotated (fused kernel, model/fused_ops.h), times scale; contiguous result.
+// x [B,H,T,hd] rotated (fused kernel, kernels/fused_ops.h), times scale; contiguous result.
 torch::Tensor applyRope(const torch::Tensor& x, const RopeTables& rope, double scale = 1.0);
-// RMSNorm in fp32 statistics, result in the compute dtype (fused kernel, model/fused_ops.h).
+// RMSNorm in fp32 statistics, result in the compute dtype (fused kernel, kernels/fused_ops.h).
 torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 
 // How causal attention is computed (training.attention), process-wide; set once before the
@@ -110,9 +110,9 @@ class TransformerImpl : public torch::nn::Module {
   // before the next block is allocated.
   using UnitBuilt = std::function<void(int64_t layer, const std::vector<ModelParam>& params)>;
 
-  // checkpoint_every: 0 = none, n = recompute every n-th block in backward.
+  // recompute_every: 0 = none, n = recompute every n-th block in backward.
   TransformerImpl(const ModelArgs& a, const TpContext& tp, torch::ScalarType compute_dtype,
-                  int64_t checkpoint_every, uint64_t seed, const UnitBuilt& on_unit = nullptr);
+                  int64_t recompute_every, uint64_t seed, const UnitBuilt& on_unit = nullptr);
   torch::Tensor forward(const torch::Tensor& tokens);
   // Σ of token cross-entropies over mask (fp32 scalar), vocab-parallel under tp.
   torch::Tensor lossSum(const torch::Tensor& logits, const torch::Tensor& targets,
@@ -133,7 +133,7 @@ class TransformerImpl : public torch::nn::Module {
   ModelArgs args_;
   TpContext tp_;
   torch::ScalarType compute_dtype_;
-  int64_t checkpoint_every_;
+  int64_t recompute_every_;
   RopeTables rope_;
   // The current forward's tables; a member because checkpointed blocks read them
   // again in backward (Invariant: a backward runs before the next forward).

@@ -5,54 +5,10 @@
 #include <utility>
 
 #include "trainer/kernels/cpu_kernels.h"
+#include "trainer/kernels/tensor_runs.h"
 
 namespace ftb {
 namespace {
-
-// Indices of the defined tensors of `ts` grouped into runs that lie back to back in one
-// storage (each contiguous, one dtype), in storage order; any other tensor is a run of
-// its own. E.g. DDP's parameters and gradients (views of flat buckets: parallel/ddp.h).
-std::vector<std::vector<size_t>> adjacentRuns(const std::vector<torch::Tensor>& ts) {
-  std::vector<size_t> idx;
-  for (size_t i = 0; i < ts.size(); ++i)
-    if (ts[i].defined()) idx.push_back(i);
-  auto key = [&](size_t i) {
-    return std::make_pair(ts[i].storage().unsafeGetStorageImpl(), ts[i].storage_offset());
-  };
-  std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return key(a) < key(b); });
-  std::vector<std::vector<size_t>> runs;
-  for (size_t i : idx) {
-    if (!runs.empty()) {
-      const torch::Tensor &last = ts[runs.back().back()], &cur = ts[i];
-      if (last.is_contiguous() && cur.is_contiguous() &&
-          last.scalar_type() == cur.scalar_type() && key(runs.back().back()).first == key(i).first &&
-          cur.storage_offset() == last.storage_offset() + last.numel()) {
-        runs.back().push_back(i);
-        continue;
-      }
-    }
-    runs.push_back({i});
-  }
-  return runs;
-}
-
-// One flat 1-D view of ts[run[0]], ts[run[1]], ... when they lie back to back in that
-// order in one storage (each contiguous, one dtype); else an undefined tensor.
-torch::Tensor flatSpan(const std::vector<torch::Tensor>& ts, const std::vector<size_t>& run) {
-  const torch::Tensor& first = ts[run[0]];
-  if (!first.defined()) return {};
-  int64_t n = 0;
-  for (size_t i : run) {
-    const torch::Tensor& t = ts[i];
-    if (!t.defined() || !t.is_contiguous() || t.scalar_type() != first.scalar_type() ||
-        t.storage().unsafeGetStorageImpl() != first.storage().unsafeGetStorageImpl() ||
-        t.storage_offset() != first.storage_offset() + n)
-      return {};
-    n += t.numel();
-  }
-  if (run.size() == 1) return first.view(-1);
-  return torch::empty({0}, first.options()).set_(first.storage(), first.storage_offset(), {n}, {1});
-}
 
 bool fusable(const torch::Tensor& t) {
   return t.scalar_type() == torch::kFloat32 && t.is_contiguous() && t.device().is_cpu();
@@ -211,42 +167,6 @@ std::unique_ptr<Optimizer> makeOptimizer(std::vector<torch::Tensor> params,
                                          const OptimizerOptions& opts) {
   if (opts.kind == "adafactor") return std::make_unique<Adafactor>(std::move(params), opts);
   return std::make_unique<AdamW>(std::move(params), opts);
-}
-
-double gradSquaredNorm(const std::vector<torch::Tensor>& grads,
-                       const std::vector<torch::Tensor>& weights) {
-  torch::NoGradGuard no_grad;
-  double s = 0;  // fp32 reductions (pairwise summed), accumulated in fp64
-  if (weights.empty()) {  // one reduction per run of adjacent gradients (a DDP bucket)
-    for (const std::vector<size_t>& run : adjacentRuns(grads)) {
-      torch::Tensor flat = flatSpan(grads, run);
-      double n = (flat.defined() ? flat : grads[run[0]]).norm().item<double>();
-      s += n * n;
-    }
-    return s;
-  }
-  for (size_t i = 0; i < grads.size(); ++i) {
-    if (!grads[i].defined()) continue;
-    if (weights[i].defined()) {
-      s += (grads[i].pow(2) * weights[i]).sum().item<double>();
-    } else {
-      double n = grads[i].norm().item<double>();
-      s += n * n;
-    }
-  }
-  return s;
-}
-
-void scaleGrads(const std::vector<torch::Tensor>& grads, double factor) {
-  torch::NoGradGuard no_grad;
-  for (const std::vector<size_t>& run : adjacentRuns(grads)) {
-    torch::Tensor flat = flatSpan(grads, run);
-    if (flat.defined()) {
-      flat.mul_(factor);
-    } else {
-      for (size_t i : run) grads[i].mul_(factor);
-    }
-  }
 }
 
 }  // namespace ftb

@@ -44,12 +44,4 @@ struct OptimizerOptions {
 std::unique_ptr<Optimizer> makeOptimizer(std::vector<torch::Tensor> params,
                                          const OptimizerOptions& opts);
 
-// Σ weights[i]·grads[i]² (fp64 accumulate); `weights` empty = all ones (one fp32
-// reduction per run of back-to-back gradients, e.g. a DDP bucket), else one tensor (or
-// undefined = ones) per gradient.
-double gradSquaredNorm(const std::vector<torch::Tensor>& grads,
-                       const std::vector<torch::Tensor>& weights = {});
-// Scales every defined gradient by `factor` in place.
-void scaleGrads(const std::vector<torch::Tensor>& grads, double factor);
-
 }  // namespace ftb

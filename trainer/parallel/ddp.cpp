@@ -3,7 +3,7 @@
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
-#include "trainer/optim/optimizer.h"
+#include "trainer/kernels/tensor_runs.h"
 #include "trainer/parallel/local_comm.h"
 
 namespace ftb {

@@ -31,7 +31,7 @@
 #include <memory>
 #include <vector>
 
-#include "trainer/parallel/comm.h"
+#include "trainer/comm/comm.h"
 #include "trainer/parallel/grad_sync.h"
 
 namespace ftb {

@@ -15,7 +15,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "common/dist_env.h"
-#include "trainer/parallel/comm.h"
+#include "trainer/comm/comm.h"
 
 namespace ftb {
 

@@ -37,7 +37,7 @@
 #include <string>
 #include <vector>
 
-#include "trainer/parallel/comm.h"
+#include "trainer/comm/comm.h"
 
 namespace ftb {
 

@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-#include "trainer/parallel/comm.h"
+#include "trainer/comm/comm.h"
 
 namespace ftb {
 

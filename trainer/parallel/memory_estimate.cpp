@@ -44,7 +44,7 @@ MemoryEstimate estimateMemory(const TrainConfig& tc) {
   MemoryEstimate e;
   e.params_local = static_cast<int64_t>(std::min(P, 9.2e18));  // checkSizes bounds P
   e.runtime = kRuntimeBaselineBytes;
-  e.checkpointing = tc.checkpoint_every > 0 || stage == 3;
+  e.checkpointing = tc.activation_checkpointing > 0 || stage == 3;
 
   double opt_params = stage >= 1 ? P / N : P;
   e.optimizer = tc.optimizer == "adafactor" ? 4.0 * 2 * std::sqrt(P) * L : 8.0 * opt_params;
@@ -89,7 +89,7 @@ MemoryEstimate estimateMemory(const TrainConfig& tc) {
   const double logits = (tc.tp > 1 ? 3 * 4.0 + elt : 4.0) * logit_elems;
   e.activations_full = L * per_block + logits;
   // Checkpointed blocks keep only their input; one block is live during recompute.
-  const double every = tc.checkpoint_every > 0 ? double(tc.checkpoint_every) : 1.0;
+  const double every = tc.activation_checkpointing > 0 ? double(tc.activation_checkpointing) : 1.0;
   const double ckpt_blocks = std::ceil(L / every);
   e.activations_checkpointed = ckpt_blocks * elt * B * T * D +
                                (L - ckpt_blocks) * per_block + per_block + logits;

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "trainer/parallel/dist.h"
-#include "trainer/parallel/tp.h"
+#include "trainer/comm/tp.h"
 #include "common/run_config.h"
 
 namespace ftb {

@@ -1,20 +1,17 @@
 #include "trainer/parallel/parallelize.h"
 
-#include "trainer/hf/pretrained.h"
 #include "trainer/parallel/ddp.h"
 #include "trainer/parallel/zero.h"
 
 namespace ftb {
 
-namespace {
-
-ParallelModel build(const TrainConfig& tc, Mesh& mesh) {
+ParallelModel parallelize(const TrainConfig& tc, Mesh& mesh) {
   const torch::ScalarType dtype = tc.dtype == DType::kBf16 ? torch::kBFloat16 : torch::kFloat32;
   const auto seed = static_cast<uint64_t>(tc.seed);
   ParallelModel pm;
   const int stage = static_cast<int>(tc.effectiveZeroStage());
   if (stage == 0) {
-    pm.model = Transformer(tc.model, mesh.tpContext(), dtype, tc.checkpoint_every, seed);
+    pm.model = Transformer(tc.model, mesh.tpContext(), dtype, tc.activation_checkpointing, seed);
     pm.sync = std::make_unique<DdpSync>(pm.model->paramsInForwardOrder(), *mesh.dp_comm, tc.tp,
                                         static_cast<int64_t>(tc.bucket_bytes));
     return pm;
@@ -22,20 +19,12 @@ ParallelModel build(const TrainConfig& tc, Mesh& mesh) {
   std::unique_ptr<ZeroSync> zero =
       makeZeroSync(stage, *mesh.shard_comm, *mesh.replicate_comm, dtype, tc.tp);
   ZeroSync* z = zero.get();
-  pm.model = Transformer(tc.model, mesh.tpContext(), dtype, tc.checkpoint_every, seed,
+  pm.model = Transformer(tc.model, mesh.tpContext(), dtype, tc.activation_checkpointing, seed,
                          [z](int64_t layer, const std::vector<ModelParam>& params) {
                            z->addUnit(layer, params);
                          });
   if (BlockExecutor* e = zero->blockExecutor()) pm.model->setBlockExecutor(e);
   pm.sync = std::move(zero);
-  return pm;
-}
-
-}  // namespace
-
-ParallelModel parallelize(const TrainConfig& tc, Mesh& mesh) {
-  ParallelModel pm = build(tc, mesh);
-  if (!tc.from_pretrained.empty()) hf::loadPretrained(tc, mesh, *pm.sync);
   return pm;
 }
 

@@ -1,7 +1,9 @@
 // Applies the configured layout to the model (torchtitan's parallelize step): builds
 // this rank's tensor-parallel slice of the model, lets ZeRO shard each unit as it is
-// built, and picks the gradient-synchronisation strategy (grad_sync.h). With
-// model.from_pretrained the weights then come from the HF directory (hf/pretrained.h).
+// built, and picks the gradient-synchronisation strategy (grad_sync.h). The weights are
+// the seeded initialisation; with model.from_pretrained the loop then fills this rank's
+// pieces from the HF directory (hf::loadPretrained, after parallelize(), as torchtitan's
+// checkpointer loads into the already-parallelised model).
 //
 // Strategy by layout (TrainConfig::effectiveZeroStage()):
 //   0  DdpSync   bucketed all-reduce over the data-parallel group (parallel/ddp.h)

@@ -30,7 +30,7 @@
 
 #include "trainer/model/activation_checkpoint.h"
 #include "trainer/model/llama.h"
-#include "trainer/parallel/comm.h"
+#include "trainer/comm/comm.h"
 #include "trainer/parallel/grad_sync.h"
 
 namespace ftb {

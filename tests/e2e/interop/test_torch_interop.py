@@ -64,7 +64,7 @@ def test_transformers_loads_the_export_with_equal_logits(arch, extra, tmp_path):
     # Three optimizer steps at lr 1e-2, so the exported weights are the run's, not the import's.
     run_trainer(tmp_path / "run", f"model.from_pretrained={tmp_path / 'm'}", f"data.source={data}",
                 f"data.seq_len={SEQ}", "data.bin_dtype=uint16", "training.max_steps=3",
-                "training.warmup_steps=0", "training.lr=1e-2", "training.micro_batch_size=2")
+                "metrics.skip_first_steps=0", "training.lr=1e-2", "training.micro_batch_size=2")
     p = subprocess.run([str(TRAINER), "export", "--checkpoint", str(tmp_path / "run" / "checkpoints"),
                         "--out", str(tmp_path / "hf")], env=base_env(), capture_output=True,
                        text=True, timeout=120)
@@ -77,7 +77,7 @@ def test_transformers_loads_the_export_with_equal_logits(arch, extra, tmp_path):
     assert err <= 1e-5, f"{arch}: transformers' logits differ from ftbench's by {err:.3g}"
 
 
-TORCHRUN_RUN = ["training.max_steps=4", "training.micro_batch_size=2", "training.warmup_steps=0"]
+TORCHRUN_RUN = ["training.max_steps=4", "training.micro_batch_size=2", "metrics.skip_first_steps=0"]
 
 
 @pytest.mark.parametrize("rdzv", [["--standalone"],
@@ -88,7 +88,7 @@ def test_torchrun_starts_the_trainer(rdzv, tmp_path):
     out = tmp_path / "torchrun"
     port = ["--master-port", str(free_port())] if "static" in rdzv else []
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", *rdzv, *port,
-           str(TRAINER), "--config", str(TINY), "--output-dir", str(out), "--no-sweep-dir",
+           "--no-python", str(TRAINER), "--config", str(TINY), "--output-dir", str(out), "--no-sweep-dir",
            *TORCHRUN_RUN]
     env = base_env()
     env.pop("OMP_NUM_THREADS")  # torchrun sets it

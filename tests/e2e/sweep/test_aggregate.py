@@ -101,7 +101,7 @@ def test_every_run_has_its_status(table):
 
 def test_tokens_per_s_recomputed_with_h5py(results, table):
     d = run_dir(results, "sl256.mb2")
-    warmup = tomllib.loads((d / "run.toml").read_text())["training"]["warmup_steps"]
+    warmup = tomllib.loads((d / "run.toml").read_text())["metrics"]["skip_first_steps"]
     with h5py.File(d / "metrics" / "rank_00000.h5", "r") as f:
         s = f["steps"]
         m = s["step"][()] >= warmup

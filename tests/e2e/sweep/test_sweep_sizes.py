@@ -16,7 +16,7 @@ REPO = pathlib.Path(__file__).resolve().parents[3]
 BUILD = pathlib.Path(os.environ.get("FTB_BUILD_DIR", REPO / "build" / "release"))
 SWEEP_TAGGER = BUILD / "sweep_tagger" / "sweep_tagger"
 BASE = REPO / "tests" / "data" / "sweep_tagger" / "base.toml"
-INT_KEYS = ["training.seed", "training.max_steps", "training.warmup_steps", "data.num_samples",
+INT_KEYS = ["training.seed", "training.max_steps", "metrics.skip_first_steps", "data.num_samples",
             "training.lr_warmup_steps", "training.threads", "data.pad_id", "metrics.log_every"]
 ADDRESS_SPACE = 512 << 20  # the refused sweep needed 1.1 GB resident before this fix
 

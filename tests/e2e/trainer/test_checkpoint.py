@@ -127,7 +127,9 @@ def test_manifest_describes_global_tensors_readable_with_h5py(tmp_path):
     assert m["layout"] == {"world": 2, "dp_replicate": 1, "dp_shard": 2, "tp": 1, "zero_stage": 3,
                            "nodes": 1}
     assert m["state"]["step"] == 3 and m["compat"]["model.dim"] == "64"
-    assert {f["name"] for f in m["files"]} == {"rank_00000.h5", "rank_00001.h5"}
+    assert {f["name"] for f in m["files"]} == {"shard_00000.h5", "shard_00001.h5"}
+    metrics_like = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.glob("**/rank_*.h5"))
+    assert metrics_like == ["metrics/rank_00000.h5", "metrics/rank_00001.h5"], metrics_like
     t = m["tensors"]["model.layers.0.attention.wq.weight"]
     assert t["shape"] == [64, 64] and t["dtype"] == "float32"
     # Reassemble the full tensor from its slices with h5py alone; the shards cover it once.
@@ -174,15 +176,15 @@ def tree(root):
 
 def damage(step_dir, how):
     if how == "truncated":
-        f = step_dir / "rank_00000.h5"
+        f = step_dir / "shard_00000.h5"
         os.truncate(f, f.stat().st_size // 2)
-        return "rank_00000.h5", "truncated"
+        return "shard_00000.h5", "truncated"
     if how == "flipped":
-        f = step_dir / "rank_00000.h5"
+        f = step_dir / "shard_00000.h5"
         data = bytearray(f.read_bytes())
         data[len(data) // 2] ^= 0x01
         f.write_bytes(bytes(data))
-        return "rank_00000.h5", "crc32"
+        return "shard_00000.h5", "crc32"
     (step_dir / "manifest.json").unlink()
     return "manifest.json", "manifest missing"
 
@@ -222,7 +224,7 @@ def test_sigkill_during_save_leaves_the_previous_checkpoint_usable(tmp_path):
     procs = start(cut, world, *ov, "checkpoint.interval=4",
                   env_extra={"FTB_TEST_CKPT_SAVE_DELAY": "8:60"})
     partial = cut / "checkpoints" / "step_00000008.tmp"
-    wait_until(lambda: (partial / "rank_00000.h5").exists() and (partial / "rank_00001.h5").exists(),
+    wait_until(lambda: all((partial / f"shard_{r:05d}.h5").exists() for r in range(2)),
                "the save of step 8 to be under way")
     procs[1].send_signal(signal.SIGKILL)
     procs[0].send_signal(signal.SIGKILL)
@@ -244,6 +246,57 @@ def test_changed_model_key_exits_2_naming_it_and_writes_nothing(tmp_path):
     assert "model.dim = 64 in the checkpoint, 128 now" in err, err
     assert "model.ffn_dim" in err
     assert not new.exists(), "nothing may be written"
+
+
+def as_old_shard_names(step_dir):
+    """Turns a checkpoint into what builds before the shard rename wrote: rank_NNNNN.h5 files,
+    named so in the manifest's files and slices (crc32 and sizes are the files' own)."""
+    manifest = step_dir / "manifest.json"
+    m = json.loads(manifest.read_text())
+    for f in m["files"]:
+        old = f["name"].replace("shard_", "rank_")
+        (step_dir / f["name"]).rename(step_dir / old)
+        f["name"] = old
+    for t in m["tensors"].values():
+        for s in t["slices"]:
+            s["file"] = s["file"].replace("shard_", "rank_")
+    manifest.write_text(json.dumps(m, indent=1) + "\n")
+    return sorted(f["name"] for f in m["files"])
+
+
+@pytest.mark.parametrize("how", ["explicit", "auto"])
+def test_checkpoint_with_rank_named_shards_still_resumes(tmp_path, how):
+    """Checkpoints saved before shard files were named shard_NNNNN.h5 hold rank_NNNNN.h5 (the
+    metrics files' names); they still load: by path under another layout (resharded), and by
+    resume = "auto" in their own run directory (bit-identical)."""
+    world, ov = LAYOUTS["dp2"]
+    ref = tmp_path / "ref"
+    run(ref, world, *ov, "checkpoint.interval=8", "checkpoint.keep_last=0")
+    ckpts = ref / "checkpoints"
+    assert sorted(p.name for p in (ckpts / "step_00000008").glob("*.h5")) == \
+        ["shard_00000.h5", "shard_00001.h5"]
+    new = tmp_path / "new"
+    if how == "explicit":
+        step8 = ckpts / "step_00000008"
+        assert as_old_shard_names(step8) == ["rank_00000.h5", "rank_00001.h5"]
+        outs = run(new, 1, "training.micro_batch_size=2", f"checkpoint.resume={step8}")
+        first = 8
+    else:
+        shutil.copytree(ref, new)
+        shutil.rmtree(new / "checkpoints" / "step_00000020")
+        for d in (new / "checkpoints").glob("step_*"):
+            assert as_old_shard_names(d) == ["rank_00000.h5", "rank_00001.h5"]
+        outs = run(new, world, *ov, "checkpoint.interval=8", "checkpoint.keep_last=0")
+        first = 16
+    assert f"step_{first:08d}" in outs[0][2] + outs[0][1]
+    with h5(new) as f:
+        assert list(f["steps/step"][:])[-(20 - first):] == list(range(first, 20))
+    if how == "explicit":  # world 1 from world 2's checkpoint: resharded, the same maths
+        assert_close(losses(new), losses(ref)[first:], 1e-5)
+    else:
+        with h5(new) as f:
+            assert list(f.attrs["resume_steps"]) == [16]
+        assert np.array_equal(losses(new), losses(ref))
 
 
 def test_manifest_with_the_old_float_spelling_resumes_and_a_changed_value_is_refused(tmp_path):

@@ -122,7 +122,7 @@ def write_tokens(path, n_samples, vocab, seed=3):
 
 def hf_run_args(hf_dir, data, *extra):
     return [f"model.from_pretrained={hf_dir}", f"data.source={data}", f"data.seq_len={SEQ}",
-            "data.bin_dtype=uint16", "training.max_steps=1", "training.warmup_steps=0", *extra]
+            "data.bin_dtype=uint16", "training.max_steps=1", "metrics.skip_first_steps=0", *extra]
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from trainer_util import (REQUEUE_EXIT, TINY, TRAINER, base_env, metrics, run_tr
 @pytest.mark.parametrize("sig", [signal.SIGUSR2, signal.SIGTERM])
 def test_stop_signal_records_preempted_and_prints_summary(tmp_path, sig):
     cmd = [str(TRAINER), "--config", str(TINY), "--output-dir", str(tmp_path), "--no-sweep-dir",
-           "training.max_steps=100000", "metrics.log_every=1", "training.warmup_steps=1"]
+           "training.max_steps=100000", "metrics.log_every=1", "metrics.skip_first_steps=1"]
     p = subprocess.Popen(cmd, env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True)
     wait_for_steps(tmp_path / "metrics" / "rank_00000.h5", 3)

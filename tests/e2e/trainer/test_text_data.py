@@ -74,7 +74,7 @@ def write_pairs(path, lines, n=60):
 
 def text_args(jsonl, model, *more):
     return [f'data.source="{jsonl}"', f'data.tokenizer="{model}"', "data.seq_len=64",
-            "training.max_steps=4", "training.warmup_steps=1", *more]
+            "training.max_steps=4", "metrics.skip_first_steps=1", *more]
 
 
 def masked_in_log(out):
@@ -130,7 +130,7 @@ def test_the_model_directorys_tokenizer_is_the_default(tmp_path, corpus):
     jsonl.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
     p = run_trainer(tmp_path / "out", f'model.from_pretrained="{tmp_path / "m"}"',
                     f'data.source="{jsonl}"', "data.seq_len=64", "training.max_steps=2",
-                    "training.warmup_steps=0")
+                    "metrics.skip_first_steps=0")
     assert f"with {tmp_path / 'm' / 'tokenizer.model'}" in p.stderr, p.stderr
     assert [ids for ids, _ in read_cache(jsonl)] == spm_encode(model, texts, "bos:eos")
     assert np.isfinite(losses(tmp_path / "out")).all()

@@ -134,7 +134,7 @@ TEST(ConfigDomain, BoundaryValuesAreAcceptedByTheTrainer) {
   for (const char* arg : {"training.lr=0", "training.beta1=0", "training.beta2=0.999999",
                           "training.threads=0", "training.stop_after_seconds=0",
                           "training.weight_decay=0", "training.max_grad_norm=0",
-                          "training.warmup_steps=0", "metrics.peak_tflops=0",
+                          "metrics.skip_first_steps=0", "metrics.peak_tflops=0",
                           "parallel.memory_limit_gb=0", "training.seed=0"})
     EXPECT_EQ(refusal({arg}), "") << arg;
   EXPECT_EQ(refusal({"parallel.zero_stage=3", "parallel.dp_shard=2"}, 2), "");

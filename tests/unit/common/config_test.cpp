@@ -147,6 +147,71 @@ TEST_F(ConfigTest, AnotherToolsSpellingNamesTheFtbenchKey) {
             std::string::npos);
 }
 
+// training.warmup_steps (steps left out of summaries) sat beside training.lr_warmup_steps and
+// read as the learning-rate warm-up; it is metrics.skip_first_steps now. The old name is
+// refused (exit 2, checked by loadError) with the new one in the hint, not "did you mean
+// 'training.lr_warmup_steps'".
+TEST_F(ConfigTest, RenamedKeyIsRefusedNamingItsNewName) {
+  const std::string hint =
+      "  hint: 'training.warmup_steps' is now called metrics.skip_first_steps; write "
+      "metrics.skip_first_steps (the first N steps (warm-up) are left out of summaries "
+      "(tokens/s, MFU, step times); not the learning-rate warm-up, training.lr_warmup_steps)";
+  EXPECT_EQ(loadError("[training]\nwarmup_steps = 3\n"),
+            "config error: " + run("r.toml") +
+                ":2: key 'training.warmup_steps': unknown key\n" + hint);
+  EXPECT_EQ(loadError("", {"training.warmup_steps=3"}),
+            "config error: override 'training.warmup_steps=3': key 'training.warmup_steps': "
+            "unknown key\n" + hint);
+  std::string path = write("runs/new.toml", "[metrics]\nskip_first_steps = 3\n");
+  EXPECT_EQ(Config::load(path, {}).getInt("metrics.skip_first_steps"), 3);
+}
+
+// A run.toml the trainer wrote before the rename (it starts with kRecordedConfigMark) reads
+// under the new name: aggregate and export still read old run directories.
+TEST_F(ConfigTest, RecordedRunTomlWithARenamedKeyReadsUnderTheNewName) {
+  const std::string body = "[model]\nname = \"tiny\"\n[training]\nwarmup_steps = 5\n";
+  const std::string recorded = std::string(kRecordedConfigMark) +
+                               " the resolved config of this run (written once)\n"
+                               "# config_hash = 0123456789abcdef\n" + body;
+  std::string path = write("runs/run.toml", recorded);
+  const Config cfg = Config::load(path, {});
+  EXPECT_EQ(cfg.getInt("metrics.skip_first_steps"), 5);
+  EXPECT_FALSE(cfg.has("training.warmup_steps"));
+  // Only a recorded config: a user's file with the old name is refused.
+  EXPECT_NE(loadError(body).find("is now called metrics.skip_first_steps"), std::string::npos);
+}
+
+TEST(SchemaTest, RenamedKeysPointToRealKeys) {
+  const Schema& schema = trainerSchema();
+  ASSERT_FALSE(renamedKeys().empty());
+  for (const RenamedKey& r : renamedKeys()) {
+    SCOPED_TRACE(r.old_key);
+    EXPECT_EQ(schema.find(r.old_key), nullptr);
+    EXPECT_NE(schema.find(r.key), nullptr);
+    EXPECT_EQ(renamedFrom(r.old_key), &r);
+    EXPECT_EQ(renamedTo(r.key), &r);
+  }
+}
+
+// Run directories are named by the hash of the resolved config; `expand --pending` finds the
+// finished ones by name. The hashes below are what the build before the rename computed
+// (sweep_tagger tag --hash --world-size 2) for these keys with training.warmup_steps left at
+// its default and set to 5: the renamed key hashes as its old name did.
+TEST(SchemaTest, RenamedKeyHashesAsItsOldNameDid) {
+  const std::vector<std::string> model = {
+      "model.name=t",        "model.dim=8",          "model.n_layers=1",
+      "model.n_heads=2",     "model.n_kv_heads=2",   "model.ffn_dim=16",
+      "model.vocab_size=32", "model.max_seq_len=16", "data.seq_len=16"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), model.begin(), model.end());
+    return Config::fromString("", "run.toml", extra);
+  };
+  EXPECT_EQ(configHash(with({}), 2), "c8c529675a8fd846");
+  EXPECT_EQ(configHash(with({"metrics.skip_first_steps=5"}), 2), "e6be0f7f58903b82");
+  EXPECT_EQ(formatTag(with({"metrics.skip_first_steps=5"}), 2, kDefaultTagFmt),
+            "t.ws2.e6be0f7f58903b82");
+}
+
 // Throughput-only sweeps had no way to skip the final checkpoint of every point.
 TEST(SchemaTest, CheckpointSaveFinalIsABoolOutsideTheRunIdentity) {
   const std::vector<std::string> model = {
@@ -554,10 +619,11 @@ TEST(ConfigErrorFormat, WithAndWithoutHint) {
 
 TEST(SchemaTest, TrainerSchemaKeys) {
   const Schema& s = trainerSchema();
-  EXPECT_EQ(s.keys().size(), 64u);  // 55 + parallel.bucket_mb + checkpoint.preempt_grace_s
+  EXPECT_EQ(s.keys().size(), 66u);  // 55 + parallel.bucket_mb + checkpoint.preempt_grace_s
                                     // + training.device + data.tokenizer/text_field/
                                     // prompt_field/completion_field
                                     // + parallel.local_collectives + checkpoint.save_final
+                                    // + training.fp32_gemm + training.attention
   ASSERT_NE(s.find("training.lr"), nullptr);
   EXPECT_EQ(s.find("training.lr")->type, ValueType::kFloat);
   EXPECT_EQ(std::get<double>(*s.find("training.lr")->default_value), 3e-4);

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "common/error.h"
 
 namespace ftb::launcher {
@@ -20,6 +22,116 @@ Failure sampleFailure() {
   f.note = "n";
   f.stderr_tail = {"line 1", "", "line\x00 3"};
   return f;
+}
+
+// The messages as the previous, hand-written to_json functions wrote them (JSON of the CBOR,
+// keys sorted; produced by that code from these samples): the wire format is unchanged, so
+// launchers of both builds still talk to each other.
+Failure sampleWireFailure() {
+  Failure f;
+  f.time_us = 1700000000123456;
+  f.node = 1;
+  f.host = "h";
+  f.ip = "10.77.0.12";
+  f.rank = 2;
+  f.local_rank = 0;
+  f.pid = 4242;
+  f.exit_code = 1;
+  f.signal = 9;
+  f.note = "n";
+  f.stderr_tail = {"line 1", ""};
+  return f;
+}
+NodeInfo sampleNodeInfo() {
+  NodeInfo n;
+  n.node = 3;
+  n.host = "host-a";
+  n.ip = "10.0.0.3";
+  n.iface = "eth0";
+  n.chosen = true;
+  n.cores = 64;
+  n.gpus = {"0", "1"};
+  n.nproc = 8;
+  n.preset = {{"OMP_NUM_THREADS", "2"}};
+  n.addrs = {{"lo", "127.0.0.1", 8, true}};
+  n.error = "boom";
+  n.cpu_model = "cpu";
+  n.worker_env = "A=1";
+  return n;
+}
+PlanMsg samplePlan() {
+  PlanMsg p;
+  p.plan.nodes.resize(1);
+  p.plan.nodes[0].host = "x";
+  p.plan.master_addr = "10.0.0.1";
+  p.plan.master_port = 1234;
+  p.plan.run_id = "rid";
+  p.plan.max_restarts = 2;
+  p.error = "";
+  return p;
+}
+StopMsg sampleStop() {
+  StopMsg s;
+  s.attempt = 1;
+  s.from_node = 2;
+  s.signal = 15;
+  s.reason = "r";
+  return s;
+}
+NodeEnd sampleNodeEnd() {
+  NodeEnd e;
+  e.attempt = 1;
+  e.node = 0;
+  e.shutdown_signal = 15;
+  e.all_clean = false;
+  e.stop_exit_code = 0;
+  e.stop_exit_time_us = 5;
+  e.failures = {sampleWireFailure()};
+  return e;
+}
+Decision sampleDecision() {
+  Decision d;
+  d.attempt = 2;
+  d.restart = true;
+  d.exit_code = 0;
+  d.next_port = 29501;
+  d.shutdown_signal = 0;
+  d.failures = {sampleWireFailure()};
+  return d;
+}
+
+std::string jsonOf(const std::string& cbor) { return nlohmann::json::from_cbor(cbor).dump(); }
+
+TEST(Wire, FormatIsTheOneTheHandWrittenFunctionsWrote) {
+  // The hand-written format plus the placement fields (gpu_source, cpu_core, cpu_numa,
+  // master_why): every field by its member name, keys sorted.
+  EXPECT_EQ(jsonOf(encode(sampleNodeInfo())),
+            R"({"addrs":[{"ip":"127.0.0.1","loopback":true,"name":"lo","prefix":8}],)"
+            R"("bind_cores":false,"chosen":true,"cores":64,"coretype_fix":"","coretype_note":"",)"
+            R"("cpu_core":[],"cpu_model":"cpu","cpu_numa":[],"cpus":[],"error":"boom",)"
+            R"("gpu_source":"","gpus":["0","1"],"host":"host-a",)"
+            R"("iface":"eth0","ip":"10.0.0.3","isa":"","node":3,"nproc":8,)"
+            R"("preset":{"OMP_NUM_THREADS":"2"},"tune_env":true,"worker_env":"A=1"})");
+  EXPECT_EQ(jsonOf(encode(samplePlan())),
+            R"({"error":"","master_addr":"10.0.0.1","master_port":1234,"master_why":"",)"
+            R"("max_restarts":2,"nodes":[{"addrs":[],"bind_cores":false,"chosen":false,)"
+            R"("cores":1,"coretype_fix":"","coretype_note":"","cpu_core":[],"cpu_model":"",)"
+            R"("cpu_numa":[],"cpus":[],"error":"","gpu_source":"","gpus":[],"host":"x",)"
+            R"("iface":"","ip":"","isa":"","node":0,"nproc":1,"preset":{},"tune_env":true,)"
+            R"("worker_env":""}],"run_id":"rid","source":""}));
+  EXPECT_EQ(jsonOf(encode(sampleStop())),
+            R"({"attempt":1,"from_node":2,"reason":"r","signal":15})");
+  EXPECT_EQ(jsonOf(encode(sampleNodeEnd())),
+            R"({"all_clean":false,"attempt":1,"failures":[{"exit_code":1,"host":"h",)"
+            R"("ip":"10.77.0.12","local_rank":0,"node":1,"note":"n","pid":4242,"rank":2,)"
+            R"("signal":9,)"
+            R"("stderr_tail":["line 1",""],"time_us":1700000000123456}],"node":0,)"
+            R"("shutdown_signal":15,"stop_exit_code":0,"stop_exit_time_us":5})");
+  EXPECT_EQ(jsonOf(encode(sampleDecision())),
+            R"({"attempt":2,"exit_code":0,"failures":[{"exit_code":1,"host":"h","ip":"10.77.0.12",)"
+            R"("local_rank":0,"node":1,"note":"n","pid":4242,"rank":2,"signal":9,)"
+            R"("stderr_tail":["line 1",""],"time_us":1700000000123456}],"next_port":29501,)"
+            R"("restart":true,"shutdown_signal":0})");
 }
 
 TEST(Wire, NodeInfoRoundTrip) {

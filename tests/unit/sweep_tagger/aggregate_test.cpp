@@ -29,7 +29,7 @@ struct Steps {
   std::vector<double> gemm_eff;  // empty: 2 x mfu
 };
 
-// 5 steps; warmup_steps = 2 in the config, so steps 2..4 are measured.
+// 5 steps; metrics.skip_first_steps = 2 in the config, so steps 2..4 are measured.
 Steps fiveSteps() {
   return Steps{{0.5, 0.3, 0.2, 0.4, 0.3}, {1000, 1000, 1000, 1000, 1000},
                {800, 700, 900, 600, 500}, {0.1, 0.2, 0.3, 0.1, 0.2},
@@ -37,7 +37,7 @@ Steps fiveSteps() {
 }
 
 Config runConfig(const std::vector<std::string>& extra = {}) {
-  std::vector<std::string> ov = {"training.warmup_steps=2", "metrics.price_per_hour=2.0"};
+  std::vector<std::string> ov = {"metrics.skip_first_steps=2", "metrics.price_per_hour=2.0"};
   ov.insert(ov.end(), extra.begin(), extra.end());
   return test::configFrom(test::kModelToml, ov);
 }
@@ -235,7 +235,7 @@ TEST_F(AggregateTableTest, FormatsParseAndQuote) {
       << md;
   // Constants one per line; MT/h and $/MT spelled out with the price used.
   EXPECT_EQ(md.rfind("Constant (identical in every run):\n\n- `data.", 0), 0u) << md;
-  EXPECT_NE(md.find("\n- `training.warmup_steps` = 2\n"), std::string::npos) << md;
+  EXPECT_NE(md.find("\n- `metrics.skip_first_steps` = 2\n"), std::string::npos) << md;
   EXPECT_NE(md.find("| M tokens/h global¹ | $/M tokens² |"), std::string::npos) << md;
   EXPECT_NE(md.find("¹ M tokens/h: million dataset (non-padding) tokens per hour over all devices"),
             std::string::npos);

@@ -324,7 +324,7 @@ std::string seedAxis(int n, const char* key = "training.seed") {
 TEST(Sweep, MoreThanTheMaximumPointsIsRefusedBeforeExpanding) {
   // Ten keys, any type: loadSweep checks names and lengths, the values come later.
   const std::vector<const char*> keys = {
-      "training.seed",    "training.max_steps",       "training.warmup_steps",
+      "training.seed",    "training.max_steps",       "metrics.skip_first_steps",
       "data.num_samples", "training.lr_warmup_steps", "training.threads",
       "data.pad_id",      "metrics.log_every",        "data.seq_len",
       "data.min_doc_len"};

@@ -157,7 +157,7 @@ TEST(CheckpointedBlock, BackwardOutsideGuardUsesForwardDtype) {
     EXPECT_EQ(maxAbsDiff(plain.dparams[i], params[i].grad()), 0.0) << i;
 }
 
-// Whole model: checkpoint_every = 1 ("full") and 2 give the same loss and the same
+// Whole model: recompute_every = 1 ("full") and 2 give the same loss and the same
 // gradient on every parameter as no checkpointing, in fp32 and bf16.
 TEST(CheckpointedBlock, WholeModelGradientsUnchanged) {
   ModelArgs a = smallArgs();

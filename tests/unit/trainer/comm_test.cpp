@@ -11,7 +11,7 @@
 // TCPStore + ProcessGroupGloo through initDistributed and reports through its exit
 // code (gtest exits non-zero on any failed expectation). The parent kills workers
 // that outlive the timeout and shows their logs on failure.
-#include "trainer/parallel/comm.h"
+#include "trainer/comm/comm.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

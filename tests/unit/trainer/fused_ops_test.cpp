@@ -1,9 +1,9 @@
-// The fused RMSNorm, RoPE, causal-softmax and SwiGLU kernels (trainer/model/fused_ops.h) against the ATen
-// composition they replace, forward and backward, in fp32 and bf16 (llm.c's habit: the
-// fast version checked against a plain reference). Also: the result does not depend
+// The fused RMSNorm, RoPE, causal-softmax and SwiGLU kernels (trainer/kernels/fused_ops.h)
+// against the ATen composition they replace, forward and backward, in fp32 and bf16 (llm.c's
+// habit: the fast version checked against a plain reference). Also: the result does not depend
 // on the number of intra-op threads, and non-contiguous inputs (the transposed q/k
 // views the model passes) give the same result as contiguous ones.
-#include "trainer/model/fused_ops.h"
+#include "trainer/kernels/fused_ops.h"
 
 #include <gtest/gtest.h>
 

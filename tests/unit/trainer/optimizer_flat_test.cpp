@@ -3,6 +3,7 @@
 // per-parameter update, and the gradient norm of such a buffer against the per-tensor one.
 #include <gtest/gtest.h>
 
+#include "trainer/kernels/tensor_runs.h"
 #include "trainer/optim/optimizer.h"
 
 namespace ftb {

@@ -4,6 +4,7 @@
 // - Adafactor (Shazeer & Stern 2018): rho_t = 1 - t^-0.8, R = rho R + (1-rho) rowmean(g^2+e1),
 //   C likewise over columns, V = outer(R, C) / mean(R), u = g / sqrt(V),
 //   u <- u / max(1, RMS(u)), p <- p - lr wd p - lr u.
+#include "trainer/kernels/tensor_runs.h"
 #include "trainer/optim/optimizer.h"
 
 #include <gtest/gtest.h>

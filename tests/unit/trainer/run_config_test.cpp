@@ -199,8 +199,8 @@ TEST(TrainConfig, OtherInvariantsNameTheNumbers) {
   expectConfigError([] { load({"training.micro_batch_size=0"}, 1); }, {"0 is out of range: expected an integer >= 1"});
   expectConfigError([] { load({"training.activation_checkpointing=\"every_0\""}, 1); },
                     {"every_N"});
-  EXPECT_EQ(load({"training.activation_checkpointing=\"every_3\""}, 1).checkpoint_every, 3);
-  EXPECT_EQ(load({"training.activation_checkpointing=\"full\""}, 1).checkpoint_every, 1);
+  EXPECT_EQ(load({"training.activation_checkpointing=\"every_3\""}, 1).activation_checkpointing, 3);
+  EXPECT_EQ(load({"training.activation_checkpointing=\"full\""}, 1).activation_checkpointing, 1);
 }
 
 // A pad_id outside [0, vocab_size) would die in the embedding lookup of the first

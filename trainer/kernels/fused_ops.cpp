@@ -1,4 +1,4 @@
-#include "trainer/model/fused_ops.h"
+#include "trainer/kernels/fused_ops.h"
 
 #include <ATen/Parallel.h>
 

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "trainer/train.h"
+#include "trainer/loop/hooks.h"
 
 namespace ftb {
 
@@ -43,21 +43,6 @@ class StepProfiler final : public StepHooks {
   int rank_ = 0;
   bool recording_ = false;
   int64_t first_ = -1, last_done_ = -1;  // steps recorded so far
-};
-
-// Runs several hooks in the order given; ignores null entries. The session gives the
-// profiler first, then the checkpoint hook, so a save after step b is outside the trace.
-class HookList final : public StepHooks {
- public:
-  explicit HookList(std::vector<StepHooks*> hooks) : hooks_(std::move(hooks)) {}
-  void onStart(TrainContext& ctx, TrainState& state) override;
-  void onStepBegin(TrainContext& ctx, int64_t step) override;
-  void onStepEnd(TrainContext& ctx, const StepEnd& end) override;
-  // The first non-empty answer of the hooks, in order.
-  std::string lastCheckpoint() const override;
-
- private:
-  std::vector<StepHooks*> hooks_;
 };
 
 // <run_dir>/traces/rank_NNNNN.json

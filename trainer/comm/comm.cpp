@@ -1,4 +1,4 @@
-#include "trainer/parallel/comm.h"
+#include "trainer/comm/comm.h"
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 

@@ -15,7 +15,7 @@
 
 #include <torch/torch.h>
 
-#include "trainer/parallel/comm.h"
+#include "trainer/comm/comm.h"
 
 namespace ftb {
 

@@ -1,4 +1,4 @@
-#include "trainer/train.h"
+#include "trainer/loop/train.h"
 
 #include <unistd.h>
 
@@ -12,6 +12,8 @@
 #include "common/log.h"
 #include "common/run_control.h"
 #include "trainer/data/dataset.h"
+#include "trainer/hf/pretrained.h"
+#include "trainer/kernels/tensor_runs.h"
 #include "trainer/metrics/perf.h"
 #include "trainer/parallel/parallelize.h"
 
@@ -84,17 +86,6 @@ double stopVote(const TrainConfig& tc, int rank, double elapsed) {
   return rank == 0 && tc.stop_after_seconds > 0 && elapsed >= tc.stop_after_seconds ? 0.5 : 0.0;
 }
 
-// The loop's collaborators, built once.
-struct Loop {
-  const TrainConfig& tc;
-  Comm& world;
-  Mesh& mesh;
-  Transformer& model;
-  GradSync& sync;
-  Optimizer& opt;
-  const Dataset& ds;
-};
-
 // Moves the collective time accrued since `since` (collectiveSeconds()) from `phase`
 // to `comm`; returns the new mark.
 double moveCollectiveTime(double since, double& phase, double& comm) {
@@ -115,17 +106,17 @@ double globalPositions(Comm& world, int64_t local, int64_t tp) {
 // Data, forward and backward of every micro-batch of `step`: adds this rank's
 // [loss sum, padded, dataset] to `a` and the phase times to `r`; returns the global
 // batch's non-padding positions (the loss normaliser).
-double forwardBackward(const Loop& l, int64_t step, StepRecord& r, Agreement& a) {
-  const TrainConfig& tc = l.tc;
+double forwardBackward(const TrainContext& ctx, int64_t step, StepRecord& r, Agreement& a) {
+  const TrainConfig& tc = ctx.tc;
   double t = nowSeconds();
   StepBatches mine;
   {
-    RECORD_USER_SCOPE("data");  // named ranges for traces: trainer/metrics/profiler.h
-    mine = rankBatches(l.ds, tc, step, l.mesh.dpRank());  // tp ranks share data
+    RECORD_USER_SCOPE("data");  // named ranges for traces: trainer/loop/profiler.h
+    mine = rankBatches(ctx.ds, tc, step, ctx.mesh.dpRank());  // tp ranks share data
   }
   t = lap(r.data, t);
-  const double positions = globalPositions(l.world, mine.positions, tc.tp);
-  l.sync.beginStep();  // ZeRO-3: all-gather of the root unit
+  const double positions = globalPositions(ctx.world, mine.positions, tc.tp);
+  ctx.sync.beginStep();  // ZeRO-3: all-gather of the root unit
   t = lap(r.comm, t);
   for (size_t m = 0; m < mine.micro.size(); ++m) {
     const Batch& b = mine.micro[m];
@@ -133,11 +124,11 @@ double forwardBackward(const Loop& l, int64_t step, StepRecord& r, Agreement& a)
     double c = collectiveSeconds();
     {
       RECORD_USER_SCOPE("forward");
-      loss_sum = l.model->lossSum(l.model->forward(b.inputs), b.targets, b.mask);
+      loss_sum = ctx.model->lossSum(ctx.model->forward(b.inputs), b.targets, b.mask);
     }
     t = lap(r.fwd, t);
     c = moveCollectiveTime(c, r.fwd, r.comm);
-    l.sync.beforeBackward(m + 1 == mine.micro.size());
+    ctx.sync.beforeBackward(m + 1 == mine.micro.size());
     {
       RECORD_USER_SCOPE("backward");
       (loss_sum / positions).backward();
@@ -152,21 +143,21 @@ double forwardBackward(const Loop& l, int64_t step, StepRecord& r, Agreement& a)
 }
 
 // Gradient sync, the step agreement and the optimizer update.
-Agreement syncAndUpdate(const Loop& l, int64_t step, double positions, double elapsed,
+Agreement syncAndUpdate(const TrainContext& ctx, int64_t step, double positions, double elapsed,
                         StepRecord& r, Agreement a) {
-  const TrainConfig& tc = l.tc;
+  const TrainConfig& tc = ctx.tc;
   double t = nowSeconds();
   {
     RECORD_USER_SCOPE("gradient_sync");
-    l.sync.finishGradients();
+    ctx.sync.finishGradients();
   }
   const double tn = nowSeconds();
-  a.grad_sq = l.sync.localSquaredNorm();  // a local reduction: timed as optimizer work
+  a.grad_sq = ctx.sync.localSquaredNorm();  // a local reduction: timed as optimizer work
   const double norm_s = nowSeconds() - tn;
-  a.stop = stopVote(tc, l.world.rank(), elapsed);
+  a.stop = stopVote(tc, ctx.world.rank(), elapsed);
   a.over_memory = tc.memory_limit_bytes > 0 && double(peakRssBytes()) > tc.memory_limit_bytes;
   const double ta = nowSeconds();
-  Agreement g = agree(l.world, a);
+  Agreement g = agree(ctx.world, a);
   r.agree = nowSeconds() - ta;
   t = lap(r.comm, t);
   r.comm -= norm_s;
@@ -178,12 +169,12 @@ Agreement syncAndUpdate(const Loop& l, int64_t step, double positions, double el
   r.lr = lrAt(tc, step);
   {
     RECORD_USER_SCOPE("optimizer");
-    std::vector<torch::Tensor> grads = l.sync.gradients();
+    std::vector<torch::Tensor> grads = ctx.sync.gradients();
     if (tc.max_grad_norm > 0 && r.grad_norm > tc.max_grad_norm)
       scaleGrads(grads, tc.max_grad_norm / (r.grad_norm + 1e-6));
-    l.opt.step(grads, r.lr, l.sync.optimizerZeroesGrads());
+    ctx.opt.step(grads, r.lr, ctx.sync.optimizerZeroesGrads());
   }
-  l.sync.afterOptimizer();
+  ctx.sync.afterOptimizer();
   lap(r.opt, t);
   r.opt += norm_s;
   return g;
@@ -278,6 +269,7 @@ TrainSummary train(const TrainConfig& tc, const Dataset& ds, Distributed& dist,
   Mesh mesh = buildMesh(dist, tc);
   recordTransports(dist, metrics);
   ParallelModel pm = parallelize(tc, mesh);
+  if (!tc.from_pretrained.empty()) hf::loadPretrained(tc, mesh, *pm.sync);
   OptimizerOptions oo{tc.optimizer, tc.beta1, tc.beta2, tc.eps, tc.weight_decay};
   std::unique_ptr<Optimizer> opt = makeOptimizer(pm.sync->optimizerParams(), oo);
   if (world.rank() == 0)
@@ -285,8 +277,7 @@ TrainSummary train(const TrainConfig& tc, const Dataset& ds, Distributed& dist,
                       << tc.model.flopsPerToken(tc.seq_len) / 1e6 << " MFLOP/token; global batch "
                       << tc.globalBatch() << " x " << tc.seq_len << " tokens, world "
                       << world.size());
-  const Loop loop{tc, world, mesh, pm.model, *pm.sync, *opt, ds};
-  TrainContext ctx{tc, mesh, pm.model, *pm.sync, *opt, metrics};
+  TrainContext ctx{tc, world, mesh, pm.model, *pm.sync, *opt, metrics, ds};
   StepHooks no_hooks;
   if (!hooks) hooks = &no_hooks;
   TrainState state;
@@ -301,9 +292,9 @@ TrainSummary train(const TrainConfig& tc, const Dataset& ds, Distributed& dist,
     const double t0 = nowSeconds();
     StepRecord r;
     Agreement a;
-    const double positions = forwardBackward(loop, state.step, r, a);
+    const double positions = forwardBackward(ctx, state.step, r, a);
     pollControl(run_dir, world.rank(), a);
-    Agreement g = syncAndUpdate(loop, state.step, positions, log.elapsed(), r, a);
+    Agreement g = syncAndUpdate(ctx, state.step, positions, log.elapsed(), r, a);
     r.total = nowSeconds() - t0;
     log.record(state.step, r);
     checkStep(tc, state.step, r, g);

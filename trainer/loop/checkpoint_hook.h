@@ -1,4 +1,4 @@
-// The training loop's checkpoint hooks (StepHooks, trainer/train.h): restore before the
+// The training loop's checkpoint hooks (StepHooks, trainer/loop/hooks.h): restore before the
 // first step, save after a step when due.
 //
 // Contract: onStart() (collective) loads the planned checkpoint into the live model,
@@ -16,15 +16,14 @@
 #include <string>
 
 #include "trainer/checkpoint/checkpointer.h"
-#include "trainer/train.h"
+#include "trainer/loop/hooks.h"
 
 namespace ftb {
 
 class CheckpointHook final : public StepHooks {
  public:
   CheckpointHook(const TrainConfig& tc, std::optional<ResumePoint> plan,
-                 std::unique_ptr<Checkpointer> saver, int rank)
-      : tc_(tc), plan_(std::move(plan)), saver_(std::move(saver)), rank_(rank) {}
+                 std::unique_ptr<Checkpointer> saver, int rank);
 
   void onStart(TrainContext& ctx, TrainState& state) override;
   void onStepEnd(TrainContext& ctx, const StepEnd& end) override;

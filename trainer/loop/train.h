@@ -29,57 +29,11 @@
 #include "common/h5_metrics.h"
 #include "common/run_config.h"
 #include "trainer/data/dataset.h"
-#include "trainer/model/llama.h"
-#include "trainer/optim/optimizer.h"
+#include "trainer/loop/hooks.h"
+#include "trainer/loop/step_log.h"
 #include "trainer/parallel/dist.h"
-#include "trainer/parallel/grad_sync.h"
-#include "trainer/parallel/mesh.h"
-#include "trainer/step_log.h"
 
 namespace ftb {
-
-// Where the loop (re)starts. Invariant: `step` is the index of the next step to run;
-// the data position and learning rate derive from it.
-struct TrainState {
-  int64_t step = 0;
-};
-
-// What step hooks may read and modify; valid for the duration of train().
-struct TrainContext {
-  const TrainConfig& tc;
-  Mesh& mesh;
-  Transformer& model;
-  GradSync& sync;   // sync.optimizerParams(): the tensors the optimizer updates
-  Optimizer& opt;
-  MetricsFile& metrics;
-};
-
-// The end of one step, as every rank agreed in the step's all-reduce.
-struct StepEnd {
-  int64_t step = 0;      // 0-based index of the step just completed
-  bool last = false;     // no further step runs (max_steps reached, or stopping)
-  int stop_signal = 0;   // a signal on some rank stops the run after this step (else 0)
-  bool stop_time = false;  // training.stop_after_seconds reached
-  bool save_now = false;   // `launcher ctl save|stop`: checkpoint after this step
-  bool stop_ctl = false;   // `launcher ctl stop`: last is true, the run ends as preempted
-};
-
-// Checkpoint seam. Every rank calls each hook at the same point (hooks may run
-// collectives over ctx.mesh / the world Comm). Exceptions propagate out of train().
-class StepHooks {
- public:
-  virtual ~StepHooks() = default;
-  // Once, after model, gradient sync and optimizer are built and before the first
-  // step: may restore their state and set state.step (then call ctx.sync.paramsLoaded()).
-  virtual void onStart(TrainContext& ctx, TrainState& state) { (void)ctx, (void)state; }
-  // Before step `step` reads its data (no collective may run here).
-  virtual void onStepBegin(TrainContext& ctx, int64_t step) { (void)ctx, (void)step; }
-  // After each step's optimizer update and metrics row, before the next step: the model
-  // and optimizer hold the state after step end.step (resume at end.step + 1).
-  virtual void onStepEnd(TrainContext& ctx, const StepEnd& end) { (void)ctx, (void)end; }
-  // The newest checkpoint this run saved or resumed from ("" when none): for ctl replies.
-  virtual std::string lastCheckpoint() const { return ""; }
-};
 
 // A non-finite loss or gradient norm: status "failed", exit code 6.
 class TrainingDiverged : public FtbError {

@@ -1,4 +1,4 @@
-#include "trainer/metrics/profiler.h"
+#include "trainer/loop/profiler.h"
 
 #include <torch/csrc/autograd/profiler_legacy.h>
 
@@ -116,27 +116,6 @@ void StepProfiler::onStepEnd(TrainContext& ctx, const StepEnd& end) {
   if (!recording_) return;
   last_done_ = end.step;
   if (end.step == steps_[1] || end.last) stop(end.step);
-}
-
-void HookList::onStart(TrainContext& ctx, TrainState& state) {
-  for (StepHooks* h : hooks_)
-    if (h) h->onStart(ctx, state);
-}
-
-void HookList::onStepBegin(TrainContext& ctx, int64_t step) {
-  for (StepHooks* h : hooks_)
-    if (h) h->onStepBegin(ctx, step);
-}
-
-void HookList::onStepEnd(TrainContext& ctx, const StepEnd& end) {
-  for (StepHooks* h : hooks_)
-    if (h) h->onStepEnd(ctx, end);
-}
-
-std::string HookList::lastCheckpoint() const {
-  for (StepHooks* h : hooks_)
-    if (h && !h->lastCheckpoint().empty()) return h->lastCheckpoint();
-  return "";
 }
 
 }  // namespace ftb

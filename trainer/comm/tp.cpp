@@ -1,6 +1,6 @@
-#include "trainer/parallel/tp.h"
+#include "trainer/comm/tp.h"
 
-#include "trainer/model/fused_ops.h"
+#include "trainer/kernels/fused_ops.h"
 
 namespace ftb {
 namespace {

@@ -1,4 +1,4 @@
-#include "trainer/step_log.h"
+#include "trainer/loop/step_log.h"
 
 #include <torch/torch.h>
 
@@ -81,7 +81,7 @@ void StepLog::record(int64_t step, const StepRecord& r) {
   }
   sum_.last_loss = r.loss;
   sum_.steps = step + 1;
-  if (step >= tc_.warmup_steps) {
+  if (step >= tc_.skip_first_steps) {
     step_times_.push_back(r.total);
     for (auto [a, b] : {std::pair{&acc_.data, r.data}, {&acc_.fwd, r.fwd}, {&acc_.bwd, r.bwd},
                         {&acc_.opt, r.opt}, {&acc_.comm, r.comm}, {&acc_.total, r.total},
@@ -173,7 +173,7 @@ void printSummary(const TrainConfig& tc, const TrainSummary& s, const RunPeaks& 
                   const std::string& run_dir) {
   std::ostringstream os;
   os << "\n== ftbench summary (" << s.measured_steps << " measured steps after "
-     << std::min(tc.warmup_steps, s.steps) << " warmup) ==\n";
+     << std::min(tc.skip_first_steps, s.steps) << " warmup) ==\n";
   summaryRow(os, "model", tc.model.name + " (" + formatFixed(tc.model.numParams() / 1e6, 2) +
                               " M params)");
   summaryRow(os, "layout",
@@ -190,8 +190,8 @@ void printSummary(const TrainConfig& tc, const TrainSummary& s, const RunPeaks& 
     summaryRow(os, "throughput",
                s.steps == 0 ? "not measured: this process ran no step"
                             : "not measured: every step of this process was warm-up "
-                              "(training.warmup_steps = " +
-                                  std::to_string(tc.warmup_steps) + ")");
+                              "(metrics.skip_first_steps = " +
+                                  std::to_string(tc.skip_first_steps) + ")");
   summaryRow(os, "peak RSS (max over ranks)", formatFixed(s.peak_rss_max / (1 << 20), 1) + " MiB");
   if (s.steps > 0)
     summaryRow(os, "loss first / last", formatFixed(s.first_loss, 5) + " / " + formatFixed(s.last_loss, 5));

@@ -1,10 +1,17 @@
-#include "trainer/checkpoint/hook.h"
+#include "trainer/loop/checkpoint_hook.h"
 
 #include "common/error.h"
 #include "common/log.h"
+#include "trainer/loop/train.h"
 #include "trainer/metrics/perf.h"
 
 namespace ftb {
+
+CheckpointHook::CheckpointHook(const TrainConfig& tc, std::optional<ResumePoint> plan,
+                               std::unique_ptr<Checkpointer> saver, int rank)
+    : tc_(tc), plan_(std::move(plan)), saver_(std::move(saver)), rank_(rank) {
+  saver_->setStopSeen([] { return g_stop_seen_ns.load() != 0; });
+}
 
 void CheckpointHook::onStart(TrainContext& ctx, TrainState& state) {
   if (!plan_) return;

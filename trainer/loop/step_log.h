@@ -6,7 +6,7 @@
 //   every rank: loss, grad norm, token counts from the step's all-reduce).
 // - StepLog::record() appends the row for 0-based step index `step`; the row's `step`
 //   column is that index, and the progress line counts steps done ("step s+1/max").
-//   Steps >= training.warmup_steps enter the summary.
+//   Steps >= metrics.skip_first_steps enter the summary.
 // - StepLog::finish() is collective (the peak RSS max over ranks).
 // - mfu divides the model FLOP/s per device by the hardware peak, gemm_efficiency by
 //   the GEMM measured at start (trainer/metrics/peaks.h); either is NaN when its
@@ -20,7 +20,7 @@
 #include "common/h5_metrics.h"
 #include "common/run_config.h"
 #include "trainer/metrics/peaks.h"
-#include "trainer/parallel/comm.h"
+#include "trainer/comm/comm.h"
 
 namespace ftb {
 
