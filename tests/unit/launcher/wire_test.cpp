@@ -118,7 +118,7 @@ TEST(Wire, FormatIsTheOneTheHandWrittenFunctionsWrote) {
             R"("cores":1,"coretype_fix":"","coretype_note":"","cpu_core":[],"cpu_model":"",)"
             R"("cpu_numa":[],"cpus":[],"error":"","gpu_source":"","gpus":[],"host":"x",)"
             R"("iface":"","ip":"","isa":"","node":0,"nproc":1,"preset":{},"tune_env":true,)"
-            R"("worker_env":""}],"run_id":"rid","source":""}));
+            R"("worker_env":""}],"run_id":"rid","source":""})");
   EXPECT_EQ(jsonOf(encode(sampleStop())),
             R"({"attempt":1,"from_node":2,"reason":"r","signal":15})");
   EXPECT_EQ(jsonOf(encode(sampleNodeEnd())),
