@@ -23,7 +23,9 @@
 #   port      this build against a baseline build (FTB_BASELINE_BUILD, e.g. the last
 #             libtorch 1.13 commit built in its own folder): D512/L8 fp32 and bf16 and the
 #             tiny model, alternating rounds, with the tiny model's PyTorch eager step
-# Usage: scripts/bench.sh [trainer|eager|dpscale|memory|launcher|aggregate|data|hfload|textdata|ckpt|port ...]
+#   gloo      torch 2.x Gloo's own collectives (bf16 all-reduce, reduce_scatter_tensor) against
+#             the forms Comm uses on Gloo, 2 ranks over TCP loopback
+# Usage: scripts/bench.sh [trainer|eager|dpscale|memory|launcher|aggregate|data|hfload|textdata|ckpt|port|gloo ...]
 #        (default: all but hfload, ckpt and port)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -345,6 +347,7 @@ for b in "${which[@]}"; do
     textdata) bench_textdata ;;
     ckpt) bench_ckpt ;;
     port) bench_port ;;
+    gloo) "$PY" scripts/bench_gloo.py > "$OUT/gloo.md" && cat "$OUT/gloo.md" ;;
     launcher) scripts/bench_launcher.sh ;;
     aggregate) if [ -x scripts/bench_aggregate.sh ]; then scripts/bench_aggregate.sh; else echo "bench: aggregate benchmark not available yet" >&2; fi ;;
     *) echo "bench: unknown benchmark '$b'; expected trainer, eager, dpscale, memory, launcher, aggregate, data, hfload, textdata or ckpt (see the list at the top of scripts/bench.sh)" >&2; exit 2 ;;

@@ -35,7 +35,7 @@ DeviceChoice resolveDevice(const std::string& device, const std::string& backend
     c.problem_key = "training.device";
     c.problem = "\"" + device + "\" resolves to " + c.device + (device == "auto" ? " (backend nccl)" : "") +
                 " but " + std::to_string(cuda_devices) + " CUDA device(s) are visible" +
-                (cuda_devices == 0 ? " (this libtorch has no CUDA, or CUDA_VISIBLE_DEVICES hides them)" : "") +
+                (cuda_devices == 0 ? " (no GPU on this machine, or CUDA_VISIBLE_DEVICES hides them)" : "") +
                 "; use \"cpu\" or \"auto\"";
   }
   return c;

@@ -42,8 +42,8 @@ TEST(ResolveDevice, ExplicitDevices) {
 TEST(ResolveDevice, ProblemsNameTheKeyAndTheFix) {
   DeviceChoice none = resolveDevice("cuda", "auto", 1, 0);
   EXPECT_EQ(none.problem_key, "training.device");
-  EXPECT_EQ(none.problem, "\"cuda\" resolves to cuda:1 but 0 CUDA device(s) are visible (this "
-                          "libtorch has no CUDA, or CUDA_VISIBLE_DEVICES hides them); use \"cpu\" "
+  EXPECT_EQ(none.problem, "\"cuda\" resolves to cuda:1 but 0 CUDA device(s) are visible (no "
+                          "GPU on this machine, or CUDA_VISIBLE_DEVICES hides them); use \"cpu\" "
                           "or \"auto\"");
   EXPECT_EQ(resolveDevice("cuda:8", "gloo", 0, 8).problem_key, "training.device");
   DeviceChoice nccl_cpu = resolveDevice("cpu", "nccl", 0, 8);
