@@ -162,10 +162,10 @@ void addTraining(Schema& sc) {
               "\"none\" | \"full\" | \"every_N\""));
   sc.add(spec("training.threads", kInt, i(0), "intra-op threads; 0 = OMP_NUM_THREADS or 1"),
          atLeast(0));
-  sc.add(spec("training.attention", kString, s("sdpa"),
-              "causal attention kernel: \"sdpa\" (libtorch's scaled_dot_product_attention, a "
-              "fused flash-attention kernel; faster on the CPU in scripts/bench.sh port) | "
-              "\"fused_softmax\" (q k^T, ftbench's fused fp32 causal softmax, probs v)",
+  sc.add(spec("training.attention", kString, s("fused_softmax"),
+              "causal attention kernel: \"fused_softmax\" (q k^T, ftbench's fused fp32 causal "
+              "softmax, probs v) | \"sdpa\" (libtorch's scaled_dot_product_attention, a fused "
+              "flash-attention kernel; not faster on the CPU in scripts/bench.sh port)",
               kNoTag));
   sc.add(spec("training.fp32_gemm", kString, s("auto"),
               "BLAS of the model's fp32 CPU projections: \"auto\" (the faster of the two on a "

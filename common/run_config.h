@@ -74,7 +74,7 @@ struct TrainingConfig {
   double lr = 0, weight_decay = 0, max_grad_norm = 0, beta1 = 0, beta2 = 0, eps = 0;
   int64_t lr_warmup_steps = 0, seed = 0, threads = 0;
   std::string fp32_gemm = "auto";  // "auto" | "aten" | "openblas" (trainer/model/linear.h)
-  std::string attention = "sdpa";  // "sdpa" | "fused_softmax" (trainer/model/llama.h)
+  std::string attention = "fused_softmax";  // "fused_softmax" | "sdpa" (trainer/model/llama.h)
   std::string device = "auto";  // "auto" | "cpu" | "cuda" | "cuda:N" (checked syntax)
   std::string optimizer;  // "adamw" | "adafactor"
   DType dtype = DType::kFp32;

@@ -164,12 +164,11 @@ bench_port() {
           --config configs/runs/bench-d512.toml --no-sweep-dir training.dtype=$dtype \
           --output-dir "$runs/d512_$dtype.$tag.r$round"
       done
-      if [ $tag = new ]; then  # the hand-written attention kernel, for the SDPA choice
+      if [ $tag = new ]; then  # libtorch's fused SDPA kernel against the default attention
         for dtype in fp32 bf16; do
-          launch 1 "$runs/d512_${dtype}_fusedsoftmax.new.r$round.log" -- "$build/trainer/trainer" \
+          launch 1 "$runs/d512_${dtype}_sdpa.new.r$round.log" -- "$build/trainer/trainer" \
             --config configs/runs/bench-d512.toml --no-sweep-dir training.dtype=$dtype \
-            training.attention=fused_softmax \
-            --output-dir "$runs/d512_${dtype}_fusedsoftmax.new.r$round"
+            training.attention=sdpa --output-dir "$runs/d512_${dtype}_sdpa.new.r$round"
         done
       fi
       launch 1 "$runs/tiny.$tag.r$round.log" -- "$build/trainer/trainer" "${tiny[@]}" \
@@ -350,6 +349,6 @@ for b in "${which[@]}"; do
     gloo) "$PY" scripts/bench_gloo.py > "$OUT/gloo.md" && cat "$OUT/gloo.md" ;;
     launcher) scripts/bench_launcher.sh ;;
     aggregate) if [ -x scripts/bench_aggregate.sh ]; then scripts/bench_aggregate.sh; else echo "bench: aggregate benchmark not available yet" >&2; fi ;;
-    *) echo "bench: unknown benchmark '$b'; expected trainer, eager, dpscale, memory, launcher, aggregate, data, hfload, textdata or ckpt (see the list at the top of scripts/bench.sh)" >&2; exit 2 ;;
+    *) echo "bench: unknown benchmark '$b'; expected trainer, eager, dpscale, memory, launcher, aggregate, data, hfload, textdata, ckpt, port or gloo (see the list at the top of scripts/bench.sh)" >&2; exit 2 ;;
   esac
 done
