@@ -11,11 +11,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <type_traits>
 
+#include "common/checked_math.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "common/files.h"
@@ -30,11 +33,33 @@ json sliceJson(const CkptSlice& s) {
   return {{"file", s.file}, {"dataset", s.dataset}, {"offset", s.offset}, {"size", s.size}};
 }
 
+// "" when every number in `v` (recursively) is an integer an int64_t holds, else the
+// first one that is not: JSON allows 1e300 or 2^64 where the manifest stores int64, and
+// converting those to int64_t is undefined (found by tests/fuzz/fuzz_manifest).
+std::string nonInt64Number(const json& v) {
+  if (v.is_array() || v.is_object()) {
+    for (const json& e : v)
+      if (std::string bad = nonInt64Number(e); !bad.empty()) return bad;
+    return "";
+  }
+  if (!v.is_number() ||
+      v.is_number_integer() && (!v.is_number_unsigned() ||
+                                v.get<uint64_t>() <= uint64_t(std::numeric_limits<int64_t>::max())))
+    return "";
+  return v.dump();
+}
+
 // Typed field access that names the manifest and the field on failure.
 template <typename T>
 T field(const json& j, const char* key, const std::string& where, const std::string& path) {
   if (!j.is_object() || !j.contains(key))
     throw CheckpointError(path, "manifest is missing '" + where + key + "'");
+  if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, std::vector<int64_t>> ||
+                std::is_same_v<T, std::map<std::string, int64_t>>) {
+    if (std::string bad = nonInt64Number(j.at(key)); !bad.empty())
+      throw CheckpointError(path, "manifest field '" + where + key + "' holds " + bad +
+                                      ", not an integer of 64 bits");
+  }
   try {
     return j.at(key).get<T>();
   } catch (const json::exception& e) {
@@ -59,7 +84,8 @@ CkptTensor parseTensor(const json& j, const std::string& name, const std::string
                                       std::to_string(c.offset.size()) + "-D offset but the tensor is " +
                                       std::to_string(t.shape.size()) + "-D");
     for (size_t d = 0; d < t.shape.size(); ++d)
-      if (c.offset[d] < 0 || c.size[d] < 0 || c.offset[d] + c.size[d] > t.shape[d])
+      if (c.offset[d] < 0 || c.size[d] < 0 || t.shape[d] < 0 || c.offset[d] > t.shape[d] ||
+          c.size[d] > t.shape[d] - c.offset[d])
         throw CheckpointError(path, "manifest slice of '" + name + "' in " + c.file +
                                         " lies outside the tensor's shape in dimension " +
                                         std::to_string(d));
@@ -275,9 +301,11 @@ void checkManifestStructure(const Manifest& m, const std::string& dir, const std
   const CkptLayout& l = m.layout;
   for (int64_t v : {l.world, l.dp_replicate, l.dp_shard, l.tp, l.nodes})
     if (v < 1) bad("layout has a size below 1 (world, dp_replicate, dp_shard, tp, nodes)");
-  if (l.world != l.dp_replicate * l.dp_shard * l.tp)
-    bad("layout.world " + std::to_string(l.world) + " is not dp_replicate x dp_shard x tp = " +
-        std::to_string(l.dp_replicate * l.dp_shard * l.tp));
+  const std::optional<int64_t> product = checkedProduct({l.dp_replicate, l.dp_shard, l.tp});
+  if (!product || l.world != *product)
+    bad("layout.world " + std::to_string(l.world) + " is not dp_replicate x dp_shard x tp (" +
+        std::to_string(l.dp_replicate) + " x " + std::to_string(l.dp_shard) + " x " +
+        std::to_string(l.tp) + ")");
   if (l.zero_stage < 0 || l.zero_stage > 3) bad("layout.zero_stage is not 0..3");
   if (int64_t(m.files.size()) != l.world)
     bad("lists " + std::to_string(m.files.size()) + " files for layout.world " +

@@ -225,6 +225,23 @@ TEST(CheckpointUntrusted, UnknownDtypeWorldAndDuplicateKeysAreRefused) {
   EXPECT_NE(problemOf(dir).find("has the key 'step' twice"), std::string::npos) << problemOf(dir);
 }
 
+// JSON numbers an int64 field cannot hold: converting them was undefined behaviour
+// (tests/fuzz/fuzz_manifest found a 86-digit layout.nodes, which nlohmann reads as a double).
+TEST(CheckpointUntrusted, NumbersAnInt64CannotHoldAreRefused) {
+  std::string dir = makeCheckpoint(tempDir(), 4);
+  const std::string text = readText(dir + "/manifest.json");
+  for (const std::string& bad :
+       {std::string("1e300"), std::string("18446744073709551615"), std::string("2.5")}) {
+    std::string t = text;
+    const std::string key = "\"nodes\": 1";
+    ASSERT_NE(t.find(key), std::string::npos) << t;
+    t.replace(t.find(key), key.size(), "\"nodes\": " + bad);
+    writeBytes(dir + "/manifest.json", t);
+    std::string p = problemOf(dir);
+    EXPECT_NE(p.find("manifest field 'layout.nodes' holds"), std::string::npos) << bad << ": " << p;
+  }
+}
+
 // "%.17g": how ftbench spelled config floats in manifests before formatDouble became its
 // one float spelling (it took the shortest of %.15g..%.17g that read back exactly).
 std::string oldSpelling(double v, int prec) {
