@@ -94,8 +94,6 @@ double RssWatch::windowS() const {
   return samples_.size() < 2 ? std::nan("") : samples_.back().first - samples_.front().first;
 }
 
-static_assert(KeptPagesBound::kPurgeAtS < RssWatch::kSettleS, "see KeptPagesBound");
-
 void KeptPagesBound::observe(double since_measured_s, int64_t step) {
   if (since_measured_s < kPurgeAtS || base_ == kOff) return;
   const int64_t kept = allocatorDirtyBytes();
@@ -123,9 +121,11 @@ void KeptPagesBound::purge(int64_t kept, int64_t step) {
   }
   ++purges_;
   last_purge_step_ = step;
+  if (first_purge_step_ < 0) first_purge_step_ = step;
   FTB_DEBUG("allocator kept " << mib(double(kept)) << " of freed pages at step " << step
-                              << " (a step keeps " << mib(double(base_))
-                              << "): returned them to the OS");
+                              << (base_ < 0 ? " (the first return)"
+                                            : " (a step keeps " + mib(double(base_)) + ")")
+                              << ": returned them to the OS");
 }
 
 StepLog::StepLog(const TrainConfig& tc, MetricsFile& metrics, const RunPeaks& peaks, int rank,
@@ -151,7 +151,7 @@ void StepLog::record(int64_t step, const StepRecord& r) {
   const double since_measured = t_measured_ < 0 ? -1 : elapsed() - t_measured_;
   kept_.observe(since_measured, step);
   const int64_t rss = currentRssBytes();
-  rss_.observe(since_measured, rss);
+  rss_.observe(kept_.settled(step) ? since_measured : -1, rss);
   metrics_.appendStep({{"step", double(step)},
                        {"time_s", metrics_.resumedTimeS() + elapsed()},
                        {"step_time_s", r.total},

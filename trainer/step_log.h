@@ -9,7 +9,8 @@
 //   Steps >= training.warmup_steps enter the summary.
 // - StepLog::finish() is collective (the peak RSS and RSS growth, max over ranks).
 // - RSS watch (trainer/README.md "Metrics"): from the first step at least
-//   RssWatch::kSettleS after the first measured step (past warm-up), this rank's RSS is
+//   RssWatch::kSettleS after the first measured step (past warm-up) and at least one step
+//   after KeptPagesBound's first return of pages (settled()), this rank's RSS is
 //   sampled at least every RssWatch::kSampleS; `base` is the first sample. When RSS
 //   reaches a new high more than RssWatch::kWarnFraction above base, it warns (again at
 //   each further kWarnFraction). finish() records root attributes rss_growth ((last -
@@ -80,19 +81,24 @@ class RssWatch {
 // kept pages (allocatorDirtyBytes) are at most base + max(base / 4, 16 MiB); above it they
 // are returned, and the next step faults its working set in again once. Purges closer
 // than kMinStepsApart steps raise base to the level found (the working set grew).
-// REQUIRES: kPurgeAtS < RssWatch::kSettleS, so the RSS watch's base comes after at least
-// one step past the first purge.
+// The RSS watch starts at a step end both RssWatch::kSettleS after the first measured
+// step and settled() (at least one step after the first purge).
 class KeptPagesBound {
  public:
   static constexpr double kPurgeAtS = 2.0;
   static constexpr int64_t kMinStepsApart = 10, kSlackBytes = int64_t(16) << 20;
   void observe(double since_measured_s, int64_t step);
   int64_t purges() const { return purges_; }
+  // Whether RSS at the end of `step` is the steady state: the first purge (which drops
+  // the working set until the next step faults it in) is over, or there is none.
+  bool settled(int64_t step) const {
+    return base_ == kOff || (first_purge_step_ >= 0 && step > first_purge_step_);
+  }
 
  private:
   static constexpr int64_t kOff = -2;  // not running on jemalloc
   void purge(int64_t kept, int64_t step);
-  int64_t base_ = -1, purges_ = 0, last_purge_step_ = -1;
+  int64_t base_ = -1, purges_ = 0, last_purge_step_ = -1, first_purge_step_ = -1;
 };
 
 class StepLog {
