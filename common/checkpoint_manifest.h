@@ -101,7 +101,19 @@ std::optional<int64_t> checkpointStepOf(const std::string& dir_name);
 // not verify them. A missing ckpt_dir gives {}.
 std::vector<std::string> listCheckpointDirs(const std::string& ckpt_dir);
 
-// Reads and parses <dir>/manifest.json, then checks each file the manifest lists
+// Checks what a manifest says against itself and its directory `dir`, before any file is
+// read: layout sizes (world = dp_replicate x dp_shard x tp) and one file per rank
+// (distinct ranks 0..world-1); every files[].name a plain file name (no '/', '.', '..'),
+// never a symlink or other non-regular file inside `dir`; state.step >= 0 and equal to
+// the step in dir's name "step_N" (when it has one), no negative state; each tensor a
+// known dtype (float32, float64, int64, uint8), no negative dimension, its slices naming
+// its own datasets ("/<name>/<k>", as writeShardFile does) once each.
+// Throws CheckpointError naming the manifest (or the offending file) and what is wrong.
+void checkManifestStructure(const Manifest& m, const std::string& dir, const std::string& mpath);
+
+// Reads and parses <dir>/manifest.json (a regular file, not a symlink or FIFO: never
+// blocks; duplicate keys refused), checks its structure (checkManifestStructure), then
+// checks each file the manifest lists
 // whose rank is in `ranks` (all files when `ranks` is empty): present, its size, its
 // crc32; and that every tensor slice names a listed file. Throws CheckpointError
 // naming the first bad file and what is wrong.

@@ -36,6 +36,29 @@ std::vector<hsize_t> storedDims(const std::vector<int64_t>& size) {
   return size.empty() ? std::vector<hsize_t>{1} : dims(size);
 }
 
+std::string dimsText(const std::vector<hsize_t>& d) {
+  std::string t = "[";
+  for (size_t i = 0; i < d.size(); ++i) t += (i ? ", " : "") + std::to_string(d[i]);
+  return t + "]";
+}
+
+// The stored dataset is the slice the manifest describes: its dimensions are the
+// slice's size and its `offset` attribute the slice's offset (a manifest edited to
+// point at another dataset, or a shard file swapped, is refused before reading).
+void checkStoredSlice(hid_t dset, hid_t fspace, const CkptSlice& s) {
+  std::vector<hsize_t> have(size_t(std::max(H5Sget_simple_extent_ndims(fspace), 0)));
+  H5Sget_simple_extent_dims(fspace, have.data(), nullptr);
+  const std::vector<hsize_t> want = storedDims(s.size);
+  if (have != want)
+    throw IoError("checkpoint dataset " + h5::describe(dset) + " holds " + dimsText(have) +
+                  " elements, the manifest's slice is " + dimsText(want));
+  if (!s.offset.empty() && h5::hasAttr(dset, "offset") &&
+      h5::readAttrInts(dset, "offset") != s.offset)
+    throw IoError("checkpoint dataset " + h5::describe(dset) +
+                  " has another offset attribute than the manifest's slice (" +
+                  dimsText(dims(s.offset)) + ")");
+}
+
 }  // namespace
 
 std::vector<std::pair<std::string, CkptSlice>> writeShardFile(
@@ -86,6 +109,7 @@ void ShardReader::read(const CkptSlice& s, const Box& part, torch::Tensor& dst) 
   if (nd != int(std::max<size_t>(1, s.size.size())))
     throw IoError("checkpoint dataset " + h5::describe(dset) + " has " + std::to_string(nd) +
                   " dimensions, the manifest says " + std::to_string(s.size.size()));
+  checkStoredSlice(dset, fspace, s);
   std::vector<hsize_t> start(nd, 0), count(nd, 1);
   for (size_t d = 0; d < part.offset.size(); ++d) {
     start[d] = hsize_t(part.offset[d] - s.offset[d]);

@@ -38,7 +38,8 @@ class ShardReader {
  public:
   explicit ShardReader(std::string dir) : dir_(std::move(dir)) {}
   // Copies the part `part` (global coordinates, inside both) of the stored slice `s`
-  // into `dst`, whose shape is part.size. dst must be contiguous.
+  // into `dst`, whose shape is part.size. dst must be contiguous. Throws IoError when the
+  // stored dataset is not the slice `s` says (its dimensions, its offset attribute).
   void read(const CkptSlice& s, const Box& part, torch::Tensor& dst);
 
  private:

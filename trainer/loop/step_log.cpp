@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <iomanip>
 #include <sstream>
 #include <utility>
@@ -42,7 +43,90 @@ double percentile(std::vector<double> v, double q) {
   return v[std::min(i, v.size() - 1)];
 }
 
+// Test hook (tests/e2e/trainer/test_soak.py): FTB_TEST_LEAK_BYTES_PER_STEP=N keeps N
+// more bytes alive (touched) after every step, a leak the RSS watch must report.
+void testLeak() {
+  static const int64_t per_step = [] {
+    const char* v = std::getenv("FTB_TEST_LEAK_BYTES_PER_STEP");
+    return v ? std::atoll(v) : int64_t(0);
+  }();
+  static std::vector<std::vector<char>> kept;
+  if (per_step > 0) kept.emplace_back(size_t(per_step), char(1));
+}
+
+std::string mib(double bytes) { return formatFixed(bytes / (1 << 20), 1) + " MiB"; }
+
 }  // namespace
+
+void RssWatch::observe(double since_measured_s, int64_t rss_bytes) {
+  if (since_measured_s < kSettleS) return;
+  const double t = since_measured_s - kSettleS, rss = double(rss_bytes);
+  if (!samples_.empty() && t - samples_.back().first < kSampleS) return;
+  samples_.emplace_back(t, rss);
+  if (rss <= high_) return;
+  high_ = rss;
+  const double g = growth();
+  if (!(g > next_warn_)) return;
+  while (g > next_warn_) next_warn_ += kWarnFraction;
+  FTB_WARN("RSS keeps rising after warm-up: "
+           << mib(samples_.front().second) << " -> " << mib(rss) << " (+" << formatFixed(100 * g, 1)
+           << " %, " << formatFixed(slopeMibPerS(), 2) << " MiB/s over " << formatFixed(t, 1)
+           << " s): memory that is never freed; the peak RSS figure includes it "
+              "(rss_growth in the metrics file)");
+}
+
+double RssWatch::growth() const {
+  if (samples_.size() < 2) return std::nan("");
+  return (samples_.back().second - samples_.front().second) / samples_.front().second;
+}
+
+double RssWatch::slopeMibPerS() const {
+  const size_t n = samples_.size();
+  if (n < 2) return std::nan("");
+  double mt = 0, mr = 0;
+  for (auto [t, r] : samples_) mt += t / double(n), mr += r / double(n);
+  double num = 0, den = 0;
+  for (auto [t, r] : samples_) num += (t - mt) * (r - mr), den += (t - mt) * (t - mt);
+  return den > 0 ? num / den / (1 << 20) : std::nan("");
+}
+
+double RssWatch::windowS() const {
+  return samples_.size() < 2 ? std::nan("") : samples_.back().first - samples_.front().first;
+}
+
+void KeptPagesBound::observe(double since_measured_s, int64_t step) {
+  if (since_measured_s < kPurgeAtS || base_ == kOff) return;
+  const int64_t kept = allocatorDirtyBytes();
+  if (kept < 0) {
+    base_ = kOff;  // not jemalloc: nothing to bound
+    return;
+  }
+  if (last_purge_step_ < 0) {  // once, when lazy state exists: a clean start for base
+    purge(kept, step);
+    return;
+  }
+  if (base_ < 0) {  // the first step end after that purge: what one step keeps
+    base_ = kept;
+    return;
+  }
+  if (kept <= base_ + std::max(base_ / 4, kSlackBytes)) return;
+  if (step - last_purge_step_ < kMinStepsApart) base_ = kept;
+  purge(kept, step);
+}
+
+void KeptPagesBound::purge(int64_t kept, int64_t step) {
+  if (!purgeAllocatorPages()) {
+    base_ = kOff;
+    return;
+  }
+  ++purges_;
+  last_purge_step_ = step;
+  if (first_purge_step_ < 0) first_purge_step_ = step;
+  FTB_DEBUG("allocator kept " << mib(double(kept)) << " of freed pages at step " << step
+                              << (base_ < 0 ? " (the first return)"
+                                            : " (a step keeps " + mib(double(base_)) + ")")
+                              << ": returned them to the OS");
+}
 
 StepLog::StepLog(const TrainConfig& tc, MetricsFile& metrics, const RunPeaks& peaks, int rank,
                  int world)
@@ -62,17 +146,33 @@ void StepLog::record(int64_t step, const StepRecord& r) {
   double tps_padded = r.padded / r.total, tps_dataset = r.dataset / r.total;
   const double mfu = flopsPerDevice(tps_padded) / mfu_peak_;
   const double gemm_eff = flopsPerDevice(tps_padded) / gemm_peak_;
-  metrics_.appendStep({{"step", double(step)}, {"time_s", metrics_.resumedTimeS() + elapsed()},
-                       {"step_time_s", r.total}, {"data_s", r.data}, {"forward_s", r.fwd},
-                       {"backward_s", r.bwd}, {"optimizer_s", r.opt}, {"comm_s", r.comm},
+  testLeak();
+  if (step >= tc_.skip_first_steps && t_measured_ < 0) t_measured_ = elapsed();
+  const double since_measured = t_measured_ < 0 ? -1 : elapsed() - t_measured_;
+  kept_.observe(since_measured, step);
+  const int64_t rss = currentRssBytes();
+  rss_.observe(kept_.settled(step) ? since_measured : -1, rss);
+  metrics_.appendStep({{"step", double(step)},
+                       {"time_s", metrics_.resumedTimeS() + elapsed()},
+                       {"step_time_s", r.total},
+                       {"data_s", r.data},
+                       {"forward_s", r.fwd},
+                       {"backward_s", r.bwd},
+                       {"optimizer_s", r.opt},
+                       {"comm_s", r.comm},
                        {"agree_s", r.agree},
-                       {"loss", r.loss}, {"grad_norm", r.grad_norm}, {"lr", r.lr},
-                       {"tokens_padded", r.padded}, {"tokens_dataset", r.dataset},
+                       {"loss", r.loss},
+                       {"grad_norm", r.grad_norm},
+                       {"lr", r.lr},
+                       {"tokens_padded", r.padded},
+                       {"tokens_dataset", r.dataset},
                        {"tokens_per_s_padded", tps_padded},
                        {"tokens_per_s_dataset", tps_dataset},
-                       {"tokens_per_s_per_device", tps_padded / world_}, {"mfu", mfu},
-                       {"gemm_efficiency", gemm_eff}, {"flops_per_token", flops_per_token_},
-                       {"rss_bytes", double(currentRssBytes())},
+                       {"tokens_per_s_per_device", tps_padded / world_},
+                       {"mfu", mfu},
+                       {"gemm_efficiency", gemm_eff},
+                       {"flops_per_token", flops_per_token_},
+                       {"rss_bytes", double(rss)},
                        {"peak_rss_bytes", double(peakRssBytes())}});
   if ((step + 1) % tc_.log_every == 0) metrics_.flush();
   if (sum_.steps == 0) {
@@ -127,11 +227,30 @@ TrainSummary StepLog::finish(Comm& world) {
   }
   s.step_p50 = percentile(step_times_, 0.5);
   s.step_p90 = percentile(step_times_, 0.9);
-  torch::Tensor rss = torch::tensor({double(peakRssBytes())}, torch::kFloat64);
-  torch::Tensor all = torch::zeros({world_}, torch::kFloat64);
-  world.allGather(all, rss);
-  s.peak_rss_max = all.max().item<double>();
+  finishMemory(world, s);
   return s;
+}
+
+// The leak watch's root attributes; the peak RSS and RSS growth over ranks (collective).
+void StepLog::finishMemory(Comm& world, TrainSummary& s) {
+  metrics_.setRootAttr("rss_growth", rss_.growth());
+  metrics_.setRootAttr("rss_growth_mib_per_s", rss_.slopeMibPerS());
+  metrics_.setRootAttr("rss_growth_window_s", rss_.windowS());
+  metrics_.setRootAttr("allocator_purges",
+                       allocatorDirtyBytes() < 0 ? int64_t(-1) : kept_.purges());
+  // Per rank: peak RSS, growth (kNone when not measured), slope.
+  constexpr double kNone = -1e300;
+  const double g = rss_.growth();
+  torch::Tensor mine = torch::tensor(
+      {double(peakRssBytes()), std::isnan(g) ? kNone : g, rss_.slopeMibPerS()}, torch::kFloat64);
+  torch::Tensor all = torch::zeros({world_, 3}, torch::kFloat64);
+  world.allGather(all, mine);
+  s.peak_rss_max = all.select(1, 0).max().item<double>();
+  const int64_t worst = all.select(1, 1).argmax().item<int64_t>();
+  s.rss_growth_max =
+      all[worst][1].item<double>() == kNone ? std::nan("") : all[worst][1].item<double>();
+  s.rss_slope_max = all[worst][2].item<double>();
+  s.rss_window_s = rss_.windowS();
 }
 
 namespace {
@@ -193,6 +312,13 @@ void printSummary(const TrainConfig& tc, const TrainSummary& s, const RunPeaks& 
                               "(metrics.skip_first_steps = " +
                                   std::to_string(tc.skip_first_steps) + ")");
   summaryRow(os, "peak RSS (max over ranks)", formatFixed(s.peak_rss_max / (1 << 20), 1) + " MiB");
+  summaryRow(os, "RSS growth after warm-up",
+             std::isnan(s.rss_growth_max)
+                 ? "not measured: fewer than two samples " + formatFixed(RssWatch::kSettleS, 0) +
+                       " s after warm-up"
+                 : formatFixed(100 * s.rss_growth_max, 1) + " % (max over ranks; " +
+                       formatFixed(s.rss_slope_max, 2) + " MiB/s over " +
+                       formatFixed(s.rss_window_s, 1) + " s)");
   if (s.steps > 0)
     summaryRow(os, "loss first / last", formatFixed(s.first_loss, 5) + " / " + formatFixed(s.last_loss, 5));
   if (tc.price_per_hour > 0 && s.tokens_per_s_dataset > 0) {

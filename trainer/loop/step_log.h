@@ -7,7 +7,16 @@
 // - StepLog::record() appends the row for 0-based step index `step`; the row's `step`
 //   column is that index, and the progress line counts steps done ("step s+1/max").
 //   Steps >= metrics.skip_first_steps enter the summary.
-// - StepLog::finish() is collective (the peak RSS max over ranks).
+// - StepLog::finish() is collective (the peak RSS and RSS growth, max over ranks).
+// - RSS watch (trainer/README.md "Metrics"): from the first step at least
+//   RssWatch::kSettleS after the first measured step (past warm-up) and at least one step
+//   after KeptPagesBound's first return of pages (settled()), this rank's RSS is
+//   sampled at least every RssWatch::kSampleS; `base` is the first sample. When RSS
+//   reaches a new high more than RssWatch::kWarnFraction above base, it warns (again at
+//   each further kWarnFraction). finish() records root attributes rss_growth ((last -
+//   base) / base), rss_growth_mib_per_s (least-squares slope of the samples) and
+//   rss_growth_window_s (seconds sampled); all NaN when fewer than two samples were
+//   taken. allocator_purges (int64): the purges of KeptPagesBound (-1 without jemalloc).
 // - mfu divides the model FLOP/s per device by the hardware peak, gemm_efficiency by
 //   the GEMM measured at start (trainer/metrics/peaks.h); either is NaN when its
 //   denominator is (printed "n/a").
@@ -40,9 +49,56 @@ struct TrainSummary {
   double step_p50 = 0, step_p90 = 0;
   double data_frac = 0, fwd_frac = 0, bwd_frac = 0, opt_frac = 0, comm_frac = 0;
   double peak_rss_max = 0;  // bytes, max over ranks
+  double rss_growth_max = 0;  // fraction after warm-up, max over ranks (NaN: not measured)
+  double rss_slope_max = 0;   // MiB/s of that rank (NaN: not measured)
+  double rss_window_s = 0;    // seconds rank 0 sampled
   double first_loss = 0, last_loss = 0;
   int stop_signal = 0;  // non-zero when a signal ended the run
   bool stopped_by_ctl = false;  // `launcher ctl stop` ended the run
+};
+
+// This rank's RSS after warm-up (contract above).
+class RssWatch {
+ public:
+  static constexpr double kSettleS = 3.0, kSampleS = 0.5, kWarnFraction = 0.05;
+  // Called once per step with the time since the first measured step (< 0: warm-up).
+  void observe(double since_measured_s, int64_t rss_bytes);
+  double growth() const;        // (last - base) / base; NaN with fewer than two samples
+  double slopeMibPerS() const;  // least squares; NaN with fewer than two samples
+  double windowS() const;
+
+ private:
+  std::vector<std::pair<double, double>> samples_;  // (s, bytes)
+  double next_warn_ = kWarnFraction, high_ = 0;
+};
+
+// Bounds what the allocator keeps of freed memory (trainer/jemalloc_conf.cpp keeps every
+// freed page for reuse, which the next step needs, but fragmentation can make the kept
+// set grow without end: tests/e2e/trainer/test_soak.py). At the first step end kPurgeAtS
+// after the first measured step (lazily created state exists by then) every kept page is
+// returned to the OS (purgeAllocatorPages); base = the pages kept at the next step end
+// (what one step frees and the next reuses). Invariant from then on: at each step end the
+// kept pages (allocatorDirtyBytes) are at most base + max(base / 4, 16 MiB); above it they
+// are returned, and the next step faults its working set in again once. Purges closer
+// than kMinStepsApart steps raise base to the level found (the working set grew).
+// The RSS watch starts at a step end both RssWatch::kSettleS after the first measured
+// step and settled() (at least one step after the first purge).
+class KeptPagesBound {
+ public:
+  static constexpr double kPurgeAtS = 2.0;
+  static constexpr int64_t kMinStepsApart = 10, kSlackBytes = int64_t(16) << 20;
+  void observe(double since_measured_s, int64_t step);
+  int64_t purges() const { return purges_; }
+  // Whether RSS at the end of `step` is the steady state: the first purge (which drops
+  // the working set until the next step faults it in) is over, or there is none.
+  bool settled(int64_t step) const {
+    return base_ == kOff || (first_purge_step_ >= 0 && step > first_purge_step_);
+  }
+
+ private:
+  static constexpr int64_t kOff = -2;  // not running on jemalloc
+  void purge(int64_t kept, int64_t step);
+  int64_t base_ = -1, purges_ = 0, last_purge_step_ = -1, first_purge_step_ = -1;
 };
 
 class StepLog {
@@ -59,6 +115,7 @@ class StepLog {
   void printProgress(int64_t step, const StepRecord& r, double tps_padded, double tps_dataset,
                      double mfu, double gemm_eff) const;
   double flopsPerDevice(double tokens_per_s) const;
+  void finishMemory(Comm& world, TrainSummary& s);
 
   const TrainConfig& tc_;
   MetricsFile& metrics_;
@@ -68,6 +125,9 @@ class StepLog {
   int64_t first_step_ = 0;  // the first step this process ran (a resumed run starts later)
   StepRecord acc_;  // sums over measured steps
   std::vector<double> step_times_;
+  double t_measured_ = -1;  // elapsed() when the first measured step ended
+  RssWatch rss_;
+  KeptPagesBound kept_;
 };
 
 void printSummary(const TrainConfig& tc, const TrainSummary& s, const RunPeaks& peaks,

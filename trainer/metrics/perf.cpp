@@ -1,5 +1,7 @@
 #include "trainer/metrics/perf.h"
 
+#include <dlfcn.h>
+
 #include <ctime>
 #include <fstream>
 #include <sstream>
@@ -21,7 +23,36 @@ int64_t procStatusKb(const std::string& field) {
   return 0;
 }
 
+// jemalloc's mallctl, or null when malloc is not jemalloc's.
+using MallctlFn = int (*)(const char*, void*, size_t*, void*, size_t);
+MallctlFn mallctlFn() {
+  static const MallctlFn fn = reinterpret_cast<MallctlFn>(dlsym(RTLD_DEFAULT, "mallctl"));
+  return fn;
+}
+
 }  // namespace
+
+int64_t allocatorDirtyBytes() {
+  MallctlFn ctl = mallctlFn();
+  if (!ctl) return -1;
+  uint64_t epoch = 1;
+  size_t len = sizeof epoch;
+  if (ctl("epoch", &epoch, &len, &epoch, len) != 0) return -1;  // refresh the stats
+  size_t pdirty = 0, pmuzzy = 0, page = 0;
+  len = sizeof(size_t);
+  // 4096 = MALLCTL_ARENAS_ALL: the sum over arenas.
+  if (ctl("stats.arenas.4096.pdirty", &pdirty, &len, nullptr, 0) != 0) return -1;
+  len = sizeof(size_t);
+  if (ctl("stats.arenas.4096.pmuzzy", &pmuzzy, &len, nullptr, 0) != 0) return -1;
+  len = sizeof(size_t);
+  if (ctl("arenas.page", &page, &len, nullptr, 0) != 0) return -1;
+  return int64_t((pdirty + pmuzzy) * page);
+}
+
+bool purgeAllocatorPages() {
+  MallctlFn ctl = mallctlFn();
+  return ctl && ctl("arena.4096.purge", nullptr, nullptr, nullptr, 0) == 0;
+}
 
 double measureGemmPeak(torch::ScalarType dtype, int64_t n, int reps) {
   torch::NoGradGuard no_grad;

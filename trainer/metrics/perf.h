@@ -7,6 +7,11 @@
 //   uses the hardware peak: peaks.h), so it must run in the same environment
 //   (threads, BLAS) as the training it is compared with.
 // - peakRssBytes() is VmHWM of this process (Linux), currentRssBytes() VmRSS.
+// - allocatorDirtyBytes(): bytes jemalloc holds in freed pages it has not returned to
+//   the OS (all arenas, stats refreshed); -1 when the process does not run on jemalloc
+//   (looked up with dlsym, so a build without it links and runs). purgeAllocatorPages()
+//   returns every such page to the OS (arena purge: dirty, then muzzy); false without
+//   jemalloc.
 #pragma once
 
 #include <torch/torch.h>
@@ -20,6 +25,8 @@ namespace ftb {
 double measureGemmPeak(torch::ScalarType dtype, int64_t n = 2048, int reps = 3);
 int64_t peakRssBytes();
 int64_t currentRssBytes();
+int64_t allocatorDirtyBytes();
+bool purgeAllocatorPages();
 
 inline double nowSeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())

@@ -4,6 +4,7 @@
 #include "common/checkpoint_manifest.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <cmath>
@@ -11,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "common/config.h"
 
@@ -43,9 +45,15 @@ std::string makeCheckpoint(const std::string& root, int64_t step) {
   m.state["step"] = step;
   int64_t bytes = 0;
   m.files.push_back({"rank_00000.h5", 0, 4096, fileCrc32(dir + "/rank_00000.h5", &bytes)});
-  m.tensors["model.norm.weight"] = {{64}, "float32", {{"rank_00000.h5", "/x/0", {0}, {64}}}};
+  m.tensors["model.norm.weight"] = {
+      {64}, "float32", {{"rank_00000.h5", "/model.norm.weight/0", {0}, {64}}}};
   writeFileDurably(dir + "/" + kManifestName, manifestToJson(m));
   return dir;
+}
+
+std::string readText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 std::string problemOf(const std::string& dir) {
@@ -67,7 +75,7 @@ TEST(CheckpointManifest, RoundTripsThroughJson) {
   EXPECT_EQ(m.files[0].bytes, 4096);
   const CkptTensor& t = m.tensors.at("model.norm.weight");
   EXPECT_EQ(t.shape, std::vector<int64_t>{64});
-  EXPECT_EQ(t.slices.at(0).dataset, "/x/0");
+  EXPECT_EQ(t.slices.at(0).dataset, "/model.norm.weight/0");
   // Same crc as zlib (and Python's zlib.crc32) over the same bytes.
   std::string data(4096, '\0');
   for (size_t i = 0; i < data.size(); ++i) data[i] = char(i * 7);
@@ -130,6 +138,108 @@ TEST(CheckpointManifest, SliceOutsideTheTensorIsRefused) {
   Manifest m = loadVerifiedManifest(dir);
   m.tensors["model.norm.weight"].slices[0].size = {65};
   EXPECT_THROW(parseManifest(manifestToJson(m), "m.json"), CheckpointError);
+}
+
+// Rewrites dir's manifest after `edit` (the files stay as they are, crc32s still right).
+template <typename F>
+void editManifest(const std::string& dir, F edit) {
+  Manifest m = parseManifest(readText(dir + "/manifest.json"), "m.json");
+  edit(m);
+  writeBytes(dir + "/manifest.json", manifestToJson(m));
+}
+
+// Each case below loaded without complaint before the structure checks.
+TEST(CheckpointUntrusted, FileNamesOutsideTheStepDirectoryAreRefused) {
+  std::string root = tempDir();
+  std::string old_dir = makeCheckpoint(root, 15);
+  std::string dir = makeCheckpoint(root, 20);
+  // Step 15's file with its true size and crc32, named from step 20's manifest.
+  for (std::string name :
+       {std::string("../step_00000015/rank_00000.h5"), old_dir + "/rank_00000.h5"}) {
+    editManifest(dir, [&](Manifest& m) {
+      m.files[0].name = name;
+      m.tensors["model.norm.weight"].slices[0].file = name;
+    });
+    std::string p = problemOf(dir);
+    EXPECT_NE(p.find("files[] name '" + name + "' is a path"), std::string::npos) << p;
+  }
+  editManifest(dir, [&](Manifest& m) { m.files[0].name = ".."; });
+  EXPECT_NE(problemOf(dir).find("files[] name '..' is '..'"), std::string::npos) << problemOf(dir);
+}
+
+TEST(CheckpointUntrusted, SymlinkedShardIsRefused) {
+  std::string root = tempDir();
+  std::string old_dir = makeCheckpoint(root, 15);
+  std::string dir = makeCheckpoint(root, 20);
+  fs::remove(dir + "/rank_00000.h5");
+  fs::create_symlink(old_dir + "/rank_00000.h5", dir + "/rank_00000.h5");  // same bytes, same crc
+  std::string p = problemOf(dir);
+  EXPECT_NE(p.find("rank_00000.h5: is a symbolic link"), std::string::npos) << p;
+}
+
+TEST(CheckpointUntrusted, FifoManifestIsRefusedWithoutBlocking) {
+  std::string dir = makeCheckpoint(tempDir(), 4);
+  fs::remove(dir + "/manifest.json");
+  ASSERT_EQ(mkfifo((dir + "/manifest.json").c_str(), 0600), 0);
+  std::string p = problemOf(dir);  // would block forever in an open() for reading
+  EXPECT_NE(p.find("manifest.json"), std::string::npos) << p;
+  EXPECT_NE(p.find("FIFO"), std::string::npos) << p;
+}
+
+TEST(CheckpointUntrusted, StepBelowZeroOrNotTheDirectorysIsRefused) {
+  std::string dir = makeCheckpoint(tempDir(), 20);
+  editManifest(dir, [](Manifest& m) { m.state["step"] = -5; });
+  EXPECT_NE(problemOf(dir).find("state.step is -5, below 0"), std::string::npos) << problemOf(dir);
+  editManifest(dir, [](Manifest& m) { m.state["step"] = 999999; });
+  EXPECT_NE(problemOf(dir).find("state.step is 999999 but the directory is step_00000020"),
+            std::string::npos)
+      << problemOf(dir);
+}
+
+TEST(CheckpointUntrusted, SliceNamingAnotherTensorsDatasetIsRefused) {
+  std::string dir = makeCheckpoint(tempDir(), 4);
+  editManifest(dir, [](Manifest& m) {
+    m.tensors["model.output.weight"] = {
+        {64}, "float32", {{"rank_00000.h5", "/model.norm.weight/0", {0}, {64}}}};
+  });
+  std::string p = problemOf(dir);
+  EXPECT_NE(p.find("a slice of tensor 'model.output.weight' names dataset '/model.norm.weight/0'"),
+            std::string::npos)
+      << p;
+}
+
+TEST(CheckpointUntrusted, UnknownDtypeWorldAndDuplicateKeysAreRefused) {
+  std::string dir = makeCheckpoint(tempDir(), 4);
+  editManifest(dir, [](Manifest& m) { m.tensors["model.norm.weight"].dtype = "complex128"; });
+  EXPECT_NE(problemOf(dir).find("dtype 'complex128'"), std::string::npos) << problemOf(dir);
+  dir = makeCheckpoint(tempDir(), 4);
+  editManifest(dir, [](Manifest& m) { m.layout.world = 2, m.layout.dp_replicate = 2; });
+  EXPECT_NE(problemOf(dir).find("lists 1 files for layout.world 2"), std::string::npos)
+      << problemOf(dir);
+  dir = makeCheckpoint(tempDir(), 4);
+  std::string text = readText(dir + "/manifest.json");
+  const std::string step = "\"step\": 4";
+  ASSERT_NE(text.find(step), std::string::npos) << text;
+  text.replace(text.find(step), step.size(), "\"step\": 4, \"step\": 9");
+  writeBytes(dir + "/manifest.json", text);
+  EXPECT_NE(problemOf(dir).find("has the key 'step' twice"), std::string::npos) << problemOf(dir);
+}
+
+// JSON numbers an int64 field cannot hold: converting them was undefined behaviour
+// (tests/fuzz/fuzz_manifest found a 86-digit layout.nodes, which nlohmann reads as a double).
+TEST(CheckpointUntrusted, NumbersAnInt64CannotHoldAreRefused) {
+  std::string dir = makeCheckpoint(tempDir(), 4);
+  const std::string text = readText(dir + "/manifest.json");
+  for (const std::string& bad :
+       {std::string("1e300"), std::string("18446744073709551615"), std::string("2.5")}) {
+    std::string t = text;
+    const std::string key = "\"nodes\": 1";
+    ASSERT_NE(t.find(key), std::string::npos) << t;
+    t.replace(t.find(key), key.size(), "\"nodes\": " + bad);
+    writeBytes(dir + "/manifest.json", t);
+    std::string p = problemOf(dir);
+    EXPECT_NE(p.find("manifest field 'layout.nodes' holds"), std::string::npos) << bad << ": " << p;
+  }
 }
 
 // "%.17g": how ftbench spelled config floats in manifests before formatDouble became its

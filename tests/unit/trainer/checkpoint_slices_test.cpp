@@ -1,10 +1,15 @@
 // Tests for trainer/checkpoint/slices.h: flat ZeRO ranges map onto contiguous boxes
-// that cover exactly the range, and box intersection.
+// that cover exactly the range, and box intersection; and that ShardReader
+// (trainer/checkpoint/shard_io.h) reads only the dataset a manifest slice describes.
 #include "trainer/checkpoint/slices.h"
 
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include <numeric>
+
+#include "common/error.h"
+#include "trainer/checkpoint/shard_io.h"
 
 namespace ftb::ckpt {
 namespace {
@@ -61,6 +66,36 @@ TEST(CheckpointSlices, IntersectAndRelative) {
   EXPECT_EQ(c->size, (std::vector<int64_t>{4, 2}));
   EXPECT_EQ(relativeTo(*c, a).offset, (std::vector<int64_t>{2, 0}));
   EXPECT_FALSE(intersect(a, Box{{0, 0}, {8, 4}}));
+}
+
+// A manifest slice pointing at another tensor's dataset, or at the right dataset with
+// another box, loaded silently before the reader compared the stored dataset with it.
+TEST(ShardReader, ReadsOnlyTheDatasetTheSliceDescribes) {
+  std::string dir = ::testing::TempDir() + "ftb_shard_XXXXXX";
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  torch::Tensor a = torch::arange(4, torch::kFloat32), b = torch::arange(10, 12, torch::kFloat32);
+  writeShardFile(dir + "/rank_00000.h5",
+                 {{"model.a", {6}, Box{{0}, {4}}, a}, {"model.b", {6}, Box{{4}, {2}}, b}}, 0, 3);
+  ShardReader reader(dir);
+  torch::Tensor out = torch::zeros({4});
+  reader.read(CkptSlice{"rank_00000.h5", "/model.a/0", {0}, {4}}, Box{{0}, {4}}, out);
+  EXPECT_TRUE(torch::equal(out, a));
+  try {  // model.b's dataset (2 elements) as if it were model.a's slice
+    reader.read(CkptSlice{"rank_00000.h5", "/model.b/0", {0}, {4}}, Box{{0}, {4}}, out);
+    FAIL() << "a 2-element dataset was read as a 4-element slice";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("holds [2] elements, the manifest's slice is [4]"),
+              std::string::npos)
+        << e.what();
+  }
+  torch::Tensor two = torch::zeros({2});
+  try {  // the right size, but the dataset was saved at offset 4, not 0
+    reader.read(CkptSlice{"rank_00000.h5", "/model.b/0", {0}, {2}}, Box{{0}, {2}}, two);
+    FAIL() << "a slice saved at offset 4 was read as offset 0";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("another offset attribute"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace
