@@ -2,7 +2,7 @@
 root): the MaxArraySize split, the %N throttle, the snapshot and its hash, and the points it
 leaves out (queued, requeued or running per squeue; submitted --max-tries times).
 
-Run:  /usr/bin/python3 -m pytest -q tests/cluster/test_submit_sweep.py
+Run:  .venv/bin/python -m pytest -q tests/cluster/test_sweep_array_submit.py
 FTB_BUILD_DIR = build dir with sweep_tagger/ (default build/release).
 """
 import hashlib
