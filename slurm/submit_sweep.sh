@@ -72,7 +72,7 @@ LEDGER=$RESULTS/sweeps/submitted.tsv
 ALL_POINTS=$("$TAGGER" expand "$SWEEP" --json) || exit 2
 N=$(grep -c . <<<"$ALL_POINTS" || true)
 [[ $N -gt 0 ]] || { echo "submit_sweep.sh: $SWEEP has no points" >&2; exit 2; }
-MAX_ARRAY=$(scontrol show config 2>/dev/null | sed -n 's/^MaxArraySize *= *\([0-9]*\).*/\1/p')
+MAX_ARRAY=$( (scontrol show config 2>/dev/null || true) | sed -n 's/^MaxArraySize *= *\([0-9]*\).*/\1/p')
 MAX_ARRAY=${MAX_ARRAY:-1001}
 echo "submit_sweep.sh: $SWEEP has $N point(s); results in $RESULTS; MaxArraySize $MAX_ARRAY" >&2
 

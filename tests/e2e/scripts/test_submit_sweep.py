@@ -67,7 +67,8 @@ def test_without_dry_run_submits_one_array_per_node_count(fake, tmp_path):
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == ["101", "102"]
     assert len(calls) == 2
-    assert "--array=0 --nodes=1" in calls[0] and "--array=1 --nodes=2" in calls[1], calls
+    # Each array indexes its own snapshot of the expanded sweep (slurm/README.md), from 0.
+    assert "--array=0-0 --nodes=1" in calls[0] and "--array=0-0 --nodes=2" in calls[1], calls
     assert all(" -t 10 " in c and c.endswith(f"{SWEEP.split('/')[-1]} {res}") for c in calls)
 
 
