@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 
 #include "common/config.h"
 #include "common/error.h"
 #include "trainer/kernels/openblas.h"
+#include "trainer/metrics/perf.h"
 
 namespace ftb {
 namespace {
@@ -58,10 +58,6 @@ bool onOpenBlas(const torch::Tensor& x, const torch::Tensor& w) {
   return g_route.load(std::memory_order_relaxed) == Fp32Gemm::kOpenBlas &&
          x.scalar_type() == torch::kFloat32 && w.scalar_type() == torch::kFloat32 &&
          x.device().is_cpu() && w.device().is_cpu() && w.dim() == 2 && x.numel() > 0;
-}
-
-double seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace
@@ -118,9 +114,9 @@ double measureFp32Gemm(Fp32Gemm route, int64_t n, int reps) {
   once();  // warm-up: thread pools, packing buffers
   double best = 1e30;
   for (int i = 0; i < reps; ++i) {
-    const double t0 = seconds();
+    const double t0 = nowSeconds();
     once();
-    best = std::min(best, seconds() - t0);
+    best = std::min(best, nowSeconds() - t0);
   }
   return 2.0 * double(n) * double(n) * double(n) / best;
 }
