@@ -174,7 +174,11 @@ int expandCommand(const std::vector<std::string>& args, std::ostream& out) {
       "field", "print only this field (overrides: shell words for the trainer)",
       cxxopts::value<std::string>())("pending",
                                      "only points whose run in RESULTS_DIR has not completed and is not held by a running trainer",
-                                     cxxopts::value<std::string>())("h,help", "this help")(
+                                     cxxopts::value<std::string>())(
+      "memory-budget",
+      "mark points whose estimated per-rank peak exceeds this invalid: a size (80GiB, 80GB) or "
+      "a device type (h100, a100-40gb, ...)",
+      cxxopts::value<std::string>())("h,help", "this help")(
       "sweep", "sweep TOML", cxxopts::value<std::string>())(
       "overrides", "key=value overrides for every point (after the point's own)",
       cxxopts::value<std::vector<std::string>>());
@@ -189,6 +193,8 @@ int expandCommand(const std::vector<std::string>& args, std::ostream& out) {
     throw ConfigError("", "command line", "missing SWEEP.toml", "sweep_tagger expand --help");
   SweepSpec spec = loadSweep(r["sweep"].as<std::string>());
   if (r.count("overrides")) spec.overrides = r["overrides"].as<std::vector<std::string>>();
+  if (r.count("memory-budget"))
+    spec.memory_budget = parseMemoryBudget(r["memory-budget"].as<std::string>());
   // --index I needs the points up to I only (indices count listed points: those before
   // I decide which grid point I is). A negative I expands all, for the count it reports.
   std::optional<int> last;
@@ -298,6 +304,7 @@ int runSweepTagger(int argc, char** argv, std::ostream& out, std::ostream& err) 
       "[--fmt F] [--hash]\n"
       "       sweep_tagger expand SWEEP.toml [key=value ...] [--json] [--index I] [--field F] "
       "[--pending RESULTS_DIR]\n"
+      "                           [--memory-budget SIZE|DEVICE]\n"
       "       sweep_tagger aggregate RESULTS_DIR [--format csv|md|json] [--out F] [--plot DIR] "
       "[--jobs N]\n"
       "                              [--stale-seconds S] [--reader-timeout S]\n"

@@ -1,6 +1,8 @@
 #include "sweep_tagger/sweep.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -11,6 +13,7 @@
 #include "common/checked_math.h"
 #include "common/error.h"
 #include "common/files.h"
+#include "common/hw_peak.h"
 #include "common/run_config.h"
 #include "common/run_status.h"
 #include "common/tag.h"
@@ -103,7 +106,41 @@ std::string describe(const KeyValues& kv) {
   return s;
 }
 
+// "" when the point fits spec.memory_budget (or there is none), else why not.
+// REQUIRES: refusalOf(cfg, world_size) is "" (the point is valid).
+std::string overBudget(const SweepSpec& spec, const Config& cfg, const SweepPoint& p) {
+  if (!spec.memory_budget) return "";
+  TrainConfig tc = TrainConfig::fromConfig(cfg, p.world_size);
+  tc.nodes = static_cast<int>(p.nodes);
+  const std::string problem = memoryFitProblem(tc, estimateMemory(tc), *spec.memory_budget);
+  return problem.empty() ? "" : "over the memory budget: " + problem;
+}
+
 }  // namespace
+
+MemoryBudget parseMemoryBudget(const std::string& text) {
+  if (const GpuMemoryEntry* e = findGpuMemory(text))
+    return {e->gib * double(1 << 30), std::string("--memory-budget ") + e->type + ": " + e->label};
+  static const std::vector<std::pair<std::string, double>> kUnits = {
+      {"TiB", 1024.0 * (1 << 30)}, {"GiB", double(1 << 30)}, {"MiB", double(1 << 20)},
+      {"TB", 1e12}, {"GB", 1e9}, {"MB", 1e6}, {"", 1}};
+  for (const auto& [unit, scale] : kUnits) {
+    if (text.size() <= unit.size() || text.compare(text.size() - unit.size(), unit.size(), unit))
+      continue;
+    const std::string number = text.substr(0, text.size() - unit.size());
+    char* end = nullptr;
+    const double v = std::strtod(number.c_str(), &end);
+    if (end != number.c_str() + number.size() || !(v > 0) || !std::isfinite(v)) break;
+    return {v * scale, "--memory-budget " + text};
+  }
+  std::string types;
+  for (const GpuMemoryEntry& e : gpuMemoryTable())
+    types += (types.empty() ? "" : ", ") + std::string(e.type);
+  throw ConfigError("--memory-budget", "command line",
+                    "expected a size per rank (80GiB, 80GB, 512MiB, bytes) or a device type, "
+                    "got '" + text + "'",
+                    "device types: " + types);
+}
 
 RunState pointState(const std::string& results_dir, const SweepPoint& p) {
   const std::string dir = (fs::path(results_dir) / p.tag).string();
@@ -223,6 +260,7 @@ std::vector<SweepPoint> expandSweep(const SweepSpec& spec, std::optional<int> la
     if (nodes > 1) p.legacy_tag = formatTag(cfg, p.world_size, fmt, 1);
     p.reason = refusalOf(cfg, p.world_size);
     if (!seen.emplace(p.hash, points.size()).second) return;  // the same run: listed once
+    if (p.reason.empty()) p.reason = overBudget(spec, cfg, p);
     p.valid = p.reason.empty();
     p.args = overrides;
     if (!spec.fmt.empty()) p.args.push_back(overrideArg("output.sweep_fmt", spec.fmt));

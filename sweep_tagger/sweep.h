@@ -49,6 +49,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "common/memory_estimate.h"
 #include "common/run_state.h"
 
 namespace ftb {
@@ -63,6 +64,9 @@ struct SweepSpec {
   std::vector<std::pair<std::string, std::vector<Value>>> grid;  // file order
   std::vector<KeyValues> exclude, include;
   std::vector<std::string> overrides;  // "key=value" for every point (command line)
+  // expand --memory-budget: a valid point whose estimateMemory() total exceeds it is
+  // listed invalid, the reason memoryFitProblem()'s text (estimate, budget, largest term).
+  std::optional<MemoryBudget> memory_budget;
 };
 
 struct SweepPoint {
@@ -95,6 +99,11 @@ std::vector<SweepPoint> expandSweep(const SweepSpec& spec, std::optional<int> la
 // another node count (a multi-node run written before nodes counted, under what is now a
 // single-node tag) is not this point's: Missing.
 RunState pointState(const std::string& results_dir, const SweepPoint& p);
+
+// A per-rank memory budget from the command line: a size ("80GiB", "80GB", "512MiB",
+// "1.5TiB", plain bytes) or a device type of gpuMemoryTable() ("h100", "a100-40gb").
+// ConfigError (exit 2) naming the option and listing the device types otherwise.
+MemoryBudget parseMemoryBudget(const std::string& text);
 
 // "key=VALUE" with VALUE spelled as TOML (floats round-trip, strings quoted).
 std::string overrideArg(const std::string& key, const Value& v);
