@@ -54,6 +54,9 @@ Json pointJson(const SweepPoint& p, const SweepSpec& spec, std::optional<RunStat
   j["valid"] = p.valid;
   j["reason"] = p.reason;
   j["included"] = p.included;
+  j["layout"] = p.layout;
+  j["repeat"] = p.repeat;
+  j["global_batch"] = p.global_batch;
   j["overrides"] = Json::object();
   for (const auto& [k, v] : p.overrides) j["overrides"][k] = toJson(v);
   j["args"] = p.args;
@@ -78,7 +81,7 @@ std::string fieldText(const Json& j, const std::string& field) {
   if (!j.contains(field))
     throw ConfigError("", "command line", "unknown --field '" + field + "'",
                       "one of: index tag hash world_size nodes nproc_per_node valid reason "
-                      "included overrides args base state");
+                      "included layout repeat global_batch overrides args base state");
   const Json& v = j[field];
   return v.is_string() ? v.get<std::string>() : v.dump();
 }
