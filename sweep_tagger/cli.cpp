@@ -17,6 +17,7 @@
 #include "common/run_status.h"
 #include "common/tag.h"
 #include "sweep_tagger/aggregate.h"
+#include "sweep_tagger/compare.h"
 #include "sweep_tagger/plot.h"
 #include "sweep_tagger/sweep.h"
 
@@ -247,7 +248,11 @@ int aggregateCommand(const std::vector<std::string>& args, std::ostream& out) {
       "stale-seconds", "a 'running' run not updated for longer is 'killed'",
       cxxopts::value<double>()->default_value("600"))(
       "reader-timeout", "seconds one run's files may take to read before it is 'corrupt'",
-      cxxopts::value<double>()->default_value("60"))("h,help", "this help")(
+      cxxopts::value<double>()->default_value("60"))(
+      "best", "rank configurations by tokens_per_s | cost | memory: winner, runner-up, margin, "
+      "and whether it exceeds the noise (stdout; the table only with --out)",
+      cxxopts::value<std::string>())(
+      "plot-best-effort", "a gnuplot problem is a warning, not exit 1")("h,help", "this help")(
       "results", "results dir", cxxopts::value<std::string>());
   opts.parse_positional({"results"});
   opts.positional_help("RESULTS_DIR");
@@ -276,6 +281,8 @@ int aggregateCommand(const std::vector<std::string>& args, std::ostream& out) {
                       "the default, 60 s, suits any healthy file");
   ao.jobs = r.count("jobs") ? r["jobs"].as<int>()
                             : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::optional<BestMetric> best;
+  if (r.count("best")) best = parseBestMetric(r["best"].as<std::string>());
   AggregateTable table = aggregateRuns(results, ao);
   const std::string text =
       format == "csv" ? toCsv(table) : (format == "md" ? toMarkdown(table) : toJson(table));
@@ -287,18 +294,23 @@ int aggregateCommand(const std::vector<std::string>& args, std::ostream& out) {
     if (format == "csv")
       writeFileDurably((path.parent_path() / (path.stem().string() + ".constants.csv")).string(),
                        constantsCsv(table));
-  } else {
+  } else if (!best) {
     out << text;
   }
-  if (r.count("plot")) {
-    std::vector<std::string> warnings;
-    std::vector<std::string> files = writePlots(table, r["plot"].as<std::string>(), warnings);
-    for (const std::string& w : warnings)
-      std::cerr << "sweep_tagger aggregate: warning: " << w << "\n";
-    std::cerr << "sweep_tagger aggregate: wrote " << files.size() << " chart files to "
-              << r["plot"].as<std::string>() << "\n";
-  }
-  return 0;
+  if (best) out << bestReport(table, *best);
+  if (!r.count("plot")) return 0;
+  std::vector<std::string> warnings, failures;
+  std::vector<std::string> files =
+      writePlots(table, r["plot"].as<std::string>(), warnings, 120, &failures);
+  for (const std::string& w : warnings)
+    std::cerr << "sweep_tagger aggregate: warning: " << w << "\n";
+  std::cerr << "sweep_tagger aggregate: wrote " << files.size() << " chart files to "
+            << r["plot"].as<std::string>() << "\n";
+  if (failures.empty() || r.count("plot-best-effort")) return 0;
+  std::cerr << "sweep_tagger aggregate: " << failures.size()
+            << " chart(s) missing or unreadable (gnuplot problems above); exit 1 "
+               "(--plot-best-effort: exit 0)\n";
+  return 1;
 }
 
 int runSweepTagger(int argc, char** argv, std::ostream& out, std::ostream& err) {
@@ -311,6 +323,7 @@ int runSweepTagger(int argc, char** argv, std::ostream& out, std::ostream& err) 
       "       sweep_tagger aggregate RESULTS_DIR [--format csv|md|json] [--out F] [--plot DIR] "
       "[--jobs N]\n"
       "                              [--stale-seconds S] [--reader-timeout S]\n"
+      "                              [--best tokens_per_s|cost|memory] [--plot-best-effort]\n"
       "       sweep_tagger SUBCOMMAND --help: every option\n";
   if (argc < 2) {
     err << usage;
