@@ -75,9 +75,9 @@ double percentile(std::vector<double>& v, double q) {
 
 // ---- Comparisons: step-level spread and work per step ----
 
-// row.step_tokens_p10/p50/p90: percentiles of the measured steps' dataset tokens/s.
+// row.step_tokens_p10/p50/p90: percentiles of the measured steps' padded tokens/s.
 void stepSpread(RunRow& row, const MetricsData& d, const std::vector<size_t>& measured) {
-  const auto* tokens = column(d, "tokens_dataset");
+  const auto* tokens = column(d, "tokens_padded");
   const auto* time = column(d, "step_time_s");
   if (!tokens || !time) return;
   std::vector<double> rate;
@@ -89,6 +89,16 @@ void stepSpread(RunRow& row, const MetricsData& d, const std::vector<size_t>& me
   row.step_tokens_p90 = percentile(rate, 0.9);
 }
 
+// A run's recorded config as the trainer resolved it. run.toml records every key, so a
+// training.grad_accum_steps derived from training.global_batch_size reads as set there (and
+// "contradicts" it): with a global batch the recorded grad_accum_steps counts as a default.
+Config recordedConfig(const std::string& run_toml, const std::string& run_dir) {
+  Config cfg = Config::fromString(run_toml, run_dir + "/run.toml", {});
+  if (cfg.has("training.global_batch_size") && cfg.getInt("training.global_batch_size") > 0)
+    cfg.set("training.grad_accum_steps", Value(int64_t{1}), "default");
+  return cfg;
+}
+
 // The run's config hash (run.toml header) and, for a config the trainer accepts, its
 // global batch as the trainer computes it.
 void workPerStep(RunRow& row, const std::string& run_toml, const std::string& run_dir) {
@@ -97,7 +107,7 @@ void workPerStep(RunRow& row, const std::string& run_toml, const std::string& ru
   if (std::regex_search(run_toml, m, kHash)) row.config_hash = m[1];
   if (run_toml.empty() || !row.world_size || row.is_valid != true) return;
   try {
-    Config cfg = Config::fromString(run_toml, run_dir + "/run.toml", {});
+    Config cfg = recordedConfig(run_toml, run_dir);
     const TrainConfig tc =
         TrainConfig::fromConfig(cfg, static_cast<int>(*row.world_size), Checks::kConfigOnly);
     row.global_batch_seqs = tc.globalBatch();
@@ -390,7 +400,7 @@ std::optional<bool> validityOf(const RunRow& row, const std::string& run_toml,
   if (row.status == RunState::Invalid) return false;
   if (run_toml.empty() || !row.world_size) return std::nullopt;
   try {
-    Config cfg = Config::fromString(run_toml, run_dir + "/run.toml", {});
+    Config cfg = recordedConfig(run_toml, run_dir);
     return refusalOf(cfg, static_cast<int>(*row.world_size), Checks::kConfigOnly).empty();
   } catch (const std::exception&) {
     return std::nullopt;  // older or foreign schema: validity unknown

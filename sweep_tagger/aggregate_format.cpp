@@ -137,9 +137,9 @@ std::vector<std::pair<std::string, Cell>> rowCells(const RunRow& r,
                      {"global_batch_seqs", opt(r.global_batch_seqs)},
                      {"global_batch_tokens", opt(r.global_batch_tokens)},
                      {"batch_mode", r.batch_mode},
-                     {"step_tokens_per_s_p10", opt(r.step_tokens_p10)},
-                     {"step_tokens_per_s_p50", opt(r.step_tokens_p50)},
-                     {"step_tokens_per_s_p90", opt(r.step_tokens_p90)},
+                     {"step_tokens_per_s_padded_p10", opt(r.step_tokens_p10)},
+                     {"step_tokens_per_s_padded_p50", opt(r.step_tokens_p50)},
+                     {"step_tokens_per_s_padded_p90", opt(r.step_tokens_p90)},
                      {"repeats", r.repeats},
                      {"tokens_per_s_median", opt(r.tokens_median)},
                      {"tokens_per_s_min", opt(r.tokens_min)},
@@ -246,7 +246,7 @@ std::string toMarkdown(const AggregateTable& t) {
   head.insert(head.end(), t.varying.begin(), t.varying.end());
   for (const char* h :
        {"world size", "nodes", "steps", "resumes", "tokens/s global (dataset)",
-        "tokens/s per device (padded)", "step tokens/s p10/p50/p90",
+        "tokens/s per device (padded)", "step tokens/s p10/p50/p90 (padded)",
         "global batch seqs (tokens)", "MFU % (hw peak)", "GEMM eff. % (measured GEMM)",
         "step p50 (s)", "step p90 (s)",
         "time % data/fwd/bwd/opt/comm (rank 0)", "peak RSS MiB (max rank)",
@@ -364,9 +364,9 @@ RunRow rowFromJsonLine(const std::string& line) {
   r.global_batch_seqs = i("global_batch_seqs");
   r.global_batch_tokens = i("global_batch_tokens");
   r.batch_mode = str("batch_mode");
-  r.step_tokens_p10 = d("step_tokens_per_s_p10");
-  r.step_tokens_p50 = d("step_tokens_per_s_p50");
-  r.step_tokens_p90 = d("step_tokens_per_s_p90");
+  r.step_tokens_p10 = d("step_tokens_per_s_padded_p10");
+  r.step_tokens_p50 = d("step_tokens_per_s_padded_p50");
+  r.step_tokens_p90 = d("step_tokens_per_s_padded_p90");
   r.repeats = i("repeats").value_or(0);
   r.tokens_median = d("tokens_per_s_median");
   r.tokens_min = d("tokens_per_s_min");

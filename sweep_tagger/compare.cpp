@@ -91,9 +91,11 @@ std::optional<Figure> figureOf(const std::vector<const RunRow*>& group, const Me
     if (!v) continue;
     values.push_back(*v);
     if (f.label.empty()) f.label = groupLabel(*r);
-    if (!m.from_tokens || !r->step_tokens_p10 || !r->step_tokens_p90) continue;
-    for (double tps : {*r->step_tokens_p10, *r->step_tokens_p90})
-      if (std::optional<double> x = m.from_tokens(*r, tps)) {
+    if (!m.from_tokens || !r->step_tokens_p50 || !(*r->step_tokens_p50 > 0)) continue;
+    // The run's figure scaled by its step spread: p10/p50 and p90/p50 of the step rate.
+    const double tps = *r->tokens_per_s_dataset, p50 = *r->step_tokens_p50;
+    for (double q : {*r->step_tokens_p10 / p50, *r->step_tokens_p90 / p50})
+      if (std::optional<double> x = m.from_tokens(*r, tps * q)) {
         f.step_lo = std::min(f.step_lo.value_or(*x), *x);
         f.step_hi = std::max(f.step_hi.value_or(*x), *x);
       }
@@ -208,24 +210,29 @@ std::string repeatsTable(const AggregateTable& t) {
     return "";
   std::string out =
       "\nRepeats (runs of one configuration: the same config hash; median and min-max of the "
-      "runs that count, step tokens/s = lowest p10 / median p50 / highest p90 of their "
-      "steps):\n\n| configuration | layout | runs counted / listed | tokens/s global (dataset) "
-      "median | min-max | spread % of median | step tokens/s p10/p50/p90 |\n"
+      "runs that count; step tokens/s (padded) = lowest p10 / median p50 / highest p90 of "
+      "their steps):\n\n| configuration | layout | runs counted / listed | tokens/s global "
+      "(dataset) median | min-max | spread % of median | step tokens/s p10/p50/p90 (padded) |\n"
       "|---|---|--:|--:|--:|--:|--:|\n";
   const MetricSpec m = metricSpec(BestMetric::kTokensPerS);
   for (const auto& g : groups) {
     std::optional<Figure> f = figureOf(g, m);
-    std::vector<double> p50;
+    std::vector<double> p10, p50, p90;  // of the counted runs' padded step rates
     for (const RunRow* r : g)
-      if (exclusionReason(*r).empty() && r->step_tokens_p50) p50.push_back(*r->step_tokens_p50);
+      if (exclusionReason(*r).empty() && r->step_tokens_p50) {
+        p10.push_back(*r->step_tokens_p10);
+        p50.push_back(*r->step_tokens_p50);
+        p90.push_back(*r->step_tokens_p90);
+      }
     std::string row = "| " + groupLabel(*g[0]) + " | " + configText(*g[0], "sweep.layout") +
                       " | " + std::to_string(f ? f->n : 0) + " / " + std::to_string(g.size());
     if (f)
       row += " | " + fmt(f->median, 1) + " | " + fmt(f->min, 1) + "-" + fmt(f->max, 1) + " | " +
              fmt(f->median > 0 ? 100 * (f->max - f->min) / f->median : 0, 1) + " | " +
-             (f->step_lo && !p50.empty() ? fmt(*f->step_lo, 1) + "/" + fmt(median(p50), 1) +
-                                               "/" + fmt(*f->step_hi, 1)
-                                         : "") +
+             (p50.empty() ? ""
+                          : fmt(*std::min_element(p10.begin(), p10.end()), 1) + "/" +
+                                fmt(median(p50), 1) + "/" +
+                                fmt(*std::max_element(p90.begin(), p90.end()), 1)) +
              " |";
     else
       row += " | | | | |";

@@ -17,8 +17,9 @@
 //     (a) repeats: both have >= 2 runs and their min-max ranges do not overlap (the
 //         winner's worst run beats the runner-up's best run);
 //     (b) steps (tokens/s and cost): the winner's step band beats the runner-up's without
-//         overlap. A group's step band is [lowest p10, highest p90] of its runs' per-step
-//         dataset tokens/s (for cost, the same band turned into $/M tokens).
+//         overlap. A run's step band is its figure scaled by p10/p50 and p90/p50 of its
+//         per-step padded tokens/s (the timing spread of its steps); a group's band spans
+//         its runs' bands (for cost, turned into $/M tokens).
 //   Otherwise "within noise" naming the test that failed, or "noise not measured" when no
 //   test applies (one run each, and no per-step figures: memory).
 #pragma once
