@@ -31,7 +31,7 @@
 #include "trainer/model/llama.h"
 #include "trainer/parallel/backend.h"
 #include "trainer/parallel/dist.h"
-#include "trainer/parallel/memory_estimate.h"
+#include "common/memory_estimate.h"
 #include "common/run_config.h"
 #include "trainer/loop/checkpoint_hook.h"
 #include "trainer/hf/pretrained.h"
