@@ -26,6 +26,57 @@ Counts countParams(const ModelArgs& m, int64_t tp) {
   return c;
 }
 
+// One block's adapter parameters on this tp rank: column-parallel targets keep A whole
+// and 1/tp of B's rows, row-parallel ones (o, down) 1/tp of A's columns and B whole.
+double loraBlockParams(const ModelArgs& m, const LoraConfig& lora, int64_t tp) {
+  if (!lora.enabled()) return 0;
+  const double D = m.dim, q = double(m.n_heads * m.headDim()), kv = double(m.n_kv_heads * m.headDim());
+  const double F = m.ffn_dim, r = double(lora.rank), t = double(tp);
+  const double in[] = {D, D, D, q, D, D, F}, out[] = {q, kv, kv, D, F, F, D};
+  double sum = 0;
+  for (size_t i = 0; i < kLoraTargets.size(); ++i) {
+    if (!lora.hasTarget(kLoraTargets[i])) continue;
+    const bool row = kLoraTargets[i] == "o" || kLoraTargets[i] == "down";
+    sum += row ? r * in[i] / t + out[i] * r : r * in[i] + out[i] / t * r;
+  }
+  return sum;
+}
+
+// LoRA's model states: the frozen base P in lora.base_dtype (no gradient, no optimizer
+// state; ZeRO-3 shards it, stages 1-2 hold it whole as DDP does), the adapters Pa as full
+// finetuning holds its weights. Stage 3 gathers a block's base in the compute dtype and
+// the root in its storage dtype.
+void loraModelStates(const TrainConfig& tc, const Counts& c, MemoryEstimate& e) {
+  const double L = tc.model.n_layers, P = L * c.block + c.root, N = double(tc.dp_shard);
+  const double pa_block = loraBlockParams(tc.model, tc.lora, tc.tp), Pa = L * pa_block;
+  const double b = tc.lora.base_dtype == DType::kBf16 ? 2.0 : 4.0;
+  const double elt = tc.dtype == DType::kBf16 ? 2.0 : 4.0;
+  const int stage = static_cast<int>(tc.effectiveZeroStage());
+  e.optimizer = tc.optimizer == "adafactor" ? 4.0 * 2 * std::sqrt(Pa / L) * L
+                                            : 8.0 * (stage >= 1 ? Pa / N : Pa);
+  e.parameters = (stage == 3 ? (b * P + 4 * Pa) / N : b * P + 4 * Pa);
+  e.gradients = stage == 0 ? 4 * Pa : stage == 1 ? 4 * Pa + 4 * Pa / N
+                : stage == 2 ? 4 * Pa / N + 4 * pa_block : 4 * Pa / N;
+  e.comm_buffers = stage == 0 ? 0 : 2 * 4 * pa_block;
+  e.gathered = stage == 3 ? b * c.root + std::min(b, elt) * c.block + (elt + 4) * pa_block : 0;
+}
+
+// Activations LoRA does not save: a frozen projection's input is kept only when an adapter
+// on it needs it (q/k/v share theirs, gate/up theirs); each adapter keeps its [B, T, r]
+// intermediate and its scaled copy.
+double loraActivationDelta(const TrainConfig& tc, double elt) {
+  if (!tc.lora.enabled()) return 0;
+  const LoraConfig& l = tc.lora;
+  const double BT = double(tc.micro_batch_size) * double(tc.seq_len), D = tc.model.dim;
+  const double F = double(tc.model.ffn_dim) / double(tc.tp), r = double(l.rank);
+  double delta = 0;
+  if (!l.hasTarget("q") && !l.hasTarget("k") && !l.hasTarget("v")) delta -= elt * BT * D;
+  if (!l.hasTarget("o")) delta -= elt * BT * D;
+  if (!l.hasTarget("gate") && !l.hasTarget("up")) delta -= elt * BT * D;
+  if (!l.hasTarget("down")) delta -= elt * BT * F;
+  return delta + double(l.targets.size()) * 2 * elt * BT * r;
+}
+
 std::string gib(double b) {
   std::ostringstream os;
   os << std::fixed << std::setprecision(b < 10.0 * (1 << 30) ? 3 : 2) << b / (1 << 30) << " GiB";
@@ -71,6 +122,7 @@ MemoryEstimate estimateMemory(const TrainConfig& tc) {
     e.gathered = 4 * c.root + elt * c.block + 4 * c.root + 4 * c.block;
     e.comm_buffers = 4 * std::max(c.block, c.root) + elt * c.block;
   }
+  if (tc.lora.enabled()) loraModelStates(tc, c, e);
 
   // Activations of one micro-batch: per block ≈ 16·BTD + 4·BTF values in the compute
   // dtype, the fp32 softmax output B·H·T² (plus its compute-dtype copy when that is
@@ -80,8 +132,12 @@ MemoryEstimate estimateMemory(const TrainConfig& tc) {
   const double H = double(m.n_heads) / tc.tp, F = double(m.ffn_dim) / tc.tp;
   const bool low = tc.dtype == DType::kBf16;
   const double scores = (4.0 + (low ? elt : 0.0)) * B * H * T * T;
-  const double casts = low ? 2 * c.block : 0.0;
-  const double per_block = elt * (16 * B * T * D + 4 * B * T * F) + scores + casts;
+  // A weight stored in another dtype than the compute dtype is cast on use, and the cast
+  // saved for backward (fp32 masters in bf16; a bf16 LoRA base in fp32).
+  const bool bf16_base = tc.lora.enabled() && tc.lora.base_dtype == DType::kBf16;
+  const double casts = low != bf16_base ? elt * c.block : 0.0;
+  const double per_block =
+      elt * (16 * B * T * D + 4 * B * T * F) + scores + casts + loraActivationDelta(tc, elt);
   const double logit_elems = B * T * double(m.vocab_size) / tc.tp;
   // One rank with the whole vocabulary: the chunked cross-entropy saves only the
   // logits (4 bytes/value in fp32; bf16 logits + their bf16 gradient in bf16). The

@@ -571,6 +571,11 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size, Checks ch
   refusePlannedKeys(cfg);
   c.checkpoint = CheckpointConfig::fromConfig(cfg);
   c.lora = LoraConfig::fromConfig(cfg);
+  if (c.lora.enabled() && c.lora.dropout > 0 && c.tp > 1)
+    failEither(cfg, "lora.dropout", "parallel.tp",
+               "LoRA dropout with tensor parallelism is not supported: the tp ranks would have to "
+               "draw the same masks",
+               "lora.dropout = 0 (the usual setting for benchmarks), or parallel.tp = 1");
   static_cast<MetricsConfig&>(c) = MetricsConfig::fromConfig(cfg, c.max_steps);
   static_cast<OutputConfig&>(c) = OutputConfig::fromConfig(cfg);
   checkSizes(cfg, c);

@@ -184,23 +184,37 @@ bench_port() {
   cat "$OUT/port.md"
 }
 
+# Two ranks of the memory model on this host: memory_pair DIR LOG_PREFIX [key=value ...]
+memory_pair() {
+  local dir=$1 log=$2 port=$((20000 + RANDOM % 20000)) pids=()
+  shift 2
+  for r in 0 1; do
+    RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
+      MASTER_PORT=$port OMP_NUM_THREADS=1 "$BUILD/trainer/trainer" \
+      --config configs/runs/bench-memory.toml --output-dir "$dir" --no-sweep-dir \
+      "$@" >"$log.r$r.log" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p"; done
+  "$BUILD/trainer/trainer" --config configs/runs/bench-memory.toml --estimate-memory \
+    --world-size 2 "$@" >"$dir/estimate.txt"
+}
+
 bench_memory() {
   local runs=$OUT/runs/memory
   rm -rf "$runs"
   mkdir -p "$runs"
   for stage in 0 1 2 3; do
     echo "bench: memory, world 2, zero_stage $stage"
-    local port=$((20000 + RANDOM % 20000)) pids=()
-    for r in 0 1; do
-      RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
-        MASTER_PORT=$port OMP_NUM_THREADS=1 "$BUILD/trainer/trainer" \
-        --config configs/runs/bench-memory.toml --output-dir "$runs/zero$stage" --no-sweep-dir \
-        parallel.dp_shard=2 parallel.zero_stage=$stage >"$runs/zero$stage.r$r.log" 2>&1 &
-      pids+=($!)
+    memory_pair "$runs/zero$stage" "$runs/zero$stage" parallel.dp_shard=2 parallel.zero_stage=$stage
+  done
+  # LoRA on all seven targets: the frozen base, adapters' gradients and optimizer state.
+  for rank in 8 64; do
+    for stage in 0 3; do
+      echo "bench: memory, world 2, LoRA rank $rank, zero_stage $stage"
+      memory_pair "$runs/lora$rank.zero$stage" "$runs/lora$rank.zero$stage" parallel.dp_shard=2 \
+        parallel.zero_stage=$stage lora.rank=$rank lora.targets='"all"'
     done
-    for p in "${pids[@]}"; do wait "$p"; done
-    "$BUILD/trainer/trainer" --config configs/runs/bench-memory.toml --estimate-memory \
-      --world-size 2 parallel.dp_shard=2 parallel.zero_stage=$stage >"$runs/zero$stage/estimate.txt"
   done
   # Activation-dominated check: the D512/L8 model, B4 x T512, with and without checkpointing.
   for ck in none full; do

@@ -27,6 +27,8 @@ def measure(d):
 
 
 rows = [(stage, *measure(runs / f"zero{stage}")) for stage in range(4)]
+lora = [(r, stage, *measure(runs / f"lora{r}.zero{stage}")) for r in (8, 64) for stage in (0, 3)
+        if (runs / f"lora{r}.zero{stage}").exists()]
 act = [(ck, *measure(runs / f"act_{ck}")) for ck in ("none", "full") if (runs / f"act_{ck}").exists()]
 
 ddp = rows[0][1]
@@ -40,6 +42,15 @@ for stage, mx, mn, est, _ in rows:
     print(f"| {stage} | {mx / 2**20:.0f} / {mn / 2**20:.0f} MiB | {mx / ddp:.2f} | "
           f"{est / 2**20:.0f} MiB | {100 * (est - mx) / mx:+.1f} % |")
 z1, z2, z3 = rows[1][1], rows[2][1], rows[3][1]
+if lora:
+    print("\nLoRA on all seven targets (q, k, v, o, gate, up, down), fp32 base, same model and "
+          "batch: only the adapters have gradients and AdamW state.\n")
+    print("| LoRA rank | zero_stage | measured peak RSS (max / min rank) | vs full DDP | estimate "
+          "| estimate error |")
+    print("|---|---|---|---|---|---|")
+    for r, stage, mx, mn, est, _ in lora:
+        print(f"| {r} | {stage} | {mx / 2**20:.0f} / {mn / 2**20:.0f} MiB | {mx / ddp:.2f} | "
+              f"{est / 2**20:.0f} MiB | {100 * (est - mx) / mx:+.1f} % |")
 if act:
     print("\nActivation-dominated: D512/L8 (58 M params), fp32, world 1, micro-batch 4 x 512 tokens.\n")
     print("| activation checkpointing | measured peak RSS | estimate | estimate error |")
@@ -49,6 +60,10 @@ if act:
     print()
 worst = max(abs(est - mx) / mx for _, mx, _, est, _ in rows + act)
 worst_model = max(abs(est - mx) / mx for _, mx, _, est, _ in rows)
+if lora:
+    worst_lora = max(abs(est - mx) / mx for _, _, mx, _, est, _ in lora)
+    print(f"- estimator within 10 % on LoRA rank 8 and 64, DDP and ZeRO-3: "
+          f"{'yes' if worst_lora <= 0.10 else 'NO'} (worst {100 * worst_lora:.1f} %)")
 print()
 print(f"- ZeRO-1 < DDP: {'yes' if z1 < ddp else 'NO'} ({z1 / 2**20:.0f} < {ddp / 2**20:.0f} MiB)")
 print(f"- ZeRO-2 <= 0.9 x ZeRO-1: {'yes' if z2 <= 0.9 * z1 else 'NO'} ({z2 / z1:.2f}; "

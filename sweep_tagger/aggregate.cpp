@@ -381,6 +381,10 @@ void readRankAttributes(const std::vector<RankFile>& ranks, RunRow& row, std::st
   row.cpu_model = text("cpu_model");
   row.peak_source = text("peak_source");
   row.gemm_source = text("gemm_source");
+  row.flops_formula = text("flops_formula");
+  if (auto tp = d0.attrs.find("trainable_params");
+      tp != d0.attrs.end() && std::holds_alternative<int64_t>(tp->second))
+    row.trainable_params = std::get<int64_t>(tp->second);
   auto positive = [&d0](const char* k) -> std::optional<double> {
     auto it = d0.attrs.find(k);
     if (it == d0.attrs.end() || !std::holds_alternative<double>(it->second) ||

@@ -66,6 +66,10 @@ struct RunRow {
   std::string host, cpu_model, peak_source, gemm_source;
   // FLOP/s per device (hardware peak, measured GEMM); $ per device-hour
   std::optional<double> peak_flops, gemm_flops, price_per_hour;
+  // What trains (rank 0's trainable_params and flops_formula attributes; absent in runs
+  // recorded before LoRA, which trained every parameter).
+  std::optional<int64_t> trainable_params;
+  std::string flops_formula;
   // ---- Comparisons (sweep_tagger/compare.h): equal work, repeats, spread ----
   std::string config_hash;  // run.toml's "# config_hash": a point's repeats share it
   // Work per optimizer step: micro_batch x grad_accum x data-parallel size sequences, and
@@ -111,7 +115,8 @@ AggregateTable aggregateRuns(const std::string& results_dir, const AggregateOpti
 // step_time_p50_s, step_time_p90_s, data_frac, forward_frac, backward_frac,
 // optimizer_frac, comm_frac, peak_mem_mib, first_loss, last_loss, mt_per_hour,
 // usd_per_mt, price_per_hour, is_valid, host, cpu_model, peak_flops, peak_source,
-// gemm_flops, gemm_source, traces, layout, repeat, config_hash, global_batch_seqs,
+// gemm_flops, gemm_source, traces, method ("full" | "lora rN", from lora.rank),
+// trainable_params, flops_formula, layout, repeat, config_hash, global_batch_seqs,
 // global_batch_tokens, batch_mode, step_tokens_per_s_padded_p10, step_tokens_per_s_padded_p50,
 // step_tokens_per_s_padded_p90, repeats, tokens_per_s_median, tokens_per_s_min, tokens_per_s_max,
 // message.

@@ -17,6 +17,15 @@ Cell opt(const std::optional<double>& v) { return v ? Cell(*v) : Cell(); }
 Cell opt(const std::optional<int64_t>& v) { return v ? Cell(*v) : Cell(); }
 Cell opt(const std::optional<bool>& v) { return v ? Cell(*v) : Cell(); }
 
+// "full", or "lora r<rank>" for a run whose lora.rank is above 0.
+std::string finetuningMethod(const RunRow& r) {
+  auto it = r.config.find("lora.rank");
+  if (it == r.config.end() || !std::holds_alternative<int64_t>(it->second) ||
+      std::get<int64_t>(it->second) <= 0)
+    return "full";
+  return "lora r" + std::to_string(std::get<int64_t>(it->second));
+}
+
 Json cellJson(const Cell& c) {
   return std::visit(
       [](const auto& x) -> Json {
@@ -131,7 +140,10 @@ std::vector<std::pair<std::string, Cell>> rowCells(const RunRow& r,
     auto it = r.config.find(key);
     return it == r.config.end() ? Cell() : it->second;
   };
-  c.insert(c.end(), {{"layout", label("sweep.layout")},
+  c.insert(c.end(), {{"method", finetuningMethod(r)},
+                     {"trainable_params", opt(r.trainable_params)},
+                     {"flops_formula", r.flops_formula},
+                     {"layout", label("sweep.layout")},
                      {"repeat", label("sweep.repeat")},
                      {"config_hash", r.config_hash},
                      {"global_batch_seqs", opt(r.global_batch_seqs)},
@@ -359,6 +371,8 @@ RunRow rowFromJsonLine(const std::string& line) {
   r.cpu_model = str("cpu_model");
   r.peak_source = str("peak_source");
   r.gemm_source = str("gemm_source");
+  r.flops_formula = str("flops_formula");
+  r.trainable_params = i("trainable_params");
   if (j["is_valid"].is_boolean()) r.is_valid = j["is_valid"].get<bool>();
   r.config_hash = str("config_hash");
   r.global_batch_seqs = i("global_batch_seqs");

@@ -141,7 +141,13 @@ PretrainedModel::LoadStats PretrainedModel::load(std::vector<ckpt::StatePiece>& 
   LoadStats st{0, currentRssBytes()};
   for (ckpt::StatePiece& p : pieces) {
     if (p.name.rfind("model.", 0) != 0) continue;
-    const auto& [file, hp] = by_name_.at(p.name.substr(6));
+    auto found = by_name_.find(p.name.substr(6));
+    if (found == by_name_.end()) {  // LoRA adapters: not in an HF model (lora.from_pretrained)
+      TORCH_CHECK(p.name.find(".lora_") != std::string::npos, "internal: ", p.name,
+                  " is not a parameter of the HF model");
+      continue;
+    }
+    const auto& [file, hp] = found->second;
     TORCH_CHECK(p.global_shape == hp.shape, "internal: ", p.name, " global shape differs from ", hp.hf_name);
     torch::Tensor src = file->view(hp.hf_name);
     for (size_t d = 0; d < p.box.offset.size(); ++d)
