@@ -65,10 +65,14 @@ struct Pt {
   bool operator<(const Pt& o) const { return x < o.x; }
 };
 
+struct NaturalOrder {  // series "seq_len=512" before "seq_len=1024"
+  bool operator()(const std::string& a, const std::string& b) const { return naturalLess(a, b); }
+};
+
 // One chart: series name -> points; categorical x uses `xtics`.
 struct Chart {
   std::string file, title, xlabel, ylabel;
-  std::map<std::string, std::vector<Pt>> series;
+  std::map<std::string, std::vector<Pt>, NaturalOrder> series;
   std::vector<std::string> xtics;  // non-empty: categorical axis, x = index
 };
 
