@@ -275,5 +275,20 @@ TEST(Repeats, RoundRobinAcrossPointsEachInItsOwnDirectoryUnderOneHash) {
   EXPECT_EQ(one[1].args, pts[1].args);
 }
 
+TEST(Repeats, CountTowardsTheLimitOfPointsPerSweep) {
+  test::TempDir dir;
+  const std::string f = writeSweep(dir, "repeats = 5001\n[grid]\n\"data.seq_len\" = [128, 256]\n");
+  EXPECT_EQ(
+      errorOf([&] { loadSweep(f); }),
+      "config error: " + f +
+          ":3: key 'grid': the sweep has 10002 points (data.seq_len(2), x "
+          "repeats(5001)), more than the limit of 10000 points per sweep\n  hint: split it into "
+          "several sweep files (e.g. one per value of the first axis), or list the points you "
+          "need under [[include]]");
+  EXPECT_EQ(
+      errorOf([&] { loadSweep(writeSweep(dir, "repeats = 0\n")); }),
+      "config error: " + dir.path() + "/sweep.toml:2: key 'repeats': must be an integer >= 1");
+}
+
 }  // namespace
 }  // namespace ftb
