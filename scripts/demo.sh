@@ -11,7 +11,8 @@
 # directories, .logs/, summary.*, plots/), nothing else.
 # Environment: FTB_BUILD_DIR = build dir to use (relative to the caller's dir). Unset: the
 # default <repo>/build/release, which is set up and built first when missing.
-# Exit: as scripts/sweep.sh (1 when a point failed; the table is still written).
+# Exit: as scripts/sweep.sh (1 when a point failed; the table is still written); 1 as well
+# when a chart is missing or gnuplot warned (sweep_tagger aggregate --plot).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 abspath() { if [[ $1 == /* ]]; then echo "$1"; else echo "$PWD/$1"; fi; }
@@ -43,7 +44,10 @@ rc=0
 "$ROOT/scripts/sweep.sh" "$SWEEP" "$OUT" || rc=$?
 [[ $rc -le 1 ]] || exit "$rc"
 "$TAGGER" aggregate "$OUT" --format csv --out "$OUT/summary.csv" >/dev/null
-"$TAGGER" aggregate "$OUT" --format md --out "$OUT/summary.md" --plot "$OUT/plots" >/dev/null
+# A chart gnuplot could not draw whole (or warned about: a legend left out) exits 1 after
+# the table is written: show the table, then exit 1.
+"$TAGGER" aggregate "$OUT" --format md --out "$OUT/summary.md" --plot "$OUT/plots" >/dev/null ||
+  rc=1
 echo
 echo "== throughput of finetuning locally ($OUT/summary.md, plots in $OUT/plots; sweep and aggregation took $(($(date +%s) - start)) s wall time; load average before: $load0)"
 cat "$OUT/summary.md"

@@ -237,8 +237,7 @@ std::string stepSpreadText(const RunRow& r) {
 // "8 (1024)": sequences (tokens) per optimizer step; "" when unknown.
 std::string globalBatchText(const RunRow& r) {
   if (!r.global_batch_seqs) return "";
-  return std::to_string(*r.global_batch_seqs) + " (" + std::to_string(*r.global_batch_tokens) +
-         ")";
+  return std::to_string(*r.global_batch_seqs) + " (" + std::to_string(*r.global_batch_tokens) + ")";
 }
 
 }  // namespace
@@ -251,8 +250,8 @@ std::string toMarkdown(const AggregateTable& t) {
     any_note |= r.status != RunState::Completed;
   }
   bool any_layout = false;
-  for (const RunRow& r : t.runs) any_layout |= r.config.count("sweep.layout") &&
-                                               !cellText(r.config.at("sweep.layout")).empty();
+  for (const RunRow& r : t.runs)
+    any_layout |= r.config.count("sweep.layout") && !cellText(r.config.at("sweep.layout")).empty();
   std::vector<std::string> head = {"tag", "status"};
   if (any_layout) head.push_back("layout");
   head.insert(head.end(), t.varying.begin(), t.varying.end());
@@ -260,9 +259,8 @@ std::string toMarkdown(const AggregateTable& t) {
        {"world size", "nodes", "steps", "resumes", "tokens/s global (dataset)",
         "tokens/s per device (padded)", "step tokens/s p10/p50/p90 (padded)",
         "global batch seqs (tokens)", "MFU % (hw peak)", "GEMM eff. % (measured GEMM)",
-        "step p50 (s)", "step p90 (s)",
-        "time % data/fwd/bwd/opt/comm (rank 0)", "peak RSS MiB (max rank)",
-        "loss first→last (nats/token)"})
+        "step p50 (s)", "step p90 (s)", "time % data/fwd/bwd/opt/comm (rank 0)",
+        "peak RSS MiB (max rank)", "loss first→last (nats/token)"})
     head.push_back(h);
   if (any_price) head.insert(head.end(), {"M tokens/h global¹", "$/M tokens²"});
   head.push_back("valid");
@@ -292,13 +290,12 @@ std::string toMarkdown(const AggregateTable& t) {
                o(r.backward_frac, 0, 100) + "/" + o(r.optimizer_frac, 0, 100) + "/" +
                o(r.comm_frac, 0, 100);
     std::string loss = r.first_loss ? o(r.first_loss, 3) + "→" + o(r.last_loss, 3) : "";
-    c.insert(
-        c.end(),
-        {cellText(opt(r.world_size)), cellText(opt(r.nodes)), std::to_string(r.steps_done),
-         std::to_string(r.resumes), o(r.tokens_per_s_dataset, 1),
-         o(r.tokens_per_s_padded_per_device, 1), stepSpreadText(r), globalBatchText(r),
-         o(r.mfu, 2, 100), o(r.gemm_efficiency, 2, 100),
-         o(r.step_time_p50_s, 4), o(r.step_time_p90_s, 4), shares, o(r.peak_mem_mib, 1), loss});
+    c.insert(c.end(),
+             {cellText(opt(r.world_size)), cellText(opt(r.nodes)), std::to_string(r.steps_done),
+              std::to_string(r.resumes), o(r.tokens_per_s_dataset, 1),
+              o(r.tokens_per_s_padded_per_device, 1), stepSpreadText(r), globalBatchText(r),
+              o(r.mfu, 2, 100), o(r.gemm_efficiency, 2, 100), o(r.step_time_p50_s, 4),
+              o(r.step_time_p90_s, 4), shares, o(r.peak_mem_mib, 1), loss});
     if (any_price) c.insert(c.end(), {o(r.mt_per_hour, 3), o(r.usd_per_mt, 4)});
     c.push_back(cellText(opt(r.is_valid)));
     if (any_note) c.push_back(r.status == RunState::Completed ? "" : r.message);

@@ -176,14 +176,15 @@ int expandCommand(const std::vector<std::string>& args, std::ostream& out) {
   opts.add_options()("json", "one JSON object per line")(
       "index", "only point I (as JSON, or --field)", cxxopts::value<int>())(
       "field", "print only this field (overrides: shell words for the trainer)",
-      cxxopts::value<std::string>())("pending",
-                                     "only points whose run in RESULTS_DIR has not completed and is not held by a running trainer",
-                                     cxxopts::value<std::string>())(
+      cxxopts::value<std::string>())(
+      "pending",
+      "only points whose run in RESULTS_DIR has not completed and is not held by a running trainer",
+      cxxopts::value<std::string>())(
       "memory-budget",
       "mark points whose estimated per-rank peak exceeds this invalid: a size (80GiB, 80GB) or "
       "a device type (h100, a100-40gb, ...)",
-      cxxopts::value<std::string>())("h,help", "this help")(
-      "sweep", "sweep TOML", cxxopts::value<std::string>())(
+      cxxopts::value<std::string>())("h,help", "this help")("sweep", "sweep TOML",
+                                                            cxxopts::value<std::string>())(
       "overrides", "key=value overrides for every point (after the point's own)",
       cxxopts::value<std::vector<std::string>>());
   opts.parse_positional({"sweep", "overrides"});
@@ -249,7 +250,8 @@ int aggregateCommand(const std::vector<std::string>& args, std::ostream& out) {
       cxxopts::value<double>()->default_value("600"))(
       "reader-timeout", "seconds one run's files may take to read before it is 'corrupt'",
       cxxopts::value<double>()->default_value("60"))(
-      "best", "rank configurations by tokens_per_s | cost | memory: winner, runner-up, margin, "
+      "best",
+      "rank configurations by tokens_per_s | cost | memory: winner, runner-up, margin, "
       "and whether it exceeds the noise (stdout; the table only with --out)",
       cxxopts::value<std::string>())(
       "plot-best-effort", "a gnuplot problem is a warning, not exit 1")("h,help", "this help")(

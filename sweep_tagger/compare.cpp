@@ -65,19 +65,26 @@ struct MetricSpec {
 MetricSpec metricSpec(BestMetric m) {
   switch (m) {
     case BestMetric::kCost:
-      return {"cost ($ per million dataset tokens, metrics.price_per_hour x world size / M tokens/h)",
-              "$/M tokens", 4, false, [](const RunRow& r) { return r.usd_per_mt; },
-              [](const RunRow& r, double tps) -> std::optional<double> {
-                if (!r.price_per_hour || !r.world_size || !(tps > 0)) return std::nullopt;
-                return *r.price_per_hour * double(*r.world_size) / (tps * 3600 / 1e6);
-              }};
+      return {
+          "cost ($ per million dataset tokens, metrics.price_per_hour x world size / M tokens/h)",
+          "$/M tokens",
+          4,
+          false,
+          [](const RunRow& r) { return r.usd_per_mt; },
+          [](const RunRow& r, double tps) -> std::optional<double> {
+            if (!r.price_per_hour || !r.world_size || !(tps > 0)) return std::nullopt;
+            return *r.price_per_hour * double(*r.world_size) / (tps * 3600 / 1e6);
+          }};
     case BestMetric::kMemory:
-      return {"peak memory (RSS MiB, max over ranks)", "MiB", 1, false,
+      return {"peak memory (RSS MiB, max over ranks)",        "MiB",  1, false,
               [](const RunRow& r) { return r.peak_mem_mib; }, nullptr};
     case BestMetric::kTokensPerS:
       break;
   }
-  return {"dataset tokens/s (global)", "tokens/s", 1, true,
+  return {"dataset tokens/s (global)",
+          "tokens/s",
+          1,
+          true,
           [](const RunRow& r) { return r.tokens_per_s_dataset; },
           [](const RunRow&, double tps) -> std::optional<double> { return tps; }};
 }
@@ -109,10 +116,9 @@ std::optional<Figure> figureOf(const std::vector<const RunRow*>& group, const Me
 }
 
 std::string describeFigure(const Figure& f, const MetricSpec& m) {
-  std::string s = f.label + ": " + fmt(f.median, m.prec) + " " + m.unit + " (" +
-                  std::to_string(f.n) + (f.n == 1 ? " run" : " runs, min-max " +
-                                                              fmt(f.min, m.prec) + "-" +
-                                                              fmt(f.max, m.prec));
+  std::string s =
+      f.label + ": " + fmt(f.median, m.prec) + " " + m.unit + " (" + std::to_string(f.n) +
+      (f.n == 1 ? " run" : " runs, min-max " + fmt(f.min, m.prec) + "-" + fmt(f.max, m.prec));
   if (f.step_lo) s += "; steps p10-p90 " + fmt(*f.step_lo, m.prec) + "-" + fmt(*f.step_hi, m.prec);
   return s + ")";
 }
@@ -124,8 +130,8 @@ std::string verdict(const Figure& a, const Figure& b, const MetricSpec& m) {
   std::vector<std::string> held, failed;
   if (a.n >= 2 && b.n >= 2) {
     const std::string what = "the repeats' ranges (" + a.label + " " + fmt(a.min, m.prec) + "-" +
-                             fmt(a.max, m.prec) + ", " + b.label + " " + fmt(b.min, m.prec) +
-                             "-" + fmt(b.max, m.prec) + ")";
+                             fmt(a.max, m.prec) + ", " + b.label + " " + fmt(b.min, m.prec) + "-" +
+                             fmt(b.max, m.prec) + ")";
     (beats(a_worst, b_best) ? held : failed).push_back(what);
   }
   if (a.step_lo && b.step_lo) {
@@ -193,8 +199,9 @@ std::string workNote(const AggregateTable& t) {
   std::string mode = modes.size() == 1 ? *modes.begin() : "mixed";
   if (mode == "fixed global batch") mode += " (training.global_batch_size; grad_accum follows)";
   if (mode == "fixed grad_accum") mode += " (training.grad_accum_steps as configured)";
-  std::string out = "Work per optimizer step (global batch = micro_batch x grad_accum x "
-                    "data-parallel size, sequences): ";
+  std::string out =
+      "Work per optimizer step (global batch = micro_batch x grad_accum x "
+      "data-parallel size, sequences): ";
   if (seqs.size() == 1)
     return out + std::to_string(*seqs.begin()) + " in every run: equal work. Mode: " + mode +
            ".\n\n";
@@ -224,15 +231,15 @@ std::string repeatsTable(const AggregateTable& t) {
         p50.push_back(*r->step_tokens_p50);
         p90.push_back(*r->step_tokens_p90);
       }
-    std::string row = "| " + groupLabel(*g[0]) + " | " + configText(*g[0], "sweep.layout") +
-                      " | " + std::to_string(f ? f->n : 0) + " / " + std::to_string(g.size());
+    std::string row = "| " + groupLabel(*g[0]) + " | " + configText(*g[0], "sweep.layout") + " | " +
+                      std::to_string(f ? f->n : 0) + " / " + std::to_string(g.size());
     if (f)
       row += " | " + fmt(f->median, 1) + " | " + fmt(f->min, 1) + "-" + fmt(f->max, 1) + " | " +
              fmt(f->median > 0 ? 100 * (f->max - f->min) / f->median : 0, 1) + " | " +
-             (p50.empty() ? ""
-                          : fmt(*std::min_element(p10.begin(), p10.end()), 1) + "/" +
-                                fmt(median(p50), 1) + "/" +
-                                fmt(*std::max_element(p90.begin(), p90.end()), 1)) +
+             (p50.empty()
+                  ? ""
+                  : fmt(*std::min_element(p10.begin(), p10.end()), 1) + "/" + fmt(median(p50), 1) +
+                        "/" + fmt(*std::max_element(p90.begin(), p90.end()), 1)) +
              " |";
     else
       row += " | | | | |";

@@ -65,10 +65,14 @@ struct Pt {
   bool operator<(const Pt& o) const { return x < o.x; }
 };
 
+struct NaturalOrder {  // series "seq_len=512" before "seq_len=1024"
+  bool operator()(const std::string& a, const std::string& b) const { return naturalLess(a, b); }
+};
+
 // One chart: series name -> points; categorical x uses `xtics`.
 struct Chart {
   std::string file, title, xlabel, ylabel;
-  std::map<std::string, std::vector<Pt>> series;
+  std::map<std::string, std::vector<Pt>, NaturalOrder> series;
   std::vector<std::string> xtics;  // non-empty: categorical axis, x = index
 };
 
@@ -195,8 +199,8 @@ std::string gpText(const Chart& c, const std::string& base, const std::vector<st
      << " reverse Left\nset yrange [0:*]\nset offsets graph 0.03, graph 0.03, 0, 0\n";
   const size_t n_styles = sizeof(kColours) / sizeof(kColours[0]);
   for (size_t i = 0; i < n_styles; ++i)
-    gp << "set linetype " << i + 1 << " lc rgb \"" << kColours[i] << "\" lw 2 pt "
-       << kPointTypes[i] << " ps 1.3\n";
+    gp << "set linetype " << i + 1 << " lc rgb \"" << kColours[i] << "\" lw 2 pt " << kPointTypes[i]
+       << " ps 1.3\n";
   gp << "set linetype cycle " << n_styles << "\n" << xAxis(c);
   std::string plot = "plot ";
   for (size_t i = 0; i < names.size(); ++i)
@@ -204,8 +208,7 @@ std::string gpText(const Chart& c, const std::string& base, const std::vector<st
             " using 1:2:3:4 with yerrorlines lt " + std::to_string(i % n_styles + 1) + " title " +
             gpQuote(names[i]);
   gp << "set terminal pngcairo size " << size << " noenhanced\nset output out.\".png\"\n"
-     << plot << "\nset terminal svg size " << size
-     << " noenhanced\nset output out.\".svg\"\n"
+     << plot << "\nset terminal svg size " << size << " noenhanced\nset output out.\".svg\"\n"
      << plot << "\nunset output\n";
   return gp.str();
 }

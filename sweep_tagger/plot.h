@@ -1,11 +1,15 @@
 // Charts of an aggregation table, drawn by gnuplot (gnuplot-nox).
 //
 // Contract: writePlots() writes into `dir` (created) for every axis that varies
-// across the plotted runs (varying config keys, world_size, nodes):
+// across the plotted runs (varying config keys, world_size, nodes; with sweep.layout
+// variants, `layout` replaces the axes that are the same in every run of each variant):
 //   tokens_per_s_vs_<axis>.{dat,gp,png,svg}: dataset tokens/s against the axis, one
-//     line per combination of the other axes (points only, no legend, above 12);
+//     line per combination of the other axes;
 // and, when world_size varies, scaling_efficiency.{dat,gp,png,svg}: per device
 // throughput relative to the smallest world size of the same combination.
+// Invariant: every series is titled in the key (the canvas grows to fit the titles), with
+// its own colour and point symbol; a configuration with repeats is one point, the median
+// of its counted runs (groupRepeats), with min-max error bars.
 // Only completed runs with a tokens/s value are plotted. Axes whose values span a
 // factor >= 8 are log2-scaled. Returns the image files written;
 // problems (no gnuplot, gnuplot failed, nothing to plot) go to `warnings` and never

@@ -175,9 +175,13 @@ std::string overBudget(const SweepSpec& spec, const TrainConfig& tc) {
 MemoryBudget parseMemoryBudget(const std::string& text) {
   if (const GpuMemoryEntry* e = findGpuMemory(text))
     return {e->gib * double(1 << 30), std::string("--memory-budget ") + e->type + ": " + e->label};
-  static const std::vector<std::pair<std::string, double>> kUnits = {
-      {"TiB", 1024.0 * (1 << 30)}, {"GiB", double(1 << 30)}, {"MiB", double(1 << 20)},
-      {"TB", 1e12}, {"GB", 1e9}, {"MB", 1e6}, {"", 1}};
+  static const std::vector<std::pair<std::string, double>> kUnits = {{"TiB", 1024.0 * (1 << 30)},
+                                                                     {"GiB", double(1 << 30)},
+                                                                     {"MiB", double(1 << 20)},
+                                                                     {"TB", 1e12},
+                                                                     {"GB", 1e9},
+                                                                     {"MB", 1e6},
+                                                                     {"", 1}};
   for (const auto& [unit, scale] : kUnits) {
     if (text.size() <= unit.size() || text.compare(text.size() - unit.size(), unit.size(), unit))
       continue;
@@ -192,7 +196,8 @@ MemoryBudget parseMemoryBudget(const std::string& text) {
     types += (types.empty() ? "" : ", ") + std::string(e.type);
   throw ConfigError("--memory-budget", "command line",
                     "expected a size per rank (80GiB, 80GB, 512MiB, bytes) or a device type, "
-                    "got '" + text + "'",
+                    "got '" +
+                        text + "'",
                     "device types: " + types);
 }
 
@@ -256,7 +261,8 @@ SweepSpec loadSweep(const std::string& path) {
       for (const toml::node& t : *node.as_array()) {
         KeyValues kv = readRule(path, "[[" + key + "]]", *t.as_table());
         for (const auto& [k, v] : kv)
-          if (k == "layout") layout_refs.emplace_back(std::get<std::string>(v), tomlLineOf(path, t));
+          if (k == "layout")
+            layout_refs.emplace_back(std::get<std::string>(v), tomlLineOf(path, t));
         (key == "exclude" ? spec.exclude : spec.include).push_back(std::move(kv));
       }
     } else if (key == "repeats") {
@@ -342,9 +348,9 @@ std::optional<SweepPoint> buildPoint(const SweepSpec& spec, const KeyValues& kv,
   try {
     cfg = Config::load(spec.base, overrides);
   } catch (const ConfigError& e) {
-    throw ConfigError(std::string(e.what()) + "\n  in sweep " + spec.path + ", point " +
-                      (kv.empty() ? std::string("(the base config alone: no grid)")
-                                  : describe(kv)));
+    throw ConfigError(
+        std::string(e.what()) + "\n  in sweep " + spec.path + ", point " +
+        (kv.empty() ? std::string("(the base config alone: no grid)") : describe(kv)));
   }
   if (!included) {
     for (const KeyValues& rule : spec.exclude) {

@@ -83,12 +83,13 @@ def repeats(tmp_path_factory):
     same.write_text(f'base = "{TINY}"\nnproc_per_node = 1\nrepeats = 3\n'
                     '[grid]\n"training.seed" = [1, 2]\n')
     out = sweep(same, d / "res", *FAST, *BIG, "data.seq_len=128")
+    rerun = sweep(same, d / "res", *FAST, *BIG, "data.seq_len=128")  # resume: all completed
     within = tagger("aggregate", d / "res", "--best", "tokens_per_s").stdout
     table = tagger("aggregate", d / "res", "--format", "md").stdout
     small = d / "small.toml"
     small.write_text(f'base = "{TINY}"\nnproc_per_node = 1\nrepeats = 2\n')
     sweep(small, d / "res", *FAST, "data.seq_len=128")
-    return {"dir": d / "res", "out": out, "within": within, "table": table,
+    return {"dir": d / "res", "out": out, "rerun": rerun, "within": within, "table": table,
             "beyond": tagger("aggregate", d / "res", "--best", "tokens_per_s").stdout}
 
 
@@ -102,6 +103,8 @@ def test_repeats_run_round_robin_each_in_its_own_directory(repeats):
     hashes = {t: re.search(r"^# config_hash = (\w+)$",
                            (repeats["dir"] / t / "run.toml").read_text(), re.M)[1] for t in tags}
     assert hashes[tags[0]] == hashes[tags[2]] == hashes[tags[4]] != hashes[tags[1]]
+    # Each repeat is a run of its own for --pending: a second sweep finds nothing to do.
+    assert "sweep: 0 pending point(s)" in repeats["rerun"], repeats["rerun"]
 
 
 def test_aggregate_shows_median_and_spread_per_configuration(repeats):

@@ -50,7 +50,8 @@ TEST(Repeats, GroupedByHashWithMedianMinAndMax) {
   EXPECT_DOUBLE_EQ(*t.runs[3].tokens_median, 600);  // even count: mean of the middle two
   EXPECT_EQ(groupLabel(t.runs[2]), "cfga");
   const std::string md = repeatsTable(t);
-  EXPECT_PRED2(has, md, "| cfga |  | 3 / 3 | 1100.0 | 1000.0-1300.0 | 27.3 | 980.0/1100.0/1326.0 |");
+  EXPECT_PRED2(has, md,
+               "| cfga |  | 3 / 3 | 1100.0 | 1000.0-1300.0 | 27.3 | 980.0/1100.0/1326.0 |");
   EXPECT_PRED2(has, md, "| cfgb |  | 2 / 2 | 600.0 | 500.0-700.0 |");
   // Without repeats there is no repeats table.
   EXPECT_EQ(repeatsTable(table({run("a", 0, 1000), run("b", 0, 900)})), "");
@@ -70,8 +71,9 @@ TEST(Best, AClearlyFasterConfigurationIsBeyondNoise) {
   AggregateTable t = table({run("a", 0, 1000), run("b", 0, 2000), run("a", 1, 1040),
                             run("b", 1, 2100), run("a", 2, 980), run("b", 2, 1950)});
   const std::string r = bestReport(t, BestMetric::kTokensPerS);
-  EXPECT_PRED2(has, r, "cfgb beats cfga by 100.0 %, beyond noise: no overlap of the repeats' "
-                       "ranges (cfgb 1950.0-2100.0, cfga 980.0-1040.0); the step bands");
+  EXPECT_PRED2(has, r,
+               "cfgb beats cfga by 100.0 %, beyond noise: no overlap of the repeats' "
+               "ranges (cfgb 1950.0-2100.0, cfga 980.0-1040.0); the step bands");
   // Cost is lower-better: the faster one (same world size and price) is cheaper.
   const std::string cost = bestReport(t, BestMetric::kCost);
   EXPECT_PRED2(has, cost, "lower is better");
@@ -82,8 +84,8 @@ TEST(Best, AClearlyFasterConfigurationIsBeyondNoise) {
 
 TEST(Best, RangesApartButStepBandsOverlapIsWithinNoise) {
   // Each run's steps vary +-30 %: 5 % between medians is not a finding.
-  AggregateTable t = table({run("a", 0, 1000, 0.3), run("a", 1, 1010, 0.3),
-                            run("b", 0, 1050, 0.3), run("b", 1, 1060, 0.3)});
+  AggregateTable t = table({run("a", 0, 1000, 0.3), run("a", 1, 1010, 0.3), run("b", 0, 1050, 0.3),
+                            run("b", 1, 1060, 0.3)});
   const std::string r = bestReport(t, BestMetric::kTokensPerS);
   EXPECT_PRED2(has, r, "within noise: the step bands p10-p90");
 }
@@ -91,8 +93,9 @@ TEST(Best, RangesApartButStepBandsOverlapIsWithinNoise) {
 TEST(Best, OneRunEachWithoutStepFiguresIsNotMeasured) {
   RunRow a = run("a", 0, 1000), b = run("b", 0, 1500);
   const std::string r = bestReport(table({a, b}), BestMetric::kMemory);
-  EXPECT_PRED2(has, r, "noise not measured: one run each and no per-step figure; run the sweep "
-                       "with repeats >= 2");
+  EXPECT_PRED2(has, r,
+               "noise not measured: one run each and no per-step figure; run the sweep "
+               "with repeats >= 2");
 }
 
 TEST(Best, NoisyFailedAndInvalidRunsAreExcludedWithTheirReason) {
@@ -107,9 +110,10 @@ TEST(Best, NoisyFailedAndInvalidRunsAreExcludedWithTheirReason) {
   EXPECT_EQ(t.runs[2].repeats, 0);  // not in any group
   const std::string r = bestReport(t, BestMetric::kTokensPerS);
   EXPECT_PRED2(has, r, "1. cfga: 1000.0");
-  EXPECT_PRED2(has, r, "Excluded from the ranking (3):\n  - cfgc: failed: rank 1: exit 1\n"
-                       "  - cfgd: invalid: the trainer refuses this config on this world size\n"
-                       "  - cfge: validity unknown");
+  EXPECT_PRED2(has, r,
+               "Excluded from the ranking (3):\n  - cfgc: failed: rank 1: exit 1\n"
+               "  - cfgd: invalid: the trainer refuses this config on this world size\n"
+               "  - cfge: validity unknown");
   EXPECT_FALSE(has(r, "2. cfgc"));
 }
 

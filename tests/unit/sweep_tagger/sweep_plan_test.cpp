@@ -138,10 +138,15 @@ TEST(GlobalBatch, APointItDoesNotDivideExitsTwoNamingThePoint) {
 "training.micro_batch_size" = [1, 4]
 )");
   const std::string e = errorOf([&] { expandSweep(loadSweep(path)); });
-  EXPECT_EQ(e.rfind("config error: " + path + ": key 'global_batch_size': global_batch_size = 6 "
-                    "does not fit point training.micro_batch_size=4: ", 0), 0u) << e;
+  EXPECT_EQ(e.rfind("config error: " + path +
+                        ": key 'global_batch_size': global_batch_size = 6 "
+                        "does not fit point training.micro_batch_size=4: ",
+                    0),
+            0u)
+      << e;
   EXPECT_NE(e.find("global_batch_size(6) is not divisible by micro_batch_size(4)"),
-            std::string::npos) << e;
+            std::string::npos)
+      << e;
   std::vector<std::string> argv = {"sweep_tagger", "expand", path};
   std::vector<char*> cargv;
   for (std::string& a : argv) cargv.push_back(a.data());
@@ -149,8 +154,9 @@ TEST(GlobalBatch, APointItDoesNotDivideExitsTwoNamingThePoint) {
   EXPECT_EQ(runSweepTagger(static_cast<int>(cargv.size()), cargv.data(), out, err), 2);
   EXPECT_NE(err.str().find("training.micro_batch_size=4"), std::string::npos) << err.str();
   EXPECT_EQ(errorOf([&] { loadSweep(writeSweep(dir, "global_batch_size = 0\n")); }),
-            "config error: " + dir.path() + "/sweep.toml:2: key 'global_batch_size': must be an "
-            "integer >= 1");
+            "config error: " + dir.path() +
+                "/sweep.toml:2: key 'global_batch_size': must be an "
+                "integer >= 1");
 }
 
 // ---- Layout as one axis ----------------------------------------------------------
@@ -186,9 +192,9 @@ TEST(Layout, EachVariantExpandsToItsKeysAndLabelsTheRun) {
     EXPECT_EQ(tc.tp, layouts[i] == "tp2" ? 2 : 1);
     EXPECT_EQ(tc.dp_shard, layouts[i] == "zero3" ? 2 : 1);
     EXPECT_EQ(tc.zero_stage, layouts[i] == "zero3" ? 3 : 0);
-    EXPECT_NE(std::find(pts[i].args.begin(), pts[i].args.end(),
-                        "sweep.layout=\"" + layouts[i] + "\""),
-              pts[i].args.end());
+    EXPECT_NE(
+        std::find(pts[i].args.begin(), pts[i].args.end(), "sweep.layout=\"" + layouts[i] + "\""),
+        pts[i].args.end());
   }
   EXPECT_EQ(pts[2].overrides, (KeyValues{{"parallel.dp_shard", Value(int64_t{2})},
                                          {"parallel.zero_stage", Value(int64_t{3})},
@@ -212,17 +218,26 @@ layout = "zero3"
 TEST(Layout, UnknownOrUnusedVariantsExitTwoNamingTheLine) {
   test::TempDir dir;
   const std::string f = dir.path() + "/sweep.toml";
-  EXPECT_EQ(errorOf([&] { loadSweep(writeSweep(dir, "[grid]\nlayout = [\"ddp\", \"zro3\"]\n"
-                                                      "[layout.ddp]\n\"parallel.tp\" = 1\n")); }),
-            "config error: " + f + ":3: key 'layout': unknown layout variant 'zro3'\n"
-            "  hint: defined variants: ddp");
+  EXPECT_EQ(errorOf([&] {
+              loadSweep(writeSweep(dir,
+                                   "[grid]\nlayout = [\"ddp\", \"zro3\"]\n"
+                                   "[layout.ddp]\n\"parallel.tp\" = 1\n"));
+            }),
+            "config error: " + f +
+                ":3: key 'layout': unknown layout variant 'zro3'\n"
+                "  hint: defined variants: ddp");
   EXPECT_EQ(errorOf([&] { loadSweep(writeSweep(dir, "[layout.ddp]\n\"parallel.tp\" = 1\n")); }),
-            "config error: " + f + ": key 'layout': variants are defined but no point uses "
-            "them\n  hint: add layout = [\"ddp\", ...] to [grid]");
-  EXPECT_EQ(errorOf([&] { loadSweep(writeSweep(dir, "[grid]\nlayout = [\"a\"]\n[layout.a]\n"
-                                                      "\"parallel.tpp\" = 1\n")); }),
-            "config error: " + f + ":5: key 'parallel.tpp': unknown key in [layout.a]\n"
-            "  hint: did you mean 'parallel.tp'?");
+            "config error: " + f +
+                ": key 'layout': variants are defined but no point uses "
+                "them\n  hint: add layout = [\"ddp\", ...] to [grid]");
+  EXPECT_EQ(errorOf([&] {
+              loadSweep(writeSweep(dir,
+                                   "[grid]\nlayout = [\"a\"]\n[layout.a]\n"
+                                   "\"parallel.tpp\" = 1\n"));
+            }),
+            "config error: " + f +
+                ":5: key 'parallel.tpp': unknown key in [layout.a]\n"
+                "  hint: did you mean 'parallel.tp'?");
 }
 
 // ---- Repeats ------------------------------------------------------------------------
@@ -258,6 +273,21 @@ TEST(Repeats, RoundRobinAcrossPointsEachInItsOwnDirectoryUnderOneHash) {
   ASSERT_EQ(one.size(), 2u);
   EXPECT_EQ(one[1].tag, pts[1].tag);
   EXPECT_EQ(one[1].args, pts[1].args);
+}
+
+TEST(Repeats, CountTowardsTheLimitOfPointsPerSweep) {
+  test::TempDir dir;
+  const std::string f = writeSweep(dir, "repeats = 5001\n[grid]\n\"data.seq_len\" = [128, 256]\n");
+  EXPECT_EQ(
+      errorOf([&] { loadSweep(f); }),
+      "config error: " + f +
+          ":3: key 'grid': the sweep has 10002 points (data.seq_len(2), x "
+          "repeats(5001)), more than the limit of 10000 points per sweep\n  hint: split it into "
+          "several sweep files (e.g. one per value of the first axis), or list the points you "
+          "need under [[include]]");
+  EXPECT_EQ(
+      errorOf([&] { loadSweep(writeSweep(dir, "repeats = 0\n")); }),
+      "config error: " + dir.path() + "/sweep.toml:2: key 'repeats': must be an integer >= 1");
 }
 
 }  // namespace
