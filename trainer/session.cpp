@@ -403,11 +403,34 @@ bool peerLeftAtDeadline(const TrainConfig& tc, const std::exception& e) {
 // The pre-flight memory check: "" or why this layout cannot fit (see memoryFitProblem).
 // The run's peaks, and the model's kernels chosen with them: for fp32 on the CPU the BLAS
 // of the projections (training.fp32_gemm, timed here), and the attention kernel.
-RunPeaks measurePeaks(const TrainConfig& tc, const CpuInfo& cpu, const std::string& device) {
+// With "auto" every rank takes rank 0's choice, and a resume the route its checkpoint ran
+// with: the two BLAS round differently, so a route that flipped with the machine's load
+// would make a resumed run differ from the uninterrupted one.
+void agreeFp32Gemm(const TrainConfig& tc, const std::optional<ResumePoint>& plan,
+                   Distributed& dist, Fp32GemmChoice& c) {
+  if (tc.fp32_gemm != "auto") return;
+  const auto recorded = plan ? plan->manifest.state.find("fp32_gemm_openblas")
+                             : std::map<std::string, int64_t>::const_iterator();
+  if (plan && recorded != plan->manifest.state.end() && (recorded->second == 0 || c.openblas_flops > 0)) {
+    c.route = recorded->second ? Fp32Gemm::kOpenBlas : Fp32Gemm::kAten;
+    c.why += "; resumed with the checkpoint's " + fp32GemmName(c.route);
+  }
+  const std::vector<std::string> routes =
+      dist.allGatherString("fp32_gemm", c.route == Fp32Gemm::kOpenBlas ? "openblas" : "aten");
+  const Fp32Gemm first = routes[0] == "openblas" ? Fp32Gemm::kOpenBlas : Fp32Gemm::kAten;
+  if (first != c.route && (first == Fp32Gemm::kAten || c.openblas_flops > 0)) {
+    c.route = first;
+    c.why += "; rank 0's choice";
+  }
+}
+
+RunPeaks measurePeaks(const TrainConfig& tc, const CpuInfo& cpu, const std::string& device,
+                      const std::optional<ResumePoint>& plan, Distributed& dist) {
   setAttentionKernel(tc.attention == "sdpa" ? AttentionKernel::kSdpa
                                             : AttentionKernel::kFusedSoftmax);
   if (tc.dtype != DType::kFp32 || device != "cpu") return resolvePeaks(tc, cpu, device, "");
-  const Fp32GemmChoice c = chooseFp32Gemm(tc.fp32_gemm, kPeakGemmN, kPeakGemmReps);
+  Fp32GemmChoice c = chooseFp32Gemm(tc.fp32_gemm, kPeakGemmN, kPeakGemmReps);
+  agreeFp32Gemm(tc, plan, dist, c);
   setFp32Gemm(c.route);
   GemmFigure g{c.flops(), " via " + fp32GemmName(c.route) + " (" + c.why + ")",
                {{"fp32_gemm", fp32GemmName(c.route)},
@@ -460,7 +483,7 @@ int runSession(const SessionOptions& opts) {
     // No stop check between the run directory and its metrics file: a stop signal arriving
     // now is honoured right after the file exists, so the run records "preempted".
     const CpuInfo cpu = detectCpu();
-    const RunPeaks peaks = no_fit.empty() ? measurePeaks(tc, cpu, device)
+    const RunPeaks peaks = no_fit.empty() ? measurePeaks(tc, cpu, device, plan, dist)
                                           : unmeasuredPeaks("not measured (run refused)");
     RunInfo info = runInfo(cfg, tc, env, run_dir, device, cpu, peaks);
     for (auto& a : checkEnvironment(tc, cpu, peaks, env.rank)) info.extra_attrs.push_back(a);

@@ -3,6 +3,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "trainer/loop/train.h"
+#include "trainer/model/linear.h"
 #include "trainer/metrics/perf.h"
 
 namespace ftb {
@@ -49,7 +50,9 @@ void CheckpointHook::onStepEnd(TrainContext& ctx, const StepEnd& end) {
       ckpt::collectState(ctx.sync, ctx.opt, ctx.mesh.tp_rank, ctx.mesh.tp, rank_);
   std::map<std::string, int64_t> st{{"next_sample", done * tc_.globalBatch()},
                                     {"optimizer_step", ctx.opt.stepCount()},
-                                    {"global_batch", tc_.globalBatch()}};
+                                    {"global_batch", tc_.globalBatch()},
+                                    // how fp32 projections rounded (a resume keeps it)
+                                    {"fp32_gemm_openblas", fp32Gemm() == Fp32Gemm::kOpenBlas}};
   last_dir_ = saver_->save(done, pieces, st);
   last_saved_ = done;
   if (rank_ == 0)

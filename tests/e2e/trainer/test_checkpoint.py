@@ -18,7 +18,9 @@ import pytest
 from trainer_util import REQUEUE_EXIT, TINY, TRAINER, assert_close, base_env, finish, free_port
 
 # seq 128 makes a step slow enough (~10-40 ms) that a signal sent at step ~8 lands mid-run.
-COMMON = ("metrics.log_every=1", "data.seq_len=128")
+# Runs compared bit for bit use one BLAS: "auto" picks the faster at start, which the load
+# of a shared machine can flip between two runs (test_auto_gemm_route_survives_a_resume).
+COMMON = ("metrics.log_every=1", "data.seq_len=128", "training.fp32_gemm=\"aten\"")
 LAYOUTS = {
     "dp2": (2, ("training.micro_batch_size=1",)),
     "zero3_w2": (2, ("training.micro_batch_size=1", "parallel.dp_shard=2", "parallel.zero_stage=3")),
@@ -108,6 +110,19 @@ def test_sigterm_then_resume_is_bit_identical(tmp_path, layout):
             assert f.attrs["resume_count"] == 1 and len(f.attrs["resume_steps"]) == 1
         a, b = losses(ref, r), losses(cut, r)
         assert np.array_equal(a, b), f"rank {r} losses differ:\n{a}\n{b}"
+
+
+def test_auto_gemm_route_survives_a_resume(tmp_path):
+    """With training.fp32_gemm = "auto" the resumed attempt multiplies with the BLAS the
+    checkpoint ran with (recorded in its manifest), whichever is faster now."""
+    out = tmp_path / "run"
+    preempt(out, 1, ("training.fp32_gemm=\"auto\"", "checkpoint.interval=4"))
+    step = sorted((out / "checkpoints").glob("step_*"))[-1]
+    recorded = json.loads((step / "manifest.json").read_text())["state"]["fp32_gemm_openblas"]
+    outs = run(out, 1, "training.fp32_gemm=\"auto\"", "checkpoint.interval=4")
+    assert "resumed with the checkpoint's" in outs[0][1] + outs[0][2]
+    with h5(out) as f:
+        assert f.attrs["fp32_gemm"].startswith("OpenBLAS" if recorded else "ATen")
 
 
 def test_signal_to_one_rank_stops_all_and_resumes_bit_identically(tmp_path):

@@ -28,7 +28,7 @@ def test_checkpoint_holds_only_adapters_and_records_the_base(tmp_path):
     assert model and all(".lora_A.weight" in n or ".lora_B.weight" in n for n in model), model
     assert len(model) == 2 * 7 * 2  # 2 layers x 7 targets x (A, B)
     assert not any(n.startswith("optim.") and ".lora_" not in n for n in m["tensors"])
-    assert m["compat"]["lora.base"] == '"seed 0"' and m["compat"]["lora.rank"] == "4"
+    assert m["compat"]["lora.base"] == '"seed 1234"' and m["compat"]["lora.rank"] == "4"
     with h5(out) as f:
         assert f.attrs["flops_formula"] == "lora-v1"
         assert 0 < f.attrs["trainable_params"] < f.attrs["total_params"]
