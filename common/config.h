@@ -60,6 +60,10 @@ struct KeySpec {
   // by TrainConfig::fromConfig (common/run_config.h), and --help-config marks the key
   // "planned". Drop the flag when it lands.
   bool planned = false;
+  // False for a key added after run directories were named by the hash (common/tag.h): at
+  // its default it is left out of the hash, so those runs keep their tags; set to any other
+  // value it hashes as every key does.
+  bool hash_default = true;
   Domain domain{};  // numeric keys only (int, float): Schema::add(spec, domain)
 };
 

@@ -80,6 +80,12 @@ KeySpec spec(const char* key, ValueType type, std::optional<Value> def, const ch
   return k;
 }
 
+// A key added after run directories were named by the hash (KeySpec::hash_default).
+KeySpec addedLater(KeySpec k) {
+  k.hash_default = false;
+  return k;
+}
+
 Value i(int64_t v) { return Value(v); }
 Value f(double v) { return Value(v); }
 Value b(bool v) { return Value(v); }
@@ -206,6 +212,28 @@ void addParallel(Schema& sc) {
   sc.add(spec("parallel.memory_limit_gb", kFloat, f(0.0),
               "per-rank memory limit (OOM above it); 0 = none"),
          atLeast(0));
+}
+
+void addLora(Schema& sc) {
+  sc.add(addedLater(spec("lora.rank", kInt, i(0),
+                         "LoRA rank r: adapters A [r, in] and B [out, r] on each target, base "
+                         "frozen; 0 = full finetuning")),
+         atLeast(0));
+  sc.add(addedLater(spec("lora.alpha", kFloat, f(8.0),
+                         "LoRA scale numerator: the update is alpha/r B A x")),
+         above(0));
+  sc.add(addedLater(spec("lora.dropout", kFloat, f(0.0), "dropout on the adapters' input")),
+         halfOpen(0, 1));
+  sc.add(addedLater(spec("lora.targets", kString, s("q,v"),
+                         "comma-separated projections with adapters: q, k, v, o, gate, up, down "
+                         "(or their HF names q_proj ... down_proj), or \"all\"; \"q,v\" is "
+                         "PEFT's default for Llama")));
+  sc.add(addedLater(spec("lora.base_dtype", kString, s("fp32"),
+                         "storage of the frozen base weights: \"fp32\" | \"bf16\" (adapters "
+                         "and their optimizer state stay fp32)")));
+  sc.add(addedLater(spec("lora.from_pretrained", kString, s(""),
+                         "PEFT adapter directory (adapter_config.json, "
+                         "adapter_model.safetensors) to start from; \"\" = fresh adapters")));
 }
 
 void addCheckpoint(Schema& sc) {
@@ -412,6 +440,7 @@ const Schema& trainerSchema() {
     addData(sc);
     addTraining(sc);
     addParallel(sc);
+    addLora(sc);
     addCheckpoint(sc);
     addMetricsAndOutput(sc);
     return sc;
