@@ -213,26 +213,31 @@ double loraNumber(const ResumePoint& rp, const RunConfig& run, const char* key) 
 }
 
 // The adapter a LoRA checkpoint holds: rank and targets from its tensors (layer 0's
-// lora_A), alpha and dropout from the run, base model from model.from_pretrained.
-AdapterSpec adapterSpecOf(const ResumePoint& rp, const RunConfig& run) {
-  AdapterSpec s;
+// lora_A), alpha and dropout from the run.
+LoraConfig loraOf(const ResumePoint& rp, const RunConfig& run) {
+  LoraConfig l;
   for (const LoraTarget& t : loraTargets()) {
     auto it = rp.manifest.tensors.find(std::string("model.layers.0.") + t.module + ".lora_A.weight");
     if (it == rp.manifest.tensors.end()) continue;
-    s.targets.push_back(t.key);
-    s.rank = it->second.shape.at(0);
+    l.targets.push_back(t.key);
+    l.rank = it->second.shape.at(0);
   }
-  if (s.targets.empty())
+  if (l.targets.empty())
     throw ConfigError("--adapter", rp.dir + "/" + kManifestName,
                       "not a LoRA checkpoint: it holds no lora_A / lora_B tensors",
                       "without --adapter, trainer export writes the whole model");
-  s.alpha = loraNumber(rp, run, "lora.alpha");
-  s.dropout = loraNumber(rp, run, "lora.dropout");
+  l.alpha = loraNumber(rp, run, "lora.alpha");
+  l.dropout = loraNumber(rp, run, "lora.dropout");
+  return l;
+}
+
+// The run's model.from_pretrained, absolute ("" when it started from random weights).
+std::string baseModelOf(const ResumePoint& rp, const RunConfig& run) {
   const std::optional<std::string> base = runValue(rp, run, "model.from_pretrained");
   const std::optional<Value> path = base ? valueFromString(*base) : std::nullopt;
-  if (path && std::holds_alternative<std::string>(*path) && !std::get<std::string>(*path).empty())
-    s.base_model = fs::absolute(std::get<std::string>(*path)).string();
-  return s;
+  if (!path || !std::holds_alternative<std::string>(*path) || std::get<std::string>(*path).empty())
+    return "";
+  return fs::absolute(std::get<std::string>(*path)).string();
 }
 
 int exportAdapter(const ExportOptions& o) {
@@ -243,12 +248,12 @@ int exportAdapter(const ExportOptions& o) {
   const ModelArgs a = modelOf(rp);
   const RunConfig run = runConfig(rp);
   const ExportDtype dt = o.dtype == "run" ? runDtype(run) : dtypeNamed(o.dtype, "--dtype " + o.dtype);
-  const AdapterSpec spec = adapterSpecOf(rp, run);
-  writeAdapter(o.out, a, spec, dt.type, [&](const AdapterParam& p) {
+  const LoraConfig lora = loraOf(rp, run);
+  writeAdapter(o.out, a, lora, baseModelOf(rp, run), dt.type, [&](const AdapterParam& p) {
     return readTensor(rp, HfParam{p.peft_name, p.name, p.shape});
   });
   FTB_INFO("exported the LoRA adapter of " << rp.dir << " (step " << rp.manifest.state["step"]
-                                           << ", rank " << spec.rank << ", " << spec.targets.size()
+                                           << ", rank " << lora.rank << ", " << lora.targets.size()
                                            << " targets, " << dt.name << "; " << dt.source
                                            << ") to " << o.out << " as a PEFT adapter");
   return 1;

@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "common/files.h"
+#include "common/log.h"
 #include "trainer/hf/pretrained.h"
 
 namespace ftb::hf {
@@ -50,7 +51,7 @@ json number(double v) {
   return v == std::floor(v) && std::abs(v) < 1e15 ? json(int64_t(v)) : json(v);
 }
 
-json adapterConfigJson(const AdapterSpec& s) {
+json adapterConfigJson(const LoraConfig& s, const std::string& base_model) {
   const std::set<std::string> mods = hfModules(s.targets);
   return {{"peft_type", "LORA"},
           {"task_type", "CAUSAL_LM"},
@@ -70,7 +71,7 @@ json adapterConfigJson(const AdapterSpec& s) {
           {"rank_pattern", json::object()},
           {"alpha_pattern", json::object()},
           {"revision", nullptr},
-          {"base_model_name_or_path", s.base_model.empty() ? json() : json(s.base_model)}};
+          {"base_model_name_or_path", base_model.empty() ? json() : json(base_model)}};
 }
 
 }  // namespace
@@ -90,14 +91,14 @@ const LoraTarget* loraTargetByKey(const std::string& key) {
   return nullptr;
 }
 
-std::vector<AdapterParam> adapterParams(const ModelArgs& a, int64_t rank,
-                                        const std::vector<std::string>& targets) {
+std::vector<AdapterParam> adapterParams(const ModelArgs& a, const LoraConfig& lora) {
+  const int64_t rank = lora.rank;
   const std::vector<HfParam> base = hfParams(a);
   std::vector<AdapterParam> v;
   for (int64_t l = 0; l < a.n_layers; ++l) {
     const std::string layer = "layers." + std::to_string(l) + ".";
     for (const LoraTarget& t : loraTargets()) {
-      if (std::find(targets.begin(), targets.end(), t.key) == targets.end()) continue;
+      if (!lora.hasTarget(t.key)) continue;
       const std::vector<int64_t> w = baseShape(base, t);  // [out, in]
       for (const char* ab : {"lora_A", "lora_B"}) {
         const std::string tail = std::string(".") + ab + ".weight";
@@ -110,17 +111,18 @@ std::vector<AdapterParam> adapterParams(const ModelArgs& a, int64_t rank,
   return v;
 }
 
-void writeAdapter(const std::string& out, const ModelArgs& a, const AdapterSpec& spec,
-                  torch::ScalarType dtype,
+void writeAdapter(const std::string& out, const ModelArgs& a, const LoraConfig& lora,
+                  const std::string& base_model, torch::ScalarType dtype,
                   const std::function<torch::Tensor(const AdapterParam&)>& tensor) {
   if (fs::exists(out))
     throw ConfigError("--out", "command line", out + " already exists",
                       "export into a new directory (nothing is overwritten)");
-  const std::vector<AdapterParam> params = adapterParams(a, spec.rank, spec.targets);
+  const std::vector<AdapterParam> params = adapterParams(a, lora);
   const fs::path tmp = out + ".tmp";
   fs::remove_all(tmp);
   fs::create_directories(tmp);
-  writeFileDurably((tmp / kAdapterConfigName).string(), adapterConfigJson(spec).dump(2) + "\n");
+  writeFileDurably((tmp / kAdapterConfigName).string(),
+                   adapterConfigJson(lora, base_model).dump(2) + "\n");
   std::vector<StTensor> decl;
   for (const AdapterParam& p : params)
     decl.push_back({p.peft_name, stDtypeOf(dtype), p.shape, 0, 0});
@@ -184,7 +186,7 @@ void requireOff(const json& j, const std::string& path) {
   }
 }
 
-void checkConfig(const json& j, const std::string& path, const AdapterSpec& l) {
+void checkConfig(const json& j, const std::string& path, const LoraConfig& l) {
   requireField(j, path, "peft_type", "LORA", false, "ftbench loads LoRA adapters");
   if (j.contains("task_type") && !j["task_type"].is_null() && j["task_type"] != "CAUSAL_LM")
     fail(path, "field \"task_type\" is " + j["task_type"].dump() + ", expected \"CAUSAL_LM\"");
@@ -217,7 +219,7 @@ void checkConfig(const json& j, const std::string& path, const AdapterSpec& l) {
 
 }  // namespace
 
-PeftAdapter PeftAdapter::open(const std::string& dir, const ModelArgs& a, const AdapterSpec& l) {
+PeftAdapter PeftAdapter::open(const std::string& dir, const ModelArgs& a, const LoraConfig& l) {
   if (!fs::is_directory(dir))
     fail(dir, "not a directory", "lora.from_pretrained names a PEFT adapter directory");
   checkConfig(readConfig(dir), (fs::path(dir) / kAdapterConfigName).string(), l);
@@ -231,7 +233,7 @@ PeftAdapter PeftAdapter::open(const std::string& dir, const ModelArgs& a, const 
   pa.dir_ = dir;
   pa.file_ = std::make_unique<SafetensorsFile>(wpath, kKey);
   const std::map<std::string, StTensor>& have = pa.file_->tensors();
-  const std::vector<AdapterParam> params = adapterParams(a, l.rank, l.targets);
+  const std::vector<AdapterParam> params = adapterParams(a, l);
   std::set<std::string> expected;
   for (const AdapterParam& p : params) expected.insert(p.peft_name);
   for (const auto& [name, st] : have)
@@ -281,6 +283,30 @@ std::map<std::string, torch::Tensor> PeftAdapter::tensors() const {
   for (const auto& [name, p] : by_name_)
     m[name] = file_->view(p.peft_name).to(torch::kFloat32).clone();
   return m;
+}
+
+void loadAdapter(const TrainConfig& tc, const Mesh& mesh, GradSync& sync) {
+  std::vector<ckpt::StatePiece> pieces = ckpt::collectModelState(sync, mesh.tp_rank, mesh.tp);
+  int adapters = 0;
+  for (const ckpt::StatePiece& p : pieces) adapters += p.name.find(".lora_") != std::string::npos;
+  const int filled = PeftAdapter::open(tc.lora.from_pretrained, tc.model, tc.lora).load(pieces);
+  TORCH_CHECK(filled == adapters, "internal: ", adapters, " adapter pieces on this rank, ", filled,
+              " filled from ", tc.lora.from_pretrained);
+  sync.paramsLoaded();
+  FTB_INFO("loaded the LoRA adapter " << tc.lora.from_pretrained << ": " << filled
+                                      << " adapter tensors (slices) on this rank");
+}
+
+void checkAdapter(const TrainConfig& tc, Distributed& dist) {
+  if (tc.lora.from_pretrained.empty()) return;
+  std::string problem;
+  try {
+    PeftAdapter::open(tc.lora.from_pretrained, tc.model, tc.lora);
+  } catch (const ConfigError& e) {
+    problem = e.what();
+  }
+  for (const std::string& p : dist.allGatherString("hf/lora_check", problem))
+    if (!p.empty()) throw ConfigError(p);
 }
 
 }  // namespace ftb::hf

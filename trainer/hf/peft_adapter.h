@@ -37,6 +37,9 @@
 #include "common/run_config.h"
 #include "trainer/checkpoint/state.h"
 #include "trainer/hf/safetensors.h"
+#include "trainer/parallel/dist.h"
+#include "trainer/parallel/grad_sync.h"
+#include "trainer/parallel/mesh.h"
 
 namespace ftb::hf {
 
@@ -57,26 +60,19 @@ struct AdapterParam {
   std::string peft_name, name;  // PEFT's and ftbench's (no "model." prefix)
   std::vector<int64_t> shape;
 };
-// Every adapter tensor of the model `a` with `rank` on `targets` (keys), layer by layer,
-// each target's lora_A then lora_B. REQUIRES: every key is a target.
-std::vector<AdapterParam> adapterParams(const ModelArgs& a, int64_t rank,
-                                        const std::vector<std::string>& targets);
+// Every adapter tensor of the model `a` with lora.rank on lora.targets, layer by layer,
+// each target's lora_A then lora_B. REQUIRES: every target is one of kLoraTargets.
+std::vector<AdapterParam> adapterParams(const ModelArgs& a, const LoraConfig& lora);
 
-struct AdapterSpec {
-  int64_t rank = 0;
-  double alpha = 0, dropout = 0;
-  std::vector<std::string> targets;  // keys
-  std::string base_model;            // base_model_name_or_path; "" = null
-};
-
-// `tensor(p)`: the whole tensor p names, any float dtype (converted to `dtype`).
-void writeAdapter(const std::string& out, const ModelArgs& a, const AdapterSpec& spec,
-                  torch::ScalarType dtype,
+// `tensor(p)`: the whole tensor p names, any float dtype (converted to `dtype`). base_model:
+// adapter_config.json's base_model_name_or_path ("" = null). REQUIRES: lora.enabled().
+void writeAdapter(const std::string& out, const ModelArgs& a, const LoraConfig& lora,
+                  const std::string& base_model, torch::ScalarType dtype,
                   const std::function<torch::Tensor(const AdapterParam&)>& tensor);
 
 class PeftAdapter {
  public:
-  static PeftAdapter open(const std::string& dir, const ModelArgs& a, const AdapterSpec& lora);
+  static PeftAdapter open(const std::string& dir, const ModelArgs& a, const LoraConfig& lora);
   // Pieces of other tensors are left alone. Returns the number of pieces filled.
   int load(std::vector<ckpt::StatePiece>& pieces) const;
   std::map<std::string, torch::Tensor> tensors() const;
@@ -86,5 +82,16 @@ class PeftAdapter {
   std::unique_ptr<SafetensorsFile> file_;
   std::map<std::string, AdapterParam> by_name_;  // ftbench name
 };
+
+// Fills this rank's adapters (the lora_A / lora_B pieces of ckpt::collectModelState, any
+// layout) from tc.lora.from_pretrained and refreshes the materialised parameters
+// (sync.paramsLoaded(): collective). REQUIRES: parallelize() built `sync` with the adapters
+// among its parameters. An adapter piece the directory does not fill is an internal error.
+void loadAdapter(const TrainConfig& tc, const Mesh& mesh, GradSync& sync);
+
+// tc.lora.from_pretrained validated by every rank (PeftAdapter::open) before anything is
+// written. Collective: when any rank finds a problem, every rank throws that ConfigError
+// (exit 2). Nothing to do when the key is "".
+void checkAdapter(const TrainConfig& tc, Distributed& dist);
 
 }  // namespace ftb::hf

@@ -141,7 +141,13 @@ PretrainedModel::LoadStats PretrainedModel::load(std::vector<ckpt::StatePiece>& 
   LoadStats st{0, currentRssBytes()};
   for (ckpt::StatePiece& p : pieces) {
     if (p.name.rfind("model.", 0) != 0) continue;
-    const auto& [file, hp] = by_name_.at(p.name.substr(6));
+    auto it = by_name_.find(p.name.substr(6));
+    if (it == by_name_.end()) {  // a LoRA adapter: not in the base model (peft_adapter.h)
+      TORCH_CHECK(p.name.find(".lora_") != std::string::npos, "internal: ", p.name,
+                  " is neither an HF parameter nor a LoRA adapter");
+      continue;
+    }
+    const auto& [file, hp] = it->second;
     TORCH_CHECK(p.global_shape == hp.shape, "internal: ", p.name, " global shape differs from ", hp.hf_name);
     torch::Tensor src = file->view(hp.hf_name);
     for (size_t d = 0; d < p.box.offset.size(); ++d)

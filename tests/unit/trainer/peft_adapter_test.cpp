@@ -37,10 +37,9 @@ ModelArgs gqa() {
   return a;
 }
 
-AdapterSpec spec(int64_t rank, std::vector<std::string> targets) {
-  AdapterSpec s;
+LoraConfig spec(int64_t rank, std::vector<std::string> targets) {
+  LoraConfig s;
   s.rank = rank, s.alpha = 16, s.dropout = 0.05, s.targets = std::move(targets);
-  s.base_model = "/models/base";
   return s;
 }
 
@@ -60,16 +59,15 @@ class PeftAdapterDir : public ::testing::Test {
     fs::create_directories(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }
-  fs::path write(const AdapterSpec& s, torch::ScalarType t = torch::kFloat32) {
-    writeAdapter((dir_ / "a").string(), gqa(), s, t, synthetic);
+  fs::path write(const LoraConfig& s, torch::ScalarType t = torch::kFloat32) {
+    writeAdapter((dir_ / "a").string(), gqa(), s, "/models/base", t, synthetic);
     return dir_ / "a";
   }
   fs::path dir_;
 };
 
 TEST(PeftAdapterNames, PeftNamesAndShapesFollowTheBaseWeights) {
-  const std::vector<AdapterParam> ps =
-      adapterParams(gqa(), 8, {"q", "k", "v", "o", "gate", "up", "down"});
+  const std::vector<AdapterParam> ps = adapterParams(gqa(), spec(8, kLoraTargets));
   ASSERT_EQ(ps.size(), 2u * 7 * 2);
   auto find = [&](const std::string& name) {
     for (const AdapterParam& p : ps)
@@ -89,7 +87,13 @@ TEST(PeftAdapterNames, PeftNamesAndShapesFollowTheBaseWeights) {
   EXPECT_EQ(find("layers.0.feed_forward.w3.lora_B.weight").peft_name,
             "base_model.model.model.layers.0.mlp.up_proj.lora_B.weight");
   EXPECT_EQ(find("layers.0.feed_forward.w1.lora_B.weight").shape, (std::vector<int64_t>{96, 8}));
-  EXPECT_EQ(adapterParams(gqa(), 4, {"q", "v"}).size(), 2u * 2 * 2);
+  EXPECT_EQ(adapterParams(gqa(), spec(4, {"q", "v"})).size(), 2u * 2 * 2);
+}
+
+TEST(PeftAdapterNames, EveryLoraTargetKeyHasItsModules) {
+  ASSERT_EQ(loraTargets().size(), kLoraTargets.size());
+  for (const std::string& k : kLoraTargets) EXPECT_NE(loraTargetByKey(k), nullptr) << k;
+  EXPECT_EQ(loraTargetByKey("qkv"), nullptr);
 }
 
 TEST_F(PeftAdapterDir, WrittenConfigIsPeftsLoraConfig) {
@@ -113,12 +117,12 @@ TEST_F(PeftAdapterDir, WrittenConfigIsPeftsLoraConfig) {
 TEST_F(PeftAdapterDir, ReaderGivesBackWhatTheWriterWrote) {
   for (torch::ScalarType t : {torch::kFloat32, torch::kBFloat16}) {
     fs::remove_all(dir_ / "a");
-    const AdapterSpec s = spec(4, {"q", "k", "v", "o", "gate", "up", "down"});
+    const LoraConfig s = spec(4, {"q", "k", "v", "o", "gate", "up", "down"});
     const fs::path d = write(s, t);
     const std::map<std::string, torch::Tensor> got =
         PeftAdapter::open(d.string(), gqa(), s).tensors();
     ASSERT_EQ(got.size(), 2u * 7 * 2);
-    for (const AdapterParam& p : adapterParams(gqa(), 4, s.targets)) {
+    for (const AdapterParam& p : adapterParams(gqa(), s)) {
       const torch::Tensor want = synthetic(p).to(t).to(torch::kFloat32);
       ASSERT_TRUE(got.count(p.name)) << p.name;
       EXPECT_TRUE(torch::equal(got.at(p.name), want)) << p.name << " " << t;
@@ -127,7 +131,7 @@ TEST_F(PeftAdapterDir, ReaderGivesBackWhatTheWriterWrote) {
 }
 
 TEST_F(PeftAdapterDir, LoadFillsTensorParallelSlices) {
-  const AdapterSpec s = spec(4, {"q", "o"});
+  const LoraConfig s = spec(4, {"q", "o"});
   const fs::path d = write(s);
   const PeftAdapter pa = PeftAdapter::open(d.string(), gqa(), s);
   // Megatron's split: q is column-parallel (lora_B split by rows), o row-parallel (lora_A by
@@ -302,7 +306,7 @@ std::vector<Malformed> malformedCases() {
 }
 
 TEST_F(PeftAdapterDir, MalformedAdaptersExit2NamingFileAndTensor) {
-  const AdapterSpec s = spec(4, {"q", "v"});
+  const LoraConfig s = spec(4, {"q", "v"});
   for (const Malformed& m : malformedCases()) {
     SCOPED_TRACE(m.name);
     fs::remove_all(dir_ / "a");
@@ -324,7 +328,7 @@ TEST_F(PeftAdapterDir, MalformedAdaptersExit2NamingFileAndTensor) {
 }
 
 TEST_F(PeftAdapterDir, AdapterForAnotherModelIsRefused) {
-  const AdapterSpec s = spec(4, {"q", "v"});
+  const LoraConfig s = spec(4, {"q", "v"});
   const fs::path d = write(s);
   ModelArgs deeper = gqa();
   deeper.n_layers = 3;
@@ -354,8 +358,8 @@ std::vector<std::string> splitCommas(const std::string& s) {
 }
 
 // The spec of FTB_PEFT_RANK, FTB_PEFT_ALPHA, FTB_PEFT_TARGETS (comma-separated keys).
-AdapterSpec envSpec() {
-  AdapterSpec s;
+LoraConfig envSpec() {
+  LoraConfig s;
   s.rank = std::atoll(std::getenv("FTB_PEFT_RANK"));
   s.alpha = std::atof(std::getenv("FTB_PEFT_ALPHA"));
   s.targets = splitCommas(std::getenv("FTB_PEFT_TARGETS"));
@@ -378,11 +382,11 @@ TEST(PeftAdapter, WriteForPython) {
   if (!envSet({"FTB_PEFT_MODEL", "FTB_PEFT_OUT", "FTB_PEFT_RANK", "FTB_PEFT_ALPHA",
                "FTB_PEFT_TARGETS"}))
     GTEST_SKIP() << "set FTB_PEFT_MODEL/OUT/RANK/ALPHA/TARGETS (pytest)";
-  AdapterSpec s = envSpec();
+  LoraConfig s = envSpec();
   s.dropout = 0.1;
-  s.base_model = std::getenv("FTB_PEFT_MODEL");
   // A ~ N(0, 1/in), B ~ N(0, 1/r): the adapter changes the logits as much as the base does.
-  writeAdapter(std::getenv("FTB_PEFT_OUT"), envModel(), s, torch::kFloat32,
+  writeAdapter(std::getenv("FTB_PEFT_OUT"), envModel(), s, std::getenv("FTB_PEFT_MODEL"),
+               torch::kFloat32,
                [](const AdapterParam& p) { return synthetic(p) / std::sqrt(double(p.shape[1])); });
 }
 
