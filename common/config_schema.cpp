@@ -281,6 +281,16 @@ void addMetricsAndOutput(Schema& sc) {
   sc.add(spec("output.sweep_fmt", kString, s("{model.name}.ws{world_size}.{hash}"),
               "run directory name format", kNoTag));
   sc.add(spec("output.no_sweep_dir", kBool, b(false), "write straight into output.dir", kNoTag));
+  // ---- Sweep labels: set by sweep_tagger expand, read by aggregate; not the experiment ----
+  sc.add(spec("sweep.layout", kString, s(""),
+              "the sweep's layout variant of this run ([layout.NAME] in the sweep file); "
+              "aggregate draws one series per variant",
+              kNoTag));
+  sc.add(spec("sweep.repeat", kInt, i(0),
+              "repeat index of a sweep point (sweep key repeats); N > 0 appends .rN to the run "
+              "directory name, the config hash stays that of the point",
+              kNoTag),
+         atLeast(0));
 }
 
 }  // namespace

@@ -366,4 +366,28 @@ double mfuAgainst(double model_flops_per_s, const PeakFlops& peak, const PeakChe
   return model_flops_per_s / peak.flops;
 }
 
+// ---- Device memory (sweep_tagger expand --memory-budget) -----------------------------
+
+const std::vector<GpuMemoryEntry>& gpuMemoryTable() {
+  // Vendor data sheets: the capacity of one device (the driver reports a few % less).
+  static const std::vector<GpuMemoryEntry> kTable = {
+      {"h100", "NVIDIA H100 SXM/PCIe 80 GB", 80},  {"h100 nvl", "NVIDIA H100 NVL 94 GB", 94},
+      {"h200", "NVIDIA H200 141 GB", 141},         {"gh200", "NVIDIA GH200 96 GB", 96},
+      {"a100", "NVIDIA A100 80 GB", 80},           {"a100 40gb", "NVIDIA A100 40 GB", 40},
+      {"l40s", "NVIDIA L40S 48 GB", 48},           {"l4", "NVIDIA L4 24 GB", 24},
+      {"a10g", "NVIDIA A10G 24 GB", 24},           {"a10", "NVIDIA A10 24 GB", 24},
+      {"mi300x", "AMD Instinct MI300X 192 GB", 192}, {"mi250x", "AMD Instinct MI250X 128 GB", 128},
+  };
+  return kTable;
+}
+
+const GpuMemoryEntry* findGpuMemory(const std::string& type) {
+  std::string t = lower(type);
+  std::replace(t.begin(), t.end(), '-', ' ');
+  std::replace(t.begin(), t.end(), '_', ' ');
+  for (const GpuMemoryEntry& e : gpuMemoryTable())
+    if (t == e.type) return &e;
+  return nullptr;
+}
+
 }  // namespace ftb

@@ -86,4 +86,16 @@ PeakCheck checkGemmAgainstPeak(double gemm_flops, const PeakFlops& peak);
 // Model FLOP/s ÷ peak; NaN when the peak is unknown (0) or failed its check.
 double mfuAgainst(double model_flops_per_s, const PeakFlops& peak, const PeakCheck& check);
 
+// ---- Device memory (sweep_tagger expand --memory-budget) -----------------------------
+// The memory of one device of the GPU table, by its type ("h100", "a100 40gb", "mi300x").
+struct GpuMemoryEntry {
+  const char* type;   // lower case, words separated by one space
+  const char* label;  // "NVIDIA H100 SXM 80 GB"
+  double gib;         // the data sheet's capacity (HBM/GDDR), GiB
+};
+const std::vector<GpuMemoryEntry>& gpuMemoryTable();
+// The entry whose type equals `type` (case-insensitive; '-' and '_' read as spaces), or
+// nullptr.
+const GpuMemoryEntry* findGpuMemory(const std::string& type);
+
 }  // namespace ftb

@@ -102,6 +102,22 @@ struct LoraConfig {
 // q wq, k wk, v wv, o wo, gate w1, up w3, down w2 (HF q_proj ... down_proj).
 inline const std::vector<std::string> kLoraTargets = {"q", "k", "v", "o", "gate", "up", "down"};
 
+// Model FLOPs of training one token, by what is trained (trainer/README.md "FLOPs"):
+//   "full-v1": torchtitan's 6N + 12·L·H·hd·T (ModelArgs::flopsPerToken).
+//   "lora-v1": forward 2N + 2Na; input gradients 2N + 2Na, less block 0's q/k/v inputs
+//              (nothing before block 0 trains: 2·(its q, k, v weights) + 2·(their A's));
+//              weight gradients 2Na only (the base is frozen); attention 12·L·H·hd·T.
+//   N: every weight but the input embedding (the output projection counted even when
+//   tied), Na: the adapters' parameters.
+struct FlopsCount {
+  double per_token = 0;
+  std::string formula;
+  int64_t trainable_params = 0, total_params = 0;
+};
+FlopsCount trainingFlops(const ModelArgs& m, const LoraConfig& lora, int64_t seq_len);
+// Parameters of every adapter of the whole model (0 when LoRA is off).
+int64_t loraParams(const ModelArgs& m, const LoraConfig& lora);
+
 // [parallel], the layout: the degrees over world_size ranks.
 struct LayoutConfig {
   int world_size = 1;

@@ -295,6 +295,9 @@ std::string formatTag(const Config& cfg, int world_size, const std::string& fmt,
       fmtError(fmt, "path component \"" + comp + "\" is not allowed");
     tag += (s ? "/" : "") + comp;
   }
+  // ---- Sweep repeats: repeat N > 0 of a point runs in <tag>.rN, under the same hash ----
+  if (cfg.has("sweep.repeat") && cfg.getInt("sweep.repeat") > 0)
+    tag += ".r" + std::to_string(cfg.getInt("sweep.repeat"));
   return tag;
 }
 

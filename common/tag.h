@@ -17,7 +17,8 @@
 //   are path-safe (pathSafe). The result is a relative path with no empty, `.` or
 //   `..` component and no component over 255 bytes, else ConfigError with the exact
 //   message documented in sweep_tagger/README.md (golden tests in
-//   tests/data/sweep_tagger/fmt_cases.txt).
+//   tests/data/sweep_tagger/fmt_cases.txt). A config whose sweep.repeat is N > 0 (a
+//   repeat of a sweep point, not part of the hash) gets ".rN" appended to the tag.
 // - prepareRunDir() creates `<output_dir>/<tag>/` (or uses output_dir itself when
 //   no_sweep_dir) and writes run.toml exactly once (atomic link, so concurrent
 //   ranks or nodes race safely). An existing run.toml recording another config hash

@@ -11,6 +11,7 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "common/files.h"
+#include "sweep_tagger/compare.h"
 #include "sweep_tagger/process_pool.h"
 #include "common/run_config.h"
 #include "common/h5_metrics.h"
@@ -70,6 +71,51 @@ double percentile(std::vector<double>& v, double q) {
   size_t i = std::min(static_cast<size_t>(q * double(v.size() - 1) + 0.5), v.size() - 1);
   std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(i), v.end());
   return v[i];
+}
+
+// ---- Comparisons: step-level spread and work per step ----
+
+// row.step_tokens_p10/p50/p90: percentiles of the measured steps' padded tokens/s.
+void stepSpread(RunRow& row, const MetricsData& d, const std::vector<size_t>& measured) {
+  const auto* tokens = column(d, "tokens_padded");
+  const auto* time = column(d, "step_time_s");
+  if (!tokens || !time) return;
+  std::vector<double> rate;
+  for (size_t i : measured)
+    if ((*time)[i] > 0) rate.push_back((*tokens)[i] / (*time)[i]);
+  if (rate.empty()) return;
+  row.step_tokens_p10 = percentile(rate, 0.1);
+  row.step_tokens_p50 = percentile(rate, 0.5);
+  row.step_tokens_p90 = percentile(rate, 0.9);
+}
+
+// A run's recorded config as the trainer resolved it. run.toml records every key, so a
+// training.grad_accum_steps derived from training.global_batch_size reads as set there (and
+// "contradicts" it): with a global batch the recorded grad_accum_steps counts as a default.
+Config recordedConfig(const std::string& run_toml, const std::string& run_dir) {
+  Config cfg = Config::fromString(run_toml, run_dir + "/run.toml", {});
+  if (cfg.has("training.global_batch_size") && cfg.getInt("training.global_batch_size") > 0)
+    cfg.set("training.grad_accum_steps", Value(int64_t{1}), "default");
+  return cfg;
+}
+
+// The run's config hash (run.toml header) and, for a config the trainer accepts, its
+// global batch as the trainer computes it.
+void workPerStep(RunRow& row, const std::string& run_toml, const std::string& run_dir) {
+  static const std::regex kHash("^# config_hash = ([0-9a-f]+)$", std::regex::multiline);
+  std::smatch m;
+  if (std::regex_search(run_toml, m, kHash)) row.config_hash = m[1];
+  if (run_toml.empty() || !row.world_size || row.is_valid != true) return;
+  try {
+    Config cfg = recordedConfig(run_toml, run_dir);
+    const TrainConfig tc =
+        TrainConfig::fromConfig(cfg, static_cast<int>(*row.world_size), Checks::kConfigOnly);
+    row.global_batch_seqs = tc.globalBatch();
+    row.global_batch_tokens = tc.globalBatch() * tc.seq_len;
+    row.batch_mode = cfg.getInt("training.global_batch_size") > 0 ? "fixed global batch"
+                                                                   : "fixed grad_accum";
+  } catch (const std::exception&) {  // older or foreign schema: unknown
+  }
 }
 
 void computeNumbers(RunRow& row, const RankFile& ref, const std::vector<RankFile>& ranks) {
@@ -136,6 +182,7 @@ void computeNumbers(RunRow& row, const RankFile& ref, const std::vector<RankFile
                                              std::get<double>(peak->second) > 0)
     row.mfu = weighted("mfu");
   row.gemm_efficiency = weighted("gemm_efficiency");
+  stepSpread(row, d, measured);
   if (row.world_size && *row.world_size > 0) {
     if (row.tokens_per_s_padded)
       row.tokens_per_s_padded_per_device = *row.tokens_per_s_padded / double(*row.world_size);
@@ -353,7 +400,7 @@ std::optional<bool> validityOf(const RunRow& row, const std::string& run_toml,
   if (row.status == RunState::Invalid) return false;
   if (run_toml.empty() || !row.world_size) return std::nullopt;
   try {
-    Config cfg = Config::fromString(run_toml, run_dir + "/run.toml", {});
+    Config cfg = recordedConfig(run_toml, run_dir);
     return refusalOf(cfg, static_cast<int>(*row.world_size), Checks::kConfigOnly).empty();
   } catch (const std::exception&) {
     return std::nullopt;  // older or foreign schema: validity unknown
@@ -380,6 +427,7 @@ RunRow summarizeRun(const std::string& results_dir, const std::string& run_dir,
       row.message = status_msg + (row.message.empty() ? "" : "; ") + row.message;
     if (!ranks.empty()) computeNumbers(row, ranks[0], ranks);
     row.is_valid = validityOf(row, run_toml, run_dir);
+    workPerStep(row, run_toml, run_dir);
   } catch (const std::exception& e) {
     row.status = RunState::Corrupt;
     row.message = e.what();
@@ -443,6 +491,7 @@ AggregateTable aggregateRuns(const std::string& results_dir, const AggregateOpti
     else if (first)
       t.constant[k] = *first;
   }
+  groupRepeats(t);
   return t;
 }
 

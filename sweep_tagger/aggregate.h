@@ -66,6 +66,20 @@ struct RunRow {
   std::string host, cpu_model, peak_source, gemm_source;
   // FLOP/s per device (hardware peak, measured GEMM); $ per device-hour
   std::optional<double> peak_flops, gemm_flops, price_per_hour;
+  // ---- Comparisons (sweep_tagger/compare.h): equal work, repeats, spread ----
+  std::string config_hash;  // run.toml's "# config_hash": a point's repeats share it
+  // Work per optimizer step: micro_batch x grad_accum x data-parallel size sequences, and
+  // x seq_len tokens (the trainer's TrainConfig::globalBatch(); empty when not valid).
+  std::optional<int64_t> global_batch_seqs, global_batch_tokens;
+  std::string batch_mode;  // "fixed global batch" (training.global_batch_size) | "fixed grad_accum"
+  // Step-level spread: nearest-rank p10/p50/p90 of the measured steps' padded tokens/s
+  // (tokens_padded / step_time_s of each step: the work of a step is fixed in padded
+  // tokens, so this is the spread of the step times, not of the documents' lengths).
+  std::optional<double> step_tokens_p10, step_tokens_p50, step_tokens_p90;
+  // Over the runs of the same config_hash that count (groupRepeats): how many, and the
+  // median, min and max of their tokens_per_s_dataset.
+  int64_t repeats = 0;
+  std::optional<double> tokens_median, tokens_min, tokens_max;
 };
 
 // Tag order for tables: digit runs compare as numbers ("sl512" < "sl1024"), the rest
@@ -97,7 +111,10 @@ AggregateTable aggregateRuns(const std::string& results_dir, const AggregateOpti
 // step_time_p50_s, step_time_p90_s, data_frac, forward_frac, backward_frac,
 // optimizer_frac, comm_frac, peak_mem_mib, first_loss, last_loss, mt_per_hour,
 // usd_per_mt, price_per_hour, is_valid, host, cpu_model, peak_flops, peak_source,
-// gemm_flops, gemm_source, traces, message.
+// gemm_flops, gemm_source, traces, layout, repeat, config_hash, global_batch_seqs,
+// global_batch_tokens, batch_mode, step_tokens_per_s_padded_p10, step_tokens_per_s_padded_p50,
+// step_tokens_per_s_padded_p90, repeats, tokens_per_s_median, tokens_per_s_min, tokens_per_s_max,
+// message.
 std::vector<std::pair<std::string, Cell>> rowCells(const RunRow& row,
                                                    const std::vector<std::string>& varying);
 std::string toCsv(const AggregateTable& t);         // RFC 4180, empty cell = missing

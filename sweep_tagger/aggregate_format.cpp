@@ -6,6 +6,7 @@
 
 #include "sweep_tagger/aggregate.h"
 #include "common/tag.h"
+#include "sweep_tagger/compare.h"
 
 namespace ftb {
 namespace {
@@ -124,7 +125,25 @@ std::vector<std::pair<std::string, Cell>> rowCells(const RunRow& r,
                      {"peak_source", r.peak_source},
                      {"gemm_flops", opt(r.gemm_flops)},
                      {"gemm_source", r.gemm_source},
-                     {"traces", r.traces},
+                     {"traces", r.traces}});
+  // ---- Comparisons (compare.h) ----
+  auto label = [&r](const char* key) {
+    auto it = r.config.find(key);
+    return it == r.config.end() ? Cell() : it->second;
+  };
+  c.insert(c.end(), {{"layout", label("sweep.layout")},
+                     {"repeat", label("sweep.repeat")},
+                     {"config_hash", r.config_hash},
+                     {"global_batch_seqs", opt(r.global_batch_seqs)},
+                     {"global_batch_tokens", opt(r.global_batch_tokens)},
+                     {"batch_mode", r.batch_mode},
+                     {"step_tokens_per_s_padded_p10", opt(r.step_tokens_p10)},
+                     {"step_tokens_per_s_padded_p50", opt(r.step_tokens_p50)},
+                     {"step_tokens_per_s_padded_p90", opt(r.step_tokens_p90)},
+                     {"repeats", r.repeats},
+                     {"tokens_per_s_median", opt(r.tokens_median)},
+                     {"tokens_per_s_min", opt(r.tokens_min)},
+                     {"tokens_per_s_max", opt(r.tokens_max)},
                      {"message", r.message}});
   return c;
 }
@@ -194,18 +213,41 @@ std::string priceNotes(const AggregateTable& t) {
 
 }  // namespace
 
+namespace {
+
+// "p10/p50/p90" of a run's per-step dataset tokens/s; "" without measured steps.
+std::string stepSpreadText(const RunRow& r) {
+  if (!r.step_tokens_p50) return "";
+  return fixed(*r.step_tokens_p10, 1) + "/" + fixed(*r.step_tokens_p50, 1) + "/" +
+         fixed(*r.step_tokens_p90, 1);
+}
+
+// "8 (1024)": sequences (tokens) per optimizer step; "" when unknown.
+std::string globalBatchText(const RunRow& r) {
+  if (!r.global_batch_seqs) return "";
+  return std::to_string(*r.global_batch_seqs) + " (" + std::to_string(*r.global_batch_tokens) +
+         ")";
+}
+
+}  // namespace
+
 std::string toMarkdown(const AggregateTable& t) {
-  std::string out = constantsBlock(t);
+  std::string out = constantsBlock(t) + workNote(t);
   bool any_price = false, any_note = false;
   for (const RunRow& r : t.runs) {
     any_price |= r.usd_per_mt.has_value();
     any_note |= r.status != RunState::Completed;
   }
+  bool any_layout = false;
+  for (const RunRow& r : t.runs) any_layout |= r.config.count("sweep.layout") &&
+                                               !cellText(r.config.at("sweep.layout")).empty();
   std::vector<std::string> head = {"tag", "status"};
+  if (any_layout) head.push_back("layout");
   head.insert(head.end(), t.varying.begin(), t.varying.end());
   for (const char* h :
        {"world size", "nodes", "steps", "resumes", "tokens/s global (dataset)",
-        "tokens/s per device (padded)", "MFU % (hw peak)", "GEMM eff. % (measured GEMM)",
+        "tokens/s per device (padded)", "step tokens/s p10/p50/p90 (padded)",
+        "global batch seqs (tokens)", "MFU % (hw peak)", "GEMM eff. % (measured GEMM)",
         "step p50 (s)", "step p90 (s)",
         "time % data/fwd/bwd/opt/comm (rank 0)", "peak RSS MiB (max rank)",
         "loss first→last (nats/token)"})
@@ -220,10 +262,13 @@ std::string toMarkdown(const AggregateTable& t) {
   };
   line(head);
   out += "|";
-  for (size_t i = 0; i < head.size(); ++i) out += i < 2 + t.varying.size() ? "---|" : "--:|";
+  const size_t text_cols = 2 + (any_layout ? 1 : 0) + t.varying.size();
+  for (size_t i = 0; i < head.size(); ++i) out += i < text_cols ? "---|" : "--:|";
   out += "\n";
   for (const RunRow& r : t.runs) {
     std::vector<std::string> c = {r.tag, toString(r.status)};
+    if (any_layout)
+      c.push_back(r.config.count("sweep.layout") ? cellText(r.config.at("sweep.layout")) : "");
     for (const std::string& k : t.varying) {
       auto it = r.config.find(k);
       c.push_back(it == r.config.end() ? "" : cellText(it->second));
@@ -239,7 +284,8 @@ std::string toMarkdown(const AggregateTable& t) {
         c.end(),
         {cellText(opt(r.world_size)), cellText(opt(r.nodes)), std::to_string(r.steps_done),
          std::to_string(r.resumes), o(r.tokens_per_s_dataset, 1),
-         o(r.tokens_per_s_padded_per_device, 1), o(r.mfu, 2, 100), o(r.gemm_efficiency, 2, 100),
+         o(r.tokens_per_s_padded_per_device, 1), stepSpreadText(r), globalBatchText(r),
+         o(r.mfu, 2, 100), o(r.gemm_efficiency, 2, 100),
          o(r.step_time_p50_s, 4), o(r.step_time_p90_s, 4), shares, o(r.peak_mem_mib, 1), loss});
     if (any_price) c.insert(c.end(), {o(r.mt_per_hour, 3), o(r.usd_per_mt, 4)});
     c.push_back(cellText(opt(r.is_valid)));
@@ -247,6 +293,7 @@ std::string toMarkdown(const AggregateTable& t) {
     line(c);
   }
   if (any_price) out += priceNotes(t);
+  out += repeatsTable(t);
   std::string traced;
   for (const RunRow& r : t.runs)
     if (r.traces > 0)
@@ -313,6 +360,17 @@ RunRow rowFromJsonLine(const std::string& line) {
   r.peak_source = str("peak_source");
   r.gemm_source = str("gemm_source");
   if (j["is_valid"].is_boolean()) r.is_valid = j["is_valid"].get<bool>();
+  r.config_hash = str("config_hash");
+  r.global_batch_seqs = i("global_batch_seqs");
+  r.global_batch_tokens = i("global_batch_tokens");
+  r.batch_mode = str("batch_mode");
+  r.step_tokens_p10 = d("step_tokens_per_s_padded_p10");
+  r.step_tokens_p50 = d("step_tokens_per_s_padded_p50");
+  r.step_tokens_p90 = d("step_tokens_per_s_padded_p90");
+  r.repeats = i("repeats").value_or(0);
+  r.tokens_median = d("tokens_per_s_median");
+  r.tokens_min = d("tokens_per_s_min");
+  r.tokens_max = d("tokens_per_s_max");
   for (const auto& [k, v] : j["config"].items()) r.config[k] = jsonCell(v);
   return r;
 }

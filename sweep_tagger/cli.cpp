@@ -17,6 +17,7 @@
 #include "common/run_status.h"
 #include "common/tag.h"
 #include "sweep_tagger/aggregate.h"
+#include "sweep_tagger/compare.h"
 #include "sweep_tagger/plot.h"
 #include "sweep_tagger/sweep.h"
 
@@ -54,6 +55,9 @@ Json pointJson(const SweepPoint& p, const SweepSpec& spec, std::optional<RunStat
   j["valid"] = p.valid;
   j["reason"] = p.reason;
   j["included"] = p.included;
+  j["layout"] = p.layout;
+  j["repeat"] = p.repeat;
+  j["global_batch"] = p.global_batch;
   j["overrides"] = Json::object();
   for (const auto& [k, v] : p.overrides) j["overrides"][k] = toJson(v);
   j["args"] = p.args;
@@ -78,7 +82,7 @@ std::string fieldText(const Json& j, const std::string& field) {
   if (!j.contains(field))
     throw ConfigError("", "command line", "unknown --field '" + field + "'",
                       "one of: index tag hash world_size nodes nproc_per_node valid reason "
-                      "included overrides args base state");
+                      "included layout repeat global_batch overrides args base state");
   const Json& v = j[field];
   return v.is_string() ? v.get<std::string>() : v.dump();
 }
@@ -174,7 +178,11 @@ int expandCommand(const std::vector<std::string>& args, std::ostream& out) {
       "field", "print only this field (overrides: shell words for the trainer)",
       cxxopts::value<std::string>())("pending",
                                      "only points whose run in RESULTS_DIR has not completed and is not held by a running trainer",
-                                     cxxopts::value<std::string>())("h,help", "this help")(
+                                     cxxopts::value<std::string>())(
+      "memory-budget",
+      "mark points whose estimated per-rank peak exceeds this invalid: a size (80GiB, 80GB) or "
+      "a device type (h100, a100-40gb, ...)",
+      cxxopts::value<std::string>())("h,help", "this help")(
       "sweep", "sweep TOML", cxxopts::value<std::string>())(
       "overrides", "key=value overrides for every point (after the point's own)",
       cxxopts::value<std::vector<std::string>>());
@@ -189,6 +197,8 @@ int expandCommand(const std::vector<std::string>& args, std::ostream& out) {
     throw ConfigError("", "command line", "missing SWEEP.toml", "sweep_tagger expand --help");
   SweepSpec spec = loadSweep(r["sweep"].as<std::string>());
   if (r.count("overrides")) spec.overrides = r["overrides"].as<std::vector<std::string>>();
+  if (r.count("memory-budget"))
+    spec.memory_budget = parseMemoryBudget(r["memory-budget"].as<std::string>());
   // --index I needs the points up to I only (indices count listed points: those before
   // I decide which grid point I is). A negative I expands all, for the count it reports.
   std::optional<int> last;
@@ -238,7 +248,11 @@ int aggregateCommand(const std::vector<std::string>& args, std::ostream& out) {
       "stale-seconds", "a 'running' run not updated for longer is 'killed'",
       cxxopts::value<double>()->default_value("600"))(
       "reader-timeout", "seconds one run's files may take to read before it is 'corrupt'",
-      cxxopts::value<double>()->default_value("60"))("h,help", "this help")(
+      cxxopts::value<double>()->default_value("60"))(
+      "best", "rank configurations by tokens_per_s | cost | memory: winner, runner-up, margin, "
+      "and whether it exceeds the noise (stdout; the table only with --out)",
+      cxxopts::value<std::string>())(
+      "plot-best-effort", "a gnuplot problem is a warning, not exit 1")("h,help", "this help")(
       "results", "results dir", cxxopts::value<std::string>());
   opts.parse_positional({"results"});
   opts.positional_help("RESULTS_DIR");
@@ -267,6 +281,8 @@ int aggregateCommand(const std::vector<std::string>& args, std::ostream& out) {
                       "the default, 60 s, suits any healthy file");
   ao.jobs = r.count("jobs") ? r["jobs"].as<int>()
                             : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::optional<BestMetric> best;
+  if (r.count("best")) best = parseBestMetric(r["best"].as<std::string>());
   AggregateTable table = aggregateRuns(results, ao);
   const std::string text =
       format == "csv" ? toCsv(table) : (format == "md" ? toMarkdown(table) : toJson(table));
@@ -278,18 +294,23 @@ int aggregateCommand(const std::vector<std::string>& args, std::ostream& out) {
     if (format == "csv")
       writeFileDurably((path.parent_path() / (path.stem().string() + ".constants.csv")).string(),
                        constantsCsv(table));
-  } else {
+  } else if (!best) {
     out << text;
   }
-  if (r.count("plot")) {
-    std::vector<std::string> warnings;
-    std::vector<std::string> files = writePlots(table, r["plot"].as<std::string>(), warnings);
-    for (const std::string& w : warnings)
-      std::cerr << "sweep_tagger aggregate: warning: " << w << "\n";
-    std::cerr << "sweep_tagger aggregate: wrote " << files.size() << " chart files to "
-              << r["plot"].as<std::string>() << "\n";
-  }
-  return 0;
+  if (best) out << bestReport(table, *best);
+  if (!r.count("plot")) return 0;
+  std::vector<std::string> warnings, failures;
+  std::vector<std::string> files =
+      writePlots(table, r["plot"].as<std::string>(), warnings, 120, &failures);
+  for (const std::string& w : warnings)
+    std::cerr << "sweep_tagger aggregate: warning: " << w << "\n";
+  std::cerr << "sweep_tagger aggregate: wrote " << files.size() << " chart files to "
+            << r["plot"].as<std::string>() << "\n";
+  if (failures.empty() || r.count("plot-best-effort")) return 0;
+  std::cerr << "sweep_tagger aggregate: " << failures.size()
+            << " chart(s) missing or unreadable (gnuplot problems above); exit 1 "
+               "(--plot-best-effort: exit 0)\n";
+  return 1;
 }
 
 int runSweepTagger(int argc, char** argv, std::ostream& out, std::ostream& err) {
@@ -298,9 +319,11 @@ int runSweepTagger(int argc, char** argv, std::ostream& out, std::ostream& err) 
       "[--fmt F] [--hash]\n"
       "       sweep_tagger expand SWEEP.toml [key=value ...] [--json] [--index I] [--field F] "
       "[--pending RESULTS_DIR]\n"
+      "                           [--memory-budget SIZE|DEVICE]\n"
       "       sweep_tagger aggregate RESULTS_DIR [--format csv|md|json] [--out F] [--plot DIR] "
       "[--jobs N]\n"
       "                              [--stale-seconds S] [--reader-timeout S]\n"
+      "                              [--best tokens_per_s|cost|memory] [--plot-best-effort]\n"
       "       sweep_tagger SUBCOMMAND --help: every option\n";
   if (argc < 2) {
     err << usage;

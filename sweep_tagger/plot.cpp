@@ -22,6 +22,7 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "common/tag.h"
+#include "sweep_tagger/compare.h"
 
 extern char** environ;
 
@@ -29,7 +30,7 @@ namespace ftb {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr size_t kMaxLegendSeries = 12;
+constexpr size_t kMaxTics = 12;  // more x values: gnuplot's own tics
 
 struct Axis {
   std::string name;
@@ -58,12 +59,24 @@ std::string gpQuote(const std::string& s) {
   return q + "\"";
 }
 
-// One chart: series name -> (x, y) points; categorical x uses `xtics`.
+// A chart point: y (a configuration's median over its repeats) with its min-max.
+struct Pt {
+  double x, y, lo, hi;
+  bool operator<(const Pt& o) const { return x < o.x; }
+};
+
+// One chart: series name -> points; categorical x uses `xtics`.
 struct Chart {
   std::string file, title, xlabel, ylabel;
-  std::map<std::string, std::vector<std::pair<double, double>>> series;
+  std::map<std::string, std::vector<Pt>> series;
   std::vector<std::string> xtics;  // non-empty: categorical axis, x = index
 };
+
+// Line colours dark enough on white (Okabe-Ito without its yellow, then darker tones),
+// each with its own point symbol, so one-point series and grey-scale prints stay readable.
+constexpr const char* kColours[] = {"#0072b2", "#d55e00", "#009e73", "#cc79a7", "#000000",
+                                    "#e69f00", "#56b4e9", "#8c564b", "#7f3c8d", "#3b6e22"};
+constexpr int kPointTypes[] = {7, 5, 9, 11, 13, 6, 4, 8, 10, 12};
 
 // Reaps `pid`, waiting at most `timeout_s`; past it kills it (SIGKILL) and reaps it.
 // Returns false on the timeout.
@@ -111,6 +124,8 @@ bool runGnuplot(const std::string& script, const std::string& out, double timeou
     if (fs::file_size(script + ".log", ec) == 0) fs::remove(script + ".log", ec);
     return true;
   }
+  // A gnuplot error exits non-zero; a warning ("difficulty fitting plot titles into key":
+  // a legend left out) only says so on stderr: the caller reads the kept .gp.log.
   error = "gnuplot failed on " + script + " (see " + script + ".log)";
   return false;
 }
@@ -119,30 +134,40 @@ bool runGnuplot(const std::string& script, const std::string& out, double timeou
 std::string datText(const Chart& c, std::vector<std::string>& names) {
   std::string dat;
   for (const auto& [name, pts] : c.series) {
-    std::vector<std::pair<double, double>> sorted = pts;
+    std::vector<Pt> sorted = pts;
     std::sort(sorted.begin(), sorted.end());
-    dat += "# " + name + "\n";
-    for (auto [x, y] : sorted) dat += formatDouble(x) + " " + formatDouble(y) + "\n";
+    dat += "# " + name + "  (x, median, min, max)\n";
+    for (const Pt& p : sorted)
+      dat += formatDouble(p.x) + " " + formatDouble(p.y) + " " + formatDouble(p.lo) + " " +
+             formatDouble(p.hi) + "\n";
     dat += "\n\n";
     names.push_back(name);
   }
   return dat;
 }
 
-// The .gp script. It writes <out>.png and <out>.svg, `out` defaulting to `base` (run it
-// again by hand: `gnuplot base.gp`); writePlots passes a temporary `out` with -e.
-std::string gpText(const Chart& c, const std::string& base, const std::vector<std::string>& names) {
+// The canvas and key layout that fit every series title below the plot: one column up to
+// 8 titles, else two; ~9 px per character, 20 px per key row (gnuplot warns, and the run
+// fails, when the key does not fit).
+std::string terminalSize(const std::vector<std::string>& names, int& rows) {
+  size_t longest = 8;
+  for (const std::string& n : names) longest = std::max(longest, n.size());
+  const int col_w = static_cast<int>(longest) * 9 + 90;
+  const int cols = names.size() > 8 && 2 * col_w + 40 <= 2000 ? 2 : 1;
+  rows = std::max<int>(1, (static_cast<int>(names.size()) + cols - 1) / cols);
+  const int w = std::max(900, cols * col_w + 40), h = std::max(600, 440 + rows * 20);
+  return std::to_string(w) + "," + std::to_string(h);
+}
+
+// The x axis: log2 when the values span 8x, their values as tics (or the categories).
+std::string xAxis(const Chart& c) {
   std::ostringstream gp;
-  gp << "if (!exists(\"out\")) out = " << gpQuote(base) << "\n";
-  gp << "set title " << gpQuote(c.title) << "\nset xlabel " << gpQuote(c.xlabel) << "\nset ylabel "
-     << gpQuote(c.ylabel) << "\nset grid\nset key below\n"
-     << "set yrange [0:*]\nset offsets graph 0.03, graph 0.03, 0, 0\n";
   std::set<double> xs;
   for (const auto& [name, pts] : c.series)
-    for (auto [x, y] : pts) xs.insert(x);
+    for (const Pt& p : pts) xs.insert(p.x);
   if (c.xtics.empty() && !xs.empty() && *xs.begin() > 0 && *xs.rbegin() / *xs.begin() >= 8)
     gp << "set logscale x 2\n";  // powers of two (seq_len, batch, ranks) evenly spaced
-  if (c.xtics.empty() && xs.size() <= kMaxLegendSeries) {
+  if (c.xtics.empty() && xs.size() <= kMaxTics) {
     gp << "set xtics (";
     for (auto it = xs.begin(); it != xs.end(); ++it)
       gp << (it == xs.begin() ? "" : ", ") << formatDouble(*it);
@@ -154,15 +179,33 @@ std::string gpText(const Chart& c, const std::string& base, const std::vector<st
       gp << (i ? ", " : "") << gpQuote(c.xtics[i]) << " " << i;
     gp << ")\n";
   }
-  const bool legend = names.size() <= kMaxLegendSeries;
+  return gp.str();
+}
+
+// The .gp script. It writes <out>.png and <out>.svg, `out` defaulting to `base` (run it
+// again by hand: `gnuplot base.gp`); writePlots passes a temporary `out` with -e. Every
+// series has its title in the key, its colour and point symbol, and min-max error bars.
+std::string gpText(const Chart& c, const std::string& base, const std::vector<std::string>& names) {
+  std::ostringstream gp;
+  int rows = 1;
+  const std::string size = terminalSize(names, rows);
+  gp << "if (!exists(\"out\")) out = " << gpQuote(base) << "\n";
+  gp << "set title " << gpQuote(c.title) << "\nset xlabel " << gpQuote(c.xlabel) << "\nset ylabel "
+     << gpQuote(c.ylabel) << "\nset grid\nset key below vertical maxrows " << rows
+     << " reverse Left\nset yrange [0:*]\nset offsets graph 0.03, graph 0.03, 0, 0\n";
+  const size_t n_styles = sizeof(kColours) / sizeof(kColours[0]);
+  for (size_t i = 0; i < n_styles; ++i)
+    gp << "set linetype " << i + 1 << " lc rgb \"" << kColours[i] << "\" lw 2 pt "
+       << kPointTypes[i] << " ps 1.3\n";
+  gp << "set linetype cycle " << n_styles << "\n" << xAxis(c);
   std::string plot = "plot ";
-  for (size_t i = 0; i < names.size(); ++i) {
+  for (size_t i = 0; i < names.size(); ++i)
     plot += (i ? ", " : "") + gpQuote(base + ".dat") + " index " + std::to_string(i) +
-            (legend ? " with linespoints title " + gpQuote(names[i])
-                    : " with points pt 7 ps 0.5 lc rgb \"#3060a0\" notitle");
-  }
-  gp << "set terminal pngcairo size 900,600 noenhanced\nset output out.\".png\"\n"
-     << plot << "\nset terminal svg size 900,600 noenhanced\nset output out.\".svg\"\n"
+            " using 1:2:3:4 with yerrorlines lt " + std::to_string(i % n_styles + 1) + " title " +
+            gpQuote(names[i]);
+  gp << "set terminal pngcairo size " << size << " noenhanced\nset output out.\".png\"\n"
+     << plot << "\nset terminal svg size " << size
+     << " noenhanced\nset output out.\".svg\"\n"
      << plot << "\nunset output\n";
   return gp.str();
 }
@@ -179,6 +222,14 @@ bool imageComplete(const std::string& path, const std::string& ext) {
   in.seekg(from);
   in.read(end.data(), static_cast<std::streamsize>(end.size()));
   return in && end.find(tail) != std::string::npos;
+}
+
+// What gnuplot said on stderr while drawing <base> ("" when nothing): its first line.
+std::string gnuplotWarning(const std::string& base) {
+  std::ifstream log(base + ".gp.log");
+  std::string first;
+  if (!log || !std::getline(log, first)) return "";
+  return "gnuplot warned on " + base + ".gp: " + first + " (see " + base + ".gp.log)";
 }
 
 // Draws <base>.png and .svg: gnuplot writes them under temporary names, each renamed into
@@ -200,20 +251,53 @@ std::string drawImages(const std::string& base, double timeout_s) {
   return error;
 }
 
-bool draw(const Chart& c, const std::string& dir, double timeout_s,
-          std::vector<std::string>& written, std::vector<std::string>& warnings) {
+// Problems go to `warnings`, and those that leave a chart missing or unreadable (every
+// gnuplot problem, warnings included) to `failures` too.
+struct Sink {
+  std::vector<std::string>& written;
+  std::vector<std::string>& warnings;
+  std::vector<std::string>* failures;
+  void fail(const std::string& why) {
+    warnings.push_back(why);
+    if (failures) failures->push_back(why);
+  }
+};
+
+bool draw(const Chart& c, const std::string& dir, double timeout_s, Sink& sink) {
   const std::string base = (fs::path(dir) / c.file).string();
   std::vector<std::string> names;
   writeFileDurably(base + ".dat", datText(c, names));
   writeFileDurably(base + ".gp", gpText(c, base, names));
   const std::string error = drawImages(base, timeout_s);
   if (!error.empty()) {
-    warnings.push_back(error);
+    sink.fail(error);
     return false;
   }
-  written.push_back(base + ".png");
-  written.push_back(base + ".svg");
+  if (const std::string warning = gnuplotWarning(base); !warning.empty()) sink.fail(warning);
+  sink.written.push_back(base + ".png");
+  sink.written.push_back(base + ".svg");
   return true;
+}
+
+// With layout variants (sweep.layout), the layout is one axis and the keys a variant sets
+// (an axis whose value is the same in every run of each variant) are no axes of their own.
+std::vector<Axis> withLayout(std::vector<Axis> varying, const std::vector<const RunRow*>& runs) {
+  const Axis layout{"layout", [](const RunRow& r) {
+                      auto it = r.config.find("sweep.layout");
+                      return it == r.config.end() ? Cell() : it->second;
+                    }};
+  std::set<std::string> variants;
+  for (const RunRow* r : runs) variants.insert(text(layout.get(*r)));
+  if (variants.size() < 2) return varying;
+  std::vector<Axis> kept = {layout};
+  for (const Axis& a : varying) {
+    std::map<std::string, std::set<std::string>> per_variant;
+    for (const RunRow* r : runs) per_variant[text(layout.get(*r))].insert(text(a.get(*r)));
+    const bool implied = std::all_of(per_variant.begin(), per_variant.end(),
+                                     [](const auto& v) { return v.second.size() == 1; });
+    if (!implied) kept.push_back(a);
+  }
+  return kept;
 }
 
 // The axes that vary across `runs`: the sweep's varying config keys, world_size, nodes.
@@ -233,7 +317,7 @@ std::vector<Axis> varyingAxes(const AggregateTable& t, const std::vector<const R
     for (const RunRow* r : runs) values.insert(text(a.get(*r)));
     if (values.size() > 1) varying.push_back(a);
   }
-  return varying;
+  return withLayout(std::move(varying), runs);
 }
 
 // A run's series name: every varying axis but `skip`, "all runs" when none.
@@ -249,7 +333,7 @@ Chart throughputChart(const Axis& a, const std::vector<Axis>& varying,
                       const std::vector<const RunRow*>& runs) {
   Chart c;
   c.file = "tokens_per_s_vs_" + pathSafe(a.name);
-  c.title = "dataset tokens/s vs " + a.name;
+  c.title = "dataset tokens/s vs " + a.name + " (median of repeats, bars min-max)";
   c.xlabel = a.name;
   c.ylabel = "tokens/s (dataset, global)";
   bool numeric = true;
@@ -264,7 +348,10 @@ Chart throughputChart(const Axis& a, const std::vector<Axis>& varying,
         numeric ? *num(a.get(*r))
                 : double(std::distance(c.xtics.begin(), std::find(c.xtics.begin(), c.xtics.end(),
                                                                   text(a.get(*r)))));
-    c.series[seriesName(varying, *r, a.name)].emplace_back(x, *r->tokens_per_s_dataset);
+    c.series[seriesName(varying, *r, a.name)].push_back(
+        {x, r->tokens_median.value_or(*r->tokens_per_s_dataset),
+         r->tokens_min.value_or(*r->tokens_per_s_dataset),
+         r->tokens_max.value_or(*r->tokens_per_s_dataset)});
   }
   return c;
 }
@@ -282,11 +369,13 @@ Chart scalingChart(const std::vector<Axis>& varying, const std::vector<const Run
   for (auto& [name, rs] : groups) {
     auto base = *std::min_element(
         rs.begin(), rs.end(), [](auto* a, auto* b) { return *a->world_size < *b->world_size; });
-    double per_dev = *base->tokens_per_s_dataset / double(*base->world_size);
+    auto tps = [](const RunRow* r) { return r->tokens_median.value_or(*r->tokens_per_s_dataset); };
+    double per_dev = tps(base) / double(*base->world_size);
     if (per_dev <= 0) continue;
-    for (const RunRow* r : rs)
-      c.series[name].emplace_back(double(*r->world_size),
-                                  *r->tokens_per_s_dataset / double(*r->world_size) / per_dev);
+    for (const RunRow* r : rs) {
+      const double e = tps(r) / double(*r->world_size) / per_dev;
+      c.series[name].push_back({double(*r->world_size), e, e, e});
+    }
   }
   return c;
 }
@@ -294,14 +383,19 @@ Chart scalingChart(const std::vector<Axis>& varying, const std::vector<const Run
 }  // namespace
 
 std::vector<std::string> writePlots(const AggregateTable& t, const std::string& dir,
-                                    std::vector<std::string>& warnings, double gnuplot_timeout_s) {
+                                    std::vector<std::string>& warnings, double gnuplot_timeout_s,
+                                    std::vector<std::string>* failures) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw IoError("cannot create plot dir " + dir + ": " + ec.message());
   std::vector<const RunRow*> runs;
+  std::set<std::string> groups;  // one point per configuration: its repeats' median
   for (const RunRow& r : t.runs)
-    if (r.status == RunState::Completed && r.tokens_per_s_dataset) runs.push_back(&r);
+    if (r.status == RunState::Completed && r.tokens_per_s_dataset &&
+        (r.repeats == 0 || groups.insert(groupKey(r)).second))
+      runs.push_back(&r);
   std::vector<std::string> written;
+  Sink sink{written, warnings, failures};
   if (runs.empty()) {
     warnings.push_back("no completed run with a tokens/s value: nothing to plot");
     return written;
@@ -310,9 +404,9 @@ std::vector<std::string> writePlots(const AggregateTable& t, const std::string& 
   bool ws_varies = false;
   for (const Axis& a : varying) {
     ws_varies |= a.name == "world_size";
-    draw(throughputChart(a, varying, runs), dir, gnuplot_timeout_s, written, warnings);
+    draw(throughputChart(a, varying, runs), dir, gnuplot_timeout_s, sink);
   }
-  if (ws_varies) draw(scalingChart(varying, runs), dir, gnuplot_timeout_s, written, warnings);
+  if (ws_varies) draw(scalingChart(varying, runs), dir, gnuplot_timeout_s, sink);
   if (varying.empty()) warnings.push_back("no axis varies across the runs: nothing to plot");
   return written;
 }

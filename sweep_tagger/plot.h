@@ -24,8 +24,12 @@ namespace ftb {
 
 // Each gnuplot run may take `gnuplot_timeout_s`; past it gnuplot is killed and that chart
 // is a warning ("gnuplot did not finish X.gp within 120.0 s: killed").
+// `failures` (when given) also receives the messages of charts that are missing or not
+// readable: gnuplot not found, failed, killed, an incomplete image, or a warning gnuplot
+// printed (its .gp.log is kept: "could not fit the key" means a legend is missing).
 std::vector<std::string> writePlots(const AggregateTable& t, const std::string& dir,
                                     std::vector<std::string>& warnings,
-                                    double gnuplot_timeout_s = 120);
+                                    double gnuplot_timeout_s = 120,
+                                    std::vector<std::string>* failures = nullptr);
 
 }  // namespace ftb

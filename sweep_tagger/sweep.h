@@ -12,8 +12,16 @@
 //   "data.seq_len" = 1024
 //   [[include]]                     # extra explicit points (missing keys: base config)
 //   "data.seq_len" = 2048
-// Keys are trainer config keys, `nodes` or `nproc_per_node`; exclude rules may also
-// test `world_size` and any resolved key not on an axis.
+//   repeats = 3                     # every point 3 times, round-robin (see below)
+//   global_batch_size = 32          # sequences per optimizer step in every point
+//   [layout.ddp]                    # a named variant: keys set together
+//   "parallel.dp_shard" = 1
+//   [layout.zero3]
+//   "parallel.dp_shard" = 2
+//   "parallel.zero_stage" = 3
+//   (and in [grid]: layout = ["ddp", "zero3"]: one axis over whole variants)
+// Keys are trainer config keys, `nodes`, `nproc_per_node` or `layout`; exclude rules may
+// also test `world_size` and any resolved key not on an axis.
 //
 // Contract of expandSweep():
 // - Grid points come in itertools.product order over the axes in file order (the
@@ -35,6 +43,17 @@
 //   kMaxSweepPoints, naming each axis's length and the product, before anything is
 //   expanded. Expanding a point costs about 0.1 ms and 1 KB (it resolves and validates the
 //   point's config), so the largest accepted sweep expands in about a second.
+// - layout = "NAME" (an axis value, an include or exclude key) stands for the keys of
+//   [layout.NAME], in its place; the point's args add sweep.layout="NAME" (a label in
+//   run.toml for aggregate, not part of the hash). Every name used must be defined and
+//   every variant defined must be used (ConfigError naming the line).
+// - global_batch_size = G adds training.global_batch_size=G before each point's own keys:
+//   the trainer derives grad_accum_steps from it. A point it does not divide (or whose
+//   grad_accum_steps contradicts it) throws ConfigError naming the point (exit 2).
+// - repeats = N: the listed points 0..M-1 are repeat 0 (tags unchanged); then every
+//   point again with sweep.repeat=r for r = 1..N-1 (indices r*M + i, tag + ".r<r>",
+//   the same hash): round-robin, so drift hits every point alike, and a repeat's run
+//   directory is its own (resume, --pending per repeat). kMaxSweepPoints counts repeats.
 // - expandSweep(spec, last) stops once point `last` is listed: `expand --index I` costs
 //   the points up to I, not the whole sweep.
 // - args() is what a run of the point passes to the trainer after --config base:
@@ -49,6 +68,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "common/memory_estimate.h"
 #include "common/run_state.h"
 
 namespace ftb {
@@ -62,7 +82,13 @@ struct SweepSpec {
   int64_t nodes = 1, nproc_per_node = 1;
   std::vector<std::pair<std::string, std::vector<Value>>> grid;  // file order
   std::vector<KeyValues> exclude, include;
+  int64_t repeats = 1;            // `repeats = N`: every point N times, round-robin
+  int64_t global_batch_size = 0;  // `global_batch_size = G`: fixed; 0 = grad_accum as set
+  std::vector<std::pair<std::string, KeyValues>> layouts;  // [layout.NAME], file order
   std::vector<std::string> overrides;  // "key=value" for every point (command line)
+  // expand --memory-budget: a valid point whose estimateMemory() total exceeds it is
+  // listed invalid, the reason memoryFitProblem()'s text (estimate, budget, largest term).
+  std::optional<MemoryBudget> memory_budget;
 };
 
 struct SweepPoint {
@@ -78,6 +104,9 @@ struct SweepPoint {
   bool valid = true;
   std::string reason;             // refusalOf(): the trainer's refusal text when invalid
   bool included = false;          // from [[include]]
+  std::string layout;             // its [layout.NAME] variant ("" = none)
+  int repeat = 0;                 // 0 .. repeats-1; > 0: tag + ".rN", the same hash
+  int64_t global_batch = 0;       // sequences per optimizer step (valid points)
   std::vector<std::string> args;  // "key=VALUE" trainer overrides (see above)
 };
 
@@ -95,6 +124,11 @@ std::vector<SweepPoint> expandSweep(const SweepSpec& spec, std::optional<int> la
 // another node count (a multi-node run written before nodes counted, under what is now a
 // single-node tag) is not this point's: Missing.
 RunState pointState(const std::string& results_dir, const SweepPoint& p);
+
+// A per-rank memory budget from the command line: a size ("80GiB", "80GB", "512MiB",
+// "1.5TiB", plain bytes) or a device type of gpuMemoryTable() ("h100", "a100-40gb").
+// ConfigError (exit 2) naming the option and listing the device types otherwise.
+MemoryBudget parseMemoryBudget(const std::string& text);
 
 // "key=VALUE" with VALUE spelled as TOML (floats round-trip, strings quoted).
 std::string overrideArg(const std::string& key, const Value& v);

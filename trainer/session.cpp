@@ -31,7 +31,7 @@
 #include "trainer/model/llama.h"
 #include "trainer/parallel/backend.h"
 #include "trainer/parallel/dist.h"
-#include "trainer/parallel/memory_estimate.h"
+#include "common/memory_estimate.h"
 #include "common/run_config.h"
 #include "trainer/loop/checkpoint_hook.h"
 #include "trainer/hf/pretrained.h"
@@ -208,7 +208,7 @@ RunInfo runInfo(const Config& cfg, const TrainConfig& tc, const DistEnv& env,
 std::unique_ptr<Checkpointer> makeCheckpointer(const Config& cfg, const TrainConfig& tc,
                                                const RunInfo& info, const std::string& run_dir,
                                                Distributed& dist) {
-  Checkpointer::Identity id{info.tag, info.config_hash, checkpointCompatKeys(cfg),
+  Checkpointer::Identity id{info.tag, info.config_hash, checkpointCompatKeys(cfg, tc),
                             CkptLayout{tc.world_size, tc.dp_replicate, tc.dp_shard, tc.tp,
                                        tc.effectiveZeroStage(), tc.nodes}};
   return std::make_unique<Checkpointer>(checkpointDir(tc, run_dir), tc.checkpoint.keep_last,

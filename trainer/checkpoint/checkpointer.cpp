@@ -2,9 +2,12 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <future>
 #include <nlohmann/json.hpp>
@@ -12,6 +15,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/sha256.h"
 #include "common/log.h"
 #include "trainer/checkpoint/shard_io.h"
 #include "trainer/metrics/perf.h"
@@ -72,10 +76,47 @@ std::string firstProblem(const std::vector<std::string>& verdicts) {
 
 }  // namespace
 
-std::map<std::string, std::string> checkpointCompatKeys(const Config& cfg) {
+std::string loraBaseIdentity(const TrainConfig& tc) {
+  if (tc.from_pretrained.empty()) return "seed " + std::to_string(tc.seed);
+  static std::map<std::string, std::string> cache;
+  auto hit = cache.find(tc.from_pretrained);
+  if (hit != cache.end()) return hit->second;
+  std::vector<fs::path> files;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(tc.from_pretrained, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name == "config.json" || e.path().extension() == ".safetensors") files.push_back(e.path());
+  }
+  std::sort(files.begin(), files.end());
+  Sha256 h;
+  std::vector<char> buf(1 << 20);
+  for (const fs::path& f : files) {
+    std::ifstream in(f, std::ios::binary);
+    if (!in) throw CheckpointError(f.string(), "cannot be read to identify the LoRA base");
+    h.update(f.filename().string());
+    while (in.read(buf.data(), std::streamsize(buf.size())) || in.gcount() > 0)
+      h.update(buf.data(), size_t(in.gcount()));
+  }
+  std::string hex;
+  for (uint8_t b : h.finish()) {
+    char two[3];
+    std::snprintf(two, sizeof two, "%02x", b);
+    hex += two;
+  }
+  return cache[tc.from_pretrained] = tc.from_pretrained + " sha256 " + hex;
+}
+
+std::map<std::string, std::string> checkpointCompatKeys(const Config& cfg, const TrainConfig& tc) {
   std::map<std::string, std::string> m;
   for (const char* k : kCompatKeys)
     if (cfg.has(k)) m[k] = valueToString(cfg.entries().at(k).value);
+  if (tc.lora.enabled()) {
+    for (const char* k : {"lora.rank", "lora.alpha"}) m[k] = valueToString(cfg.entries().at(k).value);
+    std::string targets;
+    for (const auto& t : tc.lora.targets) targets += (targets.empty() ? "" : ",") + t;
+    m["lora.targets"] = valueToString(Value(targets));
+    m["lora.base"] = valueToString(Value(loraBaseIdentity(tc)));
+  }
   return m;
 }
 
@@ -110,7 +151,10 @@ std::optional<ResumePoint> planResume(const TrainConfig& tc, const Config& cfg,
       if (rank == 0) FTB_WARN("skipping checkpoint " << dir << ": " << problem);
       continue;
     }
-    std::string diff = compatDiff(m.compat, checkpointCompatKeys(cfg));
+    std::string diff = compatDiff(m.compat, checkpointCompatKeys(cfg, tc));
+    if (diff.empty() && m.compat.count("lora.rank") && !tc.lora.enabled())
+      diff = "lora.rank = " + m.compat.at("lora.rank") +
+             " in the checkpoint (adapters only), 0 now (full finetuning)";
     if (!diff.empty())
       throw ConfigError("checkpoint.resume", cfg.where("checkpoint.resume"),
                         "checkpoint " + dir + " was saved by a different model or optimizer: " + diff,

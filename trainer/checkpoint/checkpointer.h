@@ -48,8 +48,15 @@ struct ResumePoint {
   Manifest manifest;
 };
 
-// Keys whose values a checkpoint must share with the run resuming it (key -> TOML).
-std::map<std::string, std::string> checkpointCompatKeys(const Config& cfg);
+// Keys whose values a checkpoint must share with the run resuming it (key -> TOML). A LoRA
+// run adds lora.rank, lora.targets, lora.alpha and lora.base (loraBaseIdentity): its
+// checkpoint holds only adapters, meaningful on the base they were trained on.
+std::map<std::string, std::string> checkpointCompatKeys(const Config& cfg, const TrainConfig& tc);
+
+// The frozen base of a LoRA run: "seed <training.seed>" for the seeded initial model, else
+// "<model.from_pretrained> sha256 <hex>" over its config.json and weight files (sorted by
+// name). Hashed once per process. Throws CheckpointError when a file cannot be read.
+std::string loraBaseIdentity(const TrainConfig& tc);
 
 std::optional<ResumePoint> planResume(const TrainConfig& tc, const Config& cfg,
                                       const std::string& ckpt_dir, Distributed& dist);

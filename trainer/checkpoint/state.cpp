@@ -57,6 +57,7 @@ std::string dtypeName(torch::ScalarType t) {
   switch (t) {
     case torch::kFloat32: return "float32";
     case torch::kFloat64: return "float64";
+    case torch::kBFloat16: return "bfloat16";
     case torch::kInt64: return "int64";
     case torch::kUInt8: return "uint8";
     default: return std::string("unsupported:") + c10::toString(t);
@@ -64,12 +65,15 @@ std::string dtypeName(torch::ScalarType t) {
 }
 
 std::vector<StatePiece> collectModelState(const GradSync& sync, int64_t tp_rank, int64_t tp) {
-  std::vector<torch::Tensor> params = sync.optimizerParams();
-  std::vector<std::vector<Entry>> entries = entriesOf(sync.optimizerLayout(), tp_rank, tp);
   std::vector<StatePiece> out;
-  for (size_t i = 0; i < params.size(); ++i)
-    for (const Entry& e : entries[i])
-      out.push_back({"model." + e.name, e.global_shape, e.box, viewOf(params[i].data(), e)});
+  auto add = [&](const std::vector<torch::Tensor>& params, const std::vector<FlatLayout>& lay) {
+    std::vector<std::vector<Entry>> entries = entriesOf(lay, tp_rank, tp);
+    for (size_t i = 0; i < params.size(); ++i)
+      for (const Entry& e : entries[i])
+        out.push_back({"model." + e.name, e.global_shape, e.box, viewOf(params[i].data(), e)});
+  };
+  add(sync.optimizerParams(), sync.optimizerLayout());
+  add(sync.frozenParams(), sync.frozenLayout());
   return out;
 }
 

@@ -35,8 +35,9 @@ struct StatePiece {
 std::vector<StatePiece> collectState(const GradSync& sync, Optimizer& opt, int64_t tp_rank,
                                      int64_t tp, int rank);
 
-// The "model.*" pieces of collectState alone (no optimizer): the live weights as boxes
-// of the global tensors, for filling them from another source (HF import, hf/).
+// The "model.*" pieces of collectState alone (no optimizer), plus the frozen weights
+// (LoRA's base, which checkpoints leave out): the live weights as boxes of the global
+// tensors, for filling them from another source (HF import, hf/).
 std::vector<StatePiece> collectModelState(const GradSync& sync, int64_t tp_rank, int64_t tp);
 
 // Dtype names used in the manifest and the HDF5 files.

@@ -131,9 +131,13 @@ void KeptPagesBound::purge(int64_t kept, int64_t step) {
 StepLog::StepLog(const TrainConfig& tc, MetricsFile& metrics, const RunPeaks& peaks, int rank,
                  int world)
     : tc_(tc), metrics_(metrics), mfu_peak_(peaks.mfuPeak()), gemm_peak_(peaks.gemmPeak()),
-      flops_per_token_(tc.model.flopsPerToken(tc.seq_len)), t_start_(nowSeconds()), rank_(rank),
-      world_(world) {
+      flops_per_token_(trainingFlops(tc.model, tc.lora, tc.seq_len).per_token),
+      t_start_(nowSeconds()), rank_(rank), world_(world) {
   for (const char* m : kMetrics) metrics_.declareMetric(m, isIntMetric(m));
+  const FlopsCount f = trainingFlops(tc.model, tc.lora, tc.seq_len);
+  metrics_.setRootAttr("flops_formula", f.formula);
+  metrics_.setRootAttr("trainable_params", f.trainable_params);
+  metrics_.setRootAttr("total_params", f.total_params);
 }
 
 double StepLog::elapsed() const { return nowSeconds() - t_start_; }

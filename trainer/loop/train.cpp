@@ -272,9 +272,11 @@ TrainSummary train(const TrainConfig& tc, const Dataset& ds, Distributed& dist,
   if (!tc.from_pretrained.empty()) hf::loadPretrained(tc, mesh, *pm.sync);
   OptimizerOptions oo{tc.optimizer, tc.beta1, tc.beta2, tc.eps, tc.weight_decay};
   std::unique_ptr<Optimizer> opt = makeOptimizer(pm.sync->optimizerParams(), oo);
+  const FlopsCount flops = trainingFlops(tc.model, tc.lora, tc.seq_len);
   if (world.rank() == 0)
-    FTB_INFO("model " << tc.model.name << ": " << tc.model.numParams() / 1e6 << " M params, "
-                      << tc.model.flopsPerToken(tc.seq_len) / 1e6 << " MFLOP/token; global batch "
+    FTB_INFO("model " << tc.model.name << ": " << flops.total_params / 1e6 << " M params, "
+                      << flops.trainable_params / 1e6 << " M trained, " << flops.per_token / 1e6
+                      << " MFLOP/token (" << flops.formula << "); global batch "
                       << tc.globalBatch() << " x " << tc.seq_len << " tokens, world "
                       << world.size());
   TrainContext ctx{tc, world, mesh, pm.model, *pm.sync, *opt, metrics, ds};

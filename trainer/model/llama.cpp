@@ -31,16 +31,40 @@ uint64_t fnv1a(const std::string& s) {
 // The full tensor of `p` drawn from its own generator, then this tp rank's slice.
 torch::Tensor initParam(const ParamInit& p, const TpContext& tp, uint64_t seed) {
   torch::NoGradGuard no_grad;
+  using Fill = ParamInit::Fill;
   torch::Tensor full;
-  if (p.ones) {
-    full = torch::ones(p.full_shape);
+  if (p.fill == Fill::kOnes || p.fill == Fill::kZeros) {
+    full = p.fill == Fill::kOnes ? torch::ones(p.full_shape) : torch::zeros(p.full_shape);
   } else {
     at::Generator gen = at::detail::createCPUGenerator(seed * 0x9E3779B97F4A7C15ULL ^ fnv1a(p.name));
-    full = torch::empty(p.full_shape).normal_(0.0, 0.02, gen);
+    full = torch::empty(p.full_shape);
+    if (p.fill == Fill::kNormal) {
+      full.normal_(0.0, 0.02, gen);
+    } else {  // kaiming_uniform_(a = sqrt(5)) on [out, in]: bound 1 / sqrt(in), as PEFT's A
+      const double bound = 1.0 / std::sqrt(static_cast<double>(p.full_shape[1]));
+      full.uniform_(-bound, bound, gen);
+    }
   }
   if (p.shard_dim < 0 || tp.size == 1) return full;
   int64_t n = p.full_shape[p.shard_dim] / tp.size;
   return full.narrow(p.shard_dim, tp.rank * n, n).clone();
+}
+
+// The LoRA targets in kLoraTargets order: the base weight each adapts, and whether that
+// weight is row-parallel (columns split across tp).
+struct LoraTargetSpec {
+  const char* base;  // under "layers.N."
+  bool row_parallel;
+};
+constexpr LoraTargetSpec kTargetSpecs[] = {
+    {"attention.wq", false},     {"attention.wk", false},     {"attention.wv", false},
+    {"attention.wo", true},      {"feed_forward.w1", false}, {"feed_forward.w3", false},
+    {"feed_forward.w2", true}};
+
+// Storage of a frozen base matrix (lora.base_dtype); norms stay fp32.
+torch::ScalarType baseDtype(const ModelOptions& opt) {
+  return opt.lora.enabled() && opt.lora.base_dtype == DType::kBf16 ? torch::kBFloat16
+                                                                    : torch::kFloat32;
 }
 
 }  // namespace
@@ -72,28 +96,92 @@ torch::Tensor applyRope(const torch::Tensor& x, const RopeTables& rope, double s
   return fusedRope(x, rope.cos, rope.sin, scale);
 }
 
+std::vector<ModelParam> trainableOnly(const std::vector<ModelParam>& params) {
+  std::vector<ModelParam> v;
+  for (const auto& p : params)
+    if (p.trainable) v.push_back(p);
+  return v;
+}
+std::vector<ModelParam> frozenOnly(const std::vector<ModelParam>& params) {
+  std::vector<ModelParam> v;
+  for (const auto& p : params)
+    if (!p.trainable) v.push_back(p);
+  return v;
+}
+
 TransformerBlockImpl::TransformerBlockImpl(const ModelArgs& a, const TpContext& tp,
-                                           int64_t layer, uint64_t seed)
-    : n_local_heads_(a.n_heads / tp.size), n_local_kv_heads_(a.n_kv_heads / tp.size),
-      head_dim_(a.headDim()), eps_(a.norm_eps), tp_(tp) {
+                                           int64_t layer, const ModelOptions& opt,
+                                           const uint64_t* mask_seed)
+    : mask_seed_(mask_seed), n_local_heads_(a.n_heads / tp.size),
+      n_local_kv_heads_(a.n_kv_heads / tp.size), head_dim_(a.headDim()), eps_(a.norm_eps),
+      tp_(tp) {
   const std::string pre = "layers." + std::to_string(layer) + ".";
   const int64_t D = a.dim, hd = a.headDim();
+  const bool frozen = opt.lora.enabled();
+  using Fill = ParamInit::Fill;
   // Registered under short names (libtorch forbids dots); seeded by the full name.
   auto add = [&](const char* name, const std::string& full, std::vector<int64_t> shape, int dim,
-                 bool ones) {
-    torch::Tensor t = register_parameter(name, initParam({pre + full, shape, dim, ones}, tp, seed));
-    params_.push_back({pre + full, t, dim});
+                 Fill fill) {
+    torch::Tensor t = initParam({pre + full, shape, dim, fill}, tp, opt.seed);
+    if (fill == Fill::kNormal) t = t.to(baseDtype(opt));
+    t = register_parameter(name, t, /*requires_grad=*/!frozen);
+    params_.push_back({pre + full, t, dim, !frozen});
     return t;
   };
-  attention_norm = add("attention_norm", "attention_norm.weight", {D}, -1, true);
-  wq = add("wq", "attention.wq.weight", {a.n_heads * hd, D}, 0, false);
-  wk = add("wk", "attention.wk.weight", {a.n_kv_heads * hd, D}, 0, false);
-  wv = add("wv", "attention.wv.weight", {a.n_kv_heads * hd, D}, 0, false);
-  wo = add("wo", "attention.wo.weight", {D, a.n_heads * hd}, 1, false);
-  ffn_norm = add("ffn_norm", "ffn_norm.weight", {D}, -1, true);
-  w1 = add("w1", "feed_forward.w1.weight", {a.ffn_dim, D}, 0, false);
-  w2 = add("w2", "feed_forward.w2.weight", {D, a.ffn_dim}, 1, false);
-  w3 = add("w3", "feed_forward.w3.weight", {a.ffn_dim, D}, 0, false);
+  attention_norm = add("attention_norm", "attention_norm.weight", {D}, -1, Fill::kOnes);
+  wq = add("wq", "attention.wq.weight", {a.n_heads * hd, D}, 0, Fill::kNormal);
+  wk = add("wk", "attention.wk.weight", {a.n_kv_heads * hd, D}, 0, Fill::kNormal);
+  wv = add("wv", "attention.wv.weight", {a.n_kv_heads * hd, D}, 0, Fill::kNormal);
+  wo = add("wo", "attention.wo.weight", {D, a.n_heads * hd}, 1, Fill::kNormal);
+  ffn_norm = add("ffn_norm", "ffn_norm.weight", {D}, -1, Fill::kOnes);
+  w1 = add("w1", "feed_forward.w1.weight", {a.ffn_dim, D}, 0, Fill::kNormal);
+  w2 = add("w2", "feed_forward.w2.weight", {D, a.ffn_dim}, 1, Fill::kNormal);
+  w3 = add("w3", "feed_forward.w3.weight", {a.ffn_dim, D}, 0, Fill::kNormal);
+  adapters_.resize(kLoraTargets.size());
+  if (frozen) {
+    lora_scale_ = opt.lora.alpha / static_cast<double>(opt.lora.rank);
+    lora_dropout_ = opt.lora.dropout;
+    addAdapters(a, pre, opt);
+  }
+}
+
+// A [rank, in] and B [out, rank] for each target, after the base weights.
+void TransformerBlockImpl::addAdapters(const ModelArgs& a, const std::string& pre,
+                                       const ModelOptions& opt) {
+  const int64_t D = a.dim, q_out = a.n_heads * a.headDim(), kv_out = a.n_kv_heads * a.headDim();
+  const int64_t in[] = {D, D, D, q_out, D, D, a.ffn_dim};
+  const int64_t out[] = {q_out, kv_out, kv_out, D, a.ffn_dim, a.ffn_dim, D};
+  const int64_t r = opt.lora.rank;
+  for (size_t t = 0; t < kLoraTargets.size(); ++t) {
+    if (!opt.lora.hasTarget(kLoraTargets[t])) continue;
+    LoraAdapter& ad = adapters_[t];
+    ad.name = pre + kTargetSpecs[t].base;
+    ad.row_parallel = kTargetSpecs[t].row_parallel;
+    const ParamInit ia{loraAName(ad.name), {r, in[t]}, ad.row_parallel ? 1 : -1,
+                       ParamInit::Fill::kKaimingUniform};
+    const ParamInit ib{loraBName(ad.name), {out[t], r}, ad.row_parallel ? -1 : 0,
+                       ParamInit::Fill::kZeros};
+    const std::string short_name = std::string(kLoraTargets[t]);
+    ad.a = register_parameter("lora_A_" + short_name, initParam(ia, tp_, opt.seed));
+    ad.b = register_parameter("lora_B_" + short_name, initParam(ib, tp_, opt.seed));
+    params_.push_back({ia.name, ad.a, ia.shard_dim, true});
+    params_.push_back({ib.name, ad.b, ib.shard_dim, true});
+  }
+}
+
+std::vector<torch::Tensor> TransformerBlockImpl::trainableTensors() const {
+  std::vector<torch::Tensor> v;
+  for (const auto& p : params_)
+    if (p.trainable) v.push_back(p.tensor);
+  return v;
+}
+
+torch::Tensor TransformerBlockImpl::linear(const torch::Tensor& x, const torch::Tensor& lora_x,
+                                           const torch::Tensor& weight, size_t t) const {
+  torch::Tensor y = proj(x, weight);
+  if (!adapters_[t].defined()) return y;
+  const uint64_t seed = mask_seed_ != nullptr ? *mask_seed_ : 0;
+  return y + loraDelta(lora_x, adapters_[t], lora_scale_, lora_dropout_, seed, tp_);
 }
 
 void setAttentionKernel(AttentionKernel kernel) { g_attention.store(kernel); }
@@ -111,10 +199,13 @@ torch::Tensor causalAttention(const torch::Tensor& q, const torch::Tensor& k,
 torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x, const RopeTables& rope) {
   const int64_t B = x.size(0), T = x.size(1);
   // Attention: column-parallel q/k/v (local heads), row-parallel output.
-  torch::Tensor h = copyToTp(rmsNorm(x, attention_norm, eps_), tp_);
-  torch::Tensor q = proj(h, wq).view({B, T, n_local_heads_, head_dim_}).transpose(1, 2);
-  torch::Tensor k = proj(h, wk).view({B, T, n_local_kv_heads_, head_dim_}).transpose(1, 2);
-  torch::Tensor v = proj(h, wv).view({B, T, n_local_kv_heads_, head_dim_}).transpose(1, 2);
+  torch::Tensor h0 = rmsNorm(x, attention_norm, eps_);
+  torch::Tensor h = copyToTp(h0, tp_);
+  torch::Tensor q = linear(h, h0, wq, 0).view({B, T, n_local_heads_, head_dim_}).transpose(1, 2);
+  torch::Tensor k =
+      linear(h, h0, wk, 1).view({B, T, n_local_kv_heads_, head_dim_}).transpose(1, 2);
+  torch::Tensor v =
+      linear(h, h0, wv, 2).view({B, T, n_local_kv_heads_, head_dim_}).transpose(1, 2);
   // Scale q (B·T·D values) rather than the scores (B·H·T² values), inside the rotation.
   q = applyRope(q, rope, 1.0 / std::sqrt(double(head_dim_)));
   k = applyRope(k, rope, 1.0);
@@ -124,29 +215,44 @@ torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x, const RopeTa
     v = v.repeat_interleave(rep, 1);
   }
   torch::Tensor attn = causalAttention(q, k, v).transpose(1, 2).reshape({B, T, -1});
-  torch::Tensor out = x + reduceFromTp(proj(attn, wo), tp_);
+  // Row-parallel adapters add their (already reduced) delta after the base's reduction.
+  auto rowParallel = [&](const torch::Tensor& in, const torch::Tensor& weight, size_t t) {
+    torch::Tensor y = reduceFromTp(proj(in, weight), tp_);
+    if (!adapters_[t].defined()) return y;
+    const uint64_t seed = mask_seed_ != nullptr ? *mask_seed_ : 0;
+    return y + loraDelta(in, adapters_[t], lora_scale_, lora_dropout_, seed, tp_);
+  };
+  torch::Tensor out = x + rowParallel(attn, wo, 3);
   // SwiGLU MLP: column-parallel w1/w3, row-parallel w2.
-  torch::Tensor g = copyToTp(rmsNorm(out, ffn_norm, eps_), tp_);
-  return out + reduceFromTp(proj(fusedSwiGlu(proj(g, w1), proj(g, w3)), w2), tp_);
+  torch::Tensor g0 = rmsNorm(out, ffn_norm, eps_);
+  torch::Tensor g = copyToTp(g0, tp_);
+  return out + rowParallel(fusedSwiGlu(linear(g, g0, w1, 4), linear(g, g0, w3, 5)), w2, 6);
 }
 
-TransformerImpl::TransformerImpl(const ModelArgs& a, const TpContext& tp,
-                                 torch::ScalarType compute_dtype, int64_t recompute_every,
-                                 uint64_t seed, const UnitBuilt& on_unit)
-    : args_(a), tp_(tp), compute_dtype_(compute_dtype), recompute_every_(recompute_every) {
+TransformerImpl::TransformerImpl(const ModelArgs& a, const TpContext& tp, const ModelOptions& opt,
+                                 const UnitBuilt& on_unit)
+    : args_(a), tp_(tp), compute_dtype_(opt.compute_dtype),
+      recompute_every_(opt.recompute_every),
+      lora_dropout_(opt.lora.enabled() ? opt.lora.dropout : 0.0) {
   for (int64_t i = 0; i < a.n_layers; ++i) {
     layers.push_back(register_module("layers_" + std::to_string(i),
-                                     TransformerBlock(a, tp, i, seed)));
+                                     TransformerBlock(a, tp, i, opt, &mask_seed_)));
     if (on_unit) on_unit(i, layers.back()->modelParams());
   }
+  const bool frozen = opt.lora.enabled();
+  using Fill = ParamInit::Fill;
   auto add = [&](const char* name, const ParamInit& init) {
-    torch::Tensor t = register_parameter(name, initParam(init, tp, seed));
-    root_params_.push_back({init.name, t, init.shard_dim});
+    torch::Tensor t = initParam(init, tp, opt.seed);
+    if (init.fill == Fill::kNormal) t = t.to(baseDtype(opt));
+    t = register_parameter(name, t, /*requires_grad=*/!frozen);
+    root_params_.push_back({init.name, t, init.shard_dim, !frozen});
     return t;
   };
-  tok_embeddings = add("tok_embeddings", {"tok_embeddings.weight", {a.vocab_size, a.dim}, 0, false});
-  norm = add("norm", {"norm.weight", {a.dim}, -1, true});
-  if (!a.tie_embeddings) output = add("output", {"output.weight", {a.vocab_size, a.dim}, 0, false});
+  tok_embeddings =
+      add("tok_embeddings", {"tok_embeddings.weight", {a.vocab_size, a.dim}, 0, Fill::kNormal});
+  norm = add("norm", {"norm.weight", {a.dim}, -1, Fill::kOnes});
+  if (!a.tie_embeddings)
+    output = add("output", {"output.weight", {a.vocab_size, a.dim}, 0, Fill::kNormal});
   rope_ = RopeTables::make(a.headDim(), a.max_seq_len, a.rope_theta);
   if (on_unit) on_unit(-1, root_params_);
 }
@@ -162,6 +268,11 @@ std::vector<ModelParam> TransformerImpl::paramsInForwardOrder() const {
 torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) {
   ComputeDtypeGuard dtype(compute_dtype_);
   step_rope_ = rope_.forTokens(tokens.size(1));
+  // LoRA dropout in training only; the seed comes from the default CPU generator, which
+  // checkpoints save, so a resumed run draws the same masks.
+  mask_seed_ = lora_dropout_ > 0 && torch::GradMode::is_enabled()
+                   ? static_cast<uint64_t>(torch::randint(1, INT64_MAX, {1}).item<int64_t>())
+                   : 0;
   const int64_t vocab_start = tp_.rank * (args_.vocab_size / tp_.size);
   torch::Tensor h = vocabParallelEmbedding(tokens, tok_embeddings, vocab_start, tp_)
                         .to(compute_dtype_);

@@ -28,8 +28,9 @@
 
 #include <functional>
 
-#include "trainer/comm/tp.h"
 #include "common/run_config.h"
+#include "trainer/comm/tp.h"
+#include "trainer/model/lora.h"
 
 namespace ftb {
 
@@ -63,32 +64,60 @@ torch::Tensor causalAttention(const torch::Tensor& q, const torch::Tensor& k,
 // A parameter as the model created it. Invariant: shard_dim is the dimension split
 // across tensor-parallel ranks, -1 when every tp rank holds the same full tensor
 // (norm weights): those count once, not tp times, in the global gradient norm.
+// Invariant: trainable == tensor.requires_grad(); with LoRA only the adapters train.
 struct ModelParam {
   std::string name;  // torchtitan name, e.g. "layers.3.attention.wq.weight"
   torch::Tensor tensor;
   int shard_dim = -1;
+  bool trainable = true;
   bool tpReplicated() const { return shard_dim < 0; }
 };
+std::vector<ModelParam> trainableOnly(const std::vector<ModelParam>& params);
+std::vector<ModelParam> frozenOnly(const std::vector<ModelParam>& params);
 
-// How a parameter is split across tensor-parallel ranks: the dimension (or -1).
+// How a parameter is split across tensor-parallel ranks: the dimension (or -1), and
+// how it starts: norms at 1, LoRA B at 0, LoRA A kaiming-uniform, the rest ~ N(0, 0.02).
 struct ParamInit {
+  enum class Fill { kNormal, kOnes, kZeros, kKaimingUniform };
   std::string name;
   std::vector<int64_t> full_shape;
   int shard_dim = -1;
-  bool ones = false;  // norms start at 1, everything else ~ N(0, 0.02)
+  Fill fill = Fill::kNormal;
+};
+
+// What the model is built with besides its shape and tp context.
+struct ModelOptions {
+  torch::ScalarType compute_dtype = torch::kFloat32;
+  int64_t recompute_every = 0;  // 0 = none, n = recompute every n-th block in backward
+  uint64_t seed = 0;
+  LoraConfig lora;  // rank 0: every weight trains
 };
 
 class TransformerBlockImpl : public torch::nn::Module {
  public:
-  TransformerBlockImpl(const ModelArgs& a, const TpContext& tp, int64_t layer, uint64_t seed);
+  // `mask_seed` (LoRA dropout): read at each forward; 0 = no dropout. REQUIRES: it
+  // outlives the block and keeps its value from a forward to that forward's backward.
+  TransformerBlockImpl(const ModelArgs& a, const TpContext& tp, int64_t layer,
+                       const ModelOptions& opt, const uint64_t* mask_seed = nullptr);
   torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope);
-  // This block's parameters in registration order (= parameters() order).
+  // This block's parameters in registration order (= parameters() order): the base
+  // weights, then the LoRA adapters in kLoraTargets order.
   const std::vector<ModelParam>& modelParams() const { return params_; }
+  // The trainable ones' tensors, in the same order.
+  std::vector<torch::Tensor> trainableTensors() const;
 
   torch::Tensor attention_norm, wq, wk, wv, wo, ffn_norm, w1, w2, w3;
 
  private:
+  // W x (+ the LoRA delta of target t, from the input before copyToTp when column-parallel).
+  torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& lora_x,
+                       const torch::Tensor& weight, size_t t) const;
+  void addAdapters(const ModelArgs& a, const std::string& pre, const ModelOptions& opt);
+
   std::vector<ModelParam> params_;
+  std::vector<LoraAdapter> adapters_;  // by kLoraTargets index; undefined = no adapter
+  double lora_scale_ = 0, lora_dropout_ = 0;
+  const uint64_t* mask_seed_ = nullptr;
   int64_t n_local_heads_, n_local_kv_heads_, head_dim_;
   double eps_;
   TpContext tp_;
@@ -110,9 +139,8 @@ class TransformerImpl : public torch::nn::Module {
   // before the next block is allocated.
   using UnitBuilt = std::function<void(int64_t layer, const std::vector<ModelParam>& params)>;
 
-  // recompute_every: 0 = none, n = recompute every n-th block in backward.
-  TransformerImpl(const ModelArgs& a, const TpContext& tp, torch::ScalarType compute_dtype,
-                  int64_t recompute_every, uint64_t seed, const UnitBuilt& on_unit = nullptr);
+  TransformerImpl(const ModelArgs& a, const TpContext& tp, const ModelOptions& opt,
+                  const UnitBuilt& on_unit = nullptr);
   torch::Tensor forward(const torch::Tensor& tokens);
   // Σ of token cross-entropies over mask (fp32 scalar), vocab-parallel under tp.
   torch::Tensor lossSum(const torch::Tensor& logits, const torch::Tensor& targets,
@@ -134,6 +162,8 @@ class TransformerImpl : public torch::nn::Module {
   TpContext tp_;
   torch::ScalarType compute_dtype_;
   int64_t recompute_every_;
+  double lora_dropout_;
+  uint64_t mask_seed_ = 0;  // this forward's LoRA dropout seed (0 = none), drawn per forward
   RopeTables rope_;
   // The current forward's tables; a member because checkpointed blocks read them
   // again in backward (Invariant: a backward runs before the next forward).

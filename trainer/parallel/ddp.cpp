@@ -97,10 +97,6 @@ double DdpSync::localSquaredNorm() const {
   return gradSquaredNorm(gradients(), norm_weights_) / double(comm_.size());
 }
 
-std::vector<FlatLayout> DdpSync::optimizerLayout() const {
-  std::vector<FlatLayout> v;
-  for (const ModelParam& p : model_params_) v.push_back({{p}, {p.tensor.sizes().vec()}, {0}, 0, p.tensor.numel()});
-  return v;
-}
+std::vector<FlatLayout> DdpSync::optimizerLayout() const { return wholeLayouts(model_params_); }
 
 }  // namespace ftb

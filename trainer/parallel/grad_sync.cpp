@@ -11,4 +11,19 @@ std::vector<torch::Tensor> tpNormWeights(const std::vector<ModelParam>& params, 
   return w;
 }
 
+std::vector<FlatLayout> wholeLayouts(const std::vector<ModelParam>& params) {
+  std::vector<FlatLayout> v;
+  for (const ModelParam& p : params)
+    v.push_back({{p}, {p.tensor.sizes().vec()}, {0}, 0, p.tensor.numel()});
+  return v;
+}
+
+std::vector<torch::Tensor> GradSync::frozenParams() const {
+  std::vector<torch::Tensor> v;
+  for (const ModelParam& p : frozen_) v.push_back(p.tensor);
+  return v;
+}
+
+std::vector<FlatLayout> GradSync::frozenLayout() const { return wholeLayouts(frozen_); }
+
 }  // namespace ftb

@@ -63,7 +63,20 @@ class GradSync {
   virtual void paramsLoaded() {}
   // One FlatLayout per optimizerParams() entry, same order.
   virtual std::vector<FlatLayout> optimizerLayout() const = 0;
+
+  // The frozen parameters (LoRA's base) as this rank holds them, and one FlatLayout per
+  // entry: no gradient, no optimizer state, not in checkpoints; HF import fills them.
+  // Default: the parameters given to setFrozen, held whole (DDP, ZeRO-1/2).
+  virtual std::vector<torch::Tensor> frozenParams() const;
+  virtual std::vector<FlatLayout> frozenLayout() const;
+  void setFrozen(std::vector<ModelParam> params) { frozen_ = std::move(params); }
+
+ protected:
+  std::vector<ModelParam> frozen_;
 };
+
+// One FlatLayout per parameter, each held whole.
+std::vector<FlatLayout> wholeLayouts(const std::vector<ModelParam>& params);
 
 // Per optimizer parameter, the weight of its entries in the squared gradient norm: an
 // undefined tensor (weight 1) or a tensor of 1 / 1/tp weights of its shape. Empty

@@ -10,8 +10,9 @@ namespace ftb {
 // One unit's flat shard and the bookkeeping to materialise its parameters.
 class FlatUnit : public UnitHooks {
  public:
+  // `storage`: the dtype of the flat shard (fp32 masters; a frozen unit keeps its own).
   FlatUnit(const std::vector<ModelParam>& params, Comm& shard, Comm& replicate, bool persistent,
-           torch::ScalarType gather_dtype)
+           torch::ScalarType gather_dtype, torch::ScalarType storage = torch::kFloat32)
       : shard_(shard), replicate_(replicate), persistent_(persistent), gather_dtype_(gather_dtype) {
     torch::NoGradGuard no_grad;
     model_params_ = params;
@@ -28,7 +29,7 @@ class FlatUnit : public UnitHooks {
     const int64_t n = shard_.size();
     shard_numel_ = (total + n - 1) / n;
     padded_ = shard_numel_ * n;
-    torch::Tensor full = torch::zeros({padded_});
+    torch::Tensor full = torch::zeros({padded_}, torch::TensorOptions().dtype(storage));
     for (size_t i = 0; i < params_.size(); ++i)
       full.narrow(0, offsets_[i], params_[i].numel()).copy_(params_[i].reshape(-1));
     if (persistent_) {
@@ -46,6 +47,7 @@ class FlatUnit : public UnitHooks {
   // UnitHooks (stage 3): all-gather the shards into a fresh buffer and point the
   // module's parameters at it.
   void materialize() override {
+    if (empty()) return;
     torch::NoGradGuard no_grad;
     torch::Tensor full = torch::empty({padded_}, torch::TensorOptions().dtype(gather_dtype_));
     torch::Tensor src = master_.to(gather_dtype_);
@@ -67,10 +69,11 @@ class FlatUnit : public UnitHooks {
     scatterAdd(grads, scatter);
   }
   void finishGrads() {
-    if (replicate_.size() > 1) replicate_.allReduceSum(grad());
+    if (!empty() && replicate_.size() > 1) replicate_.allReduceSum(grad());
   }
   // Stages 1-2: refresh every rank's full parameters from the updated shards.
   void gatherUpdated() {
+    if (empty()) return;
     torch::NoGradGuard no_grad;
     torch::Tensor mine = master_.clone();  // the input must not alias the output
     shard_.allGather(full_, mine);
@@ -93,6 +96,8 @@ class FlatUnit : public UnitHooks {
     return grad_;
   }
   const std::vector<torch::Tensor>& tensors() const { return params_; }
+  // No parameters (LoRA: the root unit, whose weights are all frozen).
+  bool empty() const { return padded_ == 0; }
 
  private:
   int64_t numel(size_t i) const {
@@ -107,6 +112,7 @@ class FlatUnit : public UnitHooks {
   // Flattens `grads` (undefined = zero) in fp32 and adds this rank's reduced slice to
   // grad_: reduce-scatter when `scatter`, else all-reduce and keep the slice.
   void scatterAdd(const std::vector<torch::Tensor>& grads, bool scatter) {
+    if (empty()) return;
     torch::NoGradGuard no_grad;
     torch::Tensor flat = torch::zeros({padded_});
     for (size_t i = 0; i < grads.size(); ++i)
@@ -133,6 +139,29 @@ class FlatUnit : public UnitHooks {
   bool persistent_;
   torch::ScalarType gather_dtype_;
   torch::Tensor full_, master_, grad_;
+};
+
+// Stage 3: a block's trainable unit and its frozen units (LoRA's base, one per dtype),
+// gathered and released together; gradients go to the trainable one.
+class BlockGroup : public UnitHooks {
+ public:
+  explicit BlockGroup(FlatUnit* trainable) : trainable_(trainable) {}
+  void addFrozen(FlatUnit* u) { frozen_.push_back(u); }
+  void materialize() override {
+    trainable_->materialize();
+    for (FlatUnit* u : frozen_) u->materialize();
+  }
+  void release() override {
+    trainable_->release();
+    for (FlatUnit* u : frozen_) u->release();
+  }
+  void consumeGrads(const std::vector<torch::Tensor>& grads) override {
+    trainable_->consumeGrads(grads);
+  }
+
+ private:
+  FlatUnit* trainable_;
+  std::vector<FlatUnit*> frozen_;
 };
 
 namespace {
@@ -217,24 +246,29 @@ class Zero3Sync final : public ZeroSync, public BlockExecutor {
   Zero3Sync(Comm& shard, Comm& replicate, torch::ScalarType compute_dtype, int64_t tp)
       : ZeroSync(shard, replicate, compute_dtype, tp, /*persistent=*/false) {}
   BlockExecutor* blockExecutor() override { return this; }
-  void beginStep() override { root_->materialize(); }
+  void beginStep() override {
+    root_->materialize();
+    for (auto& u : frozen_root_) u->materialize();
+  }
   // Block gradients were reduce-scattered in backward (UnitHooks::consumeGrads).
   void finishGradients() override {
     root_->reduceParamGrads(/*scatter=*/true);
     root_->release();
+    for (auto& u : frozen_root_) u->release();
     finishReplicas();
   }
   void afterOptimizer() override { zeroGrads(); }
 
   torch::Tensor run(int64_t layer, TransformerBlockImpl& block, const torch::Tensor& x,
                     const RopeTables& rope) override {
+    BlockGroup& group = *groups_[layer];
     if (!torch::GradMode::is_enabled()) {  // evaluation: gather, run, free
-      blocks_[layer]->materialize();
+      group.materialize();
       torch::Tensor y = block.forward(x, rope);
-      blocks_[layer]->release();
+      group.release();
       return y;
     }
-    return checkpointedBlock(block, x, rope, blocks_[layer].get());
+    return checkpointedBlock(block, x, rope, &group);
   }
 };
 
@@ -256,33 +290,76 @@ std::unique_ptr<ZeroSync> makeZeroSync(int stage, Comm& shard, Comm& replicate,
 void ZeroSync::addUnit(int64_t layer, const std::vector<ModelParam>& params) {
   // Stage 3 blocks travel in the compute dtype; the root stays fp32 for the whole step.
   torch::ScalarType dt = (!persistent_ && layer >= 0) ? compute_dtype_ : torch::kFloat32;
-  auto u = std::make_unique<FlatUnit>(params, shard_, replicate_, persistent_, dt);
-  if (tp_ > 1) norm_weights_.push_back(u->normWeight(tp_));
+  auto u = std::make_unique<FlatUnit>(trainableOnly(params), shard_, replicate_, persistent_, dt);
+  if (tp_ > 1 && !u->empty()) norm_weights_.push_back(u->normWeight(tp_));
   unitAdded(*u);
+  if (!persistent_ && layer >= 0) groups_.push_back(std::make_unique<BlockGroup>(u.get()));
+  addFrozen(layer, frozenOnly(params));
   if (layer >= 0)
     blocks_.push_back(std::move(u));
   else
     root_ = std::move(u);
 }
 
+// Stages 1-2 hold the frozen weights whole, as DDP does; stage 3 shards them too, one
+// flat unit per storage dtype (bf16 matrices, fp32 norms), gathered with the block.
+void ZeroSync::addFrozen(int64_t layer, const std::vector<ModelParam>& frozen) {
+  if (frozen.empty()) return;
+  if (persistent_) {
+    frozen_.insert(frozen_.end(), frozen.begin(), frozen.end());
+    return;
+  }
+  for (torch::ScalarType storage : {torch::kFloat32, torch::kBFloat16}) {
+    std::vector<ModelParam> group;
+    for (const auto& p : frozen)
+      if (p.tensor.scalar_type() == storage) group.push_back(p);
+    if (group.empty()) continue;
+    const torch::ScalarType gather =
+        layer >= 0 && compute_dtype_ == torch::kBFloat16 ? torch::kBFloat16 : storage;
+    auto u = std::make_unique<FlatUnit>(group, shard_, replicate_, false, gather, storage);
+    if (layer >= 0)
+      groups_.back()->addFrozen(u.get());
+    else
+      frozen_root_.push_back(u.get());
+    frozen_units_.push_back(std::move(u));
+  }
+}
+
+std::vector<FlatUnit*> ZeroSync::trainableUnits() const {
+  std::vector<FlatUnit*> v;
+  for (auto& b : blocks_)
+    if (!b->empty()) v.push_back(b.get());
+  if (!root_->empty()) v.push_back(root_.get());
+  return v;
+}
+
 std::vector<torch::Tensor> ZeroSync::optimizerParams() const {
   std::vector<torch::Tensor> v;
-  for (auto& b : blocks_) v.push_back(b->master());
-  v.push_back(root_->master());
+  for (FlatUnit* u : trainableUnits()) v.push_back(u->master());
   return v;
 }
 
 std::vector<FlatLayout> ZeroSync::optimizerLayout() const {
   std::vector<FlatLayout> v;
-  for (auto& b : blocks_) v.push_back(b->layout());
-  v.push_back(root_->layout());
+  for (FlatUnit* u : trainableUnits()) v.push_back(u->layout());
   return v;
 }
 
 std::vector<torch::Tensor> ZeroSync::gradients() const {
   std::vector<torch::Tensor> v;
-  for (auto& b : blocks_) v.push_back(b->grad());
-  v.push_back(root_->grad());
+  for (FlatUnit* u : trainableUnits()) v.push_back(u->grad());
+  return v;
+}
+
+std::vector<torch::Tensor> ZeroSync::frozenParams() const {
+  std::vector<torch::Tensor> v = GradSync::frozenParams();
+  for (auto& u : frozen_units_) v.push_back(u->master());
+  return v;
+}
+
+std::vector<FlatLayout> ZeroSync::frozenLayout() const {
+  std::vector<FlatLayout> v = GradSync::frozenLayout();
+  for (auto& u : frozen_units_) v.push_back(u->layout());
   return v;
 }
 
@@ -297,8 +374,7 @@ void ZeroSync::finishReplicas() {
 }
 
 void ZeroSync::zeroGrads() {
-  for (auto& b : blocks_) b->grad().zero_();
-  root_->grad().zero_();
+  for (FlatUnit* u : trainableUnits()) u->grad().zero_();
 }
 
 }  // namespace ftb

@@ -21,6 +21,9 @@
 // parameters are this rank's flat fp32 shards, one per unit (blocks, then the root).
 // Invariant: after afterOptimizer(), every rank's materialised parameters (stages 1-2)
 // are identical across the shard group.
+// Frozen parameters (LoRA's base) are in no trainable unit: no gradient, no master, no
+// optimizer state. Stages 1-2 leave them whole in the model; stage 3 shards them in
+// frozen units of their own dtype, gathered and released with their block (or the root).
 #pragma once
 
 #include <torch/torch.h>
@@ -36,6 +39,7 @@
 namespace ftb {
 
 class FlatUnit;
+class BlockGroup;
 
 class ZeroSync : public GradSync {
  public:
@@ -51,6 +55,8 @@ class ZeroSync : public GradSync {
   std::vector<torch::Tensor> gradients() const override;
   double localSquaredNorm() const override;
   std::vector<FlatLayout> optimizerLayout() const override;
+  std::vector<torch::Tensor> frozenParams() const override;
+  std::vector<FlatLayout> frozenLayout() const override;
 
  protected:
   ZeroSync(Comm& shard, Comm& replicate, torch::ScalarType compute_dtype, int64_t tp,
@@ -59,6 +65,9 @@ class ZeroSync : public GradSync {
   // Called by addUnit() once `unit` exists (stage 2 hooks its gradient accumulators).
   virtual void unitAdded(FlatUnit& unit) { (void)unit; }
   void zeroGrads();
+  void addFrozen(int64_t layer, const std::vector<ModelParam>& frozen);
+  // The units with trainable parameters: blocks, then the root (optimizer order).
+  std::vector<FlatUnit*> trainableUnits() const;
 
   Comm& shard_;
   Comm& replicate_;
@@ -67,7 +76,12 @@ class ZeroSync : public GradSync {
   bool persistent_;  // stages 1-2: full parameters stay materialised
   std::vector<std::unique_ptr<FlatUnit>> blocks_;
   std::unique_ptr<FlatUnit> root_;
-  std::vector<torch::Tensor> norm_weights_;  // per unit, when tp > 1
+  std::vector<torch::Tensor> norm_weights_;  // per trainable unit, when tp > 1
+  // Stage 3 with frozen weights (LoRA): their flat shards, and which block or the root
+  // gathers each (groups_ by layer; frozen_root_).
+  std::vector<std::unique_ptr<FlatUnit>> frozen_units_;
+  std::vector<std::unique_ptr<BlockGroup>> groups_;
+  std::vector<FlatUnit*> frozen_root_;
 };
 
 // stage 1, 2 or 3 over the shard group `shard` (and `replicate` for HSDP).

@@ -28,6 +28,24 @@ LAYOUTS = {
                      "parallel.dp_shard=2", "parallel.zero_stage=2"]),
 }
 
+# LoRA (rank 4 on all seven targets, base frozen): adapters split as their base weights are
+# under tp, the frozen base sharded by ZeRO-3, recomputed under activation checkpointing.
+LORA = ["lora.rank=4", "lora.targets=all", "lora.alpha=16", "training.lr=0.003"]
+LORA_LAYOUTS = {
+    "lora_ddp_world2": (2, ["training.micro_batch_size=2"]),
+    "lora_zero1": (2, ["training.micro_batch_size=2", "parallel.dp_shard=2",
+                       "parallel.zero_stage=1"]),
+    "lora_zero2_accum2": (2, ["training.micro_batch_size=1", "training.grad_accum_steps=2",
+                              "parallel.dp_shard=2", "parallel.zero_stage=2"]),
+    "lora_zero3": (2, ["training.micro_batch_size=2", "parallel.dp_shard=2",
+                       "parallel.zero_stage=3"]),
+    "lora_tp2": (2, ["training.micro_batch_size=4", "parallel.tp=2"]),
+    "lora_tp2_fsdp2": (4, ["training.micro_batch_size=2", "parallel.tp=2",
+                           "parallel.dp_shard=2", "parallel.zero_stage=3"]),
+    "lora_checkpointing_ddp": (2, ["training.micro_batch_size=2",
+                                   "training.activation_checkpointing=\"full\""]),
+}
+
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
@@ -42,6 +60,24 @@ def test_layout_matches_world_one(name, reference, tmp_path):
     run_ranks(tmp_path, world, *overrides)
     ref_loss, ref_norm = steps(reference, "loss"), steps(reference, "grad_norm")
     assert len(ref_loss) == 20
+    for rank in range(world):
+        assert_close(steps(tmp_path, "loss", rank), ref_loss, 1e-5)
+        assert_close(steps(tmp_path, "grad_norm", rank), ref_norm, 1e-5)
+
+
+@pytest.fixture(scope="module")
+def lora_reference(tmp_path_factory):
+    out = tmp_path_factory.mktemp("lora_ws1")
+    run_trainer(out, "training.micro_batch_size=4", *LORA)
+    return out
+
+
+@pytest.mark.parametrize("name", list(LORA_LAYOUTS))
+def test_lora_layout_matches_world_one(name, lora_reference, tmp_path):
+    world, overrides = LORA_LAYOUTS[name]
+    run_ranks(tmp_path, world, *overrides, *LORA)
+    ref_loss, ref_norm = steps(lora_reference, "loss"), steps(lora_reference, "grad_norm")
+    assert ref_loss[-1] < ref_loss[0] - 0.05  # the adapters learn
     for rank in range(world):
         assert_close(steps(tmp_path, "loss", rank), ref_loss, 1e-5)
         assert_close(steps(tmp_path, "grad_norm", rank), ref_norm, 1e-5)

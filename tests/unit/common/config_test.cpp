@@ -269,7 +269,7 @@ TEST_F(ConfigTest, UnknownKeyListsTableKeys) {
             "config error: " + run("r.toml") +
                 ":2: key 'zzzzzz.qqqq': unknown key\n"
                 "  hint: valid tables: checkpoint, data, lora, metrics, model, output, parallel, "
-                "training");
+                "sweep, training");
 }
 
 // A wrong type names the key and the type expected; the hint says what the key is and
@@ -619,12 +619,12 @@ TEST(ConfigErrorFormat, WithAndWithoutHint) {
 
 TEST(SchemaTest, TrainerSchemaKeys) {
   const Schema& s = trainerSchema();
-  EXPECT_EQ(s.keys().size(), 72u);  // 55 + parallel.bucket_mb + checkpoint.preempt_grace_s
+  EXPECT_EQ(s.keys().size(), 74u);  // 55 + parallel.bucket_mb + checkpoint.preempt_grace_s
                                     // + training.device + data.tokenizer/text_field/
                                     // prompt_field/completion_field
                                     // + parallel.local_collectives + checkpoint.save_final
                                     // + training.fp32_gemm + training.attention
-                                    // + lora.* (6)
+                                    // + lora.* (6) + sweep.layout + sweep.repeat
   ASSERT_NE(s.find("training.lr"), nullptr);
   EXPECT_EQ(s.find("training.lr")->type, ValueType::kFloat);
   EXPECT_EQ(std::get<double>(*s.find("training.lr")->default_value), 3e-4);

@@ -222,14 +222,19 @@ TEST_F(AggregateTableTest, FormatsParseAndQuote) {
             "tokens_per_s_dataset_per_device,tokens_per_s_padded_per_device,mfu,gemm_efficiency,"
             "step_time_p50_s,step_time_p90_s,data_frac,forward_frac,backward_frac,optimizer_frac,comm_frac,"
             "peak_mem_mib,first_loss,last_loss,mt_per_hour,usd_per_mt,price_per_hour,is_valid,"
-            "host,cpu_model,peak_flops,peak_source,gemm_flops,gemm_source,traces,message");
+            "host,cpu_model,peak_flops,peak_source,gemm_flops,gemm_source,traces,layout,repeat,"
+            "config_hash,global_batch_seqs,global_batch_tokens,batch_mode,"
+            "step_tokens_per_s_padded_p10,step_tokens_per_s_padded_p50,"
+            "step_tokens_per_s_padded_p90,repeats,tokens_per_s_median,tokens_per_s_min,"
+            "tokens_per_s_max,message");
   EXPECT_NE(csv.find("\"a, \"\"quoted\"\"\nmessage\""), std::string::npos);
   auto j = nlohmann::json::parse(toJson(t));
   EXPECT_EQ(j["runs"].size(), 5u);
   EXPECT_EQ(j["varying"][0], "data.seq_len");
   std::string md = toMarkdown(t);
   EXPECT_NE(md.find("| tag | status | data.seq_len | world size | nodes | steps | resumes | "
-                    "tokens/s global (dataset) | tokens/s per device (padded) | MFU % (hw peak) | "
+                    "tokens/s global (dataset) | tokens/s per device (padded) | "
+                    "step tokens/s p10/p50/p90 (padded) | global batch seqs (tokens) | MFU % (hw peak) | "
                     "GEMM eff. % (measured GEMM) |"),
             std::string::npos)
       << md;

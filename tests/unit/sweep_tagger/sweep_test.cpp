@@ -114,7 +114,8 @@ TEST(Sweep, JsonIndexAndFieldForJobArrays) {
               expandCommand({kThreeAxis, "--field", "color"}, sink);
             }),
             "config error: command line: unknown --field 'color'\n  hint: one of: index tag hash "
-            "world_size nodes nproc_per_node valid reason included overrides args base state");
+            "world_size nodes nproc_per_node valid reason included layout repeat global_batch "
+            "overrides args base state");
 }
 
 // Command-line overrides apply to every point after the point's own: the hash a runner
@@ -407,7 +408,7 @@ TEST(Sweep, ErrorsNameTheFileLineAndKey) {
   EXPECT_EQ(errorOf([&] { loadSweep(writeSweep(dir, "[grid]\nzzzz = [1]\n")); }),
             "config error: " + f +
                 ":3: key 'zzzz': unknown key in [grid]\n"
-                "  hint: sweep keys are trainer config keys, nodes or nproc_per_node");
+                "  hint: sweep keys are trainer config keys, nodes, nproc_per_node or layout");
   EXPECT_EQ(errorOf([&] { loadSweep(writeSweep(dir, "[grid]\n\"data.seq_len\" = 5\n")); }),
             "config error: " + f +
                 ":3: key 'data.seq_len': a grid axis must be a non-empty "
@@ -415,7 +416,8 @@ TEST(Sweep, ErrorsNameTheFileLineAndKey) {
   EXPECT_EQ(errorOf([&] { loadSweep(writeSweep(dir, "colour = 1\n")); }),
             "config error: " + f +
                 ":2: key 'colour': unknown sweep key\n  hint: a sweep has "
-                "base, fmt, nodes, nproc_per_node, [grid], [[exclude]], [[include]]");
+                "base, fmt, nodes, nproc_per_node, repeats, global_batch_size, [grid], "
+                "[layout.NAME], [[exclude]], [[include]]");
   EXPECT_EQ(errorOf([&] { loadSweep(dir.path() + "/missing.toml"); })
                 .rfind("config error: " + dir.path() +
                            "/missing.toml: cannot read sweep file\n  hint: no such file",

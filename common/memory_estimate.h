@@ -1,7 +1,7 @@
 // Per-rank memory estimate for a model, layout and batch, without training.
 //
 // Contract: estimateMemory() sums the tensors this trainer allocates, term by term (see
-// parallel/zero.h for the stage semantics), in bytes per rank. It is a model, not a
+// trainer/parallel/zero.h for the stage semantics), in bytes per rank. It is a model, not a
 // measurement: allocator overhead, libtorch temporaries and thread stacks are not in
 // it (README "Memory" benchmark: within ~10 % of measured peak RSS on the tested
 // configs). Terms:

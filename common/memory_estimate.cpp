@@ -1,4 +1,4 @@
-#include "trainer/parallel/memory_estimate.h"
+#include "common/memory_estimate.h"
 
 #include <unistd.h>
 
@@ -51,7 +51,7 @@ MemoryEstimate estimateMemory(const TrainConfig& tc) {
   if (stage == 0) {
     e.parameters = 4 * P;
     e.gradients = 4 * P;
-    e.comm_buffers = 0;  // gradients are views of the all-reduce buckets (parallel/ddp.h)
+    e.comm_buffers = 0;  // gradients are views of the all-reduce buckets (trainer/parallel/ddp.h)
   } else if (stage == 1) {
     e.parameters = 4 * P;
     e.gradients = 4 * P + 4 * P / N;  // all gradients live until the step's all-reduce

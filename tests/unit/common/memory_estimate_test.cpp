@@ -2,7 +2,7 @@
 // Adam and fp32 master weights, model states take 16 bytes per parameter; ZeRO-3
 // divides all of it by the shard degree N, tensor parallel divides the split
 // matrices by tp and keeps the norms whole.
-#include "trainer/parallel/memory_estimate.h"
+#include "common/memory_estimate.h"
 
 #include <gtest/gtest.h>
 
