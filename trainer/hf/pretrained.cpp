@@ -141,13 +141,13 @@ PretrainedModel::LoadStats PretrainedModel::load(std::vector<ckpt::StatePiece>& 
   LoadStats st{0, currentRssBytes()};
   for (ckpt::StatePiece& p : pieces) {
     if (p.name.rfind("model.", 0) != 0) continue;
-    auto it = by_name_.find(p.name.substr(6));
-    if (it == by_name_.end()) {  // a LoRA adapter: not in the base model (peft_adapter.h)
+    auto found = by_name_.find(p.name.substr(6));
+    if (found == by_name_.end()) {  // LoRA adapters: not in an HF model (lora.from_pretrained)
       TORCH_CHECK(p.name.find(".lora_") != std::string::npos, "internal: ", p.name,
-                  " is neither an HF parameter nor a LoRA adapter");
+                  " is not a parameter of the HF model");
       continue;
     }
-    const auto& [file, hp] = it->second;
+    const auto& [file, hp] = found->second;
     TORCH_CHECK(p.global_shape == hp.shape, "internal: ", p.name, " global shape differs from ", hp.hf_name);
     torch::Tensor src = file->view(hp.hf_name);
     for (size_t d = 0; d < p.box.offset.size(); ++d)

@@ -57,7 +57,7 @@ def trained(tmp_path_factory):
     """A LoRA run of 2 steps on a random HF base, and its exported adapter."""
     d = tmp_path_factory.mktemp("lora")
     cfg, _ = make_hf_dir(d / "m", seed=13)
-    toks = write_tokens(d / "tokens.bin", 16, cfg["vocab_size"])
+    toks = write_tokens(d / "tokens.bin", 32, cfg["vocab_size"])  # 8 steps of B
     run_trainer(d / "run", *args(d / "m", d / "tokens.bin", "training.max_steps=2",
                                  "training.lr=1e-2", "checkpoint.interval=1", "checkpoint.keep_last=0"))
     export_adapter(d / "run" / "checkpoints" / "step_00000002", d / "adapter")

@@ -61,7 +61,7 @@ Grads runBlock(TransformerBlock& block, const torch::Tensor& x0, const torch::Te
 
 // A block with non-trivial norm weights (ones would hide a missing norm gradient path).
 TransformerBlock makeBlock(const ModelArgs& a) {
-  TransformerBlock block(a, TpContext{}, /*layer=*/0, /*seed=*/7);
+  TransformerBlock block(a, TpContext{}, /*layer=*/0, ModelOptions{torch::kFloat32, 0, /*seed=*/7, {}});
   torch::NoGradGuard no_grad;
   torch::manual_seed(7);
   block->attention_norm.uniform_(0.5, 1.5);
@@ -172,7 +172,7 @@ TEST(CheckpointedBlock, WholeModelGradientsUnchanged) {
     std::vector<std::vector<torch::Tensor>> grads;
     std::vector<double> losses;
     for (int64_t every : {0, 1, 2}) {
-      Transformer model(a, TpContext{}, dt, every, /*seed=*/5);
+      Transformer model(a, TpContext{}, ModelOptions{dt, every, /*seed=*/5, {}});
       torch::Tensor loss = model->lossSum(model->forward(tokens), targets, mask);
       loss.backward();
       losses.push_back(loss.item<double>());

@@ -33,7 +33,7 @@ TEST(ExportModel, ParameterCountMatchesModelArgs) {
   for (bool tied : {false, true}) {
     ModelArgs a = tinyArgs();
     a.tie_embeddings = tied;
-    Transformer model(a, TpContext{}, torch::kFloat32, 0, /*seed=*/0);
+    Transformer model(a, TpContext{}, ModelOptions{torch::kFloat32, 0, /*seed=*/0, {}});
     int64_t n = 0;
     for (const auto& p : model->parameters()) n += p.numel();
     EXPECT_EQ(n, a.numParams()) << "tied=" << tied;
@@ -63,7 +63,7 @@ TEST(ExportModel, WriteTinyModelForPythonReference) {
   ModelArgs a = tinyArgs();
   ASSERT_FALSE(a.tie_embeddings);
   torch::manual_seed(0);
-  Transformer model(a, TpContext{}, torch::kFloat32, /*recompute_every=*/0, /*seed=*/0);
+  Transformer model(a, TpContext{}, ModelOptions{torch::kFloat32, /*recompute_every=*/0, /*seed=*/0, {}});
 
   // Two rows of 16 positions; row 1 has 11 real positions then right padding (id 0).
   const int64_t B = 2, T = 16, real1 = 11;

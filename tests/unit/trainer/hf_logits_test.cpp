@@ -35,7 +35,7 @@ TEST(HfImport, WriteLogitsForPythonReference) {
   // The model shape comes from config.json through the config loader, as in a run.
   Config cfg = Config::fromString("", "hf_logits_test", {std::string("model.from_pretrained=") + dir});
   ModelArgs a = modelArgsFromConfig(cfg);
-  Transformer model(a, TpContext{}, torch::kFloat32, 0, /*seed=*/7);
+  Transformer model(a, TpContext{}, ModelOptions{torch::kFloat32, 0, /*seed=*/7, {}});
   std::vector<ckpt::StatePiece> pieces;  // every parameter, whole (world 1)
   for (const ModelParam& p : model->paramsInForwardOrder()) {
     std::vector<int64_t> shape = p.tensor.sizes().vec();
