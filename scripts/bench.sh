@@ -25,8 +25,13 @@
 #             tiny model, alternating rounds, with the tiny model's PyTorch eager step
 #   gloo      torch 2.x Gloo's own collectives (bf16 all-reduce, reduce_scatter_tensor) against
 #             the forms Comm uses on Gloo, 2 ranks over TCP loopback
-# Usage: scripts/bench.sh [trainer|eager|dpscale|memory|launcher|aggregate|data|hfload|textdata|ckpt|port|gloo ...]
-#        (default: all but hfload, ckpt and port)
+#   lora      LoRA (rank 16, all seven targets) against full finetuning, D512/L8 and the 274 M
+#             model, 1 rank: tokens/s, peak RSS, step breakdown; and ftbench against HF TRL's
+#             SFTTrainer (peft for LoRA) on the same HF model directory and prompt/completion
+#             JSONL, full and LoRA, alternating rounds. TRL and its dependencies are installed
+#             here only (scripts/requirements-bench.txt, into build/bench-py)
+# Usage: scripts/bench.sh [trainer|eager|dpscale|memory|launcher|aggregate|data|hfload|textdata|ckpt|port|gloo|lora ...]
+#        (default: all but hfload, ckpt, port and lora)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -349,6 +354,86 @@ bench_ckpt() {
   cat "$OUT/ckpt.md"
 }
 
+# TRL, datasets and what they need beyond the project venv: bench-only, pinned, --no-deps, into
+# build/bench-py (reinstalled when scripts/requirements-bench.txt changes). Prints the folder.
+bench_pydeps() {
+  local dir=$ROOT/build/bench-py stamp
+  stamp=$(sha256sum scripts/requirements-bench.txt | cut -c1-16)
+  if [ "$(cat "$dir/.stamp" 2>/dev/null)" != "$stamp" ]; then
+    rm -rf "$dir"
+    "$PY" -m pip install --quiet --no-deps --target "$dir" -r scripts/requirements-bench.txt >&2
+    echo "$stamp" >"$dir/.stamp"
+  fi
+  echo "$dir"
+}
+
+LORA_ARGS=(lora.rank=16 lora.alpha=32 lora.targets=all)
+TRL_LORA_ARGS=(--lora-rank 16 --lora-alpha 32 --lora-targets q,k,v,o,gate,up,down)
+
+# Part 1: ftbench LoRA against full finetuning on D512/L8 (bench-d512.toml) and the 274 M model
+# (bench-memory.toml), one rank through the launcher.
+bench_lora_vs_full() {
+  local runs=$1 name cfg method
+  for name in d512 270m; do
+    cfg=configs/runs/bench-d512.toml
+    [ $name = d512 ] || cfg=configs/runs/bench-memory.toml
+    for method in full lora; do
+      local extra=()
+      [ $method = full ] || extra=("${LORA_ARGS[@]}")
+      echo "bench: lora, $name, $method"
+      launch 1 "$runs/$name.$method.log" -- "$BUILD/trainer/trainer" --config "$cfg" \
+        --no-sweep-dir --output-dir "$runs/$name.$method" "${extra[@]}"
+    done
+  done
+}
+
+# Part 2: ftbench against TRL's SFTTrainer, the same HF model directory (random D512/L8), the
+# same prompt/completion JSONL (tokenized once by ftbench's sentencepiece path; its token cache
+# is TRL's input), seq_len, micro-batch, steps, LR, threads and dtype; two alternating rounds.
+bench_lora_trl() {
+  local runs=$1 data=$1/data pyd method round cache
+  pyd=$(bench_pydeps)
+  mkdir -p "$data"
+  echo "bench: lora, TRL: writing the data, the sentencepiece model and the HF model"
+  "$PY" scripts/bench_trl.py data "$data" 400
+  spm_train --input="$data/sft.txt" --model_prefix="$data/spm" --vocab_size=2000 --hard_vocab_limit=false \
+    --model_type=unigram --num_threads=1 >"$data/spm_train.log" 2>&1
+  "$PY" scripts/bench_hf_model.py configs/models/d512-l8.toml "$data/hf"
+  local T=512 B=4 N=10 LR=1e-4
+  local ft=(--config configs/runs/bench-d512.toml --no-sweep-dir model.from_pretrained="\"$data/hf\""
+            data.source="\"$data/sft.jsonl\"" data.tokenizer="\"$data/spm.model\""
+            data.prompt_field='"prompt"' data.completion_field='"completion"' data.padding='"longest"'
+            data.seq_len=$T training.micro_batch_size=$B training.max_steps=$N training.lr=$LR
+            training.threads=1 metrics.skip_first_steps=2)
+  for round in 1 2; do
+    for method in full lora; do
+      local extra=() trl=()
+      [ $method = full ] || { extra=("${LORA_ARGS[@]}"); trl=("${TRL_LORA_ARGS[@]}"); }
+      echo "bench: lora, TRL round $round, $method: ftbench, then TRL SFTTrainer"
+      launch 1 "$runs/sft.ftbench.$method.r$round.log" -- "$BUILD/trainer/trainer" "${ft[@]}" \
+        "${extra[@]}" --output-dir "$runs/sft.ftbench.$method.r$round"
+      cache=$(ls "$data"/sft.jsonl.tok-*.bin)
+      launch 1 "$runs/sft.trl.$method.r$round.log" -- env PYTHONPATH="$pyd" "$PY" \
+        scripts/bench_trl.py run --model "$data/hf" --tokens "$cache" --seq-len $T --batch $B \
+        --steps $N --threads 1 --lr $LR "${trl[@]}" --out "$runs/sft.trl.$method.r$round.json"
+    done
+  done
+}
+
+bench_lora() {
+  local runs=$OUT/runs/lora
+  rm -rf "$runs"
+  mkdir -p "$runs"
+  cut -d' ' -f1-3 /proc/loadavg >"$runs/loadavg.before"
+  bench_lora_vs_full "$runs"
+  bench_lora_trl "$runs"
+  cut -d' ' -f1-3 /proc/loadavg >"$runs/loadavg.after"
+  "$PY" scripts/bench_lora_report.py "$runs" > "$OUT/lora.md"
+  drop_checkpoints "$runs"
+  rm -rf "$runs/data/hf" "$runs"/*.trl  # 230 MB of random weights; TRL's empty output dirs
+  cat "$OUT/lora.md"
+}
+
 for b in "${which[@]}"; do
   case "$b" in
     trainer) bench_trainer ;;
@@ -360,9 +445,10 @@ for b in "${which[@]}"; do
     textdata) bench_textdata ;;
     ckpt) bench_ckpt ;;
     port) bench_port ;;
+    lora) bench_lora ;;
     gloo) "$PY" scripts/bench_gloo.py > "$OUT/gloo.md" && cat "$OUT/gloo.md" ;;
     launcher) scripts/bench_launcher.sh ;;
     aggregate) if [ -x scripts/bench_aggregate.sh ]; then scripts/bench_aggregate.sh; else echo "bench: aggregate benchmark not available yet" >&2; fi ;;
-    *) echo "bench: unknown benchmark '$b'; expected trainer, eager, dpscale, memory, launcher, aggregate, data, hfload, textdata, ckpt, port or gloo (see the list at the top of scripts/bench.sh)" >&2; exit 2 ;;
+    *) echo "bench: unknown benchmark '$b'; expected trainer, eager, dpscale, memory, launcher, aggregate, data, hfload, textdata, ckpt, port, gloo or lora (see the list at the top of scripts/bench.sh)" >&2; exit 2 ;;
   esac
 done

@@ -34,6 +34,7 @@
 #include "common/memory_estimate.h"
 #include "common/run_config.h"
 #include "trainer/loop/checkpoint_hook.h"
+#include "trainer/hf/peft_adapter.h"
 #include "trainer/hf/pretrained.h"
 #include "trainer/loop/train.h"
 
@@ -477,6 +478,7 @@ int runSession(const SessionOptions& opts) {
     // Which checkpoint to resume from is decided (and a bad or incompatible one refused)
     // before anything is written to the run directory or the model is allocated.
     hf::checkPretrained(tc, dist);  // a bad HF model directory exits 2 before the run directory exists
+    hf::checkAdapter(tc, dist);     // so does a bad PEFT adapter directory (lora.from_pretrained)
     std::optional<ResumePoint> plan =
         planResume(tc, cfg, checkpointDir(tc, runDirPath(cfg, tc)), dist);
     std::string run_dir = prepareRun(cfg, tc, dist, lock, plan.has_value());

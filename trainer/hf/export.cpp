@@ -14,6 +14,7 @@
 #include "common/hf_config.h"
 #include "common/log.h"
 #include "trainer/checkpoint/checkpointer.h"
+#include "trainer/hf/peft_adapter.h"
 #include "trainer/hf/pretrained.h"
 #include "trainer/hf/safetensors.h"
 
@@ -190,14 +191,89 @@ void writeShard(const ResumePoint& rp, const std::string& path, const std::vecto
   w.close();
 }
 
-}  // namespace
+// A LoRA run's lora.* (or model.*) value, as its TOML spelling: the manifest's record,
+// else the run.toml beside the checkpoint; nullopt when neither has it.
+std::optional<std::string> runValue(const ResumePoint& rp, const RunConfig& run, const char* key) {
+  auto it = rp.manifest.compat.find(key);
+  if (it != rp.manifest.compat.end()) return it->second;
+  if (run.cfg && run.cfg->has(key)) return valueToString(run.cfg->entries().at(key).value);
+  return std::nullopt;
+}
 
-int exportCheckpoint(const ExportOptions& o) {
+double loraNumber(const ResumePoint& rp, const RunConfig& run, const char* key) {
+  const std::optional<std::string> v = runValue(rp, run, key);
+  if (!v)
+    throw ConfigError("--checkpoint", rp.dir + "/" + kManifestName,
+                      std::string("the checkpoint does not record ") + key + " and " + run.where,
+                      "export a checkpoint in its run's checkpoints/ directory");
+  const std::optional<Value> x = valueFromString(*v);
+  if (x && std::holds_alternative<double>(*x)) return std::get<double>(*x);
+  if (x && std::holds_alternative<int64_t>(*x)) return double(std::get<int64_t>(*x));
+  throw ConfigError("--checkpoint", rp.dir, std::string(key) + " = " + *v + " is not a number");
+}
+
+// The adapter a LoRA checkpoint holds: rank and targets from its tensors (layer 0's
+// lora_A), alpha and dropout from the run.
+LoraConfig loraOf(const ResumePoint& rp, const RunConfig& run) {
+  LoraConfig l;
+  for (const LoraTarget& t : loraTargets()) {
+    auto it = rp.manifest.tensors.find(std::string("model.layers.0.") + t.module + ".lora_A.weight");
+    if (it == rp.manifest.tensors.end()) continue;
+    l.targets.push_back(t.key);
+    l.rank = it->second.shape.at(0);
+  }
+  if (l.targets.empty())
+    throw ConfigError("--adapter", rp.dir + "/" + kManifestName,
+                      "not a LoRA checkpoint: it holds no lora_A / lora_B tensors",
+                      "without --adapter, trainer export writes the whole model");
+  l.alpha = loraNumber(rp, run, "lora.alpha");
+  l.dropout = loraNumber(rp, run, "lora.dropout");
+  return l;
+}
+
+// The run's model.from_pretrained, absolute ("" when it started from random weights).
+std::string baseModelOf(const ResumePoint& rp, const RunConfig& run) {
+  const std::optional<std::string> base = runValue(rp, run, "model.from_pretrained");
+  const std::optional<Value> path = base ? valueFromString(*base) : std::nullopt;
+  if (!path || !std::holds_alternative<std::string>(*path) || std::get<std::string>(*path).empty())
+    return "";
+  return fs::absolute(std::get<std::string>(*path)).string();
+}
+
+int exportAdapter(const ExportOptions& o) {
   if (fs::exists(o.out))
     throw ConfigError("--out", "command line", o.out + " already exists",
                       "export into a new directory (nothing is overwritten)");
   ResumePoint rp = resolveCheckpoint(o.checkpoint);
   const ModelArgs a = modelOf(rp);
+  const RunConfig run = runConfig(rp);
+  const ExportDtype dt = o.dtype == "run" ? runDtype(run) : dtypeNamed(o.dtype, "--dtype " + o.dtype);
+  const LoraConfig lora = loraOf(rp, run);
+  writeAdapter(o.out, a, lora, baseModelOf(rp, run), dt.type, [&](const AdapterParam& p) {
+    return readTensor(rp, HfParam{p.peft_name, p.name, p.shape});
+  });
+  FTB_INFO("exported the LoRA adapter of " << rp.dir << " (step " << rp.manifest.state["step"]
+                                           << ", rank " << lora.rank << ", " << lora.targets.size()
+                                           << " targets, " << dt.name << "; " << dt.source
+                                           << ") to " << o.out << " as a PEFT adapter");
+  return 1;
+}
+
+}  // namespace
+
+int exportCheckpoint(const ExportOptions& o) {
+  if (o.adapter) return exportAdapter(o);
+  if (fs::exists(o.out))
+    throw ConfigError("--out", "command line", o.out + " already exists",
+                      "export into a new directory (nothing is overwritten)");
+  ResumePoint rp = resolveCheckpoint(o.checkpoint);
+  const ModelArgs a = modelOf(rp);
+  if (!rp.manifest.tensors.count("model.tok_embeddings.weight") &&
+      rp.manifest.tensors.count("model.layers.0.attention.wq.lora_A.weight") +
+              rp.manifest.tensors.count("model.layers.0.attention.wv.lora_A.weight") > 0)
+    throw ConfigError("--checkpoint", rp.dir + "/" + kManifestName,
+                      "a LoRA checkpoint: it holds the adapters, not the base weights",
+                      "trainer export --adapter writes its PEFT adapter directory");
   const RunConfig run = runConfig(rp);
   const ExportDtype dt = o.dtype == "run" ? runDtype(run) : dtypeNamed(o.dtype, "--dtype " + o.dtype);
   const std::vector<std::vector<HfParam>> shards = planShards(hfParams(a), o.max_shard_bytes, dt.type);
@@ -230,14 +306,16 @@ int exportCheckpoint(const ExportOptions& o) {
 }
 
 int exportMain(const std::vector<std::string>& args) {
-  cxxopts::Options cli("trainer export", "Write a checkpoint as a Hugging Face model directory.\n"
-                                         "  trainer export --checkpoint RUN/checkpoints/step_00000020 --out DIR");
+  cxxopts::Options cli("trainer export", "Write a checkpoint as a Hugging Face model directory, or a LoRA run's adapters as a PEFT adapter directory.\n"
+                                         "  trainer export --checkpoint RUN/checkpoints/step_00000020 --out DIR [--adapter]");
   cli.add_options()
       ("checkpoint", "a step_N checkpoint directory, or a checkpoint directory (newest usable step)",
        cxxopts::value<std::string>())
       ("out", "new directory for config.json + safetensors", cxxopts::value<std::string>())
       ("max-shard-mb", "split the weights into shards of at most this many MiB (default 5120)",
        cxxopts::value<double>()->default_value("5120"))
+      ("adapter", "write the LoRA adapters of a LoRA run's checkpoint as a PEFT adapter directory "
+                  "(adapter_config.json + adapter_model.safetensors)")
       ("dtype", "dtype of the written weights: run (the run's training.dtype, from its run.toml "
                 "beside the checkpoint; else fp32), fp32, bf16, fp16",
        cxxopts::value<std::string>()->default_value("run"))
@@ -273,6 +351,7 @@ int exportMain(const std::vector<std::string>& args) {
     opts.out = r["out"].as<std::string>();
     opts.max_shard_bytes = int64_t(mb * (1 << 20));
     opts.dtype = r["dtype"].as<std::string>();
+    opts.adapter = r.count("adapter") > 0;
     exportCheckpoint(opts);
     return 0;  // a manifest value that is not a number: std::exception, exit 1
   }).value_or(0);

@@ -18,7 +18,8 @@
 // - load(pieces) copies into every "model.<name>" StatePiece (checkpoint/state.h: this
 //   rank's boxes of the global tensors, whatever the layout) exactly that box of the
 //   file's tensor, converted to the piece's dtype (the fp32 master weights), reading only
-//   the pages the box covers, then drops them from the resident set.
+//   the pages the box covers, then drops them from the resident set. LoRA adapter pieces
+//   ("*.lora_A.weight", "*.lora_B.weight") are left alone (peft_adapter.h fills them).
 #pragma once
 
 #include <map>

@@ -26,9 +26,9 @@ constexpr int64_t kMaxHeaderBytes = int64_t{100} << 20;  // the format's own lim
 
 int64_t elementSize(const std::string& dt) { return dt == "F32" ? 4 : 2; }
 
-[[noreturn]] void fail(const std::string& path, const std::string& what,
+[[noreturn]] void fail(const std::string& key, const std::string& path, const std::string& what,
                        const std::string& hint = "") {
-  throw ConfigError("model.from_pretrained", path, what, hint);
+  throw ConfigError(key, path, what, hint);
 }
 
 int64_t pageSize() {
@@ -59,27 +59,28 @@ std::string shapeString(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
+SafetensorsFile::SafetensorsFile(std::string path, std::string key)
+    : path_(std::move(path)), key_(std::move(key)) {
   fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   struct stat st {};
   if (fd_ < 0 || fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
     std::string why = fd_ < 0 ? std::strerror(errno) : "not a regular file";
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
-    fail(path_, "cannot open safetensors file: " + why);
+    fail(key_, path_, "cannot open safetensors file: " + why);
   }
   size_ = st.st_size;
   if (size_ < 8) {
     ::close(fd_);
     fd_ = -1;
-    fail(path_, "truncated: " + std::to_string(size_) +
+    fail(key_, path_, "truncated: " + std::to_string(size_) +
                     " bytes, shorter than the 8-byte header length");
   }
   void* m = mmap(nullptr, size_t(size_), PROT_READ, MAP_PRIVATE, fd_, 0);
   if (m == MAP_FAILED) {
     ::close(fd_);
     fd_ = -1;
-    fail(path_, std::string("cannot map the file: ") + std::strerror(errno));
+    fail(key_, path_, std::string("cannot map the file: ") + std::strerror(errno));
   }
   map_ = static_cast<const uint8_t*>(m);
   try {
@@ -101,44 +102,44 @@ void SafetensorsFile::parseHeader() {
   uint64_t n = 0;
   std::memcpy(&n, map_, 8);  // little-endian (checked at compile time)
   if (n > uint64_t(size_ - 8) || int64_t(n) > kMaxHeaderBytes)
-    fail(path_, "header length " + std::to_string(n) + " is past the end of the file (" +
+    fail(key_, path_, "header length " + std::to_string(n) + " is past the end of the file (" +
                     std::to_string(size_) + " bytes): truncated or not a safetensors file");
   data_start_ = 8 + int64_t(n);
   json h;
   try {
     h = json::parse(map_ + 8, map_ + data_start_);
   } catch (const json::exception& e) {
-    fail(path_, std::string("header is not valid JSON: ") + e.what());
+    fail(key_, path_, std::string("header is not valid JSON: ") + e.what());
   }
-  if (!h.is_object()) fail(path_, "header is not a JSON object");
+  if (!h.is_object()) fail(key_, path_, "header is not a JSON object");
   for (const auto& [name, v] : h.items()) {
     if (name == "__metadata__") continue;
     const std::string t = "tensor '" + name + "': ";
     if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets"))
-      fail(path_, t + "expected {\"dtype\", \"shape\", \"data_offsets\"}, found " + v.dump());
+      fail(key_, path_, t + "expected {\"dtype\", \"shape\", \"data_offsets\"}, found " + v.dump());
     StTensor st;
     st.name = name;
     st.dtype = v["dtype"].is_string() ? v["dtype"].get<std::string>() : v["dtype"].dump();
     if (st.dtype != "F32" && st.dtype != "F16" && st.dtype != "BF16")
-      fail(path_, t + "dtype " + st.dtype + ", expected F32, F16 or BF16");
+      fail(key_, path_, t + "dtype " + st.dtype + ", expected F32, F16 or BF16");
     const json& sh = v["shape"];
     const json& off = v["data_offsets"];
     bool ok = sh.is_array() && off.is_array() && off.size() == 2;
     for (const json& d : sh) ok = ok && d.is_number_unsigned();
     for (const json& d : off) ok = ok && d.is_number_unsigned();
-    if (!ok) fail(path_, t + "shape and data_offsets must be arrays of non-negative integers, found " + v.dump());
+    if (!ok) fail(key_, path_, t + "shape and data_offsets must be arrays of non-negative integers, found " + v.dump());
     int64_t numel = 1;
     for (const json& d : sh) {
       st.shape.push_back(d.get<int64_t>());
       std::optional<int64_t> p = checkedProduct({numel, st.shape.back()});
-      if (!p || st.shape.back() < 0) fail(path_, t + "shape " + sh.dump() + " overflows");
+      if (!p || st.shape.back() < 0) fail(key_, path_, t + "shape " + sh.dump() + " overflows");
       numel = *p;
     }
     st.begin = off[0].get<int64_t>();
     st.end = off[1].get<int64_t>();
     std::optional<int64_t> bytes = checkedProduct({numel, elementSize(st.dtype)});
     if (st.begin < 0 || st.end < st.begin || !bytes || st.end - st.begin != *bytes)
-      fail(path_, t + "data_offsets " + off.dump() + " span " + std::to_string(st.end - st.begin) +
+      fail(key_, path_, t + "data_offsets " + off.dump() + " span " + std::to_string(st.end - st.begin) +
                       " bytes, expected " + std::to_string(bytes.value_or(-1)) + " for " +
                       st.dtype + " " + shapeString(st.shape));
     tensors_.emplace(name, std::move(st));
@@ -150,7 +151,7 @@ void SafetensorsFile::checkRanges() const {
   std::vector<const StTensor*> by_start;
   for (const auto& [name, t] : tensors_) {
     if (t.end > data)
-      fail(path_, "tensor '" + name + "': data_offsets [" + std::to_string(t.begin) + ", " +
+      fail(key_, path_, "tensor '" + name + "': data_offsets [" + std::to_string(t.begin) + ", " +
                       std::to_string(t.end) + "] past the end of the data section (" +
                       std::to_string(data) + " bytes): the file is truncated or the offset is wrong");
     by_start.push_back(&t);
@@ -161,7 +162,7 @@ void SafetensorsFile::checkRanges() const {
   for (size_t i = 1; i < by_start.size(); ++i) {
     const StTensor &a = *by_start[i - 1], &b = *by_start[i];
     if (b.begin < a.end && b.end > b.begin)
-      fail(path_, "tensor '" + b.name + "': data_offsets [" + std::to_string(b.begin) + ", " +
+      fail(key_, path_, "tensor '" + b.name + "': data_offsets [" + std::to_string(b.begin) + ", " +
                       std::to_string(b.end) + "] overlap tensor '" + a.name + "' [" +
                       std::to_string(a.begin) + ", " + std::to_string(a.end) + "]");
   }

@@ -39,7 +39,8 @@ std::string shapeString(const std::vector<int64_t>& shape);    // "[64, 128]"
 
 class SafetensorsFile {
  public:
-  explicit SafetensorsFile(std::string path);
+  // `key`: the config key the errors name (the file's origin).
+  explicit SafetensorsFile(std::string path, std::string key = "model.from_pretrained");
   ~SafetensorsFile();
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
@@ -53,7 +54,7 @@ class SafetensorsFile {
   void parseHeader();
   void checkRanges() const;
 
-  std::string path_;
+  std::string path_, key_;
   int fd_ = -1;
   const uint8_t* map_ = nullptr;
   int64_t size_ = 0, data_start_ = 0;

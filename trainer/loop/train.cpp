@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "common/run_control.h"
 #include "trainer/data/dataset.h"
+#include "trainer/hf/peft_adapter.h"
 #include "trainer/hf/pretrained.h"
 #include "trainer/kernels/tensor_runs.h"
 #include "trainer/metrics/perf.h"
@@ -270,6 +271,7 @@ TrainSummary train(const TrainConfig& tc, const Dataset& ds, Distributed& dist,
   recordTransports(dist, metrics);
   ParallelModel pm = parallelize(tc, mesh);
   if (!tc.from_pretrained.empty()) hf::loadPretrained(tc, mesh, *pm.sync);
+  if (!tc.lora.from_pretrained.empty()) hf::loadAdapter(tc, mesh, *pm.sync);  // hf/peft_adapter.h
   OptimizerOptions oo{tc.optimizer, tc.beta1, tc.beta2, tc.eps, tc.weight_decay};
   std::unique_ptr<Optimizer> opt = makeOptimizer(pm.sync->optimizerParams(), oo);
   const FlopsCount flops = trainingFlops(tc.model, tc.lora, tc.seq_len);
