@@ -80,6 +80,12 @@ KeySpec spec(const char* key, ValueType type, std::optional<Value> def, const ch
   return k;
 }
 
+// A key added after run directories were named by the hash (KeySpec::hash_default).
+KeySpec addedLater(KeySpec k) {
+  k.hash_default = false;
+  return k;
+}
+
 Value i(int64_t v) { return Value(v); }
 Value f(double v) { return Value(v); }
 Value b(bool v) { return Value(v); }
@@ -208,32 +214,48 @@ void addParallel(Schema& sc) {
          atLeast(0));
 }
 
-// A key added after run directories existed: hashed only when set to another value.
-KeySpec added(KeySpec k) {
-  k.hashed_at_default = false;
-  return k;
-}
-
 // Pipeline parallelism (common/pipeline.h): stages outermost in the mesh, then
 // dp_replicate, dp_shard, tp. Added keys: tags of runs without a pipeline are unchanged.
 void addPipeline(Schema& sc) {
-  sc.add(planned(added(spec("parallel.pp", kInt, i(1),
+  sc.add(planned(addedLater(spec("parallel.pp", kInt, i(1),
               "pipeline-parallel degree: stages, each holding a contiguous run of blocks "
               "(the first also the embedding, the last the final norm, output and loss)"))),
          atLeast(1));
-  sc.add(added(spec("parallel.pp_schedule", kString, s("1f1b"),
+  sc.add(addedLater(spec("parallel.pp_schedule", kString, s("1f1b"),
               "\"gpipe\" | \"1f1b\" | \"interleaved_1f1b\" (with parallel.pp_virtual_stages)")));
-  sc.add(added(spec("parallel.pp_virtual_stages", kInt, i(1),
+  sc.add(addedLater(spec("parallel.pp_virtual_stages", kInt, i(1),
               "model chunks per stage; > 1 only with pp_schedule \"interleaved_1f1b\"")),
          atLeast(1));
-  sc.add(added(spec("parallel.pp_microbatches", kInt, i(0),
+  sc.add(addedLater(spec("parallel.pp_microbatches", kInt, i(0),
               "micro-batches per step through the pipeline; 0 = training.grad_accum_steps. "
               "When set, grad_accum_steps is derived from it")),
          atLeast(0));
-  sc.add(added(spec("parallel.pp_split", ValueType::kIntList, Value(std::vector<int64_t>{}),
+  sc.add(addedLater(spec("parallel.pp_split", ValueType::kIntList, Value(std::vector<int64_t>{}),
               "blocks per model chunk in model order (pp * pp_virtual_stages entries summing "
               "to model.n_layers); [] = balanced by FLOPs, the embedding counted on the "
               "first chunk and the output and loss on the last")));
+}
+
+void addLora(Schema& sc) {
+  sc.add(addedLater(spec("lora.rank", kInt, i(0),
+                         "LoRA rank r: adapters A [r, in] and B [out, r] on each target, base "
+                         "frozen; 0 = full finetuning")),
+         atLeast(0));
+  sc.add(addedLater(spec("lora.alpha", kFloat, f(8.0),
+                         "LoRA scale numerator: the update is alpha/r B A x")),
+         above(0));
+  sc.add(addedLater(spec("lora.dropout", kFloat, f(0.0), "dropout on the adapters' input")),
+         halfOpen(0, 1));
+  sc.add(addedLater(spec("lora.targets", kString, s("q,v"),
+                         "comma-separated projections with adapters: q, k, v, o, gate, up, down "
+                         "(or their HF names q_proj ... down_proj), or \"all\"; \"q,v\" is "
+                         "PEFT's default for Llama")));
+  sc.add(addedLater(spec("lora.base_dtype", kString, s("fp32"),
+                         "storage of the frozen base weights: \"fp32\" | \"bf16\" (adapters "
+                         "and their optimizer state stay fp32)")));
+  sc.add(addedLater(spec("lora.from_pretrained", kString, s(""),
+                         "PEFT adapter directory (adapter_config.json, "
+                         "adapter_model.safetensors) to start from; \"\" = fresh adapters")));
 }
 
 void addCheckpoint(Schema& sc) {
@@ -441,6 +463,7 @@ const Schema& trainerSchema() {
     addTraining(sc);
     addParallel(sc);
     addPipeline(sc);
+    addLora(sc);
     addCheckpoint(sc);
     addMetricsAndOutput(sc);
     return sc;

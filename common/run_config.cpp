@@ -286,6 +286,72 @@ TrainingConfig TrainingConfig::fromConfig(const Config& cfg) {
   return c;
 }
 
+namespace {
+
+// "q_proj" -> "q", ...; "" when `name` is neither a target nor its HF module name.
+std::string loraTargetName(const std::string& name) {
+  static const std::vector<std::pair<std::string, std::string>> hf = {
+      {"q_proj", "q"}, {"k_proj", "k"},   {"v_proj", "v"},      {"o_proj", "o"},
+      {"gate_proj", "gate"}, {"up_proj", "up"}, {"down_proj", "down"}};
+  for (const auto& t : kLoraTargets)
+    if (t == name) return t;
+  for (const auto& [h, t] : hf)
+    if (h == name) return t;
+  return "";
+}
+
+// lora.targets as a subset of kLoraTargets in model order. Throws ConfigError.
+std::vector<std::string> parseLoraTargets(const Config& cfg) {
+  const std::string& v = cfg.getString("lora.targets");
+  if (v == "all") return kLoraTargets;
+  std::vector<bool> on(kLoraTargets.size(), false);
+  size_t begin = 0;
+  while (begin <= v.size()) {
+    size_t end = v.find(',', begin);
+    if (end == std::string::npos) end = v.size();
+    std::string item = v.substr(begin, end - begin);
+    item.erase(0, item.find_first_not_of(' '));
+    item.erase(item.find_last_not_of(' ') + 1);
+    const std::string t = loraTargetName(item);
+    if (t.empty())
+      cfg.fail("lora.targets", "unknown target \"" + item + "\" in \"" + v + "\"",
+               "targets are q, k, v, o, gate, up, down (or q_proj ... down_proj), "
+               "comma-separated, or \"all\"");
+    for (size_t i = 0; i < kLoraTargets.size(); ++i) on[i] = on[i] || kLoraTargets[i] == t;
+    begin = end + 1;
+  }
+  std::vector<std::string> out;
+  for (size_t i = 0; i < kLoraTargets.size(); ++i)
+    if (on[i]) out.push_back(kLoraTargets[i]);
+  return out;
+}
+
+}  // namespace
+
+bool LoraConfig::hasTarget(const std::string& t) const {
+  for (const auto& x : targets)
+    if (x == t) return true;
+  return false;
+}
+
+LoraConfig LoraConfig::fromConfig(const Config& cfg) {
+  LoraConfig c;
+  c.rank = cfg.getInt("lora.rank");
+  c.alpha = cfg.getFloat("lora.alpha");
+  c.dropout = cfg.getFloat("lora.dropout");
+  c.targets = parseLoraTargets(cfg);
+  requireOneOf(cfg, "lora.base_dtype", {"fp32", "bf16"});
+  c.base_dtype = cfg.getString("lora.base_dtype") == "bf16" ? DType::kBf16 : DType::kFp32;
+  c.from_pretrained = cfg.getString("lora.from_pretrained");
+  if (!c.enabled() && !c.from_pretrained.empty())
+    cfg.fail("lora.from_pretrained", "a PEFT adapter needs lora.rank > 0 (it is 0: full finetuning)",
+             "set lora.rank to the adapter's r (adapter_config.json)");
+  if (!c.enabled() && c.base_dtype != DType::kFp32)
+    cfg.fail("lora.base_dtype", "a frozen base needs lora.rank > 0 (it is 0: every weight trains)",
+             "set lora.rank, or leave lora.base_dtype = \"fp32\"");
+  return c;
+}
+
 LayoutConfig LayoutConfig::fromConfig(const Config& cfg, int world_size) {
   LayoutConfig c;
   c.world_size = world_size;
@@ -599,6 +665,7 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size, Checks ch
   static_cast<CommConfig&>(c) = CommConfig::fromConfig(cfg, checks);
   refusePlannedKeys(cfg);
   c.checkpoint = CheckpointConfig::fromConfig(cfg);
+  c.lora = LoraConfig::fromConfig(cfg);
   static_cast<MetricsConfig&>(c) = MetricsConfig::fromConfig(cfg, c.max_steps);
   static_cast<OutputConfig&>(c) = OutputConfig::fromConfig(cfg);
   checkSizes(cfg, c);

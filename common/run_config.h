@@ -84,6 +84,24 @@ struct TrainingConfig {
   static TrainingConfig fromConfig(const Config& cfg);
 };
 
+// [lora] (trainer/README.md "LoRA"): low-rank adapters on a frozen base, as PEFT.
+// rank 0 = full finetuning. A target's weight W [out, in] gains A [rank, in] and
+// B [out, rank]; the layer computes W x + (alpha / rank) B A dropout(x).
+struct LoraConfig {
+  int64_t rank = 0;
+  double alpha = 8, dropout = 0;
+  // Subset of kLoraTargets, in that order ("q,v" is PEFT's default for Llama).
+  std::vector<std::string> targets;
+  DType base_dtype = DType::kFp32;  // storage of the frozen base weights
+  std::string from_pretrained;      // a PEFT adapter directory to start from, "" = none
+  bool enabled() const { return rank > 0; }
+  bool hasTarget(const std::string& t) const;
+  static LoraConfig fromConfig(const Config& cfg);
+};
+// Every LoRA target in model order, and the weight each names in a block:
+// q wq, k wk, v wv, o wo, gate w1, up w3, down w2 (HF q_proj ... down_proj).
+inline const std::vector<std::string> kLoraTargets = {"q", "k", "v", "o", "gate", "up", "down"};
+
 // [parallel], the layout: the degrees over world_size ranks, world = pp · dp_replicate ·
 // dp_shard · tp (pipeline stages outermost, tp innermost: trainer/parallel/mesh.h).
 struct LayoutConfig {
@@ -151,6 +169,7 @@ struct TrainConfig : DataConfig,
   ModelArgs model;
   std::string from_pretrained;  // model.from_pretrained: HF model directory, "" = random init
   CheckpointConfig checkpoint;
+  LoraConfig lora;
 
   int64_t globalBatch() const { return micro_batch_size * grad_accum_steps * dpSize(); }
 

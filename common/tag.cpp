@@ -220,8 +220,8 @@ std::string canonicalStream(const Config& cfg, int world_size, int nodes) {
   for (const auto& [key, entry] : cfg.entries()) {
     const KeySpec* spec = cfg.schema().find(key);
     if (spec && !spec->affects_experiment) continue;
-    if (spec && !spec->hashed_at_default && spec->default_value &&
-        declared(cfg, key, *spec->default_value) == declared(cfg, key, entry.value))
+    if (spec && !spec->hash_default && spec->default_value &&
+        declared(cfg, key, entry.value) == *spec->default_value)
       continue;
     const RenamedKey* r = renamedTo(key);
     records.emplace(r != nullptr ? r->old_key : key, declared(cfg, key, entry.value));

@@ -274,7 +274,7 @@ TEST_F(ConfigTest, UnknownKeyListsTableKeys) {
   EXPECT_EQ(loadError("[zzzzzz]\nqqqq = 1\n"),
             "config error: " + run("r.toml") +
                 ":2: key 'zzzzzz.qqqq': unknown key\n"
-                "  hint: valid tables: checkpoint, data, metrics, model, output, parallel, "
+                "  hint: valid tables: checkpoint, data, lora, metrics, model, output, parallel, "
                 "training");
 }
 
@@ -625,11 +625,12 @@ TEST(ConfigErrorFormat, WithAndWithoutHint) {
 
 TEST(SchemaTest, TrainerSchemaKeys) {
   const Schema& s = trainerSchema();
-  EXPECT_EQ(s.keys().size(), 71u);  // 55 + parallel.bucket_mb + checkpoint.preempt_grace_s
+  EXPECT_EQ(s.keys().size(), 77u);  // 55 + parallel.bucket_mb + checkpoint.preempt_grace_s
                                     // + training.device + data.tokenizer/text_field/
                                     // prompt_field/completion_field
                                     // + parallel.local_collectives + checkpoint.save_final
                                     // + training.fp32_gemm + training.attention
+                                    // + lora.* (6)
                                     // + parallel.pp/pp_schedule/pp_virtual_stages/
                                     // pp_microbatches/pp_split
   ASSERT_NE(s.find("training.lr"), nullptr);
