@@ -217,9 +217,9 @@ void addParallel(Schema& sc) {
 // Pipeline parallelism (common/pipeline.h): stages outermost in the mesh, then
 // dp_replicate, dp_shard, tp. Added keys: tags of runs without a pipeline are unchanged.
 void addPipeline(Schema& sc) {
-  sc.add(planned(addedLater(spec("parallel.pp", kInt, i(1),
+  sc.add(addedLater(spec("parallel.pp", kInt, i(1),
               "pipeline-parallel degree: stages, each holding a contiguous run of blocks "
-              "(the first also the embedding, the last the final norm, output and loss)"))),
+              "(the first also the embedding, the last the final norm, output and loss)")),
          atLeast(1));
   sc.add(addedLater(spec("parallel.pp_schedule", kString, s("1f1b"),
               "\"gpipe\" | \"1f1b\" | \"interleaved_1f1b\" (with parallel.pp_virtual_stages)")));

@@ -62,6 +62,10 @@ struct PipePlan {
   int64_t modelChunk(int64_t stage, int64_t chunk) const { return chunk * stages + stage; }
 };
 
+// The plan of tc's pipeline keys (m = grad_accum_steps). REQUIRES: tc validated
+// (TrainConfig::fromConfig).
+PipePlan pipePlanOf(const TrainConfig& tc);
+
 // Every stage's actions (index = stage). Sends follow the compute that produced their
 // tensor; receives come just before the compute that consumes it.
 // REQUIRES: plan as PipelineConfig validation accepts it (run_config.h): m >= 1, split of

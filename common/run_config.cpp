@@ -609,7 +609,8 @@ std::vector<int64_t> pipeSplit(const Config& cfg, const TrainConfig& c) {
 
 // What a pipeline stage does not run yet: tied embeddings (the output projection on the
 // last stage would need the first stage's embedding and a gradient exchange between
-// them) and ZeRO beyond two stages of one chunk (every ZeRO stage needs a root unit).
+// them), ZeRO beyond two stages of one chunk (every ZeRO stage needs a root unit), and
+// micro-batches of different lengths with recomputed blocks.
 void checkPipeSupport(const Config& cfg, const TrainConfig& c) {
   if (c.pp == 1) return;
   if (c.model.tie_embeddings)
@@ -623,6 +624,13 @@ void checkPipeSupport(const Config& cfg, const TrainConfig& c) {
                "chunk per stage, got pp(" + num(c.pp) + "), pp_virtual_stages(" +
                    num(c.pp_virtual_stages) + ")",
                "use parallel.pp = 2 with pp_schedule \"1f1b\" or \"gpipe\", or zero_stage = 0");
+  // Recomputed blocks read the model's rope tables of the latest forward (llama.h); a
+  // pipeline runs several forwards before a backward, so their lengths must agree.
+  if (c.pad_longest && (c.activation_checkpointing > 0 || c.effectiveZeroStage() == 3))
+    failEither(cfg, "data.padding", "parallel.pp",
+               "\"longest\" gives the micro-batches of a pipeline different lengths, but its "
+               "recomputed blocks (activation checkpointing, ZeRO-3) need one length per step",
+               "use data.padding = \"max_length\" or \"packing\" with parallel.pp > 1");
 }
 
 // [parallel] pipeline keys (PipelineConfig). REQUIRES: layout and grad_accum_steps set.

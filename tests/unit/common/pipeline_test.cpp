@@ -276,9 +276,31 @@ TEST(PipeConfig, KeysAtTheirDefaultsLeaveTheRunTagUnchanged) {
   EXPECT_NE(hash({"parallel.pp_split=[2]"}), plain);
 }
 
-TEST(PipeConfig, AValidPipelineIsRefusedUntilTheTrainerRunsIt) {
-  expectRefusal({"parallel.pp=2", "parallel.pp_microbatches=2"}, 2,
-                {"key 'parallel.pp'", "planned and not implemented yet"});
+TEST(PipeConfig, AValidPipelineResolvesItsPlan) {
+  const TrainConfig tc = TrainConfig::fromConfig(
+      Config::load(kTinyRun, {"model.n_layers=4", "parallel.pp=2", "parallel.pp_microbatches=4",
+                              "parallel.pp_schedule=\"interleaved_1f1b\"",
+                              "parallel.pp_virtual_stages=2"}),
+      4);
+  EXPECT_EQ(tc.pp, 2);
+  EXPECT_EQ(tc.dp_replicate, 2);
+  EXPECT_EQ(tc.globalBatch(), 2 * 4 * 2);  // micro_batch_size * m * dp: stages share samples
+  const PipePlan plan = pipePlanOf(tc);
+  EXPECT_EQ(plan.schedule, PipeSchedule::kInterleaved1F1B);
+  EXPECT_EQ(plan.microbatches, 4);
+  EXPECT_EQ(plan.split, (std::vector<int64_t>{1, 1, 1, 1}));
+  EXPECT_EQ(simulatePipeline(pipeActions(plan)).deadlock, "");
+}
+
+TEST(PipeConfig, WhatAStageCannotRunYetIsRefused) {
+  expectRefusal({"parallel.pp=2", "parallel.pp_microbatches=2", "model.tie_embeddings=true"}, 2,
+                {"tied embeddings is not supported"});
+  expectRefusal({"parallel.pp=4", "parallel.pp_microbatches=4", "parallel.dp_shard=2",
+                 "parallel.zero_stage=3"},
+                8, {"key 'parallel.zero_stage'", "needs pp = 2 with one chunk per stage"});
+  expectRefusal({"parallel.pp=2", "parallel.pp_microbatches=2", "data.padding=\"longest\"",
+                 "training.activation_checkpointing=\"full\""},
+                2, {"key 'data.padding'", "need one length per step"});
 }
 
 }  // namespace
