@@ -199,6 +199,7 @@ std::string manifestToJson(const Manifest& m) {
   const CkptLayout& l = m.layout;
   j["layout"] = {{"world", l.world},     {"dp_replicate", l.dp_replicate}, {"dp_shard", l.dp_shard},
                  {"tp", l.tp},           {"zero_stage", l.zero_stage},     {"nodes", l.nodes}};
+  if (l.pp > 1) j["layout"]["pp"] = l.pp;
   j["compat"] = m.compat;
   j["state"] = m.state;
   j["files"] = json::array();
@@ -238,6 +239,7 @@ Manifest parseManifest(const std::string& text, const std::string& path) {
                       {"dp_shard", &m.layout.dp_shard}, {"tp", &m.layout.tp},
                       {"zero_stage", &m.layout.zero_stage}, {"nodes", &m.layout.nodes}})
     *v = field<int64_t>(l, k, "layout.", path);
+  if (l.contains("pp")) m.layout.pp = field<int64_t>(l, "pp", "layout.", path);
   m.compat = field<std::map<std::string, std::string>>(j, "compat", "", path);
   m.state = field<std::map<std::string, int64_t>>(j, "state", "", path);
   for (const json& f : field<json>(j, "files", "", path))
@@ -305,13 +307,13 @@ std::string fileCrc32(const std::string& path, int64_t* bytes) {
 void checkManifestStructure(const Manifest& m, const std::string& dir, const std::string& mpath) {
   auto bad = [&](const std::string& what) { throw CheckpointError(mpath, what); };
   const CkptLayout& l = m.layout;
-  for (int64_t v : {l.world, l.dp_replicate, l.dp_shard, l.tp, l.nodes})
-    if (v < 1) bad("layout has a size below 1 (world, dp_replicate, dp_shard, tp, nodes)");
-  const std::optional<int64_t> product = checkedProduct({l.dp_replicate, l.dp_shard, l.tp});
+  for (int64_t v : {l.world, l.dp_replicate, l.dp_shard, l.tp, l.nodes, l.pp})
+    if (v < 1) bad("layout has a size below 1 (world, dp_replicate, dp_shard, tp, nodes, pp)");
+  const std::optional<int64_t> product = checkedProduct({l.pp, l.dp_replicate, l.dp_shard, l.tp});
   if (!product || l.world != *product)
-    bad("layout.world " + std::to_string(l.world) + " is not dp_replicate x dp_shard x tp (" +
-        std::to_string(l.dp_replicate) + " x " + std::to_string(l.dp_shard) + " x " +
-        std::to_string(l.tp) + ")");
+    bad("layout.world " + std::to_string(l.world) + " is not pp x dp_replicate x dp_shard x tp (" +
+        std::to_string(l.pp) + " x " + std::to_string(l.dp_replicate) + " x " +
+        std::to_string(l.dp_shard) + " x " + std::to_string(l.tp) + ")");
   if (l.zero_stage < 0 || l.zero_stage > 3) bad("layout.zero_stage is not 0..3");
   if (int64_t(m.files.size()) != l.world)
     bad("lists " + std::to_string(m.files.size()) + " files for layout.world " +

@@ -52,6 +52,7 @@ struct CkptFile {
 
 struct CkptLayout {
   int64_t world = 1, dp_replicate = 1, dp_shard = 1, tp = 1, zero_stage = 0, nodes = 1;
+  int64_t pp = 1;  // pipeline stages; in the manifest only when > 1 (absent reads as 1)
 };
 
 struct Manifest {
@@ -102,7 +103,7 @@ std::optional<int64_t> checkpointStepOf(const std::string& dir_name);
 std::vector<std::string> listCheckpointDirs(const std::string& ckpt_dir);
 
 // Checks what a manifest says against itself and its directory `dir`, before any file is
-// read: layout sizes (world = dp_replicate x dp_shard x tp) and one file per rank
+// read: layout sizes (world = pp x dp_replicate x dp_shard x tp) and one file per rank
 // (distinct ranks 0..world-1); every files[].name a plain file name (no '/', '.', '..'),
 // never a symlink or other non-regular file inside `dir`; state.step >= 0 and equal to
 // the step in dir's name "step_N" (when it has one), no negative state; each tensor a

@@ -74,7 +74,7 @@ KeySpec spec(const char* key, ValueType type, std::optional<Value> def, const ch
   return KeySpec{key, type, std::move(def), doc, affects_experiment};
 }
 
-// A key declared for work not landed yet (KeySpec::planned). No key is planned today.
+// A key declared for work not landed yet (KeySpec::planned).
 [[maybe_unused]] KeySpec planned(KeySpec k) {
   k.planned = true;
   return k;
@@ -212,6 +212,28 @@ void addParallel(Schema& sc) {
   sc.add(spec("parallel.memory_limit_gb", kFloat, f(0.0),
               "per-rank memory limit (OOM above it); 0 = none"),
          atLeast(0));
+}
+
+// Pipeline parallelism (common/pipeline.h): stages outermost in the mesh, then
+// dp_replicate, dp_shard, tp. Added keys: tags of runs without a pipeline are unchanged.
+void addPipeline(Schema& sc) {
+  sc.add(addedLater(spec("parallel.pp", kInt, i(1),
+              "pipeline-parallel degree: stages, each holding a contiguous run of blocks "
+              "(the first also the embedding, the last the final norm, output and loss)")),
+         atLeast(1));
+  sc.add(addedLater(spec("parallel.pp_schedule", kString, s("1f1b"),
+              "\"gpipe\" | \"1f1b\" | \"interleaved_1f1b\" (with parallel.pp_virtual_stages)")));
+  sc.add(addedLater(spec("parallel.pp_virtual_stages", kInt, i(1),
+              "model chunks per stage; > 1 only with pp_schedule \"interleaved_1f1b\"")),
+         atLeast(1));
+  sc.add(addedLater(spec("parallel.pp_microbatches", kInt, i(0),
+              "micro-batches per step through the pipeline; 0 = training.grad_accum_steps. "
+              "When set, grad_accum_steps is derived from it")),
+         atLeast(0));
+  sc.add(addedLater(spec("parallel.pp_split", ValueType::kIntList, Value(std::vector<int64_t>{}),
+              "blocks per model chunk in model order (pp * pp_virtual_stages entries summing "
+              "to model.n_layers); [] = balanced by FLOPs, the embedding counted on the "
+              "first chunk and the output and loss on the last")));
 }
 
 void addLora(Schema& sc) {
@@ -450,6 +472,7 @@ const Schema& trainerSchema() {
     addData(sc);
     addTraining(sc);
     addParallel(sc);
+    addPipeline(sc);
     addLora(sc);
     addCheckpoint(sc);
     addMetricsAndOutput(sc);
@@ -507,7 +530,8 @@ const std::vector<ForeignSpelling>& foreignSpellings() {
       {"parallelism.data_parallel_replicate_degree", "parallel.dp_replicate", "torchtitan"},
       {"parallelism.data_parallel_shard_degree", "parallel.dp_shard", "torchtitan"},
       {"parallelism.tensor_parallel_degree", "parallel.tp", "torchtitan"},
-      {"parallelism.pipeline_parallel_degree", "", "torchtitan"},
+      {"parallelism.pipeline_parallel_degree", "parallel.pp", "torchtitan"},
+      {"parallelism.pipeline_parallel_schedule", "parallel.pp_schedule", "torchtitan"},
       {"parallelism.context_parallel_degree", "", "torchtitan"},
       {"checkpoint.folder", "checkpoint.dir", "torchtitan"},
       {"checkpoint.keep_latest_k", "checkpoint.keep_last", "torchtitan"},

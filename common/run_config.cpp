@@ -6,6 +6,7 @@
 #include "common/checked_math.h"
 #include "common/error.h"
 #include "common/hf_config.h"
+#include "common/pipeline.h"
 
 namespace ftb {
 
@@ -402,21 +403,24 @@ LayoutConfig LayoutConfig::fromConfig(const Config& cfg, int world_size) {
   c.dp_shard = cfg.getInt("parallel.dp_shard");
   c.zero_stage = cfg.getInt("parallel.zero_stage");
   c.dp_replicate = cfg.getInt("parallel.dp_replicate");
+  c.pp = cfg.getInt("parallel.pp");
+  const std::string pp_factor = c.pp > 1 ? "pp(" + num(c.pp) + ") * " : "";
   if (c.dp_replicate == 0) {
     // Overflow-checked: a product past int64 cannot divide world_size either.
-    const std::optional<int64_t> shard_tp = checkedProduct({c.dp_shard, c.tp});
+    const std::optional<int64_t> shard_tp = checkedProduct({c.pp, c.dp_shard, c.tp});
     if (!shard_tp || world_size % *shard_tp != 0)
-      failEither(cfg, "parallel.dp_shard", "parallel.tp",
-                 "dp_shard(" + num(c.dp_shard) + ") * tp(" + num(c.tp) +
+      failEither(cfg, c.pp > 1 ? "parallel.pp" : "parallel.dp_shard", "parallel.tp",
+                 pp_factor + "dp_shard(" + num(c.dp_shard) + ") * tp(" + num(c.tp) +
                      ") does not divide world_size(" + num(world_size) + ")",
                  "world_size = nodes * nproc_per_node (launcher)");
     c.dp_replicate = world_size / *shard_tp;
   }
-  const std::optional<int64_t> degrees = checkedProduct({c.dp_replicate, c.dp_shard, c.tp});
+  const std::optional<int64_t> degrees =
+      checkedProduct({c.pp, c.dp_replicate, c.dp_shard, c.tp});
   if (degrees != int64_t(world_size))
     cfg.fail("parallel.dp_replicate",
-             "dp_replicate(" + num(c.dp_replicate) + ") * dp_shard(" + num(c.dp_shard) +
-                 ") * tp(" + num(c.tp) + ") = " +
+             pp_factor + "dp_replicate(" + num(c.dp_replicate) + ") * dp_shard(" +
+                 num(c.dp_shard) + ") * tp(" + num(c.tp) + ") = " +
                  (degrees ? num(*degrees) : std::string("more than 2^63")) +
                  " does not equal world_size(" + num(world_size) + ")",
              "set parallel.dp_replicate = 0 to derive it from the world size");
@@ -517,11 +521,27 @@ void checkLayoutFits(const Config& cfg, const TrainConfig& c) {
              "use optimizer = \"adamw\" with ZeRO, or zero_stage = 0");
 }
 
+// parallel.pp_microbatches, when > 0, is grad_accum_steps: the step's micro-batches are
+// the pipeline's. `accum` comes from grad_accum_steps or global_batch_size; a value set
+// there that differs is a contradiction.
+int64_t withPipeMicrobatches(const Config& cfg, int64_t accum) {
+  const int64_t m = cfg.getInt("parallel.pp_microbatches");
+  if (m == 0) return accum;
+  const bool gbs = cfg.getInt("training.global_batch_size") > 0;
+  if (accum != m && (gbs || cfg.where("training.grad_accum_steps") != "default"))
+    cfg.fail("parallel.pp_microbatches",
+             "pp_microbatches(" + num(m) + ") contradicts grad_accum_steps(" + num(accum) +
+                 (gbs ? ") derived from training.global_batch_size" : ")"),
+             "the pipeline's micro-batches are the step's gradient-accumulation micro-batches: "
+             "set only one of them");
+  return m;
+}
+
 // training.global_batch_size, when > 0, fixes grad_accum_steps: it must split evenly into
 // micro-batches on every data-parallel rank. Returns grad_accum_steps.
 int64_t gradAccumFor(const Config& cfg, const TrainConfig& c) {
   const int64_t gbs = cfg.getInt("training.global_batch_size");
-  if (gbs == 0) return c.grad_accum_steps;
+  if (gbs == 0) return withPipeMicrobatches(cfg, c.grad_accum_steps);
   auto checked = checkedProduct({c.micro_batch_size, c.dpSize()});
   if (!checked)
     cfg.fail("training.micro_batch_size", "micro_batch_size(" + num(c.micro_batch_size) +
@@ -541,7 +561,133 @@ int64_t gradAccumFor(const Config& cfg, const TrainConfig& c) {
              "grad_accum_steps(" + num(c.grad_accum_steps) + ") contradicts global_batch_size(" +
                  num(gbs) + ") / (micro_batch_size * dp)(" + num(per_step) + ") = " + num(accum),
              "set only one of them");
-  return accum;
+  return withPipeMicrobatches(cfg, accum);
+}
+
+std::string listText(const std::vector<int64_t>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + num(v[i]);
+  return out + "]";
+}
+
+// The schedule and its virtual stages against pp and the model's blocks.
+void checkPipeShape(const Config& cfg, const TrainConfig& c) {
+  const int64_t L = c.model.n_layers, v = c.pp_virtual_stages;
+  if (c.pp > L)
+    failEither(cfg, "parallel.pp", "model.n_layers",
+               "pp(" + num(c.pp) + ") exceeds model.n_layers(" + num(L) +
+                   "): every pipeline stage needs at least one transformer block",
+               "lower parallel.pp to at most " + num(L));
+  const bool interleaved = c.pp_schedule == "interleaved_1f1b";
+  if (v > 1 && !interleaved)
+    failEither(cfg, "parallel.pp_virtual_stages", "parallel.pp_schedule",
+               "pp_virtual_stages(" + num(v) + ") > 1 needs pp_schedule \"interleaved_1f1b\", "
+               "got \"" + c.pp_schedule + "\"",
+               "set parallel.pp_schedule = \"interleaved_1f1b\" or pp_virtual_stages = 1");
+  if (v > 1 && c.pp == 1)
+    failEither(cfg, "parallel.pp_virtual_stages", "parallel.pp",
+               "pp_virtual_stages(" + num(v) + ") > 1 needs a pipeline, but pp is 1",
+               "set parallel.pp >= 2, or pp_virtual_stages = 1");
+  if (interleaved && c.pp > 1 && v < 2)
+    failEither(cfg, "parallel.pp_virtual_stages", "parallel.pp_schedule",
+               "pp_schedule \"interleaved_1f1b\" needs pp_virtual_stages >= 2, got " + num(v),
+               "set parallel.pp_virtual_stages = 2 (two model chunks per stage), or use "
+               "pp_schedule = \"1f1b\"");
+  const int64_t chunks = c.pp * v;
+  if (chunks > L || (interleaved && c.pp > 1 && c.pp_split.empty() && L % chunks != 0))
+    failEither(cfg, "parallel.pp_virtual_stages", "model.n_layers",
+               "pp(" + num(c.pp) + ") * pp_virtual_stages(" + num(v) + ") = " + num(chunks) +
+                   " model chunks do not divide model.n_layers(" + num(L) + ")",
+               "choose pp_virtual_stages so that pp * pp_virtual_stages divides n_layers, or "
+               "give the blocks per chunk in parallel.pp_split");
+}
+
+// The micro-batches against the schedule: 1F1B fills the pipeline with pp micro-batches
+// before its first backward; interleaved 1F1B runs them in groups of pp.
+void checkPipeMicrobatches(const Config& cfg, const TrainConfig& c) {
+  const int64_t m = c.grad_accum_steps;
+  if (c.pp == 1 || c.pp_schedule == "gpipe") return;
+  const std::string got = "got " + num(m) + " micro-batches per step (training.grad_accum_steps" +
+                          (cfg.getInt("training.global_batch_size") > 0
+                               ? " from global_batch_size)"
+                               : " or parallel.pp_microbatches)");
+  const std::string hint = "set parallel.pp_microbatches to a multiple of pp(" + num(c.pp) +
+                           ") (the global batch grows with it), or use pp_schedule = \"gpipe\"";
+  if (m < c.pp)
+    failEither(cfg, "parallel.pp_microbatches", "parallel.pp",
+               "pp_schedule \"" + c.pp_schedule + "\" needs at least pp(" + num(c.pp) +
+                   ") micro-batches, " + got,
+               hint);
+  if (c.pp_schedule == "interleaved_1f1b" && m % c.pp != 0)
+    failEither(cfg, "parallel.pp_microbatches", "parallel.pp",
+               "pp_schedule \"interleaved_1f1b\" runs micro-batches in groups of pp(" +
+                   num(c.pp) + "), " + got,
+               hint);
+}
+
+// parallel.pp_split: pp · pp_virtual_stages entries >= 1 summing to n_layers, or
+// [] for the FLOP-balanced split (common/pipeline.h).
+std::vector<int64_t> pipeSplit(const Config& cfg, const TrainConfig& c) {
+  const int64_t chunks = c.pp * c.pp_virtual_stages, L = c.model.n_layers;
+  const std::vector<int64_t>& given = cfg.getIntList("parallel.pp_split");
+  if (given.empty()) return balancedSplit(L, chunks, layerCosts(c.model, c.seq_len));
+  int64_t sum = 0;
+  for (int64_t n : given) {
+    if (n < 1)
+      cfg.fail("parallel.pp_split", listText(given) + " gives a chunk " + num(n) + " blocks",
+               "every model chunk holds at least one block");
+    sum += n;
+  }
+  if (int64_t(given.size()) != chunks)
+    cfg.fail("parallel.pp_split",
+             listText(given) + " has " + num(int64_t(given.size())) + " entries, expected pp(" +
+                 num(c.pp) + ") * pp_virtual_stages(" + num(c.pp_virtual_stages) + ") = " +
+                 num(chunks),
+             "one entry per model chunk, in model order; [] balances by FLOPs");
+  if (sum != L)
+    failEither(cfg, "parallel.pp_split", "model.n_layers",
+               listText(given) + " sums to " + num(sum) + ", not model.n_layers(" + num(L) + ")",
+               "the entries are the blocks of each model chunk; [] balances by FLOPs");
+  return given;
+}
+
+// What a pipeline stage does not run yet: tied embeddings (the output projection on the
+// last stage would need the first stage's embedding and a gradient exchange between
+// them), ZeRO beyond two stages of one chunk (every ZeRO stage needs a root unit), and
+// micro-batches of different lengths with recomputed blocks.
+void checkPipeSupport(const Config& cfg, const TrainConfig& c) {
+  if (c.pp == 1) return;
+  if (c.model.tie_embeddings)
+    failEither(cfg, "parallel.pp", "model.tie_embeddings",
+               "pp(" + num(c.pp) + ") with tied embeddings is not supported: the embedding "
+               "lives on the first stage, the output projection on the last",
+               "use parallel.pp = 1 for models with tie_embeddings = true");
+  if (c.effectiveZeroStage() > 0 && (c.pp > 2 || c.pp_virtual_stages > 1))
+    failEither(cfg, "parallel.zero_stage", "parallel.pp",
+               "zero_stage(" + num(c.zero_stage) + ") inside a pipeline needs pp = 2 with one "
+               "chunk per stage, got pp(" + num(c.pp) + "), pp_virtual_stages(" +
+                   num(c.pp_virtual_stages) + ")",
+               "use parallel.pp = 2 with pp_schedule \"1f1b\" or \"gpipe\", or zero_stage = 0");
+  // Recomputed blocks read the model's rope tables of the latest forward (llama.h); a
+  // pipeline runs several forwards before a backward, so their lengths must agree.
+  if (c.pad_longest && (c.activation_checkpointing > 0 || c.effectiveZeroStage() == 3))
+    failEither(cfg, "data.padding", "parallel.pp",
+               "\"longest\" gives the micro-batches of a pipeline different lengths, but its "
+               "recomputed blocks (activation checkpointing, ZeRO-3) need one length per step",
+               "use data.padding = \"max_length\" or \"packing\" with parallel.pp > 1");
+}
+
+// [parallel] pipeline keys (PipelineConfig). REQUIRES: layout and grad_accum_steps set.
+void pipelineConfig(const Config& cfg, TrainConfig& c) {
+  requireOneOf(cfg, "parallel.pp_schedule", {"gpipe", "1f1b", "interleaved_1f1b"});
+  c.pp_schedule = cfg.getString("parallel.pp_schedule");
+  c.pp_virtual_stages = cfg.getInt("parallel.pp_virtual_stages");
+  c.pp_split = cfg.getIntList("parallel.pp_split");
+  checkPipeShape(cfg, c);
+  checkPipeMicrobatches(cfg, c);
+  checkPipeSupport(cfg, c);
+  c.pp_microbatches = c.grad_accum_steps;
+  c.pp_split = pipeSplit(cfg, c);
 }
 
 // Planned keys (KeySpec::planned) are refused rather than silently ignored until they exist.
@@ -567,6 +713,7 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size, Checks ch
   static_cast<LayoutConfig&>(c) = LayoutConfig::fromConfig(cfg, world_size);
   checkLayoutFits(cfg, c);
   c.grad_accum_steps = gradAccumFor(cfg, c);
+  pipelineConfig(cfg, c);
   static_cast<CommConfig&>(c) = CommConfig::fromConfig(cfg, checks);
   refusePlannedKeys(cfg);
   c.checkpoint = CheckpointConfig::fromConfig(cfg);

@@ -118,18 +118,33 @@ FlopsCount trainingFlops(const ModelArgs& m, const LoraConfig& lora, int64_t seq
 // Parameters of every adapter of the whole model (0 when LoRA is off).
 int64_t loraParams(const ModelArgs& m, const LoraConfig& lora);
 
-// [parallel], the layout: the degrees over world_size ranks.
+// [parallel], the layout: the degrees over world_size ranks, world = pp · dp_replicate ·
+// dp_shard · tp (pipeline stages outermost, tp innermost: trainer/parallel/mesh.h).
 struct LayoutConfig {
   int world_size = 1;
   int nodes = 1;  // DistEnv::nodes, set by the trainer session; part of the run identity
   int64_t dp_replicate = 1, dp_shard = 1, tp = 1, zero_stage = 0;
+  int64_t pp = 1;  // parallel.pp: pipeline stages
 
   int64_t dpSize() const { return dp_replicate * dp_shard; }
   // ZeRO over a shard group of one shards nothing: stage 0 then (trainer and estimator).
   int64_t effectiveZeroStage() const { return dp_shard > 1 ? zero_stage : 0; }
-  // dp_replicate = 0 is derived; the degrees' product must equal world_size.
+  // dp_replicate = 0 is derived; the degrees' product (with pp) must equal world_size.
   // REQUIRES: world_size >= 1.
   static LayoutConfig fromConfig(const Config& cfg, int world_size);
+};
+
+// [parallel] pipeline keys besides pp (common/pipeline.h). Validated after the layout and
+// grad_accum_steps (TrainConfig::fromConfig): pp <= n_layers; pp_schedule one of
+// gpipe | 1f1b | interleaved_1f1b; pp_virtual_stages > 1 exactly with interleaved_1f1b;
+// 1f1b and interleaved need pp_microbatches >= pp (interleaved a multiple of pp); without
+// pp_split, pp · pp_virtual_stages divides n_layers for interleaved; a pp_split has
+// pp · pp_virtual_stages entries >= 1 summing to n_layers.
+struct PipelineConfig {
+  std::string pp_schedule = "1f1b";
+  int64_t pp_virtual_stages = 1;
+  int64_t pp_microbatches = 1;  // resolved: = grad_accum_steps
+  std::vector<int64_t> pp_split;  // resolved: the given split or the FLOP-balanced one
 };
 
 // [parallel], the rest: process-group backend and timeout, DDP buckets, memory limit.
@@ -163,6 +178,7 @@ struct OutputConfig {
 struct TrainConfig : DataConfig,
                      TrainingConfig,
                      LayoutConfig,
+                     PipelineConfig,
                      CommConfig,
                      MetricsConfig,
                      OutputConfig {

@@ -211,7 +211,7 @@ std::unique_ptr<Checkpointer> makeCheckpointer(const Config& cfg, const TrainCon
                                                Distributed& dist) {
   Checkpointer::Identity id{info.tag, info.config_hash, checkpointCompatKeys(cfg, tc),
                             CkptLayout{tc.world_size, tc.dp_replicate, tc.dp_shard, tc.tp,
-                                       tc.effectiveZeroStage(), tc.nodes}};
+                                       tc.effectiveZeroStage(), tc.nodes, tc.pp}};
   return std::make_unique<Checkpointer>(checkpointDir(tc, run_dir), tc.checkpoint.keep_last,
                                         std::move(id), dist);
 }

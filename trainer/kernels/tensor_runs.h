@@ -18,9 +18,9 @@ std::vector<std::vector<size_t>> adjacentRuns(const std::vector<torch::Tensor>& 
 // order in one storage (each contiguous, one dtype); else an undefined tensor.
 torch::Tensor flatSpan(const std::vector<torch::Tensor>& ts, const std::vector<size_t>& run);
 
-// Σ weights[i]·grads[i]² (fp64 accumulate); `weights` empty = all ones (one fp32
-// reduction per run of back-to-back gradients, e.g. a DDP bucket), else one tensor (or
-// undefined = ones) per gradient.
+// Σ weights[i]·grads[i]² (fp64 accumulate); `weights` empty = all ones (reduced in fp64
+// per run of back-to-back gradients, e.g. a DDP bucket), else one tensor (or undefined =
+// ones) per gradient.
 double gradSquaredNorm(const std::vector<torch::Tensor>& grads,
                        const std::vector<torch::Tensor>& weights = {});
 // Scales every defined gradient by `factor` in place.

@@ -20,6 +20,7 @@
 #include "trainer/optim/optimizer.h"
 #include "trainer/parallel/grad_sync.h"
 #include "trainer/parallel/mesh.h"
+#include "trainer/parallel/step_runner.h"
 
 namespace ftb {
 
@@ -40,6 +41,7 @@ struct TrainContext {
   Optimizer& opt;
   MetricsFile& metrics;
   const Dataset& ds;
+  StepRunner& runner;  // forward and backward of a step's micro-batches (parallel/step_runner.h)
 };
 
 // The end of one step, as every rank agreed in the step's all-reduce.

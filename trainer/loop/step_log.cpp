@@ -13,6 +13,7 @@
 #include "common/config.h"
 #include "common/log.h"
 #include "trainer/metrics/perf.h"
+#include "common/pipeline.h"
 
 namespace ftb {
 namespace {
@@ -22,10 +23,11 @@ const char* kMetrics[] = {"step", "time_s", "step_time_s", "data_s", "forward_s"
                           "tokens_padded", "tokens_dataset", "tokens_per_s_padded",
                           "tokens_per_s_dataset", "tokens_per_s_per_device", "mfu", "gemm_efficiency",
                           "flops_per_token",
-                          "rss_bytes", "peak_rss_bytes"};
+                          "rss_bytes", "peak_rss_bytes",
+                          "pp_bubble_s", "pp_bubble_fraction", "pp_p2p_bytes"};
 bool isIntMetric(const std::string& m) {
   return m == "step" || m == "tokens_padded" || m == "tokens_dataset" || m == "rss_bytes" ||
-         m == "peak_rss_bytes";
+         m == "peak_rss_bytes" || m == "pp_p2p_bytes";
 }
 
 // "44.1%" or "n/a" (NaN: not reported).
@@ -177,7 +179,10 @@ void StepLog::record(int64_t step, const StepRecord& r) {
                        {"gemm_efficiency", gemm_eff},
                        {"flops_per_token", flops_per_token_},
                        {"rss_bytes", double(rss)},
-                       {"peak_rss_bytes", double(peakRssBytes())}});
+                       {"peak_rss_bytes", double(peakRssBytes())},
+                       {"pp_bubble_s", r.bubble},
+                       {"pp_bubble_fraction", r.pipe > 0 ? r.bubble / r.pipe : 0.0},
+                       {"pp_p2p_bytes", r.p2p_bytes}});
   if ((step + 1) % tc_.log_every == 0) metrics_.flush();
   if (sum_.steps == 0) {
     sum_.first_loss = r.loss;
@@ -189,7 +194,9 @@ void StepLog::record(int64_t step, const StepRecord& r) {
     step_times_.push_back(r.total);
     for (auto [a, b] : {std::pair{&acc_.data, r.data}, {&acc_.fwd, r.fwd}, {&acc_.bwd, r.bwd},
                         {&acc_.opt, r.opt}, {&acc_.comm, r.comm}, {&acc_.total, r.total},
-                        {&acc_.padded, r.padded}, {&acc_.dataset, r.dataset}})
+                        {&acc_.padded, r.padded}, {&acc_.dataset, r.dataset},
+                        {&acc_.bubble, r.bubble}, {&acc_.pipe, r.pipe},
+                        {&acc_.p2p_bytes, r.p2p_bytes}})
       *a += b;
   }
   if (rank_ == 0 && (step + 1) % tc_.log_every == 0)
@@ -232,7 +239,24 @@ TrainSummary StepLog::finish(Comm& world) {
   s.step_p50 = percentile(step_times_, 0.5);
   s.step_p90 = percentile(step_times_, 0.9);
   finishMemory(world, s);
+  if (tc_.pp > 1) finishPipeline(world, s);
   return s;
+}
+
+// The bubble fraction over the measured steps, max and min over ranks (collective), beside
+// the schedule's theory (common/pipeline.h) in the root attributes.
+void StepLog::finishPipeline(Comm& world, TrainSummary& s) {
+  const double frac = acc_.pipe > 0 ? acc_.bubble / acc_.pipe : 0.0;
+  torch::Tensor t = torch::tensor({frac, -frac}, torch::kFloat64);
+  world.allReduceMax(t);
+  s.bubble_frac_max = t[0].item<double>();
+  s.bubble_frac_min = -t[1].item<double>();
+  const size_t n = step_times_.size();
+  s.p2p_bytes_per_step = n > 0 ? acc_.p2p_bytes / double(n) : 0.0;
+  metrics_.setRootAttr("pp_bubble_theory", theoreticalBubble(pipePlanOf(tc_)));
+  metrics_.setRootAttr("pp_bubble_fraction", frac);
+  metrics_.setRootAttr("pp_bubble_fraction_max", s.bubble_frac_max);
+  metrics_.setRootAttr("pp_p2p_bytes_per_step", s.p2p_bytes_per_step);
 }
 
 // The leak watch's root attributes; the peak RSS and RSS growth over ranks (collective).
@@ -290,6 +314,24 @@ void measuredRows(std::ostream& os, const TrainConfig& tc, const TrainSummary& s
                  formatFixed(100 * s.opt_frac, 1) + "%, comm " + formatFixed(100 * s.comm_frac, 1) + "%");
 }
 
+// The measured bubble beside the schedule's theory, and the activation traffic.
+void pipelineRows(std::ostream& os, const TrainConfig& tc, const TrainSummary& s) {
+  const PipePlan plan = pipePlanOf(tc);
+  const std::string formula = plan.schedule == PipeSchedule::kInterleaved1F1B
+                                  ? "(p-1)/(m+p-1)/v"
+                                  : "(p-1)/(m+p-1)";
+  summaryRow(os, "pipeline bubble",
+             formatFixed(100 * s.bubble_frac_min, 1) + " - " +
+                 formatFixed(100 * s.bubble_frac_max, 1) +
+                 " % of forward-backward time, min - max over ranks; theory " +
+                 formatFixed(100 * theoreticalBubble(plan), 1) + " % = " + formula + " (" +
+                 tc.pp_schedule + ", p " + std::to_string(tc.pp) + ", m " +
+                 std::to_string(tc.grad_accum_steps) + ", v " +
+                 std::to_string(tc.pp_virtual_stages) + ")");
+  summaryRow(os, "pipeline p2p sent (rank 0)",
+             formatFixed(s.p2p_bytes_per_step / 1e6, 3) + " MB/step");
+}
+
 }  // namespace
 
 void printSummary(const TrainConfig& tc, const TrainSummary& s, const RunPeaks& peaks,
@@ -315,6 +357,7 @@ void printSummary(const TrainConfig& tc, const TrainSummary& s, const RunPeaks& 
                             : "not measured: every step of this process was warm-up "
                               "(metrics.skip_first_steps = " +
                                   std::to_string(tc.skip_first_steps) + ")");
+  if (tc.pp > 1 && s.measured_steps > 0) pipelineRows(os, tc, s);
   summaryRow(os, "peak RSS (max over ranks)", formatFixed(s.peak_rss_max / (1 << 20), 1) + " MiB");
   summaryRow(os, "RSS growth after warm-up",
              std::isnan(s.rss_growth_max)

@@ -22,6 +22,8 @@
 //   denominator is (printed "n/a").
 #pragma once
 
+#include <cmath>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -38,6 +40,9 @@ struct StepRecord {
   double agree = 0;  // seconds in the step's agreement all-reduce (part of comm)
   double loss = 0, grad_norm = 0, lr = 0;
   double padded = 0, dataset = 0;  // global token counts
+  // Pipeline (parallel.pp > 1), this rank: seconds blocked receiving from a neighbour stage
+  // (the bubble), seconds of the step's forward-backward phase, bytes sent to neighbours.
+  double bubble = 0, pipe = 0, p2p_bytes = 0;
 };
 
 struct TrainSummary {
@@ -55,6 +60,9 @@ struct TrainSummary {
   double first_loss = 0, last_loss = 0;
   int stop_signal = 0;  // non-zero when a signal ended the run
   bool stopped_by_ctl = false;  // `launcher ctl stop` ended the run
+  // Pipeline: bubble / forward-backward time over the measured steps, max and min over
+  // ranks (NaN without a pipeline); this rank's bytes sent per measured step.
+  double bubble_frac_max = NAN, bubble_frac_min = NAN, p2p_bytes_per_step = 0;
 };
 
 // This rank's RSS after warm-up (contract above).
@@ -116,6 +124,7 @@ class StepLog {
                      double mfu, double gemm_eff) const;
   double flopsPerDevice(double tokens_per_s) const;
   void finishMemory(Comm& world, TrainSummary& s);
+  void finishPipeline(Comm& world, TrainSummary& s);
 
   const TrainConfig& tc_;
   MetricsFile& metrics_;

@@ -47,13 +47,6 @@ double lrAt(const TrainConfig& tc, int64_t step) {
   return tc.lr;
 }
 
-// Adds the phase time since `t` to `acc` and returns now.
-double lap(double& acc, double t) {
-  double now = nowSeconds();
-  acc += now - t;
-  return now;
-}
-
 // What all ranks agree on after a step's gradients are reduced: one small world
 // all-reduce of [loss sum, padded, dataset, stop flag, grad norm², over memory limit,
 // control command and request id (rank 0 only, common/run_control.h)].
@@ -87,21 +80,13 @@ double stopVote(const TrainConfig& tc, int rank, double elapsed) {
   return rank == 0 && tc.stop_after_seconds > 0 && elapsed >= tc.stop_after_seconds ? 0.5 : 0.0;
 }
 
-// Moves the collective time accrued since `since` (collectiveSeconds()) from `phase`
-// to `comm`; returns the new mark.
-double moveCollectiveTime(double since, double& phase, double& comm) {
-  const double now = collectiveSeconds(), d = now - since;
-  phase -= d;
-  comm += d;
-  return now;
-}
-
 // The global batch's non-padding positions (the loss normaliser): each rank counts
-// its own samples, one world all-reduce sums them (tp ranks hold identical data).
-double globalPositions(Comm& world, int64_t local, int64_t tp) {
+// its own samples, one world all-reduce sums them (each sample is loaded by `copies`
+// ranks: tp ranks, and every stage of a pipeline, hold identical data).
+double globalPositions(Comm& world, int64_t local, int64_t copies) {
   torch::Tensor n = torch::tensor({double(local)}, torch::kFloat64);
   world.allReduceSum(n);
-  return n.item<double>() / double(tp);  // integers below 2^53: exact
+  return n.item<double>() / double(copies);  // integers below 2^53: exact
 }
 
 // Data, forward and backward of every micro-batch of `step`: adds this rank's
@@ -113,33 +98,23 @@ double forwardBackward(const TrainContext& ctx, int64_t step, StepRecord& r, Agr
   StepBatches mine;
   {
     RECORD_USER_SCOPE("data");  // named ranges for traces: trainer/loop/profiler.h
-    mine = rankBatches(ctx.ds, tc, step, ctx.mesh.dpRank());  // tp ranks share data
+    mine = rankBatches(ctx.ds, tc, step, ctx.mesh.dpRank());  // tp ranks and stages share data
   }
   t = lap(r.data, t);
-  const double positions = globalPositions(ctx.world, mine.positions, tc.tp);
+  const double positions = globalPositions(ctx.world, mine.positions, ctx.runner.sampleCopies());
   ctx.sync.beginStep();  // ZeRO-3: all-gather of the root unit
-  t = lap(r.comm, t);
-  for (size_t m = 0; m < mine.micro.size(); ++m) {
-    const Batch& b = mine.micro[m];
-    torch::Tensor loss_sum;
-    double c = collectiveSeconds();
-    {
-      RECORD_USER_SCOPE("forward");
-      loss_sum = ctx.model->lossSum(ctx.model->forward(b.inputs), b.targets, b.mask);
-    }
-    t = lap(r.fwd, t);
-    c = moveCollectiveTime(c, r.fwd, r.comm);
-    ctx.sync.beforeBackward(m + 1 == mine.micro.size());
-    {
-      RECORD_USER_SCOPE("backward");
-      (loss_sum / positions).backward();
-    }
-    t = lap(r.bwd, t);
-    moveCollectiveTime(c, r.bwd, r.comm);
-    a.loss_sum += loss_sum.item<double>();
-    a.padded += double(b.padded_tokens);
-    a.dataset += double(b.dataset_tokens);
-  }
+  lap(r.comm, t);
+  const double t_run = nowSeconds();
+  const FwdBwdStats st = ctx.runner.run(mine, positions);  // every micro-batch (step_runner.h)
+  r.pipe = nowSeconds() - t_run;
+  r.bubble = st.bubble_s;
+  r.p2p_bytes = double(st.p2p_bytes);
+  r.fwd += st.fwd_s;
+  r.bwd += st.bwd_s;
+  r.comm += st.comm_s;
+  a.loss_sum += st.loss_sum;
+  a.padded += st.padded;
+  a.dataset += st.dataset;
   return positions;
 }
 
@@ -281,7 +256,7 @@ TrainSummary train(const TrainConfig& tc, const Dataset& ds, Distributed& dist,
                       << " MFLOP/token (" << flops.formula << "); global batch "
                       << tc.globalBatch() << " x " << tc.seq_len << " tokens, world "
                       << world.size());
-  TrainContext ctx{tc, world, mesh, pm.model, *pm.sync, *opt, metrics, ds};
+  TrainContext ctx{tc, world, mesh, pm.model, *pm.sync, *opt, metrics, ds, *pm.runner};
   StepHooks no_hooks;
   if (!hooks) hooks = &no_hooks;
   TrainState state;

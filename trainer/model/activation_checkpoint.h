@@ -9,7 +9,8 @@
 //   as without checkpointing.
 // - hooks != nullptr (ZeRO-3): hooks->materialize() runs before the forward and
 //   before the recompute, hooks->release() after each; the parameter gradients go to
-//   hooks->consumeGrads() (in block->parameters() order) instead of .grad.
+//   hooks->consumeGrads() (in block->trainableTensors() order) instead of .grad.
+// Frozen parameters (LoRA's base) get no gradient either way.
 // REQUIRES: block, rope and hooks outlive the backward pass.
 #pragma once
 

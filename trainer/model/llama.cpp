@@ -230,11 +230,12 @@ torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x, const RopeTa
 }
 
 TransformerImpl::TransformerImpl(const ModelArgs& a, const TpContext& tp, const ModelOptions& opt,
-                                 const UnitBuilt& on_unit)
-    : args_(a), tp_(tp), compute_dtype_(opt.compute_dtype),
+                                 const UnitBuilt& on_unit, const ModelPart& part)
+    : part_(part), args_(a), tp_(tp), compute_dtype_(opt.compute_dtype),
       recompute_every_(opt.recompute_every),
       lora_dropout_(opt.lora.enabled() ? opt.lora.dropout : 0.0) {
-  for (int64_t i = 0; i < a.n_layers; ++i) {
+  if (part_.last_layer < 0) part_.last_layer = a.n_layers;
+  for (int64_t i = part_.first_layer; i < part_.last_layer; ++i) {
     layers.push_back(register_module("layers_" + std::to_string(i),
                                      TransformerBlock(a, tp, i, opt, &mask_seed_)));
     if (on_unit) on_unit(i, layers.back()->modelParams());
@@ -248,45 +249,53 @@ TransformerImpl::TransformerImpl(const ModelArgs& a, const TpContext& tp, const 
     root_params_.push_back({init.name, t, init.shard_dim, !frozen});
     return t;
   };
-  tok_embeddings =
-      add("tok_embeddings", {"tok_embeddings.weight", {a.vocab_size, a.dim}, 0, Fill::kNormal});
-  norm = add("norm", {"norm.weight", {a.dim}, -1, Fill::kOnes});
-  if (!a.tie_embeddings)
+  if (part_.embed)
+    tok_embeddings =
+        add("tok_embeddings", {"tok_embeddings.weight", {a.vocab_size, a.dim}, 0, Fill::kNormal});
+  if (part_.head) norm = add("norm", {"norm.weight", {a.dim}, -1, Fill::kOnes});
+  if (part_.head && !a.tie_embeddings)
     output = add("output", {"output.weight", {a.vocab_size, a.dim}, 0, Fill::kNormal});
   rope_ = RopeTables::make(a.headDim(), a.max_seq_len, a.rope_theta);
-  if (on_unit) on_unit(-1, root_params_);
+  if (on_unit && !root_params_.empty()) on_unit(-1, root_params_);
 }
 
 std::vector<ModelParam> TransformerImpl::paramsInForwardOrder() const {
-  std::vector<ModelParam> v{root_params_[0]};  // tok_embeddings
+  std::vector<ModelParam> v;
+  const size_t embed = part_.embed ? 1 : 0;  // tok_embeddings first when held
+  v.insert(v.end(), root_params_.begin(), root_params_.begin() + embed);
   for (const auto& layer : layers)
     v.insert(v.end(), layer->modelParams().begin(), layer->modelParams().end());
-  v.insert(v.end(), root_params_.begin() + 1, root_params_.end());
+  v.insert(v.end(), root_params_.begin() + embed, root_params_.end());
   return v;
 }
 
-torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) {
+torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) { return forwardPart(tokens); }
+
+torch::Tensor TransformerImpl::forwardPart(const torch::Tensor& input) {
   ComputeDtypeGuard dtype(compute_dtype_);
-  step_rope_ = rope_.forTokens(tokens.size(1));
+  step_rope_ = rope_.forTokens(input.size(1));
   // LoRA dropout in training only; the seed comes from the default CPU generator, which
   // checkpoints save, so a resumed run draws the same masks.
   mask_seed_ = lora_dropout_ > 0 && torch::GradMode::is_enabled()
                    ? static_cast<uint64_t>(torch::randint(1, INT64_MAX, {1}).item<int64_t>())
                    : 0;
   const int64_t vocab_start = tp_.rank * (args_.vocab_size / tp_.size);
-  torch::Tensor h = vocabParallelEmbedding(tokens, tok_embeddings, vocab_start, tp_)
-                        .to(compute_dtype_);
-  for (size_t i = 0; i < layers.size(); ++i) {
-    TransformerBlockImpl& block = *layers[i];
+  torch::Tensor h = part_.embed ? vocabParallelEmbedding(input, tok_embeddings, vocab_start, tp_)
+                                      .to(compute_dtype_)
+                                : input;
+  for (size_t j = 0; j < layers.size(); ++j) {
+    TransformerBlockImpl& block = *layers[j];
+    const int64_t i = part_.first_layer + static_cast<int64_t>(j);  // the global layer
     if (executor_) {
-      h = executor_->run(static_cast<int64_t>(i), block, h, step_rope_);
-    } else if (recompute_every_ > 0 && static_cast<int64_t>(i) % recompute_every_ == 0 &&
+      h = executor_->run(static_cast<int64_t>(j), block, h, step_rope_);
+    } else if (recompute_every_ > 0 && i % recompute_every_ == 0 &&
                torch::GradMode::is_enabled()) {
       h = checkpointedBlock(block, h, step_rope_, nullptr);
     } else {
       h = block.forward(h, step_rope_);
     }
   }
+  if (!part_.head) return h;
   h = copyToTp(rmsNorm(h, norm, args_.norm_eps), tp_);
   return proj(h, output.defined() ? output : tok_embeddings);  // column-parallel over vocab
 }

@@ -127,8 +127,20 @@ TORCH_MODULE(TransformerBlock);
 class BlockExecutor {
  public:
   virtual ~BlockExecutor() = default;
+  // layer: the block's index among the blocks of the model's part (ModelPart; for the
+  // whole model, its layer).
   virtual torch::Tensor run(int64_t layer, TransformerBlockImpl& block, const torch::Tensor& x,
                             const RopeTables& rope) = 0;
+};
+
+// The part of the model a pipeline stage's chunk holds (parallel/pipeline.h): blocks
+// [first_layer, last_layer), the embedding when `embed`, the final norm and the output
+// projection when `head`. The default, last_layer = -1, is the whole model. Parameters
+// keep their global names and initial values (seeded by name), so the parts of a model
+// are the whole model's parameters, split.
+struct ModelPart {
+  int64_t first_layer = 0, last_layer = -1;
+  bool embed = true, head = true;
 };
 
 class TransformerImpl : public torch::nn::Module {
@@ -139,24 +151,33 @@ class TransformerImpl : public torch::nn::Module {
   // before the next block is allocated.
   using UnitBuilt = std::function<void(int64_t layer, const std::vector<ModelParam>& params)>;
 
+  // part: the blocks and root parameters to build (the whole model by default); a part
+  // without the embedding and head calls on_unit for no root unit.
   TransformerImpl(const ModelArgs& a, const TpContext& tp, const ModelOptions& opt,
-                  const UnitBuilt& on_unit = nullptr);
+                  const UnitBuilt& on_unit = nullptr, const ModelPart& part = {});
   torch::Tensor forward(const torch::Tensor& tokens);
+  // A part's forward: tokens [B,T] when it holds the embedding, else the previous part's
+  // hidden states [B,T,D] in the compute dtype; returns logits when it holds the head,
+  // else its hidden states. forward(tokens) == forwardPart(tokens) for the whole model.
+  torch::Tensor forwardPart(const torch::Tensor& input);
+  const ModelPart& part() const { return part_; }
   // Σ of token cross-entropies over mask (fp32 scalar), vocab-parallel under tp.
   torch::Tensor lossSum(const torch::Tensor& logits, const torch::Tensor& targets,
                         const torch::Tensor& mask) const;
   void setBlockExecutor(BlockExecutor* e) { executor_ = e; }
   const ModelArgs& args() const { return args_; }
-  // Parameters of the root unit (everything outside the blocks), registration order.
+  // Parameters of the root unit (everything outside the blocks this part holds),
+  // registration order.
   const std::vector<ModelParam>& rootParams() const { return root_params_; }
   // Every parameter in the order forward first uses them: embedding, blocks 0..L-1,
   // final norm, output. Backward produces gradients roughly in reverse.
   std::vector<ModelParam> paramsInForwardOrder() const;
 
   torch::Tensor tok_embeddings, norm, output;  // output undefined when tied
-  std::vector<TransformerBlock> layers;
+  std::vector<TransformerBlock> layers;  // blocks first_layer.. of the part
 
  private:
+  ModelPart part_;
   std::vector<ModelParam> root_params_;
   ModelArgs args_;
   TpContext tp_;

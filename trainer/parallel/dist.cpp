@@ -153,6 +153,25 @@ std::unique_ptr<Comm> Distributed::newGroup(const std::string& name, const std::
   return comm;
 }
 
+std::unique_ptr<P2PLink> Distributed::newLink(const std::string& name, const PeerInfo& peer) {
+  if (peer.rank == env.rank || !store)
+    throw DistError(where(env) + ": a point-to-point link needs another rank, got " + peer.text());
+  const int me = env.rank < peer.rank ? 0 : 1;
+  try {
+    auto prefixed = c10::make_intrusive<c10d::PrefixStore>(name, store);
+    auto pg = makeBackend(resolveBackend(backend), prefixed, me, 2, timeout,
+                          localAddressTowards(env.master_addr));
+    transports.push_back(name + ": backend point-to-point");
+    return std::make_unique<P2PLink>(pg, 1 - me, peer, timeout);
+  } catch (const FtbError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw DistError(where(env) + ": rendezvous of point-to-point link '" + name + "' with " +
+                    peer.text() + " through " + env.master_addr + ":" +
+                    std::to_string(env.master_port) + " failed: " + firstLine(e.what()));
+  }
+}
+
 std::vector<std::string> gatherThroughStore(c10d::Store& store, const std::string& prefix, int me,
                                             int n, const std::string& value,
                                             const std::string& what) {

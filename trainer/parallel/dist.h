@@ -16,6 +16,7 @@
 
 #include "common/dist_env.h"
 #include "trainer/comm/comm.h"
+#include "trainer/comm/p2p.h"
 
 namespace ftb {
 
@@ -38,6 +39,10 @@ struct Distributed {
   // rendezvoused through the store under `name`. Size 1 gives a self Comm. Every
   // member must call it with the same name and ranks.
   std::unique_ptr<Comm> newGroup(const std::string& name, const std::vector<int>& ranks);
+  // A point-to-point link between this rank and global rank peer.rank (pipeline
+  // neighbours, comm/p2p.h), rendezvoused through the store under `name`; both ends call
+  // it with the same name. On the backend (Gloo) whatever local_collectives says.
+  std::unique_ptr<P2PLink> newLink(const std::string& name, const PeerInfo& peer);
 
   std::chrono::milliseconds timeout{300000};
   std::string backend = "auto";

@@ -1,6 +1,36 @@
 #include "trainer/parallel/mesh.h"
 
+#include <algorithm>
+
+#include "common/log.h"
+
 namespace ftb {
+
+namespace {
+
+// Links between the pipeline neighbours of this rank's inner index: (s, s+1), and
+// (0, pp-1) when the schedule wraps around (interleaved chunks). Every rank creates its
+// links in one global order of the stage pairs, so no two ranks wait on each other.
+void buildLinks(Distributed& dist, const TrainConfig& tc, Mesh& m) {
+  const int64_t inner = m.world / m.pp, local = m.rank % inner;
+  std::vector<std::pair<int64_t, int64_t>> pairs;
+  for (int64_t s = 0; s + 1 < m.pp; ++s) pairs.push_back({s, s + 1});
+  if (tc.pp_virtual_stages > 1 && m.pp > 2) pairs.push_back({0, m.pp - 1});
+  std::sort(pairs.begin(), pairs.end());
+  const std::vector<std::string> hosts = dist.allGatherString("pp_hosts", hostName());
+  for (const auto& [a, b] : pairs) {
+    if (a != m.pp_rank && b != m.pp_rank) continue;
+    const int64_t peer = a == m.pp_rank ? b : a;
+    const int peer_rank = static_cast<int>(peer * inner + local);
+    const std::string name = "pp_" + std::to_string(a * inner + local) + "_" +
+                             std::to_string(b * inner + local);
+    m.owned_links.push_back(
+        dist.newLink(name, PeerInfo{static_cast<int>(peer), peer_rank, hosts.at(peer_rank)}));
+    m.links[peer] = m.owned_links.back().get();
+  }
+}
+
+}  // namespace
 
 Mesh buildMesh(Distributed& dist, const TrainConfig& tc) {
   Mesh m;
@@ -9,11 +39,15 @@ Mesh buildMesh(Distributed& dist, const TrainConfig& tc) {
   m.tp = tc.tp;
   m.dp_shard = tc.dp_shard;
   m.dp_replicate = tc.dp_replicate;
-  m.tp_rank = m.rank % m.tp;
-  m.shard_rank = (m.rank / m.tp) % m.dp_shard;
-  m.replicate_rank = m.rank / (m.tp * m.dp_shard);
+  m.pp = tc.pp;
+  const int64_t inner = m.world / m.pp;
+  m.pp_rank = m.rank / inner;
+  const int64_t local = m.rank % inner;
+  m.tp_rank = local % m.tp;
+  m.shard_rank = (local / m.tp) % m.dp_shard;
+  m.replicate_rank = local / (m.tp * m.dp_shard);
   auto rankOf = [&](int64_t rep, int64_t sh, int64_t t) {
-    return static_cast<int>((rep * m.dp_shard + sh) * m.tp + t);
+    return static_cast<int>(m.pp_rank * inner + (rep * m.dp_shard + sh) * m.tp + t);
   };
   std::vector<int> tp_ranks, shard_ranks, rep_ranks, dp_ranks;
   for (int64_t t = 0; t < m.tp; ++t) tp_ranks.push_back(rankOf(m.replicate_rank, m.shard_rank, t));
@@ -50,6 +84,7 @@ Mesh buildMesh(Distributed& dist, const TrainConfig& tc) {
     m.shard_comm = self();
     m.replicate_comm = self();
   }
+  if (m.pp > 1) buildLinks(dist, tc, m);
   return m;
 }
 

@@ -1,16 +1,22 @@
-// The device mesh: world = dp_replicate x dp_shard x tp, tp innermost.
+// The device mesh: world = pp x dp_replicate x dp_shard x tp, pipeline stages
+// outermost, tp innermost.
 //
-// Rank layout (Invariant): rank = (replicate * dp_shard + shard) * tp + tp_rank, so
-// a tensor-parallel group is `tp` consecutive ranks (on one node when nodes hold a
-// multiple of tp ranks). Groups this rank belongs to:
+// Rank layout (Invariant): rank = pp_rank * inner + (replicate * dp_shard + shard) * tp +
+// tp_rank with inner = dp_replicate * dp_shard * tp, so a tensor-parallel group is `tp`
+// consecutive ranks (on one node when nodes hold a multiple of tp ranks) and a pipeline
+// stage is `inner` consecutive ranks: the launcher places ranks node-major (rank =
+// node * nproc_per_node + local rank), so stages fall across nodes and tp within one.
+// Groups this rank belongs to (all within its stage):
 //   tp         ranks with the same (replicate, shard)      - Megatron collectives
 //   shard      ranks with the same (replicate, tp_rank)    - ZeRO reduce-scatter/all-gather
 //   replicate  ranks with the same (shard, tp_rank)        - HSDP gradient all-reduce
 //   dp         ranks with the same tp_rank                 - DDP all-reduce
+// Pipeline links join the ranks of the same inner index in neighbouring stages.
 // The data-parallel index (which slice of the global batch this rank trains on) is
-// replicate * dp_shard + shard.
+// replicate * dp_shard + shard; every stage of a pipeline trains on the same slice.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -29,6 +35,10 @@ struct Mesh {
   // every rank is the world Comm itself, so no ranks pair twice for the same members.
   Comm *tp_comm = nullptr, *shard_comm = nullptr, *replicate_comm = nullptr, *dp_comm = nullptr;
   std::vector<std::unique_ptr<Comm>> owned;
+  int64_t pp = 1, pp_rank = 0;  // pipeline stages and this rank's stage
+  // Links to the neighbour stages this rank's schedule talks to, by stage (pp > 1).
+  std::map<int64_t, P2PLink*> links;
+  std::vector<std::unique_ptr<P2PLink>> owned_links;
 
   int64_t dpRank() const { return replicate_rank * dp_shard + shard_rank; }
   int64_t dpSize() const { return dp_replicate * dp_shard; }

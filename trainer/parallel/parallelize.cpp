@@ -1,33 +1,68 @@
 #include "trainer/parallel/parallelize.h"
 
 #include "trainer/parallel/ddp.h"
+#include "trainer/parallel/pipeline.h"
 #include "trainer/parallel/zero.h"
 
 namespace ftb {
+namespace {
+
+// This stage's model chunks: chunk c is model chunk c·pp + stage (common/pipeline.h).
+std::vector<ModelPart> stageParts(const TrainConfig& tc, int64_t stage) {
+  if (tc.pp == 1) return {ModelPart{}};
+  const PipePlan plan = pipePlanOf(tc);
+  const int64_t last = plan.stages * plan.virtual_stages - 1;
+  std::vector<ModelPart> parts;
+  for (int64_t c = 0; c < plan.virtual_stages; ++c) {
+    const int64_t k = plan.modelChunk(stage, c), first = plan.firstLayer(k);
+    parts.push_back(ModelPart{first, first + plan.split[k], k == 0, k == last});
+  }
+  return parts;
+}
+
+std::unique_ptr<StepRunner> runnerFor(const TrainConfig& tc, Mesh& mesh,
+                                      std::vector<Transformer> chunks, GradSync& sync,
+                                      torch::ScalarType dtype) {
+  if (tc.pp == 1) return makeSequentialRunner(chunks[0], sync, tc.tp);
+  return makePipelineRunner(pipePlanOf(tc), mesh.pp_rank, std::move(chunks), sync, mesh.links,
+                            tc.tp, tc.model.dim, dtype);
+}
+
+}  // namespace
 
 ParallelModel parallelize(const TrainConfig& tc, Mesh& mesh) {
   const torch::ScalarType dtype = tc.dtype == DType::kBf16 ? torch::kBFloat16 : torch::kFloat32;
   const ModelOptions opt{dtype, tc.activation_checkpointing, static_cast<uint64_t>(tc.seed),
                          tc.lora};
+  const std::vector<ModelPart> parts = stageParts(tc, mesh.pp_rank);
+  std::vector<Transformer> chunks;
   ParallelModel pm;
   const int stage = static_cast<int>(tc.effectiveZeroStage());
   if (stage == 0) {
-    pm.model = Transformer(tc.model, mesh.tpContext(), opt);
-    const std::vector<ModelParam> all = pm.model->paramsInForwardOrder();
-    pm.sync = std::make_unique<DdpSync>(trainableOnly(all), *mesh.dp_comm, tc.tp,
+    std::vector<ModelParam> params;
+    for (const ModelPart& part : parts) {
+      chunks.push_back(Transformer(tc.model, mesh.tpContext(), opt, nullptr, part));
+      const std::vector<ModelParam> p = chunks.back()->paramsInForwardOrder();
+      params.insert(params.end(), p.begin(), p.end());
+    }
+    pm.sync = std::make_unique<DdpSync>(trainableOnly(params), *mesh.dp_comm, tc.tp,
                                         static_cast<int64_t>(tc.bucket_bytes));
-    pm.sync->setFrozen(frozenOnly(all));
-    return pm;
+    pm.sync->setFrozen(frozenOnly(params));
+  } else {
+    // REQUIRES (validated): one chunk per stage, holding a root unit, under ZeRO.
+    std::unique_ptr<ZeroSync> zero =
+        makeZeroSync(stage, *mesh.shard_comm, *mesh.replicate_comm, dtype, tc.tp);
+    ZeroSync* z = zero.get();
+    chunks.push_back(Transformer(tc.model, mesh.tpContext(), opt,
+                                 [z](int64_t layer, const std::vector<ModelParam>& params) {
+                                   z->addUnit(layer, params);
+                                 },
+                                 parts[0]));
+    if (BlockExecutor* e = zero->blockExecutor()) chunks[0]->setBlockExecutor(e);
+    pm.sync = std::move(zero);
   }
-  std::unique_ptr<ZeroSync> zero =
-      makeZeroSync(stage, *mesh.shard_comm, *mesh.replicate_comm, dtype, tc.tp);
-  ZeroSync* z = zero.get();
-  pm.model = Transformer(tc.model, mesh.tpContext(), opt,
-                         [z](int64_t layer, const std::vector<ModelParam>& params) {
-                           z->addUnit(layer, params);
-                         });
-  if (BlockExecutor* e = zero->blockExecutor()) pm.model->setBlockExecutor(e);
-  pm.sync = std::move(zero);
+  pm.model = chunks[0];
+  pm.runner = runnerFor(tc, mesh, std::move(chunks), *pm.sync, dtype);
   return pm;
 }
 

@@ -25,6 +25,7 @@ LAYOUTS = {
     "dp2": (2, ("training.micro_batch_size=1",)),
     "zero3_w2": (2, ("training.micro_batch_size=1", "parallel.dp_shard=2", "parallel.zero_stage=3")),
     "tp2": (2, ("training.micro_batch_size=2", "parallel.tp=2")),
+    "pp2": (2, ("training.micro_batch_size=1", "parallel.pp=2", "parallel.pp_microbatches=2")),
 }
 
 
@@ -165,7 +166,11 @@ def test_manifest_describes_global_tensors_readable_with_h5py(tmp_path):
      ("w1", 1, ("training.micro_batch_size=2",))),
     (("tp2", 2, ("training.micro_batch_size=2", "parallel.tp=2")),
      ("zero2_w2", 2, ("training.micro_batch_size=1", "parallel.dp_shard=2", "parallel.zero_stage=2"))),
-], ids=["zero3w2_to_w1", "tp2_to_zero2w2"])
+    (("pp2", 2, ("training.micro_batch_size=1", "parallel.pp=2", "parallel.pp_microbatches=2")),
+     ("w1", 1, ("training.micro_batch_size=2",))),
+    (("w1", 1, ("training.micro_batch_size=2",)),
+     ("pp2", 2, ("training.micro_batch_size=1", "parallel.pp=2", "parallel.pp_microbatches=2"))),
+], ids=["zero3w2_to_w1", "tp2_to_zero2w2", "pp2_to_w1", "w1_to_pp2"])
 def test_resharding_matches_the_uninterrupted_run(tmp_path, src, dst):
     (_, sw, sov), (_, dw, dov) = src, dst
     ref, new = tmp_path / "ref", tmp_path / "new"

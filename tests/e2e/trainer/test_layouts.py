@@ -2,6 +2,8 @@
 
 Global batch 4 x 64 tokens, fp32, 20 steps of the tiny model (4 heads, 2 kv heads, so tp=2
 splits both). Losses and global gradient norms must equal world size 1 within 1e-5 relative.
+Pipeline rows (parallel.pp) whose stages need more blocks than tiny's 2 run it with 4
+(model.n_layers=4 in the row), against a world-1 reference of that model.
 """
 import pytest
 
@@ -26,6 +28,23 @@ LAYOUTS = {
                       "parallel.zero_stage=2"]),
     "hsdp_2x2": (4, ["training.micro_batch_size=1", "parallel.dp_replicate=2",
                      "parallel.dp_shard=2", "parallel.zero_stage=2"]),
+    # Pipelines: micro-batches of the global batch flow through the stages (one block each
+    # unless n_layers says otherwise); every rank records the global loss and norm.
+    "pp2_1f1b": (2, ["training.micro_batch_size=2", "parallel.pp=2",
+                     "parallel.pp_microbatches=2"]),
+    "pp2_gpipe": (2, ["training.micro_batch_size=2", "parallel.pp=2",
+                      "parallel.pp_microbatches=2", "parallel.pp_schedule=gpipe"]),
+    "pp2_interleaved": (2, ["model.n_layers=4", "training.micro_batch_size=2", "parallel.pp=2",
+                            "parallel.pp_microbatches=2", "parallel.pp_schedule=interleaved_1f1b",
+                            "parallel.pp_virtual_stages=2"]),
+    "pp4": (4, ["model.n_layers=4", "training.micro_batch_size=1", "parallel.pp=4",
+                "parallel.pp_microbatches=4"]),
+    "pp2_zero1": (4, ["training.micro_batch_size=1", "parallel.pp=2", "parallel.pp_microbatches=2",
+                      "parallel.dp_shard=2", "parallel.zero_stage=1"]),
+    "pp2_zero3": (4, ["training.micro_batch_size=1", "parallel.pp=2", "parallel.pp_microbatches=2",
+                      "parallel.dp_shard=2", "parallel.zero_stage=3"]),
+    "pp2_tp2": (4, ["training.micro_batch_size=2", "parallel.pp=2", "parallel.pp_microbatches=2",
+                    "parallel.tp=2"]),
 }
 
 # LoRA (rank 4 on all seven targets, base frozen): adapters split as their base weights are
@@ -47,18 +66,30 @@ LORA_LAYOUTS = {
 }
 
 
+def model_overrides(overrides):
+    return [o for o in overrides if o.startswith("model.")]
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    out = tmp_path_factory.mktemp("ws1")
-    run_trainer(out, "training.micro_batch_size=4")
-    return out
+    """World-1 runs, one per model override set, made on first use."""
+    runs = {}
+
+    def get(model):
+        if tuple(model) not in runs:
+            out = tmp_path_factory.mktemp("ws1")
+            run_trainer(out, "training.micro_batch_size=4", *model)
+            runs[tuple(model)] = out
+        return runs[tuple(model)]
+    return get
 
 
 @pytest.mark.parametrize("name", list(LAYOUTS))
 def test_layout_matches_world_one(name, reference, tmp_path):
     world, overrides = LAYOUTS[name]
     run_ranks(tmp_path, world, *overrides)
-    ref_loss, ref_norm = steps(reference, "loss"), steps(reference, "grad_norm")
+    ref = reference(model_overrides(overrides))
+    ref_loss, ref_norm = steps(ref, "loss"), steps(ref, "grad_norm")
     assert len(ref_loss) == 20
     for rank in range(world):
         assert_close(steps(tmp_path, "loss", rank), ref_loss, 1e-5)

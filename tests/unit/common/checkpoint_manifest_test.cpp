@@ -208,6 +208,23 @@ TEST(CheckpointUntrusted, SliceNamingAnotherTensorsDatasetIsRefused) {
       << p;
 }
 
+// A pipeline's layout: pp is recorded (only when > 1, so other manifests are unchanged),
+// read back, and counts in the world size.
+TEST(CheckpointManifest, PipelineStagesCountInTheLayout) {
+  std::string dir = makeCheckpoint(tempDir(), 4);
+  editManifest(dir, [](Manifest& m) { m.layout.world = 2, m.layout.pp = 2; });
+  EXPECT_NE(readText(dir + "/manifest.json").find("\"pp\": 2"), std::string::npos);
+  EXPECT_EQ(parseManifest(readText(dir + "/manifest.json"), "m").layout.pp, 2);
+  EXPECT_NE(problemOf(dir).find("lists 1 files for layout.world 2"), std::string::npos)
+      << problemOf(dir);  // the product holds: only the file count is wrong
+  editManifest(dir, [](Manifest& m) { m.layout.pp = 3; });
+  EXPECT_NE(problemOf(dir).find("is not pp x dp_replicate x dp_shard x tp (3 x 1 x 1 x 1)"),
+            std::string::npos)
+      << problemOf(dir);
+  EXPECT_EQ(readText(makeCheckpoint(tempDir(), 4) + "/manifest.json").find("\"pp\""),
+            std::string::npos);
+}
+
 TEST(CheckpointUntrusted, UnknownDtypeWorldAndDuplicateKeysAreRefused) {
   std::string dir = makeCheckpoint(tempDir(), 4);
   editManifest(dir, [](Manifest& m) { m.tensors["model.norm.weight"].dtype = "complex128"; });

@@ -135,6 +135,11 @@ TEST_F(ConfigTest, AnotherToolsSpellingNamesTheFtbenchKey) {
             "config error: override 'parallelism.pipeline_parallel_degree=2': key "
             "'parallelism.pipeline_parallel_degree': unknown key\n"
             "  hint: 'parallelism.pipeline_parallel_degree' is torchtitan's spelling; ftbench "
+            "calls it parallel.pp");
+  EXPECT_EQ(loadError("", {"parallelism.context_parallel_degree=2"}),
+            "config error: override 'parallelism.context_parallel_degree=2': key "
+            "'parallelism.context_parallel_degree': unknown key\n"
+            "  hint: 'parallelism.context_parallel_degree' is torchtitan's spelling; ftbench "
             "has no such setting");
   // A dotless spelling matches the last part of the key, in any table.
   EXPECT_EQ(loadError("[training]\nlearning_rate = 1e-3\n"),
@@ -264,7 +269,8 @@ TEST_F(ConfigTest, UnknownKeyListsTableKeys) {
                      ":2: key 'parallel.something_else': unknown key\n"
                      "  hint: valid keys in [parallel]: backend, bucket_mb, dp_replicate, dp_shard, "
                      "local_collectives, "
-                     "memory_limit_gb, timeout_seconds, tp, zero_stage");
+                     "memory_limit_gb, pp, pp_microbatches, pp_schedule, pp_split, "
+                     "pp_virtual_stages, timeout_seconds, tp, zero_stage");
   EXPECT_EQ(loadError("[zzzzzz]\nqqqq = 1\n"),
             "config error: " + run("r.toml") +
                 ":2: key 'zzzzzz.qqqq': unknown key\n"
@@ -619,12 +625,14 @@ TEST(ConfigErrorFormat, WithAndWithoutHint) {
 
 TEST(SchemaTest, TrainerSchemaKeys) {
   const Schema& s = trainerSchema();
-  EXPECT_EQ(s.keys().size(), 74u);  // 55 + parallel.bucket_mb + checkpoint.preempt_grace_s
+  EXPECT_EQ(s.keys().size(), 79u);  // 55 + parallel.bucket_mb + checkpoint.preempt_grace_s
                                     // + training.device + data.tokenizer/text_field/
                                     // prompt_field/completion_field
                                     // + parallel.local_collectives + checkpoint.save_final
                                     // + training.fp32_gemm + training.attention
                                     // + lora.* (6) + sweep.layout + sweep.repeat
+                                    // + parallel.pp/pp_schedule/pp_virtual_stages/
+                                    // pp_microbatches/pp_split
   ASSERT_NE(s.find("training.lr"), nullptr);
   EXPECT_EQ(s.find("training.lr")->type, ValueType::kFloat);
   EXPECT_EQ(std::get<double>(*s.find("training.lr")->default_value), 3e-4);

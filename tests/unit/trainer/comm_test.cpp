@@ -369,6 +369,60 @@ void runHierarchical(int rank, int world, int port, int per_host) {
   hier->barrier();
 }
 
+// Pipeline point-to-point (comm/p2p.h) between two ranks: messages match by tag, not
+// by posting order (rank 1 posts its receives in reverse), bytes are exact in any dtype,
+// both directions at once; with `hung`, rank 1 never sends and rank 0's receive ends
+// with a DistError naming the peer stage, rank and host within the link's timeout.
+void runP2P(int rank, int world, int port, bool hung) {
+  Distributed d = initDistributed(envFor(rank, world, port), std::chrono::seconds(30), "auto", "off");
+  if (hung) d.timeout = std::chrono::seconds(2);
+  const int peer = 1 - rank;
+  std::unique_ptr<P2PLink> link = d.newLink("p2p", {peer, peer, "h" + std::to_string(peer)});
+  const torch::Tensor a = valuesOf(0, 1001, torch::kFloat32).view({7, 11, 13});
+  const torch::Tensor b = bitsOf(1, 777);
+  if (hung) {
+    if (rank == 0) {
+      torch::Tensor in = torch::empty({7, 11, 13});
+      const auto t0 = Clock::now();
+      try {
+        link->recvAsync(in, 0, "activations of micro-batch 0")->wait();
+        ADD_FAILURE() << "receive from a silent peer returned";
+      } catch (const DistError& e) {
+        std::printf("DistError: %s\n", e.what());
+        const std::string w = e.what();
+        EXPECT_NE(w.find("receive activations of micro-batch 0 from stage 1 (rank 1, host h1)"),
+                  std::string::npos) << w;
+        EXPECT_NE(w.find("timeout of 2 s"), std::string::npos) << w;
+      }
+      EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 10.0);
+    }
+    d.timeout = std::chrono::seconds(30);
+    d.world->barrier();
+    return;
+  }
+  if (rank == 0) {
+    auto sa = link->sendAsync(a, 0, "a");
+    auto sb = link->sendAsync(b, 1, "b");
+    torch::Tensor back = torch::empty({7, 11, 13});
+    auto r = link->recvAsync(back, 2, "a back");
+    sa->wait();
+    sb->wait();
+    r->wait();
+    EXPECT_TRUE(torch::equal(back, a * 2));
+    EXPECT_EQ(link->bytesSent(), 1001 * 4 + 777 * 2);
+  } else {
+    torch::Tensor ra = torch::empty({7, 11, 13}), rb = torch::empty({777}, torch::kBFloat16);
+    auto wb = link->recvAsync(rb, 1, "b");  // posted before the first message's receive
+    auto wa = link->recvAsync(ra, 0, "a");
+    wa->wait();
+    wb->wait();
+    EXPECT_TRUE(torch::equal(ra, a));
+    EXPECT_TRUE(sameBits(rb, b));
+    link->sendAsync(ra * 2, 2, "a back")->wait();
+  }
+  d.world->barrier();
+}
+
 TEST(CommWorker, Run) {
   const char* rank_s = std::getenv(kRankVar);
   if (rank_s == nullptr) GTEST_SKIP() << "worker body, started by the CommGloo tests";
@@ -387,6 +441,8 @@ TEST(CommWorker, Run) {
     runHierarchical(rank, world, port, std::stoi(mode.substr(4)));
   } else if (mode == "mismatch") {
     runMismatch(rank, world, port);
+  } else if (mode == "p2p" || mode == "p2p_hung") {
+    runP2P(rank, world, port, mode == "p2p_hung");
   } else if (mode == "dead_peer" || mode == "hung_peer") {
     runBrokenPeer(rank, world, port, mode == "hung_peer", local);
   } else {
@@ -545,6 +601,15 @@ TEST(CommGloo, DeadPeerThrowsDistErrorWithinTimeout) {
 
 TEST(CommGloo, HungPeerThrowsDistErrorAfterTimeout) {
   auto results = runWorkers(2, "hung_peer", std::chrono::seconds(30));
+  expectAllPassed(results, 2);
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_NE(results[0].log.find("DistError:"), std::string::npos) << results[0].log;
+}
+
+TEST(CommP2P, TaggedSendsAndReceivesInBothDirections) { expectCollectivesPass(2, "p2p"); }
+
+TEST(CommP2P, SilentPeerThrowsDistErrorNamingItsStageRankAndHost) {
+  auto results = runWorkers(2, "p2p_hung", std::chrono::seconds(30));
   expectAllPassed(results, 2);
   ASSERT_EQ(results.size(), 2u);
   EXPECT_NE(results[0].log.find("DistError:"), std::string::npos) << results[0].log;

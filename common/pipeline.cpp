@@ -1,0 +1,225 @@
+#include "common/pipeline.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <stdexcept>
+#include <tuple>
+
+namespace ftb {
+
+const char* pipeScheduleName(PipeSchedule s) {
+  switch (s) {
+    case PipeSchedule::kGpipe:
+      return "gpipe";
+    case PipeSchedule::k1F1B:
+      return "1f1b";
+    case PipeSchedule::kInterleaved1F1B:
+      return "interleaved_1f1b";
+  }
+  return "?";
+}
+
+// Forward + backward per token: 6 FLOPs per weight (as flopsPerToken), attention scores
+// 12·H·hd·T per block; the embedding a gather forward and a scatter-add backward (2·D);
+// the loss a softmax forward and its gradient (3·V).
+LayerCosts layerCosts(const ModelArgs& m, int64_t seq_len) {
+  LayerCosts c;
+  c.block = 6.0 * double(m.blockMatrixParams() + 2 * m.dim) +
+            12.0 * double(m.n_heads * m.headDim() * seq_len);
+  c.embed = 2.0 * double(m.dim);
+  c.head = 6.0 * double(m.vocab_size * m.dim + m.dim) + 3.0 * double(m.vocab_size);
+  return c;
+}
+
+std::vector<int64_t> balancedSplit(int64_t n_layers, int64_t chunks, const LayerCosts& costs) {
+  if (chunks < 1 || chunks > n_layers)
+    throw std::logic_error("balancedSplit: need 1 <= chunks <= n_layers");
+  const double inf = std::numeric_limits<double>::infinity();
+  // best[k][i]: the smallest largest-chunk cost of blocks [0, i) in chunks [0, k);
+  // cut[k][i]: where chunk k-1 starts in that split.
+  std::vector<std::vector<double>> best(chunks + 1, std::vector<double>(n_layers + 1, inf));
+  std::vector<std::vector<int64_t>> cut(chunks + 1, std::vector<int64_t>(n_layers + 1, 0));
+  best[0][0] = 0;
+  for (int64_t k = 1; k <= chunks; ++k) {
+    const double extra = (k == 1 ? costs.embed : 0) + (k == chunks ? costs.head : 0);
+    for (int64_t i = k; i <= n_layers; ++i) {
+      for (int64_t j = i - 1; j >= k - 1; --j) {  // chunk k-1 = blocks [j, i)
+        const double v = std::max(best[k - 1][j], double(i - j) * costs.block + extra);
+        if (v < best[k][i]) best[k][i] = v, cut[k][i] = j;  // largest j on ties
+      }
+    }
+  }
+  std::vector<int64_t> split(chunks);
+  for (int64_t k = chunks, i = n_layers; k >= 1; --k) {
+    split[k - 1] = i - cut[k][i];
+    i = cut[k][i];
+  }
+  return split;
+}
+
+std::string describe(const PipeAction& a) {
+  const std::string mb = " mb " + std::to_string(a.mb) + " chunk " + std::to_string(a.chunk);
+  const std::string peer = " stage " + std::to_string(a.peer);
+  switch (a.kind) {
+    case PipeAction::kForward:
+      return "forward" + mb;
+    case PipeAction::kBackward:
+      return "backward" + mb;
+    case PipeAction::kSendAct:
+      return "send activations" + mb + " to" + peer;
+    case PipeAction::kRecvAct:
+      return "receive activations" + mb + " from" + peer;
+    case PipeAction::kSendGrad:
+      return "send gradients" + mb + " to" + peer;
+    case PipeAction::kRecvGrad:
+      return "receive gradients" + mb + " from" + peer;
+  }
+  return "?";
+}
+
+int64_t PipePlan::firstLayer(int64_t model_chunk) const {
+  int64_t first = 0;
+  for (int64_t k = 0; k < model_chunk; ++k) first += split[k];
+  return first;
+}
+
+PipePlan pipePlanOf(const TrainConfig& tc) {
+  PipePlan plan;
+  plan.schedule = tc.pp_schedule == "gpipe"  ? PipeSchedule::kGpipe
+                  : tc.pp_schedule == "1f1b" ? PipeSchedule::k1F1B
+                                             : PipeSchedule::kInterleaved1F1B;
+  plan.stages = tc.pp;
+  plan.virtual_stages = tc.pp_virtual_stages;
+  plan.microbatches = tc.grad_accum_steps;
+  plan.split = tc.pp_split;
+  return plan;
+}
+
+namespace {
+
+PipeAction fwd(int64_t mb, int64_t chunk) { return {PipeAction::kForward, mb, chunk, -1}; }
+PipeAction bwd(int64_t mb, int64_t chunk) { return {PipeAction::kBackward, mb, chunk, -1}; }
+
+// Interleaved 1F1B (Megatron): forward step k runs micro-batch (k / pv)·p + k % p on
+// chunk (k / p) % v; backward step k the same micro-batch on chunk v − 1 − (k / p) % v.
+std::vector<PipeAction> interleavedOrder(const PipePlan& plan, int64_t stage) {
+  const int64_t p = plan.stages, v = plan.virtual_stages, total = plan.microbatches * v;
+  auto step = [&](int64_t k, bool forward) {
+    const int64_t within = k % (p * v), mb = (k / (p * v)) * p + within % p;
+    const int64_t c = (within / p) % v;
+    return forward ? fwd(mb, c) : bwd(mb, v - 1 - c);
+  };
+  const int64_t warmup = std::min((p - stage - 1) * 2 + (v - 1) * p, total);
+  std::vector<PipeAction> out;
+  for (int64_t k = 0; k < warmup; ++k) out.push_back(step(k, true));
+  for (int64_t i = 0; i < total - warmup; ++i) {
+    out.push_back(step(warmup + i, true));
+    out.push_back(step(i, false));
+  }
+  for (int64_t k = total - warmup; k < total; ++k) out.push_back(step(k, false));
+  return out;
+}
+
+}  // namespace
+
+std::vector<PipeAction> computeOrder(const PipePlan& plan, int64_t stage) {
+  const int64_t p = plan.stages, m = plan.microbatches;
+  std::vector<PipeAction> out;
+  switch (plan.schedule) {
+    case PipeSchedule::kGpipe:
+      for (int64_t i = 0; i < m; ++i) out.push_back(fwd(i, 0));
+      for (int64_t i = 0; i < m; ++i) out.push_back(bwd(i, 0));
+      break;
+    case PipeSchedule::k1F1B: {
+      const int64_t warmup = std::min(p - stage - 1, m);
+      for (int64_t i = 0; i < warmup; ++i) out.push_back(fwd(i, 0));
+      for (int64_t i = 0; i < m - warmup; ++i) {
+        out.push_back(fwd(warmup + i, 0));
+        out.push_back(bwd(i, 0));
+      }
+      for (int64_t i = m - warmup; i < m; ++i) out.push_back(bwd(i, 0));
+      break;
+    }
+    case PipeSchedule::kInterleaved1F1B:
+      out = interleavedOrder(plan, stage);
+      break;
+  }
+  return out;
+}
+
+std::vector<PipeAction> withTransfers(const PipePlan& plan, int64_t stage,
+                                      const std::vector<PipeAction>& compute) {
+  const int64_t p = plan.stages, last = p * plan.virtual_stages - 1;
+  std::vector<PipeAction> out;
+  for (const PipeAction& a : compute) {
+    const int64_t k = plan.modelChunk(stage, a.chunk);
+    const bool f = a.kind == PipeAction::kForward;
+    // Receive what this compute consumes, compute, send what it produced.
+    if (f && k > 0) out.push_back({PipeAction::kRecvAct, a.mb, a.chunk, (k - 1) % p});
+    if (!f && k < last) out.push_back({PipeAction::kRecvGrad, a.mb, a.chunk, (k + 1) % p});
+    out.push_back(a);
+    if (f && k < last) out.push_back({PipeAction::kSendAct, a.mb, a.chunk, (k + 1) % p});
+    if (!f && k > 0) out.push_back({PipeAction::kSendGrad, a.mb, a.chunk, (k - 1) % p});
+  }
+  return out;
+}
+
+std::vector<std::vector<PipeAction>> pipeActions(const PipePlan& plan) {
+  std::vector<std::vector<PipeAction>> all;
+  for (int64_t s = 0; s < plan.stages; ++s)
+    all.push_back(withTransfers(plan, s, computeOrder(plan, s)));
+  return all;
+}
+
+double theoreticalBubble(const PipePlan& plan) {
+  const double p = double(plan.stages), m = double(plan.microbatches);
+  const double b = (p - 1) / (m + p - 1);
+  return plan.schedule == PipeSchedule::kInterleaved1F1B ? b / double(plan.virtual_stages) : b;
+}
+
+PipeSimulation simulatePipeline(const std::vector<std::vector<PipeAction>>& actions,
+                                double compute_time) {
+  const int64_t p = int64_t(actions.size());
+  PipeSimulation sim;
+  sim.peak_in_flight.assign(p, 0);
+  sim.forwards.assign(p, 0);
+  sim.backwards.assign(p, 0);
+  std::vector<double> clock(p, 0);
+  std::vector<size_t> next(p, 0);
+  std::vector<int64_t> in_flight(p, 0);
+  // (is gradient, micro-batch, receiver's model chunk) -> arrival time
+  std::map<std::tuple<bool, int64_t, int64_t>, double> sent;
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int64_t s = 0; s < p; ++s) {
+      for (; next[s] < actions[s].size(); ++next[s], progress = true) {
+        const PipeAction& a = actions[s][next[s]];
+        const int64_t k = a.chunk * p + s;
+        if (a.kind == PipeAction::kSendAct || a.kind == PipeAction::kSendGrad) {
+          const bool g = a.kind == PipeAction::kSendGrad;
+          sent[{g, a.mb, g ? k - 1 : k + 1}] = clock[s];
+        } else if (a.kind == PipeAction::kRecvAct || a.kind == PipeAction::kRecvGrad) {
+          auto it = sent.find({a.kind == PipeAction::kRecvGrad, a.mb, k});
+          if (it == sent.end()) break;
+          clock[s] = std::max(clock[s], it->second);
+        } else {
+          clock[s] += compute_time;
+          const bool f = a.kind == PipeAction::kForward;
+          in_flight[s] += f ? 1 : -1;
+          (f ? sim.forwards : sim.backwards)[s] += 1;
+          sim.peak_in_flight[s] = std::max(sim.peak_in_flight[s], in_flight[s]);
+        }
+      }
+    }
+  }
+  for (int64_t s = 0; s < p; ++s) {
+    sim.makespan = std::max(sim.makespan, clock[s]);
+    if (next[s] < actions[s].size())
+      sim.deadlock += (sim.deadlock.empty() ? "" : "; ") + std::string("stage ") +
+                      std::to_string(s) + " waits to " + describe(actions[s][next[s]]);
+  }
+  return sim;
+}
+
+}  // namespace ftb

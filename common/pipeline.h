@@ -1,0 +1,97 @@
+// Pipeline parallelism as pure functions: the layer split over virtual stages and the
+// schedules (GPipe, 1F1B, interleaved 1F1B) as per-stage ordered action lists, plus the
+// schedules' theoretical bubble fractions and a simulator that executes the lists.
+// No libtorch: the trainer's stage executor runs these lists, the config validation and
+// the memory estimator read them.
+//
+// Terms: p pipeline stages (ranks along the pipeline), v virtual stages (chunks) per
+// stage, S = p·v model chunks in model order. Chunk c of stage s is model chunk
+// k = c·p + s (Megatron's interleaving: stage s holds chunks s, s + p, ...). Chunk 0 also
+// holds the embedding, chunk S−1 the final norm, output projection and loss.
+// m micro-batches per optimizer step.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/run_config.h"
+
+namespace ftb {
+
+enum class PipeSchedule { kGpipe, k1F1B, kInterleaved1F1B };
+
+const char* pipeScheduleName(PipeSchedule s);  // "gpipe" | "1f1b" | "interleaved_1f1b"
+
+// FLOPs per token of each model piece, forward + backward (6 per parameter per token and
+// the attention scores), as ModelArgs::flopsPerToken counts them.
+struct LayerCosts {
+  double block = 0;  // one transformer block
+  double embed = 0;  // the embedding gather forward and its scatter-add backward
+  double head = 0;   // final norm, output projection and the cross-entropy
+};
+LayerCosts layerCosts(const ModelArgs& m, int64_t seq_len);
+
+// The contiguous split of n_layers blocks into `chunks` model chunks (each >= 1 block)
+// that minimises the largest chunk cost, chunk 0 counting costs.embed and the last chunk
+// costs.head. Ties go to the split that puts more blocks on earlier chunks.
+// REQUIRES: 1 <= chunks <= n_layers.
+std::vector<int64_t> balancedSplit(int64_t n_layers, int64_t chunks, const LayerCosts& costs);
+
+// What a stage does, in order. Compute: kForward / kBackward of micro-batch `mb` on its
+// local chunk `chunk`. Communication with stage `peer`: activations go forward
+// (kSendAct, kRecvAct), their gradients backward (kSendGrad, kRecvGrad); each message is
+// identified by (kind, mb, model chunk of the receiver).
+struct PipeAction {
+  enum Kind { kForward, kBackward, kSendAct, kRecvAct, kSendGrad, kRecvGrad };
+  Kind kind = kForward;
+  int64_t mb = 0, chunk = 0;  // chunk: the local chunk index on this stage
+  int64_t peer = -1;          // the other stage of a send/recv
+  bool operator==(const PipeAction& o) const {
+    return kind == o.kind && mb == o.mb && chunk == o.chunk && peer == o.peer;
+  }
+};
+std::string describe(const PipeAction& a);  // "F3c1", "B0c0", "send_act mb 2 -> stage 1", ...
+
+struct PipePlan {
+  PipeSchedule schedule = PipeSchedule::k1F1B;
+  int64_t stages = 1, virtual_stages = 1, microbatches = 1;
+  std::vector<int64_t> split;  // blocks per model chunk, size stages·virtual_stages
+  // first model layer of model chunk k: sum of split[0..k)
+  int64_t firstLayer(int64_t model_chunk) const;
+  int64_t modelChunk(int64_t stage, int64_t chunk) const { return chunk * stages + stage; }
+};
+
+// The plan of tc's pipeline keys (m = grad_accum_steps). REQUIRES: tc validated
+// (TrainConfig::fromConfig).
+PipePlan pipePlanOf(const TrainConfig& tc);
+
+// Every stage's actions (index = stage). Sends follow the compute that produced their
+// tensor; receives come just before the compute that consumes it.
+// REQUIRES: plan as PipelineConfig validation accepts it (run_config.h): m >= 1, split of
+// size p·v with every entry >= 1; 1F1B and interleaved m >= p, interleaved m % p == 0.
+std::vector<std::vector<PipeAction>> pipeActions(const PipePlan& plan);
+
+// The compute actions of stage `stage` alone, in order.
+std::vector<PipeAction> computeOrder(const PipePlan& plan, int64_t stage);
+// `compute` (stage `stage`'s compute actions) with the receives and sends around each:
+// pipeActions(plan)[s] == withTransfers(plan, s, computeOrder(plan, s)).
+std::vector<PipeAction> withTransfers(const PipePlan& plan, int64_t stage,
+                                      const std::vector<PipeAction>& compute);
+
+// Theory: the fraction of a step's stage time spent idle in the pipeline bubble,
+// (p−1)/(m+p−1) for GPipe and 1F1B, divided by v for interleaved 1F1B.
+double theoreticalBubble(const PipePlan& plan);
+
+// Executes every stage's list with buffered sends and blocking receives, each compute
+// action taking `compute_time` (messages arrive when sent).
+struct PipeSimulation {
+  std::string deadlock;  // "" when every stage finished; else who waits for what
+  double makespan = 0;   // the last stage's finish time
+  std::vector<int64_t> peak_in_flight;  // per stage: most chunks forwarded, not backwarded
+  std::vector<int64_t> forwards, backwards;  // per stage: compute actions run
+};
+PipeSimulation simulatePipeline(const std::vector<std::vector<PipeAction>>& actions,
+                                double compute_time = 1.0);
+
+}  // namespace ftb

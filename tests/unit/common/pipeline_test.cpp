@@ -1,0 +1,307 @@
+// The pipeline's pure functions (common/pipeline.h): the FLOP-balanced layer split, the
+// three schedules as per-stage action lists (complete, dependency-respecting, deadlock-free
+// when executed, 1F1B's bounded in-flight micro-batches, the bubble against the theory),
+// and the validation of the pipeline keys shared by the trainer and `sweep_tagger expand`.
+#include "common/pipeline.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "common/config.h"
+#include "common/error.h"
+#include "common/tag.h"
+
+namespace ftb {
+namespace {
+
+TEST(PipeSplit, BalancesCostWithEmbeddingFirstAndHeadLast) {
+  // Blocks cost 1, the head 2: [5, 3] has largest chunk 5 (3 + 2 on the last),
+  // [4, 4] would have 6.
+  EXPECT_EQ(balancedSplit(8, 2, {1.0, 0.0, 2.0}), (std::vector<int64_t>{5, 3}));
+  // An embedding as heavy as the head: symmetric.
+  EXPECT_EQ(balancedSplit(8, 2, {1.0, 2.0, 2.0}), (std::vector<int64_t>{4, 4}));
+  // A head of 3 blocks: the last of 4 chunks keeps one block, the others share the rest.
+  EXPECT_EQ(balancedSplit(10, 4, {1.0, 0.0, 3.0}), (std::vector<int64_t>{3, 3, 3, 1}));
+  EXPECT_EQ(balancedSplit(4, 4, {1.0, 0.0, 100.0}), (std::vector<int64_t>{1, 1, 1, 1}));
+  EXPECT_THROW(balancedSplit(2, 3, {1.0, 0.0, 0.0}), std::logic_error);
+}
+
+TEST(PipeSplit, ModelCostsPutFewerBlocksOnTheLastStageOfASmallModel) {
+  ModelArgs m;  // tiny: the 512 x 64 output GEMM costs about a third of a block
+  m.dim = 64, m.n_layers = 8, m.n_heads = 4, m.n_kv_heads = 2, m.ffn_dim = 192;
+  m.vocab_size = 8192, m.max_seq_len = 256;
+  const LayerCosts c = layerCosts(m, 64);
+  EXPECT_GT(c.head, c.block);  // vocabulary 8192: the head outweighs a block
+  EXPECT_LT(c.embed, c.block);
+  const std::vector<int64_t> split = balancedSplit(8, 2, c);
+  EXPECT_EQ(split[0] + split[1], 8);
+  EXPECT_GT(split[0], split[1]);
+}
+
+struct Case {
+  PipeSchedule schedule;
+  int64_t p, v, m;
+};
+
+PipePlan planFor(const Case& c) {
+  PipePlan plan;
+  plan.schedule = c.schedule;
+  plan.stages = c.p;
+  plan.virtual_stages = c.v;
+  plan.microbatches = c.m;
+  plan.split.assign(c.p * c.v, 1);
+  return plan;
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  for (int64_t p : {1, 2, 3, 4}) {
+    for (int64_t m : {1, 2, 4, 8}) {
+      out.push_back({PipeSchedule::kGpipe, p, 1, m});
+      if (m >= p) out.push_back({PipeSchedule::k1F1B, p, 1, m});
+      if (p > 1 && m % p == 0) {
+        out.push_back({PipeSchedule::kInterleaved1F1B, p, 2, m});
+        out.push_back({PipeSchedule::kInterleaved1F1B, p, 3, m});
+      }
+    }
+  }
+  return out;
+}
+
+std::string name(const Case& c) {
+  return std::string(pipeScheduleName(c.schedule)) + " p" + std::to_string(c.p) + " v" +
+         std::to_string(c.v) + " m" + std::to_string(c.m);
+}
+
+// Every (micro-batch, chunk) forwarded once and backwarded once on every stage, the
+// backward after the forward.
+TEST(PipeSchedule, EveryMicroBatchRunsForwardThenBackwardOncePerChunk) {
+  for (const Case& c : cases()) {
+    const PipePlan plan = planFor(c);
+    for (int64_t s = 0; s < c.p; ++s) {
+      std::set<std::pair<int64_t, int64_t>> fwd, bwd;
+      for (const PipeAction& a : computeOrder(plan, s)) {
+        auto key = std::make_pair(a.mb, a.chunk);
+        if (a.kind == PipeAction::kForward) {
+          EXPECT_TRUE(fwd.insert(key).second) << name(c) << " stage " << s << " " << describe(a);
+        } else {
+          ASSERT_EQ(a.kind, PipeAction::kBackward);
+          EXPECT_TRUE(fwd.count(key)) << name(c) << " backward before forward: " << describe(a);
+          EXPECT_TRUE(bwd.insert(key).second) << name(c) << " " << describe(a);
+        }
+      }
+      EXPECT_EQ(int64_t(fwd.size()), c.m * c.v) << name(c);
+      EXPECT_EQ(int64_t(bwd.size()), c.m * c.v) << name(c);
+    }
+  }
+}
+
+// Every receive has exactly one matching send from the named peer, every send a receive:
+// activations flow to the next model chunk, gradients to the previous one.
+TEST(PipeSchedule, EveryTransferPairsWithItsNeighbour) {
+  for (const Case& c : cases()) {
+    const PipePlan plan = planFor(c);
+    std::multiset<std::tuple<bool, int64_t, int64_t, int64_t, int64_t>> sends, recvs;
+    const auto all = pipeActions(plan);
+    for (int64_t s = 0; s < c.p; ++s) {
+      for (const PipeAction& a : all[s]) {
+        const int64_t k = plan.modelChunk(s, a.chunk);
+        if (a.kind == PipeAction::kSendAct) sends.insert({false, a.mb, k + 1, s, a.peer});
+        if (a.kind == PipeAction::kSendGrad) sends.insert({true, a.mb, k - 1, s, a.peer});
+        if (a.kind == PipeAction::kRecvAct) recvs.insert({false, a.mb, k, a.peer, s});
+        if (a.kind == PipeAction::kRecvGrad) recvs.insert({true, a.mb, k, a.peer, s});
+      }
+    }
+    EXPECT_EQ(sends, recvs) << name(c);
+    const int64_t boundaries = c.p * c.v - 1;
+    EXPECT_EQ(int64_t(sends.size()), 2 * boundaries * c.m) << name(c);
+  }
+}
+
+// Executed with blocking receives, every schedule finishes (no stage waits forever), and
+// the bubble of GPipe and 1F1B is exactly the theory when forward and backward take the
+// same time; interleaving shrinks it.
+TEST(PipeSchedule, SimulatedRunsFinishWithTheTheoreticalBubble) {
+  for (const Case& c : cases()) {
+    const PipePlan plan = planFor(c);
+    const PipeSimulation sim = simulatePipeline(pipeActions(plan), 1.0 / double(c.v));
+    ASSERT_EQ(sim.deadlock, "") << name(c);
+    const double busy = 2.0 * double(c.m);  // per stage: m·v chunks, forward and backward
+    const double bubble = 1.0 - busy / sim.makespan;
+    if (c.schedule != PipeSchedule::kInterleaved1F1B) {
+      EXPECT_NEAR(bubble, theoreticalBubble(plan), 1e-12) << name(c);
+    } else {
+      PipePlan flat = plan;
+      flat.schedule = PipeSchedule::k1F1B;
+      flat.virtual_stages = 1;
+      EXPECT_LT(bubble, theoreticalBubble(flat)) << name(c);
+      // (p−1)/v of idle chunk slots at each end: (p−1)/(v·m + p − 1), the exact
+      // interleaved bubble; the stated theory (p−1)/(m+p−1)/v is at most 1/v above it.
+      const double exact = double(c.p - 1) / double(c.v * c.m + c.p - 1);
+      EXPECT_NEAR(bubble, exact, 1e-12) << name(c);
+    }
+  }
+}
+
+TEST(PipeSchedule, OneFOneBKeepsAtMostPMicroBatchesInFlightOnStageZero) {
+  for (int64_t p : {2, 4}) {
+    for (int64_t m : {4, 8, 16}) {
+      const PipePlan f1b = planFor({PipeSchedule::k1F1B, p, 1, m});
+      const PipePlan gpipe = planFor({PipeSchedule::kGpipe, p, 1, m});
+      const PipePlan inter = planFor({PipeSchedule::kInterleaved1F1B, p, 2, m});
+      const PipeSimulation a = simulatePipeline(pipeActions(f1b));
+      EXPECT_EQ(a.peak_in_flight[0], p);
+      for (int64_t s = 0; s < p; ++s) EXPECT_EQ(a.peak_in_flight[s], p - s);
+      EXPECT_EQ(simulatePipeline(pipeActions(gpipe)).peak_in_flight[0], m);
+      // Interleaved keeps more chunks of activations (each a 1/v share of the stage).
+      EXPECT_GT(simulatePipeline(pipeActions(inter)).peak_in_flight[0], p);
+    }
+  }
+}
+
+TEST(PipeSchedule, SimulatorReportsADeadlockNamingTheWaits) {
+  // Stage 0 waits for micro-batch 0's gradient before forwarding micro-batch 1, while
+  // stage 1 forwards both micro-batches before its first backward.
+  const PipePlan plan = planFor({PipeSchedule::kGpipe, 2, 1, 2});
+  const std::vector<PipeAction> s0 = {{PipeAction::kForward, 0, 0, -1},
+                                      {PipeAction::kBackward, 0, 0, -1},
+                                      {PipeAction::kForward, 1, 0, -1},
+                                      {PipeAction::kBackward, 1, 0, -1}};
+  const PipeSimulation sim =
+      simulatePipeline({withTransfers(plan, 0, s0), withTransfers(plan, 1, computeOrder(plan, 1))});
+  EXPECT_EQ(sim.deadlock,
+            "stage 0 waits to receive gradients mb 0 chunk 0 from stage 1; stage 1 waits to "
+            "receive activations mb 1 chunk 0 from stage 0");
+}
+
+TEST(PipeSchedule, TheoryFormulas) {
+  EXPECT_DOUBLE_EQ(theoreticalBubble(planFor({PipeSchedule::k1F1B, 2, 1, 8})), 1.0 / 9.0);
+  EXPECT_DOUBLE_EQ(theoreticalBubble(planFor({PipeSchedule::kGpipe, 4, 1, 8})), 3.0 / 11.0);
+  EXPECT_DOUBLE_EQ(theoreticalBubble(planFor({PipeSchedule::kInterleaved1F1B, 2, 2, 8})),
+                   1.0 / 18.0);
+  EXPECT_DOUBLE_EQ(theoreticalBubble(planFor({PipeSchedule::k1F1B, 1, 1, 8})), 0.0);
+}
+
+// ---- validation of the keys (TrainConfig::fromConfig, shared with sweep_tagger expand)
+
+const char* const kTinyRun = FTB_SOURCE_DIR "/configs/runs/tiny.toml";
+
+std::string refusal(std::vector<std::string> overrides, int world) {
+  overrides.insert(overrides.begin(), "model.n_layers=4");  // a later override wins
+  return refusalOf(Config::load(kTinyRun, overrides), world);
+}
+
+void expectRefusal(const std::vector<std::string>& overrides, int world,
+                   const std::vector<std::string>& parts) {
+  const std::string r = refusal(overrides, world);
+  ASSERT_NE(r, "") << "accepted";
+  EXPECT_NE(r.find("hint:"), std::string::npos) << r;
+  for (const std::string& part : parts) EXPECT_NE(r.find(part), std::string::npos) << r;
+}
+
+TEST(PipeConfig, MoreStagesThanBlocksIsRefused) {
+  expectRefusal({"parallel.pp=8"}, 8,
+                {"key 'parallel.pp'", "pp(8) exceeds model.n_layers(4)", "at most 4"});
+}
+
+TEST(PipeConfig, TooFewMicroBatchesForTheScheduleIsRefused) {
+  expectRefusal({"parallel.pp=4", "parallel.pp_microbatches=2"}, 4,
+                {"key 'parallel.pp_microbatches'", "\"1f1b\" needs at least pp(4) micro-batches",
+                 "got 2"});
+  expectRefusal({"parallel.pp=2", "parallel.pp_schedule=\"interleaved_1f1b\"",
+                 "parallel.pp_virtual_stages=2", "parallel.pp_microbatches=3"},
+                2, {"groups of pp(2)", "got 3"});
+  // GPipe runs any number of micro-batches: the refusal is the not-yet-implemented pp.
+  const std::string gpipe =
+      refusal({"parallel.pp=4", "parallel.pp_microbatches=2", "parallel.pp_schedule=\"gpipe\""}, 4);
+  EXPECT_EQ(gpipe.find("micro-batches"), std::string::npos) << gpipe;
+}
+
+TEST(PipeConfig, VirtualStagesThatDoNotDivideTheBlocksAreRefused) {
+  expectRefusal({"parallel.pp=2", "parallel.pp_schedule=\"interleaved_1f1b\"",
+                 "parallel.pp_virtual_stages=3", "parallel.pp_microbatches=2"},
+                2, {"key 'parallel.pp_virtual_stages'", "6 model chunks do not divide model.n_layers(4)"});
+  expectRefusal({"model.n_layers=6", "parallel.pp=2", "parallel.pp_schedule=\"interleaved_1f1b\"",
+                 "parallel.pp_virtual_stages=2", "parallel.pp_microbatches=2"},
+                2, {"4 model chunks do not divide model.n_layers(6)", "parallel.pp_split"});
+  expectRefusal({"parallel.pp=2", "parallel.pp_virtual_stages=2"}, 2,
+                {"needs pp_schedule \"interleaved_1f1b\""});
+  expectRefusal({"parallel.pp=2", "parallel.pp_schedule=\"interleaved_1f1b\"",
+                 "parallel.pp_microbatches=2"},
+                2, {"needs pp_virtual_stages >= 2"});
+}
+
+TEST(PipeConfig, SplitThatDoesNotSumToTheBlocksIsRefused) {
+  expectRefusal({"parallel.pp=2", "parallel.pp_split=[1, 2]", "parallel.pp_microbatches=2"}, 2,
+                {"key 'parallel.pp_split'", "[1, 2] sums to 3, not model.n_layers(4)"});
+  expectRefusal({"parallel.pp=2", "parallel.pp_split=[4]", "parallel.pp_microbatches=2"}, 2,
+                {"[4] has 1 entries, expected pp(2) * pp_virtual_stages(1) = 2"});
+  expectRefusal({"parallel.pp=2", "parallel.pp_split=[4, 0]", "parallel.pp_microbatches=2"}, 2,
+                {"gives a chunk 0 blocks"});
+}
+
+TEST(PipeConfig, StagesAreInTheWorldSizeProduct) {
+  expectRefusal({"parallel.pp=2", "parallel.tp=2"}, 2,
+                {"pp(2) * dp_shard(1) * tp(2) does not divide world_size(2)"});
+  const TrainConfig tc = TrainConfig::fromConfig(Config::load(kTinyRun, {"model.n_layers=4"}), 4);
+  EXPECT_EQ(tc.pp, 1);
+  EXPECT_EQ(tc.dp_replicate, 4);
+  EXPECT_EQ(tc.pp_split, (std::vector<int64_t>{4}));
+}
+
+TEST(PipeConfig, MicroBatchesSetGradientAccumulationOrMustAgree) {
+  const TrainConfig tc = TrainConfig::fromConfig(
+      Config::load(kTinyRun, {"model.n_layers=4", "parallel.pp_microbatches=4"}), 1);
+  EXPECT_EQ(tc.grad_accum_steps, 4);
+  EXPECT_EQ(tc.pp_microbatches, 4);
+  expectRefusal({"parallel.pp_microbatches=4", "training.grad_accum_steps=2"}, 1,
+                {"pp_microbatches(4) contradicts grad_accum_steps(2)"});
+}
+
+// The pipeline keys came after run directories existed: at their defaults they leave a
+// run's tag as it was (SchemaTest.RenamedKeyHashesAsItsOldNameDid pins those hashes);
+// set, they make another run.
+TEST(PipeConfig, KeysAtTheirDefaultsLeaveTheRunTagUnchanged) {
+  auto hash = [](std::vector<std::string> o) { return configHash(Config::load(kTinyRun, o), 2); };
+  const std::string plain = hash({});
+  EXPECT_EQ(hash({"parallel.pp=1", "parallel.pp_schedule=\"1f1b\"", "parallel.pp_split=[]",
+                  "parallel.pp_virtual_stages=1", "parallel.pp_microbatches=0"}),
+            plain);
+  EXPECT_NE(hash({"parallel.pp=2"}), plain);
+  EXPECT_NE(hash({"parallel.pp_schedule=\"gpipe\""}), plain);
+  EXPECT_NE(hash({"parallel.pp_split=[2]"}), plain);
+}
+
+TEST(PipeConfig, AValidPipelineResolvesItsPlan) {
+  const TrainConfig tc = TrainConfig::fromConfig(
+      Config::load(kTinyRun, {"model.n_layers=4", "parallel.pp=2", "parallel.pp_microbatches=4",
+                              "parallel.pp_schedule=\"interleaved_1f1b\"",
+                              "parallel.pp_virtual_stages=2"}),
+      4);
+  EXPECT_EQ(tc.pp, 2);
+  EXPECT_EQ(tc.dp_replicate, 2);
+  EXPECT_EQ(tc.globalBatch(), 2 * 4 * 2);  // micro_batch_size * m * dp: stages share samples
+  const PipePlan plan = pipePlanOf(tc);
+  EXPECT_EQ(plan.schedule, PipeSchedule::kInterleaved1F1B);
+  EXPECT_EQ(plan.microbatches, 4);
+  EXPECT_EQ(plan.split, (std::vector<int64_t>{1, 1, 1, 1}));
+  EXPECT_EQ(simulatePipeline(pipeActions(plan)).deadlock, "");
+}
+
+TEST(PipeConfig, WhatAStageCannotRunYetIsRefused) {
+  expectRefusal({"parallel.pp=2", "parallel.pp_microbatches=2", "model.tie_embeddings=true"}, 2,
+                {"tied embeddings is not supported"});
+  expectRefusal({"parallel.pp=4", "parallel.pp_microbatches=4", "parallel.dp_shard=2",
+                 "parallel.zero_stage=3"},
+                8, {"key 'parallel.zero_stage'", "needs pp = 2 with one chunk per stage"});
+  expectRefusal({"parallel.pp=2", "parallel.pp_microbatches=2", "data.padding=\"longest\"",
+                 "training.activation_checkpointing=\"full\""},
+                2, {"key 'data.padding'", "need one length per step"});
+}
+
+}  // namespace
+}  // namespace ftb

@@ -1,0 +1,68 @@
+#include "trainer/parallel/step_runner.h"
+
+#include "trainer/comm/comm.h"
+#include "trainer/metrics/perf.h"
+
+namespace ftb {
+
+double lap(double& acc, double t) {
+  double now = nowSeconds();
+  acc += now - t;
+  return now;
+}
+
+double moveCollectiveTime(double since, double& phase, double& comm) {
+  const double now = collectiveSeconds(), d = now - since;
+  phase -= d;
+  comm += d;
+  return now;
+}
+
+namespace {
+
+class SequentialRunner final : public StepRunner {
+ public:
+  SequentialRunner(Transformer model, GradSync& sync, int64_t tp)
+      : model_(std::move(model)), sync_(sync), tp_(tp) {}
+
+  FwdBwdStats run(const StepBatches& mine, double positions) override {
+    FwdBwdStats st;
+    double t = nowSeconds();
+    for (size_t m = 0; m < mine.micro.size(); ++m) {
+      const Batch& b = mine.micro[m];
+      torch::Tensor loss_sum;
+      double c = collectiveSeconds();
+      {
+        RECORD_USER_SCOPE("forward");  // named ranges for traces: trainer/loop/profiler.h
+        loss_sum = model_->lossSum(model_->forward(b.inputs), b.targets, b.mask);
+      }
+      t = lap(st.fwd_s, t);
+      c = moveCollectiveTime(c, st.fwd_s, st.comm_s);
+      sync_.beforeBackward(m + 1 == mine.micro.size());
+      {
+        RECORD_USER_SCOPE("backward");
+        (loss_sum / positions).backward();
+      }
+      t = lap(st.bwd_s, t);
+      moveCollectiveTime(c, st.bwd_s, st.comm_s);
+      st.loss_sum += loss_sum.item<double>();
+      st.padded += double(b.padded_tokens);
+      st.dataset += double(b.dataset_tokens);
+    }
+    return st;
+  }
+  int64_t sampleCopies() const override { return tp_; }
+
+ private:
+  Transformer model_;
+  GradSync& sync_;
+  int64_t tp_;
+};
+
+}  // namespace
+
+std::unique_ptr<StepRunner> makeSequentialRunner(Transformer model, GradSync& sync, int64_t tp) {
+  return std::make_unique<SequentialRunner>(std::move(model), sync, tp);
+}
+
+}  // namespace ftb
