@@ -196,26 +196,31 @@ int runMaxMicroBatch(const MaxMicroBatchOptions& o, const TrainConfig& tc, int l
     if (!tried.count(mb)) printTry(tried[mb] = runTry(o, tc, mb, limit, scratch), limit);
     return tried[mb];
   };
-  // Bracket [lo fits, hi does not] by galloping from the estimator's size, then bisect.
-  int64_t lo = 0, hi = 0, probe = std::max<int64_t>(guess, 1);
-  if (measure(probe).fits) {
-    lo = probe;
-    for (int64_t step = 1; !hi; step *= 2) {
-      const int64_t next = std::min(lo + step, kMaxSearch);
-      if (next == lo) break;  // at the search cap
-      (measure(next).fits ? lo : hi) = next;
-    }
-  } else {
-    hi = probe;
-    for (int64_t step = 1; !lo && hi > 1; step *= 2) {
-      const int64_t next = std::max<int64_t>(hi - step, 1);
-      (measure(next).fits ? lo : hi) = next;
-      if (next == 1) break;
-    }
+  // Bracket [lo fits, hi does not] (0 = not found yet): the estimator's size, then the
+  // estimator corrected by that try's measured offset, then gallop and bisect.
+  int64_t lo = 0, hi = 0;
+  auto note = [&](int64_t mb) { (measure(mb).fits ? lo : hi) = mb; };
+  const int64_t first = std::max<int64_t>(guess, 1);
+  note(first);
+  if (const Try& t = tried[first]; t.peak > 0) {
+    const int64_t c = largestEstimatedFit(tc, limit - (t.peak - t.estimate));
+    if (c > lo && (hi == 0 || c < hi) && c >= 1) note(c);
   }
-  while (lo > 0 && hi > lo + 1) {
-    const int64_t mid = lo + (hi - lo) / 2;
-    (measure(mid).fits ? lo : hi) = mid;
+  for (int64_t step = 1; lo > 0 && hi == 0 && lo < kMaxSearch; step *= 2)
+    note(std::min(lo + step, kMaxSearch));
+  for (int64_t step = 1; lo == 0 && hi > 1; step *= 2) note(std::max<int64_t>(hi - step, 1));
+  // Peak RSS grows about linearly with the size: interpolate between the bracket's
+  // measured peaks and try the guess's neighbour at once; every other round bisects, so
+  // a curve that is not linear still converges in O(log) tries.
+  for (bool interpolate = true; lo > 0 && hi > lo + 1; interpolate = !interpolate) {
+    const Try &a = tried[lo], &b = tried[hi];
+    int64_t g = lo + (hi - lo) / 2;
+    if (interpolate && b.peak > a.peak)
+      g = lo + int64_t((limit - a.peak) / (b.peak - a.peak) * double(hi - lo));
+    g = std::clamp(g, lo + 1, hi - 1);
+    note(g);
+    if (lo == g && g + 1 < hi) note(g + 1);
+    else if (hi == g && g - 1 > lo) note(g - 1);
   }
   std::error_code ec;
   fs::remove(scratch, ec);

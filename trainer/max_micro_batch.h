@@ -9,14 +9,16 @@
 //   allocator growth over hours).
 // - Search: the estimator (estimateMemory) gives the largest size whose estimate is at
 //   most (1 - m) × B (sizes 1..kMaxSearch). Real runs then confirm it: each try runs
-//   the trainer itself (/proc/self/exe) as world_size local ranks for kTrySteps steps
+//   the trainer itself (/proc/self/exe) as world_size local ranks for `try_steps` steps
 //   in a scratch directory under output.dir (parallel.memory_limit_gb = 0 there, so the
 //   run is measured, not refused by the estimate; no checkpoint), and reads the peak RSS
-//   (peak_rss_bytes, VmHWM, max over ranks) from its metrics files. From the estimator's
-//   size the search gallops up or down and bisects until it holds a size that fits and
-//   the next size up that does not, both measured. A try that ends `oom`, or is killed
-//   (e.g. by the kernel's OOM killer), does not fit; any other failure stops the search
-//   with the try's log. Every try is bounded by `try_timeout_s` (killed after it).
+//   (peak_rss_bytes, VmHWM, max over ranks) from its metrics files. The first try's
+//   measured peak minus its estimate corrects the estimator for a second guess (the
+//   estimate omits allocator and library overhead); from there the search gallops up or
+//   down, then interpolates and bisects until it holds a size that fits and the next size up that does
+//   not, both measured. A try that ends `oom`, or is killed (e.g. by the kernel's OOM
+//   killer), does not fit; any other failure stops the search with the try's log. Every
+//   try is bounded by `try_timeout_s` (killed after it).
 // - Output (stdout): the budget and margin, each try (estimate, measured peak, verdict),
 //   and the answer. Returns 0 with an answer, 1 when even size 1 does not fit or a try
 //   failed.
