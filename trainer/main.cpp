@@ -10,6 +10,21 @@
 #include "trainer/hf/export.h"
 #include "trainer/session.h"
 
+namespace {
+
+// --max-micro-batch and its --safety-margin (a fraction in [0, 1), only with it).
+void readMaxMicroBatchOptions(const cxxopts::ParseResult& args, ftb::SessionOptions& opts) {
+  opts.max_micro_batch = args.count("max-micro-batch") > 0;
+  if (!args.count("safety-margin")) return;
+  opts.safety_margin = args["safety-margin"].as<double>();
+  if (!(opts.safety_margin >= 0 && opts.safety_margin < 1) || !opts.max_micro_batch)
+    throw ftb::ConfigError("--safety-margin", "command line",
+                           "expected a fraction in [0, 1) with --max-micro-batch",
+                           "e.g. --max-micro-batch --safety-margin 0.1");
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace ftb;
   if (argc > 1 && std::string(argv[1]) == "export")  // trainer export --checkpoint C --out D
@@ -79,14 +94,7 @@ int main(int argc, char** argv) {
                           "must be >= 1, got " + std::to_string(opts.world_size),
                           "the number of ranks to plan for, e.g. --world-size 8");
     }
-    opts.max_micro_batch = args.count("max-micro-batch") > 0;
-    if (args.count("safety-margin")) {
-      opts.safety_margin = args["safety-margin"].as<double>();
-      if (!(opts.safety_margin >= 0 && opts.safety_margin < 1) || !opts.max_micro_batch)
-        throw ConfigError("--safety-margin", "command line",
-                          "expected a fraction in [0, 1) with --max-micro-batch",
-                          "e.g. --max-micro-batch --safety-margin 0.1");
-    }
+    readMaxMicroBatchOptions(args, opts);
     if (args.count("generate-data")) opts.generate_data = args["generate-data"].as<std::string>();
     return std::nullopt;
   });

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -20,6 +21,7 @@
 
 #include "common/error.h"
 #include "common/h5_metrics.h"
+#include "trainer/loop/train.h"
 #include "trainer/parallel/memory_estimate.h"
 
 namespace ftb {
@@ -87,13 +89,16 @@ std::vector<int> waitRanks(const std::vector<pid_t>& pids, double deadline_s) {
       if (status[i] == -1 && waitpid(pids[i], &status[i], WNOHANG) == 0) status[i] = -1;
     left = size_t(std::count(status.begin(), status.end(), -1));
     if (left == 0) break;
-    if (std::chrono::steady_clock::now() > end) {
+    const int sig = g_stop_signal.load();
+    if (sig != 0 || std::chrono::steady_clock::now() > end) {
       for (size_t i = 0; i < pids.size(); ++i)
         if (status[i] == -1) kill(-pids[i], SIGKILL);
       for (size_t i = 0; i < pids.size(); ++i)
         if (status[i] == -1) waitpid(pids[i], nullptr, 0);
-      throw IoError("--max-micro-batch: a try did not finish within " +
-                    formatFixed(deadline_s, 0) + " s; its ranks were killed");
+      throw IoError(sig != 0 ? std::string("--max-micro-batch: stopped by signal ") +
+                                   strsignal(sig) + "; the running try's ranks were killed"
+                             : "--max-micro-batch: a try did not finish within " +
+                                   formatFixed(deadline_s, 0) + " s; its ranks were killed");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
@@ -164,6 +169,23 @@ void printTry(const Try& t, double limit) {
             << std::flush;
 }
 
+// The answer: the size that fits with its figures, and the next size up that does not.
+void printAnswer(std::map<int64_t, Try>& tried, int64_t lo, int64_t hi, double limit,
+                 double budget) {
+  const Try& a = tried[lo];
+  std::cout << "max micro-batch = " << lo << ": measured peak RSS " << mib(a.peak) << " = "
+            << formatFixed(100 * a.peak / budget, 1) << " % of the budget " << mib(budget)
+            << " (estimate " << mib(a.estimate) << ")";
+  if (hi > 0) {
+    const Try& b = tried[hi];
+    std::cout << "; micro-batch " << hi << " "
+              << (b.peak > 0 ? "measured " + mib(b.peak) + " > " + mib(limit) : b.verdict);
+  } else {
+    std::cout << "; the search stopped at its cap " << kMaxSearch;
+  }
+  std::cout << "\n";
+}
+
 }  // namespace
 
 int64_t largestEstimatedFit(const TrainConfig& tc, double limit_bytes) {
@@ -228,18 +250,7 @@ int runMaxMicroBatch(const MaxMicroBatchOptions& o, const TrainConfig& tc, int l
     std::cout << "no micro-batch fits: micro-batch 1 " << tried[1].verdict << "\n";
     return 1;
   }
-  const Try& a = tried[lo];
-  std::cout << "max micro-batch = " << lo << ": measured peak RSS " << mib(a.peak) << " = "
-            << formatFixed(100 * a.peak / budget.bytes, 1) << " % of the budget "
-            << mib(budget.bytes) << " (estimate " << mib(a.estimate) << ")";
-  if (hi > 0) {
-    const Try& b = tried[hi];
-    std::cout << "; micro-batch " << hi << " "
-              << (b.peak > 0 ? "measured " + mib(b.peak) + " > " + mib(limit) : b.verdict);
-  } else {
-    std::cout << "; the search stopped at its cap " << kMaxSearch;
-  }
-  std::cout << "\n";
+  printAnswer(tried, lo, hi, limit, budget.bytes);
   return 0;
 }
 

@@ -18,7 +18,8 @@
 //   down, then interpolates and bisects until it holds a size that fits and the next size up that does
 //   not, both measured. A try that ends `oom`, or is killed (e.g. by the kernel's OOM
 //   killer), does not fit; any other failure stops the search with the try's log. Every
-//   try is bounded by `try_timeout_s` (killed after it).
+//   try is bounded by `try_timeout_s`, and a stop signal (SIGTERM, SIGINT) ends the
+//   search: the running try is killed and the search fails.
 // - Output (stdout): the budget and margin, each try (estimate, measured peak, verdict),
 //   and the answer. Returns 0 with an answer, 1 when even size 1 does not fit or a try
 //   failed.
