@@ -22,8 +22,7 @@ namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 double steadyNow() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 std::string slurp(const std::string& path) {
@@ -178,7 +177,9 @@ InterferenceFigures InterferenceSampler::next() {
 std::string describeInterference(const InterferenceFigures& f, size_t bound_cpus) {
   if (std::isnan(f.interference))
     return "interference not measured (/proc/self/task/*/schedstat unreadable)";
-  auto pct = [](double v) { return std::isnan(v) ? std::string("n/a") : formatFixed(100 * v, 1) + " %"; };
+  auto pct = [](double v) {
+    return std::isnan(v) ? std::string("n/a") : formatFixed(100 * v, 1) + " %";
+  };
   return "interference " + pct(f.interference) + " (run-queue wait " + pct(f.wait_frac) +
          ", steal " + pct(f.steal_frac) + "; other processes' load " +
          (std::isnan(f.other_load) ? std::string("n/a") : formatFixed(f.other_load, 2)) + " of " +

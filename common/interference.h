@@ -58,7 +58,7 @@ struct SchedSample {
 
 struct InterferenceFigures {
   double wait_frac = 0, steal_frac = 0, other_load = 0, nivcsw = 0, interference = 0;
-  double wall_s = 0;        // the interval
+  double wall_s = 0;         // the interval
   double wait_thread_s = 0;  // Σ run-queue wait (thread-seconds)
 };
 

@@ -106,16 +106,17 @@ std::vector<int> waitRanks(const std::vector<pid_t>& pids, double deadline_s) {
 }
 
 // The trainer's own arguments for a try of `mb` into `dir`.
-std::vector<std::string> tryArgs(const MaxMicroBatchOptions& o, int64_t mb, const std::string& dir) {
+std::vector<std::string> tryArgs(const MaxMicroBatchOptions& o, int64_t mb,
+                                 const std::string& dir) {
   std::vector<std::string> a = {"trainer", "--config", o.config_path};
   a.insert(a.end(), o.overrides.begin(), o.overrides.end());
   for (const std::string& kv :
        {"training.micro_batch_size=" + std::to_string(mb),
-        "training.max_steps=" + std::to_string(o.try_steps), std::string("training.stop_after_seconds=0"),
-        std::string("parallel.memory_limit_gb=0"), std::string("checkpoint.save_final=false"),
-        std::string("checkpoint.interval=0"), std::string("checkpoint.resume=never"),
-        "metrics.log_every=" + std::to_string(o.try_steps), "output.dir=" + dir,
-        std::string("output.no_sweep_dir=true")})
+        "training.max_steps=" + std::to_string(o.try_steps),
+        std::string("training.stop_after_seconds=0"), std::string("parallel.memory_limit_gb=0"),
+        std::string("checkpoint.save_final=false"), std::string("checkpoint.interval=0"),
+        std::string("checkpoint.resume=never"), "metrics.log_every=" + std::to_string(o.try_steps),
+        "output.dir=" + dir, std::string("output.no_sweep_dir=true")})
     a.push_back(kv);
   return a;
 }
@@ -134,17 +135,21 @@ Try runTry(const MaxMicroBatchOptions& o, const TrainConfig& tc, int64_t mb, dou
   std::vector<pid_t> pids;
   for (int r = 0; r < world; ++r)
     pids.push_back(spawnRank(tryArgs(o, mb, dir),
-                             {{"RANK", std::to_string(r)}, {"LOCAL_RANK", std::to_string(r)},
+                             {{"RANK", std::to_string(r)},
+                              {"LOCAL_RANK", std::to_string(r)},
                               {"WORLD_SIZE", std::to_string(world)},
                               {"LOCAL_WORLD_SIZE", std::to_string(world)},
-                              {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}},
+                              {"MASTER_ADDR", "127.0.0.1"},
+                              {"MASTER_PORT", std::to_string(port)}},
                              dir + "/rank_" + std::to_string(r) + ".log"));
   const std::vector<int> st = waitRanks(pids, o.try_timeout_s);
   for (int r = 0; r < world; ++r) {
     const int s = st[size_t(r)];
-    if (WIFSIGNALED(s)) t.verdict = "rank " + std::to_string(r) + " killed by signal " +
-                                    std::to_string(WTERMSIG(s)) + " (the kernel's OOM killer?)";
-    else if (WEXITSTATUS(s) == 5) t.verdict = "oom (rank " + std::to_string(r) + ")";
+    if (WIFSIGNALED(s))
+      t.verdict = "rank " + std::to_string(r) + " killed by signal " + std::to_string(WTERMSIG(s)) +
+                  " (the kernel's OOM killer?)";
+    else if (WEXITSTATUS(s) == 5)
+      t.verdict = "oom (rank " + std::to_string(r) + ")";
     else if (WEXITSTATUS(s) != 0)
       throw IoError("--max-micro-batch: the try of micro-batch " + std::to_string(mb) +
                     " failed on rank " + std::to_string(r) + " (exit " +
@@ -163,7 +168,8 @@ Try runTry(const MaxMicroBatchOptions& o, const TrainConfig& tc, int64_t mb, dou
 }
 
 void printTry(const Try& t, double limit) {
-  std::cout << "  try micro-batch " << t.mb << ": estimate " << mib(t.estimate) << ", measured peak RSS "
+  std::cout << "  try micro-batch " << t.mb << ": estimate " << mib(t.estimate)
+            << ", measured peak RSS "
             << (t.peak > 0 ? mib(t.peak) + " (max over ranks)" : std::string("n/a")) << " -> "
             << t.verdict << (t.peak > 0 ? (t.fits ? " <= " : " > ") + mib(limit) : "") << "\n"
             << std::flush;
@@ -211,7 +217,8 @@ int runMaxMicroBatch(const MaxMicroBatchOptions& o, const TrainConfig& tc, int l
   const int64_t guess = largestEstimatedFit(tc, limit);
   std::cout << "estimator: largest micro-batch with estimate <= " << mib(limit) << ": "
             << (guess > 0 ? std::to_string(guess) + " (estimate " + mib(estimateAt(tc, guess)) + ")"
-                          : std::string("none")) << "\n";
+                          : std::string("none"))
+            << "\n";
   const std::string scratch = tc.output_dir + "/.max_micro_batch." + std::to_string(getpid());
   std::map<int64_t, Try> tried;
   auto measure = [&](int64_t mb) -> const Try& {
@@ -241,8 +248,10 @@ int runMaxMicroBatch(const MaxMicroBatchOptions& o, const TrainConfig& tc, int l
       g = lo + int64_t((limit - a.peak) / (b.peak - a.peak) * double(hi - lo));
     g = std::clamp(g, lo + 1, hi - 1);
     note(g);
-    if (lo == g && g + 1 < hi) note(g + 1);
-    else if (hi == g && g - 1 > lo) note(g - 1);
+    if (lo == g && g + 1 < hi)
+      note(g + 1);
+    else if (hi == g && g - 1 > lo)
+      note(g - 1);
   }
   std::error_code ec;
   fs::remove(scratch, ec);

@@ -15,14 +15,14 @@
 //   (peak_rss_bytes, VmHWM, max over ranks) from its metrics files. The first try's
 //   measured peak minus its estimate corrects the estimator for a second guess (the
 //   estimate omits allocator and library overhead); from there the search gallops up or
-//   down, then interpolates and bisects until it holds a size that fits and the next size up that does
-//   not, both measured. A try that ends `oom`, or is killed (e.g. by the kernel's OOM
-//   killer), does not fit; any other failure stops the search with the try's log. Every
-//   try is bounded by `try_timeout_s`, and a stop signal (SIGTERM, SIGINT) ends the
-//   search: the running try is killed and the search fails.
+//   down, then interpolates and bisects until it holds a size that fits and the next size up that
+//   does not, both measured. A try that ends `oom`, or is killed (e.g. by the kernel's OOM killer),
+//   does not fit; any other failure stops the search with the try's log. Every try is bounded by
+//   `try_timeout_s`, and a stop signal (SIGTERM, SIGINT) ends the search: the running try is killed
+//   and the search fails.
 // - Output (stdout): the budget and margin, each try (estimate, measured peak, verdict),
-//   and the answer. Returns 0 with an answer, 1 when even size 1 does not fit or a try
-//   failed.
+//   and the answer. Returns 0 with an answer, 1 when even size 1 does not fit; a try
+//   that failed otherwise, timed out or was stopped throws IoError (exit 4).
 #pragma once
 
 #include <string>

@@ -58,10 +58,11 @@ SchedSample at(double wall, std::map<int, ThreadSched> th, CpuTicks ticks, int64
 
 TEST(Interference, IntervalFigures) {
   // 2 s, 2 compute threads; thread 1 waited 0.5 s, thread 2 (new) 0.3 s, thread 3 ended.
-  const SchedSample a = at(10, {{1, {1'000'000'000, 100'000'000, 5}}, {3, {7, 7, 7}}},
-                           {1000, 10, 2000}, 40);
-  const SchedSample b = at(12, {{1, {2'500'000'000, 600'000'000, 9}}, {2, {500'000'000, 300'000'000, 2}}},
-                           {1000 + 300, 10 + 8, 2000 + 400}, 46);
+  const SchedSample a =
+      at(10, {{1, {1'000'000'000, 100'000'000, 5}}, {3, {7, 7, 7}}}, {1000, 10, 2000}, 40);
+  const SchedSample b =
+      at(12, {{1, {2'500'000'000, 600'000'000, 9}}, {2, {500'000'000, 300'000'000, 2}}},
+         {1000 + 300, 10 + 8, 2000 + 400}, 46);
   const InterferenceFigures f = interferenceBetween(a, b, 2, 100.0);
   EXPECT_DOUBLE_EQ(f.wall_s, 2);
   EXPECT_NEAR(f.wait_thread_s, 0.8, 1e-12);
