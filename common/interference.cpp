@@ -1,6 +1,7 @@
 #include "common/interference.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -25,11 +26,12 @@ double steadyNow() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+// The "cpu" lines at the head of /proc/stat (the rest, "intr" above all, is long).
+std::string procStatCpuLines() {
+  std::ifstream in("/proc/stat");
+  std::string line, out;
+  while (std::getline(in, line) && line.rfind("cpu", 0) == 0) out += line + "\n";
+  return out;
 }
 
 std::vector<int> affinityCpus() {
@@ -42,16 +44,26 @@ std::vector<int> affinityCpus() {
   return cpus;
 }
 
+// One small /proc file relative to `dir_fd` with open/read (no stream set-up per file).
+std::string readSmall(int dir_fd, const std::string& rel) {
+  const int fd = openat(dir_fd, rel.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  char buf[128];
+  const ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  return n > 0 ? std::string(buf, size_t(n)) : "";
+}
+
 std::map<int, ThreadSched> readThreads() {
   std::map<int, ThreadSched> out;
   DIR* d = opendir("/proc/self/task");
   if (!d) return out;
+  const int dfd = dirfd(d);
   while (dirent* e = readdir(d)) {
     const int tid = std::atoi(e->d_name);
     if (tid <= 0) continue;
     ThreadSched t;
-    if (parseSchedstat(slurp(std::string("/proc/self/task/") + e->d_name + "/schedstat"), t))
-      out[tid] = t;
+    if (parseSchedstat(readSmall(dfd, std::string(e->d_name) + "/schedstat"), t)) out[tid] = t;
   }
   closedir(d);
   return out;
@@ -160,7 +172,7 @@ InterferenceSampler::InterferenceSampler(int compute_threads)
 SchedSample InterferenceSampler::sample() const {
   SchedSample s;
   s.threads = readThreads();
-  s.ticks_ok = !cpus_.empty() && parseProcStat(slurp("/proc/stat"), cpus_, s.ticks);
+  s.ticks_ok = !cpus_.empty() && parseProcStat(procStatCpuLines(), cpus_, s.ticks);
   rusage ru{};
   if (getrusage(RUSAGE_SELF, &ru) == 0) s.nivcsw = ru.ru_nivcsw;
   s.wall_s = steadyNow();
