@@ -315,6 +315,16 @@ void addMetricsAndOutput(Schema& sc) {
          atLeast(0));
 }
 
+// Interference on the rank's CPUs (common/interference.h).
+void addInterference(Schema& sc) {
+  sc.add(spec("metrics.max_interference", kFloat, f(0.05),
+              "a run whose interference (fraction of step time its compute threads were "
+              "runnable but not running: run-queue wait + CPU steal; the worst rank) exceeds "
+              "this is marked `noisy`; 1 = never",
+              kNoTag),
+         between(0, 1));
+}
+
 }  // namespace
 
 const char* valueTypeName(ValueType t) {
@@ -476,6 +486,7 @@ const Schema& trainerSchema() {
     addLora(sc);
     addCheckpoint(sc);
     addMetricsAndOutput(sc);
+    addInterference(sc);
     return sc;
   }();
   return schema;

@@ -15,7 +15,10 @@ namespace ftb {
 namespace {
 
 // Ratios the trainer writes as NaN when their denominator is unknown (see metricDocs).
-const std::set<std::string> kMayBeNaN = {"mfu", "gemm_efficiency"};
+const std::set<std::string> kMayBeNaN = {"mfu", "gemm_efficiency",
+                                         // interference: NaN where /proc is unreadable
+                                         "interference", "runqueue_wait_frac", "cpu_steal_frac",
+                                         "other_load_cpus", "involuntary_switches"};
 
 int64_t toInt(double v) { return std::isnan(v) ? -1 : static_cast<int64_t>(std::llround(v)); }
 
@@ -62,6 +65,19 @@ const std::map<std::string, MetricDoc>& metricDocs() {
       {"flops_per_token", {"FLOP/token", "6N + 12 L H hd T (torchtitan)"}},
       {"rss_bytes", {"bytes", "resident set size of this rank (VmRSS)"}},
       {"peak_rss_bytes", {"bytes", "peak resident set size of this rank so far (VmHWM)"}},
+      // Interference (common/interference.h), over the interval since the previous step end.
+      {"interference",
+       {"1", "fraction of the interval this rank's compute threads were runnable but not "
+             "running: runqueue_wait_frac + cpu_steal_frac, at most 1 (rank)"}},
+      {"runqueue_wait_frac",
+       {"1", "run-queue wait of this rank's threads (/proc/self/task/*/schedstat field 2) / "
+             "(interval x intra-op threads) (rank)"}},
+      {"cpu_steal_frac", {"1", "steal ticks / all ticks of the CPUs this rank is bound to (rank)"}},
+      {"other_load_cpus",
+       {"CPUs", "CPU time other processes used on this rank's bound CPUs / interval: their "
+                "busy ticks less this process's CPU time (rank)"}},
+      {"involuntary_switches",
+       {"1", "involuntary context switches of this rank's threads in the interval (rank)"}},
   };
   return docs;
 }

@@ -166,7 +166,8 @@ MetricsData readMetricsFile(const std::string& path);
 
 // Sanity of a file's numbers, "" if sane, else the first problem ("/steps/loss row 3
 // is -1.6e+19: expected a finite value >= 0"). Checks: every /steps value finite and
-// >= 0 (mfu and gemm_efficiency may also be NaN: not reported); /steps/step strictly increasing integers; /steps/time_s non-decreasing;
+// >= 0 (mfu, gemm_efficiency and the interference columns may also be NaN: not
+// reported); /steps/step strictly increasing integers; /steps/time_s non-decreasing;
 // /status steps_done equal to the number of rows. A `completed` file that fails is
 // corrupt; a failed run may legitimately hold a non-finite loss, so callers apply
 // this to completed files.

@@ -192,6 +192,40 @@ bool readCache(const std::string& path, const CpuInfo& cpu, CpuUnits& u) {
   return model == cpu.model_name && isa == cpu.isaString() && u.clock_hz > 0 && !u.units.empty();
 }
 
+std::string slurpFile(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The "gemm ..." lines of cache text, each ending in a newline.
+std::string gemmLines(const std::string& text) {
+  std::istringstream is(text);
+  std::string line, out;
+  while (std::getline(is, line))
+    if (line.rfind("gemm ", 0) == 0) out += line + "\n";
+  return out;
+}
+
+// Writes `text` to `path` through a temporary file and rename(2); false on failure.
+bool replaceFile(const std::string& path, const std::string& text) {
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  {
+    std::ofstream out(tmp);
+    out << text;
+    if (!out) {
+      std::filesystem::remove(tmp, ec);
+      return false;
+    }
+  }
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) std::filesystem::remove(tmp, ec);
+  return !ec;
+}
+
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
@@ -258,18 +292,57 @@ CpuUnits loadOrMeasureCpuUnits(const CpuInfo& cpu) {
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
   const std::string tmp = path + ".tmp." + std::to_string(getpid());
   {
+    const std::string gemm_lines = gemmLines(slurpFile(path));  // kept across re-measuring
     std::ofstream out(tmp);
     out << "ftbench cpu peak v" << kCacheVersion << "\nmodel " << cpu.model_name << "\nisa "
         << cpu.isaString() << "\nclock_hz " << std::setprecision(10) << u.clock_hz << "\n";
     for (const CpuUnit& cu : u.units)
       out << "unit " << cu.measured_flops_per_cycle << " " << cu.flops_per_cycle << " "
           << cu.name << "\n";
+    out << gemm_lines;
     if (!out) return u;  // unwritable cache: measured figures are still valid
   }
   std::filesystem::rename(tmp, path, ec);  // atomic: concurrent ranks never read half a file
   if (ec) std::filesystem::remove(tmp, ec);
   else u.cache_file = path;
   return u;
+}
+
+double cachedGemmFigure(const std::string& cache_text, const std::string& key) {
+  std::istringstream is(cache_text);
+  std::string line;
+  double best = 0;
+  while (std::getline(is, line)) {
+    if (line.rfind("gemm ", 0) != 0) continue;
+    std::istringstream ls(line.substr(5));
+    double flops = 0;
+    std::string k;
+    if (!(ls >> flops) || !std::getline(ls, k) || k.empty() || k.substr(1) != key) continue;
+    if (std::isfinite(flops)) best = std::max(best, flops);
+  }
+  return best;
+}
+
+std::string withGemmFigure(const std::string& cache_text, const std::string& key, double flops) {
+  std::istringstream is(cache_text);
+  std::string line, out;
+  while (std::getline(is, line))
+    if (line.rfind("gemm ", 0) != 0 || cachedGemmFigure(line, key) == 0) out += line + "\n";
+  std::ostringstream g;
+  g << "gemm " << std::setprecision(10) << flops << " " << key << "\n";
+  return out + g.str();
+}
+
+GemmBest recordGemmFigure(const CpuInfo& cpu, const std::string& key, double measured) {
+  GemmBest b;
+  const std::string path = cpuPeakCacheFile(cpu, hostName());
+  const std::string text = path.empty() ? "" : slurpFile(path);
+  b.cached = cachedGemmFigure(text, key);
+  b.best = std::max(b.cached, measured);
+  if (path.empty()) return b;
+  if (measured > b.cached && !replaceFile(path, withGemmFigure(text, key, measured))) return b;
+  b.cache_file = path;
+  return b;
 }
 
 PeakFlops cpuPeak(const CpuUnits& u, const std::string& dtype, int cores_used) {

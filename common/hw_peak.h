@@ -51,6 +51,27 @@ CpuUnits loadOrMeasureCpuUnits(const CpuInfo& cpu);
 // "<dir>/cpu_peak.<host>.<model>.txt" with path-safe host and model; "" if no dir.
 std::string cpuPeakCacheFile(const CpuInfo& cpu, const std::string& host);
 
+// ---- The best GEMM per host (gemm_efficiency's denominator, trainer/README.md "Metrics").
+// Kept in the same cache file as the CPU peak (cpuPeakCacheFile: one per host and CPU
+// model), one line "gemm <FLOP/s> <key>" per key; the key names what the figure depends
+// on (dtype, size, threads, BLAS, $OPENBLAS_CORETYPE). recordGemmFigure() returns the
+// best cached for `key` before this call and records `measured` when it beats it
+// (read-modify-write, atomic rename: two processes racing may lose the better of their
+// two figures, never the file). An unwritable cache keeps nothing: best = measured.
+// Re-measuring the CPU units (loadOrMeasureCpuUnits) keeps the gemm lines.
+struct GemmBest {
+  double cached = 0;  // best for the key before this call (0 = none)
+  double best = 0;    // max(cached, measured)
+  std::string cache_file;  // "" when nothing could be read or written
+};
+GemmBest recordGemmFigure(const CpuInfo& cpu, const std::string& key, double measured);
+// Pure: the best figure of `key` in cache text (0 when absent), and the text with
+// `flops` recorded for `key` (other lines kept, in order).
+double cachedGemmFigure(const std::string& cache_text, const std::string& key);
+std::string withGemmFigure(const std::string& cache_text, const std::string& key, double flops);
+// A start-up GEMM below (1 - kGemmBusyFraction) × the cached best: the machine was busy.
+inline constexpr double kGemmBusyFraction = 0.10;
+
 // Nearest power of two (in log space) to v > 0; 0 for v <= 0.
 double roundToPowerOfTwo(double v);
 

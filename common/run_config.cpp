@@ -458,6 +458,7 @@ MetricsConfig MetricsConfig::fromConfig(const Config& cfg, int64_t max_steps) {
   c.peak_tflops = cfg.getFloat("metrics.peak_tflops");
   c.price_per_hour = cfg.getFloat("metrics.price_per_hour");
   c.profile_steps = cfg.getIntList("metrics.profile_steps");
+  c.max_interference = cfg.getFloat("metrics.max_interference");
   const auto& ps = c.profile_steps;
   if (!ps.empty() && (ps.size() != 2 || ps[0] < 0 || ps[1] < ps[0]))
     cfg.fail("metrics.profile_steps",

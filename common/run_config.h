@@ -163,6 +163,7 @@ struct MetricsConfig {
   int64_t skip_first_steps = 0;  // steps [0, skip_first_steps) are left out of summaries
   double peak_tflops = 0, price_per_hour = 0;
   std::vector<int64_t> profile_steps;  // {} or {first, last}: steps traced (0-based)
+  double max_interference = 0.05;  // above it a run is `noisy` (common/interference.h)
   // profile_steps must lie below max_steps.
   static MetricsConfig fromConfig(const Config& cfg, int64_t max_steps);
 };

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <regex>
 #include <set>
@@ -394,6 +395,12 @@ void readRankAttributes(const std::vector<RankFile>& ranks, RunRow& row, std::st
   };
   row.peak_flops = positive("peak_flops");
   row.gemm_flops = positive("gemm_flops");
+  if (auto it = d0.attrs.find("interference");
+      it != d0.attrs.end() && std::holds_alternative<double>(it->second) &&
+      std::isfinite(std::get<double>(it->second)))
+    row.interference = std::get<double>(it->second);
+  row.noisy = text("noisy");
+  row.env_warnings = text("env_warnings");
 }
 
 // Whether the trainer would accept the run's config on its world size (config and layout

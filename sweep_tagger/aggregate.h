@@ -66,6 +66,12 @@ struct RunRow {
   std::string host, cpu_model, peak_source, gemm_source;
   // FLOP/s per device (hardware peak, measured GEMM); $ per device-hour
   std::optional<double> peak_flops, gemm_flops, price_per_hour;
+  // Interference (rank 0's root attributes, trainer/README.md "Interference"): the worst
+  // rank's figure; the trainer's reason for marking the run noisy ("" = not noisy), which
+  // makes the valid cell "noisy" unless the run is invalid; rank 0's environment
+  // warnings (env_warnings, one per line: threads, BLAS, a busy machine at start-up).
+  std::optional<double> interference;
+  std::string noisy, env_warnings;
   // What trains (rank 0's trainable_params and flops_formula attributes; absent in runs
   // recorded before LoRA, which trained every parameter).
   std::optional<int64_t> trainable_params;
@@ -114,6 +120,9 @@ AggregateTable aggregateRuns(const std::string& results_dir, const AggregateOpti
 // tokens_per_s_dataset_per_device, tokens_per_s_padded_per_device, mfu, gemm_efficiency,
 // step_time_p50_s, step_time_p90_s, data_frac, forward_frac, backward_frac,
 // optimizer_frac, comm_frac, peak_mem_mib, first_loss, last_loss, mt_per_hour,
+// usd_per_mt, price_per_hour, is_valid ("noisy" for a valid run the trainer marked noisy),
+// interference, noisy, env_warnings, host, cpu_model, peak_flops, peak_source,
+// gemm_flops, gemm_source, traces, message.
 // usd_per_mt, price_per_hour, is_valid, host, cpu_model, peak_flops, peak_source,
 // gemm_flops, gemm_source, traces, method ("full" | "lora rN", from lora.rank),
 // trainable_params, flops_formula, layout, repeat, config_hash, global_batch_seqs,

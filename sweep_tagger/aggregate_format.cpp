@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 
 #include "sweep_tagger/aggregate.h"
 #include "common/tag.h"
@@ -94,6 +95,17 @@ std::string cellText(const Cell& c) {
       c);
 }
 
+namespace {
+
+// The valid cell: true/false/empty, or "noisy" for a run the trainer marked noisy that is
+// not invalid.
+Cell validCell(const RunRow& r) {
+  if (!r.noisy.empty() && r.is_valid != false) return std::string("noisy");
+  return r.is_valid ? Cell(*r.is_valid) : Cell();
+}
+
+}  // namespace
+
 std::vector<std::pair<std::string, Cell>> rowCells(const RunRow& r,
                                                    const std::vector<std::string>& varying) {
   std::vector<std::pair<std::string, Cell>> c = {{"tag", r.tag}, {"status", toString(r.status)}};
@@ -127,7 +139,10 @@ std::vector<std::pair<std::string, Cell>> rowCells(const RunRow& r,
                      {"mt_per_hour", opt(r.mt_per_hour)},
                      {"usd_per_mt", opt(r.usd_per_mt)},
                      {"price_per_hour", opt(r.price_per_hour)},
-                     {"is_valid", opt(r.is_valid)},
+                     {"is_valid", validCell(r)},
+                     {"interference", opt(r.interference)},
+                     {"noisy", r.noisy},
+                     {"env_warnings", r.env_warnings},
                      {"host", r.host},
                      {"cpu_model", r.cpu_model},
                      {"peak_flops", opt(r.peak_flops)},
@@ -210,6 +225,18 @@ std::string constantsBlock(const AggregateTable& t) {
 }
 
 // The footnotes of the price columns: what MT/h and $/MT mean and which price was used.
+// Each run's environment warnings (rank 0's env_warnings), one list per run; "" if none.
+std::string envWarningNotes(const AggregateTable& t) {
+  std::string out;
+  for (const RunRow& r : t.runs) {
+    if (r.env_warnings.empty()) continue;
+    out += "\n- " + r.tag + ":";
+    std::istringstream lines(r.env_warnings);
+    for (std::string w; std::getline(lines, w);) out += "\n  - " + w;
+  }
+  return out.empty() ? "" : "\nEnvironment warnings (rank 0, at start-up):" + out + "\n";
+}
+
 std::string priceNotes(const AggregateTable& t) {
   std::set<std::string> prices;
   for (const RunRow& r : t.runs)
@@ -247,7 +274,7 @@ std::string toMarkdown(const AggregateTable& t) {
   bool any_price = false, any_note = false;
   for (const RunRow& r : t.runs) {
     any_price |= r.usd_per_mt.has_value();
-    any_note |= r.status != RunState::Completed;
+    any_note |= r.status != RunState::Completed || !r.noisy.empty();
   }
   bool any_layout = false;
   for (const RunRow& r : t.runs)
@@ -263,7 +290,7 @@ std::string toMarkdown(const AggregateTable& t) {
         "peak RSS MiB (max rank)", "loss first→last (nats/token)"})
     head.push_back(h);
   if (any_price) head.insert(head.end(), {"M tokens/h global¹", "$/M tokens²"});
-  head.push_back("valid");
+  head.insert(head.end(), {"valid", "interference % (worst rank)"});
   if (any_note) head.push_back("note");
   auto line = [&out](const std::vector<std::string>& cells) {
     out += "|";
@@ -297,8 +324,8 @@ std::string toMarkdown(const AggregateTable& t) {
               o(r.mfu, 2, 100), o(r.gemm_efficiency, 2, 100), o(r.step_time_p50_s, 4),
               o(r.step_time_p90_s, 4), shares, o(r.peak_mem_mib, 1), loss});
     if (any_price) c.insert(c.end(), {o(r.mt_per_hour, 3), o(r.usd_per_mt, 4)});
-    c.push_back(cellText(opt(r.is_valid)));
-    if (any_note) c.push_back(r.status == RunState::Completed ? "" : r.message);
+    c.insert(c.end(), {cellText(validCell(r)), o(r.interference, 1, 100)});
+    if (any_note) c.push_back(r.status != RunState::Completed ? r.message : r.noisy);
     line(c);
   }
   if (any_price) out += priceNotes(t);
@@ -309,6 +336,7 @@ std::string toMarkdown(const AggregateTable& t) {
       traced += "\n- " + r.tag + "/traces/ (" + std::to_string(r.traces) + " rank file(s))";
   if (!traced.empty())
     out += "\nProfiler traces (open in chrome://tracing or ui.perfetto.dev):" + traced + "\n";
+  out += envWarningNotes(t);
   return out;
 }
 
@@ -371,6 +399,10 @@ RunRow rowFromJsonLine(const std::string& line) {
   r.flops_formula = str("flops_formula");
   r.trainable_params = i("trainable_params");
   if (j["is_valid"].is_boolean()) r.is_valid = j["is_valid"].get<bool>();
+  if (j["is_valid"].is_string()) r.is_valid = true;  // "noisy": valid, marked noisy
+  r.interference = d("interference");
+  r.noisy = str("noisy");
+  r.env_warnings = str("env_warnings");
   r.config_hash = str("config_hash");
   r.global_batch_seqs = i("global_batch_seqs");
   r.global_batch_tokens = i("global_batch_tokens");

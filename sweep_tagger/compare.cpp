@@ -159,6 +159,7 @@ std::string exclusionReason(const RunRow& r) {
   if (!r.is_valid) return "validity unknown: the run's config is of an older or foreign schema";
   if (!*r.is_valid) return "invalid: the trainer refuses this config on this world size";
   if (!r.tokens_per_s_dataset) return "no measured step (tokens/s empty)";
+  if (!r.noisy.empty()) return "noisy: " + r.noisy;
   return "";
 }
 

@@ -10,6 +10,21 @@
 #include "trainer/hf/export.h"
 #include "trainer/session.h"
 
+namespace {
+
+// --max-micro-batch and its --safety-margin (a fraction in [0, 1), only with it).
+void readMaxMicroBatchOptions(const cxxopts::ParseResult& args, ftb::SessionOptions& opts) {
+  opts.max_micro_batch = args.count("max-micro-batch") > 0;
+  if (!args.count("safety-margin")) return;
+  opts.safety_margin = args["safety-margin"].as<double>();
+  if (!(opts.safety_margin >= 0 && opts.safety_margin < 1) || !opts.max_micro_batch)
+    throw ftb::ConfigError("--safety-margin", "command line",
+                           "expected a fraction in [0, 1) with --max-micro-batch",
+                           "e.g. --max-micro-batch --safety-margin 0.1");
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace ftb;
   if (argc > 1 && std::string(argv[1]) == "export")  // trainer export --checkpoint C --out D
@@ -27,8 +42,15 @@ int main(int argc, char** argv) {
       ("generate-data", "write the synthetic dataset of this config to PATH (.jsonl or .bin) and exit",
        cxxopts::value<std::string>())
       ("estimate-memory", "print the per-rank memory estimate for this config and layout and exit")
-      ("world-size", "world size to plan for with --estimate-memory (default: the environment's)",
+      ("world-size", "world size to plan for with --estimate-memory or --max-micro-batch "
+                     "(default: the environment's)",
        cxxopts::value<int>())
+      ("max-micro-batch", "find the largest training.micro_batch_size whose real run fits the "
+                          "per-rank memory budget (parallel.memory_limit_gb, else node memory / "
+                          "ranks): estimator, then short measured runs; print it and exit")
+      ("safety-margin", "with --max-micro-batch: fraction of the budget a run must leave free "
+                        "(default 0.10)",
+       cxxopts::value<double>())
       ("overrides", "key=value overrides", cxxopts::value<std::vector<std::string>>())
       ("help-config", "print every config key (type, default, meaning) as a markdown table")
       ("h,help", "show help");
@@ -72,6 +94,7 @@ int main(int argc, char** argv) {
                           "must be >= 1, got " + std::to_string(opts.world_size),
                           "the number of ranks to plan for, e.g. --world-size 8");
     }
+    readMaxMicroBatchOptions(args, opts);
     if (args.count("generate-data")) opts.generate_data = args["generate-data"].as<std::string>();
     return std::nullopt;
   });

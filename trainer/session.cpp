@@ -37,6 +37,7 @@
 #include "trainer/hf/peft_adapter.h"
 #include "trainer/hf/pretrained.h"
 #include "trainer/loop/train.h"
+#include "trainer/max_micro_batch.h"
 
 namespace ftb {
 namespace {
@@ -123,9 +124,10 @@ RunState stateFor(const std::exception& e) {
 
 // The validated config for this process: --world-size only plans (--estimate-memory).
 TrainConfig resolveConfig(const SessionOptions& opts, const Config& cfg, const DistEnv& env) {
-  if (opts.world_size < 0 || (opts.world_size > 0 && !opts.estimate_memory))
+  if (opts.world_size < 0 ||
+      (opts.world_size > 0 && !opts.estimate_memory && !opts.max_micro_batch))
     throw ConfigError("--world-size", "command line",
-                      "only valid with --estimate-memory, and must be >= 1",
+                      "only valid with --estimate-memory or --max-micro-batch, and must be >= 1",
                       "training takes its world size from the launcher's environment");
   TrainConfig tc =
       TrainConfig::fromConfig(cfg, opts.world_size > 0 ? opts.world_size : env.world_size);
@@ -161,6 +163,9 @@ std::optional<int> runInfoCommand(const SessionOptions& opts, const Config& cfg,
     std::cout << cfg.toToml();
     return 0;
   }
+  if (opts.max_micro_batch)
+    return runMaxMicroBatch({opts.config_path, opts.overrides, opts.safety_margin}, tc,
+                            static_cast<int>(tc.world_size));
   if (!opts.generate_data.empty()) {
     writeSyntheticDataset(tc, opts.generate_data);
     FTB_INFO("wrote " << tc.num_samples << " documents to " << opts.generate_data);
@@ -176,10 +181,11 @@ std::vector<std::pair<std::string, AttrValue>> checkEnvironment(const TrainConfi
                                                                 const RunPeaks& peaks, int rank) {
   const EnvFacts f = detectEnv(cpu, at::get_num_threads());
   const std::string dtype = tc.dtype == DType::kBf16 ? "bf16" : "fp32";
-  const std::vector<std::string> warnings = envWarnings(f, peaks.gemm_flops, peaks.hw, dtype);
+  std::vector<std::string> warnings = envWarnings(f, peaks.gemm_flops, peaks.hw, dtype);
   if (rank == 0)
     FTB_INFO("environment: " << envSummary(f));
   for (const std::string& w : warnings) FTB_WARN(w);
+  if (!peaks.gemm_warning.empty()) warnings.push_back(peaks.gemm_warning);  // logged already
   return envAttrs(f, warnings);
 }
 
@@ -436,7 +442,9 @@ RunPeaks measurePeaks(const TrainConfig& tc, const CpuInfo& cpu, const std::stri
   GemmFigure g{c.flops(), " via " + fp32GemmName(c.route) + " (" + c.why + ")",
                {{"fp32_gemm", fp32GemmName(c.route)},
                 {"fp32_gemm_aten_flops", c.aten_flops},
-                {"fp32_gemm_openblas_flops", c.openblas_flops}}};
+                {"fp32_gemm_openblas_flops", c.openblas_flops}},
+               fp32GemmName(c.route),
+               [route = c.route] { return measureFp32Gemm(route, kPeakGemmN, kPeakGemmReps); }};
   return resolvePeaks(tc, cpu, device, "", &g);
 }
 
@@ -485,7 +493,7 @@ int runSession(const SessionOptions& opts) {
     // No stop check between the run directory and its metrics file: a stop signal arriving
     // now is honoured right after the file exists, so the run records "preempted".
     const CpuInfo cpu = detectCpu();
-    const RunPeaks peaks = no_fit.empty() ? measurePeaks(tc, cpu, device, plan, dist)
+    RunPeaks peaks = no_fit.empty() ? measurePeaks(tc, cpu, device, plan, dist)
                                           : unmeasuredPeaks("not measured (run refused)");
     RunInfo info = runInfo(cfg, tc, env, run_dir, device, cpu, peaks);
     for (auto& a : checkEnvironment(tc, cpu, peaks, env.rank)) info.extra_attrs.push_back(a);
@@ -511,6 +519,7 @@ int runSession(const SessionOptions& opts) {
       if (!peerLeftAtDeadline(tc, e)) throw;
       return watchdog.abandon(std::string("the stop did not finish (") + e.what() + ")");
     }
+    if (s.steps > 0 && s.stop_signal == 0 && !s.stopped_by_ctl) finishGemm(peaks, cpu, *metrics);
     watchdog.disarm();
     return finishRun(*metrics, tc, s, peaks, run_dir, env.rank, ckpt.lastSaved());
   } catch (const ConfigError& e) {

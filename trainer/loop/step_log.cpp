@@ -24,7 +24,9 @@ const char* kMetrics[] = {"step", "time_s", "step_time_s", "data_s", "forward_s"
                           "tokens_per_s_dataset", "tokens_per_s_per_device", "mfu", "gemm_efficiency",
                           "flops_per_token",
                           "rss_bytes", "peak_rss_bytes",
-                          "pp_bubble_s", "pp_bubble_fraction", "pp_p2p_bytes"};
+                          "pp_bubble_s", "pp_bubble_fraction", "pp_p2p_bytes",
+                          "interference", "runqueue_wait_frac", "cpu_steal_frac",
+                          "other_load_cpus", "involuntary_switches"};
 bool isIntMetric(const std::string& m) {
   return m == "step" || m == "tokens_padded" || m == "tokens_dataset" || m == "rss_bytes" ||
          m == "peak_rss_bytes" || m == "pp_p2p_bytes";
@@ -134,7 +136,7 @@ StepLog::StepLog(const TrainConfig& tc, MetricsFile& metrics, const RunPeaks& pe
                  int world)
     : tc_(tc), metrics_(metrics), mfu_peak_(peaks.mfuPeak()), gemm_peak_(peaks.gemmPeak()),
       flops_per_token_(trainingFlops(tc.model, tc.lora, tc.seq_len).per_token),
-      t_start_(nowSeconds()), rank_(rank), world_(world) {
+      t_start_(nowSeconds()), rank_(rank), world_(world), interference_(at::get_num_threads()) {
   for (const char* m : kMetrics) metrics_.declareMetric(m, isIntMetric(m));
   const FlopsCount f = trainingFlops(tc.model, tc.lora, tc.seq_len);
   metrics_.setRootAttr("flops_formula", f.formula);
@@ -149,6 +151,10 @@ double StepLog::flopsPerDevice(double tokens_per_s) const {
 }
 
 void StepLog::record(int64_t step, const StepRecord& r) {
+  const InterferenceFigures itf = interference_.next();  // since the previous step end
+  interf_all_.add(itf);
+  if (step >= tc_.skip_first_steps) interf_measured_.add(itf);
+  interf_last_ = itf.interference;
   double tps_padded = r.padded / r.total, tps_dataset = r.dataset / r.total;
   const double mfu = flopsPerDevice(tps_padded) / mfu_peak_;
   const double gemm_eff = flopsPerDevice(tps_padded) / gemm_peak_;
@@ -182,7 +188,12 @@ void StepLog::record(int64_t step, const StepRecord& r) {
                        {"peak_rss_bytes", double(peakRssBytes())},
                        {"pp_bubble_s", r.bubble},
                        {"pp_bubble_fraction", r.pipe > 0 ? r.bubble / r.pipe : 0.0},
-                       {"pp_p2p_bytes", r.p2p_bytes}});
+                       {"pp_p2p_bytes", r.p2p_bytes},
+                       {"interference", itf.interference},
+                       {"runqueue_wait_frac", itf.wait_frac},
+                       {"cpu_steal_frac", itf.steal_frac},
+                       {"other_load_cpus", itf.other_load},
+                       {"involuntary_switches", itf.nivcsw}});
   if ((step + 1) % tc_.log_every == 0) metrics_.flush();
   if (sum_.steps == 0) {
     sum_.first_loss = r.loss;
@@ -214,7 +225,8 @@ void StepLog::printProgress(int64_t step, const StepRecord& r, double tps_padded
      << tps_padded << " padded, " << tps_dataset << " dataset | MFU " << pct(mfu)
      << " (hw peak), GEMM eff " << pct(gemm_eff) << " | step " << std::setprecision(3) << r.total << " s (fwd "
      << std::setprecision(0) << 100 * r.fwd / r.total << "% bwd " << 100 * r.bwd / r.total
-     << "% opt " << 100 * r.opt / r.total << "% comm " << 100 * r.comm / r.total << "%) | rss "
+     << "% opt " << 100 * r.opt / r.total << "% comm " << 100 * r.comm / r.total
+     << "%) | interference " << pct(interf_last_) << " | rss "
      << currentRssBytes() / (1 << 20) << " MiB | elapsed " << std::setprecision(1) << elapsed
      << " s, ETA " << eta << " s";
   FTB_INFO(os.str());
@@ -240,7 +252,48 @@ TrainSummary StepLog::finish(Comm& world) {
   s.step_p90 = percentile(step_times_, 0.9);
   finishMemory(world, s);
   if (tc_.pp > 1) finishPipeline(world, s);
+  finishInterference(world, s);
   return s;
+}
+
+// The worst rank's interference over the measured steps (all steps when none was
+// measured), and the verdict against metrics.max_interference (collective).
+void StepLog::finishInterference(Comm& world, TrainSummary& s) {
+  const InterferenceFigures mine =
+      (interf_measured_.empty() ? interf_all_ : interf_measured_).figures();
+  constexpr double kNone = -1;  // not measured on that rank
+  auto known = [](double v) { return std::isnan(v) ? kNone : v; };
+  torch::Tensor row = torch::tensor({known(mine.interference), known(mine.wait_frac),
+                                     known(mine.steal_frac), known(mine.other_load),
+                                     known(mine.nivcsw), mine.wall_s},
+                                    torch::kFloat64);
+  torch::Tensor all = torch::zeros({world_, 6}, torch::kFloat64);
+  world.allGather(all, row);
+  const int64_t worst = all.select(1, 0).argmax().item<int64_t>();
+  auto at = [&](int col) {
+    const double v = all[worst][col].item<double>();
+    return v == kNone ? std::nan("") : v;
+  };
+  InterferenceFigures& w = s.interference;
+  w.interference = at(0), w.wait_frac = at(1), w.steal_frac = at(2), w.other_load = at(3);
+  w.nivcsw = at(4), w.wall_s = all[worst][5].item<double>();
+  s.interference_rank = std::isnan(w.interference) ? -1 : static_cast<int>(worst);
+  s.interference_text = describeInterference(w, interference_.boundCpus().size());
+  if (w.interference > tc_.max_interference)
+    s.noisy = s.interference_text + " on rank " +
+              std::to_string(worst) + " > metrics.max_interference " +
+              formatFixed(100 * tc_.max_interference, 1) +
+              " %: other work held this run's CPUs, so its times overstate the layout's";
+  metrics_.setRootAttr("interference", w.interference);
+  metrics_.setRootAttr("interference_rank", int64_t{s.interference_rank});
+  metrics_.setRootAttr("interference_own", mine.interference);
+  metrics_.setRootAttr("runqueue_wait_frac", mine.wait_frac);
+  metrics_.setRootAttr("cpu_steal_frac", mine.steal_frac);
+  metrics_.setRootAttr("other_load_cpus", mine.other_load);
+  metrics_.setRootAttr("involuntary_switches", mine.nivcsw);
+  metrics_.setRootAttr("max_interference", tc_.max_interference);
+  metrics_.setRootAttr("noisy", s.noisy);
+  if (!s.noisy.empty()) FTB_WARN("noisy run: " << s.noisy);
 }
 
 // The bubble fraction over the measured steps, max and min over ranks (collective), beside
@@ -304,8 +357,14 @@ void measuredRows(std::ostream& os, const TrainConfig& tc, const TrainSummary& s
              std::isnan(s.gemm_efficiency)
                  ? "not reported: " + peaks.gemm_source
                  : formatFixed(100 * s.gemm_efficiency, 1) + " % of " +
-                       formatFixed(peaks.gemm_flops / 1e9, 1) + " GFLOP/s (measured " +
-                       peaks.gemm_source + ")");
+                       formatFixed(peaks.gemm_flops / 1e9, 1) + " GFLOP/s (" +
+                       peaks.gemm_source +
+                       (peaks.gemm_end > 0
+                            ? ", after the last step " + formatFixed(peaks.gemm_end / 1e9, 1) +
+                                  " GFLOP/s"
+                            : std::string()) +
+                       ")");
+  if (!peaks.gemm_warning.empty()) summaryRow(os, "GEMM warning", peaks.gemm_warning);
   summaryRow(os, "step time p50 / p90",
              formatFixed(s.step_p50, 4) + " / " + formatFixed(s.step_p90, 4) + " s");
   summaryRow(os, "breakdown",
@@ -358,6 +417,15 @@ void printSummary(const TrainConfig& tc, const TrainSummary& s, const RunPeaks& 
                               "(metrics.skip_first_steps = " +
                                   std::to_string(tc.skip_first_steps) + ")");
   if (tc.pp > 1 && s.measured_steps > 0) pipelineRows(os, tc, s);
+  summaryRow(os, "interference (worst rank)",
+             s.interference_text + (s.interference_rank < 0 ? std::string()
+                                    : ", rank " + std::to_string(s.interference_rank) +
+                                          (s.noisy.empty()
+                                               ? ": within metrics.max_interference " +
+                                                     formatFixed(100 * tc.max_interference, 1) + " %"
+                                               : ": NOISY, exceeds metrics.max_interference " +
+                                                     formatFixed(100 * tc.max_interference, 1) +
+                                                     " %")));
   summaryRow(os, "peak RSS (max over ranks)", formatFixed(s.peak_rss_max / (1 << 20), 1) + " MiB");
   summaryRow(os, "RSS growth after warm-up",
              std::isnan(s.rss_growth_max)

@@ -20,6 +20,14 @@
 // - mfu divides the model FLOP/s per device by the hardware peak, gemm_efficiency by
 //   the GEMM measured at start (trainer/metrics/peaks.h); either is NaN when its
 //   denominator is (printed "n/a").
+// - Interference (common/interference.h): record() samples this rank's threads at each
+//   step end; the step's row holds the figures of the interval since the previous step
+//   end (the first: since construction). finish() (collective) takes the measured steps'
+//   figures (all steps when every step was warm-up) of every rank; the worst rank's
+//   interference is the run's. Above metrics.max_interference the run is noisy: root
+//   attributes interference (the run's), interference_rank (that rank),
+//   interference_own (this rank's), cpu_steal_frac, other_load_cpus,
+//   involuntary_switches (this rank's), max_interference, noisy ("" or the reason).
 #pragma once
 
 #include <cmath>
@@ -29,6 +37,7 @@
 #include <vector>
 
 #include "common/h5_metrics.h"
+#include "common/interference.h"
 #include "common/run_config.h"
 #include "trainer/metrics/peaks.h"
 #include "trainer/comm/comm.h"
@@ -63,6 +72,12 @@ struct TrainSummary {
   // Pipeline: bubble / forward-backward time over the measured steps, max and min over
   // ranks (NaN without a pipeline); this rank's bytes sent per measured step.
   double bubble_frac_max = NAN, bubble_frac_min = NAN, p2p_bytes_per_step = 0;
+  // Interference: the worst rank's figures (NaN: not measured), that rank, and the
+  // reason the run is noisy ("" when it is not).
+  InterferenceFigures interference;
+  int interference_rank = -1;
+  std::string interference_text;  // describeInterference() of those figures
+  std::string noisy;
 };
 
 // This rank's RSS after warm-up (contract above).
@@ -125,6 +140,7 @@ class StepLog {
   double flopsPerDevice(double tokens_per_s) const;
   void finishMemory(Comm& world, TrainSummary& s);
   void finishPipeline(Comm& world, TrainSummary& s);
+  void finishInterference(Comm& world, TrainSummary& s);
 
   const TrainConfig& tc_;
   MetricsFile& metrics_;
@@ -137,6 +153,9 @@ class StepLog {
   double t_measured_ = -1;  // elapsed() when the first measured step ended
   RssWatch rss_;
   KeptPagesBound kept_;
+  InterferenceSampler interference_;
+  InterferenceTotal interf_all_, interf_measured_;
+  double interf_last_ = 0;  // the last step's interference (progress line)
 };
 
 void printSummary(const TrainConfig& tc, const TrainSummary& s, const RunPeaks& peaks,

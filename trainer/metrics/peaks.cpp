@@ -3,8 +3,10 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
 
+#include "common/config.h"
 #include "common/log.h"
 #include "trainer/metrics/perf.h"
 
@@ -26,7 +28,11 @@ std::vector<std::pair<std::string, AttrValue>> RunPeaks::attrs() const {
           {"peak_check", check.ok ? std::string("ok") : check.message},
           {"cpu_isa", isa},
           {"gemm_flops", gemm_flops},
-          {"gemm_source", gemm_source}};
+          {"gemm_source", gemm_source},
+          {"gemm_flops_start", gemm_start},
+          {"gemm_flops_cached", gemm_cached},
+          {"gemm_key", gemm_key},
+          {"gemm_warning", gemm_warning}};
   a.insert(a.end(), gemm_attrs.begin(), gemm_attrs.end());
   return a;
 }
@@ -51,6 +57,35 @@ PeakFlops hardwarePeak(const CpuInfo& cpu, const std::string& device, const std:
   return applyPeakOverride(computed, peak_tflops);
 }
 
+std::string gemmKey(const std::string& dtype, int64_t n, int threads, const std::string& blas) {
+  std::string key = dtype + " " + std::to_string(n) + "^3 " + std::to_string(threads) + "t " + blas;
+  if (const char* ct = std::getenv("OPENBLAS_CORETYPE"); ct && *ct)
+    key += std::string(" OPENBLAS_CORETYPE=") + ct;
+  return key;
+}
+
+namespace {
+
+std::string gflops(double f) { return formatFixed(f / 1e9, 1) + " GFLOP/s"; }
+
+// The start figure against the host's best: the denominator, and the busy-machine flag.
+void applyHostBest(RunPeaks& p, const CpuInfo& cpu) {
+  p.gemm_start = p.gemm_flops;
+  if (!(p.gemm_start > 0)) return;
+  const GemmBest b = recordGemmFigure(cpu, p.gemm_key, p.gemm_start);
+  p.gemm_cached = b.cached;
+  p.gemm_flops = b.best;
+  p.gemm_cache_file = b.cache_file;
+  if (b.cached > 0 && p.gemm_start < (1 - kGemmBusyFraction) * b.cached)
+    p.gemm_warning = "machine was busy: the GEMM at start-up ran at " + gflops(p.gemm_start) +
+                     ", " + formatFixed(100 * (1 - p.gemm_start / b.cached), 0) +
+                     " % below the best measured on this host (" + gflops(b.cached) + ", " +
+                     b.cache_file + "); gemm_efficiency divides by that best, and this run's "
+                     "throughput may be low for the same reason";
+}
+
+}  // namespace
+
 RunPeaks resolvePeaks(const TrainConfig& tc, const CpuInfo& cpu, const std::string& device,
                       const std::string& gpu_name, const GemmFigure* measured) {
   RunPeaks p;
@@ -59,20 +94,40 @@ RunPeaks resolvePeaks(const TrainConfig& tc, const CpuInfo& cpu, const std::stri
   const int threads = at::get_num_threads();
   p.isa = cpu.isaString();
   p.hw = hardwarePeak(cpu, device, gpu_name, dtype, threads, tc.peak_tflops);
-  std::string via;
+  std::string via, blas = device == "cpu" ? "ATen" : device;
   if (measured) {
     p.gemm_flops = measured->flops;
     via = measured->via;
     p.gemm_attrs = measured->attrs;
+    if (!measured->blas.empty()) blas = measured->blas;
+    p.remeasure = measured->remeasure;
   } else {
-    p.gemm_flops = measureGemmPeak(bf16 ? torch::kBFloat16 : torch::kFloat32, kPeakGemmN, kPeakGemmReps);
+    const auto st = bf16 ? torch::kBFloat16 : torch::kFloat32;
+    p.gemm_flops = measureGemmPeak(st, kPeakGemmN, kPeakGemmReps);
+    p.remeasure = [st] { return measureGemmPeak(st, kPeakGemmN, kPeakGemmReps); };
   }
+  p.gemm_key = gemmKey(dtype, kPeakGemmN, threads, blas);
+  applyHostBest(p, cpu);
   p.gemm_source = dtype + " GEMM " + std::to_string(kPeakGemmN) + "^3 on " + device + ", " +
                   std::to_string(threads) + " thread(s), best of " + std::to_string(kPeakGemmReps) +
-                  via;
+                  via + "; the best on this host" +
+                  (p.gemm_cache_file.empty() ? std::string(" (no cache: this run's figure)")
+                                             : " (" + p.gemm_cache_file + ")") +
+                  ", this run's start figure " + gflops(p.gemm_start);
   p.check = checkGemmAgainstPeak(p.gemm_flops, p.hw);
   if (!p.check.ok) FTB_WARN(p.check.message);
+  if (!p.gemm_warning.empty()) FTB_WARN(p.gemm_warning);
   return p;
+}
+
+void finishGemm(RunPeaks& p, const CpuInfo& cpu, MetricsFile& metrics) {
+  if (!(p.gemm_start > 0) || !p.remeasure) return;
+  p.gemm_end = p.remeasure();
+  recordGemmFigure(cpu, p.gemm_key, p.gemm_end);
+  metrics.setRootAttr("gemm_flops_end", p.gemm_end);
+  FTB_INFO("GEMM after the last step: " << gflops(p.gemm_end) << " (start " << gflops(p.gemm_start)
+                                        << ", this run's denominator " << gflops(p.gemm_flops)
+                                        << ")");
 }
 
 }  // namespace ftb

@@ -625,7 +625,7 @@ TEST(ConfigErrorFormat, WithAndWithoutHint) {
 
 TEST(SchemaTest, TrainerSchemaKeys) {
   const Schema& s = trainerSchema();
-  EXPECT_EQ(s.keys().size(), 79u);  // 55 + parallel.bucket_mb + checkpoint.preempt_grace_s
+  EXPECT_EQ(s.keys().size(), 80u);  // 55 + parallel.bucket_mb + checkpoint.preempt_grace_s
                                     // + training.device + data.tokenizer/text_field/
                                     // prompt_field/completion_field
                                     // + parallel.local_collectives + checkpoint.save_final
@@ -633,6 +633,7 @@ TEST(SchemaTest, TrainerSchemaKeys) {
                                     // + lora.* (6) + sweep.layout + sweep.repeat
                                     // + parallel.pp/pp_schedule/pp_virtual_stages/
                                     // pp_microbatches/pp_split
+                                    // + metrics.max_interference
   ASSERT_NE(s.find("training.lr"), nullptr);
   EXPECT_EQ(s.find("training.lr")->type, ValueType::kFloat);
   EXPECT_EQ(std::get<double>(*s.find("training.lr")->default_value), 3e-4);

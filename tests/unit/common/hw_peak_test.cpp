@@ -2,6 +2,8 @@
 // ISA's FLOPs per cycle, the GPU table, the override and the GEMM-above-peak check.
 #include "common/hw_peak.h"
 
+#include "common/log.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -91,6 +93,43 @@ TEST(HwPeak, CacheRoundTripPerHostAndModel) {
   EXPECT_NE(cpuPeakCacheFile(other, "h"), cpuPeakCacheFile(cpu, "h"));
   { std::ofstream(first.cache_file) << "ftbench cpu peak v1\nmodel Some Other CPU\n"; }
   EXPECT_FALSE(loadOrMeasureCpuUnits(cpu).from_cache);  // stale file: re-measured
+  unsetenv("FTB_CACHE_DIR");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(HwPeak, GemmFigureLinesKeepTheBestPerKey) {
+  const std::string text = "ftbench cpu peak v1\nmodel M\ngemm 5e10 fp32 2048 t1 ATen\n"
+                           "gemm 7e10 fp32 2048 t2 ATen\n";
+  EXPECT_EQ(cachedGemmFigure(text, "fp32 2048 t1 ATen"), 5e10);
+  EXPECT_EQ(cachedGemmFigure(text, "fp32 2048 t2 ATen"), 7e10);
+  EXPECT_EQ(cachedGemmFigure(text, "fp32 2048 t1"), 0) << "a key prefix is another key";
+  const std::string updated = withGemmFigure(text, "fp32 2048 t1 ATen", 6e10);
+  EXPECT_EQ(cachedGemmFigure(updated, "fp32 2048 t1 ATen"), 6e10);
+  EXPECT_EQ(cachedGemmFigure(updated, "fp32 2048 t2 ATen"), 7e10);
+  EXPECT_EQ(updated.rfind("ftbench cpu peak v1\nmodel M\n", 0), 0u) << updated;
+}
+
+// The best figure per key survives lower figures, other processes' files and a re-measure
+// of the CPU units (all in the one cache file per host and CPU model).
+TEST(HwPeak, RecordGemmFigureKeepsTheBestInThePeakCache) {
+  const std::string dir = testing::TempDir() + "/ftb_gemm_cache";
+  std::filesystem::remove_all(dir);
+  setenv("FTB_CACHE_DIR", dir.c_str(), 1);
+  const CpuInfo cpu = detectCpu();
+  GemmBest a = recordGemmFigure(cpu, "fp32 2048 t1 ATen", 4e10);
+  EXPECT_EQ(a.cached, 0);
+  EXPECT_EQ(a.best, 4e10);
+  EXPECT_EQ(a.cache_file, cpuPeakCacheFile(cpu, hostName()));
+  GemmBest b = recordGemmFigure(cpu, "fp32 2048 t1 ATen", 3e10);  // a busy start
+  EXPECT_EQ(b.cached, 4e10);
+  EXPECT_EQ(b.best, 4e10);
+  CpuUnits u = loadOrMeasureCpuUnits(cpu);  // the file had no units yet: measured, rewritten
+  EXPECT_FALSE(u.from_cache);
+  EXPECT_TRUE(loadOrMeasureCpuUnits(cpu).from_cache);
+  GemmBest c = recordGemmFigure(cpu, "fp32 2048 t1 ATen", 5e10);
+  EXPECT_EQ(c.cached, 4e10) << "the gemm line survived the units' rewrite";
+  EXPECT_EQ(recordGemmFigure(cpu, "fp32 2048 t1 ATen", 1).cached, 5e10);
+  EXPECT_TRUE(loadOrMeasureCpuUnits(cpu).from_cache) << "gemm lines do not spoil the units";
   unsetenv("FTB_CACHE_DIR");
   std::filesystem::remove_all(dir);
 }

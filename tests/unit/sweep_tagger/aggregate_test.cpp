@@ -19,6 +19,7 @@
 #include "common/tag.h"
 #include "test_util.h"
 #include "common/h5_metrics.h"
+#include "common/hdf5.h"
 
 namespace ftb {
 namespace {
@@ -97,6 +98,40 @@ RunRow summarize(const std::string& results, const std::string& dir, double stal
   AggregateOptions o;
   o.stale_seconds = stale;
   return summarizeRun(results, dir, o);
+}
+
+// A run the trainer marked noisy (root attrs interference, noisy, env_warnings) stays
+// completed; its valid cell says "noisy", the note gives the reason, the warnings are listed.
+TEST(Aggregate, NoisyRunIsMarkedInTheValidColumnWithItsReason) {
+  test::TempDir tmp;
+  std::string dir = makeRun(tmp.path(), runConfig(), 1, {"completed"});
+  {
+    h5::H5Handle f = h5::openFile(metricsFilePath(dir, 0), true, false);
+    h5::writeAttrDouble(f.get(), "interference", 0.42);
+    h5::writeAttrString(f.get(), "noisy", "interference 42.0 % on rank 0 > 5.0 %");
+    h5::writeAttrString(f.get(), "env_warnings", "machine was busy: GEMM low\nthreads > CPUs");
+  }
+  AggregateTable t = aggregateRuns(tmp.path(), AggregateOptions{});
+  ASSERT_EQ(t.runs.size(), 1u);
+  const RunRow& r = t.runs[0];  // through the worker's JSON line
+  EXPECT_EQ(r.status, RunState::Completed);
+  EXPECT_EQ(r.is_valid, true);
+  EXPECT_DOUBLE_EQ(*r.interference, 0.42);
+  EXPECT_EQ(r.noisy, "interference 42.0 % on rank 0 > 5.0 %");
+  const std::string csv = toCsv(t);
+  EXPECT_NE(csv.find(",noisy,0.42,interference 42.0 % on rank 0 > 5.0 %,"), std::string::npos)
+      << csv;
+  const std::string md = toMarkdown(t);
+  EXPECT_NE(md.find("| noisy | 42.0 | interference 42.0 % on rank 0 > 5.0 % |"), std::string::npos)
+      << md;
+  EXPECT_NE(md.find("Environment warnings (rank 0, at start-up):\n- " + r.tag +
+                    ":\n  - machine was busy: GEMM low\n  - threads > CPUs\n"),
+            std::string::npos)
+      << md;
+  RunRow quiet = summarize(tmp.path(), makeRun(tmp.path(), runConfig({"data.seq_len=64"}), 1,
+                                               {"completed"}));
+  EXPECT_TRUE(quiet.noisy.empty());
+  EXPECT_FALSE(quiet.interference.has_value());  // a file without the attribute
 }
 
 TEST(Aggregate, CompletedRunMatchesTrainerFormulas) {
@@ -222,7 +257,8 @@ TEST_F(AggregateTableTest, FormatsParseAndQuote) {
             "tokens_per_s_dataset_per_device,tokens_per_s_padded_per_device,mfu,gemm_efficiency,"
             "step_time_p50_s,step_time_p90_s,data_frac,forward_frac,backward_frac,optimizer_frac,comm_frac,"
             "peak_mem_mib,first_loss,last_loss,mt_per_hour,usd_per_mt,price_per_hour,is_valid,"
-            "host,cpu_model,peak_flops,peak_source,gemm_flops,gemm_source,traces,layout,repeat,"
+            "interference,noisy,env_warnings,host,cpu_model,peak_flops,peak_source,gemm_flops,"
+            "gemm_source,traces,method,trainable_params,flops_formula,layout,repeat,"
             "config_hash,global_batch_seqs,global_batch_tokens,batch_mode,"
             "step_tokens_per_s_padded_p10,step_tokens_per_s_padded_p50,"
             "step_tokens_per_s_padded_p90,repeats,tokens_per_s_median,tokens_per_s_min,"

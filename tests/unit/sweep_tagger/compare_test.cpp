@@ -106,14 +106,18 @@ TEST(Best, NoisyFailedAndInvalidRunsAreExcludedWithTheirReason) {
   invalid.is_valid = false;
   RunRow unknown = run("e", 0, 7000);
   unknown.is_valid.reset();
-  AggregateTable t = table({run("a", 0, 1000), run("b", 0, 900), failed, invalid, unknown});
+  RunRow noisy = run("f", 0, 8000);
+  noisy.noisy = "interference 31.0 %";
+  AggregateTable t =
+      table({run("a", 0, 1000), run("b", 0, 900), failed, invalid, unknown, noisy});
   EXPECT_EQ(t.runs[2].repeats, 0);  // not in any group
   const std::string r = bestReport(t, BestMetric::kTokensPerS);
   EXPECT_PRED2(has, r, "1. cfga: 1000.0");
   EXPECT_PRED2(has, r,
-               "Excluded from the ranking (3):\n  - cfgc: failed: rank 1: exit 1\n"
+               "Excluded from the ranking (4):\n  - cfgc: failed: rank 1: exit 1\n"
                "  - cfgd: invalid: the trainer refuses this config on this world size\n"
                "  - cfge: validity unknown");
+  EXPECT_PRED2(has, r, "  - cfgf: noisy: interference 31.0 %");
   EXPECT_FALSE(has(r, "2. cfgc"));
 }
 
