@@ -33,7 +33,17 @@ std::string lastErrorText() {
       },
       &text);
   H5Eclear2(H5E_DEFAULT);
-  return text.empty() ? "no HDF5 error detail" : text;
+  if (text.empty()) return "no HDF5 error detail";
+  // The POSIX driver's "file write failed: time = ..., filename = ..., errno = 28, error
+  // message = 'No space left on device', buf = ..." (several lines): its first words and the
+  // OS error are what a user needs; the caller names the file.
+  const size_t m = text.find("error message = '");
+  const size_t colon = text.find(": time = ");
+  if (m != std::string::npos && colon != std::string::npos) {
+    const size_t from = m + 17, to = text.find('\'', from);
+    return text.substr(0, colon) + ": " + text.substr(from, to - from);
+  }
+  return text;
 }
 
 std::string nameOf(hid_t id, ssize_t (*get)(hid_t, char*, size_t)) {

@@ -35,8 +35,8 @@ class SmallTmpfs {
     dir_ = tmpl;
     const std::string opts = "size=" + std::to_string(bytes) + ",mode=0755";
     if (mount("tmpfs", dir_.c_str(), "tmpfs", 0, opts.c_str()) != 0)
-      why_ = "cannot mount a tmpfs on " + dir_ + " (needs root or CAP_SYS_ADMIN): " +
-             std::strerror(errno);
+      why_ = "cannot mount a tmpfs on " + dir_ +
+             " (needs root or CAP_SYS_ADMIN): " + std::strerror(errno);
   }
   ~SmallTmpfs() {
     if (why_.empty()) umount2(dir_.c_str(), MNT_DETACH);
