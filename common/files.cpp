@@ -134,3 +134,22 @@ void writeFileDurably(const std::string& path, const std::string& text) {
 }
 
 }  // namespace ftb
+
+namespace ftb {
+
+void requireWritableDir(const std::string& dir, const std::string& key, const std::string& where,
+                        const std::string& hint) {
+  auto refuse = [&](const std::string& why) {
+    throw ConfigError(key, where, "cannot write in '" + dir + "': " + why, hint);
+  };
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) refuse(ec.message());
+  std::string probe = (std::filesystem::path(dir) / ".ftb_write_test.XXXXXX").string();
+  const int fd = mkstemp(probe.data());  // root passes access(W_OK) on a read-only mount
+  if (fd < 0) refuse(std::strerror(errno));
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
+}  // namespace ftb

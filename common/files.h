@@ -24,6 +24,12 @@ std::string readInputFile(const std::string& path, const std::string& what,
 // ("a FIFO", "a directory", "missing: No such file or directory", ...). Never opens it.
 std::string notRegularFileReason(const std::string& path);
 
+// Creates `dir` (and its parents) and proves it writable by creating and removing a file
+// in it (access(2) says yes to root on a read-only mount). Else throws ConfigError (exit 2)
+// for `key` at `where`, naming the directory and the OS error, with `hint`.
+void requireWritableDir(const std::string& dir, const std::string& key, const std::string& where,
+                        const std::string& hint);
+
 // ---- Durable writes. Each throws IoError (exit 4) naming the file and the OS error
 // (strerror: "No space left on device", "Permission denied", ...).
 

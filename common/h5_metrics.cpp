@@ -105,6 +105,7 @@ MetricsFile MetricsFile::create(const std::string& path, const RunInfo& info) {
   MetricsFile m;
   m.path_ = path;
   m.file_ = h5::createFile(path, /*file_locking=*/false);  // live files stay readable
+  h5::reserveSpace(m.file_, m.headroom());
   h5::H5Handle root = h5::openGroup(m.file_, "/");
   h5::writeAttrInt(root, "schema_version", kMetricsSchemaVersion);
   const std::pair<const char*, const std::string*> strings[] = {
@@ -140,6 +141,7 @@ MetricsFile MetricsFile::resume(const std::string& path, const RunInfo& info,
   if (existed) {
     m.path_ = path;
     m.file_ = h5::openFile(path, /*writable=*/true, /*file_locking=*/false);
+    h5::reserveSpace(m.file_, m.headroom());  // a full disk: refused before the cut
     m.steps_group_ = h5::openGroup(m.file_, "steps");
     m.status_group_ = h5::openGroup(m.file_, "status");
     hsize_t keep = 0;
@@ -196,6 +198,7 @@ MetricsFile& MetricsFile::operator=(MetricsFile&& other) noexcept {
     exit_code_ = other.exit_code_;
     resumed_time_s_ = other.resumed_time_s_;
     final_ = other.final_;
+    broken_ = std::move(other.broken_);
   }
   return *this;
 }
@@ -251,34 +254,67 @@ void MetricsFile::appendStep(const std::map<std::string, double>& values) {
   appended_ = true;
 }
 
+uint64_t MetricsFile::headroom() const {
+  constexpr uint64_t kChunkBytes = 1024 * 8;  // h5::createAppendable's default chunk
+  const uint64_t cols = std::max<uint64_t>(columns_.size(), 24);  // 24: the trainer's count
+  const uint64_t rows = uint64_t(std::max<int64_t>(steps_buffered_, 0));
+  return cols * kChunkBytes + 2 * rows * cols * 8 + (128 << 10);
+}
+
+void MetricsFile::appendColumn(Column& c) {
+  if (!c.dset.valid()) {  // a resumed file already has it (and its attributes)
+    if (h5::exists(steps_group_, c.name)) {
+      c.dset = h5::openDataset(steps_group_, c.name);
+    } else {
+      c.dset = h5::createAppendable(steps_group_, c.name,
+                                    c.is_int ? h5::ElemType::kInt64 : h5::ElemType::kFloat64);
+      auto doc = metricDocs().find(c.name);
+      h5::writeAttrString(c.dset, "units", doc == metricDocs().end() ? "" : doc->second.units);
+      h5::writeAttrString(c.dset, "description",
+                          doc == metricDocs().end() ? "" : doc->second.description);
+    }
+  }
+  if (c.is_int) {
+    h5::appendValues(c.dset, c.ints.data(), c.ints.size());
+    c.ints.clear();
+  } else {
+    h5::appendValues(c.dset, c.doubles.data(), c.doubles.size());
+    c.doubles.clear();
+  }
+}
+
+// Two steps, so that a row is whole or absent for readMetricsFile: every other column is
+// appended and flushed, then `step`, the row's commit mark, with steps_done. A failure in
+// the first leaves `step` shorter than the rest; in the second, `step` elements whose data
+// never reached the disk read as its fill value -1.
 void MetricsFile::flush() {
   std::unique_lock<std::recursive_mutex> lock = guard();
   if (!isOpen() || final_) return;
-  for (Column& c : columns_) {
-    if (!c.dset.valid()) {  // a resumed file already has it (and its attributes)
-      if (h5::exists(steps_group_, c.name)) {
-        c.dset = h5::openDataset(steps_group_, c.name);
-      } else {
-        c.dset = h5::createAppendable(steps_group_, c.name,
-                                      c.is_int ? h5::ElemType::kInt64 : h5::ElemType::kFloat64);
-        auto doc = metricDocs().find(c.name);
-        h5::writeAttrString(c.dset, "units", doc == metricDocs().end() ? "" : doc->second.units);
-        h5::writeAttrString(c.dset, "description",
-                            doc == metricDocs().end() ? "" : doc->second.description);
-      }
-    }
-    if (c.is_int) {
-      h5::appendValues(c.dset, c.ints.data(), c.ints.size());
-      c.ints.clear();
-    } else {
-      h5::appendValues(c.dset, c.doubles.data(), c.doubles.size());
-      c.doubles.clear();
-    }
+  if (!broken_.empty()) {  // no more rows: a retry would write them at the wrong offsets
+    writeStatus(false);
+    h5::flushFile(file_);
+    return;
   }
-  steps_flushed_ += steps_buffered_;
-  steps_buffered_ = 0;
-  writeStatus(false);
-  h5::flushFile(file_);
+  h5::reserveSpace(file_, headroom());  // throws before anything is written
+  try {
+    Column* step = nullptr;
+    for (Column& c : columns_)
+      if (c.name == "step") step = &c;
+      else appendColumn(c);
+    if (step != nullptr) {
+      h5::flushFile(file_);
+      appendColumn(*step);
+    }
+    steps_flushed_ += steps_buffered_;
+    steps_buffered_ = 0;
+    writeStatus(false);
+    h5::flushFile(file_);
+  } catch (const IoError& e) {
+    broken_ = e.what();
+    throw IoError("metrics file '" + path_ + "': writing rows failed, no more rows will be " +
+                  "written (the " + std::to_string(steps_flushed_) +
+                  " rows flushed before stay readable): " + e.what());
+  }
 }
 
 void MetricsFile::setStatus(const std::string& state, int exit_code, const std::string& message) {
@@ -299,6 +335,7 @@ void MetricsFile::setStatus(RunState state, int exit_code, const std::string& me
   exit_code_ = exit_code;
   message_ = message;
   if (!isOpen()) return;
+  h5::reserveSpace(file_, headroom());
   writeStatus(true);
   flush();
 }
@@ -306,6 +343,7 @@ void MetricsFile::setStatus(RunState state, int exit_code, const std::string& me
 void MetricsFile::setRootAttr(const std::string& name, const AttrValue& value) {
   std::unique_lock<std::recursive_mutex> lock = guard();
   if (!isOpen()) return;
+  h5::reserveSpace(file_, headroom());
   h5::H5Handle root = h5::openGroup(file_, "/");
   writeAttr(root, name, value);
   flush();
@@ -397,6 +435,13 @@ MetricsData readMetricsFile(const std::string& path) {
     if (h5::isIntDataset(dset)) d.int_metrics.insert(name);
     std::vector<double>& col = d.steps[name] = h5::readDoubles(steps, name);
     rows = std::min(rows, col.size());
+  }
+  if (auto it = d.steps.find("step"); it != d.steps.end()) {
+    // A row whose `step` never reached the disk (a failed flush, MetricsFile::flush) reads
+    // as the fill value: -1, or 0 in files written before it was set (a step 0 after the
+    // first row is never data: steps strictly increase).
+    const std::vector<double>& step = it->second;
+    while (rows > 0 && (step[rows - 1] < 0 || (rows > 1 && step[rows - 1] == 0))) --rows;
   }
   for (auto& kv : d.steps) kv.second.resize(rows);
   return d;

@@ -17,6 +17,10 @@
 //              common/run_state.h's recorded states, spelled by its string table),
 //              exit_code (int64), message (string), steps_done (int64 = rows flushed)
 //
+// Full disk: every call that writes first reserves its space (h5::reserveSpace) and, when
+// that fails, throws IoError naming the file before writing anything, so the file keeps
+// every row and the status of the last good write. Rows are written whole: readMetricsFile
+// returns no row whose data never reached the disk.
 // Crash safety: rows are buffered in memory and only flush()/setStatus()/close() call
 // HDF5; each ends with H5Fflush(H5F_SCOPE_GLOBAL). So a process killed (even SIGKILL)
 // outside those calls leaves a file that h5py and h5dump open, holding every flushed
@@ -93,8 +97,10 @@ class MetricsFile {
   // is stored as NaN (int: -1); int metrics store llround(value), NaN -> -1.
   // An undeclared name throws std::invalid_argument and buffers nothing.
   void appendStep(const std::map<std::string, double>& values);
-  // Writes the buffered rows, rewrites /status steps_done, H5Fflush. Throws IoError
-  // (file state then unspecified). No-op on a closed file.
+  // Writes the buffered rows, rewrites /status steps_done, H5Fflush. No-op on a closed
+  // file. Throws IoError naming the file (ENOSPC, ...); the rows flushed before stay
+  // readable, and from then on no row is written (only /status), so no later row lands at
+  // a wrong offset. readMetricsFile returns whole rows only.
   void flush();
   // Writes (or rewrites) one root attribute now, for facts known only after create():
   // e.g. the transport each process group chose. Throws IoError.
@@ -127,6 +133,10 @@ class MetricsFile {
     h5::H5Handle dset;            // invalid until the first flush
   };
   MetricsFile() = default;
+  void appendColumn(Column& c);  // creates the dataset on first use, appends the buffer
+  // Bytes reserved past the file's end (h5::reserveSpace) before each write: a new chunk
+  // for every column, the buffered rows twice over, and 128 KiB for metadata.
+  uint64_t headroom() const;
   void writeStatus(bool all);
   std::unique_lock<std::recursive_mutex> guard();
 
@@ -141,6 +151,7 @@ class MetricsFile {
   int64_t exit_code_ = 0;
   double resumed_time_s_ = 0;  // see resume()
   bool final_ = false;         // setFinalStatus() was called: no more writes
+  std::string broken_;         // why a flush failed: no more rows after it
   std::unique_ptr<std::recursive_mutex> mu_ = std::make_unique<std::recursive_mutex>();
 };
 
@@ -155,7 +166,8 @@ struct MetricsData {
   std::string config;                      // /config
   MetricsStatus status;
   // Every /steps dataset as float64 (int metrics converted), all cut to the shortest
-  // one (equal lengths unless a process died inside flush()).
+  // one (equal lengths unless a process died or a write failed inside flush()), and
+  // before trailing rows whose `step` holds the fill value (never written: see flush()).
   std::map<std::string, std::vector<double>> steps;
   std::set<std::string> int_metrics;  // names of /steps datasets stored as int64
 };

@@ -1,6 +1,12 @@
 #include "common/hdf5.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <limits>
 #include <mutex>
 
 #include "common/error.h"
@@ -27,7 +33,17 @@ std::string lastErrorText() {
       },
       &text);
   H5Eclear2(H5E_DEFAULT);
-  return text.empty() ? "no HDF5 error detail" : text;
+  if (text.empty()) return "no HDF5 error detail";
+  // The POSIX driver's "file write failed: time = ..., filename = ..., errno = 28, error
+  // message = 'No space left on device', buf = ..." (several lines): its first words and the
+  // OS error are what a user needs; the caller names the file.
+  const size_t m = text.find("error message = '");
+  const size_t colon = text.find(": time = ");
+  if (m != std::string::npos && colon != std::string::npos) {
+    const size_t from = m + 17, to = text.find('\'', from);
+    return text.substr(0, colon) + ": " + text.substr(from, to - from);
+  }
+  return text;
 }
 
 std::string nameOf(hid_t id, ssize_t (*get)(hid_t, char*, size_t)) {
@@ -187,7 +203,16 @@ void checkStatus(herr_t status, hid_t loc, const std::string& what) {
 
 void silenceErrorPrinting() {
   static std::once_flag once;
-  std::call_once(once, [] { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); });
+  std::call_once(once, [] {
+    // Before the library initialises (this is the first HDF5 call of every file opened
+    // or created here): no shutdown at exit. After a failed H5Fclose (ENOSPC while it
+    // flushed), libhdf5 1.10 keeps the file's id while freeing what it points to, and its
+    // exit-time shutdown then crashed on it (SIGSEGV in H5F__close_cb, exit 139 instead
+    // of the IoError's 4). Every handle here is closed by its owner and every write is
+    // flushed by the call that makes it, so the shutdown has nothing left to write.
+    H5dont_atexit();
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  });
 }
 
 H5Handle createFile(const std::string& path, bool file_locking) {
@@ -211,6 +236,21 @@ H5Handle openFile(const std::string& path, bool writable, bool file_locking) {
 }
 
 void flushFile(hid_t loc) { checkStatus(H5Fflush(loc, H5F_SCOPE_GLOBAL), loc, "H5Fflush"); }
+
+void reserveSpace(hid_t file, uint64_t headroom) {
+  void* handle = nullptr;
+  checkStatus(H5Fget_vfd_handle(file, H5P_DEFAULT, &handle), file, "H5Fget_vfd_handle");
+  const int fd = handle != nullptr ? *static_cast<int*>(handle) : -1;
+  struct stat st {};
+  if (fd < 0 || fstat(fd, &st) != 0) return;  // not the POSIX driver: nothing to reserve on
+  if (fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, st.st_size + off_t(headroom)) == 0) return;
+  const int err = errno;
+  if (err == EOPNOTSUPP || err == ENOSYS) return;  // a file system without fallocate
+  throw IoError("cannot reserve " + std::to_string(headroom >> 10) + " KiB beyond the " +
+                std::to_string(st.st_size >> 10) + " KiB of '" + describe(file) +
+                "' before writing to it: " + std::strerror(err) +
+                " (nothing was written; the file holds what it held)");
+}
 
 H5Handle createGroup(hid_t loc, const std::string& name) {
   return H5Handle(check(H5Gcreate2(loc, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), loc,
@@ -383,6 +423,12 @@ H5Handle createAppendable(hid_t loc, const std::string& name, ElemType type, hsi
   // Fletcher-32 per chunk: a corrupt chunk fails H5Dread ("data error detected by
   // fletcher32 checksum") instead of returning plausible numbers.
   checkStatus(H5Pset_fletcher32(dcpl), loc, "H5Pset_fletcher32");
+  // Elements never written (a chunk whose write failed) read as NaN or -1, not as zeros.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const int64_t minus_one = -1;
+  checkStatus(type == ElemType::kInt64 ? H5Pset_fill_value(dcpl, H5T_NATIVE_INT64, &minus_one)
+                                       : H5Pset_fill_value(dcpl, H5T_NATIVE_DOUBLE, &nan),
+              loc, "H5Pset_fill_value");
   hid_t ftype = type == ElemType::kInt64 ? H5T_STD_I64LE : H5T_IEEE_F64LE;
   return H5Handle(check(H5Dcreate2(loc, name.c_str(), ftype, space, H5P_DEFAULT, dcpl, H5P_DEFAULT),
                         loc, "H5Dcreate2 '" + name + "'"),

@@ -2,8 +2,10 @@
 //
 // Contract: every HDF5 call whose result is negative becomes ftb::IoError naming the
 // file path, the object, what failed and the innermost HDF5 error description.
-// HDF5's automatic error-stack printing is switched off the first time any helper
-// here opens or creates a file (silenceErrorPrinting() does it explicitly).
+// HDF5's automatic error-stack printing, and its shutdown at exit, are switched off the
+// first time any helper here opens or creates a file (silenceErrorPrinting() does it
+// explicitly): a failed close on a full disk left libhdf5 1.10 a dangling id that its
+// shutdown crashed on.
 // Strings are UTF-8. h5py 3 returns `str` for variable-length string attributes (the
 // default here) and numpy.bytes_ for fixed-length ones; string datasets are
 // variable-length (h5py: `ds.asstr()[()]`).
@@ -57,7 +59,9 @@ void checkStatus(herr_t status, hid_t loc, const std::string& what);
 // "<file path>:<object path>" of an open id, "?" parts when unknown.
 std::string describe(hid_t loc);
 
-void silenceErrorPrinting();  // H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr), once
+// Once: H5dont_atexit() and H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr). REQUIRES: before
+// any other HDF5 call of the process, for the first to take effect.
+void silenceErrorPrinting();
 
 // ---- Files and groups --------------------------------------------------------
 // `file_locking` false: no flock(2) on the file, so other processes may open it while
@@ -69,6 +73,12 @@ H5Handle createFile(const std::string& path, bool file_locking = true);
 H5Handle openFile(const std::string& path, bool writable = false, bool file_locking = true);
 // Writes every dirty buffer of the file containing `loc` to the OS (H5F_SCOPE_GLOBAL).
 void flushFile(hid_t loc);
+// Allocates disk blocks for `headroom` bytes past the end of the file (fallocate,
+// FALLOC_FL_KEEP_SIZE: the size is unchanged), so that the writes that follow cannot
+// fail half-done for want of space: on a full disk libhdf5 wrote part of its metadata
+// and left the file unreadable. Throws IoError naming the file (ENOSPC, ...) before
+// anything is written; a no-op where the file system has no fallocate.
+void reserveSpace(hid_t file, uint64_t headroom);
 H5Handle createGroup(hid_t loc, const std::string& name);
 H5Handle openGroup(hid_t loc, const std::string& name);
 H5Handle openDataset(hid_t loc, const std::string& name);
@@ -110,7 +120,8 @@ std::string readStringDataset(hid_t loc, const std::string& name);
 
 enum class ElemType { kFloat64, kInt64 };
 // 1-D dataset of length 0, max length unlimited, chunked by `chunk` elements, each
-// chunk with a Fletcher-32 checksum (H5Dread fails on a corrupt chunk).
+// chunk with a Fletcher-32 checksum (H5Dread fails on a corrupt chunk). Elements never
+// written (a chunk whose write failed on a full disk) read as NaN (float64) or -1 (int64).
 H5Handle createAppendable(hid_t loc, const std::string& name, ElemType type, hsize_t chunk = 1024);
 // Extends a 1-D dataset by n and writes values at its old end. The values are
 // converted to the dataset's element type by HDF5.

@@ -17,6 +17,7 @@
 #include "common/cpu_info.h"
 #include "common/dist_env.h"
 #include "common/error.h"
+#include "common/files.h"
 #include "common/log.h"
 #include "common/run_control.h"
 #include "common/run_lock.h"
@@ -489,6 +490,9 @@ int runSession(const SessionOptions& opts) {
     hf::checkAdapter(tc, dist);     // so does a bad PEFT adapter directory (lora.from_pretrained)
     std::optional<ResumePoint> plan =
         planResume(tc, cfg, checkpointDir(tc, runDirPath(cfg, tc)), dist);
+    if (!tc.checkpoint.dir.empty())  // refused now, not at the first save (after the run)
+      requireWritableDir(tc.checkpoint.dir, "checkpoint.dir", cfg.where("checkpoint.dir"),
+                         "choose a directory this user can write on every node");
     std::string run_dir = prepareRun(cfg, tc, dist, lock, plan.has_value());
     // No stop check between the run directory and its metrics file: a stop signal arriving
     // now is honoured right after the file exists, so the run records "preempted".
