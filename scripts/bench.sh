@@ -393,9 +393,10 @@ bench_lora_vs_full() {
 
 # Part 2: ftbench against TRL's SFTTrainer, the same HF model directory (random D512/L8), the
 # same prompt/completion JSONL (tokenized once by ftbench's sentencepiece path; its token cache
-# is TRL's input), seq_len, micro-batch, steps, LR, threads and dtype; two alternating rounds.
+# is TRL's input), seq_len, micro-batch, steps, LR, threads and dtype; FTB_LORA_ROUNDS (default
+# 2) alternating rounds.
 bench_lora_trl() {
-  local runs=$1 data=$1/data pyd method round cache
+  local runs=$1 data=$1/data pyd method cache
   pyd=$(bench_pydeps)
   mkdir -p "$data"
   echo "bench: lora, TRL: writing the data, the sentencepiece model and the HF model"
@@ -403,13 +404,13 @@ bench_lora_trl() {
   spm_train --input="$data/sft.txt" --model_prefix="$data/spm" --vocab_size=2000 --hard_vocab_limit=false \
     --model_type=unigram --num_threads=1 >"$data/spm_train.log" 2>&1
   "$PY" scripts/bench_hf_model.py configs/models/d512-l8.toml "$data/hf"
-  local T=512 B=4 N=10 LR=1e-4
+  local T=256 B=4 N=8 LR=1e-4 round
   local ft=(--config configs/runs/bench-d512.toml --no-sweep-dir model.from_pretrained="\"$data/hf\""
             data.source="\"$data/sft.jsonl\"" data.tokenizer="\"$data/spm.model\""
             data.prompt_field='"prompt"' data.completion_field='"completion"' data.padding='"longest"'
-            data.seq_len=$T training.micro_batch_size=$B training.max_steps=$N training.lr=$LR
+            data.seq_len=$T data.min_doc_len=0 training.micro_batch_size=$B training.max_steps=$N training.lr=$LR
             training.threads=1 metrics.skip_first_steps=2)
-  for round in 1 2; do
+  for round in $(seq "${FTB_LORA_ROUNDS:-2}"); do
     for method in full lora; do
       local extra=() trl=()
       [ $method = full ] || { extra=("${LORA_ARGS[@]}"); trl=("${TRL_LORA_ARGS[@]}"); }

@@ -33,6 +33,12 @@ def ftbench(run):
     return steps, cfg
 
 
+def params(run):
+    """The model's parameter count, from the trainer's start-up line ("N M params")."""
+    m = re.search(r"model \S+: ([\d.]+) M params", (run.parent / f"{run.name}.log").read_text())
+    return float(m.group(1)) * 1e6 if m else float("nan")
+
+
 def measured(steps, skip):
     return {k: v[skip:] for k, v in steps.items()}
 
@@ -40,7 +46,7 @@ def measured(steps, skip):
 def ft_summary(run):
     steps, cfg = ftbench(run)
     m = measured(steps, skip_first_steps(cfg))
-    return {"tokens_s": m["tokens_dataset"].sum() / m["step_time_s"].sum(),
+    return {"tokens_s": m["tokens_dataset"].sum() / m["step_time_s"].sum(), "params": params(run),
             "peak_rss": steps["peak_rss_bytes"].max(), "step_s": m["step_time_s"].mean(),
             **{p: m[p].mean() for p in PHASES}, "steps": steps, "cfg": cfg}
 
@@ -61,9 +67,15 @@ def part1():
                   f"{s['step_s'] * 1e3:.0f} ms | " +
                   " | ".join(f"{s[p] * 1e3:.1f} ms" for p in PHASES) + " |")
         speed, mem = lora["tokens_s"] / full["tokens_s"], lora["peak_rss"] / full["peak_rss"]
+        saved, state = (full["peak_rss"] - lora["peak_rss"]) / 2**20, full["params"] * 12 / 2**20
         verdicts.append(f"- {label}: LoRA tokens/s {speed:.2f}× full (target ≥ 1.25×: "
                         f"{'met' if speed >= 1.25 else '**missed**'}); peak RSS {mem:.2f}× full "
-                        f"(target ≤ 0.6×: {'met' if mem <= 0.6 else '**missed**'}).")
+                        f"(target ≤ 0.6×: {'met' if mem <= 0.6 else '**missed**'}). LoRA saves "
+                        f"{saved:.0f} MiB of peak; the base's fp32 gradients and two AdamW moments "
+                        f"that LoRA does not keep are {state:.0f} MiB (12 bytes x "
+                        f"{full['params'] / 1e6:.1f} M parameters); the rest, "
+                        f"{lora['peak_rss'] / 2**20:.0f} MiB, is what both keep (weights, "
+                        f"activations, runtime).")
     print()
     print("\n".join(verdicts))
 
@@ -116,6 +128,9 @@ def part2():
     for method, (a, c) in best.items():
         print(f"- {method}: best rounds ftbench {a:.0f} vs TRL {c:.0f} dataset tokens/s = "
               f"{a / c:.2f}× (target ≥ 2×: {'met' if a / c >= 2 else '**missed**'}).")
+    if "lora" in best:
+        print(f"- LoRA over full finetuning on each side (best rounds): ftbench "
+              f"{best['lora'][0] / best['full'][0]:.2f}×, TRL {best['lora'][1] / best['full'][1]:.2f}×.")
     for method, r, same, dl, ft_tok, tr_tok in checks:
         print(f"- Same tokens, {method} round {r}: dataset tokens equal at every step: "
               f"{'yes' if same else '**no**'} (first steps {ft_tok} vs {tr_tok}); step-1 loss "
