@@ -111,7 +111,8 @@ std::map<std::string, std::string> checkpointCompatKeys(const Config& cfg, const
   for (const char* k : kCompatKeys)
     if (cfg.has(k)) m[k] = valueToString(cfg.entries().at(k).value);
   if (tc.lora.enabled()) {
-    for (const char* k : {"lora.rank", "lora.alpha"}) m[k] = valueToString(cfg.entries().at(k).value);
+    for (const char* k : {"lora.rank", "lora.alpha", "lora.dropout"})
+      m[k] = valueToString(cfg.entries().at(k).value);
     std::string targets;
     for (const auto& t : tc.lora.targets) targets += (targets.empty() ? "" : ",") + t;
     m["lora.targets"] = valueToString(Value(targets));

@@ -49,8 +49,9 @@ struct ResumePoint {
 };
 
 // Keys whose values a checkpoint must share with the run resuming it (key -> TOML). A LoRA
-// run adds lora.rank, lora.targets, lora.alpha and lora.base (loraBaseIdentity): its
-// checkpoint holds only adapters, meaningful on the base they were trained on.
+// run adds lora.rank, lora.targets, lora.alpha, lora.dropout and lora.base
+// (loraBaseIdentity): its checkpoint holds only adapters, meaningful on the base they were
+// trained on.
 std::map<std::string, std::string> checkpointCompatKeys(const Config& cfg, const TrainConfig& tc);
 
 // The frozen base of a LoRA run: "seed <training.seed>" for the seeded initial model, else
