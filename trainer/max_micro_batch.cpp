@@ -22,7 +22,7 @@
 #include "common/error.h"
 #include "common/h5_metrics.h"
 #include "trainer/loop/train.h"
-#include "trainer/parallel/memory_estimate.h"
+#include "common/memory_estimate.h"
 
 namespace ftb {
 namespace fs = std::filesystem;

@@ -523,7 +523,7 @@ int runSession(const SessionOptions& opts) {
       if (!peerLeftAtDeadline(tc, e)) throw;
       return watchdog.abandon(std::string("the stop did not finish (") + e.what() + ")");
     }
-    if (s.steps > 0 && s.stop_signal == 0 && !s.stopped_by_ctl) finishGemm(peaks, cpu, *metrics);
+    if (s.steps > 0 && s.stop_signal == 0 && !s.stopped_by_ctl) finishGemm(peaks, cpu, *metrics, s.train_seconds);
     watchdog.disarm();
     return finishRun(*metrics, tc, s, peaks, run_dir, env.rank, ckpt.lastSaved());
   } catch (const ConfigError& e) {

@@ -87,7 +87,8 @@ RunPeaks resolvePeaks(const TrainConfig& tc, const CpuInfo& cpu, const std::stri
 
 // After the last step: times the GEMM again (p.remeasure), records it in the cache
 // (later runs divide by it when it is the best), sets p.gemm_end and writes root attr
-// gemm_flops_end. No-op when the start GEMM was not measured. Logs the figure.
-void finishGemm(RunPeaks& p, const CpuInfo& cpu, MetricsFile& metrics);
+// gemm_flops_end. No-op when the start GEMM was not measured, or when `run_seconds` (the
+// measured steps' wall time) is under 20 times the re-check's cost. Logs the figure.
+void finishGemm(RunPeaks& p, const CpuInfo& cpu, MetricsFile& metrics, double run_seconds);
 
 }  // namespace ftb

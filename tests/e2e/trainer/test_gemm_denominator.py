@@ -7,12 +7,13 @@ import subprocess
 from trainer_util import TINY, TRAINER, base_env, metrics
 
 
-def run(out_dir, cache_dir):
+def run(out_dir, cache_dir, recheck="1"):
     cmd = [str(TRAINER), "--config", str(TINY), "--output-dir", str(out_dir), "--no-sweep-dir",
            "training.max_steps=4", "checkpoint.save_final=false",
            "training.fp32_gemm=aten"]  # one BLAS: one cache key in both runs
-    p = subprocess.run(cmd, env=base_env(FTB_CACHE_DIR=cache_dir), capture_output=True,
-                       text=True, timeout=180)
+    # FTB_TEST_GEMM_RECHECK=1: re-check after the last step although the run is short.
+    p = subprocess.run(cmd, env=base_env(FTB_CACHE_DIR=cache_dir, FTB_TEST_GEMM_RECHECK=recheck),
+                       capture_output=True, text=True, timeout=180)
     assert p.returncode == 0, f"trainer failed ({p.returncode}):\n{p.stdout}\n{p.stderr}"
     with metrics(out_dir) as f:
         a = dict(f.attrs)
@@ -51,3 +52,9 @@ def test_denominator_is_the_hosts_best_and_a_slow_start_is_flagged(tmp_path):
     assert warning in a2["env_warnings"]
     assert "machine was busy" in p2.stderr + p2.stdout
     assert "GEMM warning" in p2.stdout  # the summary row
+
+
+def test_a_short_run_skips_the_end_recheck_and_says_so(tmp_path):
+    p, a, _, _ = run(tmp_path / "short", tmp_path / "cache", recheck="0")
+    assert "gemm_flops_end" not in a
+    assert "GEMM not re-measured after the last step" in p.stdout + p.stderr
