@@ -461,6 +461,7 @@ import pathlib, platform, sys
 import h5py
 runs = pathlib.Path(sys.argv[1])
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+print("# Pipeline bubble: pp 2 on one host, 1F1B and interleaved 1F1B\n")
 print(f"Pipeline bubble, D512/L8/T512 fp32, pp 2 on one host (2 ranks, 1 thread each), m = 8 "
       f"micro-batches of 1 sample, 6 steps (first 2 warm-up). CPU: {cpu}. Load average before / "
       f"after: {(runs / 'loadavg.before').read_text().split()[0]} / "
