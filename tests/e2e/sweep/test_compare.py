@@ -192,7 +192,9 @@ def layouts(tmp_path_factory):
 def test_layout_sweep_trains_the_same_global_batch_in_every_layout(layouts):
     csv = pd.read_csv(pd.io.common.StringIO(tagger("aggregate", layouts["dir"]).stdout))
     assert sorted(csv["layout"]) == ["ddp"] * 2 + ["tp2"] * 2 + ["zero3"] * 2
-    assert set(csv["is_valid"]) == {True}  # a derived grad_accum_steps is no contradiction
+    # A derived grad_accum_steps is no contradiction: valid ("noisy" is valid too: other work
+    # on the machine held the run's CPUs, which says nothing of the config).
+    assert {str(v).lower() for v in csv["is_valid"]} <= {"true", "noisy"}, csv["is_valid"]
     assert set(csv["global_batch_seqs"]) == {4}
     assert set(csv["batch_mode"]) == {"fixed global batch"}
     assert "4 in every run: equal work. Mode: fixed global batch" in layouts["md"]

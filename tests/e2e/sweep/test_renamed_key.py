@@ -73,7 +73,8 @@ def test_old_run_directory_keeps_its_tag_and_counts_as_done(tmp_path):
     (row,) = data["runs"] if isinstance(data, dict) else data
     assert row["tag"] == OLD_TAGS[5] and row["status"] == "completed", row
     assert row["steps_done"] == 12 and row["measured_steps"] == 12 - 5, row
-    assert row["is_valid"] is True, row  # the recorded old key reads under its new name
+    # The recorded old key reads under its new name ("noisy": valid, measured on a busy machine).
+    assert row["is_valid"] in (True, "noisy"), row
 
 
 def test_old_key_in_a_sweep_is_refused_naming_the_new_one(tmp_path):
