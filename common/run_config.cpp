@@ -631,6 +631,8 @@ void checkPipeMicrobatches(const Config& cfg, const TrainConfig& c) {
 std::vector<int64_t> pipeSplit(const Config& cfg, const TrainConfig& c) {
   const int64_t chunks = c.pp * c.pp_virtual_stages, L = c.model.n_layers;
   const std::vector<int64_t>& given = cfg.getIntList("parallel.pp_split");
+  // One chunk holds every block: nothing to balance (balancedSplit grows with the layers).
+  if (given.empty() && chunks == 1) return {L};
   if (given.empty()) return balancedSplit(L, chunks, layerCosts(c.model, c.seq_len));
   int64_t sum = 0;
   for (int64_t n : given) {
