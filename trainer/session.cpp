@@ -1,6 +1,5 @@
 #include "trainer/session.h"
 
-#include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <csignal>
@@ -27,6 +26,7 @@
 #include "common/h5_metrics.h"
 #include "trainer/metrics/perf.h"
 #include "common/env_check.h"
+#include "trainer/metrics/device.h"
 #include "trainer/metrics/peaks.h"
 #include "trainer/model/linear.h"
 #include "trainer/model/llama.h"
@@ -136,19 +136,20 @@ TrainConfig resolveConfig(const SessionOptions& opts, const Config& cfg, const D
   return tc;
 }
 
-// training.device: where this rank's tensors live ("cpu"). Bad or unsupported
-// placements are ConfigErrors (exit 2) before any socket or file exists.
+// training.device: where this rank's tensors live ("cpu" or "cuda:N"), made the process's
+// compute device (metrics/device.h). Bad or unsupported placements are ConfigErrors
+// (exit 2) before any socket or file exists.
 std::string placeTensors(const Config& cfg, const TrainConfig& tc, const DistEnv& env) {
-  const DeviceChoice d = resolveDevice(tc.device, tc.backend, env.local_rank,
-                                       static_cast<int>(torch::cuda::device_count()));
+  const DeviceChoice d = resolveDevice(tc.device, tc.backend, env.local_rank, visibleCudaDevices());
   if (!d.problem.empty())
     throw ConfigError(d.problem_key, cfg.where(d.problem_key), d.problem,
                       "training.device and parallel.backend must agree");
-  if (d.cuda)
-    throw ConfigError("training.device", cfg.where("training.device"),
-                      "resolves to " + d.device + ", but this trainer places the model, batches "
-                      "and ZeRO buffers on the CPU only (CUDA placement is not implemented)",
-                      "use training.device = \"cpu\" or \"auto\" with backend gloo");
+  if (d.cuda && tc.pp > 1)
+    throw ConfigError("parallel.pp", cfg.where("parallel.pp"),
+                      "pipeline stages run on the CPU only in this build (training.device "
+                      "resolves to " + d.device + ")",
+                      "use parallel.pp = 1 on GPUs, or training.device = \"cpu\"");
+  useComputeDevice(torch::Device(d.device));
   return d.device;
 }
 
@@ -436,7 +437,8 @@ RunPeaks measurePeaks(const TrainConfig& tc, const CpuInfo& cpu, const std::stri
                       const std::optional<ResumePoint>& plan, Distributed& dist) {
   setAttentionKernel(tc.attention == "sdpa" ? AttentionKernel::kSdpa
                                             : AttentionKernel::kFusedSoftmax);
-  if (tc.dtype != DType::kFp32 || device != "cpu") return resolvePeaks(tc, cpu, device, "");
+  if (device != "cpu") return resolvePeaks(tc, cpu, device, cudaDeviceName(computeDevice().index()));
+  if (tc.dtype != DType::kFp32) return resolvePeaks(tc, cpu, device, "");
   Fp32GemmChoice c = chooseFp32Gemm(tc.fp32_gemm, kPeakGemmN, kPeakGemmReps);
   agreeFp32Gemm(tc, plan, dist, c);
   setFp32Gemm(c.route);

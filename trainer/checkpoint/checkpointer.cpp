@@ -414,7 +414,7 @@ std::map<std::string, int64_t> Checkpointer::load(const ResumePoint& rp,
     for (const CkptSlice& s : t.slices) {
       std::optional<Box> part = ckpt::intersect(want, Box{s.offset, s.size});
       if (!part) continue;
-      torch::Tensor tmp = torch::empty(part->size, p.view.options());
+      torch::Tensor tmp = torch::empty(part->size, p.view.options().device(torch::kCPU));
       reader.read(s, *part, tmp);
       Box rel = ckpt::relativeTo(*part, want);
       torch::Tensor dst = p.view;

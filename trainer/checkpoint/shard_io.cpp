@@ -75,7 +75,7 @@ std::vector<std::pair<std::string, CkptSlice>> writeShardFile(
       int k = count[s.name]++;
       if (k == 0) h5::createGroup(f, s.name);
       const std::string ds = s.name + "/" + std::to_string(k);
-      torch::Tensor data = s.data.contiguous();
+      torch::Tensor data = s.data.to(torch::kCPU).contiguous();  // a GPU tensor is copied out
       std::vector<hsize_t> d = storedDims(s.box.size);
       h5::H5Handle space(h5::check(H5Screate_simple(int(d.size()), d.data(), nullptr), f,
                                    "H5Screate_simple " + ds),

@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "trainer/metrics/device.h"
 
 namespace ftb {
 
@@ -60,7 +61,8 @@ class SelfComm final : public Comm {
 class BackendComm final : public Comm {
  public:
   BackendComm(c10::intrusive_ptr<c10d::Backend> backend, std::chrono::milliseconds timeout)
-      : backend_(std::move(backend)), timeout_(timeout) {
+      : backend_(std::move(backend)), timeout_(timeout),
+        device_(backend_->getBackendName() == "nccl" ? computeDevice() : torch::Device(torch::kCPU)) {
     // Gloo's _reduce_scatter_base is an all-reduce followed by a chunk copy (twice the
     // bytes of a ring reduce-scatter); alltoall + local sum moves what the ring moves.
     native_reduce_scatter_ = backend_->getBackendName() != "gloo";
@@ -72,7 +74,8 @@ class BackendComm final : public Comm {
   void allReduceMax(torch::Tensor& t) override { allReduce(t, c10d::ReduceOp::MAX, "allreduce(max)"); }
 
   std::unique_ptr<PendingWork> allReduceSumAsync(torch::Tensor& t) override {
-    if (isReducedPrecision(t)) return Comm::allReduceSumAsync(t);  // reduced in fp32, below
+    // Reduced in fp32, or staged through the backend's device: synchronously, below.
+    if (isReducedPrecision(t) || t.device() != device_) return Comm::allReduceSumAsync(t);
     std::vector<torch::Tensor> v{t};
     c10d::AllreduceOptions opts;
     opts.reduceOp = c10d::ReduceOp::SUM;
@@ -86,6 +89,12 @@ class BackendComm final : public Comm {
       t.copy_(wide);
       return;
     }
+    if (t.device() != device_) {
+      torch::Tensor here = t.to(device_);
+      allReduce(here, op, what);
+      t.copy_(here);
+      return;
+    }
     std::vector<torch::Tensor> v{t};
     c10d::AllreduceOptions opts;
     opts.reduceOp = op;
@@ -94,6 +103,12 @@ class BackendComm final : public Comm {
 
   void allGather(torch::Tensor& out, const torch::Tensor& in) override {
     TORCH_CHECK(out.numel() == in.numel() * size(), "allGather: out/in size mismatch");
+    if (out.device() != device_ || in.device() != device_) {
+      torch::Tensor here = torch::empty({out.numel()}, out.options().device(device_));
+      allGather(here, in.to(device_));
+      out.view(-1).copy_(here);
+      return;
+    }
     torch::Tensor s = in.contiguous().view(-1);
     torch::Tensor d = out.view(-1);
     wait(backend_->_allgather_base(d, s), "_allgather_base", s);
@@ -105,6 +120,12 @@ class BackendComm final : public Comm {
       torch::Tensor wide_out = torch::empty({out.numel()}, out.options().dtype(torch::kFloat32));
       reduceScatterSum(wide_out, in.to(torch::kFloat32));
       out.view(-1).copy_(wide_out);
+      return;
+    }
+    if (out.device() != device_ || in.device() != device_) {
+      torch::Tensor here = torch::empty({out.numel()}, out.options().device(device_));
+      reduceScatterSum(here, in.to(device_));
+      out.view(-1).copy_(here);
       return;
     }
     torch::Tensor src = in.contiguous().view(-1);
@@ -122,6 +143,12 @@ class BackendComm final : public Comm {
   }
 
   void broadcast(torch::Tensor& t, int root) override {
+    if (t.device() != device_) {
+      torch::Tensor here = t.to(device_);
+      broadcast(here, root);
+      t.copy_(here);
+      return;
+    }
     std::vector<torch::Tensor> v{t};
     c10d::BroadcastOptions opts;
     opts.rootRank = root;
@@ -147,7 +174,7 @@ class BackendComm final : public Comm {
 
   void wait(const c10::intrusive_ptr<c10d::Work>& work, const char* op, const torch::Tensor& t) {
     RECORD_USER_SCOPE(op);  // a named range per collective in profiler traces
-    CollectiveTimer timer;
+    CollectiveTimer timer;  // NCCL: wait(timeout) blocks the host until the collective is done
     try {
       work->wait(timeout_);
     } catch (const std::exception& e) {
@@ -162,6 +189,7 @@ class BackendComm final : public Comm {
 
   c10::intrusive_ptr<c10d::Backend> backend_;
   std::chrono::milliseconds timeout_;
+  torch::Device device_;  // where the backend reduces: the GPU for NCCL, else the CPU
   bool native_reduce_scatter_ = false;
 };
 

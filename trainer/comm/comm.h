@@ -11,6 +11,10 @@
 //   elements). On Gloo, reduce_scatter is alltoall + local sum (the bytes of a ring
 //   reduce-scatter; Gloo's own is an all-reduce, twice the bytes).
 // - A Comm of size 1 performs no communication.
+// - Tensors may live on the CPU or the compute device (metrics/device.h). A backend
+//   reduces on its own device (NCCL: the GPU; Gloo: the CPU); a tensor elsewhere is
+//   copied there and the result copied back before the call returns. So every layout
+//   runs over either backend, and a CPU-side scalar (the step agreement) over NCCL.
 #pragma once
 
 #include <torch/torch.h>

@@ -112,7 +112,9 @@ ExportDtype runDtype(const RunConfig& run) {
 // sliding_window. Otherwise LlamaForCausalLM.
 json sourceArchitecture(const std::optional<Config>& run) {
   json llama = {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}};
-  if (!run || run->getString("model.from_pretrained").empty()) return llama;
+  // A run from random weights has no model.from_pretrained in its run.toml.
+  if (!run || !run->has("model.from_pretrained") || run->getString("model.from_pretrained").empty())
+    return llama;
   std::ifstream in(fs::path(run->getString("model.from_pretrained")) / kHfConfigName);
   const json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object() || j.value("architectures", json::array()) != json{"MistralForCausalLM"})

@@ -216,7 +216,7 @@ void SafetensorsWriter::write(const torch::Tensor& t) {
   const StTensor& d = tensors_[next_++];
   TORCH_CHECK(stDtypeOf(t.scalar_type()) == d.dtype && t.sizes().vec() == d.shape,
               "safetensors writer: tensor ", d.name, " does not match its declaration");
-  torch::Tensor c = t.contiguous();
+  torch::Tensor c = t.to(torch::kCPU).contiguous();
   const char* p = static_cast<const char*>(c.data_ptr());
   int64_t left = d.end - d.begin;
   while (left > 0) {

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 namespace ftb {
@@ -493,8 +494,48 @@ struct CrossEntropyFn : public torch::autograd::Function<CrossEntropyFn> {
 
 }  // namespace
 
+namespace composed {
+
+torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps,
+                      torch::ScalarType out_dtype) {
+  const torch::Tensor xf = x.to(torch::kFloat32);
+  return (xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps) * weight.to(torch::kFloat32))
+      .to(out_dtype);
+}
+
+torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                   double scale) {
+  const int64_t T = x.size(2), half = x.size(3) / 2;
+  const torch::Tensor xf = x.to(torch::kFloat32);
+  const torch::Tensor c = cos.narrow(0, 0, T).to(torch::kFloat32), s = sin.narrow(0, 0, T).to(torch::kFloat32);
+  const torch::Tensor x1 = xf.narrow(-1, 0, half), x2 = xf.narrow(-1, half, half);
+  return (torch::cat({x1 * c - x2 * s, x2 * c + x1 * s}, -1) * scale).to(x.scalar_type()).contiguous();
+}
+
+torch::Tensor causalSoftmax(const torch::Tensor& scores, torch::ScalarType out_dtype) {
+  const int64_t T = scores.size(-1);
+  const torch::Tensor masked =
+      torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(scores.device())).triu(1);
+  return scores.to(torch::kFloat32)
+      .masked_fill(masked, -std::numeric_limits<float>::infinity())
+      .softmax(-1)
+      .to(out_dtype);
+}
+
+torch::Tensor swiGlu(const torch::Tensor& a, const torch::Tensor& b) {
+  return (torch::silu(a.to(torch::kFloat32)) * b.to(torch::kFloat32)).to(a.scalar_type());
+}
+
+torch::Tensor crossEntropy(const torch::Tensor& logits, const torch::Tensor& targets) {
+  const torch::Tensor z = logits.to(torch::kFloat32);
+  return z.logsumexp(-1) - z.gather(1, targets.to(torch::kLong).unsqueeze(1)).squeeze(1);
+}
+
+}  // namespace composed
+
 torch::Tensor fusedRmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps,
                            torch::ScalarType out_dtype) {
+  if (!x.device().is_cpu()) return composed::rmsNorm(x, weight, eps, out_dtype);
   return RmsNormFn::apply(x, weight, eps, static_cast<int64_t>(out_dtype));
 }
 
@@ -504,6 +545,7 @@ torch::Tensor fusedRope(const torch::Tensor& x, const torch::Tensor& cos, const 
   TORCH_CHECK(x.dim() == 4 && x.size(3) % 2 == 0 && cos.size(0) >= T && cos.size(1) == half,
               "fusedRope: x [B,H,T,hd] with even hd and tables [>=T, hd/2] expected, got x ",
               x.sizes(), ", cos ", cos.sizes());
+  if (!x.device().is_cpu()) return composed::rope(x, cos, sin, scale);
   torch::Tensor c = cos.narrow(0, 0, T).to(torch::kFloat32).contiguous();
   torch::Tensor s = sin.narrow(0, 0, T).to(torch::kFloat32).contiguous();
   return RopeFn::apply(x, c, s, scale);
@@ -512,6 +554,7 @@ torch::Tensor fusedRope(const torch::Tensor& x, const torch::Tensor& cos, const 
 torch::Tensor fusedCausalSoftmax(const torch::Tensor& scores, torch::ScalarType out_dtype) {
   TORCH_CHECK(scores.dim() >= 2 && scores.size(-1) == scores.size(-2),
               "fusedCausalSoftmax: square [..., T, T] scores expected, got ", scores.sizes());
+  if (!scores.device().is_cpu()) return composed::causalSoftmax(scores, out_dtype);
   return CausalSoftmaxFn::apply(scores, static_cast<int64_t>(out_dtype));
 }
 
@@ -519,6 +562,7 @@ torch::Tensor fusedSwiGlu(const torch::Tensor& a, const torch::Tensor& b) {
   TORCH_CHECK(a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type(),
               "fusedSwiGlu: a and b of one shape and dtype expected, got ", a.sizes(), " ",
               a.scalar_type(), " and ", b.sizes(), " ", b.scalar_type());
+  if (!a.device().is_cpu()) return composed::swiGlu(a, b);
   return SwiGluFn::apply(a, b);
 }
 
@@ -526,6 +570,7 @@ torch::Tensor fusedCrossEntropy(const torch::Tensor& logits, const torch::Tensor
   TORCH_CHECK(logits.dim() == 2 && targets.dim() == 1 && targets.size(0) == logits.size(0),
               "fusedCrossEntropy: logits [N, V] and targets [N] expected, got ", logits.sizes(),
               " and ", targets.sizes());
+  if (!logits.device().is_cpu()) return composed::crossEntropy(logits, targets);
   return CrossEntropyFn::apply(logits, targets);
 }
 

@@ -20,6 +20,9 @@
 //   from fixed row chunks in a fixed order). The inner loops are compiled for
 //   AVX-512, AVX2 + FMA and baseline x86-64 and picked at run time (kernels/clones.h),
 //   so two CPU kinds may differ in the last bit (as their BLAS kernels do).
+// - The fused kernels are CPU code. A tensor on another device (a GPU) takes the
+//   composed ATen form of the same math (namespace composed, below; ATen's own CUDA
+//   kernels, differentiated by autograd), with the same dtype contract.
 #pragma once
 
 #include <torch/torch.h>
@@ -52,5 +55,18 @@ torch::Tensor fusedSwiGlu(const torch::Tensor& a, const torch::Tensor& b);
 // REQUIRES: logits [N, V] fp32 or bf16, targets [N] integer in [0, V) (else an error).
 // The logits' gradient comes back in their dtype.
 torch::Tensor fusedCrossEntropy(const torch::Tensor& logits, const torch::Tensor& targets);
+
+// The same functions composed from ATen ops (any device): what the fused ones compute on
+// a non-CPU device. Statistics in fp32, one rounding to the output dtype. The composed
+// cross-entropy does not range-check targets (a GPU gather asserts on the device).
+namespace composed {
+torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps,
+                      torch::ScalarType out_dtype);
+torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                   double scale);
+torch::Tensor causalSoftmax(const torch::Tensor& scores, torch::ScalarType out_dtype);
+torch::Tensor swiGlu(const torch::Tensor& a, const torch::Tensor& b);
+torch::Tensor crossEntropy(const torch::Tensor& logits, const torch::Tensor& targets);
+}  // namespace composed
 
 }  // namespace ftb

@@ -322,11 +322,20 @@ void StepLog::finishMemory(Comm& world, TrainSummary& s) {
   // Per rank: peak RSS, growth (kNone when not measured), slope.
   constexpr double kNone = -1e300;
   const double g = rss_.growth();
-  torch::Tensor mine = torch::tensor(
-      {double(peakRssBytes()), std::isnan(g) ? kNone : g, rss_.slopeMibPerS()}, torch::kFloat64);
-  torch::Tensor all = torch::zeros({world_, 3}, torch::kFloat64);
+  const DeviceMemoryPeaks dev = deviceMemoryPeaks();  // -1 on the CPU
+  if (dev.allocated >= 0) {
+    metrics_.setRootAttr("device_peak_allocated_bytes", dev.allocated);
+    metrics_.setRootAttr("device_peak_reserved_bytes", dev.reserved);
+  }
+  torch::Tensor mine = torch::tensor({double(peakRssBytes()), std::isnan(g) ? kNone : g,
+                                      rss_.slopeMibPerS(), double(dev.allocated),
+                                      double(dev.reserved)},
+                                     torch::kFloat64);
+  torch::Tensor all = torch::zeros({world_, 5}, torch::kFloat64);
   world.allGather(all, mine);
   s.peak_rss_max = all.select(1, 0).max().item<double>();
+  s.device_peak_allocated_max = all.select(1, 3).max().item<double>();
+  s.device_peak_reserved_max = all.select(1, 4).max().item<double>();
   const int64_t worst = all.select(1, 1).argmax().item<int64_t>();
   s.rss_growth_max =
       all[worst][1].item<double>() == kNone ? std::nan("") : all[worst][1].item<double>();
@@ -427,6 +436,11 @@ void printSummary(const TrainConfig& tc, const TrainSummary& s, const RunPeaks& 
                                                      formatFixed(100 * tc.max_interference, 1) +
                                                      " %")));
   summaryRow(os, "peak RSS (max over ranks)", formatFixed(s.peak_rss_max / (1 << 20), 1) + " MiB");
+  if (s.device_peak_allocated_max >= 0)
+    summaryRow(os, "GPU peak alloc / reserved",
+               formatFixed(s.device_peak_allocated_max / (1 << 20), 1) + " / " +
+                   formatFixed(s.device_peak_reserved_max / (1 << 20), 1) +
+                   " MiB (CUDA caching allocator, max over ranks)");
   summaryRow(os, "RSS growth after warm-up",
              std::isnan(s.rss_growth_max)
                  ? "not measured: fewer than two samples " + formatFixed(RssWatch::kSettleS, 0) +

@@ -63,6 +63,8 @@ struct TrainSummary {
   double step_p50 = 0, step_p90 = 0;
   double data_frac = 0, fwd_frac = 0, bwd_frac = 0, opt_frac = 0, comm_frac = 0;
   double peak_rss_max = 0;  // bytes, max over ranks
+  // The CUDA caching allocator's peaks (bytes, max over ranks); -1 on the CPU.
+  double device_peak_allocated_max = -1, device_peak_reserved_max = -1;
   double rss_growth_max = 0;  // fraction after warm-up, max over ranks (NaN: not measured)
   double rss_slope_max = 0;   // MiB/s of that rank (NaN: not measured)
   double rss_window_s = 0;    // seconds rank 0 sampled

@@ -106,7 +106,7 @@ double forwardBackward(const TrainContext& ctx, int64_t step, StepRecord& r, Agr
   lap(r.comm, t);
   const double t_run = nowSeconds();
   const FwdBwdStats st = ctx.runner.run(mine, positions);  // every micro-batch (step_runner.h)
-  r.pipe = nowSeconds() - t_run;
+  r.pipe = phaseEnd() - t_run;
   r.bubble = st.bubble_s;
   r.p2p_bytes = double(st.p2p_bytes);
   r.fwd += st.fwd_s;
@@ -127,9 +127,9 @@ Agreement syncAndUpdate(const TrainContext& ctx, int64_t step, double positions,
     RECORD_USER_SCOPE("gradient_sync");
     ctx.sync.finishGradients();
   }
-  const double tn = nowSeconds();
+  const double tn = phaseEnd();
   a.grad_sq = ctx.sync.localSquaredNorm();  // a local reduction: timed as optimizer work
-  const double norm_s = nowSeconds() - tn;
+  const double norm_s = phaseEnd() - tn;
   a.stop = stopVote(tc, ctx.world.rank(), elapsed);
   a.over_memory = tc.memory_limit_bytes > 0 && double(peakRssBytes()) > tc.memory_limit_bytes;
   const double ta = nowSeconds();
@@ -274,7 +274,7 @@ TrainSummary train(const TrainConfig& tc, const Dataset& ds, Distributed& dist,
     const double positions = forwardBackward(ctx, state.step, r, a);
     pollControl(run_dir, world.rank(), a);
     Agreement g = syncAndUpdate(ctx, state.step, positions, log.elapsed(), r, a);
-    r.total = nowSeconds() - t0;
+    r.total = phaseEnd() - t0;
     log.record(state.step, r);
     checkStep(tc, state.step, r, g);
     end = stepEnd(tc, state.step, g);

@@ -57,6 +57,10 @@ PeakFlops hardwarePeak(const CpuInfo& cpu, const std::string& device, const std:
   return applyPeakOverride(computed, peak_tflops);
 }
 
+int64_t peakGemmSize(const std::string& device) {
+  return device.rfind("cuda", 0) == 0 ? kPeakGemmNGpu : kPeakGemmN;
+}
+
 std::string gemmKey(const std::string& dtype, int64_t n, int threads, const std::string& blas) {
   std::string key = dtype + " " + std::to_string(n) + "^3 " + std::to_string(threads) + "t " + blas;
   if (const char* ct = std::getenv("OPENBLAS_CORETYPE"); ct && *ct)
@@ -94,7 +98,8 @@ RunPeaks resolvePeaks(const TrainConfig& tc, const CpuInfo& cpu, const std::stri
   const int threads = at::get_num_threads();
   p.isa = cpu.isaString();
   p.hw = hardwarePeak(cpu, device, gpu_name, dtype, threads, tc.peak_tflops);
-  std::string via, blas = device == "cpu" ? "ATen" : device;
+  std::string via, blas = device == "cpu" ? "ATen" : gpu_name.empty() ? device : gpu_name;
+  const int64_t n = p.gemm_n = peakGemmSize(device);
   if (measured) {
     p.gemm_flops = measured->flops;
     via = measured->via;
@@ -103,12 +108,13 @@ RunPeaks resolvePeaks(const TrainConfig& tc, const CpuInfo& cpu, const std::stri
     p.remeasure = measured->remeasure;
   } else {
     const auto st = bf16 ? torch::kBFloat16 : torch::kFloat32;
-    p.gemm_flops = measureGemmPeak(st, kPeakGemmN, kPeakGemmReps);
-    p.remeasure = [st] { return measureGemmPeak(st, kPeakGemmN, kPeakGemmReps); };
+    p.gemm_flops = measureGemmPeak(st, n, kPeakGemmReps);
+    p.remeasure = [st, n] { return measureGemmPeak(st, n, kPeakGemmReps); };
   }
-  p.gemm_key = gemmKey(dtype, kPeakGemmN, threads, blas);
+  p.gemm_key = gemmKey(dtype, n, threads, blas);
   applyHostBest(p, cpu);
-  p.gemm_source = dtype + " GEMM " + std::to_string(kPeakGemmN) + "^3 on " + device + ", " +
+  p.gemm_source = dtype + " GEMM " + std::to_string(n) + "^3 on " + device +
+                  (gpu_name.empty() ? "" : " (" + gpu_name + ")") + ", " +
                   std::to_string(threads) + " thread(s), best of " + std::to_string(kPeakGemmReps) +
                   via + "; the best on this host" +
                   (p.gemm_cache_file.empty() ? std::string(" (no cache: this run's figure)")
@@ -122,7 +128,7 @@ RunPeaks resolvePeaks(const TrainConfig& tc, const CpuInfo& cpu, const std::stri
 
 void finishGemm(RunPeaks& p, const CpuInfo& cpu, MetricsFile& metrics, double run_seconds) {
   if (!(p.gemm_start > 0) || !p.remeasure) return;
-  const double n = kPeakGemmN, cost = (kPeakGemmReps + 1) * 2 * n * n * n / p.gemm_start;
+  const double n = double(p.gemm_n), cost = (kPeakGemmReps + 1) * 2 * n * n * n / p.gemm_start;
   // Test hook (tests/e2e/trainer/test_gemm_denominator.py): FTB_TEST_GEMM_RECHECK=1 re-checks
   // after a run of any length.
   const char* always = std::getenv("FTB_TEST_GEMM_RECHECK");

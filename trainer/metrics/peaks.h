@@ -29,6 +29,14 @@
 
 namespace ftb {
 
+// The GEMM behind gemm_efficiency: n^3 in the compute dtype, best of kPeakGemmReps, with
+// n = kPeakGemmN on the CPU and kPeakGemmNGpu on a GPU (2048^3 takes ~20 us there, too
+// short to reach its peak).
+inline constexpr int64_t kPeakGemmN = 2048;
+inline constexpr int64_t kPeakGemmNGpu = 8192;
+inline constexpr int kPeakGemmReps = 3;
+int64_t peakGemmSize(const std::string& device);
+
 struct RunPeaks {
   PeakFlops hw;            // hardware peak, or the config override
   PeakCheck check;         // measured GEMM vs hw
@@ -38,6 +46,7 @@ struct RunPeaks {
   std::vector<std::pair<std::string, AttrValue>> gemm_attrs;  // GemmFigure::attrs
   double gemm_start = 0, gemm_end = 0;  // this run's figures before / after the steps
   double gemm_cached = 0;               // the cache's best before this run (0 = none)
+  int64_t gemm_n = kPeakGemmN;          // the GEMM's size
   std::string gemm_key, gemm_cache_file;
   std::string gemm_warning;  // "" or why the start figure says the machine was busy
   std::function<double()> remeasure;  // times the same GEMM again (finishGemm)
@@ -61,9 +70,6 @@ RunPeaks unmeasuredPeaks(const std::string& why);
 PeakFlops hardwarePeak(const CpuInfo& cpu, const std::string& device, const std::string& gpu_name,
                        const std::string& dtype, int threads, double peak_tflops);
 
-// The GEMM behind gemm_efficiency: kPeakGemmN^3 in the compute dtype, best of kPeakGemmReps.
-inline constexpr int64_t kPeakGemmN = 2048;
-inline constexpr int kPeakGemmReps = 3;
 
 // A GEMM the caller measured on the BLAS its model uses (for fp32 on the CPU, the session's
 // choice between ATen and OpenBLAS, trainer/model/linear.h): its FLOP/s, " via <BLAS> (<why>)"

@@ -1,9 +1,10 @@
 // Performance measurement helpers: GEMM peak, memory, clocks.
 //
 // Contracts:
-// - measureGemmPeak(dtype) times square matmuls of size n in `dtype` with the
-//   current intra-op thread count and returns the best FLOP/s over `reps` runs
-//   (after one warm-up). It is the denominator of gemm_efficiency (not of MFU, which
+// - measureGemmPeak(dtype) times square matmuls of size n in `dtype` on the compute
+//   device (device.h) with the current intra-op thread count and returns the best FLOP/s
+//   over `reps` runs (after one warm-up). On a GPU each run is kGpuGemmBatch products
+//   between two device synchronisations, so launch latency does not count. It is the denominator of gemm_efficiency (not of MFU, which
 //   uses the hardware peak: peaks.h), so it must run in the same environment
 //   (threads, BLAS) as the training it is compared with.
 // - peakRssBytes() is VmHWM of this process (Linux), currentRssBytes() VmRSS.
@@ -20,7 +21,11 @@
 #include <cstdint>
 #include <string>
 
+#include "trainer/metrics/device.h"
+
 namespace ftb {
+
+inline constexpr int kGpuGemmBatch = 10;
 
 double measureGemmPeak(torch::ScalarType dtype, int64_t n = 2048, int reps = 3);
 int64_t peakRssBytes();
@@ -31,6 +36,13 @@ bool purgeAllocatorPages();
 inline double nowSeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
+}
+
+// The end of a timed phase: waits for the compute device's queued work (device.h), then
+// reads the clock. On the CPU it is nowSeconds().
+inline double phaseEnd() {
+  syncComputeDevice();
+  return nowSeconds();
 }
 
 std::string utcNowIso8601();

@@ -123,7 +123,7 @@ TransformerBlockImpl::TransformerBlockImpl(const ModelArgs& a, const TpContext& 
   auto add = [&](const char* name, const std::string& full, std::vector<int64_t> shape, int dim,
                  Fill fill) {
     torch::Tensor t = initParam({pre + full, shape, dim, fill}, tp, opt.seed);
-    if (fill == Fill::kNormal) t = t.to(baseDtype(opt));
+    t = t.to(opt.device, fill == Fill::kNormal ? baseDtype(opt) : t.scalar_type());
     t = register_parameter(name, t, /*requires_grad=*/!frozen);
     params_.push_back({pre + full, t, dim, !frozen});
     return t;
@@ -162,8 +162,8 @@ void TransformerBlockImpl::addAdapters(const ModelArgs& a, const std::string& pr
     const ParamInit ib{loraBName(ad.name), {out[t], r}, ad.row_parallel ? -1 : 0,
                        ParamInit::Fill::kZeros};
     const std::string short_name = std::string(kLoraTargets[t]);
-    ad.a = register_parameter("lora_A_" + short_name, initParam(ia, tp_, opt.seed));
-    ad.b = register_parameter("lora_B_" + short_name, initParam(ib, tp_, opt.seed));
+    ad.a = register_parameter("lora_A_" + short_name, initParam(ia, tp_, opt.seed).to(opt.device));
+    ad.b = register_parameter("lora_B_" + short_name, initParam(ib, tp_, opt.seed).to(opt.device));
     params_.push_back({ia.name, ad.a, ia.shard_dim, true});
     params_.push_back({ib.name, ad.b, ib.shard_dim, true});
   }
@@ -189,7 +189,8 @@ AttentionKernel attentionKernel() { return g_attention.load(); }
 
 torch::Tensor causalAttention(const torch::Tensor& q, const torch::Tensor& k,
                               const torch::Tensor& v) {
-  if (attentionKernel() == AttentionKernel::kSdpa)
+  // The fused softmax is a CPU kernel: on a GPU attention is always SDPA (its flash kernel).
+  if (attentionKernel() == AttentionKernel::kSdpa || !q.device().is_cpu())
     return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
                                             /*is_causal=*/true, /*scale=*/1.0);
   // Causal softmax in fp32 over the unmasked half only (fused kernel), probs in q's dtype.
@@ -244,7 +245,7 @@ TransformerImpl::TransformerImpl(const ModelArgs& a, const TpContext& tp, const 
   using Fill = ParamInit::Fill;
   auto add = [&](const char* name, const ParamInit& init) {
     torch::Tensor t = initParam(init, tp, opt.seed);
-    if (init.fill == Fill::kNormal) t = t.to(baseDtype(opt));
+    t = t.to(opt.device, init.fill == Fill::kNormal ? baseDtype(opt) : t.scalar_type());
     t = register_parameter(name, t, /*requires_grad=*/!frozen);
     root_params_.push_back({init.name, t, init.shard_dim, !frozen});
     return t;
@@ -256,6 +257,8 @@ TransformerImpl::TransformerImpl(const ModelArgs& a, const TpContext& tp, const 
   if (part_.head && !a.tie_embeddings)
     output = add("output", {"output.weight", {a.vocab_size, a.dim}, 0, Fill::kNormal});
   rope_ = RopeTables::make(a.headDim(), a.max_seq_len, a.rope_theta);
+  rope_ = {rope_.cos.to(opt.device), rope_.sin.to(opt.device)};
+  device_ = opt.device;
   if (on_unit && !root_params_.empty()) on_unit(-1, root_params_);
 }
 
@@ -280,7 +283,7 @@ torch::Tensor TransformerImpl::forwardPart(const torch::Tensor& input) {
                    ? static_cast<uint64_t>(torch::randint(1, INT64_MAX, {1}).item<int64_t>())
                    : 0;
   const int64_t vocab_start = tp_.rank * (args_.vocab_size / tp_.size);
-  torch::Tensor h = part_.embed ? vocabParallelEmbedding(input, tok_embeddings, vocab_start, tp_)
+  torch::Tensor h = part_.embed ? vocabParallelEmbedding(input.to(device_), tok_embeddings, vocab_start, tp_)
                                       .to(compute_dtype_)
                                 : input;
   for (size_t j = 0; j < layers.size(); ++j) {
@@ -303,7 +306,8 @@ torch::Tensor TransformerImpl::forwardPart(const torch::Tensor& input) {
 torch::Tensor TransformerImpl::lossSum(const torch::Tensor& logits, const torch::Tensor& targets,
                                        const torch::Tensor& mask) const {
   const int64_t vocab_start = tp_.rank * (args_.vocab_size / tp_.size);
-  return vocabParallelCrossEntropySum(logits, targets, mask, vocab_start, tp_);
+  return vocabParallelCrossEntropySum(logits, targets.to(logits.device()),
+                                      mask.to(logits.device()), vocab_start, tp_);
 }
 
 }  // namespace ftb

@@ -18,7 +18,8 @@
 //   (differentiably), so gradients arrive in fp32 (except under ZeRO-3, which gathers
 //   blocks in the compute dtype and reduces their gradients in fp32: parallel/zero.h).
 //   RMSNorm, softmax and the loss run in fp32.
-// - forward(tokens[B,T]) -> local logits [B,T,V/tp] in the compute dtype. Padding
+// - forward(tokens[B,T]) -> local logits [B,T,V/tp] in the compute dtype, on the model's
+//   device (tokens, targets and masks may come from the CPU; they are moved). Padding
 //   is on the right, so a causal mask alone keeps real tokens from seeing padding.
 // - A BlockExecutor, when set, runs each transformer block instead of the default
 //   (plain or activation-checkpointed) path: ZeRO-3 uses it to gather parameters.
@@ -52,7 +53,8 @@ torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, doubl
 // first forward. kFusedSoftmax: scores = q kᵀ, the fused fp32 causal softmax
 // (fused_ops.h), probs · v. kSdpa: at::scaled_dot_product_attention with is_causal (libtorch
 // 2.x's fused flash-attention kernel on the CPU, or the CUDA one). The same function of
-// q, k, v; the results differ in rounding.
+// q, k, v; the results differ in rounding. On a GPU it is always kSdpa (the fused softmax
+// is CPU code).
 enum class AttentionKernel { kFusedSoftmax, kSdpa };
 void setAttentionKernel(AttentionKernel kernel);
 AttentionKernel attentionKernel();
@@ -91,6 +93,9 @@ struct ModelOptions {
   int64_t recompute_every = 0;  // 0 = none, n = recompute every n-th block in backward
   uint64_t seed = 0;
   LoraConfig lora;  // rank 0: every weight trains
+  // Where parameters live. Each is drawn on the CPU (initParam), then moved here, so a
+  // model starts from the same values on every device.
+  torch::Device device = torch::kCPU;
 };
 
 class TransformerBlockImpl : public torch::nn::Module {
@@ -182,6 +187,7 @@ class TransformerImpl : public torch::nn::Module {
   ModelArgs args_;
   TpContext tp_;
   torch::ScalarType compute_dtype_;
+  torch::Device device_ = torch::kCPU;  // where the parameters live (ModelOptions::device)
   int64_t recompute_every_;
   double lora_dropout_;
   uint64_t mask_seed_ = 0;  // this forward's LoRA dropout seed (0 = none), drawn per forward

@@ -13,9 +13,10 @@ uint64_t fnv1a(const std::string& s, uint64_t h) {
 // x * mask / (1 - p), the mask drawn from a generator of (seed, name).
 torch::Tensor dropped(const torch::Tensor& x, double p, uint64_t seed, const std::string& name) {
   at::Generator gen = at::detail::createCPUGenerator(fnv1a(name, seed));
-  torch::Tensor keep = torch::empty(x.sizes(), x.options().dtype(torch::kFloat32))
+  // Drawn on the CPU (the generator is a CPU one), so every device draws the same mask.
+  torch::Tensor keep = torch::empty(x.sizes(), torch::kFloat32)
                            .bernoulli_(1.0 - p, gen)
-                           .to(x.scalar_type());
+                           .to(x.device(), x.scalar_type());
   return x * keep / (1.0 - p);
 }
 

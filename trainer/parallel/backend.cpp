@@ -18,7 +18,8 @@ BackendKind resolveBackend(const std::string& name, bool tensors_on_cuda) {
 DeviceChoice resolveDevice(const std::string& device, const std::string& backend, int local_rank,
                            int cuda_devices) {
   DeviceChoice c;
-  const bool want_cuda = device.rfind("cuda", 0) == 0 || (device == "auto" && backend == "nccl");
+  const bool want_cuda = device.rfind("cuda", 0) == 0 ||
+                         (device == "auto" && (backend == "nccl" || cuda_devices > 0));
   if (!want_cuda) {
     c.device = "cpu";
     if (backend == "nccl") {
@@ -33,10 +34,12 @@ DeviceChoice resolveDevice(const std::string& device, const std::string& backend
   c.device = "cuda:" + std::to_string(index);
   if (index >= cuda_devices) {
     c.problem_key = "training.device";
-    c.problem = "\"" + device + "\" resolves to " + c.device + (device == "auto" ? " (backend nccl)" : "") +
+    c.problem = "\"" + device + "\" resolves to " + c.device +
+                (device != "auto" ? "" : backend == "nccl" ? " (backend nccl)" : " (local rank " + std::to_string(local_rank) + ")") +
                 " but " + std::to_string(cuda_devices) + " CUDA device(s) are visible" +
                 (cuda_devices == 0 ? " (no GPU on this machine, or CUDA_VISIBLE_DEVICES hides them)" : "") +
-                "; use \"cpu\" or \"auto\"";
+                (device == "auto" ? "; set training.device = \"cpu\", or start at most one rank per GPU"
+                                  : "; use \"cpu\" or \"auto\"");
   }
   return c;
 }

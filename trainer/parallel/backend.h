@@ -19,10 +19,9 @@ namespace ftb {
 
 enum class BackendKind { kGloo, kNccl };
 
-// "auto" -> the backend for the device the tensors live on: NCCL only for CUDA
-// tensors in a build with NCCL, else Gloo. This trainer places its model and batches
-// on the CPU, so its "auto" is Gloo even where CUDA exists (NCCL cannot reduce CPU
-// tensors).
+// "auto" -> the backend for the device the tensors live on: NCCL for CUDA tensors in a
+// build with NCCL, else Gloo (NCCL cannot reduce CPU tensors; Gloo reduces CUDA tensors
+// staged through the CPU, comm/comm.h).
 BackendKind resolveBackend(const std::string& name, bool tensors_on_cuda = false);
 
 // Where a rank's tensors live (training.device) and what that means for the backend.
@@ -32,10 +31,11 @@ struct DeviceChoice {
   std::string problem_key;  // "" = fine; else the key to name in the error
   std::string problem;      // what is wrong, with the fix
 };
-// Pure. training.device "auto" follows parallel.backend: "nccl" -> cuda:local_rank, else
-// cpu; "cuda" -> cuda:local_rank; "cuda:N" as given. Problems: a CUDA device that does
-// not exist (cuda_devices = torch::cuda::device_count()), and NCCL asked for CPU
-// tensors (NCCL reduces only CUDA tensors). REQUIRES: validDeviceName(device).
+// Pure. training.device "auto" -> cuda:local_rank when a GPU is visible (cuda_devices
+// = torch::cuda::device_count()) or the backend is "nccl", else cpu; "cuda" ->
+// cuda:local_rank; "cuda:N" as given. Problems: a CUDA device that does not exist (also
+// "auto" on a rank whose local rank has no GPU: ranks never mix devices), and NCCL asked
+// for CPU tensors (NCCL reduces only CUDA tensors). REQUIRES: validDeviceName(device).
 DeviceChoice resolveDevice(const std::string& device, const std::string& backend, int local_rank,
                            int cuda_devices);
 

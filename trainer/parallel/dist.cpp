@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "common/fd.h"
 #include "common/log.h"
+#include "trainer/metrics/device.h"
 #include "trainer/parallel/backend.h"
 #include "trainer/parallel/hier_comm.h"
 #include "trainer/parallel/local_comm.h"
@@ -127,7 +128,7 @@ std::unique_ptr<Comm> makeGroup(Distributed& d, const std::string& name, const s
   std::string master = env.master_addr + ":" + std::to_string(env.master_port);
   try {
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>(name, d.store);
-    auto pg = makeBackend(resolveBackend(d.backend), prefixed,
+    auto pg = makeBackend(resolveBackend(d.backend, computeOnCuda()), prefixed,
                                static_cast<int>(it - ranks.begin()),
                                static_cast<int>(ranks.size()), d.timeout,
                                localAddressTowards(env.master_addr));
@@ -137,7 +138,7 @@ std::unique_ptr<Comm> makeGroup(Distributed& d, const std::string& name, const s
   } catch (const FtbError&) {
     throw;
   } catch (const std::exception& e) {
-    throw DistError(where(env) + ": " + std::string(resolveBackend(d.backend) == BackendKind::kNccl ? "NCCL" : "Gloo") +
+    throw DistError(where(env) + ": " + std::string(resolveBackend(d.backend, computeOnCuda()) == BackendKind::kNccl ? "NCCL" : "Gloo") +
                     " rendezvous of group '" + name + "' (" +
                     std::to_string(ranks.size()) + " ranks) through " + master +
                     " (waiting for all members to connect) failed: " + firstLine(e.what()));

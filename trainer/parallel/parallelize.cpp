@@ -1,5 +1,6 @@
 #include "trainer/parallel/parallelize.h"
 
+#include "trainer/metrics/device.h"
 #include "trainer/parallel/ddp.h"
 #include "trainer/parallel/pipeline.h"
 #include "trainer/parallel/zero.h"
@@ -33,7 +34,7 @@ std::unique_ptr<StepRunner> runnerFor(const TrainConfig& tc, Mesh& mesh,
 ParallelModel parallelize(const TrainConfig& tc, Mesh& mesh) {
   const torch::ScalarType dtype = tc.dtype == DType::kBf16 ? torch::kBFloat16 : torch::kFloat32;
   const ModelOptions opt{dtype, tc.activation_checkpointing, static_cast<uint64_t>(tc.seed),
-                         tc.lora};
+                         tc.lora, computeDevice()};
   const std::vector<ModelPart> parts = stageParts(tc, mesh.pp_rank);
   std::vector<Transformer> chunks;
   ParallelModel pm;

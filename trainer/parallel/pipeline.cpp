@@ -85,7 +85,7 @@ void PipelineRunner::postReceives(const StepBatches& mine) {
     const Batch& b = mine.micro.at(a.mb);
     Slot& s = slots_[{a.mb, a.chunk}];
     torch::Tensor buf = torch::empty({b.inputs.size(0), b.inputs.size(1), dim_},
-                                     torch::TensorOptions().dtype(dtype_));
+                                     torch::TensorOptions().dtype(dtype_).device(computeDevice()));
     const bool grad = a.kind == PipeAction::kRecvGrad;
     auto work = link(a.peer).recvAsync(buf, tagOf(grad, a.mb, modelChunk(a)),
                                        what(grad ? "gradients" : "activations", a));

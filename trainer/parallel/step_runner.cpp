@@ -6,7 +6,7 @@
 namespace ftb {
 
 double lap(double& acc, double t) {
-  double now = nowSeconds();
+  double now = phaseEnd();  // an asynchronous device's queued work belongs to this phase
   acc += now - t;
   return now;
 }

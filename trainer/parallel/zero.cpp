@@ -16,6 +16,7 @@ class FlatUnit : public UnitHooks {
       : shard_(shard), replicate_(replicate), persistent_(persistent), gather_dtype_(gather_dtype) {
     torch::NoGradGuard no_grad;
     model_params_ = params;
+    if (!params.empty()) device_ = params[0].tensor.device();
     for (const auto& p : params) {
       params_.push_back(p.tensor);
       replicated_.push_back(p.tpReplicated());
@@ -29,7 +30,7 @@ class FlatUnit : public UnitHooks {
     const int64_t n = shard_.size();
     shard_numel_ = (total + n - 1) / n;
     padded_ = shard_numel_ * n;
-    torch::Tensor full = torch::zeros({padded_}, torch::TensorOptions().dtype(storage));
+    torch::Tensor full = torch::zeros({padded_}, on().dtype(storage));
     for (size_t i = 0; i < params_.size(); ++i)
       full.narrow(0, offsets_[i], params_[i].numel()).copy_(params_[i].reshape(-1));
     if (persistent_) {
@@ -49,7 +50,7 @@ class FlatUnit : public UnitHooks {
   void materialize() override {
     if (empty()) return;
     torch::NoGradGuard no_grad;
-    torch::Tensor full = torch::empty({padded_}, torch::TensorOptions().dtype(gather_dtype_));
+    torch::Tensor full = torch::empty({padded_}, on().dtype(gather_dtype_));
     torch::Tensor src = master_.to(gather_dtype_);
     shard_.allGather(full, src);
     bind(full);
@@ -80,7 +81,7 @@ class FlatUnit : public UnitHooks {
   }
 
   torch::Tensor normWeight(int64_t tp) const {
-    torch::Tensor w = torch::ones({padded_});
+    torch::Tensor w = torch::ones({padded_}, on());
     for (size_t i = 0; i < params_.size(); ++i)
       if (replicated_[i])
         w.narrow(0, offsets_[i], numel(i)).fill_(1.0 / double(tp));
@@ -92,7 +93,7 @@ class FlatUnit : public UnitHooks {
   }
   torch::Tensor& master() { return master_; }
   torch::Tensor& grad() {
-    if (!grad_.defined()) grad_ = torch::zeros({shard_numel_});
+    if (!grad_.defined()) grad_ = torch::zeros({shard_numel_}, on());
     return grad_;
   }
   const std::vector<torch::Tensor>& tensors() const { return params_; }
@@ -114,12 +115,12 @@ class FlatUnit : public UnitHooks {
   void scatterAdd(const std::vector<torch::Tensor>& grads, bool scatter) {
     if (empty()) return;
     torch::NoGradGuard no_grad;
-    torch::Tensor flat = torch::zeros({padded_});
+    torch::Tensor flat = torch::zeros({padded_}, on());
     for (size_t i = 0; i < grads.size(); ++i)
       if (grads[i].defined())
         flat.narrow(0, offsets_[i], numel(i)).copy_(grads[i].reshape(-1));
     if (scatter) {
-      torch::Tensor mine = torch::empty({shard_numel_});
+      torch::Tensor mine = torch::empty({shard_numel_}, on());
       shard_.reduceScatterSum(mine, flat);
       grad().add_(mine);
     } else {
@@ -138,7 +139,10 @@ class FlatUnit : public UnitHooks {
   Comm& replicate_;
   bool persistent_;
   torch::ScalarType gather_dtype_;
+  torch::Device device_ = torch::kCPU;  // the parameters' device: every flat buffer lives there
   torch::Tensor full_, master_, grad_;
+
+  torch::TensorOptions on() const { return torch::TensorOptions().device(device_); }
 };
 
 // Stage 3: a block's trainable unit and its frozen units (LoRA's base, one per dtype),

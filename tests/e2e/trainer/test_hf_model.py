@@ -264,6 +264,16 @@ def test_export_of_a_mistral_run_stays_a_mistral_with_its_sliding_window(tmp_pat
     assert_same_tensors(read_safetensors(tmp_path / "hf" / "model.safetensors"), w)
 
 
+def test_export_of_a_run_from_a_preset_and_random_weights(tmp_path):
+    """A run of a preset model (model.name, no model.from_pretrained in its run.toml) exports:
+    a Llama config.json with the preset's shape."""
+    run_trainer(tmp_path / "run", "training.max_steps=2", "training.fp32_gemm=\"aten\"")
+    export(tmp_path / "run" / "checkpoints", tmp_path / "hf")
+    got = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert got["architectures"] == ["LlamaForCausalLM"]
+    assert got["hidden_size"] == 64 and got["num_hidden_layers"] == 2  # configs/models/tiny.toml
+
+
 def test_export_refuses_bad_arguments(tmp_path):
     for args, needle in [(["--checkpoint", str(tmp_path / "none"), "--out", str(tmp_path / "o")],
                           "holds no step_N checkpoints"),

@@ -21,12 +21,14 @@ TEST(ResolveBackend, AutoWithCudaTensorsNeedsNcclCompiledIn) {
   if (!ncclCompiledIn()) EXPECT_EQ(resolveBackend("auto", true), BackendKind::kGloo);
 }
 
-TEST(ResolveDevice, AutoFollowsTheBackend) {
+TEST(ResolveDevice, AutoPicksTheGpuWhenOneIsPresent) {
   DeviceChoice cpu = resolveDevice("auto", "auto", 3, 0);
   EXPECT_EQ(cpu.device, "cpu");
   EXPECT_FALSE(cpu.cuda);
   EXPECT_TRUE(cpu.problem.empty());
-  EXPECT_EQ(resolveDevice("auto", "gloo", 1, 8).device, "cpu");  // Gloo: CPU tensors
+  EXPECT_EQ(resolveDevice("auto", "gloo", 1, 8).device, "cuda:1");  // a GPU is present
+  EXPECT_EQ(resolveDevice("auto", "auto", 0, 1).device, "cuda:0");
+  EXPECT_EQ(resolveDevice("auto", "gloo", 0, 0).device, "cpu");
   DeviceChoice nccl = resolveDevice("auto", "nccl", 3, 8);
   EXPECT_EQ(nccl.device, "cuda:3");  // cuda:LOCAL_RANK
   EXPECT_TRUE(nccl.cuda);
@@ -46,6 +48,14 @@ TEST(ResolveDevice, ProblemsNameTheKeyAndTheFix) {
                           "GPU on this machine, or CUDA_VISIBLE_DEVICES hides them); use \"cpu\" "
                           "or \"auto\"");
   EXPECT_EQ(resolveDevice("cuda:8", "gloo", 0, 8).problem_key, "training.device");
+  // More local ranks than GPUs: "auto" refuses rather than mix devices across ranks.
+  DeviceChoice short_of = resolveDevice("auto", "auto", 2, 2);
+  EXPECT_EQ(short_of.problem_key, "training.device");
+  EXPECT_EQ(short_of.problem, "\"auto\" resolves to cuda:2 (local rank 2) but 2 CUDA device(s) "
+                              "are visible; set training.device = \"cpu\", or start at most "
+                              "one rank per GPU");
+  DeviceChoice nccl_none = resolveDevice("auto", "nccl", 0, 0);
+  EXPECT_NE(nccl_none.problem.find("(backend nccl) but 0 CUDA device(s) are visible"), std::string::npos);
   DeviceChoice nccl_cpu = resolveDevice("cpu", "nccl", 0, 8);
   EXPECT_EQ(nccl_cpu.problem_key, "parallel.backend");
   EXPECT_NE(nccl_cpu.problem.find("CUDA tensors only"), std::string::npos);

@@ -1,5 +1,5 @@
 // The fused RMSNorm, RoPE, causal-softmax and SwiGLU kernels (trainer/kernels/fused_ops.h)
-// against the ATen composition they replace, forward and backward, in fp32 and bf16 (llm.c's
+// against the ATen composition they replace (the form a GPU runs), forward and backward, in fp32 and bf16 (llm.c's
 // habit: the fast version checked against a plain reference). Also: the result does not depend
 // on the number of intra-op threads, and non-contiguous inputs (the transposed q/k
 // views the model passes) give the same result as contiguous ones.
@@ -12,31 +12,7 @@
 namespace ftb {
 namespace {
 
-torch::Tensor refRmsNorm(const torch::Tensor& x, const torch::Tensor& w, double eps,
-                         torch::ScalarType out) {
-  torch::Tensor xf = x.to(torch::kFloat32);
-  torch::Tensor y = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
-  return (y * w.to(torch::kFloat32)).to(out);
-}
-
-torch::Tensor refRope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                      double scale) {
-  int64_t T = x.size(2), half = x.size(3) / 2;
-  torch::Tensor xf = x.to(torch::kFloat32);
-  torch::Tensor c = cos.narrow(0, 0, T), s = sin.narrow(0, 0, T);
-  torch::Tensor x1 = xf.narrow(-1, 0, half), x2 = xf.narrow(-1, half, half);
-  return (torch::cat({x1 * c - x2 * s, x2 * c + x1 * s}, -1) * scale).to(x.scalar_type());
-}
-
-torch::Tensor refCausalSoftmax(const torch::Tensor& scores, torch::ScalarType out) {
-  int64_t T = scores.size(-1);
-  torch::Tensor s = scores.to(torch::kFloat32) + torch::full({T, T}, -INFINITY).triu(1);
-  return torch::softmax(s, -1).to(out);
-}
-
-torch::Tensor refSwiGlu(const torch::Tensor& a, const torch::Tensor& b) {
-  return torch::silu(a) * b;
-}
+// The references are the composed forms the GPU runs (fused_ops.h, namespace composed).
 
 double relErr(const torch::Tensor& a, const torch::Tensor& b) {
   torch::Tensor a64 = a.to(torch::kFloat64), b64 = b.to(torch::kFloat64);
@@ -65,7 +41,7 @@ TEST(FusedOps, RmsNormMatchesTheAtenCompositionInFp32AndBf16) {
     torch::Tensor x = torch::randn({3, 37, 80}).to(dt), w = torch::randn({80}) * 0.5 + 1;
     torch::Tensor gy = torch::randn({3, 37, 80});
     auto fused = run([&](auto& in) { return fusedRmsNorm(in[0], in[1], 1e-5, dt); }, {x, w}, gy);
-    auto ref = run([&](auto& in) { return refRmsNorm(in[0], in[1], 1e-5, dt); }, {x, w}, gy);
+    auto ref = run([&](auto& in) { return composed::rmsNorm(in[0], in[1], 1e-5, dt); }, {x, w}, gy);
     const double tol = dt == torch::kFloat32 ? 1e-5 : 1e-2;  // bf16: one rounding apart
     EXPECT_EQ(fused.y.scalar_type(), dt);
     EXPECT_LT(relErr(fused.y, ref.y), tol) << dt;
@@ -93,7 +69,7 @@ TEST(FusedOps, RopeMatchesTheAtenCompositionOnTransposedViews) {
     torch::Tensor gy = torch::randn({B, H, T, hd});
     // The model's q: a [B,T,H,hd] projection viewed as [B,H,T,hd] (not contiguous).
     auto f = [&](auto& in) { return fusedRope(in[0].transpose(1, 2), cos, sin, 0.25); };
-    auto g = [&](auto& in) { return refRope(in[0].transpose(1, 2), cos, sin, 0.25); };
+    auto g = [&](auto& in) { return composed::rope(in[0].transpose(1, 2), cos, sin, 0.25); };
     auto fused = run(f, {base}, gy), ref = run(g, {base}, gy);
     const double tol = dt == torch::kFloat32 ? 1e-6 : 1e-2;
     EXPECT_TRUE(fused.y.is_contiguous());
@@ -107,7 +83,7 @@ TEST(FusedOps, CausalSoftmaxMatchesMaskPlusSoftmaxAndZeroesTheMaskedHalf) {
   for (auto dt : {torch::kFloat32, torch::kBFloat16}) {
     torch::Tensor s = (torch::randn({2, 3, 33, 33}) * 4).to(dt), gy = torch::randn({2, 3, 33, 33});
     auto fused = run([&](auto& in) { return fusedCausalSoftmax(in[0], dt); }, {s}, gy);
-    auto ref = run([&](auto& in) { return refCausalSoftmax(in[0], dt); }, {s}, gy);
+    auto ref = run([&](auto& in) { return composed::causalSoftmax(in[0], dt); }, {s}, gy);
     const double tol = dt == torch::kFloat32 ? 1e-5 : 1e-2;
     EXPECT_LT(relErr(fused.y, ref.y), tol) << dt;
     EXPECT_LT(relErr(fused.grads[0], ref.grads[0]), tol) << "ds " << dt;
@@ -126,7 +102,7 @@ TEST(FusedOps, SwiGluMatchesSiluTimesGateOverTheWholeRange) {
     torch::Tensor a = (torch::randn({5, 4099}) * 30).to(dt), b = torch::randn({5, 4099}).to(dt);
     torch::Tensor gy = torch::randn({5, 4099});
     auto fused = run([&](auto& in) { return fusedSwiGlu(in[0], in[1]); }, {a, b}, gy);
-    auto ref = run([&](auto& in) { return refSwiGlu(in[0], in[1]); }, {a, b}, gy);
+    auto ref = run([&](auto& in) { return composed::swiGlu(in[0], in[1]); }, {a, b}, gy);
     const double tol = dt == torch::kFloat32 ? 1e-5 : 1e-2;
     EXPECT_LT(relErr(fused.y, ref.y), tol) << dt;
     EXPECT_LT(relErr(fused.grads[0], ref.grads[0]), tol) << "da " << dt;
@@ -145,8 +121,11 @@ TEST(FusedOps, CrossEntropyMatchesLogSoftmaxNllAndChecksTargets) {
       return torch::nll_loss(torch::log_softmax(in[0].to(torch::kFloat32), -1), targets, {},
                              at::Reduction::None);
     }, {logits}, gy);
+    auto comp = run([&](auto& in) { return composed::crossEntropy(in[0], targets); }, {logits}, gy);
     const double tol = dt == torch::kFloat32 ? 1e-5 : 1e-2;
     EXPECT_LT(relErr(fused.y, ref.y), 1e-5) << dt;  // fp32 statistics either way
+    EXPECT_LT(relErr(comp.y, ref.y), 1e-5) << dt;
+    EXPECT_LT(relErr(comp.grads[0], ref.grads[0]), tol) << "composed dlogits " << dt;
     EXPECT_EQ(fused.grads[0].scalar_type(), dt);
     EXPECT_LT(relErr(fused.grads[0], ref.grads[0]), tol) << "dlogits " << dt;
   }

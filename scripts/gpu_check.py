@@ -1,0 +1,325 @@
+#!/usr/bin/env python3
+"""The GPU acceptance run (scripts/gpu_check.sh): the trainer on one CUDA device against the
+trainer on the CPU, on a machine with one GPU.
+
+Checks (each prints PASS or FAIL with its figures; the report goes to --report):
+  parity      tiny model, fp32, world 1: CUDA losses equal CPU losses within 1e-4 (relative);
+              bf16 on CUDA trains like bf16 on the CPU (within 2e-2; both round to bf16)
+  layouts     world 2 on the one GPU over Gloo (tensors staged through the CPU): DDP, ZeRO-3
+              and TP 2 equal CUDA world 1 within 1e-4
+  nccl        world 2 over NCCL on the one GPU: NCCL refuses two ranks on one GPU, so this
+              records what it said; it passes when the run either completes with world-1
+              losses or exits with NCCL's own refusal (not a hang, not a crash)
+  checkpoint  saved on the GPU at step 10 and resumed on the CPU, and the other way round:
+              the resumed losses equal the uninterrupted run's within 1e-4
+  hf_import   an HF export loaded with model.from_pretrained straight onto the GPU: losses
+              equal the same import on the CPU within 1e-4
+  large       a D2048 model (16 layers, GQA) in bf16: tokens/s, MFU against the GPU's dense
+              bf16 peak, GEMM efficiency, and the CUDA caching allocator's peaks against the
+              memory estimator (--estimate-memory without its host runtime baseline)
+
+--device cpu runs the same script with the CPU in place of the GPU (a check of the script
+itself on a machine without one; its figures say nothing of a GPU).
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "configs" / "runs" / "tiny.toml"
+LARGE = ["model.name=d2048-l16", "model.dim=2048", "model.n_layers=16", "model.n_heads=16",
+         "model.n_kv_heads=8", "model.ffn_dim=5632", "model.vocab_size=32000",
+         "model.max_seq_len=2048", "data.seq_len=2048", "data.num_samples=4096",
+         "training.micro_batch_size=4", "training.dtype=\"bf16\"", "training.max_steps=12",
+         "metrics.skip_first_steps=4", "metrics.log_every=4"]
+
+
+class Check:
+    def __init__(self, args):
+        self.args = args
+        self.work = Path(args.work)
+        self.results = []  # (name, ok, text)
+
+    # ------------------------------------------------------------------ running
+
+    def env(self, **extra):
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+        env.setdefault("OMP_NUM_THREADS", "4")
+        env.update({k: str(v) for k, v in extra.items()})
+        return env
+
+    def cmd(self, out, overrides, config=TINY):
+        return [self.args.trainer, "--config", str(config), "--output-dir", str(out),
+                "--no-sweep-dir", *overrides]
+
+    def run(self, name, overrides, config=TINY, timeout=300):
+        out = self.work / name
+        shutil.rmtree(out, ignore_errors=True)
+        t0 = time.time()
+        p = subprocess.run(self.cmd(out, overrides, config), env=self.env(), capture_output=True,
+                           text=True, timeout=timeout)
+        (self.work / f"{name}.log").write_text(p.stdout + p.stderr)
+        if p.returncode != 0:
+            raise RuntimeError(f"{name}: trainer exited {p.returncode} after {time.time() - t0:.0f} s:"
+                               f"\n{tail(p.stdout + p.stderr)}")
+        return out, p.stdout + p.stderr
+
+    def run_world(self, name, world, overrides, timeout=180):
+        """`world` ranks started by hand with the torchrun variables (one machine)."""
+        out = self.work / name
+        shutil.rmtree(out, ignore_errors=True)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        procs = [subprocess.Popen(self.cmd(out, overrides), stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True,
+                                  env=self.env(RANK=r, LOCAL_RANK=r, WORLD_SIZE=world,
+                                               LOCAL_WORLD_SIZE=world, MASTER_ADDR="127.0.0.1",
+                                               MASTER_PORT=port))
+                 for r in range(world)]
+        logs, codes = [], []
+        deadline = time.time() + timeout
+        for p in procs:
+            try:
+                o, _ = p.communicate(timeout=max(1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                for q in procs:
+                    q.kill()
+                o, _ = p.communicate()
+                codes.append("timeout")
+                logs.append(o)
+                continue
+            codes.append(p.returncode)
+            logs.append(o)
+        (self.work / f"{name}.log").write_text("\n".join(logs))
+        return out, codes, "\n".join(logs)
+
+    def record(self, name, ok, text):
+        self.results.append((name, bool(ok), text))
+        print(f"{'PASS' if ok else 'FAIL'} {name}: {text}", flush=True)
+
+    def attempt(self, name, fn):
+        try:
+            fn()
+        except Exception as e:  # a check that cannot run is a failed check, with its reason
+            self.record(name, False, f"{type(e).__name__}: {e}")
+
+    # ------------------------------------------------------------------ checks
+
+    def dev(self):
+        return f'training.device="{self.args.device}"'
+
+    def parity(self):
+        fp32 = ["training.fp32_gemm=\"aten\"", "checkpoint.interval=10", "checkpoint.keep_last=0"]
+        cpu, _ = self.run("cpu_fp32", ['training.device="cpu"', *fp32])
+        gpu, log = self.run("gpu_fp32", [self.dev(), *fp32])
+        err = rel_err(losses(gpu), losses(cpu))
+        self.record("parity fp32", err <= 1e-4,
+                    f"tiny model, 20 steps: max relative loss difference {err:.2e} (bound 1e-4); "
+                    f"losses {fmt(losses(gpu)[[0, -1]])} on {device_of(gpu)}, "
+                    f"{fmt(losses(cpu)[[0, -1]])} on the CPU")
+        bf = ['training.dtype="bf16"']
+        cpu_b, _ = self.run("cpu_bf16", ['training.device="cpu"', *bf])
+        gpu_b, _ = self.run("gpu_bf16", [self.dev(), *bf])
+        err = rel_err(losses(gpu_b), losses(cpu_b))
+        falls = losses(gpu_b)[-1] < losses(gpu_b)[0]
+        self.record("parity bf16", err <= 2e-2 and falls,
+                    f"max relative loss difference {err:.2e} (bound 2e-2), loss "
+                    f"{fmt(losses(gpu_b)[[0, -1]])}")
+
+    def layouts(self):
+        ref = losses(self.work / "gpu_fp32")
+        worst = []
+        for name, ov in (("ddp", ["parallel.dp_shard=1", "training.micro_batch_size=1"]),
+                         ("zero3", ["parallel.dp_shard=2", "parallel.zero_stage=3",
+                                    "training.micro_batch_size=1"]),
+                         ("tp2", ["parallel.tp=2", "training.micro_batch_size=2"])):
+            dev = f'training.device="{self.args.device}:0"' if self.args.device == "cuda" else self.dev()
+            out, codes, log = self.run_world(f"w2_{name}", 2, [dev, 'parallel.backend="gloo"',
+                                                               'training.fp32_gemm="aten"', *ov])
+            if codes != [0, 0]:
+                raise RuntimeError(f"{name}: exit codes {codes}:\n{tail(log)}")
+            worst.append((name, rel_err(losses(out), ref)))
+        ok = all(e <= 1e-4 for _, e in worst)
+        self.record("layouts world 2 (gloo, one GPU)", ok,
+                    ", ".join(f"{n} {e:.2e}" for n, e in worst) + " max relative loss difference "
+                    "against world 1 (bound 1e-4)")
+
+    def nccl(self):
+        if self.args.device != "cuda":
+            self.record("nccl world 2", True, "skipped: --device cpu")
+            return
+        out, codes, log = self.run_world("w2_nccl", 2, ['training.device="cuda:0"',
+                                                        'parallel.backend="nccl"',
+                                                        "parallel.timeout_seconds=30",
+                                                        "parallel.dp_shard=1",
+                                                        "training.micro_batch_size=1"],
+                                         timeout=90)
+        if codes == [0, 0]:
+            err = rel_err(losses(out), losses(self.work / "gpu_fp32"))
+            self.record("nccl world 2", err <= 1e-4,
+                        f"two ranks on one GPU completed; max relative loss difference {err:.2e}")
+            return
+        said = [l for l in log.splitlines() if re.search(r"nccl|NCCL", l)]
+        self.record("nccl world 2", "timeout" not in codes and all(c not in (-11, 139) for c in codes),
+                    f"exit codes {codes}; NCCL said: {said[-1][:300] if said else '(nothing)'}")
+
+    def checkpoint(self):
+        cpu_ref, gpu_ref = self.work / "cpu_fp32", self.work / "gpu_fp32"
+        step = "checkpoints/step_00000010"
+        to_cpu, _ = self.run("gpu_to_cpu", ['training.device="cpu"', "training.fp32_gemm=\"aten\"",
+                                            f"checkpoint.resume={gpu_ref / step}"])
+        to_gpu, _ = self.run("cpu_to_gpu", [self.dev(), "training.fp32_gemm=\"aten\"",
+                                            f"checkpoint.resume={cpu_ref / step}"])
+        e1 = rel_err(losses(to_cpu), losses(gpu_ref)[10:])
+        e2 = rel_err(losses(to_gpu), losses(cpu_ref)[10:])
+        self.record("checkpoint across devices", e1 <= 1e-4 and e2 <= 1e-4,
+                    f"GPU step 10 -> CPU: {e1:.2e}; CPU step 10 -> GPU: {e2:.2e} max relative "
+                    "loss difference against the uninterrupted run (bound 1e-4)")
+
+    def hf_import(self):
+        hf = self.work / "hf_export"
+        shutil.rmtree(hf, ignore_errors=True)
+        p = subprocess.run([self.args.trainer, "export", "--checkpoint",
+                            str(self.work / "cpu_fp32" / "checkpoints"), "--out", str(hf)],
+                           env=self.env(), capture_output=True, text=True, timeout=120)
+        if p.returncode != 0:
+            raise RuntimeError(f"export exited {p.returncode}: {tail(p.stdout + p.stderr)}")
+        ov = [f"model.from_pretrained={hf}", "training.max_steps=5", "training.fp32_gemm=\"aten\""]
+        cpu, _ = self.run("hf_cpu", ['training.device="cpu"', *ov])
+        gpu, _ = self.run("hf_gpu", [self.dev(), *ov])
+        err = rel_err(losses(gpu), losses(cpu))
+        self.record("hf import onto the device", err <= 1e-4,
+                    f"5 steps from the export: max relative loss difference {err:.2e} (bound "
+                    f"1e-4); first loss {losses(gpu)[0]:.5f}")
+
+    def large(self):
+        ov = [self.dev(), *LARGE, *self.args.large_overrides.split()]
+        est = subprocess.run(self.cmd(self.work / "est", ov) + ["--estimate-memory"],
+                             env=self.env(), capture_output=True, text=True, timeout=120)
+        out, log = self.run("large_bf16", ov, timeout=600)
+        with h5py.File(out / "metrics" / "rank_00000.h5", "r") as f:
+            a = dict(f.attrs)
+            s = f["steps"]
+            keep = slice(4, None)
+            tps = float(np.median(s["tokens_per_s_padded"][keep]))
+            mfu = float(np.median(s["mfu"][keep]))
+            eff = float(np.median(s["gemm_efficiency"][keep]))
+        peak_alloc = a.get("device_peak_allocated_bytes", -1)
+        peak_res = a.get("device_peak_reserved_bytes", -1)
+        estimate = estimated_device_bytes(est.stdout)
+        text = (f"D2048/L16 GQA, {a.get('device')}: {tps:.0f} tokens/s, MFU {100 * mfu:.1f} % "
+                f"of {a.get('peak_source')}, GEMM efficiency {100 * eff:.1f} % of "
+                f"{float(a.get('gemm_flops', 0)) / 1e12:.1f} TFLOP/s ({a.get('gemm_source')}); "
+                f"allocator peak {mib(peak_alloc)} allocated / {mib(peak_res)} reserved, "
+                f"estimate {mib(estimate)} ({ratio(estimate, peak_alloc)} of the allocated peak)")
+        self.record("large bf16", bool(tps > 0) and peak_alloc > 0 and estimate > 0, text)
+        self.figures = {"tokens_per_s": tps, "mfu": mfu, "gemm_efficiency": eff,
+                        "peak_allocated": peak_alloc, "peak_reserved": peak_res,
+                        "estimate": estimate, "device": str(a.get("device")),
+                        "peak_source": str(a.get("peak_source")),
+                        "gemm_source": str(a.get("gemm_source"))}
+
+    # ------------------------------------------------------------------ report
+
+    def report(self):
+        lines = [f"# GPU check ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", "",
+                 f"device: {self.args.device} ({gpu_name(self.work)}), trainer {self.args.trainer}",
+                 ""]
+        lines += [f"- {'PASS' if ok else 'FAIL'} **{n}**: {t}" for n, ok, t in self.results]
+        Path(self.args.report).parent.mkdir(parents=True, exist_ok=True)
+        Path(self.args.report).write_text("\n".join(lines) + "\n")
+        with open(Path(self.args.report).with_suffix(".json"), "w") as f:
+            json.dump({"results": [(n, bool(ok), t) for n, ok, t in self.results], "figures": getattr(self, "figures", {})}, f, indent=1)
+
+
+def tail(text, n=15):
+    return "\n".join(text.strip().splitlines()[-n:])
+
+
+def losses(out):
+    with h5py.File(Path(out) / "metrics" / "rank_00000.h5", "r") as f:
+        return np.array(f["steps/loss"][:], dtype=np.float64)
+
+
+def device_of(out):
+    with h5py.File(Path(out) / "metrics" / "rank_00000.h5", "r") as f:
+        return str(f.attrs.get("device"))
+
+
+def gpu_name(work):
+    for run in ("large_bf16", "gpu_fp32"):
+        try:
+            with h5py.File(work / run / "metrics" / "rank_00000.h5", "r") as f:
+                return str(f.attrs.get("gemm_source")).split("(")[1].split(")")[0]
+        except (OSError, IndexError):
+            continue
+    return "unknown"
+
+
+def rel_err(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape:
+        raise RuntimeError(f"loss series of different lengths: {a.shape} vs {b.shape}")
+    return float(np.max(np.abs(a - b) / np.abs(b)))
+
+
+def estimated_device_bytes(text):
+    """--estimate-memory's total without its runtime baseline (host memory, not the GPU's)."""
+    gib = {}
+    for line in text.splitlines():
+        m = re.match(r"\s+(.+?)\s{2,}([0-9.]+) GiB", line)
+        if m:
+            gib[m.group(1)] = float(m.group(2))
+    if "total (no checkpointing)" not in gib or "runtime baseline" not in gib:
+        return -1
+    return (gib["total (no checkpointing)"] - gib["runtime baseline"]) * 2**30
+
+
+def mib(b):
+    return f"{b / 2**20:.0f} MiB" if b and b > 0 else "n/a"
+
+
+def ratio(a, b):
+    return f"{a / b:.2f}x" if a > 0 and b > 0 else "n/a"
+
+
+def fmt(v):
+    return "/".join(f"{x:.4f}" for x in v)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--trainer", required=True)
+    ap.add_argument("--work", required=True, help="scratch folder for the runs")
+    ap.add_argument("--report", required=True, help="markdown report (a .json beside it)")
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--only", default="", help="comma-separated checks to run (default: all)")
+    ap.add_argument("--large-overrides", default="",
+                    help="extra overrides for the large check, space-separated (a smaller model "
+                         "for --device cpu)")
+    args = ap.parse_args()
+    Path(args.work).mkdir(parents=True, exist_ok=True)
+    c = Check(args)
+    names = ["parity", "layouts", "nccl", "checkpoint", "hf_import", "large"]
+    for n in (args.only.split(",") if args.only else names):
+        t0 = time.time()
+        c.attempt(n, getattr(c, n))
+        print(f"  ({n}: {time.time() - t0:.0f} s)", flush=True)
+    c.report()
+    return 0 if all(ok for _, ok, _ in c.results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

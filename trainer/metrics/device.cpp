@@ -1,0 +1,60 @@
+#include "trainer/metrics/device.h"
+
+#include <ATen/DeviceAccelerator.h>
+#include <cuda_runtime_api.h>
+#include <torch/cuda.h>
+
+#include <mutex>
+
+namespace ftb {
+namespace {
+
+std::mutex g_mu;
+torch::Device g_device(torch::kCPU);
+
+}  // namespace
+
+void useComputeDevice(const torch::Device& d) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_device = d;
+  if (d.is_cuda()) at::accelerator::setDeviceIndex(d.index() < 0 ? 0 : d.index());
+}
+
+torch::Device computeDevice() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_device;
+}
+
+bool computeOnCuda() { return computeDevice().is_cuda(); }
+
+void syncComputeDevice() {
+  const torch::Device d = computeDevice();
+  if (d.is_cuda()) torch::cuda::synchronize(d.index());
+}
+
+DeviceMemoryPeaks deviceMemoryPeaks() {
+  const torch::Device d = computeDevice();
+  DeviceMemoryPeaks p;
+  if (!d.is_cuda()) return p;
+  const auto stats = at::accelerator::getDeviceStats(d.index());
+  const size_t all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  p.allocated = stats.allocated_bytes[all].peak;
+  p.reserved = stats.reserved_bytes[all].peak;
+  return p;
+}
+
+void resetDeviceMemoryPeaks() {
+  const torch::Device d = computeDevice();
+  if (d.is_cuda()) at::accelerator::resetPeakStats(d.index());
+}
+
+int visibleCudaDevices() { return static_cast<int>(torch::cuda::device_count()); }
+
+std::string cudaDeviceName(int index) {
+  if (index < 0 || index >= visibleCudaDevices()) return "";
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, index) != cudaSuccess) return "";
+  return prop.name;
+}
+
+}  // namespace ftb

@@ -1,0 +1,40 @@
+// The device this process computes on: the CPU, or one CUDA GPU per rank.
+//
+// Contracts:
+// - useComputeDevice(d) is called once per process, before the model exists; every
+//   other function reads that choice (the CPU until then). For a CUDA device it makes
+//   it the process's current CUDA device (NCCL and the caching allocator use it).
+// - syncComputeDevice() returns once all work queued on the compute device is done
+//   (torch::cuda::synchronize); on the CPU, where every op has finished when it
+//   returns, it does nothing. Phase timers call it at each phase end (perf.h
+//   phaseEnd()), so an asynchronous device's time lands in the phase that queued it.
+// - deviceMemoryPeaks(): the CUDA caching allocator's peak allocated and peak reserved
+//   bytes on the compute device since the process began (or the last
+//   resetDeviceMemoryPeaks()); both -1 on the CPU.
+// - cudaDeviceName(i): the GPU's name as the driver reports it ("NVIDIA H100 80GB HBM3");
+//   "" when the device does not exist. visibleCudaDevices(): 0 without a usable GPU.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+
+namespace ftb {
+
+void useComputeDevice(const torch::Device& d);
+torch::Device computeDevice();
+bool computeOnCuda();
+void syncComputeDevice();
+
+struct DeviceMemoryPeaks {
+  int64_t allocated = -1;
+  int64_t reserved = -1;
+};
+DeviceMemoryPeaks deviceMemoryPeaks();
+void resetDeviceMemoryPeaks();
+
+int visibleCudaDevices();
+std::string cudaDeviceName(int index);
+
+}  // namespace ftb
