@@ -180,9 +180,8 @@ void addTraining(Schema& sc) {
               kNoTag));
   // Device placement; recorded in the metrics file's `device` attribute.
   sc.add(spec("training.device", kString, s("auto"),
-              "\"auto\" (cuda:LOCAL_RANK with parallel.backend \"nccl\", else cpu) | \"cpu\" | "
-              "\"cuda\" (cuda:LOCAL_RANK) | \"cuda:N\"; CUDA placement is not implemented yet "
-              "(refused, exit 2)",
+              "\"auto\" (cuda:LOCAL_RANK when a GPU is visible or parallel.backend is \"nccl\", "
+              "else cpu) | \"cpu\" | \"cuda\" (cuda:LOCAL_RANK) | \"cuda:N\"",
               kNoTag));
 }
 

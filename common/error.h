@@ -54,6 +54,15 @@ class OomError : public FtbError {
 // after it; users get this line (the backtrace belongs in a debug log, not an error).
 inline std::string firstLine(const std::string& what) { return what.substr(0, what.find('\n')); }
 
+// The message without libtorch's C++ backtrace: everything before its "Exception raised
+// from" line (NCCL's explanation, on the lines after the first, stays).
+inline std::string withoutBacktrace(const std::string& what) {
+  const size_t at = what.find("\nException raised from");
+  std::string s = what.substr(0, at);
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
 inline constexpr int kExitBadInput = 2;
 // Stopped by a signal (or `launcher ctl stop`) after saving a complete checkpoint: rerunning
 // the same command resumes. 75 = EX_TEMPFAIL (sysexits.h, "try again later"), distinct from

@@ -126,12 +126,15 @@ MemoryEstimate estimateMemory(const TrainConfig& tc) {
 
   // Activations of one micro-batch: per block ≈ 16·BTD + 4·BTF values in the compute
   // dtype, the fp32 softmax output B·H·T² (plus its compute-dtype copy when that is
-  // not fp32) and, in bf16, the weight casts saved for backward.
+  // not fp32; on a GPU, whose attention is flash SDPA, one fp32 value per row) and, in
+  // bf16, the weight casts saved for backward.
   // Calibrated against measured peak RSS (README §Memory estimate).
   const double B = tc.micro_batch_size, T = tc.seq_len, D = m.dim;
   const double H = double(m.n_heads) / tc.tp, F = double(m.ffn_dim) / tc.tp;
   const bool low = tc.dtype == DType::kBf16;
-  const double scores = (4.0 + (low ? elt : 0.0)) * B * H * T * T;
+  // SDPA on a GPU (flash attention) keeps no T² tensor, only a log-sum-exp per row.
+  const bool flash = tc.device.rfind("cuda", 0) == 0;
+  const double scores = flash ? 4.0 * B * H * T : (4.0 + (low ? elt : 0.0)) * B * H * T * T;
   // A weight stored in another dtype than the compute dtype is cast on use, and the cast
   // saved for backward (fp32 masters in bf16; a bf16 LoRA base in fp32).
   const bool bf16_base = tc.lora.enabled() && tc.lora.base_dtype == DType::kBf16;

@@ -14,6 +14,7 @@ Checks (each prints PASS or FAIL with its figures; the report goes to --report):
               the resumed losses equal the uninterrupted run's within 1e-4
   hf_import   an HF export loaded with model.from_pretrained straight onto the GPU: losses
               equal the same import on the CPU within 1e-4
+  lora        LoRA (rank 8, every projection, dropout 0.1) on the GPU equals the CPU within 1e-4
   large       a D2048 model (16 layers, GQA) in bf16: tokens/s, MFU against the GPU's dense
               bf16 peak, GEMM efficiency, and the CUDA caching allocator's peaks against the
               memory estimator (--estimate-memory without its host runtime baseline)
@@ -171,9 +172,13 @@ class Check:
             self.record("nccl world 2", err <= 1e-4,
                         f"two ranks on one GPU completed; max relative loss difference {err:.2e}")
             return
-        said = [l for l in log.splitlines() if re.search(r"nccl|NCCL", l)]
-        self.record("nccl world 2", "timeout" not in codes and all(c not in (-11, 139) for c in codes),
-                    f"exit codes {codes}; NCCL said: {said[-1][:300] if said else '(nothing)'}")
+        said = [l for l in log.splitlines() if re.search(r"nccl|NCCL|Duplicate GPU", l)
+                and not l.startswith("frame #")]
+        clean = not any(l.startswith("frame #") for l in log.splitlines())
+        self.record("nccl world 2", "timeout" not in codes and all(c not in (-11, 139) for c in codes)
+                    and clean,
+                    f"exit codes {codes} ({'no' if clean else 'WITH a'} C++ backtrace); NCCL said: "
+                    f"{' / '.join(l[:200] for l in said[-3:]) if said else '(nothing)'}")
 
     def checkpoint(self):
         cpu_ref, gpu_ref = self.work / "cpu_fp32", self.work / "gpu_fp32"
@@ -204,6 +209,17 @@ class Check:
                     f"5 steps from the export: max relative loss difference {err:.2e} (bound "
                     f"1e-4); first loss {losses(gpu)[0]:.5f}")
 
+    def lora(self):
+        ov = ["lora.rank=8", 'lora.targets="all"', "lora.dropout=0.1", "training.lr=1e-2",
+              'training.fp32_gemm="aten"']
+        cpu, _ = self.run("lora_cpu", ['training.device="cpu"', *ov])
+        gpu, _ = self.run("lora_gpu", [self.dev(), *ov])
+        err = rel_err(losses(gpu), losses(cpu))
+        self.record("lora", err <= 1e-4,
+                    f"rank 8 on every projection, dropout 0.1 (masks drawn alike on both devices): "
+                    f"max relative loss difference {err:.2e} (bound 1e-4), loss "
+                    f"{fmt(losses(gpu)[[0, -1]])}")
+
     def large(self):
         ov = [self.dev(), *LARGE, *self.args.large_overrides.split()]
         est = subprocess.run(self.cmd(self.work / "est", ov) + ["--estimate-memory"],
@@ -216,8 +232,8 @@ class Check:
             tps = float(np.median(s["tokens_per_s_padded"][keep]))
             mfu = float(np.median(s["mfu"][keep]))
             eff = float(np.median(s["gemm_efficiency"][keep]))
-        peak_alloc = a.get("device_peak_allocated_bytes", -1)
-        peak_res = a.get("device_peak_reserved_bytes", -1)
+        peak_alloc = float(a.get("device_peak_allocated_bytes", -1))
+        peak_res = float(a.get("device_peak_reserved_bytes", -1))
         estimate = estimated_device_bytes(est.stdout)
         text = (f"D2048/L16 GQA, {a.get('device')}: {tps:.0f} tokens/s, MFU {100 * mfu:.1f} % "
                 f"of {a.get('peak_source')}, GEMM efficiency {100 * eff:.1f} % of "
@@ -312,7 +328,7 @@ def main():
     args = ap.parse_args()
     Path(args.work).mkdir(parents=True, exist_ok=True)
     c = Check(args)
-    names = ["parity", "layouts", "nccl", "checkpoint", "hf_import", "large"]
+    names = ["parity", "layouts", "nccl", "checkpoint", "hf_import", "lora", "large"]
     for n in (args.only.split(",") if args.only else names):
         t0 = time.time()
         c.attempt(n, getattr(c, n))

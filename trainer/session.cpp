@@ -271,10 +271,11 @@ int failRun(const std::exception& e, std::optional<MetricsFile>& metrics) {
   int code = state == RunState::Oom ? 5
              : dynamic_cast<const FtbError*>(&e) ? static_cast<const FtbError&>(e).exitCode()
                                                  : 1;
-  FTB_ERROR(state << ": " << e.what());
+  const std::string what = withoutBacktrace(e.what());  // the backtrace is no user's business
+  FTB_ERROR(state << ": " << what);
   if (metrics) {
     try {
-      metrics->setStatus(state, code, e.what());
+      metrics->setStatus(state, code, what);
     } catch (const std::exception& e2) {
       FTB_ERROR("could not record status in " << metrics->path() << ": " << e2.what());
     }
@@ -451,8 +452,17 @@ RunPeaks measurePeaks(const TrainConfig& tc, const CpuInfo& cpu, const std::stri
   return resolvePeaks(tc, cpu, device, "", &g);
 }
 
+// On a GPU the model lives in the device's memory: the budget is the GPU's (unless
+// parallel.memory_limit_gb says otherwise) and the host's runtime baseline is no part of it.
 std::string memoryVerdict(const TrainConfig& tc, const DistEnv& env) {
-  return memoryFitProblem(tc, estimateMemory(tc), memoryBudget(tc, env.local_world_size));
+  MemoryEstimate e = estimateMemory(tc);
+  MemoryBudget budget = memoryBudget(tc, env.local_world_size);
+  if (const double gpu = deviceTotalMemory(); gpu > 0 && !(tc.memory_limit_bytes > 0)) {
+    e.runtime = 0;
+    budget = {gpu, computeDevice().str() + "'s memory " +
+                       formatFixed(gpu / double(int64_t(1) << 30), 1) + " GiB"};
+  }
+  return memoryFitProblem(tc, e, budget);
 }
 
 }  // namespace
@@ -473,8 +483,9 @@ int runSession(const SessionOptions& opts) {
     if (std::optional<int> rc = runInfoCommand(opts, cfg, tc)) return *rc;
     // From the estimate, before the model exists. A layout that cannot fit still gets its
     // process group, run dir and metrics file, then throws OomError: status oom, exit 5.
-    const std::string no_fit = memoryVerdict(tc, env);
     const std::string device = placeTensors(cfg, tc, env);
+    tc.device = device;  // resolved: the estimate below knows the device's kernels
+    const std::string no_fit = memoryVerdict(tc, env);
     checkStop("configuration");
     // Bad data (a malformed JSONL line, a missing field) is refused before anything is
     // written; every rank reads (or tokenizes) the same file.

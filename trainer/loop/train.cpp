@@ -6,6 +6,7 @@
 #include <cmath>
 #include <csignal>
 #include <ctime>
+#include <mutex>
 #include <optional>
 #include <sstream>
 
@@ -217,6 +218,15 @@ void replyControl(const std::string& run_dir, const Agreement& g, const StepEnd&
   }
 }
 
+// The default CPU generator (the seeds of LoRA dropout's masks, drawn per forward) starts
+// from training.seed: libtorch seeds it at random in every process, so two runs of one
+// config would draw different masks, and a GPU run other masks than a CPU run.
+void seedDefaultGenerator(int64_t seed) {
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_current_seed(static_cast<uint64_t>(seed));
+}
+
 // Which transport each process group uses: root attribute `collectives` and one log line.
 void recordTransports(const Distributed& dist, MetricsFile& metrics) {
   if (dist.transports.empty()) return;
@@ -259,8 +269,9 @@ TrainSummary train(const TrainConfig& tc, const Dataset& ds, Distributed& dist,
   TrainContext ctx{tc, world, mesh, pm.model, *pm.sync, *opt, metrics, ds, *pm.runner};
   StepHooks no_hooks;
   if (!hooks) hooks = &no_hooks;
+  seedDefaultGenerator(tc.seed);
   TrainState state;
-  hooks->onStart(ctx, state);
+  hooks->onStart(ctx, state);  // a resume restores the generator's state saved with the step
 
   installStopSignalHandlers();  // from here on, a signal stops every rank after one step
   StepLog log(tc, metrics, peaks, world.rank(), world.size());

@@ -48,6 +48,12 @@ void resetDeviceMemoryPeaks() {
   if (d.is_cuda()) at::accelerator::resetPeakStats(d.index());
 }
 
+double deviceTotalMemory() {
+  const torch::Device d = computeDevice();
+  if (!d.is_cuda()) return 0;
+  return double(at::accelerator::getMemoryInfo(d.index()).second);
+}
+
 int visibleCudaDevices() { return static_cast<int>(torch::cuda::device_count()); }
 
 std::string cudaDeviceName(int index) {

@@ -34,6 +34,9 @@ struct DeviceMemoryPeaks {
 DeviceMemoryPeaks deviceMemoryPeaks();
 void resetDeviceMemoryPeaks();
 
+// The compute device's total memory in bytes (cudaMemGetInfo); 0 on the CPU.
+double deviceTotalMemory();
+
 int visibleCudaDevices();
 std::string cudaDeviceName(int index);
 

@@ -85,6 +85,20 @@ def test_resume_on_another_base_or_adapter_shape_exits_2_naming_it(tmp_path, cha
     assert not new.exists(), "nothing may be written"
 
 
+def test_dropout_masks_repeat_run_to_run_and_across_a_resume(tmp_path):
+    """LoRA dropout draws its masks from training.seed (libtorch seeds its default generator at
+    random in every process): two runs of one config are bit-identical, and a resumed run
+    draws the masks the uninterrupted one drew."""
+    drop = LORA + ("lora.dropout=0.1",)
+    a, b, cut = tmp_path / "a", tmp_path / "b", tmp_path / "cut"
+    run(a, 1, *drop)
+    run(b, 1, *drop)
+    assert np.array_equal(losses(a), losses(b))
+    preempt(cut, 1, drop + ("checkpoint.interval=4",))
+    run(cut, 1, *drop, "checkpoint.interval=4")
+    assert np.array_equal(losses(a), losses(cut))
+
+
 def test_bf16_base_trains_with_fp32_adapters(tmp_path):
     out = tmp_path / "run"
     run(out, 1, *LORA, "lora.base_dtype=\"bf16\"", "training.max_steps=8")
