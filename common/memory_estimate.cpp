@@ -11,6 +11,11 @@
 namespace ftb {
 namespace {
 
+// GPU activations per sample over the CPU formula's: the CUDA caching allocator's peak grew
+// by 5426 MiB per sample of 2048 tokens (micro-batch 4 -> 8) on a D2048/L16 GQA model in bf16
+// on an H200 (scripts/gpu_check.sh, results/gpu/), where the CPU formula gives 3706 MiB.
+constexpr double kGpuActivationScale = 5426.0 / 3706.0;
+
 struct Counts {
   double block = 0, block_replicated = 0;  // per-block params on this tp rank
   double root = 0, root_replicated = 0;    // embedding (+ output) and final norm
@@ -139,13 +144,16 @@ MemoryEstimate estimateMemory(const TrainConfig& tc) {
   // saved for backward (fp32 masters in bf16; a bf16 LoRA base in fp32).
   const bool bf16_base = tc.lora.enabled() && tc.lora.base_dtype == DType::kBf16;
   const double casts = low != bf16_base ? elt * c.block : 0.0;
-  const double per_block =
-      elt * (16 * B * T * D + 4 * B * T * F) + scores + casts + loraActivationDelta(tc, elt);
+  // On a GPU the fused CPU kernels run as composed ATen ops, which keep fp32 intermediates
+  // for backward: kGpuActivationScale times the CPU kernels' activations (measured: see there).
+  const double scale = flash ? kGpuActivationScale : 1.0;
+  const double per_block = scale * (elt * (16 * B * T * D + 4 * B * T * F) + scores) + casts +
+                           loraActivationDelta(tc, elt);
   const double logit_elems = B * T * double(m.vocab_size) / tc.tp;
   // One rank with the whole vocabulary: the chunked cross-entropy saves only the
   // logits (4 bytes/value in fp32; bf16 logits + their bf16 gradient in bf16). The
   // vocab-parallel path keeps ~3 fp32 copies plus the compute-dtype logits.
-  const double logits = (tc.tp > 1 ? 3 * 4.0 + elt : 4.0) * logit_elems;
+  const double logits = scale * (tc.tp > 1 ? 3 * 4.0 + elt : 4.0) * logit_elems;
   e.activations_full = L * per_block + logits;
   // Checkpointed blocks keep only their input; one block is live during recompute.
   const double every = tc.activation_checkpointing > 0 ? double(tc.activation_checkpointing) : 1.0;

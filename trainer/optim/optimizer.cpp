@@ -8,6 +8,15 @@
 #include "trainer/kernels/tensor_runs.h"
 
 namespace ftb {
+
+void atenFusedAdamW(const torch::Tensor& p, const torch::Tensor& g, const torch::Tensor& m,
+                    const torch::Tensor& v, int64_t step, double lr, const OptimizerOptions& o) {
+  torch::NoGradGuard no_grad;
+  const torch::Tensor steps = torch::full({}, double(step), p.options().dtype(torch::kFloat32));
+  at::_fused_adamw_({p}, {g}, {m}, {v}, {}, {steps}, lr, o.beta1, o.beta2, o.weight_decay, o.eps,
+                    /*amsgrad=*/false, /*maximize=*/false);
+}
+
 namespace {
 
 bool fusable(const torch::Tensor& t) {
@@ -82,6 +91,11 @@ class AdamW final : public Optimizer {
         kernels::adamwZeroGrad(pp, gp, mp, vp, p.numel(), s);
       else
         kernels::adamw(pp, gp, mp, vp, p.numel(), s);
+      return;
+    }
+    if (!p.device().is_cpu() && p.scalar_type() == g.scalar_type() && p.sizes() == g.sizes()) {
+      atenFusedAdamW(p, g, m, v, t_, lr, o_);  // one kernel instead of nine passes
+      if (zero_grad) g.zero_();
       return;
     }
     if (o_.weight_decay != 0) p.mul_(1.0 - lr * o_.weight_decay);

@@ -41,6 +41,13 @@ struct OptimizerOptions {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.0;
 };
 
+// One AdamW step of p from g through ATen's fused kernel (torch.optim.AdamW(fused=True); on a
+// GPU one kernel over p, g, m, v instead of nine ATen passes): the same update as the
+// contract above, rounded differently (sqrt(v)/sqrt(1-b2^t) + eps; m by lerp). AdamW uses it
+// for tensors off the CPU. REQUIRES: p, g, m, v of one shape, dtype and device; step >= 1.
+void atenFusedAdamW(const torch::Tensor& p, const torch::Tensor& g, const torch::Tensor& m,
+                    const torch::Tensor& v, int64_t step, double lr, const OptimizerOptions& o);
+
 std::unique_ptr<Optimizer> makeOptimizer(std::vector<torch::Tensor> params,
                                          const OptimizerOptions& opts);
 

@@ -120,6 +120,29 @@ TEST(AdamW, TwoStepsMatchReference) {
   }
 }
 
+// The kernel AdamW uses off the CPU (ATen's fused AdamW; it has a CPU kernel too): the
+// same two steps as the reference, within its other rounding.
+TEST(AdamW, AtenFusedKernelMatchesTheReference) {
+  std::vector<double> p0 = {0.5, -1.0, 2.0, 0.25, -0.75, 1e-3};
+  std::vector<std::vector<double>> gs = {{0.1, -0.2, 0.05, 3.0, -1e-3, 0.7},
+                                         {-0.3, -0.1, 0.05, 1.0, 2e-3, -0.7}};
+  auto f32 = [](const std::vector<double>& v) { return torch::tensor(std::vector<float>(v.begin(), v.end())); };
+  for (double wd : {0.0, 0.1}) {
+    OptimizerOptions o;
+    o.weight_decay = wd;
+    torch::Tensor p = f32(p0), m = torch::zeros({6}), v = torch::zeros({6});
+    AdamRef ref{0.02, o.beta1, o.beta2, o.eps, wd, {}, std::vector<double>(6), std::vector<double>(6)};
+    for (double x : p0) ref.p.push_back(static_cast<float>(x));
+    for (int t = 1; t <= 2; ++t) {
+      std::vector<double> g;
+      for (double x : gs[t - 1]) g.push_back(static_cast<float>(x));
+      atenFusedAdamW(p, f32(g), m, v, t, 0.02, o);
+      ref.step(g);
+      expectNear(p, {ref.p}, 1e-6, "fused AdamW");
+    }
+  }
+}
+
 TEST(AdamW, SkipsParametersWithoutGradient) {
   torch::Tensor with = param(torch::ones({3}));
   torch::Tensor without = torch::full({2}, 3.0f);
