@@ -15,9 +15,10 @@ Checks (each prints PASS or FAIL with its figures; the report goes to --report):
   hf_import   an HF export loaded with model.from_pretrained straight onto the GPU: losses
               equal the same import on the CPU within 1e-4
   lora        LoRA (rank 8, every projection, dropout 0.1) on the GPU equals the CPU within 1e-4
-  large       a D2048 model (16 layers, GQA) in bf16: tokens/s, MFU against the GPU's dense
-              bf16 peak, GEMM efficiency, and the CUDA caching allocator's peaks against the
-              memory estimator (--estimate-memory without its host runtime baseline)
+  large       a D2048 model (16 layers, GQA) in bf16 at micro-batch 2, 4 and 8: tokens/s, MFU
+              against the GPU's dense bf16 peak, GEMM efficiency, and the CUDA caching
+              allocator's peaks against the memory estimator (--estimate-memory without its
+              host runtime baseline)
 
 --device cpu runs the same script with the CPU in place of the GPU (a check of the script
 itself on a machine without one; its figures say nothing of a GPU).
@@ -221,31 +222,43 @@ class Check:
                     f"{fmt(losses(gpu)[[0, -1]])}")
 
     def large(self):
-        ov = [self.dev(), *LARGE, *self.args.large_overrides.split()]
-        est = subprocess.run(self.cmd(self.work / "est", ov) + ["--estimate-memory"],
-                             env=self.env(), capture_output=True, text=True, timeout=120)
-        out, log = self.run("large_bf16", ov, timeout=600)
-        with h5py.File(out / "metrics" / "rank_00000.h5", "r") as f:
-            a = dict(f.attrs)
-            s = f["steps"]
-            keep = slice(4, None)
-            tps = float(np.median(s["tokens_per_s_padded"][keep]))
-            mfu = float(np.median(s["mfu"][keep]))
-            eff = float(np.median(s["gemm_efficiency"][keep]))
-        peak_alloc = float(a.get("device_peak_allocated_bytes", -1))
-        peak_res = float(a.get("device_peak_reserved_bytes", -1))
-        estimate = estimated_device_bytes(est.stdout)
-        text = (f"D2048/L16 GQA, {a.get('device')}: {tps:.0f} tokens/s, MFU {100 * mfu:.1f} % "
-                f"of {a.get('peak_source')}, GEMM efficiency {100 * eff:.1f} % of "
-                f"{float(a.get('gemm_flops', 0)) / 1e12:.1f} TFLOP/s ({a.get('gemm_source')}); "
-                f"allocator peak {mib(peak_alloc)} allocated / {mib(peak_res)} reserved, "
-                f"estimate {mib(estimate)} ({ratio(estimate, peak_alloc)} of the allocated peak)")
-        self.record("large bf16", bool(tps > 0) and peak_alloc > 0 and estimate > 0, text)
-        self.figures = {"tokens_per_s": tps, "mfu": mfu, "gemm_efficiency": eff,
-                        "peak_allocated": peak_alloc, "peak_reserved": peak_res,
-                        "estimate": estimate, "device": str(a.get("device")),
-                        "peak_source": str(a.get("peak_source")),
-                        "gemm_source": str(a.get("gemm_source"))}
+        """The D2048 model at micro-batch 2, 4 and 8: one table row each."""
+        self.table = []
+        for mb in (4, 2, 8):
+            ov = [self.dev(), *LARGE, f"training.micro_batch_size={mb}",
+                  *self.args.large_overrides.split()]
+            est = subprocess.run(self.cmd(self.work / "est", ov) + ["--estimate-memory"],
+                                 env=self.env(), capture_output=True, text=True, timeout=120)
+            out, _ = self.run(f"large_bf16_mb{mb}", ov + ["checkpoint.save_final=false"], timeout=600)
+            with h5py.File(out / "metrics" / "rank_00000.h5", "r") as f:
+                a = dict(f.attrs)
+                s = f["steps"]
+                keep = slice(4, None)
+                row = {"micro_batch": mb,
+                       "tokens_per_s": float(np.median(s["tokens_per_s_padded"][keep])),
+                       "mfu": float(np.median(s["mfu"][keep])),
+                       "gemm_efficiency": float(np.median(s["gemm_efficiency"][keep])),
+                       "step_s": float(np.median(s["step_time_s"][keep])),
+                       "optimizer_share": float(np.median(s["optimizer_s"][keep] / s["step_time_s"][keep])),
+                       "peak_allocated": float(a.get("device_peak_allocated_bytes", -1)),
+                       "peak_reserved": float(a.get("device_peak_reserved_bytes", -1)),
+                       "estimate": estimated_device_bytes(est.stdout)}
+            self.table.append(row)
+            if mb == 4:
+                self.figures = {**row, "device": str(a.get("device")),
+                                "peak_source": str(a.get("peak_source")),
+                                "gemm_source": str(a.get("gemm_source")),
+                                "gemm_flops": float(a.get("gemm_flops", 0))}
+        r = self.figures
+        text = (f"D2048/L16 GQA, micro-batch 4 x 2048, {r['device']}: {r['tokens_per_s']:.0f} tokens/s, "
+                f"MFU {100 * r['mfu']:.1f} % of {r['peak_source']}, GEMM efficiency "
+                f"{100 * r['gemm_efficiency']:.1f} % of {r['gemm_flops'] / 1e12:.1f} TFLOP/s "
+                f"({r['gemm_source']}); allocator peak {mib(r['peak_allocated'])} allocated / "
+                f"{mib(r['peak_reserved'])} reserved, estimate {mib(r['estimate'])} "
+                f"({ratio(r['estimate'], r['peak_allocated'])} of the allocated peak)")
+        ok = all(t["tokens_per_s"] > 0 and t["peak_allocated"] > 0 and t["estimate"] > 0
+                 for t in self.table)
+        self.record("large bf16", ok, text)
 
     # ------------------------------------------------------------------ report
 
@@ -254,10 +267,23 @@ class Check:
                  f"device: {self.args.device} ({gpu_name(self.work)}), trainer {self.args.trainer}",
                  ""]
         lines += [f"- {'PASS' if ok else 'FAIL'} **{n}**: {t}" for n, ok, t in self.results]
+        if getattr(self, "table", None):
+            lines += ["", "D2048/L16 GQA (886 M parameters), bf16, seq 2048, world 1, medians of "
+                      "steps 4-11:", "",
+                      "| micro-batch | tokens/s | MFU | GEMM eff. | step s | optimizer share | "
+                      "peak allocated | peak reserved | estimate / allocated |",
+                      "|---|---|---|---|---|---|---|---|---|"]
+            lines += [f"| {t['micro_batch']} | {t['tokens_per_s']:.0f} | {100 * t['mfu']:.1f} % | "
+                      f"{100 * t['gemm_efficiency']:.1f} % | {t['step_s']:.3f} | "
+                      f"{100 * t['optimizer_share']:.0f} % | {mib(t['peak_allocated'])} | "
+                      f"{mib(t['peak_reserved'])} | {ratio(t['estimate'], t['peak_allocated'])} |"
+                      for t in sorted(self.table, key=lambda t: t["micro_batch"])]
         Path(self.args.report).parent.mkdir(parents=True, exist_ok=True)
         Path(self.args.report).write_text("\n".join(lines) + "\n")
         with open(Path(self.args.report).with_suffix(".json"), "w") as f:
-            json.dump({"results": [(n, bool(ok), t) for n, ok, t in self.results], "figures": getattr(self, "figures", {})}, f, indent=1)
+            json.dump({"results": [(n, bool(ok), t) for n, ok, t in self.results],
+                       "figures": getattr(self, "figures", {}), "table": getattr(self, "table", [])},
+                      f, indent=1)
 
 
 def tail(text, n=15):

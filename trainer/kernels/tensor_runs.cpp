@@ -48,7 +48,7 @@ torch::Tensor flatSpan(const std::vector<torch::Tensor>& ts, const std::vector<s
 double gradSquaredNorm(const std::vector<torch::Tensor>& grads,
                        const std::vector<torch::Tensor>& weights) {
   torch::NoGradGuard no_grad;
-  // fp64 reductions of fp64 copies of 1 Mi-element chunks, summed in a 0-dim fp64 tensor on
+  // fp64 reductions of fp64 copies of 1 Mi-element chunks (64 Mi on a GPU), summed in a 0-dim fp64 tensor on
   // the gradients' device in a fixed order (one host read at the end: on a GPU, one sync
   // rather than one per chunk; the sums are the same IEEE double operations either way).
   torch::Tensor s;
@@ -56,10 +56,11 @@ double gradSquaredNorm(const std::vector<torch::Tensor>& grads,
   if (weights.empty()) {  // one reduction per run of adjacent gradients (a DDP bucket)
     // An fp32 norm of a whole bucket is off by ~1e-5 relative (ATen reduces fp32 in fp32:
     // 350 K values gave -1.2e-5), enough to separate layouts that bucket differently.
-    constexpr int64_t kChunk = int64_t(1) << 20;
+    // On a GPU, 64 Mi-element chunks: five small kernels per chunk are launch-bound there.
     for (const std::vector<size_t>& run : adjacentRuns(grads)) {
       torch::Tensor flat = flatSpan(grads, run);
       torch::Tensor t = (flat.defined() ? flat : grads[run[0]]).reshape({-1});
+      const int64_t kChunk = int64_t(1) << (t.device().is_cpu() ? 20 : 26);
       for (int64_t i = 0; i < t.numel(); i += kChunk) {
         const torch::Tensor n = t.narrow(0, i, std::min(kChunk, t.numel() - i)).to(torch::kFloat64).norm();
         add(n * n);
