@@ -129,3 +129,25 @@ def test_planning_and_generate_flags_refuse_bad_values(tmp_path, args, needles):
     for needle in needles:
         assert needle in p.stderr, (needle, p.stderr)
     assert not (tmp_path / "x.txt").exists(), "nothing written"
+
+
+def gpus_visible():
+    try:
+        return subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.mark.skipif(gpus_visible(), reason="a GPU is visible: these are the errors of a machine without one")
+@pytest.mark.parametrize("args,key,needle", [
+    (('training.device="cuda"',), "training.device",
+     '"cuda" resolves to cuda:0 but 0 CUDA device(s) are visible (no GPU on this machine'),
+    (('training.device="cuda:1"',), "training.device", "resolves to cuda:1 but 0 CUDA device(s)"),
+    (('parallel.backend="nccl"',), "training.device", '(backend nccl) but 0 CUDA device(s) are visible'),
+    (('parallel.backend="nccl"', 'training.device="cpu"'), "parallel.backend",
+     '"nccl" reduces CUDA tensors only'),
+], ids=["cuda", "cuda1", "nccl_auto", "nccl_cpu"])
+def test_gpu_requests_without_a_gpu_exit_2_naming_the_key(tmp_path, args, key, needle):
+    p, _ = run(tmp_path, BASE, *args)
+    assert p.returncode == 2, p.stderr
+    assert f"key '{key}'" in p.stderr and needle in p.stderr, p.stderr
