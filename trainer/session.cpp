@@ -37,6 +37,7 @@
 #include "trainer/loop/checkpoint_hook.h"
 #include "trainer/hf/peft_adapter.h"
 #include "trainer/hf/pretrained.h"
+#include "trainer/loop/stop.h"
 #include "trainer/loop/train.h"
 #include "trainer/max_micro_batch.h"
 
@@ -237,10 +238,7 @@ int finishRun(MetricsFile& metrics, const TrainConfig& tc, const TrainSummary& s
                       " after " + std::to_string(s.steps) + " steps" +
                       (last_checkpoint.empty() ? std::string(", no checkpoint")
                                                : "; checkpoint " + last_checkpoint);
-    // Resumable (a complete checkpoint of the stop step exists): the requeue code.
-    const int code = !last_checkpoint.empty() ? kExitRequeue
-                     : s.stopped_by_ctl      ? 1
-                                             : 128 + s.stop_signal;
+    const int code = stopExitCode(!last_checkpoint.empty(), s.stopped_by_ctl, s.stop_signal);
     metrics.setStatus(RunState::Preempted, code, msg);
     metrics.close();
     FTB_WARN(msg << " (exit code " << code << ")");
@@ -283,132 +281,6 @@ int failRun(const std::exception& e, std::optional<MetricsFile>& metrics) {
   return code;
 }
 
-
-// A stop signal seen between set-up phases (handlers are installed before set-up).
-struct StopRequested : std::runtime_error {
-  int sig;
-  explicit StopRequested(int s, const std::string& phase)
-      : std::runtime_error(std::string("stopped by signal ") + strsignal(s) + " during set-up (" +
-                           phase + "), before the first step"),
-        sig(s) {}
-};
-
-void checkStop(const char* phase) {
-  if (int sig = g_stop_signal.load(); sig != 0) throw StopRequested(sig, phase);
-}
-
-// What the stop watchdog abandons and records when it ends a run at the grace deadline.
-struct StopTarget {
-  MetricsFile* metrics = nullptr;
-  CheckpointHook* ckpt = nullptr;
-};
-
-// Invariant: once this rank has learned of a stop signal (g_stop_seen_ns: its own, or
-// the step agreement's), the process ends by a deadline, unless the run's outcome is
-// already being recorded (disarm()):
-// - checkpoint.preempt_grace_s = G > 0: G seconds later. A step or save still running
-//   then is abandoned: no partial checkpoint (Checkpointer::abandon), status `preempted`
-//   with kExitRequeue when a complete checkpoint remains (the one saved or resumed from
-//   last), else 128+signal, and that exit code.
-// - G = 0: kStopGraceSeconds of time outside checkpoint saves (a save takes what it needs;
-//   its store waits are bounded by parallel.timeout_seconds), then 128+signal, naming the
-//   stuck phase; the HDF5 file keeps its last flushed rows and status.
-class StopWatchdog {
- public:
-  static constexpr double kStopGraceSeconds = 10;
-  StopWatchdog() : thread_([this] { watch(); }) {}
-  ~StopWatchdog() {
-    done_.store(true);
-    thread_.join();
-  }
-  void setGrace(double seconds) { grace_s_.store(seconds); }
-  void arm(StopTarget t) {
-    std::lock_guard<std::mutex> lock(mu_);
-    target_ = t;
-  }
-  // The main thread records the outcome from here on: the watchdog no longer ends the run.
-  void disarm() {
-    std::lock_guard<std::mutex> lock(mu_);
-    target_ = {};
-    finished_ = true;
-  }
-  // The main thread ends the stop as at the deadline (a peer left at its own deadline
-  // and this rank's collectives failed): returns the exit code.
-  int abandon(const std::string& why) {
-    std::lock_guard<std::mutex> lock(mu_);
-    finished_ = true;
-    return abandonLocked(why, /*final_status=*/false);
-  }
-
- private:
-  int abandonLocked(const std::string& why, bool final_status) {
-    const int sig = g_stop_signal.load() != 0 ? g_stop_signal.load() : SIGTERM;
-    const std::string resume = target_.ckpt ? target_.ckpt->abandon() : "";
-    const int code = resume.empty() ? 128 + sig : kExitRequeue;
-    const std::string msg = std::string("stopped by signal ") + strsignal(sig) + ": " + why +
-                            "; a save in progress was abandoned (no partial checkpoint); " +
-                            (resume.empty() ? "no complete checkpoint to resume from"
-                                            : "resume point " + resume);
-    try {
-      if (target_.metrics && final_status)
-        target_.metrics->setFinalStatus(RunState::Preempted, code, msg);
-      if (target_.metrics && !final_status)
-        target_.metrics->setStatus(RunState::Preempted, code, msg);
-    } catch (const std::exception& e) {
-      FTB_ERROR("could not record status in " << target_.metrics->path() << ": " << e.what());
-    }
-    FTB_WARN(msg << " (exit code " << code << ")");
-    target_ = {};
-    return code;
-  }
-
-  // One poll: exits the process when the deadline has passed.
-  void check(int64_t& saved_until) {
-    const int64_t since = g_stop_seen_ns.load();
-    if (since == 0) return;
-    const int64_t now = monotonicNs();
-    std::lock_guard<std::mutex> lock(mu_);
-    if (finished_) return;
-    if (const double grace = grace_s_.load(); grace > 0) {
-      if (double(now - since) < grace * 1e9) return;
-      std::ostringstream why;
-      why << "the stop step and its checkpoint did not finish within checkpoint.preempt_grace_s = "
-          << grace << " s";
-      std::_Exit(abandonLocked(why.str(), /*final_status=*/true));  // mu_ stays held
-    }
-    if (target_.ckpt && target_.ckpt->saving()) saved_until = now;
-    if (double(now - std::max(since, saved_until)) < kStopGraceSeconds * 1e9) return;
-    const int sig = g_stop_signal.load() != 0 ? g_stop_signal.load() : SIGTERM;
-    FTB_ERROR("stop signal " << strsignal(sig) << " not honoured within " << kStopGraceSeconds
-                             << " s (a set-up phase or step is still running); exiting with "
-                             << 128 + sig);
-    std::_Exit(128 + sig);
-  }
-
-  void watch() {
-    int64_t saved_until = 0;  // grace 0: when this rank was last seen saving a checkpoint
-    while (!done_.load()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      check(saved_until);
-    }
-  }
-
-  std::atomic<bool> done_{false};
-  std::atomic<double> grace_s_{0};
-  std::mutex mu_;  // guards target_, finished_; held while abandoning (then until _Exit)
-  StopTarget target_;
-  bool finished_ = false;
-  std::thread thread_;  // last: started once the members above exist
-};
-
-// A failure during a stop with a grace deadline: most likely a peer that reached its
-// deadline first and left (its collectives and store waits then fail here). Such a rank
-// ends as the peer did (StopWatchdog::abandon), not as failed; a divergence or an oom
-// keeps its own status.
-bool peerLeftAtDeadline(const TrainConfig& tc, const std::exception& e) {
-  return tc.checkpoint.preempt_grace_s > 0 && g_stop_seen_ns.load() != 0 &&
-         !dynamic_cast<const TrainingDiverged*>(&e) && !dynamic_cast<const OomError*>(&e);
-}
 
 // The pre-flight memory check: "" or why this layout cannot fit (see memoryFitProblem).
 // The run's peaks, and the model's kernels chosen with them: for fp32 on the CPU the BLAS
@@ -467,78 +339,126 @@ std::string memoryVerdict(const TrainConfig& tc, const DistEnv& env) {
 
 }  // namespace
 
-// load + validate -> (info command) -> process group -> run dir -> metrics file ->
-// train -> record the outcome.
+namespace {
+
+// What set-up builds before the run directory exists: each phase honours stop signals.
+struct Setup {
+  DistEnv env;
+  std::optional<Config> cfg;
+  TrainConfig tc;
+  std::string device;
+  std::string no_fit;  // "" or why the memory estimate says the layout cannot fit
+  std::unique_ptr<Dataset> ds;
+  std::optional<Distributed> dist;
+  std::optional<ResumePoint> plan;
+};
+
+// Config, device and memory verdict; the answer of an info command (--estimate-memory ...).
+std::optional<int> configure(const SessionOptions& opts, Setup& s, StopWatchdog& watchdog) {
+  s.env = discoverDistEnv();
+  setLogIdentity(s.env.rank, s.env.world_size, hostName());
+  s.cfg.emplace(Config::load(opts.config_path, opts.overrides));
+  s.tc = resolveConfig(opts, *s.cfg, s.env);
+  watchdog.setGrace(s.tc.checkpoint.preempt_grace_s);
+  if (std::optional<int> rc = runInfoCommand(opts, *s.cfg, s.tc)) return rc;
+  s.device = placeTensors(*s.cfg, s.tc, s.env);
+  s.tc.device = s.device;  // resolved: the estimate below knows the device's kernels
+  // From the estimate, before the model exists. A layout that cannot fit still gets its
+  // process group, run dir and metrics file, then throws OomError: status oom, exit 5.
+  s.no_fit = memoryVerdict(s.tc, s.env);
+  checkStop("configuration");
+  return std::nullopt;
+}
+
+// Data, process group, and every input that can be refused before anything is written.
+void connect(Setup& s) {
+  const Config& cfg = *s.cfg;
+  const TrainConfig& tc = s.tc;
+  // Bad data (a malformed JSONL line, a missing field) is refused before anything is
+  // written; every rank reads (or tokenizes) the same file.
+  s.ds = makeDataset(tc, s.env.rank == 0);
+  checkStop("data");
+  at::set_num_threads(threadsFor(tc));
+  s.dist.emplace(initDistributed(
+      s.env, std::chrono::milliseconds(static_cast<int64_t>(tc.timeout_seconds * 1000)),
+      tc.backend, tc.local_collectives));
+  checkStop("process group");
+  // Which checkpoint to resume from is decided (and a bad or incompatible one refused)
+  // before anything is written to the run directory or the model is allocated.
+  hf::checkPretrained(tc, *s.dist);  // a bad HF model directory exits 2 before the run directory exists
+  hf::checkAdapter(tc, *s.dist);     // so does a bad PEFT adapter directory (lora.from_pretrained)
+  s.plan = planResume(tc, cfg, checkpointDir(tc, runDirPath(cfg, tc)), *s.dist);
+  if (!tc.checkpoint.dir.empty())  // refused now, not at the first save (after the run)
+    requireWritableDir(tc.checkpoint.dir, "checkpoint.dir", cfg.where("checkpoint.dir"),
+                       "choose a directory this user can write on every node");
+}
+
+// The run directory, its peaks and its metrics file (in `metrics`).
+struct OpenRun {
+  std::string dir;
+  CpuInfo cpu;
+  RunPeaks peaks;
+  RunInfo info;
+};
+
+OpenRun openRun(Setup& s, std::optional<RunLock>& lock, std::optional<MetricsFile>& metrics) {
+  OpenRun r;
+  r.dir = prepareRun(*s.cfg, s.tc, *s.dist, lock, s.plan.has_value());
+  // No stop check between the run directory and its metrics file: a stop signal arriving
+  // now is honoured right after the file exists, so the run records "preempted".
+  r.cpu = detectCpu();
+  r.peaks = s.no_fit.empty() ? measurePeaks(s.tc, r.cpu, s.device, s.plan, *s.dist)
+                             : unmeasuredPeaks("not measured (run refused)");
+  r.info = runInfo(*s.cfg, s.tc, s.env, r.dir, s.device, r.cpu, r.peaks);
+  for (auto& a : checkEnvironment(s.tc, r.cpu, r.peaks, s.env.rank)) r.info.extra_attrs.push_back(a);
+  const std::string mpath = metricsFilePath(r.dir, s.env.rank);
+  metrics.emplace(s.plan ? MetricsFile::resume(mpath, r.info, s.plan->manifest.state.at("step"))
+                         : MetricsFile::create(mpath, r.info));
+  if (!s.no_fit.empty()) throw OomError(s.no_fit);
+  checkStop("metrics file");
+  return r;
+}
+
+// The steps, with checkpoints and traces, under the stop watchdog; the outcome recorded.
+int trainAndFinish(Setup& s, OpenRun& r, MetricsFile& metrics, StopWatchdog& watchdog) {
+  const TrainConfig& tc = s.tc;
+  CheckpointHook ckpt(tc, std::move(s.plan),
+                      makeCheckpointer(*s.cfg, tc, r.info, r.dir, *s.dist), s.env.rank);
+  StepProfiler profiler(tc.profile_steps, tracePath(r.dir, s.env.rank), s.env.rank);
+  HookList hooks({&profiler, &ckpt});  // the profiler's window excludes checkpoint saves
+  watchdog.arm({&metrics, &ckpt});
+  struct Disarm {  // before `ckpt` and `metrics` go away, whatever happens
+    StopWatchdog& w;
+    ~Disarm() { w.disarm(); }
+  } disarm{watchdog};
+  TrainSummary sum;
+  try {
+    sum = train(tc, *s.ds, *s.dist, metrics, r.peaks, &hooks, r.dir);
+  } catch (const std::exception& e) {
+    if (!peerLeftAtDeadline(tc, e)) throw;
+    return watchdog.abandon(std::string("the stop did not finish (") + e.what() + ")");
+  }
+  if (sum.steps > 0 && sum.stop_signal == 0 && !sum.stopped_by_ctl)
+    finishGemm(r.peaks, r.cpu, metrics, sum.train_seconds);
+  watchdog.disarm();
+  return finishRun(metrics, tc, sum, r.peaks, r.dir, s.env.rank, ckpt.lastSaved());
+}
+
+}  // namespace
+
+// config -> (info command) -> data and process group -> run dir and metrics file ->
+// train -> record the outcome. Every failure ends here with its exit code.
 int runSession(const SessionOptions& opts) {
   installStopSignalHandlers();  // before set-up: every phase honours stop signals
   StopWatchdog watchdog;
   std::optional<RunLock> lock;  // rank 0: the run directory, until the status is recorded
   std::optional<MetricsFile> metrics;
   try {
-    DistEnv env = discoverDistEnv();
-    setLogIdentity(env.rank, env.world_size, hostName());
-    Config cfg = Config::load(opts.config_path, opts.overrides);
-    TrainConfig tc = resolveConfig(opts, cfg, env);
-    watchdog.setGrace(tc.checkpoint.preempt_grace_s);
-    if (std::optional<int> rc = runInfoCommand(opts, cfg, tc)) return *rc;
-    // From the estimate, before the model exists. A layout that cannot fit still gets its
-    // process group, run dir and metrics file, then throws OomError: status oom, exit 5.
-    const std::string device = placeTensors(cfg, tc, env);
-    tc.device = device;  // resolved: the estimate below knows the device's kernels
-    const std::string no_fit = memoryVerdict(tc, env);
-    checkStop("configuration");
-    // Bad data (a malformed JSONL line, a missing field) is refused before anything is
-    // written; every rank reads (or tokenizes) the same file.
-    std::unique_ptr<Dataset> ds = makeDataset(tc, env.rank == 0);
-    checkStop("data");
-
-    at::set_num_threads(threadsFor(tc));
-    Distributed dist = initDistributed(
-        env, std::chrono::milliseconds(static_cast<int64_t>(tc.timeout_seconds * 1000)),
-        tc.backend, tc.local_collectives);
-    checkStop("process group");
-    // Which checkpoint to resume from is decided (and a bad or incompatible one refused)
-    // before anything is written to the run directory or the model is allocated.
-    hf::checkPretrained(tc, dist);  // a bad HF model directory exits 2 before the run directory exists
-    hf::checkAdapter(tc, dist);     // so does a bad PEFT adapter directory (lora.from_pretrained)
-    std::optional<ResumePoint> plan =
-        planResume(tc, cfg, checkpointDir(tc, runDirPath(cfg, tc)), dist);
-    if (!tc.checkpoint.dir.empty())  // refused now, not at the first save (after the run)
-      requireWritableDir(tc.checkpoint.dir, "checkpoint.dir", cfg.where("checkpoint.dir"),
-                         "choose a directory this user can write on every node");
-    std::string run_dir = prepareRun(cfg, tc, dist, lock, plan.has_value());
-    // No stop check between the run directory and its metrics file: a stop signal arriving
-    // now is honoured right after the file exists, so the run records "preempted".
-    const CpuInfo cpu = detectCpu();
-    RunPeaks peaks = no_fit.empty() ? measurePeaks(tc, cpu, device, plan, dist)
-                                          : unmeasuredPeaks("not measured (run refused)");
-    RunInfo info = runInfo(cfg, tc, env, run_dir, device, cpu, peaks);
-    for (auto& a : checkEnvironment(tc, cpu, peaks, env.rank)) info.extra_attrs.push_back(a);
-    const std::string mpath = metricsFilePath(run_dir, env.rank);
-    metrics.emplace(plan ? MetricsFile::resume(mpath, info, plan->manifest.state.at("step"))
-                         : MetricsFile::create(mpath, info));
-    if (!no_fit.empty()) throw OomError(no_fit);
-    checkStop("metrics file");
-
-    CheckpointHook ckpt(tc, std::move(plan), makeCheckpointer(cfg, tc, info, run_dir, dist),
-                        env.rank);
-    StepProfiler profiler(tc.profile_steps, tracePath(run_dir, env.rank), env.rank);
-    HookList hooks({&profiler, &ckpt});  // the profiler's window excludes checkpoint saves
-    watchdog.arm({&*metrics, &ckpt});
-    struct Disarm {  // before `ckpt` and `metrics` go away, whatever happens
-      StopWatchdog& w;
-      ~Disarm() { w.disarm(); }
-    } disarm{watchdog};
-    TrainSummary s;
-    try {
-      s = train(tc, *ds, dist, *metrics, peaks, &hooks, run_dir);
-    } catch (const std::exception& e) {
-      if (!peerLeftAtDeadline(tc, e)) throw;
-      return watchdog.abandon(std::string("the stop did not finish (") + e.what() + ")");
-    }
-    if (s.steps > 0 && s.stop_signal == 0 && !s.stopped_by_ctl) finishGemm(peaks, cpu, *metrics, s.train_seconds);
-    watchdog.disarm();
-    return finishRun(*metrics, tc, s, peaks, run_dir, env.rank, ckpt.lastSaved());
+    Setup s;
+    if (std::optional<int> rc = configure(opts, s, watchdog)) return *rc;
+    connect(s);
+    OpenRun r = openRun(s, lock, metrics);
+    return trainAndFinish(s, r, *metrics, watchdog);
   } catch (const ConfigError& e) {
     return failInvalid(e, metrics);
   } catch (const StopRequested& e) {

@@ -2,7 +2,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
-#include "trainer/loop/train.h"
+#include "trainer/loop/stop.h"
 #include "trainer/model/linear.h"
 #include "trainer/metrics/perf.h"
 

@@ -21,26 +21,7 @@
 
 namespace ftb {
 
-std::atomic<int> g_stop_signal{0};
-std::atomic<int64_t> g_stop_seen_ns{0};
-
-int64_t monotonicNs() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe
-  return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
-
-void noteStopSeen() {
-  int64_t none = 0;
-  g_stop_seen_ns.compare_exchange_strong(none, monotonicNs());
-}
-
 namespace {
-
-void onStopSignal(int sig) {
-  g_stop_signal.store(sig);
-  noteStopSeen();
-}
 
 double lrAt(const TrainConfig& tc, int64_t step) {
   if (tc.lr_warmup_steps > 0 && step < tc.lr_warmup_steps)
@@ -237,16 +218,6 @@ void recordTransports(const Distributed& dist, MetricsFile& metrics) {
 }
 
 }  // namespace
-
-void installStopSignalHandlers() {
-  struct sigaction sa {};
-  sa.sa_handler = onStopSignal;
-  // No SA_RESETHAND: launchers send TERM more than once while stopping a job (forward,
-  // then stop); a second TERM must not kill a rank mid-collective. A stuck rank is
-  // killed by the launcher's SIGKILL after --grace.
-  sigemptyset(&sa.sa_mask);
-  for (int s : {SIGTERM, SIGINT, SIGUSR1, SIGUSR2, SIGHUP}) sigaction(s, &sa, nullptr);
-}
 
 TrainSummary train(const TrainConfig& tc, const Dataset& ds, Distributed& dist,
                    MetricsFile& metrics, const RunPeaks& peaks, StepHooks* hooks,

@@ -9,7 +9,8 @@
 //   gradient sum over ranks every layout optimises the same objective, and the
 //   logged loss is the global per-token mean.
 // - Everything a step reads besides the model and optimizer state is a function of
-//   its index s (data, learning rate; the model has no dropout or other RNG), so a run
+//   its index s (data, learning rate; LoRA dropout draws from the default CPU generator,
+//   seeded from training.seed at start and saved with each checkpoint), so a run
 //   restored to the state after step k-1 and started at TrainState::step = k continues
 //   exactly as the uninterrupted run.
 // - Every rank runs the same number of steps: the stop decision (max_steps,
@@ -31,6 +32,7 @@
 #include "trainer/data/dataset.h"
 #include "trainer/loop/hooks.h"
 #include "trainer/loop/step_log.h"
+#include "trainer/loop/stop.h"
 #include "trainer/parallel/dist.h"
 
 namespace ftb {
@@ -40,17 +42,6 @@ class TrainingDiverged : public FtbError {
  public:
   explicit TrainingDiverged(const std::string& msg) : FtbError(msg, 6) {}
 };
-
-// Set by the signal handler (installed by runSession() before set-up, which polls it
-// between set-up phases; train() installs it too); polled once per step.
-extern std::atomic<int> g_stop_signal;
-void installStopSignalHandlers();
-// When this rank first learned of a stop signal, CLOCK_MONOTONIC in ns (0 = not yet):
-// its own signal (the handler) or the step agreement reporting another rank's
-// (noteStopSeen). checkpoint.preempt_grace_s counts from here (trainer/session.cpp).
-extern std::atomic<int64_t> g_stop_seen_ns;
-void noteStopSeen();  // sets g_stop_seen_ns once; async-signal-safe
-int64_t monotonicNs();
 
 // hooks may be null. `ds` is makeDataset(tc), built before the run directory so that
 // bad data is refused before anything is written. run_dir non-empty: rank 0 polls its
