@@ -101,6 +101,10 @@ void Supervisor::spawnAll() {
     w.err = std::make_unique<StreamPump>(std::move(err.read),
                                          dir.empty() ? Fd() : openLog(base + ".err"),
                                          console ? 2 : -1, prefix, kTailLines);
+    if (!dir.empty()) {  // a log file that fails (full disk): warned, lines to the console
+      w.out->onFileFailure(base + ".out", 1);
+      w.err->onFileFailure(base + ".err", 2);
+    }
     pids += (pids.empty() ? "" : ",") + std::to_string(w.proc->pid());
     workers_.push_back(std::move(w));
   }
