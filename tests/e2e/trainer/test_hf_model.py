@@ -264,6 +264,19 @@ def test_export_of_a_mistral_run_stays_a_mistral_with_its_sliding_window(tmp_pat
     assert_same_tensors(read_safetensors(tmp_path / "hf" / "model.safetensors"), w)
 
 
+def test_export_of_a_run_started_from_a_preset(tmp_path):
+    """configs/runs/tiny.toml has no model.from_pretrained: export exited 2 ("key
+    'model.from_pretrained': missing required key") for every run started from a preset."""
+    run_trainer(tmp_path / "run", "training.max_steps=2")
+    export(tmp_path / "run" / "checkpoints", tmp_path / "hf")
+    got = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert got["architectures"] == ["LlamaForCausalLM"] and got["ftbench_export"]["step"] == 2
+    assert "bos_token_id" not in got, "synthetic data has no tokenizer to name the ids"
+    with open(tmp_path / "run" / "checkpoints" / "step_00000002" / "manifest.json") as f:
+        n_model = sum(1 for k in json.load(f)["tensors"] if k.startswith("model."))
+    assert len(read_safetensors(tmp_path / "hf" / "model.safetensors")) == n_model
+
+
 def test_export_refuses_bad_arguments(tmp_path):
     for args, needle in [(["--checkpoint", str(tmp_path / "none"), "--out", str(tmp_path / "o")],
                           "holds no step_N checkpoints"),
