@@ -87,6 +87,9 @@ def test_ctl_status_save_stop_then_resume_is_bit_identical(tmp_path):
     assert stopped > saved and r[0][3] == "stopping", sp.stdout
     (rc, o, e), = finish([p])
     assert rc == REQUEUE_EXIT, f"launcher exit {rc}\n{o}\n{e}"
+    # A deliberate stop, reported as one (it printed ERROR, a failure table and "job failed").
+    assert "ERROR" not in e and "job failed" not in e and "root cause" not in e, e
+    assert "workers stopped with exit code 75 (preempted with a checkpoint" in e, e
     for rank in (0, 1):
         with h5(run, rank) as f:
             s = dict(f["status"].attrs)
