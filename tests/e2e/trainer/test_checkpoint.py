@@ -317,6 +317,16 @@ def test_checkpoint_that_does_not_fit_the_model_explicit_path_exits_2(tmp_path):
     assert "has no tensor 'model.norm.weight'" in err, err
 
 
+def test_summary_of_a_resumed_attempt_says_so_and_gives_the_runs_step_count(tmp_path):
+    """It said "(4 measured steps after 0 warmup)" as if that were the run, while aggregate
+    counts every attempt's steps."""
+    out = saved_run(tmp_path)
+    shutil.rmtree(out / "checkpoints" / "step_00000012")
+    outs = run(out, 1, "training.max_steps=12", "checkpoint.interval=4", "checkpoint.keep_last=0")
+    assert ("== ftbench summary (this attempt, resumed at step 8: 4 measured steps after 0 warmup; "
+            "the run has done 12 steps over all its attempts") in outs[0][1], outs[0][1]
+
+
 def test_shared_checkpoint_dir_refuses_another_runs_checkpoint_naming_both(tmp_path):
     """Two runs of different configs given one checkpoint.dir: the second resumed the
     first's checkpoint and reported `completed` with 0 steps."""
