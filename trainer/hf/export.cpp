@@ -1,5 +1,6 @@
 #include "trainer/hf/export.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -313,6 +314,12 @@ int exportCheckpoint(const ExportOptions& o) {
                       "trainer export --adapter writes its PEFT adapter directory");
   const RunConfig run = runConfig(rp);
   const ExportDtype dt = o.dtype == "run" ? runDtype(run) : dtypeNamed(o.dtype, "--dtype " + o.dtype);
+  const int64_t held = std::count_if(rp.manifest.tensors.begin(), rp.manifest.tensors.end(),
+                                     [](const auto& t) { return t.first.rfind("model.", 0) == 0; });
+  if (hfParamCount(a) > held)  // before a list of that size is built
+    throw ConfigError("--checkpoint", rp.dir + "/" + kManifestName,
+                      "model.n_layers = " + std::to_string(a.n_layers) + " makes more tensors than the " +
+                          std::to_string(held) + " model tensors the checkpoint holds");
   const std::vector<std::vector<HfParam>> shards = planShards(hfParams(a), o.max_shard_bytes, dt.type);
   const fs::path tmp = o.out + ".tmp";
   fs::remove_all(tmp);

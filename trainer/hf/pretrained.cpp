@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -70,6 +71,23 @@ std::vector<HfParam> hfParams(const ModelArgs& a) {
   return v;
 }
 
+int64_t hfParamCount(const ModelArgs& a) {
+  constexpr int64_t kPerLayer = 9, kMax = std::numeric_limits<int64_t>::max();
+  if (a.n_layers < 0 || a.n_layers > (kMax - 3) / kPerLayer) return kMax;
+  return kPerLayer * a.n_layers + 2 + (a.tie_embeddings ? 0 : 1);
+}
+
+int64_t layersNamed(const std::vector<std::string>& names) {
+  int64_t layers = 0;
+  for (const std::string& n : names)
+    for (size_t at = n.find("layers."); at != std::string::npos; at = n.find("layers.", at + 1)) {
+      const size_t b = at + 7, e = n.find_first_not_of("0123456789", b);
+      if (e == b || e == std::string::npos || n[e] != '.' || e - b > 18) continue;
+      layers = std::max<int64_t>(layers, std::stoll(n.substr(b, e - b)) + 1);
+    }
+  return layers;
+}
+
 PretrainedModel PretrainedModel::open(const std::string& dir, const ModelArgs& a) {
   PretrainedModel pm;
   pm.dir_ = dir;
@@ -112,6 +130,13 @@ namespace ftb::hf {
 
 void PretrainedModel::checkTensors(const ModelArgs& a,
                                    const std::map<std::string, const SafetensorsFile*>& holder) {
+  std::vector<std::string> names;
+  for (const auto& [t, f] : holder) names.push_back(t);
+  if (const int64_t held = layersNamed(names); a.n_layers > held)  // before a per-layer list
+    fail((fs::path(dir_) / kHfConfigName).string(),
+         "num_hidden_layers is " + std::to_string(a.n_layers) + ", but the safetensors files hold " +
+             (held == 0 ? std::string("no layer") : "layers 0.." + std::to_string(held - 1)),
+         "the weights must match config.json: correct num_hidden_layers");
   const std::vector<HfParam> params = hfParams(a);
   std::set<std::string> expected;
   for (const HfParam& p : params) {

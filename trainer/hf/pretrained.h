@@ -46,6 +46,14 @@ struct HfParam {
 
 // Every parameter of the model `a` describes, in HF file order.
 std::vector<HfParam> hfParams(const ModelArgs& a);
+// hfParams(a).size() without building the list (INT64_MAX when that overflows): a size read
+// from a file (a manifest's model.n_layers) is compared with the tensors the checkpoint holds
+// before any list of that size is allocated.
+int64_t hfParamCount(const ModelArgs& a);
+// 1 + the largest K of a "layers.K." in any of `names` (tensor names of a weight file), 0
+// when none names a layer: the layers a file holds, which bound the layer count read from
+// a config (config.json's num_hidden_layers) before any per-layer list is built.
+int64_t layersNamed(const std::vector<std::string>& names);
 
 class PretrainedModel {
  public:

@@ -18,6 +18,7 @@ RoPE, GQA by repeat_interleave, SwiGLU, untied or tied head), in float64, not ft
 """
 import json
 import os
+import resource
 import struct
 import subprocess
 from pathlib import Path
@@ -385,6 +386,26 @@ def test_explicit_model_key_that_disagrees_exits_2(tmp_path):
     p = run_trainer(tmp_path / "ok", *hf_run_args(tmp_path / "m", tmp_path / "tokens.bin",
                                                   "model.dim=64", "model.n_kv_heads=2"))
     assert "loaded " in p.stdout + p.stderr
+
+
+def test_a_billion_layers_in_config_json_is_refused_before_any_allocation(tmp_path):
+    """num_hidden_layers: 1000000000 took 12.8 GB of RSS in 20 s (the list of the tensors the
+    weights should hold) before any check. Under a 2 GiB data limit (a run of this model needs
+    a fraction of it) the old build dies of bad_alloc instead of filling the machine."""
+    make_hf_dir(tmp_path / "m")
+    cfg_path = tmp_path / "m" / "config.json"
+    cfg_path.write_text(json.dumps(json.loads(cfg_path.read_text()) | {"num_hidden_layers": 10**9}))
+    write_tokens(tmp_path / "tokens.bin", 8, CONFIG["vocab_size"])
+    limit = lambda: resource.setrlimit(resource.RLIMIT_DATA, (2 << 30, 2 << 30))  # noqa: E731
+    p = subprocess.run([str(TRAINER), "--config", str(TINY), "--output-dir", str(tmp_path / "run"),
+                        "--no-sweep-dir", *hf_run_args(tmp_path / "m", tmp_path / "tokens.bin")],
+                       env=base_env(), capture_output=True, text=True, timeout=120,
+                       preexec_fn=limit)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert f"{cfg_path}" in p.stderr, p.stderr
+    assert "num_hidden_layers is 1000000000, but the safetensors files hold layers 0..1" \
+        in p.stderr, p.stderr
+    assert not (tmp_path / "run").exists()
 
 
 def test_every_rank_exits_2_when_one_rank_lacks_the_model(tmp_path):
