@@ -159,7 +159,7 @@ std::unique_ptr<Dataset> loadJsonl(const TrainConfig& c) {
   if (!in) throw ConfigError("data.source", c.data_source, "cannot open data file");
   std::vector<std::vector<int32_t>> docs;
   std::string line;
-  for (int64_t lineno = 1; std::getline(in, line); ++lineno) {
+  for (int64_t lineno = 1; readJsonlLine(in, line, c.data_source, lineno); ++lineno) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     std::string where = c.data_source + ":" + std::to_string(lineno);
     nlohmann::json j;

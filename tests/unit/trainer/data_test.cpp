@@ -12,6 +12,7 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "trainer/data/dataset.h"
+#include "trainer/data/text_dataset.h"
 
 namespace ftb {
 namespace {
@@ -282,6 +283,24 @@ TEST(TokenFiles, MalformedJsonlNamesFileAndLine) {
   expectJsonlError("{\"tokens\": [1, 2]}\n", 1, "input_ids");
   expectJsonlError("{\"input_ids\": [1, 2]}\n{\"input_ids\": [1, 2.5]}\n", 2, "non-integer");
   expectJsonlError("{\"input_ids\": [1]}\n\n", 0, "no document with at least 2 tokens");
+}
+
+// A 200 MB single-line record took over 10 GB of RSS (the whole line, then its parse).
+TEST(TokenFiles, JsonlLineAboveTheBoundIsRefusedNamingFileAndLine) {
+  const std::string ok = "{\"input_ids\": [1, 2, 3]}\n";
+  expectJsonlError(ok + "{\"input_ids\": [1, 2" + std::string(kMaxJsonlLineBytes, ' ') + "]}\n",
+                   2, "line longer than 16 MiB (the bound on one JSONL record)");
+  // At the bound a line is read whole, as are the lines around it.
+  TempDir dir;
+  const std::string path = dir.file("long.jsonl");
+  const std::string head = "{\"input_ids\": [4, 5, 6", tail = "]}";
+  std::ofstream(path) << ok << head << std::string(kMaxJsonlLineBytes - head.size() - tail.size(), ' ')
+                      << tail << "\n\n" << ok;
+  TrainConfig c = tinyConfig();
+  c.data_source = path;
+  std::unique_ptr<Dataset> ds = makeDataset(c);
+  ASSERT_EQ(ds->size(), 3);
+  EXPECT_EQ(ds->document(1), (std::vector<int32_t>{4, 5, 6}));
 }
 
 TEST(TokenFiles, JsonlTruncatesAndSkipsShortDocuments) {
