@@ -185,6 +185,22 @@ PretrainedModel::LoadStats PretrainedModel::load(std::vector<ckpt::StatePiece>& 
   return st;
 }
 
+std::string PretrainedModel::firstNonFinite(int64_t share, int64_t shares) const {
+  torch::NoGradGuard no_grad;
+  int64_t index = 0;
+  for (const auto& [name, held] : by_name_) {
+    if (index++ % shares != share) continue;
+    const auto& [file, hp] = held;
+    const torch::Tensor t = file->view(hp.hf_name);
+    const int64_t nan = t.isnan().sum().item<int64_t>(), inf = t.isinf().sum().item<int64_t>();
+    file->release(hp.hf_name);
+    if (nan + inf > 0)
+      return file->path() + ": tensor '" + hp.hf_name + "' holds " + std::to_string(nan) +
+             " NaN and " + std::to_string(inf) + " infinite values";
+  }
+  return "";
+}
+
 void loadPretrained(const TrainConfig& tc, const Mesh& mesh, GradSync& sync) {
   const double t0 = nowSeconds();
   const int64_t rss0 = currentRssBytes();
@@ -198,14 +214,18 @@ void loadPretrained(const TrainConfig& tc, const Mesh& mesh, GradSync& sync) {
 
 namespace {
 
-void checkOnThisRank(const TrainConfig& tc) {
+void checkOnThisRank(const TrainConfig& tc, const DistEnv& env) {
   const int64_t window = hfSlidingWindow(tc.from_pretrained);
   if (window > 0 && window < tc.seq_len)
     throw ConfigError("data.seq_len", tc.from_pretrained + "/" + kHfConfigName,
                       "sliding_window " + std::to_string(window) + " is shorter than data.seq_len " +
                           std::to_string(tc.seq_len) + "; ftbench attends over the whole sequence",
                       "set data.seq_len <= " + std::to_string(window));
-  PretrainedModel::open(tc.from_pretrained, tc.model);
+  const PretrainedModel pm = PretrainedModel::open(tc.from_pretrained, tc.model);
+  // A NaN weight would train as "diverged, lower the learning rate": refused here instead.
+  if (std::string bad = pm.firstNonFinite(env.rank, env.world_size); !bad.empty())
+    throw ConfigError("model.from_pretrained", tc.from_pretrained, bad,
+                      "the model's weights are damaged: download or convert them again");
 }
 
 }  // namespace
@@ -214,7 +234,7 @@ void checkPretrained(const TrainConfig& tc, Distributed& dist) {
   if (tc.from_pretrained.empty()) return;
   std::string problem;
   try {
-    checkOnThisRank(tc);
+    checkOnThisRank(tc, dist.env);
   } catch (const ConfigError& e) {
     problem = e.what();
   }

@@ -63,6 +63,10 @@ class PretrainedModel {
     int64_t peak_rss = 0;  // max VmRSS sampled after each copy, before its pages are dropped
   };
   LoadStats load(std::vector<ckpt::StatePiece>& pieces) const;
+  // Of the tensors whose index (in torchtitan name order) is `share` modulo `shares`, the
+  // first that holds a NaN or an infinity, as "<file>: tensor '<HF name>' holds N NaN and
+  // M infinite values"; "" when none does. Reads those tensors (mapped), then drops them.
+  std::string firstNonFinite(int64_t share, int64_t shares) const;
 
  private:
   // Expected tensors present with their shapes, nothing else (holder: HF name -> file).
@@ -80,8 +84,8 @@ class PretrainedModel {
 void loadPretrained(const TrainConfig& tc, const Mesh& mesh, GradSync& sync);
 
 // The run's pretrained directory, validated by every rank before anything is written:
-// PretrainedModel::open, and config.json's sliding_window (Mistral) must cover
-// data.seq_len. Collective: when any rank finds a problem (a file missing on its node),
+// PretrainedModel::open, config.json's sliding_window (Mistral) must cover data.seq_len,
+// and every weight is finite (each rank reads 1/world of the tensors: firstNonFinite). Collective: when any rank finds a problem (a file missing on its node),
 // every rank throws that ConfigError (exit 2), so none waits for the others.
 void checkPretrained(const TrainConfig& tc, Distributed& dist);
 

@@ -362,6 +362,20 @@ def test_malformed_safetensors_exit_2(name, tmp_path):
         assert n in err, f"{n!r} not in:\n{err}"
 
 
+def test_nan_or_inf_weight_exits_2_naming_the_tensor(tmp_path):
+    """A NaN in the weights trained on and was reported as "training diverged, lower lr"."""
+    make_hf_dir(tmp_path / "m")
+
+    def poison(h, d):
+        b = h[Q0]["data_offsets"][0]
+        d = d[:b] + struct.pack("<ff", float("nan"), float("inf")) + d[b + 8:]
+        return h, d
+    corrupt(tmp_path / "m" / "model.safetensors", poison)
+    err = run_bad(tmp_path, tmp_path / "m")
+    assert "model.safetensors: tensor '" + Q0 + "' holds 1 NaN and 1 infinite values" in err, err
+    assert "model.from_pretrained" in err, err
+
+
 def test_sharded_index_naming_a_missing_tensor_exits_2(tmp_path):
     make_hf_dir(tmp_path / "m", shards=2)
     idx = tmp_path / "m" / "model.safetensors.index.json"
