@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cctype>
-#include <map>
 #include <ctime>
+#include <map>
 #include <sstream>
 
 #include "common/error.h"

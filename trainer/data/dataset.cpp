@@ -1,7 +1,6 @@
 #include "trainer/data/dataset.h"
 
 #include <fcntl.h>
-#include <nlohmann/json.hpp>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
 
@@ -200,7 +200,8 @@ class BinDataset final : public Dataset {
     fd_.fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
     struct stat st {};
     if (fd_.fd < 0 || ::fstat(fd_.fd, &st) != 0)
-      throw ConfigError("data.source", path_, std::string("cannot open data file: ") + std::strerror(errno));
+      throw ConfigError("data.source", path_,
+                        std::string("cannot open data file: ") + std::strerror(errno));
     if (st.st_size % int64_t(sizeof(T)) != 0)
       throw ConfigError("data.source", path_,
                         "size " + std::to_string(st.st_size) + " is not a multiple of " +
@@ -246,7 +247,8 @@ class BinDataset final : public Dataset {
       readTokens(chunk.data(), first, k);
       for (int64_t i = 0; i < k; ++i)
         if (int64_t(chunk[size_t(i)]) >= vocab)  // the message is built only for a bad id
-          checkId(int64_t(chunk[size_t(i)]), vocab, path_ + " (token " + std::to_string(first + i) + ")");
+          checkId(int64_t(chunk[size_t(i)]), vocab,
+                  path_ + " (token " + std::to_string(first + i) + ")");
     }
     ::posix_fadvise(fd_.fd, 0, 0, POSIX_FADV_DONTNEED);  // the pass leaves no page cache behind
   }

@@ -134,7 +134,8 @@ void PretrainedModel::checkTensors(const ModelArgs& a,
   for (const auto& [t, f] : holder) names.push_back(t);
   if (const int64_t held = layersNamed(names); a.n_layers > held)  // before a per-layer list
     fail((fs::path(dir_) / kHfConfigName).string(),
-         "num_hidden_layers is " + std::to_string(a.n_layers) + ", but the safetensors files hold " +
+         "num_hidden_layers is " + std::to_string(a.n_layers) +
+             ", but the safetensors files hold " +
              (held == 0 ? std::string("no layer") : "layers 0.." + std::to_string(held - 1)),
          "the weights must match config.json: correct num_hidden_layers");
   const std::vector<HfParam> params = hfParams(a);

@@ -85,8 +85,9 @@ void loadPretrained(const TrainConfig& tc, const Mesh& mesh, GradSync& sync);
 
 // The run's pretrained directory, validated by every rank before anything is written:
 // PretrainedModel::open, config.json's sliding_window (Mistral) must cover data.seq_len,
-// and every weight is finite (each rank reads 1/world of the tensors: firstNonFinite). Collective: when any rank finds a problem (a file missing on its node),
-// every rank throws that ConfigError (exit 2), so none waits for the others.
+// and every weight is finite (each rank reads 1/world of the tensors: firstNonFinite). Collective:
+// when any rank finds a problem (a file missing on its node), every rank throws that ConfigError
+// (exit 2), so none waits for the others.
 void checkPretrained(const TrainConfig& tc, Distributed& dist);
 
 }  // namespace ftb::hf

@@ -398,7 +398,8 @@ void printSummary(const TrainConfig& tc, const TrainSummary& s, const RunPeaks& 
                   const std::string& run_dir) {
   std::ostringstream os;
   // Warm-up steps this process ran: those of [first_step, steps) below skip_first_steps.
-  const int64_t warmup = std::max<int64_t>(0, std::min(tc.skip_first_steps, s.steps) - s.first_step);
+  const int64_t warmup =
+      std::max<int64_t>(0, std::min(tc.skip_first_steps, s.steps) - s.first_step);
   os << "\n== ftbench summary (";
   if (s.first_step > 0)  // a resumed attempt: its own figures, and the run's whole count beside
     os << "this attempt, resumed at step " << s.first_step << ": ";

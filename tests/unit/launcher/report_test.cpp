@@ -60,8 +60,9 @@ TEST(Report, WorkersThatStoppedThemselvesAreNoFailure) {
   Decision d;
   d.exit_code = kExitRequeue;
   std::string r = failureReport(d, 0);
-  EXPECT_EQ(r, "launcher: the workers stopped with exit code 75 (preempted with a checkpoint: "
-               "`launcher ctl stop`, or a stop signal sent to them; the same command resumes)\n");
+  EXPECT_EQ(r,
+            "launcher: the workers stopped with exit code 75 (preempted with a checkpoint: "
+            "`launcher ctl stop`, or a stop signal sent to them; the same command resumes)\n");
 }
 
 }  // namespace

@@ -314,14 +314,16 @@ TEST(TokenFiles, MalformedJsonlNamesFileAndLine) {
 // A 200 MB single-line record took over 10 GB of RSS (the whole line, then its parse).
 TEST(TokenFiles, JsonlLineAboveTheBoundIsRefusedNamingFileAndLine) {
   const std::string ok = "{\"input_ids\": [1, 2, 3]}\n";
-  expectJsonlError(ok + "{\"input_ids\": [1, 2" + std::string(kMaxJsonlLineBytes, ' ') + "]}\n",
-                   2, "line longer than 16 MiB (the bound on one JSONL record)");
+  expectJsonlError(ok + "{\"input_ids\": [1, 2" + std::string(kMaxJsonlLineBytes, ' ') + "]}\n", 2,
+                   "line longer than 16 MiB (the bound on one JSONL record)");
   // At the bound a line is read whole, as are the lines around it.
   TempDir dir;
   const std::string path = dir.file("long.jsonl");
   const std::string head = "{\"input_ids\": [4, 5, 6", tail = "]}";
-  std::ofstream(path) << ok << head << std::string(kMaxJsonlLineBytes - head.size() - tail.size(), ' ')
-                      << tail << "\n\n" << ok;
+  std::ofstream(path) << ok << head
+                      << std::string(kMaxJsonlLineBytes - head.size() - tail.size(), ' ') << tail
+                      << "\n\n"
+                      << ok;
   TrainConfig c = tinyConfig();
   c.data_source = path;
   std::unique_ptr<Dataset> ds = makeDataset(c);
