@@ -144,20 +144,7 @@ MetricsFile MetricsFile::resume(const std::string& path, const RunInfo& info,
     h5::reserveSpace(m.file_, m.headroom());  // a full disk: refused before the cut
     m.steps_group_ = h5::openGroup(m.file_, "steps");
     m.status_group_ = h5::openGroup(m.file_, "status");
-    hsize_t keep = 0;
-    if (h5::exists(m.steps_group_, "step")) {
-      std::vector<int64_t> steps = h5::readInts(m.steps_group_, "step");
-      while (keep < steps.size() && steps[keep] < resume_step) ++keep;
-    }
-    for (const std::string& name : h5::listMembers(m.steps_group_)) {
-      h5::H5Handle d = h5::openDataset(m.steps_group_, name);
-      h5::truncateDataset(d, std::min<hsize_t>(keep, h5::datasetLength(d)));
-    }
-    m.steps_flushed_ = static_cast<int64_t>(keep);
-    if (keep > 0 && h5::exists(m.steps_group_, "time_s")) {
-      std::vector<double> t = h5::readDoubles(m.steps_group_, "time_s");  // cut to <= keep rows
-      if (!t.empty()) m.resumed_time_s_ = t.back();
-    }
+    m.cutRowsFrom(resume_step);
   } else {
     m = create(path, info);
   }
@@ -176,6 +163,49 @@ MetricsFile MetricsFile::resume(const std::string& path, const RunInfo& info,
   m.writeStatus(true);
   h5::flushFile(m.file_);
   return m;
+}
+
+void MetricsFile::cutRowsFrom(int64_t step) {
+  hsize_t keep = 0;
+  if (h5::exists(steps_group_, "step")) {
+    std::vector<int64_t> steps = h5::readInts(steps_group_, "step");
+    while (keep < steps.size() && steps[keep] < step) ++keep;
+  }
+  for (const std::string& name : h5::listMembers(steps_group_)) {
+    h5::H5Handle d = h5::openDataset(steps_group_, name);
+    h5::truncateDataset(d, std::min<hsize_t>(keep, h5::datasetLength(d)));
+  }
+  steps_flushed_ = static_cast<int64_t>(keep);
+  resumed_time_s_ = 0;
+  if (keep > 0 && h5::exists(steps_group_, "time_s")) {
+    std::vector<double> t = h5::readDoubles(steps_group_, "time_s");  // cut to <= keep rows
+    if (!t.empty()) resumed_time_s_ = t.back();
+  }
+}
+
+void MetricsFile::moveResumePoint(std::optional<int64_t> resume_step) {
+  std::unique_lock<std::recursive_mutex> lock = guard();
+  if (appended_ || steps_buffered_ > 0)
+    throw std::logic_error("MetricsFile::moveResumePoint after a row was appended");
+  h5::reserveSpace(file_, headroom());  // a full disk: refused before the cut
+  h5::H5Handle root = h5::openGroup(file_, "/");
+  std::vector<int64_t> steps;
+  if (h5::hasAttr(root, "resume_steps")) steps = h5::readAttrInts(root, "resume_steps");
+  if (!steps.empty()) steps.pop_back();  // the resume this attempt recorded at open
+  cutRowsFrom(resume_step.value_or(0));
+  if (resume_step) steps.push_back(*resume_step);
+  if (steps.empty()) {  // no resume after all: as a file create() wrote
+    for (const char* a : {"resume_steps", "resume_count"})
+      if (h5::hasAttr(root, a))
+        h5::checkStatus(H5Adelete(root, a), root, std::string("H5Adelete ") + a);
+  } else {
+    h5::writeAttrInts(root, "resume_steps", steps);
+    h5::writeAttrInt(root, "resume_count", static_cast<int64_t>(steps.size()));
+  }
+  message_ = resume_step ? "resumed from the checkpoint of step " + std::to_string(*resume_step)
+                         : "started from step 0: no checkpoint could be loaded";
+  writeStatus(true);
+  h5::flushFile(file_);
 }
 
 MetricsFile& MetricsFile::operator=(MetricsFile&& other) noexcept {

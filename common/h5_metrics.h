@@ -38,6 +38,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -115,6 +116,13 @@ class MetricsFile {
   // process about to _Exit from another thread, whose owner must not tear the file
   // by a write the exit interrupts. No-op on a closed or already final file.
   void setFinalStatus(RunState state, int exit_code, const std::string& message);
+  // After resume(): the run continues from the checkpoint of `resume_step` instead (one
+  // older than the one it was opened at, when that one could not be loaded), or from step
+  // 0 (nullopt). Cuts the rows from that step on, replaces the resume this attempt
+  // recorded in resume_steps / resume_count (without one left, both are removed, as in a
+  // file create() wrote) and resumedTimeS(). REQUIRES: no row appended yet (else
+  // std::logic_error). Throws IoError.
+  void moveResumePoint(std::optional<int64_t> resume_step);
   // flush() then closes every handle. Idempotent. Throws IoError.
   void close();
 
@@ -125,6 +133,8 @@ class MetricsFile {
   double resumedTimeS() const { return resumed_time_s_; }
 
  private:
+  // Cuts every row whose step is >= `step`; sets steps_flushed_ and resumed_time_s_.
+  void cutRowsFrom(int64_t step);
   struct Column {
     std::string name;
     bool is_int = false;

@@ -3,20 +3,44 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
+
+#include "common/log.h"
 
 namespace ftb::launcher {
 namespace {
 constexpr size_t kMaxLine = 64 * 1024;  // longer lines are emitted in pieces
 }
 
-void writeAll(int fd, const std::string& data) {
+int writeAllReporting(int fd, const char* data, size_t size) {
   size_t off = 0;
-  while (fd >= 0 && off < data.size()) {
-    ssize_t n = write(fd, data.data() + off, data.size() - off);
+  while (fd >= 0 && off < size) {
+    ssize_t n = write(fd, data + off, size - off);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
+    if (n < 0) return errno;
+    if (n == 0) return EIO;
     off += static_cast<size_t>(n);
   }
+  return 0;
+}
+
+void writeAll(int fd, const std::string& data) { writeAllReporting(fd, data.data(), data.size()); }
+
+void StreamPump::writeFile(const char* data, size_t n) {
+  const int err = writeAllReporting(file_.get(), data, n);
+  if (err == 0) {
+    file_bytes_ += n;
+    return;
+  }
+  const bool fallback = console_fd_ < 0 && fallback_fd_ >= 0;
+  FTB_WARN("cannot write worker log " << (file_path_.empty() ? "(unnamed)" : file_path_) << ": "
+                                      << std::strerror(err) << "; it holds the first "
+                                      << file_bytes_ << " bytes of the stream, the rest "
+                                      << (console_fd_ >= 0 ? "is on the console only"
+                                          : fallback       ? "goes to the launcher's console"
+                                                           : "is lost"));
+  file_.reset();  // nothing more: a later write after freed space would leave a gap
+  if (fallback) console_fd_ = fallback_fd_;
 }
 
 StreamPump::StreamPump(Fd source, Fd file, int console_fd, std::string prefix, size_t tail_lines)
@@ -27,7 +51,7 @@ StreamPump::StreamPump(Fd source, Fd file, int console_fd, std::string prefix, s
       tail_lines_(tail_lines) {}
 
 void StreamPump::consume(const char* data, size_t n) {
-  if (file_) writeAll(file_.get(), std::string(data, n));
+  if (file_) writeFile(data, n);
   partial_.append(data, n);
   size_t start = 0;
   for (size_t nl; (nl = partial_.find('\n', start)) != std::string::npos; start = nl + 1)

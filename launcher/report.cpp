@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cctype>
-#include <map>
 #include <ctime>
+#include <map>
 #include <sstream>
+
+#include "common/error.h"
 
 namespace ftb::launcher {
 namespace {
@@ -254,6 +256,15 @@ void writeDryRunReport(std::ostream& o, const Plan& plan, const std::string& pro
 
 std::string failureReport(const Decision& d, int max_restarts) {
   std::ostringstream o;
+  if (d.failures.empty() && d.shutdown_signal == 0) {  // they stopped themselves
+    o << "launcher: the workers stopped with exit code " << d.exit_code
+      << (d.exit_code == kExitRequeue
+              ? " (preempted with a checkpoint: `launcher ctl stop`, or a stop signal sent to "
+                "them; the same command resumes)"
+              : "")
+      << "\n";
+    return o.str();
+  }
   if (d.failures.empty()) {
     o << "launcher: workers stopped by " << signalName(d.shutdown_signal) << "; exit code "
       << d.exit_code << "\n";

@@ -55,6 +55,8 @@ bool isSecretName(const std::string& name);
 std::string displayValue(const std::string& name, const std::string& value);
 
 // Root cause first, then the other failures; last stderr lines of each (at most 4).
+// Without failures: the stop signal, or (none) that the workers stopped themselves, with
+// kExitRequeue named as the preemption it is (`launcher ctl stop`), not as a failure.
 std::string failureReport(const Decision& d, int max_restarts);
 
 // Shell-style quoting for display: 'a b' -> "'a b'", plain words unchanged.

@@ -101,6 +101,10 @@ void Supervisor::spawnAll() {
     w.err = std::make_unique<StreamPump>(std::move(err.read),
                                          dir.empty() ? Fd() : openLog(base + ".err"),
                                          console ? 2 : -1, prefix, kTailLines);
+    if (!dir.empty()) {  // a log file that fails (full disk): warned, lines to the console
+      w.out->onFileFailure(base + ".out", 1);
+      w.err->onFileFailure(base + ".err", 2);
+    }
     pids += (pids.empty() ? "" : ",") + std::to_string(w.proc->pid());
     workers_.push_back(std::move(w));
   }
@@ -174,7 +178,10 @@ void Supervisor::reap() {
     w.reported = true;
     bool bad = w.proc->termSignal() != 0 || w.proc->exitCode() != 0;
     if (bad) end_.all_clean = false;
-    if (bad && !stopping_ && !signal_stop_) {  // exits after a stop are consequences
+    // The requeue code is a stop the workers agreed on (`launcher ctl stop`, a signal sent to
+    // them): each rank ends so by itself, no failure to restart from or report.
+    const bool self_stop = w.proc->termSignal() == 0 && w.proc->exitCode() == kExitRequeue;
+    if (bad && !stopping_ && !signal_stop_ && !self_stop) {  // exits after a stop are consequences
       recordFailure(w);
       if (first.empty())
         first = "rank " + std::to_string(w.rank) + " " + end_.failures.back().describe();

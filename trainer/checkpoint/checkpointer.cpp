@@ -15,8 +15,9 @@
 #include <thread>
 
 #include "common/error.h"
-#include "common/sha256.h"
 #include "common/log.h"
+#include "common/sha256.h"
+#include "common/tag.h"
 #include "trainer/checkpoint/shard_io.h"
 #include "trainer/metrics/perf.h"
 
@@ -121,6 +122,91 @@ std::map<std::string, std::string> checkpointCompatKeys(const Config& cfg, const
   return m;
 }
 
+namespace {
+
+// Collective. Every rank parses `dir`'s manifest; each checks every world-th file (size,
+// crc32, the datasets the manifest names in it). Returns the first problem any rank found
+// ("" = usable) and, when usable, the manifest in `m`.
+std::string verifyCheckpoint(const std::string& dir, const std::string& key, Distributed& dist,
+                             Manifest& m) {
+  const int rank = dist.env.rank, world = dist.env.world_size;
+  std::string problem;
+  try {
+    m = loadVerifiedManifest(dir, {-1});
+    std::vector<int64_t> mine;
+    std::vector<std::string> my_files;
+    for (size_t i = 0; i < m.files.size(); ++i)
+      if (int(i % world) == rank)
+        mine.push_back(m.files[i].rank), my_files.push_back(m.files[i].name);
+    if (!mine.empty()) loadVerifiedManifest(dir, mine);
+    for (const std::string& f : my_files) ckpt::checkShardFile(dir, m, f);
+  } catch (const CheckpointError& e) {
+    problem = e.what();
+  }
+  return firstProblem(dist.allGatherString(key, problem));
+}
+
+// Why the verified checkpoint `m` in `dir` cannot continue this run (the key to blame,
+// what, a hint), or nullopt. `run`: this run's identity (tag, config hash: what its run
+// directory is bound to, common/run_dir.h) when checkpoint.dir may be shared with other
+// runs (empty = no identity check); `gbs_set`: training.global_batch_size set.
+struct Refusal {
+  std::string key, what, hint;
+};
+struct RunIdentity {
+  std::string tag, config_hash;
+  bool empty() const { return tag.empty(); }
+  std::string text() const { return "'" + tag + "' (config hash " + config_hash + ")"; }
+};
+std::optional<Refusal> resumeRefusal(const Manifest& m, const std::string& dir,
+                                     const TrainConfig& tc,
+                                     const std::map<std::string, std::string>& compat,
+                                     const RunIdentity& run, bool gbs_set) {
+  const RunIdentity saver{m.tag, m.config_hash};
+  if (!run.empty() && !saver.empty() &&
+      (saver.tag != run.tag || saver.config_hash != run.config_hash))
+    return Refusal{
+        "checkpoint.dir",
+        "checkpoint " + dir + " belongs to run " + saver.text() + ", not to this run " + run.text(),
+        "give each run a checkpoint.dir of its own, or set checkpoint.resume to that "
+        "step_N directory to start from it on purpose"};
+  std::string diff = compatDiff(m.compat, compat);
+  if (diff.empty() && m.compat.count("lora.rank") && !tc.lora.enabled())
+    diff = "lora.rank = " + m.compat.at("lora.rank") +
+           " in the checkpoint (adapters only), 0 now (full finetuning)";
+  if (!diff.empty())
+    return Refusal{"checkpoint.resume",
+                   "checkpoint " + dir + " was saved by a different model or optimizer: " + diff,
+                   "resume with the model and optimizer it was saved with, or "
+                   "checkpoint.resume=never to start over"};
+  auto gb = m.state.find("global_batch");
+  if (gb == m.state.end() || gb->second == tc.globalBatch()) return std::nullopt;
+  // Blame the key that set this run's global batch.
+  return Refusal{gbs_set ? "training.global_batch_size" : "training.micro_batch_size",
+                 "checkpoint " + dir + " was saved with a global batch of " +
+                     std::to_string(gb->second) + " samples, this run has " +
+                     std::to_string(tc.globalBatch()) + " = micro_batch_size(" +
+                     std::to_string(tc.micro_batch_size) + ") * grad_accum_steps(" +
+                     std::to_string(tc.grad_accum_steps) + ") * data-parallel size(" +
+                     std::to_string(tc.dpSize()) + ")",
+                 "keep micro_batch_size * grad_accum_steps * dp equal (set "
+                 "training.global_batch_size) so the data order continues"};
+}
+
+// This run's identity (its tag: the run directory's name, as the session names it; its
+// config hash) when `resume = auto` scans a checkpoint.dir set by the user, which other
+// runs may share; else empty.
+RunIdentity sharedDirRun(const Config& cfg, const TrainConfig& tc) {
+  if (tc.checkpoint.dir.empty() || tc.checkpoint.resume != "auto") return {};
+  const fs::path run_dir =
+      tc.no_sweep_dir
+          ? fs::path(tc.output_dir)
+          : fs::path(tc.output_dir) / formatTag(cfg, tc.world_size, tc.sweep_fmt, tc.nodes);
+  return {run_dir.filename().string(), configHash(cfg, tc.world_size, tc.nodes)};
+}
+
+}  // namespace
+
 std::optional<ResumePoint> planResume(const TrainConfig& tc, const Config& cfg,
                                       const std::string& ckpt_dir, Distributed& dist) {
   const std::string& mode = tc.checkpoint.resume;
@@ -128,61 +214,73 @@ std::optional<ResumePoint> planResume(const TrainConfig& tc, const Config& cfg,
   const bool explicit_path = mode != "auto";
   std::vector<std::string> candidates = explicit_path ? std::vector<std::string>{mode}
                                                       : listCheckpointDirs(ckpt_dir);
-  const int rank = dist.env.rank, world = dist.env.world_size;
+  const RunIdentity run = sharedDirRun(cfg, tc);
   for (size_t c = 0; c < candidates.size(); ++c) {
     const std::string& dir = candidates[c];
-    std::string problem;
     Manifest m;
-    try {  // each rank checksums every world-th file; every rank parses the manifest
-      m = loadVerifiedManifest(dir, {-1});
-      std::vector<int64_t> mine;
-      for (size_t i = 0; i < m.files.size(); ++i)
-        if (int(i % world) == rank) mine.push_back(m.files[i].rank);
-      if (!mine.empty()) loadVerifiedManifest(dir, mine);
-    } catch (const CheckpointError& e) {
-      problem = e.what();
-    }
-    problem = firstProblem(dist.allGatherString("ckpt/verify/" + std::to_string(c), problem));
+    const std::string problem = verifyCheckpoint(dir, "ckpt/verify/" + std::to_string(c), dist, m);
     if (!problem.empty()) {
       if (explicit_path)
         throw ConfigError("checkpoint.resume", cfg.where("checkpoint.resume"),
                           "checkpoint " + dir + " cannot be loaded: " + problem,
                           "pick another step_N directory, or checkpoint.resume=auto to take the "
                           "newest usable one");
-      if (rank == 0) FTB_WARN("skipping checkpoint " << dir << ": " << problem);
+      if (dist.env.rank == 0) FTB_WARN("skipping checkpoint " << dir << ": " << problem);
       continue;
     }
-    std::string diff = compatDiff(m.compat, checkpointCompatKeys(cfg, tc));
-    if (diff.empty() && m.compat.count("lora.rank") && !tc.lora.enabled())
-      diff = "lora.rank = " + m.compat.at("lora.rank") +
-             " in the checkpoint (adapters only), 0 now (full finetuning)";
-    if (!diff.empty())
-      throw ConfigError("checkpoint.resume", cfg.where("checkpoint.resume"),
-                        "checkpoint " + dir + " was saved by a different model or optimizer: " + diff,
-                        "resume with the model and optimizer it was saved with, or "
-                        "checkpoint.resume=never to start over");
-    auto gb = m.state.find("global_batch");
-    if (gb != m.state.end() && gb->second != tc.globalBatch()) {
-      // Blame the key that set this run's global batch, at the place it was set.
-      const std::string key = cfg.getInt("training.global_batch_size") > 0
-                                  ? "training.global_batch_size"
-                                  : "training.micro_batch_size";
-      throw ConfigError(key, cfg.where(key),
-                        "checkpoint " + dir + " was saved with a global batch of " +
-                            std::to_string(gb->second) + " samples, this run has " +
-                            std::to_string(tc.globalBatch()) + " = micro_batch_size(" +
-                            std::to_string(tc.micro_batch_size) + ") * grad_accum_steps(" +
-                            std::to_string(tc.grad_accum_steps) + ") * data-parallel size(" +
-                            std::to_string(tc.dpSize()) + ")",
-                        "keep micro_batch_size * grad_accum_steps * dp equal (set "
-                        "training.global_batch_size) so the data order continues");
-    }
+    if (std::optional<Refusal> r = resumeRefusal(m, dir, tc, checkpointCompatKeys(cfg, tc), run,
+                                                 cfg.getInt("training.global_batch_size") > 0))
+      throw ConfigError(r->key, cfg.where(r->key), r->what, r->hint);
     return ResumePoint{dir, std::move(m)};
   }
-  if (explicit_path) return std::nullopt;  // unreachable: an explicit path either loads or throws
-  if (!candidates.empty() && rank == 0)
+  if (!candidates.empty() && dist.env.rank == 0)
     FTB_WARN("no usable checkpoint in " << ckpt_dir << ": starting from step 0");
   return std::nullopt;
+}
+
+std::optional<ResumePoint> Checkpointer::fallBackFrom(const ResumePoint& bad, const TrainConfig& tc,
+                                                      const Fits& fits) {
+  const int64_t bad_step = bad.manifest.state.at("step");
+  const RunIdentity run =
+      tc.checkpoint.dir.empty() ? RunIdentity{} : RunIdentity{id_.tag, id_.config_hash};
+  int c = 0;
+  for (const std::string& dir : listCheckpointDirs(dir_)) {
+    if (*checkpointStepOf(fs::path(dir).filename().string()) >= bad_step) continue;
+    const std::string key = "ckpt/fallback/" + std::to_string(bad_step) + "/" + std::to_string(c++);
+    ResumePoint rp{dir, {}};
+    std::string problem = verifyCheckpoint(dir, key, dist_, rp.manifest);
+    if (problem.empty())
+      if (std::optional<Refusal> r = resumeRefusal(rp.manifest, dir, tc, id_.compat, run, false))
+        problem = r->what;  // the same on every rank: the same manifest
+    if (problem.empty()) problem = agreedProblem(key + "/fits", fits(rp));
+    if (problem.empty()) return rp;
+    if (dist_.env.rank == 0) FTB_WARN("skipping checkpoint " << dir << ": " << problem);
+  }
+  return std::nullopt;
+}
+
+std::string Checkpointer::agreedProblem(const std::string& key, const std::string& problem) {
+  return firstProblem(dist_.allGatherString(key, problem));
+}
+
+Checkpointer::Checkpointer(std::string dir, int64_t keep_last, Identity id, Distributed& dist)
+    : dir_(std::move(dir)), keep_last_(keep_last), id_(std::move(id)), dist_(dist) {
+  if (dist_.env.rank != 0) return;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir_, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() <= 4 || name.compare(name.size() - 4, 4, ".tmp") != 0 ||
+        !checkpointStepOf(name.substr(0, name.size() - 4)))
+      continue;
+    std::error_code rm;
+    fs::remove_all(e.path(), rm);
+    if (rm)
+      FTB_WARN("could not remove the unfinished checkpoint "
+               << e.path().string() << " of an earlier attempt: " << rm.message());
+    else
+      FTB_WARN("removed the unfinished checkpoint "
+               << e.path().string() << " an earlier attempt left (killed mid-save)");
+  }
 }
 
 std::vector<ckpt::SliceToWrite> Checkpointer::mySlices(const std::string& key, int64_t step,
@@ -391,26 +489,65 @@ void Checkpointer::prune(int64_t newest_step) {
   }
 }
 
+namespace {
+
+// The manifest tensor `p` is filled from (a rank-private piece of a checkpoint saved by
+// another world size: rank 0's), or nullptr.
+const CkptTensor* sourceOf(const Manifest& m, const StatePiece& p) {
+  auto it = m.tensors.find(p.name);
+  if (it == m.tensors.end() && p.per_rank)
+    it = m.tensors.find(p.name.substr(0, p.name.rfind('.') + 1) + "rank_00000");
+  return it == m.tensors.end() ? nullptr : &it->second;
+}
+
+// The box of `t` that `p` is filled from: p's own box, or the whole of a rank-private tensor.
+Box wantedBox(const StatePiece& p, const CkptTensor& t) {
+  return p.per_rank ? Box{{0}, {t.shape.empty() ? 1 : t.shape[0]}} : p.box;
+}
+
+std::string shapeText(const std::vector<int64_t>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
+  return out + "]";
+}
+
+}  // namespace
+
+std::string Checkpointer::loadProblem(const ResumePoint& rp,
+                                      const std::vector<StatePiece>& pieces) {
+  auto bad = [](const std::string& what) { return std::string(kManifestName) + " " + what; };
+  for (const StatePiece& p : pieces) {
+    const CkptTensor* t = sourceOf(rp.manifest, p);
+    if (!t) return bad("has no tensor '" + p.name + "', which this model has");
+    if (t->shape != p.global_shape && !p.per_rank)
+      return bad("tensor '" + p.name + "' has shape " + shapeText(t->shape) + ", this model's is " +
+                 shapeText(p.global_shape));
+    const Box want = wantedBox(p, *t);
+    if (p.per_rank && want.size != p.box.size)
+      return bad("'" + p.name + "' has " + std::to_string(want.size[0]) + " bytes, expected " +
+                 std::to_string(p.box.size[0]));
+    int64_t covered = 0;
+    for (const CkptSlice& s : t->slices)
+      if (std::optional<Box> part = ckpt::intersect(want, Box{s.offset, s.size}))
+        covered += part->numel();
+    if (covered != want.numel())
+      return bad("the slices of '" + p.name + "' cover " + std::to_string(covered) + " of the " +
+                 std::to_string(want.numel()) + " elements this rank needs");
+  }
+  return "";
+}
+
 std::map<std::string, int64_t> Checkpointer::load(const ResumePoint& rp,
                                                   std::vector<StatePiece>& pieces,
                                                   int64_t* bytes_read) {
+  // Every piece is checked before any tensor is read: a bad checkpoint changes no state.
+  if (std::string problem = loadProblem(rp, pieces); !problem.empty())
+    throw CheckpointError(rp.dir, problem);  // "<dir>: manifest.json has no tensor ..."
   int64_t read = 0;
   ckpt::ShardReader reader(rp.dir);
-  const std::string mpath = (fs::path(rp.dir) / kManifestName).string();
   for (StatePiece& p : pieces) {
-    auto it = rp.manifest.tensors.find(p.name);
-    if (it == rp.manifest.tensors.end() && p.per_rank)  // another world size: take rank 0's
-      it = rp.manifest.tensors.find(p.name.substr(0, p.name.rfind('.') + 1) + "rank_00000");
-    if (it == rp.manifest.tensors.end())
-      throw CheckpointError(mpath, "has no tensor '" + p.name + "'");
-    const CkptTensor& t = it->second;
-    if (t.shape != p.global_shape && !p.per_rank)
-      throw CheckpointError(mpath, "tensor '" + p.name + "' has another shape than this model's");
-    Box want = p.box;
-    if (p.per_rank) want = Box{{0}, {t.shape.empty() ? 1 : t.shape[0]}};
-    if (p.per_rank && want.size != p.box.size)
-      throw CheckpointError(mpath, "'" + p.name + "' has " + std::to_string(want.size[0]) + " bytes, expected " + std::to_string(p.box.size[0]));
-    int64_t covered = 0;
+    const CkptTensor& t = *sourceOf(rp.manifest, p);
+    const Box want = wantedBox(p, t);
     for (const CkptSlice& s : t.slices) {
       std::optional<Box> part = ckpt::intersect(want, Box{s.offset, s.size});
       if (!part) continue;
@@ -420,14 +557,9 @@ std::map<std::string, int64_t> Checkpointer::load(const ResumePoint& rp,
       torch::Tensor dst = p.view;
       for (size_t d = 0; d < rel.offset.size(); ++d) dst = dst.narrow(int64_t(d), rel.offset[d], rel.size[d]);
       dst.copy_(tmp);
-      covered += part->numel();
       read += tmp.numel() * int64_t(tmp.element_size());
     }
-    if (covered != want.numel())
-      throw CheckpointError(mpath, "the slices of '" + p.name + "' cover " + std::to_string(covered) +
-                                       " of the " + std::to_string(want.numel()) + " elements this rank needs");
-    if (p.per_rank && p.name.rfind("rng.torch_cpu.", 0) == 0)
-    {
+    if (p.per_rank && p.name.rfind("rng.torch_cpu.", 0) == 0) {
       at::Generator g = at::detail::getDefaultCPUGenerator();
       g.set_state(p.view);
     }

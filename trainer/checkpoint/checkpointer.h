@@ -7,9 +7,18 @@
 //   checkpoint under `ckpt_dir` whose manifest parses and whose files all verify (size,
 //   crc32); a bad one is skipped with a warning naming the file and what is wrong.
 //   PATH: that step directory; a bad one throws ConfigError (exit 2) naming the file.
+//   Verified means: the manifest's structure (checkManifestStructure), every file's size
+//   and crc32, and every dataset the manifest names (its dimensions and offset,
+//   ckpt::checkShardFile), all before any tensor is read.
 //   A checkpoint saved with other model.* shape keys or another optimizer throws
-//   ConfigError naming every differing key. Every rank returns the same answer (the
-//   files are verified by different ranks and the verdicts gathered).
+//   ConfigError naming every differing key. With "auto" and a checkpoint.dir set (which
+//   other runs may share), a checkpoint saved by another run (another tag: the run
+//   directory's name, or another config hash) throws ConfigError naming both runs. Every rank
+//   returns the same answer (the files are verified by different ranks and the verdicts gathered).
+// - Checkpointer::loadProblem() checks a plan against the pieces of the built model
+//   (every tensor present, its shape, the slices covering each piece) reading no tensor;
+//   load() runs it first, so a checkpoint that does not fit changes no state.
+//   fallBackFrom() (collective) is "auto"'s answer to a plan that does not fit.
 // - Checkpointer::save() is collective over the world: every rank writes its own file
 //   (each replicated slice is written by exactly one of its holders, balanced by
 //   bytes), fsyncs it, then rank 0 writes the manifest, renames step_N.tmp -> step_N,
@@ -69,13 +78,29 @@ class Checkpointer {
     std::map<std::string, std::string> compat;
     CkptLayout layout;
   };
-  Checkpointer(std::string dir, int64_t keep_last, Identity id, Distributed& dist)
-      : dir_(std::move(dir)), keep_last_(keep_last), id_(std::move(id)), dist_(dist) {}
+  // Rank 0 removes the step_N.tmp directories an earlier attempt left in `dir` (killed
+  // mid-save: never a checkpoint), warning with each one's name.
+  Checkpointer(std::string dir, int64_t keep_last, Identity id, Distributed& dist);
 
   // Returns the checkpoint directory written. `state`: step, next_sample, ...
   std::string save(int64_t step, const std::vector<ckpt::StatePiece>& pieces,
                    const std::map<std::string, int64_t>& state);
+  // Why `rp` cannot fill `pieces` (a tensor missing, another shape, slices that do not
+  // cover a piece), "" when it can. Reads no file.
+  static std::string loadProblem(const ResumePoint& rp,
+                                 const std::vector<ckpt::StatePiece>& pieces);
+  // Collective. The first non-empty `problem` of all ranks ("" = none).
+  std::string agreedProblem(const std::string& key, const std::string& problem);
+  // Collective, for resume = "auto" when the planned checkpoint `bad` does not fit
+  // (loadProblem on some rank): the newest checkpoint under this object's directory older
+  // than `bad` that verifies as planResume's do, agrees with this run's compat keys,
+  // global batch and (checkpoint.dir set) run identity, and `fits` on every rank (fits: "" or why
+  // not). Each one skipped is warned about on rank 0. nullopt when none is usable.
+  using Fits = std::function<std::string(const ResumePoint&)>;
+  std::optional<ResumePoint> fallBackFrom(const ResumePoint& bad, const TrainConfig& tc,
+                                          const Fits& fits);
   // Static: reads files only (also used by `trainer export`, hf/export.h).
+  // Throws CheckpointError before reading any tensor when loadProblem() finds one.
   // `bytes_read` (optional): tensor bytes this rank read from the files.
   static std::map<std::string, int64_t> load(const ResumePoint& rp,
                                              std::vector<ckpt::StatePiece>& pieces,

@@ -97,6 +97,23 @@ std::vector<std::pair<std::string, CkptSlice>> writeShardFile(
   return out;
 }
 
+void checkShardFile(const std::string& dir, const Manifest& m, const std::string& file) {
+  const std::string path = (std::filesystem::path(dir) / file).string();
+  try {
+    h5::H5Handle f = h5::openFile(path, false, /*file_locking=*/false);
+    for (const auto& [name, t] : m.tensors)
+      for (const CkptSlice& s : t.slices) {
+        if (s.file != file) continue;
+        h5::H5Handle dset = h5::openDataset(f, s.dataset);
+        h5::H5Handle fspace(h5::check(H5Dget_space(dset), dset, "H5Dget_space"),
+                            h5::Kind::kDataspace);
+        checkStoredSlice(dset, fspace, s);
+      }
+  } catch (const FtbError& e) {
+    throw CheckpointError(path, e.what());
+  }
+}
+
 void ShardReader::read(const CkptSlice& s, const Box& part, torch::Tensor& dst) {
   auto it = files_.find(s.file);
   if (it == files_.end()) {

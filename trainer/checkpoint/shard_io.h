@@ -34,6 +34,11 @@ struct SliceToWrite {
 std::vector<std::pair<std::string, CkptSlice>> writeShardFile(
     const std::string& path, const std::vector<SliceToWrite>& slices, int rank, int64_t step);
 
+// Reads no tensor data: checks that every slice `m` places in `file` (inside `dir`) is a
+// dataset of that file whose dimensions are the slice's size and whose offset attribute is
+// the slice's offset. Throws CheckpointError naming the file and the first bad dataset.
+void checkShardFile(const std::string& dir, const Manifest& m, const std::string& file);
+
 class ShardReader {
  public:
   explicit ShardReader(std::string dir) : dir_(std::move(dir)) {}

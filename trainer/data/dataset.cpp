@@ -1,11 +1,15 @@
 #include "trainer/data/dataset.h"
 
-#include <nlohmann/json.hpp>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 
 #include "common/error.h"
@@ -159,7 +163,7 @@ std::unique_ptr<Dataset> loadJsonl(const TrainConfig& c) {
   if (!in) throw ConfigError("data.source", c.data_source, "cannot open data file");
   std::vector<std::vector<int32_t>> docs;
   std::string line;
-  for (int64_t lineno = 1; std::getline(in, line); ++lineno) {
+  for (int64_t lineno = 1; readJsonlLine(in, line, c.data_source, lineno); ++lineno) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     std::string where = c.data_source + ":" + std::to_string(lineno);
     nlohmann::json j;
@@ -186,37 +190,86 @@ std::unique_ptr<Dataset> loadJsonl(const TrainConfig& c) {
   return std::make_unique<InMemoryDataset>(std::move(docs));
 }
 
+// A .bin token file, window by window: document(i) reads its seq_len+1 ids with pread, so
+// memory does not grow with the file (a 64 GiB file was read whole). Every id of the
+// windows is checked against the vocabulary at open, in one streaming pass.
 template <typename T>
-std::unique_ptr<Dataset> loadBin(const TrainConfig& c) {
-  std::ifstream in(c.data_source, std::ios::binary | std::ios::ate);
-  if (!in) throw ConfigError("data.source", c.data_source, "cannot open data file");
-  auto bytes = static_cast<int64_t>(in.tellg());
-  if (bytes % sizeof(T) != 0)
-    throw ConfigError("data.source", c.data_source,
-                      "size " + std::to_string(bytes) + " is not a multiple of " +
-                          std::to_string(sizeof(T)) + " (data.bin_dtype = " + c.bin_dtype + ")");
-  std::vector<T> raw(bytes / sizeof(T));
-  in.seekg(0);
-  in.read(reinterpret_cast<char*>(raw.data()), bytes);
-  int64_t n = static_cast<int64_t>(raw.size());
-  if (n < c.seq_len + 1)
-    throw ConfigError("data.source", c.data_source,
-                      "holds " + std::to_string(n) + " tokens, fewer than seq_len + 1 (" +
-                          std::to_string(c.seq_len + 1) + ")");
-  std::vector<std::vector<int32_t>> docs;
-  for (int64_t s = 0; s + c.seq_len + 1 <= n; s += c.seq_len) {
-    std::vector<int32_t> ids(raw.begin() + s, raw.begin() + s + c.seq_len + 1);
-    for (int32_t id : ids) checkId(id, c.model.vocab_size, c.data_source + " (token " + std::to_string(s) + ")");
-    docs.push_back(std::move(ids));
+class BinDataset final : public Dataset {
+ public:
+  explicit BinDataset(const TrainConfig& c) : path_(c.data_source), seq_len_(c.seq_len) {
+    fd_.fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    struct stat st {};
+    if (fd_.fd < 0 || ::fstat(fd_.fd, &st) != 0)
+      throw ConfigError("data.source", path_,
+                        std::string("cannot open data file: ") + std::strerror(errno));
+    if (st.st_size % int64_t(sizeof(T)) != 0)
+      throw ConfigError("data.source", path_,
+                        "size " + std::to_string(st.st_size) + " is not a multiple of " +
+                            std::to_string(sizeof(T)) + " (data.bin_dtype = " + c.bin_dtype + ")");
+    const int64_t n = st.st_size / int64_t(sizeof(T));
+    if (n < seq_len_ + 1)
+      throw ConfigError("data.source", path_,
+                        "holds " + std::to_string(n) + " tokens, fewer than seq_len + 1 (" +
+                            std::to_string(seq_len_ + 1) + ")");
+    windows_ = (n - 1) / seq_len_;
+    checkIds(windows_ * seq_len_ + 1, c.model.vocab_size);
   }
-  return std::make_unique<InMemoryDataset>(std::move(docs));
-}
+  int64_t size() const override { return windows_; }
+  std::vector<int32_t> document(int64_t index) const override {
+    std::vector<T> raw(size_t(seq_len_ + 1));
+    readTokens(raw.data(), (index % windows_) * seq_len_, seq_len_ + 1);
+    return std::vector<int32_t>(raw.begin(), raw.end());
+  }
+  std::optional<PositionCounts> positionCounts(int64_t seq_len) const override {
+    const int64_t per = std::min(seq_len, seq_len_);  // every window holds seq_len_ targets
+    return PositionCounts{windows_ * per, windows_ * per};
+  }
+
+ private:
+  void readTokens(T* dst, int64_t first, int64_t count) const {
+    char* p = reinterpret_cast<char*>(dst);
+    size_t left = size_t(count) * sizeof(T);
+    off_t at = off_t(first) * off_t(sizeof(T));
+    while (left > 0) {
+      const ssize_t got = ::pread(fd_.fd, p, left, at);
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0)
+        throw IoError("reading " + path_ + " at byte " + std::to_string(at) + ": " +
+                      (got == 0 ? std::string("unexpected end of file") : std::strerror(errno)));
+      p += got, at += got, left -= size_t(got);
+    }
+  }
+  // Tokens [0, count): each id in [0, vocab), read in chunks of 1 Mi tokens.
+  void checkIds(int64_t count, int64_t vocab) const {
+    std::vector<T> chunk(size_t(1) << 20);
+    for (int64_t first = 0; first < count; first += int64_t(chunk.size())) {
+      const int64_t k = std::min<int64_t>(int64_t(chunk.size()), count - first);
+      readTokens(chunk.data(), first, k);
+      for (int64_t i = 0; i < k; ++i)
+        if (int64_t(chunk[size_t(i)]) >= vocab)  // the message is built only for a bad id
+          checkId(int64_t(chunk[size_t(i)]), vocab,
+                  path_ + " (token " + std::to_string(first + i) + ")");
+    }
+    ::posix_fadvise(fd_.fd, 0, 0, POSIX_FADV_DONTNEED);  // the pass leaves no page cache behind
+  }
+
+  struct OwnedFd {
+    int fd = -1;
+    ~OwnedFd() {
+      if (fd >= 0) ::close(fd);
+    }
+  };
+  std::string path_;
+  OwnedFd fd_;  // closed however the constructor ends
+  int64_t seq_len_, windows_ = 0;
+};
 
 std::unique_ptr<Dataset> loadSource(const TrainConfig& c) {
   if (c.data_source == "synthetic") return std::make_unique<SyntheticDataset>(c);
   if (endsWith(c.data_source, ".jsonl")) return c.tokenizer.empty() ? loadJsonl(c) : loadText(c);
   if (endsWith(c.data_source, ".bin"))
-    return c.bin_dtype == "uint32" ? loadBin<uint32_t>(c) : loadBin<uint16_t>(c);
+    return c.bin_dtype == "uint32" ? std::unique_ptr<Dataset>(new BinDataset<uint32_t>(c))
+                                   : std::unique_ptr<Dataset>(new BinDataset<uint16_t>(c));
   throw ConfigError("data.source", "config", "unknown data file type \"" + c.data_source + "\"",
                     "expected \"synthetic\", a .jsonl or a .bin file");
 }
@@ -228,10 +281,14 @@ std::unique_ptr<Dataset> makeDataset(const TrainConfig& c, bool announce) {
   if (c.pack) ds = pack(*ds, c.seq_len);
   if (announce && c.data_source != "synthetic") {
     int64_t positions = 0, loss = 0;
-    for (int64_t i = 0; i < ds->size(); ++i) {
-      std::vector<int32_t> d = ds->document(i);
-      positions += std::min<int64_t>(c.seq_len, int64_t(d.size()) - 1);
-      loss += lossPositions(d, ds->targets(i), c.seq_len);
+    if (std::optional<Dataset::PositionCounts> known = ds->positionCounts(c.seq_len)) {
+      positions = known->positions, loss = known->loss;
+    } else {
+      for (int64_t i = 0; i < ds->size(); ++i) {
+        std::vector<int32_t> d = ds->document(i);
+        positions += std::min<int64_t>(c.seq_len, int64_t(d.size()) - 1);
+        loss += lossPositions(d, ds->targets(i), c.seq_len);
+      }
     }
     FTB_INFO("data " << c.data_source << ": " << ds->size() << " samples, " << positions
                      << " training positions, " << positions - loss

@@ -10,8 +10,10 @@
 //   function of the previous id (so there is something to learn), else uniform in
 //   [1, vocab_size).
 // - Token files: `.bin` is a flat stream of uint16/uint32 ids cut into windows of
-//   seq_len+1 tokens (stride seq_len); `.jsonl` holds one {"input_ids": [...]} per
-//   line, each truncated to seq_len+1. Bad files throw ConfigError with file:line.
+//   seq_len+1 tokens (stride seq_len), read window by window (memory does not grow with
+//   the file; every id is checked at open in one streaming pass); `.jsonl` holds one
+//   {"input_ids": [...]} per line, each truncated to seq_len+1. Bad files throw
+//   ConfigError with file:line.
 // - Text files (c.tokenizer set): a `.jsonl` of texts or prompt/completion pairs,
 //   tokenized with sentencepiece (trainer/data/text_dataset.h); prompt tokens are not
 //   loss targets. A document with no loss target within seq_len is dropped.
@@ -24,6 +26,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +42,15 @@ class Dataset {
   // Which ids of document(index) are loss targets: empty = all; else one flag per id
   // (flag k for ids[k]; flag 0 is unused, ids[0] is never a target).
   virtual std::vector<uint8_t> targets(int64_t index) const { (void)index; return {}; }
+  // Training positions and loss positions of all documents at `seq_len`, when known
+  // without reading every document (a .bin file's windows); nullopt: count them.
+  struct PositionCounts {
+    int64_t positions = 0, loss = 0;
+  };
+  virtual std::optional<PositionCounts> positionCounts(int64_t seq_len) const {
+    (void)seq_len;
+    return std::nullopt;
+  }
 };
 
 // `announce`: log the dataset's size and masked prompt positions (rank 0).

@@ -78,7 +78,7 @@ TokenizedDocs tokenize(const TrainConfig& c) {
   if (!in) throw ConfigError("data.source", c.data_source, "cannot open data file");
   TokenizedDocs d;
   std::string line;
-  for (int64_t lineno = 1; std::getline(in, line); ++lineno) {
+  for (int64_t lineno = 1; readJsonlLine(in, line, c.data_source, lineno); ++lineno) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = c.data_source + ":" + std::to_string(lineno);
     nlohmann::json j;
@@ -218,6 +218,29 @@ bool readCacheLogged(const TrainConfig& c, const std::string& cache, TokenizedDo
 }
 
 }  // namespace
+
+bool readJsonlLine(std::istream& in, std::string& line, const std::string& path, int64_t lineno) {
+  line.clear();
+  if (in.peek() == std::char_traits<char>::eof()) return false;
+  char buf[1 << 16];
+  while (true) {
+    in.get(buf, sizeof buf, '\n');  // up to the newline, which stays in the stream
+    line.append(buf, size_t(in.gcount()));
+    if (line.size() > kMaxJsonlLineBytes)
+      throw ConfigError("data.source", path + ":" + std::to_string(lineno),
+                        "line longer than " + std::to_string(kMaxJsonlLineBytes >> 20) +
+                            " MiB (the bound on one JSONL record)",
+                        "split the document into several records");
+    if (in.eof()) return true;
+    in.clear();  // get() extracting nothing (an empty line) sets failbit
+    const int c = in.peek();
+    if (c == '\n') {
+      in.ignore();
+      return true;
+    }
+    if (c == std::char_traits<char>::eof()) return true;
+  }
+}
 
 TokenizedDocs loadTextJsonl(const TrainConfig& c) {
   const std::string cache = tokenCachePath(c);

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <istream>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,15 @@ struct TokenizedDocs {
 
 // REQUIRES: c.tokenizer non-empty, c.data_source a .jsonl file.
 TokenizedDocs loadTextJsonl(const TrainConfig& c);
+
+// The longest line a JSONL data file may hold: one record (a document of token ids or
+// texts) of at most 16 MiB, far beyond any seq_len; a longer one is refused before more
+// than this bound is held in memory.
+inline constexpr size_t kMaxJsonlLineBytes = size_t(16) << 20;
+// Reads the next line of `in` (without its '\n') into `line`; false at the end of the
+// file. A line longer than kMaxJsonlLineBytes throws ConfigError (data.source) naming
+// `path`:`lineno`.
+bool readJsonlLine(std::istream& in, std::string& line, const std::string& path, int64_t lineno);
 
 // Where loadTextJsonl caches the ids of c.data_source tokenized as c says.
 std::string tokenCachePath(const TrainConfig& c);

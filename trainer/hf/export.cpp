@@ -1,5 +1,6 @@
 #include "trainer/hf/export.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -14,6 +15,7 @@
 #include "common/hf_config.h"
 #include "common/log.h"
 #include "trainer/checkpoint/checkpointer.h"
+#include "trainer/data/tokenizer.h"
 #include "trainer/hf/peft_adapter.h"
 #include "trainer/hf/pretrained.h"
 #include "trainer/hf/safetensors.h"
@@ -107,20 +109,54 @@ ExportDtype runDtype(const RunConfig& run) {
   return dtypeNamed(run.cfg->getString("training.dtype"), "training.dtype of " + run.where);
 }
 
-// The architecture fields of the model the run started from (model.from_pretrained's
-// config.json, if it is still there): a MistralForCausalLM stays one, with its
-// sliding_window. Otherwise LlamaForCausalLM.
-json sourceArchitecture(const std::optional<Config>& run) {
-  json llama = {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}};
-  // A run from random weights has no model.from_pretrained in its run.toml.
-  if (!run || !run->has("model.from_pretrained") || run->getString("model.from_pretrained").empty())
-    return llama;
-  std::ifstream in(fs::path(run->getString("model.from_pretrained")) / kHfConfigName);
+// A string key of the run's config, "" when it is unset (model.from_pretrained has no
+// default: a run started from a preset does not have it).
+std::string runString(const std::optional<Config>& run, const char* key) {
+  return run && run->has(key) ? run->getString(key) : "";
+}
+
+// model.from_pretrained's config.json, if the run had one and it is still there; else null.
+json sourceConfig(const std::optional<Config>& run) {
+  const std::string base = runString(run, "model.from_pretrained");
+  if (base.empty()) return nullptr;
+  std::ifstream in(fs::path(base) / kHfConfigName);
   const json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || j.value("architectures", json::array()) != json{"MistralForCausalLM"})
+  return j.is_object() ? j : json();
+}
+
+// The architecture fields of the model the run started from (sourceConfig): a
+// MistralForCausalLM stays one, with its sliding_window. Otherwise LlamaForCausalLM.
+json sourceArchitecture(const json& source) {
+  json llama = {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}};
+  if (!source.is_object() ||
+      source.value("architectures", json::array()) != json{"MistralForCausalLM"})
     return llama;
   return {{"architectures", {"MistralForCausalLM"}}, {"model_type", "mistral"},
-          {"sliding_window", j.value("sliding_window", json())}};
+          {"sliding_window", source.value("sliding_window", json())}};
+}
+
+// The sentencepiece model the run tokenized with: data.tokenizer, else
+// model.from_pretrained's tokenizer.model; "" when neither is there.
+std::string runTokenizer(const std::optional<Config>& run) {
+  std::string p = runString(run, "data.tokenizer");
+  const std::string base = runString(run, "model.from_pretrained");
+  if (p.empty() && !base.empty()) p = (fs::path(base) / "tokenizer.model").string();
+  return !p.empty() && fs::is_regular_file(p) ? p : "";
+}
+
+// config.json's bos_token_id / eos_token_id: the tokenizer's (when it has them), else the
+// source config.json's; none when neither says.
+json specialTokenIds(const std::string& tokenizer, const json& source) {
+  json ids = json::object();
+  if (!tokenizer.empty()) {
+    std::unique_ptr<SpmTokenizer> t = SpmTokenizer::load(tokenizer, "data.tokenizer");
+    if (t->bos() >= 0) ids["bos_token_id"] = t->bos();
+    if (t->eos() >= 0) ids["eos_token_id"] = t->eos();
+    return ids;
+  }
+  for (const char* k : {"bos_token_id", "eos_token_id"})
+    if (source.is_object() && source.contains(k)) ids[k] = source[k];
+  return ids;
 }
 
 const char* hfTorchDtype(torch::ScalarType t) {
@@ -278,11 +314,25 @@ int exportCheckpoint(const ExportOptions& o) {
                       "trainer export --adapter writes its PEFT adapter directory");
   const RunConfig run = runConfig(rp);
   const ExportDtype dt = o.dtype == "run" ? runDtype(run) : dtypeNamed(o.dtype, "--dtype " + o.dtype);
+  const int64_t held = std::count_if(rp.manifest.tensors.begin(), rp.manifest.tensors.end(),
+                                     [](const auto& t) { return t.first.rfind("model.", 0) == 0; });
+  if (hfParamCount(a) > held)  // before a list of that size is built
+    throw ConfigError("--checkpoint", rp.dir + "/" + kManifestName,
+                      "model.n_layers = " + std::to_string(a.n_layers) + " makes more tensors than the " +
+                          std::to_string(held) + " model tensors the checkpoint holds");
   const std::vector<std::vector<HfParam>> shards = planShards(hfParams(a), o.max_shard_bytes, dt.type);
   const fs::path tmp = o.out + ".tmp";
   fs::remove_all(tmp);
   fs::create_directories(tmp);
-  writeFileDurably((tmp / kHfConfigName).string(), configJson(a, rp, dt.type, sourceArchitecture(run.cfg)).dump(2) + "\n");
+  const json source = sourceConfig(run.cfg);
+  const std::string tokenizer = runTokenizer(run.cfg);
+  json config = configJson(a, rp, dt.type, sourceArchitecture(source));
+  config.update(specialTokenIds(tokenizer, source));
+  writeFileDurably((tmp / kHfConfigName).string(), config.dump(2) + "\n");
+  if (!tokenizer.empty()) {  // the tokenizer goes with the weights, as in a model directory
+    fs::copy_file(tokenizer, tmp / "tokenizer.model");
+    fsyncPath((tmp / "tokenizer.model").string());
+  }
   const int n = int(shards.size());
   json weight_map = json::object();
   int64_t total = 0;

@@ -233,6 +233,14 @@ PeftAdapter PeftAdapter::open(const std::string& dir, const ModelArgs& a, const 
   pa.dir_ = dir;
   pa.file_ = std::make_unique<SafetensorsFile>(wpath, kKey);
   const std::map<std::string, StTensor>& have = pa.file_->tensors();
+  std::vector<std::string> names;
+  for (const auto& [name, st] : have) names.push_back(name);
+  if (const int64_t held = layersNamed(names); a.n_layers > held)  // before a per-layer list
+    fail(wpath,
+         "holds the adapters of " +
+             (held == 0 ? std::string("no layer") : "layers 0.." + std::to_string(held - 1)) +
+             ", but the model has " + std::to_string(a.n_layers) + " layers",
+         "an adapter trained on this model holds lora_A and lora_B of each target of each layer");
   const std::vector<AdapterParam> params = adapterParams(a, l);
   std::set<std::string> expected;
   for (const AdapterParam& p : params) expected.insert(p.peft_name);

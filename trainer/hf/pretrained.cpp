@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -70,6 +71,23 @@ std::vector<HfParam> hfParams(const ModelArgs& a) {
   return v;
 }
 
+int64_t hfParamCount(const ModelArgs& a) {
+  constexpr int64_t kPerLayer = 9, kMax = std::numeric_limits<int64_t>::max();
+  if (a.n_layers < 0 || a.n_layers > (kMax - 3) / kPerLayer) return kMax;
+  return kPerLayer * a.n_layers + 2 + (a.tie_embeddings ? 0 : 1);
+}
+
+int64_t layersNamed(const std::vector<std::string>& names) {
+  int64_t layers = 0;
+  for (const std::string& n : names)
+    for (size_t at = n.find("layers."); at != std::string::npos; at = n.find("layers.", at + 1)) {
+      const size_t b = at + 7, e = n.find_first_not_of("0123456789", b);
+      if (e == b || e == std::string::npos || n[e] != '.' || e - b > 18) continue;
+      layers = std::max<int64_t>(layers, std::stoll(n.substr(b, e - b)) + 1);
+    }
+  return layers;
+}
+
 PretrainedModel PretrainedModel::open(const std::string& dir, const ModelArgs& a) {
   PretrainedModel pm;
   pm.dir_ = dir;
@@ -112,6 +130,14 @@ namespace ftb::hf {
 
 void PretrainedModel::checkTensors(const ModelArgs& a,
                                    const std::map<std::string, const SafetensorsFile*>& holder) {
+  std::vector<std::string> names;
+  for (const auto& [t, f] : holder) names.push_back(t);
+  if (const int64_t held = layersNamed(names); a.n_layers > held)  // before a per-layer list
+    fail((fs::path(dir_) / kHfConfigName).string(),
+         "num_hidden_layers is " + std::to_string(a.n_layers) +
+             ", but the safetensors files hold " +
+             (held == 0 ? std::string("no layer") : "layers 0.." + std::to_string(held - 1)),
+         "the weights must match config.json: correct num_hidden_layers");
   const std::vector<HfParam> params = hfParams(a);
   std::set<std::string> expected;
   for (const HfParam& p : params) {
@@ -160,6 +186,22 @@ PretrainedModel::LoadStats PretrainedModel::load(std::vector<ckpt::StatePiece>& 
   return st;
 }
 
+std::string PretrainedModel::firstNonFinite(int64_t share, int64_t shares) const {
+  torch::NoGradGuard no_grad;
+  int64_t index = 0;
+  for (const auto& [name, held] : by_name_) {
+    if (index++ % shares != share) continue;
+    const auto& [file, hp] = held;
+    const torch::Tensor t = file->view(hp.hf_name);
+    const int64_t nan = t.isnan().sum().item<int64_t>(), inf = t.isinf().sum().item<int64_t>();
+    file->release(hp.hf_name);
+    if (nan + inf > 0)
+      return file->path() + ": tensor '" + hp.hf_name + "' holds " + std::to_string(nan) +
+             " NaN and " + std::to_string(inf) + " infinite values";
+  }
+  return "";
+}
+
 void loadPretrained(const TrainConfig& tc, const Mesh& mesh, GradSync& sync) {
   const double t0 = nowSeconds();
   const int64_t rss0 = currentRssBytes();
@@ -173,14 +215,18 @@ void loadPretrained(const TrainConfig& tc, const Mesh& mesh, GradSync& sync) {
 
 namespace {
 
-void checkOnThisRank(const TrainConfig& tc) {
+void checkOnThisRank(const TrainConfig& tc, const DistEnv& env) {
   const int64_t window = hfSlidingWindow(tc.from_pretrained);
   if (window > 0 && window < tc.seq_len)
     throw ConfigError("data.seq_len", tc.from_pretrained + "/" + kHfConfigName,
                       "sliding_window " + std::to_string(window) + " is shorter than data.seq_len " +
                           std::to_string(tc.seq_len) + "; ftbench attends over the whole sequence",
                       "set data.seq_len <= " + std::to_string(window));
-  PretrainedModel::open(tc.from_pretrained, tc.model);
+  const PretrainedModel pm = PretrainedModel::open(tc.from_pretrained, tc.model);
+  // A NaN weight would train as "diverged, lower the learning rate": refused here instead.
+  if (std::string bad = pm.firstNonFinite(env.rank, env.world_size); !bad.empty())
+    throw ConfigError("model.from_pretrained", tc.from_pretrained, bad,
+                      "the model's weights are damaged: download or convert them again");
 }
 
 }  // namespace
@@ -189,7 +235,7 @@ void checkPretrained(const TrainConfig& tc, Distributed& dist) {
   if (tc.from_pretrained.empty()) return;
   std::string problem;
   try {
-    checkOnThisRank(tc);
+    checkOnThisRank(tc, dist.env);
   } catch (const ConfigError& e) {
     problem = e.what();
   }

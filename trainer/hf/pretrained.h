@@ -46,6 +46,14 @@ struct HfParam {
 
 // Every parameter of the model `a` describes, in HF file order.
 std::vector<HfParam> hfParams(const ModelArgs& a);
+// hfParams(a).size() without building the list (INT64_MAX when that overflows): a size read
+// from a file (a manifest's model.n_layers) is compared with the tensors the checkpoint holds
+// before any list of that size is allocated.
+int64_t hfParamCount(const ModelArgs& a);
+// 1 + the largest K of a "layers.K." in any of `names` (tensor names of a weight file), 0
+// when none names a layer: the layers a file holds, which bound the layer count read from
+// a config (config.json's num_hidden_layers) before any per-layer list is built.
+int64_t layersNamed(const std::vector<std::string>& names);
 
 class PretrainedModel {
  public:
@@ -55,6 +63,10 @@ class PretrainedModel {
     int64_t peak_rss = 0;  // max VmRSS sampled after each copy, before its pages are dropped
   };
   LoadStats load(std::vector<ckpt::StatePiece>& pieces) const;
+  // Of the tensors whose index (in torchtitan name order) is `share` modulo `shares`, the
+  // first that holds a NaN or an infinity, as "<file>: tensor '<HF name>' holds N NaN and
+  // M infinite values"; "" when none does. Reads those tensors (mapped), then drops them.
+  std::string firstNonFinite(int64_t share, int64_t shares) const;
 
  private:
   // Expected tensors present with their shapes, nothing else (holder: HF name -> file).
@@ -72,9 +84,10 @@ class PretrainedModel {
 void loadPretrained(const TrainConfig& tc, const Mesh& mesh, GradSync& sync);
 
 // The run's pretrained directory, validated by every rank before anything is written:
-// PretrainedModel::open, and config.json's sliding_window (Mistral) must cover
-// data.seq_len. Collective: when any rank finds a problem (a file missing on its node),
-// every rank throws that ConfigError (exit 2), so none waits for the others.
+// PretrainedModel::open, config.json's sliding_window (Mistral) must cover data.seq_len,
+// and every weight is finite (each rank reads 1/world of the tensors: firstNonFinite). Collective:
+// when any rank finds a problem (a file missing on its node), every rank throws that ConfigError
+// (exit 2), so none waits for the others.
 void checkPretrained(const TrainConfig& tc, Distributed& dist);
 
 }  // namespace ftb::hf

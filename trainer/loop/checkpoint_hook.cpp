@@ -14,11 +14,30 @@ CheckpointHook::CheckpointHook(const TrainConfig& tc, std::optional<ResumePoint>
   saver_->setStopSeen([] { return g_stop_seen_ns.load() != 0; });
 }
 
+void CheckpointHook::checkPlanFits(TrainContext& ctx, const std::vector<ckpt::StatePiece>& pieces) {
+  auto fits = [&pieces](const ResumePoint& rp) { return Checkpointer::loadProblem(rp, pieces); };
+  const std::string problem = saver_->agreedProblem("ckpt/fits", fits(*plan_));
+  if (problem.empty()) return;
+  if (tc_.checkpoint.resume != "auto")
+    throw ConfigError("checkpoint.resume", "",
+                      "checkpoint " + plan_->dir + " does not fit this model: " + problem,
+                      "pick another step_N directory, or checkpoint.resume=auto to take the "
+                      "newest usable one");
+  if (rank_ == 0)
+    FTB_WARN("skipping checkpoint " << plan_->dir << ", it does not fit this model: " << problem);
+  plan_ = saver_->fallBackFrom(*plan_, tc_, fits);
+  ctx.metrics.moveResumePoint(plan_ ? std::optional<int64_t>(plan_->manifest.state.at("step"))
+                                    : std::nullopt);
+  if (!plan_ && rank_ == 0) FTB_WARN("no usable checkpoint left: starting from step 0");
+}
+
 void CheckpointHook::onStart(TrainContext& ctx, TrainState& state) {
   if (!plan_) return;
   const double t0 = nowSeconds();
   std::vector<ckpt::StatePiece> pieces =
       ckpt::collectState(ctx.sync, ctx.opt, ctx.mesh.tp_rank, ctx.mesh.tp, rank_);
+  checkPlanFits(ctx, pieces);  // before any tensor is read; may fall back to an older plan
+  if (!plan_) return;
   std::map<std::string, int64_t> st;
   int64_t bytes = 0;
   try {

@@ -3,9 +3,13 @@
 //
 // Contract: onStart() (collective) loads the planned checkpoint into the live model,
 // gradient-sync shards and optimizer and sets the loop's next step; without a plan it
-// does nothing. onStepEnd() (collective; every rank sees the same StepEnd) flushes the
-// metrics file, then saves after step end.step + 1 steps when checkpoint.interval
-// divides it, when end.last (the last step, a stop_after_seconds stop, a stop
+// does nothing. Before any tensor is read, every rank checks the plan against its pieces
+// (Checkpointer::loadProblem). One that does not fit: with checkpoint.resume = PATH,
+// ConfigError (exit 2); with "auto", a warning and the newest older checkpoint that fits
+// (Checkpointer::fallBackFrom), or step 0 when none does; the metrics file's resume point
+// moves with it (MetricsFile::moveResumePoint). onStepEnd() (collective; every rank sees the same
+// StepEnd) flushes the metrics file, then saves after step end.step + 1 steps when
+// checkpoint.interval divides it, when end.last (the last step, a stop_after_seconds stop, a stop
 // signal: preemption, `launcher ctl stop`) or when end.save_now (`launcher ctl save`). Every rank
 // makes the same decision, so the save's collectives match. With checkpoint.save_final = false,
 // end.last saves only for a stop signal (preemption; `launcher ctl stop` sets save_now).
@@ -42,6 +46,9 @@ class CheckpointHook final : public StepHooks {
   bool saving() const { return saver_->saving(); }  // any thread
 
  private:
+  // Collective: see the contract above (plan_ may change, or become nullopt).
+  void checkPlanFits(TrainContext& ctx, const std::vector<ckpt::StatePiece>& pieces);
+
   const TrainConfig& tc_;
   std::optional<ResumePoint> plan_;
   std::unique_ptr<Checkpointer> saver_;

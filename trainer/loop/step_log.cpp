@@ -235,6 +235,7 @@ void StepLog::printProgress(int64_t step, const StepRecord& r, double tps_padded
 TrainSummary StepLog::finish(Comm& world) {
   metrics_.flush();
   TrainSummary s = sum_;
+  s.first_step = s.steps > 0 ? first_step_ : 0;
   s.measured_steps = static_cast<int64_t>(step_times_.size());
   s.train_seconds = acc_.total;
   if (acc_.total > 0) {
@@ -405,8 +406,17 @@ void pipelineRows(std::ostream& os, const TrainConfig& tc, const TrainSummary& s
 void printSummary(const TrainConfig& tc, const TrainSummary& s, const RunPeaks& peaks,
                   const std::string& run_dir) {
   std::ostringstream os;
-  os << "\n== ftbench summary (" << s.measured_steps << " measured steps after "
-     << std::min(tc.skip_first_steps, s.steps) << " warmup) ==\n";
+  // Warm-up steps this process ran: those of [first_step, steps) below skip_first_steps.
+  const int64_t warmup =
+      std::max<int64_t>(0, std::min(tc.skip_first_steps, s.steps) - s.first_step);
+  os << "\n== ftbench summary (";
+  if (s.first_step > 0)  // a resumed attempt: its own figures, and the run's whole count beside
+    os << "this attempt, resumed at step " << s.first_step << ": ";
+  os << s.measured_steps << " measured steps after " << warmup << " warmup";
+  if (s.first_step > 0)
+    os << "; the run has done " << s.steps << " steps over all its attempts, which "
+       << "`sweep_tagger aggregate` covers";
+  os << ") ==\n";
   summaryRow(os, "model", tc.model.name + " (" + formatFixed(tc.model.numParams() / 1e6, 2) +
                               " M params)");
   summaryRow(os, "layout",

@@ -55,7 +55,8 @@ struct StepRecord {
 };
 
 struct TrainSummary {
-  int64_t steps = 0;
+  int64_t steps = 0;           // the run's steps done, over every attempt (the next step's index)
+  int64_t first_step = 0;      // the first step this process ran (> 0: it resumed)
   int64_t measured_steps = 0;  // steps after warmup
   double train_seconds = 0;    // wall time of the measured steps
   double tokens_per_s_padded = 0, tokens_per_s_dataset = 0;  // global, measured steps

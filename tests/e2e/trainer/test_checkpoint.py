@@ -252,9 +252,94 @@ def test_sigkill_during_save_leaves_the_previous_checkpoint_usable(tmp_path):
     assert not (cut / "checkpoints" / "step_00000008").exists()
     outs = run(cut, world, *ov, "checkpoint.interval=4")
     assert "step_00000004" in outs[0][2] + outs[0][1]
+    # The killed save's directory is removed at the start, whatever steps the rerun saves.
+    assert f"removed the unfinished checkpoint {partial}" in outs[0][2], outs[0][2]
+    assert not list((cut / "checkpoints").glob("*.tmp"))
     assert np.array_equal(losses(ref), losses(cut))
     with h5(cut) as f:
         assert list(f["steps/step"][:]) == list(range(20))
+
+
+def edit_manifest(step_dir, edit):
+    """Rewrites step_dir's manifest after edit(dict) (the shard files stay as they are)."""
+    path = step_dir / "manifest.json"
+    m = json.loads(path.read_text())
+    edit(m)
+    path.write_text(json.dumps(m))
+
+
+# Manifests whose files all verify but that cannot fill this model; each gave exit 4 at load
+# (after part of the state was read), with resume = auto as with an explicit path.
+def _drop_tensor(m):
+    del m["tensors"]["model.norm.weight"]
+
+
+def _other_shape(m):
+    m["tensors"]["model.norm.weight"]["shape"][0] *= 2
+
+
+def _short_slice(m):
+    m["tensors"]["model.norm.weight"]["slices"][0]["size"][0] //= 2
+
+
+MISFITS = {
+    "missing_tensor": (_drop_tensor, "has no tensor 'model.norm.weight'"),
+    "other_shape": (_other_shape, "tensor 'model.norm.weight' has shape"),
+    "wrong_slice_size": (_short_slice, "/model.norm.weight/0"),
+}
+
+
+@pytest.mark.parametrize("how", sorted(MISFITS))
+def test_checkpoint_that_does_not_fit_the_model_auto_falls_back(tmp_path, how):
+    edit, needle = MISFITS[how]
+    out = saved_run(tmp_path)
+    ref = losses(out)
+    edit_manifest(out / "checkpoints" / "step_00000012", edit)
+    outs = run(out, 1, "training.max_steps=12", "checkpoint.interval=4", "checkpoint.keep_last=0")
+    err = outs[0][2]
+    assert "skipping checkpoint" in err and "step_00000012" in err and needle in err, err
+    assert "resumed from" in err + outs[0][1] and "step_00000008" in err + outs[0][1]
+    with h5(out) as f:
+        assert list(f["steps/step"][:]) == list(range(12))
+        assert list(f.attrs["resume_steps"]) == [8]
+        assert f["status"].attrs["state"] == "completed"
+    assert np.array_equal(losses(out), ref)
+
+
+def test_checkpoint_that_does_not_fit_the_model_explicit_path_exits_2(tmp_path):
+    out = saved_run(tmp_path)
+    step12 = out / "checkpoints" / "step_00000012"
+    edit_manifest(step12, _drop_tensor)
+    outs = run(tmp_path / "new", 1, "training.max_steps=12", f"checkpoint.resume={step12}",
+               expect=2)
+    err = outs[0][2]
+    assert "checkpoint.resume" in err and str(step12) in err, err
+    assert "has no tensor 'model.norm.weight'" in err, err
+
+
+def test_summary_of_a_resumed_attempt_says_so_and_gives_the_runs_step_count(tmp_path):
+    """It said "(4 measured steps after 0 warmup)" as if that were the run, while aggregate
+    counts every attempt's steps."""
+    out = saved_run(tmp_path)
+    shutil.rmtree(out / "checkpoints" / "step_00000012")
+    outs = run(out, 1, "training.max_steps=12", "checkpoint.interval=4", "checkpoint.keep_last=0")
+    assert ("== ftbench summary (this attempt, resumed at step 8: 4 measured steps after 0 warmup; "
+            "the run has done 12 steps over all its attempts") in outs[0][1], outs[0][1]
+
+
+def test_shared_checkpoint_dir_refuses_another_runs_checkpoint_naming_both(tmp_path):
+    """Two runs of different configs given one checkpoint.dir: the second resumed the
+    first's checkpoint and reported `completed` with 0 steps."""
+    ck = tmp_path / "ck"
+    run(tmp_path / "run_a", 1, "training.max_steps=4", f"checkpoint.dir={ck}")
+    outs = run(tmp_path / "run_b", 1, "training.max_steps=4", "training.lr=0.001",
+               f"checkpoint.dir={ck}", expect=2)
+    err = outs[0][2]
+    assert "checkpoint.dir" in err and "'run_a'" in err and "'run_b'" in err, err
+    assert not (tmp_path / "run_b").exists(), "nothing may be written"
+    # The run the checkpoints belong to still resumes from them.
+    outs = run(tmp_path / "run_a", 1, "training.max_steps=4", f"checkpoint.dir={ck}")
+    assert "resumed from" in outs[0][2] and "step_00000004" in outs[0][2], outs[0][2]
 
 
 def test_changed_model_key_exits_2_naming_it_and_writes_nothing(tmp_path):

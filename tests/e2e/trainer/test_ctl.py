@@ -4,11 +4,14 @@ next step boundary and the run goes on; stop checkpoints and ends the run as pre
 the requeue code; the rerun resumes and its losses equal an uninterrupted run's (==).
 """
 import re
+import shutil
+import signal
 import subprocess
 import time
 
 import h5py
 import numpy as np
+import pytest
 
 from trainer_util import BUILD, REQUEUE_EXIT, TINY, TRAINER, base_env, finish
 
@@ -87,6 +90,9 @@ def test_ctl_status_save_stop_then_resume_is_bit_identical(tmp_path):
     assert stopped > saved and r[0][3] == "stopping", sp.stdout
     (rc, o, e), = finish([p])
     assert rc == REQUEUE_EXIT, f"launcher exit {rc}\n{o}\n{e}"
+    # A deliberate stop, reported as one (it printed ERROR, a failure table and "job failed").
+    assert "ERROR" not in e and "job failed" not in e and "root cause" not in e, e
+    assert "workers stopped with exit code 75 (preempted with a checkpoint" in e, e
     for rank in (0, 1):
         with h5(run, rank) as f:
             s = dict(f["status"].attrs)
@@ -117,3 +123,26 @@ def test_ctl_bad_input(tmp_path):
     assert "hint: --timeout SECONDS bounds every wait of ctl" in p.stderr, p.stderr
     p = ctl("status", tmp_path, "--timeout")
     assert p.returncode == 2 and "hint: --timeout SECONDS" in p.stderr, p.stderr
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")
+def test_usr1_to_mpirun_stops_with_a_checkpoint(tmp_path):
+    """launcher/README.md's way to stop a job started with mpirun --mca
+    odls_base_sigkill_timeout 0: USR1 to mpirun (forwarded to the launchers) checkpoints and
+    ends as preempted with the requeue code. (TERM to that mpirun kills every rank at once:
+    no checkpoint, status left `running`, exit 1.)"""
+    run = tmp_path / "run"
+    cmd = ["mpirun", "--allow-run-as-root", "-np", "1", "--map-by", "ppr:1:node", "--bind-to",
+           "none", "--mca", "odls_base_sigkill_timeout", "0", str(LAUNCHER), "--nproc-per-node",
+           "1", "--", str(TRAINER), "--config", str(TINY), "--output-dir", str(run),
+           "--no-sweep-dir", *ARGS]
+    p = subprocess.Popen(cmd, env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    wait_steps(run, p, 3)
+    p.send_signal(signal.SIGUSR1)
+    (rc, o, e), = finish([p])
+    assert rc == REQUEUE_EXIT, f"mpirun exit {rc}\n{o}\n{e}"
+    with h5(run, 0) as f:
+        s = dict(f["status"].attrs)
+    assert s["state"] == "preempted" and s["exit_code"] == REQUEUE_EXIT, s
+    assert (run / "checkpoints" / f"step_{s['steps_done']:08d}" / "manifest.json").exists(), s

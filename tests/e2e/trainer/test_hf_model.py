@@ -18,6 +18,7 @@ RoPE, GQA by repeat_interleave, SwiGLU, untied or tied head), in float64, not ft
 """
 import json
 import os
+import resource
 import struct
 import subprocess
 from pathlib import Path
@@ -264,14 +265,17 @@ def test_export_of_a_mistral_run_stays_a_mistral_with_its_sliding_window(tmp_pat
     assert_same_tensors(read_safetensors(tmp_path / "hf" / "model.safetensors"), w)
 
 
-def test_export_of_a_run_from_a_preset_and_random_weights(tmp_path):
-    """A run of a preset model (model.name, no model.from_pretrained in its run.toml) exports:
-    a Llama config.json with the preset's shape."""
-    run_trainer(tmp_path / "run", "training.max_steps=2", "training.fp32_gemm=\"aten\"")
+def test_export_of_a_run_started_from_a_preset(tmp_path):
+    """configs/runs/tiny.toml has no model.from_pretrained: export exited 2 ("key
+    'model.from_pretrained': missing required key") for every run started from a preset."""
+    run_trainer(tmp_path / "run", "training.max_steps=2")
     export(tmp_path / "run" / "checkpoints", tmp_path / "hf")
     got = json.loads((tmp_path / "hf" / "config.json").read_text())
-    assert got["architectures"] == ["LlamaForCausalLM"]
-    assert got["hidden_size"] == 64 and got["num_hidden_layers"] == 2  # configs/models/tiny.toml
+    assert got["architectures"] == ["LlamaForCausalLM"] and got["ftbench_export"]["step"] == 2
+    assert "bos_token_id" not in got, "synthetic data has no tokenizer to name the ids"
+    with open(tmp_path / "run" / "checkpoints" / "step_00000002" / "manifest.json") as f:
+        n_model = sum(1 for k in json.load(f)["tensors"] if k.startswith("model."))
+    assert len(read_safetensors(tmp_path / "hf" / "model.safetensors")) == n_model
 
 
 def test_export_refuses_bad_arguments(tmp_path):
@@ -358,6 +362,20 @@ def test_malformed_safetensors_exit_2(name, tmp_path):
         assert n in err, f"{n!r} not in:\n{err}"
 
 
+def test_nan_or_inf_weight_exits_2_naming_the_tensor(tmp_path):
+    """A NaN in the weights trained on and was reported as "training diverged, lower lr"."""
+    make_hf_dir(tmp_path / "m")
+
+    def poison(h, d):
+        b = h[Q0]["data_offsets"][0]
+        d = d[:b] + struct.pack("<ff", float("nan"), float("inf")) + d[b + 8:]
+        return h, d
+    corrupt(tmp_path / "m" / "model.safetensors", poison)
+    err = run_bad(tmp_path, tmp_path / "m")
+    assert "model.safetensors: tensor '" + Q0 + "' holds 1 NaN and 1 infinite values" in err, err
+    assert "model.from_pretrained" in err, err
+
+
 def test_sharded_index_naming_a_missing_tensor_exits_2(tmp_path):
     make_hf_dir(tmp_path / "m", shards=2)
     idx = tmp_path / "m" / "model.safetensors.index.json"
@@ -382,6 +400,26 @@ def test_explicit_model_key_that_disagrees_exits_2(tmp_path):
     p = run_trainer(tmp_path / "ok", *hf_run_args(tmp_path / "m", tmp_path / "tokens.bin",
                                                   "model.dim=64", "model.n_kv_heads=2"))
     assert "loaded " in p.stdout + p.stderr
+
+
+def test_a_billion_layers_in_config_json_is_refused_before_any_allocation(tmp_path):
+    """num_hidden_layers: 1000000000 took 12.8 GB of RSS in 20 s (the list of the tensors the
+    weights should hold) before any check. Under a 2 GiB data limit (a run of this model needs
+    a fraction of it) the old build dies of bad_alloc instead of filling the machine."""
+    make_hf_dir(tmp_path / "m")
+    cfg_path = tmp_path / "m" / "config.json"
+    cfg_path.write_text(json.dumps(json.loads(cfg_path.read_text()) | {"num_hidden_layers": 10**9}))
+    write_tokens(tmp_path / "tokens.bin", 8, CONFIG["vocab_size"])
+    limit = lambda: resource.setrlimit(resource.RLIMIT_DATA, (2 << 30, 2 << 30))  # noqa: E731
+    p = subprocess.run([str(TRAINER), "--config", str(TINY), "--output-dir", str(tmp_path / "run"),
+                        "--no-sweep-dir", *hf_run_args(tmp_path / "m", tmp_path / "tokens.bin")],
+                       env=base_env(), capture_output=True, text=True, timeout=120,
+                       preexec_fn=limit)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert f"{cfg_path}" in p.stderr, p.stderr
+    assert "num_hidden_layers is 1000000000, but the safetensors files hold layers 0..1" \
+        in p.stderr, p.stderr
+    assert not (tmp_path / "run").exists()
 
 
 def test_every_rank_exits_2_when_one_rank_lacks_the_model(tmp_path):

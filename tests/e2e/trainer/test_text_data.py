@@ -136,6 +136,25 @@ def test_the_model_directorys_tokenizer_is_the_default(tmp_path, corpus):
     assert np.isfinite(losses(tmp_path / "out")).all()
 
 
+def test_export_carries_the_tokenizer_and_its_bos_eos_ids(tmp_path, corpus):
+    """A run from a preset with data.tokenizer: export failed ("key 'model.from_pretrained':
+    missing required key"); now the export holds the tokenizer.model the run used and
+    config.json names its bos/eos ids (sentencepiece's <s> and </s>, from spm_train's vocab)."""
+    model, lines = corpus
+    jsonl = tmp_path / "docs.jsonl"
+    jsonl.write_text("".join(json.dumps({"text": t}) + "\n" for t in lines[:40]))
+    run_trainer(tmp_path / "out", *text_args(jsonl, model, "training.max_steps=2"))
+    p = subprocess.run([str(TRAINER), "export", "--checkpoint", str(tmp_path / "out" / "checkpoints"),
+                        "--out", str(tmp_path / "hf")], env=base_env(), capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert (tmp_path / "hf" / "tokenizer.model").read_bytes() == model.read_bytes()
+    pieces = [line.split("\t")[0] for line in model.with_suffix(".vocab").read_text().splitlines()]
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert config["bos_token_id"] == pieces.index("<s>"), config
+    assert config["eos_token_id"] == pieces.index("</s>"), config
+
+
 def test_packing_fills_every_window(tmp_path, corpus):
     model, lines = corpus
     jsonl = tmp_path / "docs.jsonl"

@@ -238,6 +238,60 @@ TEST(MetricsFileTest, RunResumedSeveralTimesReadsBack) {
   EXPECT_THROW(h5::readAttrDouble(root, "resume_steps"), IoError);
 }
 
+// A resume whose checkpoint cannot be loaded falls back to an older one (or to step 0):
+// the rows from there on are cut and the resume this attempt recorded says where it went.
+TEST(MetricsFileTest, MovedResumePointCutsRowsAndReplacesTheRecordedResume) {
+  std::string path = metricsFilePath(tempDir() + "/moved", 0);
+  RunInfo info = sampleInfo();
+  {
+    MetricsFile m = MetricsFile::create(path, info);
+    m.declareMetric("step", true);
+    m.declareMetric("time_s", false);
+    for (int s = 0; s < 12; ++s) m.appendStep({{"step", s}, {"time_s", 0.5 * s}});
+    m.close();
+  }
+  {
+    MetricsFile m = MetricsFile::resume(path, info, 12);
+    EXPECT_EQ(m.stepsFlushed(), 12);
+    m.moveResumePoint(8);
+    EXPECT_EQ(m.stepsFlushed(), 8);
+    EXPECT_DOUBLE_EQ(m.resumedTimeS(), 3.5);
+    m.close();
+  }
+  MetricsData d = readMetricsFile(path);
+  EXPECT_EQ(std::get<int64_t>(d.attrs.at("resume_count")), 1);
+  EXPECT_EQ(d.status.steps_done, 8);
+  EXPECT_EQ(d.status.message, "resumed from the checkpoint of step 8");
+  {
+    h5::H5Handle file = h5::openFile(path, false, false);
+    h5::H5Handle root = h5::openGroup(file, "/");
+    EXPECT_EQ(h5::readAttrInts(root, "resume_steps"), (std::vector<int64_t>{8}));
+  }
+  {
+    MetricsFile m = MetricsFile::resume(path, info, 8);
+    m.moveResumePoint(std::nullopt);  // no checkpoint fits: step 0, no resume recorded
+    EXPECT_EQ(m.resumedTimeS(), 0.0);
+    m.close();
+  }
+  d = readMetricsFile(path);
+  EXPECT_EQ(d.status.steps_done, 0);
+  EXPECT_EQ(std::get<int64_t>(d.attrs.at("resume_count")), 1);  // the first attempt's
+  {
+    MetricsFile m = MetricsFile::create(path, info);
+    m.close();
+  }
+  {
+    MetricsFile m = MetricsFile::resume(path, info, 4);
+    m.moveResumePoint(std::nullopt);
+    m.close();
+  }
+  EXPECT_EQ(readMetricsFile(path).attrs.count("resume_count"), 0u);
+  MetricsFile m = MetricsFile::resume(path, info, 0);
+  m.declareMetric("step", true);
+  m.appendStep({{"step", 0}});
+  EXPECT_THROW(m.moveResumePoint(0), std::logic_error);
+}
+
 TEST(MetricsFileTest, ContractViolationsThrow) {
   MetricsFile m = MetricsFile::create(tempDir() + "/m.h5", sampleInfo());
   m.declareMetric("loss", false);

@@ -1,5 +1,6 @@
 #include "launcher/output.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -47,6 +48,31 @@ TEST(StreamPump, FileGetsRawBytes) {
   ss << in.rdbuf();
   EXPECT_EQ(ss.str(), "x\ny");
   unlink(tmpl);
+}
+
+// --log-dir on a full disk lost every worker line silently (/dev/full: each write ENOSPC).
+TEST(StreamPump, FailedLogWriteWarnsAndSendsTheLinesToTheConsole) {
+  int full = open("/dev/full", O_WRONLY | O_CLOEXEC);
+  ASSERT_GE(full, 0);
+  PipeFds console = makePipe();
+  testing::internal::CaptureStderr();
+  {
+    StreamPump p(Fd(), Fd(full), -1, "", 0);
+    p.onFileFailure("/logs/run/attempt_0/rank_3.err", console.write.get());
+    p.consume("a\nb\n", 4);
+    p.consume("c\n", 2);
+    p.finish();
+  }
+  const std::string err = testing::internal::GetCapturedStderr();
+  console.write.reset();
+  EXPECT_NE(err.find("cannot write worker log /logs/run/attempt_0/rank_3.err: No space left on "
+                     "device; it holds the first 0 bytes of the stream, the rest goes to the "
+                     "launcher's console"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("cannot write", err.find("cannot write") + 1), std::string::npos)
+      << "one warning, not one per write: " << err;
+  EXPECT_EQ(readAll(console.read.get()), "a\nb\nc\n");
 }
 
 }  // namespace

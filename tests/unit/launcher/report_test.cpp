@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/error.h"
+
 namespace ftb::launcher {
 namespace {
 
@@ -50,6 +52,17 @@ TEST(Report, FailureTableNamesRootCause) {
       << r;
   EXPECT_NE(r.find("root cause"), std::string::npos);
   EXPECT_NE(r.find("    | boom"), std::string::npos);
+}
+
+// `launcher ctl stop` (every rank exits with the requeue code by itself) printed "job failed"
+// and a failure table.
+TEST(Report, WorkersThatStoppedThemselvesAreNoFailure) {
+  Decision d;
+  d.exit_code = kExitRequeue;
+  std::string r = failureReport(d, 0);
+  EXPECT_EQ(r,
+            "launcher: the workers stopped with exit code 75 (preempted with a checkpoint: "
+            "`launcher ctl stop`, or a stop signal sent to them; the same command resumes)\n");
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // batches put each document's n-1 (input, target) pairs on the left of a padded row,
 // the token counts agree everywhere, and token files round-trip or fail with file:line.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -12,6 +13,7 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "trainer/data/dataset.h"
+#include "trainer/data/text_dataset.h"
 
 namespace ftb {
 namespace {
@@ -220,6 +222,31 @@ TEST(TokenFiles, BinWindows) {
   }
 }
 
+int64_t residentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * int64_t(sysconf(_SC_PAGESIZE));
+}
+
+// A .bin file was read whole into memory, then copied into windows (a 64 GiB sparse file:
+// 3.2 GB of RSS in 2.4 s and growing). Now windows are read on demand: opening a 256 MiB
+// file (sparse: every id 0) leaves resident memory where it was.
+TEST(TokenFiles, BinFileIsNotReadIntoMemory) {
+  TempDir dir;
+  const std::string path = dir.file("sparse.bin");
+  const int64_t bytes = int64_t(256) << 20;
+  fs::resize_file((std::ofstream(path), path), uintmax_t(bytes));
+  TrainConfig c = tinyConfig();
+  c.data_source = path;
+  const int64_t before = residentBytes();
+  std::unique_ptr<Dataset> ds = makeDataset(c);
+  const int64_t grown = residentBytes() - before;
+  EXPECT_LT(grown, bytes / 16) << "resident memory grew by " << grown << " bytes";
+  EXPECT_EQ(ds->size(), (bytes / 2 - 1) / c.seq_len);
+  EXPECT_EQ(ds->document(ds->size() - 1), std::vector<int32_t>(size_t(c.seq_len + 1), 0));
+}
+
 // writeSyntheticDataset() with data.bin_dtype = "uint16" (the default) and a vocabulary
 // larger than 65536 (e.g. Llama-3, 128256) must not truncate ids to 16 bits: it
 // refuses (ConfigError) or round-trips.
@@ -282,6 +309,26 @@ TEST(TokenFiles, MalformedJsonlNamesFileAndLine) {
   expectJsonlError("{\"tokens\": [1, 2]}\n", 1, "input_ids");
   expectJsonlError("{\"input_ids\": [1, 2]}\n{\"input_ids\": [1, 2.5]}\n", 2, "non-integer");
   expectJsonlError("{\"input_ids\": [1]}\n\n", 0, "no document with at least 2 tokens");
+}
+
+// A 200 MB single-line record took over 10 GB of RSS (the whole line, then its parse).
+TEST(TokenFiles, JsonlLineAboveTheBoundIsRefusedNamingFileAndLine) {
+  const std::string ok = "{\"input_ids\": [1, 2, 3]}\n";
+  expectJsonlError(ok + "{\"input_ids\": [1, 2" + std::string(kMaxJsonlLineBytes, ' ') + "]}\n", 2,
+                   "line longer than 16 MiB (the bound on one JSONL record)");
+  // At the bound a line is read whole, as are the lines around it.
+  TempDir dir;
+  const std::string path = dir.file("long.jsonl");
+  const std::string head = "{\"input_ids\": [4, 5, 6", tail = "]}";
+  std::ofstream(path) << ok << head
+                      << std::string(kMaxJsonlLineBytes - head.size() - tail.size(), ' ') << tail
+                      << "\n\n"
+                      << ok;
+  TrainConfig c = tinyConfig();
+  c.data_source = path;
+  std::unique_ptr<Dataset> ds = makeDataset(c);
+  ASSERT_EQ(ds->size(), 3);
+  EXPECT_EQ(ds->document(1), (std::vector<int32_t>{4, 5, 6}));
 }
 
 TEST(TokenFiles, JsonlTruncatesAndSkipsShortDocuments) {
