@@ -4,14 +4,14 @@
 # A crash, sanitizer report, uncaught exception, an input slower than 20 s (a hang) or
 # over 2 GiB fails the script; libFuzzer leaves the input as crash-*/timeout-*/oom-* in
 # build/fuzz/artifacts/. Longer runs: FTB_FUZZ_SECONDS=3600 scripts/fuzz.sh [target ...]
-# Usage: scripts/fuzz.sh [fuzz_config|fuzz_hostlist|fuzz_tag|fuzz_manifest ...]
+# Usage: scripts/fuzz.sh [fuzz_config|fuzz_hostlist|fuzz_tag|fuzz_manifest|fuzz_safetensors ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake --preset fuzz >/dev/null
 cmake --build --preset fuzz -j "${FTB_JOBS:-2}"
 seconds="${FTB_FUZZ_SECONDS:-60}"
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(fuzz_config fuzz_hostlist fuzz_tag fuzz_manifest)
+[ ${#targets[@]} -gt 0 ] || targets=(fuzz_config fuzz_hostlist fuzz_tag fuzz_manifest fuzz_safetensors)
 mkdir -p build/fuzz/artifacts
 for t in "${targets[@]}"; do
   work="build/fuzz/corpus/$t"  # grows across runs; the seeds stay in the repository

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/checked_math.h"
+#include "common/safetensors_header.h"
 #include "common/checkpoint_manifest.h"
 #include "common/error.h"
 
@@ -22,9 +23,6 @@ namespace ftb::hf {
 namespace {
 
 using nlohmann::json;
-constexpr int64_t kMaxHeaderBytes = int64_t{100} << 20;  // the format's own limit
-
-int64_t elementSize(const std::string& dt) { return dt == "F32" ? 4 : 2; }
 
 [[noreturn]] void fail(const std::string& key, const std::string& path, const std::string& what,
                        const std::string& hint = "") {
@@ -53,12 +51,6 @@ std::string stDtypeOf(torch::ScalarType t) {
   }
 }
 
-std::string shapeString(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 SafetensorsFile::SafetensorsFile(std::string path, std::string key)
     : path_(std::move(path)), key_(std::move(key)) {
   fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -84,8 +76,9 @@ SafetensorsFile::SafetensorsFile(std::string path, std::string key)
   }
   map_ = static_cast<const uint8_t*>(m);
   try {
-    parseHeader();
-    checkRanges();
+    StHeader h = parseSafetensorsHeader(map_, size_, key_, path_);
+    data_start_ = h.data_start;
+    tensors_ = std::move(h.tensors);
   } catch (...) {
     munmap(const_cast<uint8_t*>(map_), size_t(size_));
     ::close(fd_);
@@ -96,76 +89,6 @@ SafetensorsFile::SafetensorsFile(std::string path, std::string key)
 SafetensorsFile::~SafetensorsFile() {
   if (map_) munmap(const_cast<uint8_t*>(map_), size_t(size_));
   if (fd_ >= 0) ::close(fd_);
-}
-
-void SafetensorsFile::parseHeader() {
-  uint64_t n = 0;
-  std::memcpy(&n, map_, 8);  // little-endian (checked at compile time)
-  if (n > uint64_t(size_ - 8) || int64_t(n) > kMaxHeaderBytes)
-    fail(key_, path_, "header length " + std::to_string(n) + " is past the end of the file (" +
-                    std::to_string(size_) + " bytes): truncated or not a safetensors file");
-  data_start_ = 8 + int64_t(n);
-  json h;
-  try {
-    h = json::parse(map_ + 8, map_ + data_start_);
-  } catch (const json::exception& e) {
-    fail(key_, path_, std::string("header is not valid JSON: ") + e.what());
-  }
-  if (!h.is_object()) fail(key_, path_, "header is not a JSON object");
-  for (const auto& [name, v] : h.items()) {
-    if (name == "__metadata__") continue;
-    const std::string t = "tensor '" + name + "': ";
-    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets"))
-      fail(key_, path_, t + "expected {\"dtype\", \"shape\", \"data_offsets\"}, found " + v.dump());
-    StTensor st;
-    st.name = name;
-    st.dtype = v["dtype"].is_string() ? v["dtype"].get<std::string>() : v["dtype"].dump();
-    if (st.dtype != "F32" && st.dtype != "F16" && st.dtype != "BF16")
-      fail(key_, path_, t + "dtype " + st.dtype + ", expected F32, F16 or BF16");
-    const json& sh = v["shape"];
-    const json& off = v["data_offsets"];
-    bool ok = sh.is_array() && off.is_array() && off.size() == 2;
-    for (const json& d : sh) ok = ok && d.is_number_unsigned();
-    for (const json& d : off) ok = ok && d.is_number_unsigned();
-    if (!ok) fail(key_, path_, t + "shape and data_offsets must be arrays of non-negative integers, found " + v.dump());
-    int64_t numel = 1;
-    for (const json& d : sh) {
-      st.shape.push_back(d.get<int64_t>());
-      std::optional<int64_t> p = checkedProduct({numel, st.shape.back()});
-      if (!p || st.shape.back() < 0) fail(key_, path_, t + "shape " + sh.dump() + " overflows");
-      numel = *p;
-    }
-    st.begin = off[0].get<int64_t>();
-    st.end = off[1].get<int64_t>();
-    std::optional<int64_t> bytes = checkedProduct({numel, elementSize(st.dtype)});
-    if (st.begin < 0 || st.end < st.begin || !bytes || st.end - st.begin != *bytes)
-      fail(key_, path_, t + "data_offsets " + off.dump() + " span " + std::to_string(st.end - st.begin) +
-                      " bytes, expected " + std::to_string(bytes.value_or(-1)) + " for " +
-                      st.dtype + " " + shapeString(st.shape));
-    tensors_.emplace(name, std::move(st));
-  }
-}
-
-void SafetensorsFile::checkRanges() const {
-  const int64_t data = size_ - data_start_;
-  std::vector<const StTensor*> by_start;
-  for (const auto& [name, t] : tensors_) {
-    if (t.end > data)
-      fail(key_, path_, "tensor '" + name + "': data_offsets [" + std::to_string(t.begin) + ", " +
-                      std::to_string(t.end) + "] past the end of the data section (" +
-                      std::to_string(data) + " bytes): the file is truncated or the offset is wrong");
-    by_start.push_back(&t);
-  }
-  std::sort(by_start.begin(), by_start.end(), [](const StTensor* a, const StTensor* b) {
-    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
-  });
-  for (size_t i = 1; i < by_start.size(); ++i) {
-    const StTensor &a = *by_start[i - 1], &b = *by_start[i];
-    if (b.begin < a.end && b.end > b.begin)
-      fail(key_, path_, "tensor '" + b.name + "': data_offsets [" + std::to_string(b.begin) + ", " +
-                      std::to_string(b.end) + "] overlap tensor '" + a.name + "' [" +
-                      std::to_string(a.begin) + ", " + std::to_string(a.end) + "]");
-  }
 }
 
 torch::Tensor SafetensorsFile::view(const std::string& name) const {
@@ -190,7 +113,7 @@ SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<StTensor> ten
     int64_t numel = 1;
     for (int64_t d : t.shape) numel *= d;
     t.begin = off;
-    t.end = off + numel * elementSize(t.dtype);
+    t.end = off + numel * stElementSize(t.dtype);
     off = t.end;
     h[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {t.begin, t.end}}};
   }

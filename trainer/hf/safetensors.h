@@ -5,12 +5,8 @@
 //
 // Contracts:
 // - SafetensorsFile(path) maps the file read-only and validates the whole header before
-//   anything is read: the file holds the 8-byte length and the header (else "truncated" /
-//   "header length past the end of the file"), the header is a JSON object (parsed with
-//   nlohmann-json), every dtype is F32, F16 or BF16, every byte range [b, e) lies inside
-//   the data section and equals numel x element size, and no two ranges overlap. Each
-//   violation throws ConfigError (exit 2) naming the file and the tensor, expected
-//   against found.
+//   anything is read (parseSafetensorsHeader, common/safetensors_header.h: each violation
+//   throws ConfigError, exit 2, naming the file and the tensor, expected against found).
 // - view(name) aliases the mapping (no copy; pages are read when touched), in the file's
 //   dtype; release(name) drops the tensor's pages from this process's resident set.
 //   Invariant: a view is valid while the SafetensorsFile lives.
@@ -25,17 +21,15 @@
 #include <string>
 #include <vector>
 
+#include "common/safetensors_header.h"
+
 namespace ftb::hf {
 
-struct StTensor {
-  std::string name, dtype;  // "F32" | "F16" | "BF16"
-  std::vector<int64_t> shape;
-  int64_t begin = 0, end = 0;  // byte range in the data section
-};
+using ftb::shapeString;
+using ftb::StTensor;  // common/safetensors_header.h
 
 torch::ScalarType scalarTypeOf(const std::string& st_dtype);  // REQUIRES: a valid dtype
 std::string stDtypeOf(torch::ScalarType t);                    // kFloat32 -> "F32", ...
-std::string shapeString(const std::vector<int64_t>& shape);    // "[64, 128]"
 
 class SafetensorsFile {
  public:
@@ -51,9 +45,6 @@ class SafetensorsFile {
   void release(const std::string& name) const;
 
  private:
-  void parseHeader();
-  void checkRanges() const;
-
   std::string path_, key_;
   int fd_ = -1;
   const uint8_t* map_ = nullptr;

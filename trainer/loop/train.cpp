@@ -30,7 +30,7 @@ double lrAt(const TrainConfig& tc, int64_t step) {
 }
 
 // What all ranks agree on after a step's gradients are reduced: one small world
-// all-reduce of [loss sum, padded, dataset, stop flag, grad norm², over memory limit,
+// all-reduce of [loss sum, padded, dataset, stop votes (StopVote), grad norm², over memory limit,
 // control command and request id (rank 0 only, common/run_control.h)].
 struct Agreement {
   double loss_sum = 0, padded = 0, dataset = 0, stop = 0, grad_sq = 0, over_memory = 0;
@@ -55,11 +55,16 @@ void pollControl(const std::string& run_dir, int rank, Agreement& a) {
   }
 }
 
-// This rank's stop vote: 1 on a signal, 0.5 when rank 0's clock passed
-// stop_after_seconds, else 0.
-double stopVote(const TrainConfig& tc, int rank, double elapsed) {
-  if (g_stop_signal.load() != 0) return 1.0;
-  return rank == 0 && tc.stop_after_seconds > 0 && elapsed >= tc.stop_after_seconds ? 0.5 : 0.0;
+// Why a rank votes to stop after this step. The votes are summed in the agreement, and
+// only rank 0 votes kTime, so a sum >= kSignal means some rank got a stop signal and a sum
+// of kTime alone that rank 0's clock passed training.stop_after_seconds.
+enum class StopVote { kNone = 0, kTime = 1, kSignal = 2 };
+
+StopVote stopVote(const TrainConfig& tc, int rank, double elapsed) {
+  if (g_stop_signal.load() != 0) return StopVote::kSignal;
+  return rank == 0 && tc.stop_after_seconds > 0 && elapsed >= tc.stop_after_seconds
+             ? StopVote::kTime
+             : StopVote::kNone;
 }
 
 // The global batch's non-padding positions (the loss normaliser): each rank counts
@@ -112,7 +117,7 @@ Agreement syncAndUpdate(const TrainContext& ctx, int64_t step, double positions,
   const double tn = phaseEnd();
   a.grad_sq = ctx.sync.localSquaredNorm();  // a local reduction: timed as optimizer work
   const double norm_s = phaseEnd() - tn;
-  a.stop = stopVote(tc, ctx.world.rank(), elapsed);
+  a.stop = double(static_cast<int>(stopVote(tc, ctx.world.rank(), elapsed)));
   a.over_memory = tc.memory_limit_bytes > 0 && double(peakRssBytes()) > tc.memory_limit_bytes;
   const double ta = nowSeconds();
   Agreement g = agree(ctx.world, a);
@@ -163,7 +168,7 @@ StepEnd stepEnd(const TrainConfig& tc, int64_t step, const Agreement& g) {
   end.stop_ctl = cmd == CtlCommand::kStop;
   end.save_now = cmd == CtlCommand::kSave || end.stop_ctl;
   end.last = step + 1 == tc.max_steps || g.stop > 0 || end.stop_ctl;
-  if (g.stop >= 1.0) {  // a signal on some rank (this one may not have seen it)
+  if (g.stop >= double(static_cast<int>(StopVote::kSignal))) {  // a signal on some rank (this one may not have seen it)
     end.stop_signal = g_stop_signal.load() != 0 ? g_stop_signal.load() : SIGTERM;
     noteStopSeen();  // this rank's grace deadline starts now if its own signal did not
   }
