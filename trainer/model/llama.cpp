@@ -22,12 +22,6 @@ torch::Tensor proj(const torch::Tensor& x, const torch::Tensor& weight) {
   return projection(x, w(weight));
 }
 
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ULL;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
-  return h;
-}
-
 // The full tensor of `p` drawn from its own generator, then this tp rank's slice.
 torch::Tensor initParam(const ParamInit& p, const TpContext& tp, uint64_t seed) {
   torch::NoGradGuard no_grad;
