@@ -35,14 +35,14 @@ Counts countParams(const ModelArgs& m, int64_t tp) {
 // and 1/tp of B's rows, row-parallel ones (o, down) 1/tp of A's columns and B whole.
 double loraBlockParams(const ModelArgs& m, const LoraConfig& lora, int64_t tp) {
   if (!lora.enabled()) return 0;
-  const double D = m.dim, q = double(m.n_heads * m.headDim()), kv = double(m.n_kv_heads * m.headDim());
-  const double F = m.ffn_dim, r = double(lora.rank), t = double(tp);
-  const double in[] = {D, D, D, q, D, D, F}, out[] = {q, kv, kv, D, F, F, D};
+  const double r = double(lora.rank), t = double(tp);
   double sum = 0;
-  for (size_t i = 0; i < kLoraTargets.size(); ++i) {
-    if (!lora.hasTarget(kLoraTargets[i])) continue;
-    const bool row = kLoraTargets[i] == "o" || kLoraTargets[i] == "down";
-    sum += row ? r * in[i] / t + out[i] * r : r * in[i] + out[i] / t * r;
+  for (const std::string& target : kLoraTargets) {
+    if (!lora.hasTarget(target)) continue;
+    const LoraTargetShape s = loraTargetShape(m, target);
+    const double in = double(s.in), out = double(s.out);
+    const bool row = target == "o" || target == "down";
+    sum += row ? r * in / t + out * r : r * in + out / t * r;
   }
   return sum;
 }

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <sstream>
+#include <stdexcept>
 
 #include "common/checked_math.h"
 #include "common/error.h"
@@ -148,24 +149,24 @@ double ModelArgs::flopsPerToken(int64_t seq_len) const {
   return 6.0 * n + 12.0 * n_layers * n_heads * headDim() * static_cast<double>(seq_len);
 }
 
-namespace {
-
-// in and out features of each target's weight, in kLoraTargets order.
-void loraShapes(const ModelArgs& m, int64_t in[7], int64_t out[7]) {
+LoraTargetShape loraTargetShape(const ModelArgs& m, const std::string& target) {
   const int64_t D = m.dim, q = m.n_heads * m.headDim(), kv = m.n_kv_heads * m.headDim();
-  const int64_t ins[7] = {D, D, D, q, D, D, m.ffn_dim};
-  const int64_t outs[7] = {q, kv, kv, D, m.ffn_dim, m.ffn_dim, D};
-  for (int t = 0; t < 7; ++t) in[t] = ins[t], out[t] = outs[t];
+  if (target == "q") return {D, q};
+  if (target == "k" || target == "v") return {D, kv};
+  if (target == "o") return {q, D};
+  if (target == "gate" || target == "up") return {D, m.ffn_dim};
+  if (target == "down") return {m.ffn_dim, D};
+  throw std::invalid_argument("loraTargetShape: \"" + target + "\" is not one of kLoraTargets");
 }
-
-}  // namespace
 
 int64_t loraParams(const ModelArgs& m, const LoraConfig& lora) {
   if (!lora.enabled()) return 0;
-  int64_t in[7], out[7], per_block = 0;
-  loraShapes(m, in, out);
-  for (size_t t = 0; t < kLoraTargets.size(); ++t)
-    if (lora.hasTarget(kLoraTargets[t])) per_block += lora.rank * (in[t] + out[t]);
+  int64_t per_block = 0;
+  for (const std::string& t : kLoraTargets) {
+    if (!lora.hasTarget(t)) continue;
+    const LoraTargetShape s = loraTargetShape(m, t);
+    per_block += lora.rank * (s.in + s.out);
+  }
   return per_block * m.n_layers;
 }
 
@@ -181,11 +182,11 @@ FlopsCount trainingFlops(const ModelArgs& m, const LoraConfig& lora, int64_t seq
   const double attention = 12.0 * m.n_layers * m.n_heads * m.headDim() * double(seq_len);
   const double n = (m.flopsPerToken(seq_len) - attention) / 6.0;  // N as full-v1 counts it
   const double na = double(loraParams(m, lora));
-  int64_t in[7], out[7];
-  loraShapes(m, in, out);
   double skipped = 0;  // block 0's q, k, v input gradients (base and A)
-  for (int t = 0; t < 3; ++t)
-    skipped += double(in[t] * out[t]) + (lora.hasTarget(kLoraTargets[t]) ? double(lora.rank * in[t]) : 0);
+  for (const char* t : {"q", "k", "v"}) {
+    const LoraTargetShape s = loraTargetShape(m, t);
+    skipped += double(s.in * s.out) + (lora.hasTarget(t) ? double(lora.rank * s.in) : 0);
+  }
   f.per_token = 4.0 * n + 6.0 * na - 2.0 * skipped + attention;
   f.formula = "lora-v1";
   f.trainable_params = loraParams(m, lora);

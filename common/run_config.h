@@ -101,6 +101,15 @@ struct LoraConfig {
 // Every LoRA target in model order, and the weight each names in a block:
 // q wq, k wk, v wv, o wo, gate w1, up w3, down w2 (HF q_proj ... down_proj).
 inline const std::vector<std::string> kLoraTargets = {"q", "k", "v", "o", "gate", "up", "down"};
+// The in and out features of a target's base weight W [out, in] in one block of m (whole,
+// before any tp split): q [H·hd, D], k and v [Hkv·hd, D], o [D, H·hd], gate and up [F, D],
+// down [D, F]. The one source of these shapes for the model's adapters (trainer/model), the
+// PEFT export (trainer/hf), the FLOP count and the memory estimate.
+// REQUIRES: target is one of kLoraTargets (else std::invalid_argument).
+struct LoraTargetShape {
+  int64_t in = 0, out = 0;
+};
+LoraTargetShape loraTargetShape(const ModelArgs& m, const std::string& target);
 
 // Model FLOPs of training one token, by what is trained (trainer/README.md "FLOPs"):
 //   "full-v1": torchtitan's 6N + 12·L·H·hd·T (ModelArgs::flopsPerToken).

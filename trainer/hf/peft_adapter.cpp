@@ -24,14 +24,6 @@ constexpr const char* kPeftPrefix = "base_model.model.model.";
   throw ConfigError(kKey, where, what, hint);
 }
 
-// The base weight's [out, in] of `module` in layer 0 (every layer has the same shapes).
-std::vector<int64_t> baseShape(const std::vector<HfParam>& base, const LoraTarget& t) {
-  const std::string name = std::string("layers.0.") + t.module + ".weight";
-  for (const HfParam& p : base)
-    if (p.name == name) return p.shape;
-  throw std::logic_error("internal: no base weight " + name);
-}
-
 std::string joined(const std::set<std::string>& s) {
   std::string out;
   for (const std::string& x : s) out += (out.empty() ? "" : ", ") + x;
@@ -93,18 +85,17 @@ const LoraTarget* loraTargetByKey(const std::string& key) {
 
 std::vector<AdapterParam> adapterParams(const ModelArgs& a, const LoraConfig& lora) {
   const int64_t rank = lora.rank;
-  const std::vector<HfParam> base = hfParams(a);
   std::vector<AdapterParam> v;
   for (int64_t l = 0; l < a.n_layers; ++l) {
     const std::string layer = "layers." + std::to_string(l) + ".";
     for (const LoraTarget& t : loraTargets()) {
       if (!lora.hasTarget(t.key)) continue;
-      const std::vector<int64_t> w = baseShape(base, t);  // [out, in]
+      const LoraTargetShape w = loraTargetShape(a, t.key);
       for (const char* ab : {"lora_A", "lora_B"}) {
         const std::string tail = std::string(".") + ab + ".weight";
         v.push_back(
             {kPeftPrefix + layer + t.hf + tail, layer + t.module + tail,
-             ab[5] == 'A' ? std::vector<int64_t>{rank, w[1]} : std::vector<int64_t>{w[0], rank}});
+             ab[5] == 'A' ? std::vector<int64_t>{rank, w.in} : std::vector<int64_t>{w.out, rank}});
       }
     }
   }

@@ -22,12 +22,6 @@ torch::Tensor proj(const torch::Tensor& x, const torch::Tensor& weight) {
   return projection(x, w(weight));
 }
 
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ULL;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
-  return h;
-}
-
 // The full tensor of `p` drawn from its own generator, then this tp rank's slice.
 torch::Tensor initParam(const ParamInit& p, const TpContext& tp, uint64_t seed) {
   torch::NoGradGuard no_grad;
@@ -148,18 +142,16 @@ TransformerBlockImpl::TransformerBlockImpl(const ModelArgs& a, const TpContext& 
 // A [rank, in] and B [out, rank] for each target, after the base weights.
 void TransformerBlockImpl::addAdapters(const ModelArgs& a, const std::string& pre,
                                        const ModelOptions& opt) {
-  const int64_t D = a.dim, q_out = a.n_heads * a.headDim(), kv_out = a.n_kv_heads * a.headDim();
-  const int64_t in[] = {D, D, D, q_out, D, D, a.ffn_dim};
-  const int64_t out[] = {q_out, kv_out, kv_out, D, a.ffn_dim, a.ffn_dim, D};
   const int64_t r = opt.lora.rank;
   for (size_t t = 0; t < kLoraTargets.size(); ++t) {
     if (!opt.lora.hasTarget(kLoraTargets[t])) continue;
+    const LoraTargetShape shape = loraTargetShape(a, kLoraTargets[t]);
     LoraAdapter& ad = adapters_[t];
     ad.name = pre + kTargetSpecs[t].base;
     ad.row_parallel = kTargetSpecs[t].row_parallel;
-    const ParamInit ia{loraAName(ad.name), {r, in[t]}, ad.row_parallel ? 1 : -1,
+    const ParamInit ia{loraAName(ad.name), {r, shape.in}, ad.row_parallel ? 1 : -1,
                        ParamInit::Fill::kKaimingUniform};
-    const ParamInit ib{loraBName(ad.name), {out[t], r}, ad.row_parallel ? -1 : 0,
+    const ParamInit ib{loraBName(ad.name), {shape.out, r}, ad.row_parallel ? -1 : 0,
                        ParamInit::Fill::kZeros};
     const std::string short_name = std::string(kLoraTargets[t]);
     ad.a = register_parameter("lora_A_" + short_name, initParam(ia, tp_, opt.seed).to(opt.device));

@@ -3,12 +3,13 @@
 #include "trainer/model/linear.h"
 
 namespace ftb {
-namespace {
 
 uint64_t fnv1a(const std::string& s, uint64_t h) {
   for (unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
   return h;
 }
+
+namespace {
 
 // x * mask / (1 - p), the mask drawn from a generator of (seed, name).
 torch::Tensor dropped(const torch::Tensor& x, double p, uint64_t seed, const std::string& name) {

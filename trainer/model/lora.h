@@ -34,6 +34,12 @@ struct LoraAdapter {
   bool defined() const { return a.defined(); }
 };
 
+// FNV-1a of s from the offset basis h: seeds a generator by a tensor's name (dropout masks
+// here, parameter init in llama.cpp). The default basis is the one parameter init has always
+// used (1469598103934665603, not FNV's 14695981039346656037): initializations stay
+// bit-identical across builds.
+uint64_t fnv1a(const std::string& s, uint64_t h = 1469598103934665603ULL);
+
 // Adapter names of a target: "<prefix>.lora_A.weight", "<prefix>.lora_B.weight".
 std::string loraAName(const std::string& prefix);
 std::string loraBName(const std::string& prefix);

@@ -96,11 +96,27 @@ def preempt(out, world, overrides, signal_ranks=None, sig=signal.SIGTERM, at_ste
     return outs
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """uninterrupted(layout): every rank's losses of the LAYOUTS entry run start to end, the
+    reference the resume tests compare with bit for bit; each layout is trained once per
+    module (the runs are deterministic: one BLAS, fixed seeds)."""
+    cache = {}
+
+    def get(layout):
+        if layout not in cache:
+            world, ov = LAYOUTS[layout]
+            out = tmp_path_factory.mktemp(f"uninterrupted_{layout}")
+            run(out, world, *ov)
+            cache[layout] = [losses(out, r) for r in range(world)]
+        return cache[layout]
+    return get
+
+
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
-def test_sigterm_then_resume_is_bit_identical(tmp_path, layout):
+def test_sigterm_then_resume_is_bit_identical(tmp_path, layout, uninterrupted):
     world, ov = LAYOUTS[layout]
-    ref, cut = tmp_path / "ref", tmp_path / "cut"
-    run(ref, world, *ov)
+    ref, cut = uninterrupted(layout), tmp_path / "cut"
     preempt(cut, world, ov + ("checkpoint.interval=4",))
     outs = run(cut, world, *ov, "checkpoint.interval=4")
     assert "resumed from" in outs[0][2] + outs[0][1]
@@ -109,7 +125,7 @@ def test_sigterm_then_resume_is_bit_identical(tmp_path, layout):
             assert list(f["steps/step"][:]) == list(range(20)), "every step exactly once"
             assert f["status"].attrs["state"] == "completed"
             assert f.attrs["resume_count"] == 1 and len(f.attrs["resume_steps"]) == 1
-        a, b = losses(ref, r), losses(cut, r)
+        a, b = ref[r], losses(cut, r)
         assert np.array_equal(a, b), f"rank {r} losses differ:\n{a}\n{b}"
 
 
@@ -126,13 +142,12 @@ def test_auto_gemm_route_survives_a_resume(tmp_path):
         assert f.attrs["fp32_gemm"].startswith("OpenBLAS" if recorded else "ATen")
 
 
-def test_signal_to_one_rank_stops_all_and_resumes_bit_identically(tmp_path):
+def test_signal_to_one_rank_stops_all_and_resumes_bit_identically(tmp_path, uninterrupted):
     world, ov = LAYOUTS["dp2"]
-    ref, cut = tmp_path / "ref", tmp_path / "cut"
-    run(ref, world, *ov)
+    cut = tmp_path / "cut"
     preempt(cut, world, ov, signal_ranks=[1], sig=signal.SIGUSR1)  # interval 0: save on stop only
     run(cut, world, *ov)
-    assert np.array_equal(losses(ref), losses(cut))
+    assert np.array_equal(uninterrupted("dp2")[0], losses(cut))
 
 
 def test_manifest_describes_global_tensors_readable_with_h5py(tmp_path):
@@ -237,10 +252,9 @@ def test_damaged_checkpoint_auto_falls_back_to_the_previous_one(tmp_path, how):
     assert (out / "checkpoints" / "step_00000012.replaced_1").is_dir(), "the bad one is kept aside"
 
 
-def test_sigkill_during_save_leaves_the_previous_checkpoint_usable(tmp_path):
+def test_sigkill_during_save_leaves_the_previous_checkpoint_usable(tmp_path, uninterrupted):
     world, ov = LAYOUTS["dp2"]
-    ref, cut = tmp_path / "ref", tmp_path / "cut"
-    run(ref, world, *ov)
+    cut = tmp_path / "cut"
     procs = start(cut, world, *ov, "checkpoint.interval=4",
                   env_extra={"FTB_TEST_CKPT_SAVE_DELAY": "8:60"})
     partial = cut / "checkpoints" / "step_00000008.tmp"
@@ -255,7 +269,7 @@ def test_sigkill_during_save_leaves_the_previous_checkpoint_usable(tmp_path):
     # The killed save's directory is removed at the start, whatever steps the rerun saves.
     assert f"removed the unfinished checkpoint {partial}" in outs[0][2], outs[0][2]
     assert not list((cut / "checkpoints").glob("*.tmp"))
-    assert np.array_equal(losses(ref), losses(cut))
+    assert np.array_equal(uninterrupted("dp2")[0], losses(cut))
     with h5(cut) as f:
         assert list(f["steps/step"][:]) == list(range(20))
 
@@ -509,14 +523,13 @@ def stop_with_slow_save(out, world, ov, delay_s, *extra):
     return outs, time.monotonic() - t0
 
 
-def test_preempt_grace_abandons_a_slow_save_without_a_partial_checkpoint(tmp_path):
+def test_preempt_grace_abandons_a_slow_save_without_a_partial_checkpoint(tmp_path, uninterrupted):
     """checkpoint.preempt_grace_s: a stop-time save that cannot finish in time (held 60 s)
     is abandoned at the deadline. Every rank ends `preempted` with the requeue code within
     the grace period, nothing partial is left in the checkpoint directory, and the rerun
     resumes from the previous complete checkpoint bit-identically."""
     world, ov = LAYOUTS["dp2"]
-    ref, cut = tmp_path / "ref", tmp_path / "cut"
-    run(ref, world, *ov)
+    cut = tmp_path / "cut"
     grace = 3.0
     outs, elapsed = stop_with_slow_save(cut, world, ov, 60, f"checkpoint.preempt_grace_s={grace}")
     for r, (rc, o, e) in enumerate(outs):
@@ -534,7 +547,7 @@ def test_preempt_grace_abandons_a_slow_save_without_a_partial_checkpoint(tmp_pat
         assert "preempt_grace_s = 3 s" in st["message"] and f"resume point {newest}" in st["message"], st
     outs = run(cut, world, *ov, "checkpoint.interval=4")
     assert f"resumed from {newest}" in outs[0][2] + outs[0][1]
-    assert np.array_equal(losses(ref), losses(cut))
+    assert np.array_equal(uninterrupted("dp2")[0], losses(cut))
     with h5(cut) as f:
         assert list(f["steps/step"][:]) == list(range(20))
 

@@ -20,7 +20,7 @@ import h5py
 import numpy as np
 import pytest
 
-from trainer_util import BUILD, TINY, TRAINER, base_env, metrics
+from trainer_util import BUILD, ONE_BLAS, TINY, TRAINER, base_env, metrics
 
 SWEEP_TAGGER_BIN = BUILD / "sweep_tagger" / "sweep_tagger"
 
@@ -50,7 +50,7 @@ def cpu_busy(cpus, seconds=0.5):
 
 def run_on(cpu, out_dir):
     cmd = [TASKSET, "-c", str(cpu), str(TRAINER), "--config", str(TINY), "--output-dir",
-           str(out_dir), "--no-sweep-dir", f"training.max_steps={STEPS}",
+           str(out_dir), "--no-sweep-dir", ONE_BLAS, f"training.max_steps={STEPS}",
            "checkpoint.save_final=false", "metrics.log_every=20"]
     p = subprocess.run(cmd, env=base_env(), capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, f"trainer failed ({p.returncode}):\n{p.stdout}\n{p.stderr}"

@@ -7,11 +7,11 @@ Pipeline rows (parallel.pp) whose stages need more blocks than tiny's 2 run it w
 """
 import pytest
 
-from trainer_util import assert_close, run_ranks, run_trainer, steps
+from trainer_util import ONE_BLAS, assert_close, run_ranks, run_trainer, steps
 
-# Every run on one BLAS: "auto" picks the faster at start, which a busy machine can flip
+# Every run on one BLAS (run_trainer and run_ranks add ONE_BLAS; named here as well, since
+# equal losses rest on it): "auto" picks the faster at start, which a busy machine can flip
 # between the reference and a layout, and the two round differently.
-ONE_BLAS = "training.fp32_gemm=\"aten\""
 
 LAYOUTS = {
     "ddp_world2": (2, ["training.micro_batch_size=2"]),

@@ -7,7 +7,8 @@ import h5py
 import numpy as np
 import pytest
 
-from trainer_util import REQUEUE_EXIT, TINY, TRAINER, base_env, metrics, run_trainer, wait_for_steps
+from trainer_util import (ONE_BLAS, REQUEUE_EXIT, TINY, TRAINER, base_env, metrics, run_trainer,
+                          wait_for_steps)
 
 ROOT_ATTRS = {"schema_version", "tag", "config_hash", "world_size", "rank", "local_rank",
               "node_rank", "hostname", "start_utc", "ftbench_version", "torch_version", "device",
@@ -87,7 +88,7 @@ def test_mfu_is_against_the_hardware_peak_and_env_is_recorded(tmp_path):
 
 def _start_long_run(tmp_path, *extra):
     cmd = [str(TRAINER), "--config", str(TINY), "--output-dir", str(tmp_path), "--no-sweep-dir",
-           "training.max_steps=100000", "metrics.log_every=1", *extra]
+           ONE_BLAS, "training.max_steps=100000", "metrics.log_every=1", *extra]
     return subprocess.Popen(cmd, env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 

@@ -20,7 +20,7 @@ import h5py
 import numpy as np
 import pytest
 
-from trainer_util import TINY, TRAINER, base_env, finish, free_port
+from trainer_util import ONE_BLAS, TINY, TRAINER, base_env, finish, free_port
 
 SOAK_S = 12  # training seconds per layout
 SETTLE_S = 3  # first-step lazy allocations (optimizer state, buckets) settle within this
@@ -56,7 +56,7 @@ def start_ranks(out_dir, world, overrides, pid_hosts=False, env_extra=None):
                        LOCAL_WORLD_SIZE=2 if pid_hosts else world, MASTER_ADDR="127.0.0.1",
                        MASTER_PORT=port, **(env_extra or {}))
         cmd = [str(TRAINER), "--config", str(TINY), "--output-dir", str(out_dir),
-               "--no-sweep-dir", "training.max_steps=10000000",
+               "--no-sweep-dir", ONE_BLAS, "training.max_steps=10000000",
                f"training.stop_after_seconds={SOAK_S}", *overrides]
         cmds.append((cmd, env))
     if not pid_hosts:

@@ -13,6 +13,12 @@ ROOT = Path(__file__).resolve().parents[3]
 BUILD = Path(os.environ.get("FTB_BUILD_DIR", ROOT / "build" / "release"))
 TRAINER = BUILD / "trainer" / "trainer"
 TINY = ROOT / "configs" / "runs" / "tiny.toml"
+# One BLAS for the model's fp32 projections in the runs started here: "auto" (the default)
+# times a 2048^3 GEMM on ATen and on OpenBLAS at every start, twice the start-up GEMM of a
+# fixed route, and a busy machine can make it pick differently in two runs a test compares
+# (the two round differently). Overrides apply in order, so a test of the choice itself passes
+# training.fp32_gemm="auto" after it (test_checkpoint.py test_auto_gemm_route_survives_a_resume).
+ONE_BLAS = "training.fp32_gemm=\"aten\""
 # A run stopped by a signal after saving its checkpoint exits with this (common/error.h
 # kExitRequeue, trainer/README "Exit codes"); without a checkpoint, 128 + signal.
 REQUEUE_EXIT = 75
@@ -34,9 +40,10 @@ def base_env(**extra):
 
 
 def run_trainer(out_dir, *overrides, config=TINY, timeout=120, check=True):
-    """Single-process run with --no-sweep-dir into out_dir; returns CompletedProcess."""
+    """Single-process run with --no-sweep-dir into out_dir, on ONE_BLAS unless the overrides
+    say otherwise; returns CompletedProcess."""
     cmd = [str(TRAINER), "--config", str(config), "--output-dir", str(out_dir), "--no-sweep-dir",
-           *overrides]
+           ONE_BLAS, *overrides]
     p = subprocess.run(cmd, env=base_env(), capture_output=True, text=True, timeout=timeout)
     if check and p.returncode != 0:
         raise AssertionError(f"trainer failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
@@ -44,14 +51,15 @@ def run_trainer(out_dir, *overrides, config=TINY, timeout=120, check=True):
 
 
 def run_ranks(out_dir, world, *overrides, config=TINY, timeout=180):
-    """Starts `world` trainer processes by hand with the torchrun variables."""
+    """Starts `world` trainer processes by hand with the torchrun variables (on ONE_BLAS
+    unless the overrides say otherwise)."""
     port = free_port()
     procs = []
     for r in range(world):
         env = base_env(RANK=r, LOCAL_RANK=r, WORLD_SIZE=world, LOCAL_WORLD_SIZE=world,
                        MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
         cmd = [str(TRAINER), "--config", str(config), "--output-dir", str(out_dir),
-               "--no-sweep-dir", *overrides]
+               "--no-sweep-dir", ONE_BLAS, *overrides]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True))
     outs = finish(procs, timeout)

@@ -1,7 +1,9 @@
 // The lora.* keys: parsed as PEFT users spell them, refused with the key and a hint.
 #include <gtest/gtest.h>
 
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/config.h"
@@ -71,6 +73,26 @@ TEST(LoraConfig, FlopsFollowWhatIsComputed) {
   const double skipped = double(q * D + 2 * kv * D) + double(4 * D);  // + q's A
   EXPECT_DOUBLE_EQ(l.per_token, 4 * n + 6 * double(na) - 2 * skipped + attention);
   EXPECT_LT(l.per_token, f.per_token);
+}
+
+// One shape per target for the model, its checkpoints, the PEFT export, the FLOPs and the
+// estimator: the base weight's in/out features, which together make up a block's matrices.
+TEST(LoraConfig, TargetShapesAreTheBlocksWeights) {
+  ModelArgs m = load({}).model;
+  m.n_kv_heads = m.n_heads / 2;  // grouped-query: k and v narrower than q
+  m.ffn_dim = 3 * m.dim;
+  const int64_t D = m.dim, q = m.n_heads * m.headDim(), kv = m.n_kv_heads * m.headDim();
+  const int64_t F = m.ffn_dim;
+  using InOut = std::pair<int64_t, int64_t>;  // kLoraTargets order: q k v o gate up down
+  const std::vector<InOut> want = {{D, q}, {D, kv}, {D, kv}, {q, D}, {D, F}, {D, F}, {F, D}};
+  int64_t matrices = 0;
+  for (size_t t = 0; t < kLoraTargets.size(); ++t) {
+    const LoraTargetShape s = loraTargetShape(m, kLoraTargets[t]);
+    EXPECT_EQ(std::make_pair(s.in, s.out), want[t]) << kLoraTargets[t];
+    matrices += s.in * s.out;
+  }
+  EXPECT_EQ(matrices, m.blockMatrixParams());
+  EXPECT_THROW(loraTargetShape(m, "q_proj"), std::invalid_argument);
 }
 
 // Runs recorded before the lora.* keys existed keep their tags (SchemaTest.RenamedKeyHashes...
