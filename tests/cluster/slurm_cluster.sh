@@ -27,9 +27,7 @@
 #
 # Environment: FTB_SLURM_STATE (state dir), FTB_SLURM_CPUS (CPUs declared per node, default
 # max(1, cores / N) so the nodes' sum does not exceed the real cores),
-# FTB_SLURM_UP_TIMEOUT (seconds to wait for idle nodes, default 60), FTB_SLURM_CRED_EXPIRE
-# (AuthInfo cred_expire: a requeued job waits it + 1 s; default 5, SLURM's minimum, which
-# keeps the requeue tests short), and netns.sh's
+# FTB_SLURM_UP_TIMEOUT (seconds to wait for idle nodes, default 60), and netns.sh's
 # FTB_NETNS_PREFIX / FTB_NETNS_NET.
 set -euo pipefail
 
@@ -76,7 +74,7 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=${MUNGE_SOCKET},cred_expire=${FTB_SLURM_CRED_EXPIRE:-5}
+AuthInfo=socket=${MUNGE_SOCKET},cred_expire=${FTB_SLURM_CRED_EXPIRE:-10}
 StateSaveLocation=${STATE}/ctld
 SlurmctldPidFile=${STATE}/slurmctld.pid
 SlurmctldLogFile=${STATE}/log/slurmctld.log

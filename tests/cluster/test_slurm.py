@@ -160,17 +160,9 @@ def tail(path, n=60):
                    for f in files)
 
 
-# One BLAS for the projections: "auto" (the default) times a 2048^3 GEMM on ATen and on
-# OpenBLAS at every trainer start, twice the start-up GEMM of a fixed route, and none of these
-# tests is about that choice (tests/e2e/trainer/test_checkpoint.py tests it across a resume).
-ONE_BLAS = "training.fp32_gemm=aten"
-
-
 def sbatch(args, env, results):
-    """Submits args (options, then slurm/train.sbatch and its overrides, ONE_BLAS added)."""
     (results / "logs").mkdir(parents=True, exist_ok=True)
-    p = run(["sbatch", "--parsable", "-o", results / "logs" / "%x-%j.out", *args, ONE_BLAS],
-            env=env)
+    p = run(["sbatch", "--parsable", "-o", results / "logs" / "%x-%j.out", *args], env=env)
     assert p.returncode == 0, p.stderr
     return p.stdout.strip().split(";")[0]
 
@@ -226,7 +218,7 @@ def test_train_sbatch_two_nodes_matches_single_process(cluster, tmp_path):
 
     ref_dir = tmp_path / "ref"
     p = run([TRAINER, "--config", TINY, "training.micro_batch_size=4", "training.max_steps=12",
-             ONE_BLAS, "--no-sweep-dir", "--output-dir", ref_dir], timeout=120)
+             "--no-sweep-dir", "--output-dir", ref_dir], timeout=120)
     assert p.returncode == 0, p.stderr[-3000:]
     sr, lr, ar = steps(ref_dir / "metrics" / "rank_00000.h5")
     assert ar["world_size"] == 1
@@ -496,40 +488,20 @@ def test_signal_to_the_steps_only_requeues(cluster, uninterrupted, tmp_path):
     _assert_resumed_and_equal(results, uninterrupted)
 
 
-def _held_set_up_hook(tmp_path):
-    """A site set-up hook (FTB_SETUP) that holds attempt 0 until the test creates the returned
-    file (at most 60 s), polling so that the batch shell's traps run while it waits."""
-    hook, go = tmp_path / "setup.sh", tmp_path / "set-up may end"
-    hook.write_text('echo "site set-up attempt ${SLURM_RESTART_COUNT:-0}"\n'
-                    'if [[ ${SLURM_RESTART_COUNT:-0} == 0 ]]; then\n'
-                    f'  for _ in $(seq 600); do [[ -e "{go}" ]] && break; sleep 0.1; done\n'
-                    'fi\ntrue\n')
-    return hook, go
-
-
-def _release_after_recorded_stop(log, go, timeout):
-    """Waits until the batch shell recorded a stop before its launch step (its trap ran while
-    the hook held attempt 0), then lets the hook end."""
-    try:
-        wait_until(lambda: log.exists() and "SIGUSR1 before the launch step started: recorded"
-                   in log.read_text(), timeout, f"the stop recorded during the set-up in {log}")
-    finally:
-        go.touch()
-
-
 def test_signal_during_start_up_requeues(cluster, tmp_path):
     """A stop that arrives before the launch step exists (here: while the site set-up hook
     of attempt 0 runs) is recorded, the step is not started, and the job is requeued; the
     rerun completes."""
     results = tmp_path / "startup"
-    hook, go = _held_set_up_hook(tmp_path)
+    hook = tmp_path / "setup.sh"
+    hook.write_text('echo "site set-up attempt ${SLURM_RESTART_COUNT:-0}"\n'
+                    '[[ ${SLURM_RESTART_COUNT:-0} == 0 ]] && sleep 8\ntrue\n')
     env = clean_env(CONFIG=TINY, RESULTS=results, NPROC=1, FTB_SETUP=hook)
     job = sbatch(["-N2", "slurm/train.sbatch", "training.max_steps=12"], env, results)
     log = results / "logs" / f"ftb-train-{job}.out"
     wait_until(lambda: log.exists() and "site set-up attempt 0" in log.read_text(), 60,
                f"the set-up hook in {log}")
     assert run(["scancel", "--signal=USR1", "--batch", job]).returncode == 0
-    _release_after_recorded_stop(log, go, 30)
     rec = wait_job(job, 150, log)[0]
     out = log.read_text()
     assert rec["JobState"] == "COMPLETED" and rec["Restarts"] == "1", (rec, tail(log))
@@ -542,16 +514,15 @@ def test_signal_during_start_up_requeues(cluster, tmp_path):
 
 def test_own_notice_from_the_time_limit_stops_a_run_in_start_up(cluster, tmp_path):
     """The script's own notice (time left <= stop grace + 30 s, checked every 10 s) fires
-    while attempt 0 is still in its set-up (a hook held until the stop is recorded; -t 1 and
-    FTB_STOP_GRACE=40: due at the first check): the stop is recorded before the launch step
-    exists and the job requeues; attempt 1 (no delay, a 12-step run) completes within its own
-    minute."""
+    while attempt 0 is still in its set-up (a 25 s hook; -t 1 and FTB_STOP_GRACE=40: due at
+    once): the stop is recorded before the launch step exists and the job requeues; attempt 1
+    (no delay, a 12-step run) completes within its own minute."""
     results = tmp_path / "ownnotice"
-    hook, go = _held_set_up_hook(tmp_path)
+    hook = tmp_path / "setup.sh"
+    hook.write_text('[[ ${SLURM_RESTART_COUNT:-0} == 0 ]] && sleep 25\ntrue\n')
     env = clean_env(CONFIG=TINY, RESULTS=results, NPROC=1, FTB_SETUP=hook, FTB_STOP_GRACE=40)
     job = sbatch(["-N2", "-t", "1", "slurm/train.sbatch", "training.max_steps=12"], env, results)
     log = results / "logs" / f"ftb-train-{job}.out"
-    _release_after_recorded_stop(log, go, 50)
     rec = wait_job(job, 150, log)[0]
     out = log.read_text()
     assert "<= stop grace + 30 s = 70 s" in out, out[-4000:]
@@ -588,7 +559,7 @@ def test_export_none_settings_as_arguments_and_site_hook(cluster, tmp_path):
     p = run(["sbatch", "--parsable", "--export=NONE", "-N2", "-o",
              results / "logs" / "%x-%j.out", "slurm/train.sbatch", f"CONFIG={TINY}",
              f"RESULTS={results}", "NPROC=1", f"FTB_BUILD_DIR={BUILD}", f"FTB_SETUP={hook}",
-             "training.max_steps=12", ONE_BLAS], env=clean_env())
+             "training.max_steps=12"], env=clean_env())
     assert p.returncode == 0, p.stderr
     job = p.stdout.strip().split(";")[0]
     log = results / "logs" / f"ftb-train-{job}.out"
