@@ -48,11 +48,21 @@ torch::Tensor flatSpan(const std::vector<torch::Tensor>& ts, const std::vector<s
 double gradSquaredNorm(const std::vector<torch::Tensor>& grads,
                        const std::vector<torch::Tensor>& weights) {
   torch::NoGradGuard no_grad;
-  // fp64 reductions of fp64 copies of 1 Mi-element chunks (64 Mi on a GPU), summed in a 0-dim fp64 tensor on
-  // the gradients' device in a fixed order (one host read at the end: on a GPU, one sync
-  // rather than one per chunk; the sums are the same IEEE double operations either way).
-  torch::Tensor s;
-  auto add = [&s](const torch::Tensor& x) { s = s.defined() ? s + x : x; };
+  // fp64 reductions of fp64 copies of 1 Mi-element chunks (64 Mi on a GPU), summed in a
+  // fixed order: on the CPU in a host double, each term read at once; on a GPU in a 0-dim
+  // fp64 tensor on the device, read once at the end (one sync, not one per chunk). The
+  // sums are the same IEEE double operations either way.
+  torch::Tensor dev;
+  double host = 0;
+  auto add = [&dev, &host](const torch::Tensor& x, bool square) {  // x: 0-dim fp64
+    if (x.device().is_cpu()) {
+      const double v = x.item<double>();
+      host += square ? v * v : v;
+    } else {
+      const torch::Tensor term = square ? x * x : x;
+      dev = dev.defined() ? dev + term : term;
+    }
+  };
   if (weights.empty()) {  // one reduction per run of adjacent gradients (a DDP bucket)
     // An fp32 norm of a whole bucket is off by ~1e-5 relative (ATen reduces fp32 in fp32:
     // 350 K values gave -1.2e-5), enough to separate layouts that bucket differently.
@@ -61,23 +71,19 @@ double gradSquaredNorm(const std::vector<torch::Tensor>& grads,
       torch::Tensor flat = flatSpan(grads, run);
       torch::Tensor t = (flat.defined() ? flat : grads[run[0]]).reshape({-1});
       const int64_t kChunk = int64_t(1) << (t.device().is_cpu() ? 20 : 26);
-      for (int64_t i = 0; i < t.numel(); i += kChunk) {
-        const torch::Tensor n = t.narrow(0, i, std::min(kChunk, t.numel() - i)).to(torch::kFloat64).norm();
-        add(n * n);
-      }
+      for (int64_t i = 0; i < t.numel(); i += kChunk)
+        add(t.narrow(0, i, std::min(kChunk, t.numel() - i)).to(torch::kFloat64).norm(), true);
     }
   } else {
     for (size_t i = 0; i < grads.size(); ++i) {
       if (!grads[i].defined()) continue;
-      if (weights[i].defined()) {
-        add((grads[i].pow(2) * weights[i]).sum().to(torch::kFloat64));
-      } else {
-        const torch::Tensor n = grads[i].norm().to(torch::kFloat64);
-        add(n * n);
-      }
+      if (weights[i].defined())
+        add((grads[i].pow(2) * weights[i]).sum().to(torch::kFloat64), false);
+      else
+        add(grads[i].norm().to(torch::kFloat64), true);
     }
   }
-  return s.defined() ? s.item<double>() : 0.0;
+  return dev.defined() ? dev.item<double>() : host;
 }
 
 void scaleGrads(const std::vector<torch::Tensor>& grads, double factor) {
