@@ -36,12 +36,26 @@ std::string runTomlField(const std::string& text, const std::string& name) {
   return "";
 }
 
-RunDir prepareRunDir(const Config& cfg, int world_size, const std::string& output_dir,
-                     bool no_sweep_dir, int nodes) {
+namespace {
+
+std::string runTag(const Config& cfg, int world_size, int nodes) {
   std::string fmt = kDefaultTagFmt;
   if (cfg.has("output.sweep_fmt") && !cfg.getString("output.sweep_fmt").empty())
     fmt = cfg.getString("output.sweep_fmt");
-  RunDir rd{"", formatTag(cfg, world_size, fmt, nodes), false};
+  return formatTag(cfg, world_size, fmt, nodes);
+}
+
+}  // namespace
+
+std::string runDirPath(const Config& cfg, int world_size, const std::string& output_dir,
+                       bool no_sweep_dir, int nodes) {
+  return no_sweep_dir ? output_dir
+                      : (fs::path(output_dir) / runTag(cfg, world_size, nodes)).string();
+}
+
+RunDir prepareRunDir(const Config& cfg, int world_size, const std::string& output_dir,
+                     bool no_sweep_dir, int nodes) {
+  RunDir rd{"", runTag(cfg, world_size, nodes), false};
   rd.path = no_sweep_dir ? output_dir : (fs::path(output_dir) / rd.tag).string();
   std::error_code ec;
   fs::create_directories(rd.path, ec);

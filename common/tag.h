@@ -50,6 +50,10 @@ struct RunDir {
 // collision.
 RunDir prepareRunDir(const Config& cfg, int world_size, const std::string& output_dir,
                      bool no_sweep_dir, int nodes = 1);
+// The run directory prepareRunDir() makes: output_dir/<tag>, or output_dir itself when
+// no_sweep_dir. Pure: nothing is created.
+std::string runDirPath(const Config& cfg, int world_size, const std::string& output_dir,
+                       bool no_sweep_dir, int nodes = 1);
 
 // ---- Building blocks, exposed for sweeps, aggregation and tests -------------
 

@@ -64,14 +64,6 @@ int threadsFor(const TrainConfig& tc) {
   return 1;
 }
 
-// The run directory prepareRun() will create (nothing is created here).
-std::string runDirPath(const Config& cfg, const TrainConfig& tc) {
-  if (tc.no_sweep_dir) return tc.output_dir;
-  return (std::filesystem::path(tc.output_dir) /
-          formatTag(cfg, tc.world_size, tc.sweep_fmt, tc.nodes))
-      .string();
-}
-
 std::string checkpointDir(const TrainConfig& tc, const std::string& run_dir) {
   if (!tc.checkpoint.dir.empty()) return tc.checkpoint.dir;
   return (std::filesystem::path(run_dir) / "checkpoints").string();
@@ -387,7 +379,7 @@ void connect(Setup& s) {
   // before anything is written to the run directory or the model is allocated.
   hf::checkPretrained(tc, *s.dist);  // a bad HF model directory exits 2 before the run directory exists
   hf::checkAdapter(tc, *s.dist);     // so does a bad PEFT adapter directory (lora.from_pretrained)
-  s.plan = planResume(tc, cfg, checkpointDir(tc, runDirPath(cfg, tc)), *s.dist);
+  s.plan = planResume(tc, cfg, checkpointDir(tc, runDirPath(cfg, tc.world_size, tc.output_dir, tc.no_sweep_dir, tc.nodes)), *s.dist);
   if (!tc.checkpoint.dir.empty())  // refused now, not at the first save (after the run)
     requireWritableDir(tc.checkpoint.dir, "checkpoint.dir", cfg.where("checkpoint.dir"),
                        "choose a directory this user can write on every node");

@@ -198,10 +198,7 @@ std::optional<Refusal> resumeRefusal(const Manifest& m, const std::string& dir,
 // runs may share; else empty.
 RunIdentity sharedDirRun(const Config& cfg, const TrainConfig& tc) {
   if (tc.checkpoint.dir.empty() || tc.checkpoint.resume != "auto") return {};
-  const fs::path run_dir =
-      tc.no_sweep_dir
-          ? fs::path(tc.output_dir)
-          : fs::path(tc.output_dir) / formatTag(cfg, tc.world_size, tc.sweep_fmt, tc.nodes);
+  const fs::path run_dir = runDirPath(cfg, tc.world_size, tc.output_dir, tc.no_sweep_dir, tc.nodes);
   return {run_dir.filename().string(), configHash(cfg, tc.world_size, tc.nodes)};
 }
 
