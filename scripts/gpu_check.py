@@ -122,19 +122,21 @@ class Check:
     def dev(self):
         return f'training.device="{self.args.device}"'
 
+    def on_both(self, name, overrides):
+        """One run on the CPU (cpu_<name>) and on the device (gpu_<name>): their folders and the
+        max relative difference of their losses."""
+        cpu, _ = self.run(f"cpu_{name}", ['training.device="cpu"', *overrides])
+        gpu, _ = self.run(f"gpu_{name}", [self.dev(), *overrides])
+        return cpu, gpu, rel_err(losses(gpu), losses(cpu))
+
     def parity(self):
         fp32 = ["training.fp32_gemm=\"aten\"", "checkpoint.interval=10", "checkpoint.keep_last=0"]
-        cpu, _ = self.run("cpu_fp32", ['training.device="cpu"', *fp32])
-        gpu, log = self.run("gpu_fp32", [self.dev(), *fp32])
-        err = rel_err(losses(gpu), losses(cpu))
+        cpu, gpu, err = self.on_both("fp32", fp32)
         self.record("parity fp32", err <= 1e-4,
                     f"tiny model, 20 steps: max relative loss difference {err:.2e} (bound 1e-4); "
                     f"losses {fmt(losses(gpu)[[0, -1]])} on {device_of(gpu)}, "
                     f"{fmt(losses(cpu)[[0, -1]])} on the CPU")
-        bf = ['training.dtype="bf16"']
-        cpu_b, _ = self.run("cpu_bf16", ['training.device="cpu"', *bf])
-        gpu_b, _ = self.run("gpu_bf16", [self.dev(), *bf])
-        err = rel_err(losses(gpu_b), losses(cpu_b))
+        _, gpu_b, err = self.on_both("bf16", ['training.dtype="bf16"'])
         falls = losses(gpu_b)[-1] < losses(gpu_b)[0]
         self.record("parity bf16", err <= 2e-2 and falls,
                     f"max relative loss difference {err:.2e} (bound 2e-2), loss "
@@ -203,9 +205,7 @@ class Check:
         if p.returncode != 0:
             raise RuntimeError(f"export exited {p.returncode}: {tail(p.stdout + p.stderr)}")
         ov = [f"model.from_pretrained={hf}", "training.max_steps=5", "training.fp32_gemm=\"aten\""]
-        cpu, _ = self.run("hf_cpu", ['training.device="cpu"', *ov])
-        gpu, _ = self.run("hf_gpu", [self.dev(), *ov])
-        err = rel_err(losses(gpu), losses(cpu))
+        _, gpu, err = self.on_both("hf", ov)
         self.record("hf import onto the device", err <= 1e-4,
                     f"5 steps from the export: max relative loss difference {err:.2e} (bound "
                     f"1e-4); first loss {losses(gpu)[0]:.5f}")
@@ -213,9 +213,7 @@ class Check:
     def lora(self):
         ov = ["lora.rank=8", 'lora.targets="all"', "lora.dropout=0.1", "training.lr=1e-2",
               'training.fp32_gemm="aten"']
-        cpu, _ = self.run("lora_cpu", ['training.device="cpu"', *ov])
-        gpu, _ = self.run("lora_gpu", [self.dev(), *ov])
-        err = rel_err(losses(gpu), losses(cpu))
+        _, gpu, err = self.on_both("lora", ov)
         self.record("lora", err <= 1e-4,
                     f"rank 8 on every projection, dropout 0.1 (masks drawn alike on both devices): "
                     f"max relative loss difference {err:.2e} (bound 1e-4), loss "

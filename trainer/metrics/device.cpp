@@ -43,11 +43,6 @@ DeviceMemoryPeaks deviceMemoryPeaks() {
   return p;
 }
 
-void resetDeviceMemoryPeaks() {
-  const torch::Device d = computeDevice();
-  if (d.is_cuda()) at::accelerator::resetPeakStats(d.index());
-}
-
 double deviceTotalMemory() {
   const torch::Device d = computeDevice();
   if (!d.is_cuda()) return 0;

@@ -9,8 +9,7 @@
 //   returns, it does nothing. Phase timers call it at each phase end (perf.h
 //   phaseEnd()), so an asynchronous device's time lands in the phase that queued it.
 // - deviceMemoryPeaks(): the CUDA caching allocator's peak allocated and peak reserved
-//   bytes on the compute device since the process began (or the last
-//   resetDeviceMemoryPeaks()); both -1 on the CPU.
+//   bytes on the compute device since the process began; both -1 on the CPU.
 // - cudaDeviceName(i): the GPU's name as the driver reports it ("NVIDIA H100 80GB HBM3");
 //   "" when the device does not exist. visibleCudaDevices(): 0 without a usable GPU.
 #pragma once
@@ -32,7 +31,6 @@ struct DeviceMemoryPeaks {
   int64_t reserved = -1;
 };
 DeviceMemoryPeaks deviceMemoryPeaks();
-void resetDeviceMemoryPeaks();
 
 // The compute device's total memory in bytes (cudaMemGetInfo); 0 on the CPU.
 double deviceTotalMemory();

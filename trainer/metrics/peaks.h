@@ -70,7 +70,6 @@ RunPeaks unmeasuredPeaks(const std::string& why);
 PeakFlops hardwarePeak(const CpuInfo& cpu, const std::string& device, const std::string& gpu_name,
                        const std::string& dtype, int threads, double peak_tflops);
 
-
 // A GEMM the caller measured on the BLAS its model uses (for fp32 on the CPU, the session's
 // choice between ATen and OpenBLAS, trainer/model/linear.h): its FLOP/s, " via <BLAS> (<why>)"
 // for gemm_source, and the attributes that record the choice.
