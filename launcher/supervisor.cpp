@@ -185,9 +185,8 @@ void Supervisor::recordStopped(Worker& w) {
   const double for_s = double(f.time_us - w.proc->stoppedSinceUs()) / 1e6;
   f.time_us = w.proc->stoppedSinceUs();
   f.signal = w.proc->stopSignal();
-  f.note =
-      "stopped at " + formatTimeUs(f.time_us) + ", " + ms(for_s) +
-      " s before the job failed, and not running since: the ranks that waited for it timed out";
+  f.note = "stopped, not running for " + ms(for_s) +
+           " s when the job failed: the ranks waiting for it time out";
   w.err->pump();
   f.stderr_tail = w.err->tail();
   FTB_ERROR("rank " << f.rank << " (local rank " << f.local_rank << ", pid " << f.pid << ") "
