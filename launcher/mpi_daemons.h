@@ -1,8 +1,8 @@
 // The Open MPI daemons that started this launcher, and how to end them when the job cannot
 // end by itself. After a cut link, MPI_Abort reaches mpirun, but mpirun then waits for the
-// daemon (orted) behind the cut, and that orted for mpirun, until TCP keepalive gives up
-// (oob_tcp_keepalive_*: about 10 minutes by default): both stay up long after every rank
-// and launcher is gone. The reaper (reaper.h) uses this to end them after a bound.
+// daemon (orted) behind the cut, and that orted for mpirun: Open MPI 4.1 keeps both up for
+// minutes after every rank and launcher is gone. The reaper (reaper.h) uses this to end
+// them after a bound.
 #pragma once
 
 #include <sys/types.h>
