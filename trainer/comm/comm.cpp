@@ -63,8 +63,11 @@ class BackendComm final : public Comm {
  public:
   BackendComm(c10::intrusive_ptr<c10d::Backend> backend, std::chrono::milliseconds timeout,
               std::vector<CommMember> members)
-      : backend_(std::move(backend)), timeout_(timeout), members_(std::move(members)),
-        device_(backend_->getBackendName() == "nccl" ? computeDevice() : torch::Device(torch::kCPU)) {
+      : backend_(std::move(backend)),
+        timeout_(timeout),
+        members_(std::move(members)),
+        device_(backend_->getBackendName() == "nccl" ? computeDevice()
+                                                     : torch::Device(torch::kCPU)) {
     // Gloo's _reduce_scatter_base is an all-reduce followed by a chunk copy (twice the
     // bytes of a ring reduce-scatter); alltoall + local sum moves what the ring moves.
     native_reduce_scatter_ = backend_->getBackendName() != "gloo";

@@ -81,12 +81,14 @@ Distributed initDistributed(const DistEnv& env, std::chrono::milliseconds timeou
   }
   d.timeout = timeout;
   const std::string my_ip = localAddressTowards(env.master_addr);
-  const std::vector<std::string> where_all = gatherThroughStore(
-      *d.store, "ftb/members/", env.rank, env.world_size, hostName() + "\n" + my_ip, "host and address");
+  const std::vector<std::string> where_all =
+      gatherThroughStore(*d.store, "ftb/members/", env.rank, env.world_size,
+                         hostName() + "\n" + my_ip, "host and address");
   for (int r = 0; r < env.world_size; ++r) {
     const std::string& v = where_all[r];
     const size_t nl = v.find('\n');
-    d.members.push_back(CommMember{r, v.substr(0, nl), nl == std::string::npos ? "" : v.substr(nl + 1)});
+    d.members.push_back(
+        CommMember{r, v.substr(0, nl), nl == std::string::npos ? "" : v.substr(nl + 1)});
   }
   std::vector<int> all(env.world_size);
   for (int r = 0; r < env.world_size; ++r) all[r] = r;

@@ -611,8 +611,8 @@ TEST(CommGloo, HungPeerThrowsDistErrorAfterTimeout) {
 // Whom a failed collective waited for: the peer the backend names, the other member of a
 // pair, the members on other hosts (a cut link), else every other member.
 TEST(CommMembers, AwaitedMembersNameThePeerAndItsHost) {
-  std::vector<CommMember> m = {{0, "a", "10.0.0.1"}, {1, "a", "10.0.0.1"},
-                               {2, "b", "10.0.0.2"}, {3, "b", "10.0.0.2"}};
+  std::vector<CommMember> m = {
+      {0, "a", "10.0.0.1"}, {1, "a", "10.0.0.1"}, {2, "b", "10.0.0.2"}, {3, "b", "10.0.0.2"}};
   EXPECT_EQ(awaitedMembers({m[0], m[2]}, 0, "Operation timed out!"), "rank 2 (host b, 10.0.0.2)");
   EXPECT_EQ(awaitedMembers(m, 0, "Operation timed out!"),
             "rank 2 (host b, 10.0.0.2) or rank 3 (host b, 10.0.0.2) on other hosts");
