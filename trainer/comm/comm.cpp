@@ -183,6 +183,7 @@ class BackendComm final : public Comm {
     try {
       work->wait(timeout_);
     } catch (const std::exception& e) {
+      FTB_DEBUG(op << " failed; c10d's whole message, backtrace included:\n" << e.what());
       std::ostringstream os;
       os << logPrefix() << " " << op << " failed";
       if (t.defined()) os << " on " << t.numel() << " x " << t.scalar_type();
