@@ -46,6 +46,7 @@ int main(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "__env-probe")  // launcher/env_probe.h: no MPI
     return runEnvProbe(std::vector<std::string>(argv + 2, argv + argc));
   std::unique_ptr<Transport> transport;
+  std::unique_ptr<Reaper> reaper;  // outlives the try: an abort below still arms it
   try {
     LaunchOptions opts = parseOptions(argc, argv);
     if (opts.help) {
@@ -60,9 +61,17 @@ int main(int argc, char** argv) {
     }
     if (!opts.tcpRendezvous()) rejectSrunWithoutPmi();
     SignalChannel signals;  // before MPI creates threads: they inherit the mask
-    std::unique_ptr<Reaper> reaper;
     if (!opts.dry_run) reaper = std::make_unique<Reaper>();  // forks: before MPI threads exist
     transport = makeTransport(opts);
+    transport->setBeforeAbort([&reaper] {
+      // Behind a cut link the abort reaches mpirun but not every orted: mpirun and the
+      // orted stay up until TCP keepalive gives up (~10 min). The reaper ends them.
+      if (!reaper) return;
+      const std::string armed = reaper->endMpiDaemonsAfterExit();
+      if (!armed.empty())
+        FTB_WARN("aborting the MPI job; " << armed << " will be ended if still up "
+                                          << kEndDaemonsWaitS << " s after this launcher exits");
+    });
     int code = Launcher(opts, *transport, signals, start, reaper.get()).run();
     transport->finish(30.0, code);
     FTB_DEBUG("finished " << msSince(start) << " ms after start");

@@ -140,7 +140,10 @@ void MpiTransport::finish(double timeout_s, int exit_code) {
   session_.finalize();
 }
 
-void MpiTransport::abortJob(int exit_code) { session_.abort(exit_code); }
+void MpiTransport::abortJob(int exit_code) {
+  runBeforeAbort();
+  session_.abort(exit_code);
+}
 
 std::string MpiTransport::describe() const {
   char v[MPI_MAX_LIBRARY_VERSION_STRING];

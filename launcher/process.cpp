@@ -139,10 +139,22 @@ std::string WorkerProcess::waitExec(std::chrono::steady_clock::time_point deadli
 bool WorkerProcess::tryReap() {
   if (!running_) return true;
   int st = 0;
-  pid_t r = waitpid(pid_, &st, WNOHANG);
+  pid_t r;
+  while ((r = waitpid(pid_, &st, WNOHANG | WUNTRACED | WCONTINUED)) == pid_ &&
+         (WIFSTOPPED(st) || WIFCONTINUED(st))) {
+    if (WIFCONTINUED(st)) {
+      stopped_since_us_ = 0;
+    } else if (!stopped_since_us_) {
+      stop_signal_ = WSTOPSIG(st);
+      stopped_since_us_ = std::chrono::duration_cast<std::chrono::microseconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count();
+    }
+  }
   if (r == 0) return false;
   if (r < 0 && errno == EINTR) return false;
   running_ = false;
+  stopped_since_us_ = 0;
   if (r == pid_ && WIFSIGNALED(st)) {
     term_signal_ = WTERMSIG(st);
   } else if (r == pid_) {

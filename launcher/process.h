@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -52,8 +53,13 @@ class WorkerProcess {
   // DistError on timeout.
   std::string waitExec(std::chrono::steady_clock::time_point deadline);
   bool running() const { return running_; }
-  // waitpid(WNOHANG). Returns true when the worker has exited (now or before).
+  // waitpid(WNOHANG | WUNTRACED | WCONTINUED). Returns true when the worker has exited (now
+  // or before). A stop (SIGSTOP, SIGTSTP, ...) or a continue it sees is recorded below.
   bool tryReap();
+  // While the worker is stopped (as of the last tryReap()): the stop signal and when
+  // tryReap() first saw it (CLOCK_REALTIME, us); 0 while it runs.
+  int stopSignal() const { return stopped_since_us_ ? stop_signal_ : 0; }
+  int64_t stoppedSinceUs() const { return stopped_since_us_; }
   int exitCode() const { return exit_code_; }  // valid after exit, when termSignal() == 0
   int termSignal() const { return term_signal_; }
   // kill(-pgid, sig); harmless after exit (remaining group members get it).
@@ -65,6 +71,8 @@ class WorkerProcess {
   bool running_ = true;
   int exit_code_ = 0;
   int term_signal_ = 0;
+  int stop_signal_ = 0;
+  int64_t stopped_since_us_ = 0;
 };
 
 }  // namespace ftb::launcher

@@ -9,16 +9,19 @@
 #include <cerrno>
 #include <cstring>
 #include <set>
+#include <vector>
 
 #include "common/error.h"
 #include "common/log.h"
+#include "launcher/mpi_daemons.h"
 
 namespace ftb::launcher {
 namespace {
 
 struct Record {
-  char op;  // '+' add, '-' remove
+  char op;  // '+' add, '-' remove; 'H' / 'D': end this mpirun / orted after the EOF
   pid_t pgid;
+  uint64_t start_time;  // 'H' / 'D' only
 };
 
 // Reaper side: never returns.
@@ -39,6 +42,7 @@ struct Record {
   for (int s = 1; s < NSIG; ++s)
     if (s != SIGKILL && s != SIGSTOP) signal(s, SIG_IGN);
   std::set<pid_t> groups;
+  std::vector<MpiDaemon> daemons;
   Record r;
   while (true) {
     ssize_t n = read(fd, &r, sizeof r);
@@ -46,9 +50,12 @@ struct Record {
     if (n != static_cast<ssize_t>(sizeof r)) break;  // EOF (or a torn write): launcher gone
     if (r.op == '+') groups.insert(r.pgid);
     if (r.op == '-') groups.erase(r.pgid);
+    if (r.op == 'H' || r.op == 'D')
+      daemons.push_back(MpiDaemon{r.pgid, r.start_time, r.op == 'H', ""});
   }
   for (pid_t g : groups)
     if (g > 1) kill(-g, SIGKILL);
+  if (!daemons.empty()) endMpiDaemons(daemons, kEndDaemonsWaitS);
   _exit(0);
 }
 
@@ -69,8 +76,14 @@ Reaper::Reaper() {
 
 Reaper::~Reaper() { pipe_.reset(); }
 
-void Reaper::send(char op, pid_t pgid) {
-  Record r{op, pgid};
+std::string Reaper::endMpiDaemonsAfterExit() {
+  const std::vector<MpiDaemon> daemons = mpiDaemonsAbove(getpid());
+  for (const auto& d : daemons) send(d.head ? 'H' : 'D', d.pid, d.start_time);
+  return describeDaemons(daemons);
+}
+
+void Reaper::send(char op, pid_t pgid, uint64_t start_time) {
+  Record r{op, pgid, start_time};
   // One record is far below PIPE_BUF: the write is atomic. EPIPE: the reaper is gone.
   if (write(pipe_.get(), &r, sizeof r) != static_cast<ssize_t>(sizeof r) && !warned_) {
     warned_ = true;

@@ -142,9 +142,13 @@ void Supervisor::beginStop(int sig_sent, const std::string& why) {
   if (stopping_) return;
   stopping_ = true;
   kill_at_ = after(rt_.opts.grace_s);
-  if (sig_sent == 0) {
-    for (auto& w : workers_)
-      if (w.proc->running()) w.proc->signalGroup(SIGTERM);
+  const bool failure = sig_sent == 0 && !signal_stop_ && !rt_.shutdown_signal;
+  for (auto& w : workers_)
+    if (failure && !w.reported && w.proc->stopSignal()) recordStopped(w);
+  for (auto& w : workers_) {
+    if (!w.proc->running()) continue;
+    if (sig_sent == 0) w.proc->signalGroup(SIGTERM);
+    if (w.proc->stopSignal()) w.proc->signalGroup(SIGCONT);  // else the signal waits
   }
   if (anyRunning())
     FTB_WARN("stopping local workers (" << why
@@ -152,7 +156,7 @@ void Supervisor::beginStop(int sig_sent, const std::string& why) {
                                         << " sent, SIGKILL in " << rt_.opts.grace_s << " s");
 }
 
-void Supervisor::recordFailure(Worker& w) {
+Failure Supervisor::failureOf(const Worker& w) const {
   Failure f;
   f.time_us = nowUs();
   f.node = node_;
@@ -161,6 +165,11 @@ void Supervisor::recordFailure(Worker& w) {
   f.rank = w.rank;
   f.local_rank = w.local_rank;
   f.pid = w.proc->pid();
+  return f;
+}
+
+void Supervisor::recordFailure(Worker& w) {
+  Failure f = failureOf(w);
   f.exit_code = w.proc->exitCode();
   f.signal = w.proc->termSignal();
   f.note = w.exec_error;
@@ -171,10 +180,40 @@ void Supervisor::recordFailure(Worker& w) {
   end_.failures.push_back(std::move(f));
 }
 
+void Supervisor::recordStopped(Worker& w) {
+  Failure f = failureOf(w);
+  const double for_s = double(f.time_us - w.proc->stoppedSinceUs()) / 1e6;
+  f.time_us = w.proc->stoppedSinceUs();
+  f.signal = w.proc->stopSignal();
+  f.note = "stopped, not running for " + ms(for_s) +
+           " s when the job failed: the ranks waiting for it time out";
+  w.err->pump();
+  f.stderr_tail = w.err->tail();
+  FTB_ERROR("rank " << f.rank << " (local rank " << f.local_rank << ", pid " << f.pid << ") "
+                    << f.describe());
+  end_.failures.push_back(std::move(f));
+}
+
+void Supervisor::noteStopped(Worker& w) {
+  const int64_t since = w.proc->stoppedSinceUs();
+  if (since == w.stop_logged_us) return;
+  if (since)
+    FTB_WARN("rank " << w.rank << " (pid " << w.proc->pid() << ") was stopped by "
+                     << signalName(w.proc->stopSignal())
+                     << ": it does not run; ranks that wait for it will time out");
+  else
+    FTB_INFO("rank " << w.rank << " (pid " << w.proc->pid() << ") runs again");
+  w.stop_logged_us = since;
+}
+
 void Supervisor::reap() {
   std::string first;
   for (auto& w : workers_) {
-    if (w.reported || !w.proc->tryReap()) continue;
+    if (w.reported) continue;
+    if (!w.proc->tryReap()) {
+      noteStopped(w);
+      continue;
+    }
     w.reported = true;
     bool bad = w.proc->termSignal() != 0 || w.proc->exitCode() != 0;
     if (bad) end_.all_clean = false;

@@ -4,7 +4,10 @@
 //
 // Contract: run() returns only when every local worker has been reaped (or abandoned after
 // SIGKILL + kKillWaitS, which is logged), with this node's NodeEnd. A local failure is
-// announced to every other node with a STOP message before the local stop begins.
+// announced to every other node with a STOP message before the local stop begins. A worker
+// found stopped (SIGSTOP/SIGTSTP, seen by waitpid) when a failure stop begins is recorded as
+// a failure at the time it stopped, so it, not the ranks that timed out waiting for it, is
+// the root cause; stopped workers get SIGCONT after the stop signal, so they can act on it.
 #pragma once
 
 #include <memory>
@@ -29,7 +32,8 @@ class Supervisor {
     std::unique_ptr<WorkerProcess> proc;
     std::unique_ptr<StreamPump> out, err;
     std::string exec_error;
-    bool reported = false;  // exit already accounted for
+    bool reported = false;       // exit already accounted for
+    int64_t stop_logged_us = 0;  // the stop (stoppedSinceUs()) already logged
   };
 
   void spawnAll();
@@ -41,6 +45,12 @@ class Supervisor {
   bool anyRunning() const;
   int pollTimeoutMs() const;
   void recordFailure(Worker& w);
+  // Logs a worker's stop (SIGSTOP, SIGTSTP) or its continue, once each.
+  void noteStopped(Worker& w);
+  // A failure stop began while `w` was stopped: `w` is a failure since its stop (the ranks
+  // that timed out waiting for it are its victims, and fail later).
+  void recordStopped(Worker& w);
+  Failure failureOf(const Worker& w) const;
 
   Runtime& rt_;
   const Plan& plan_;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <deque>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -27,9 +28,20 @@ class Transport {
   // Orderly end: completes pending sends and waits until every node has called finish(),
   // at most `timeout_s`; on timeout calls abortJob(exit_code). No call is allowed after it.
   virtual void finish(double timeout_s, int exit_code) = 0;
-  // Ends this process and every other launcher of the job with `exit_code`.
+  // Ends this process and every other launcher of the job with `exit_code`, after calling
+  // the hook given to setBeforeAbort() (if any) once.
   [[noreturn]] virtual void abortJob(int exit_code) = 0;
   virtual std::string describe() const = 0;
+  void setBeforeAbort(std::function<void()> hook) { before_abort_ = std::move(hook); }
+
+ protected:
+  void runBeforeAbort() {
+    if (auto hook = std::move(before_abort_)) hook();
+    before_abort_ = nullptr;
+  }
+
+ private:
+  std::function<void()> before_abort_;
 };
 
 // One node, no MPI: messages to self are queued in memory.

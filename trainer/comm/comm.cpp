@@ -3,6 +3,7 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <sstream>
 
@@ -60,9 +61,13 @@ class SelfComm final : public Comm {
 
 class BackendComm final : public Comm {
  public:
-  BackendComm(c10::intrusive_ptr<c10d::Backend> backend, std::chrono::milliseconds timeout)
-      : backend_(std::move(backend)), timeout_(timeout),
-        device_(backend_->getBackendName() == "nccl" ? computeDevice() : torch::Device(torch::kCPU)) {
+  BackendComm(c10::intrusive_ptr<c10d::Backend> backend, std::chrono::milliseconds timeout,
+              std::vector<CommMember> members)
+      : backend_(std::move(backend)),
+        timeout_(timeout),
+        members_(std::move(members)),
+        device_(backend_->getBackendName() == "nccl" ? computeDevice()
+                                                     : torch::Device(torch::kCPU)) {
     // Gloo's _reduce_scatter_base is an all-reduce followed by a chunk copy (twice the
     // bytes of a ring reduce-scatter); alltoall + local sum moves what the ring moves.
     native_reduce_scatter_ = backend_->getBackendName() != "gloo";
@@ -178,17 +183,22 @@ class BackendComm final : public Comm {
     try {
       work->wait(timeout_);
     } catch (const std::exception& e) {
+      FTB_DEBUG(op << " failed; c10d's whole message, backtrace included:\n" << e.what());
       std::ostringstream os;
       os << logPrefix() << " " << op << " failed";
       if (t.defined()) os << " on " << t.numel() << " x " << t.scalar_type();
       os << " (" << backend_->getBackendName() << ", group size " << size() << ", timeout "
-         << timeout_.count() / 1000.0 << " s): " << firstLine(e.what());
+         << timeout_.count() / 1000.0 << " s): ";
+      const std::string awaited = awaitedMembers(members_, rank(), e.what());
+      if (!awaited.empty()) os << "waiting for " << awaited << ": ";
+      os << firstLine(e.what());
       throw DistError(os.str());
     }
   }
 
   c10::intrusive_ptr<c10d::Backend> backend_;
   std::chrono::milliseconds timeout_;
+  std::vector<CommMember> members_;  // group order; empty: not named in errors
   torch::Device device_;  // where the backend reduces: the GPU for NCCL, else the CPU
   bool native_reduce_scatter_ = false;
 };
@@ -198,8 +208,61 @@ class BackendComm final : public Comm {
 std::unique_ptr<Comm> makeSelfComm() { return std::make_unique<SelfComm>(); }
 
 std::unique_ptr<Comm> makeBackendComm(c10::intrusive_ptr<c10d::Backend> backend,
-                                      std::chrono::milliseconds timeout) {
-  return std::make_unique<BackendComm>(std::move(backend), timeout);
+                                      std::chrono::milliseconds timeout,
+                                      std::vector<CommMember> members) {
+  return std::make_unique<BackendComm>(std::move(backend), timeout, std::move(members));
+}
+
+std::string describeMember(const CommMember& m) {
+  std::string s = "rank " + std::to_string(m.rank) + " (host " + m.host;
+  return s + (m.ip.empty() ? "" : ", " + m.ip) + ")";
+}
+
+namespace {
+
+// "rank 2 (host a, ip)", "rank 2 (...) or rank 3 (...)", "one of rank 2 (...), ..., and N more".
+std::string listMembers(const std::vector<const CommMember*>& ms) {
+  constexpr size_t kMax = 8;
+  std::string s;
+  for (size_t i = 0; i < ms.size() && i < kMax; ++i)
+    s += (i == 0 ? "" : ms.size() == 2 ? " or " : ", ") + describeMember(*ms[i]);
+  if (ms.size() > kMax) s += ", and " + std::to_string(ms.size() - kMax) + " more";
+  return ms.size() > 2 ? "one or more of " + s : s;
+}
+
+// Gloo's messages name a peer as "[10.0.0.2]:port" or "10.0.0.2:port".
+bool namesAddress(const std::string& msg, const std::string& ip) {
+  for (size_t at = msg.find(ip); at != std::string::npos; at = msg.find(ip, at + 1)) {
+    const char before = at ? msg[at - 1] : ' ';
+    const char after = at + ip.size() < msg.size() ? msg[at + ip.size()] : ' ';
+    if (!std::isdigit(static_cast<unsigned char>(before)) && before != '.' &&
+        (after == ']' || after == ':'))
+      return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string awaitedMembers(const std::vector<CommMember>& members, int me,
+                           const std::string& backend_error) {
+  if (members.empty() || me < 0 || me >= static_cast<int>(members.size())) return "";
+  const std::string& my_ip = members[me].ip;
+  std::vector<const CommMember*> named, other_hosts, others;
+  for (int i = 0; i < static_cast<int>(members.size()); ++i) {
+    if (i == me) continue;
+    const CommMember& m = members[i];
+    others.push_back(&m);
+    if (!m.ip.empty() && m.ip != my_ip) {
+      other_hosts.push_back(&m);
+      if (namesAddress(backend_error, m.ip)) named.push_back(&m);
+    }
+  }
+  if (!named.empty()) return listMembers(named) + ", whose address the backend names";
+  if (others.size() == 1) return listMembers(others);
+  if (!other_hosts.empty() && other_hosts.size() < others.size())
+    return listMembers(other_hosts) + " on other hosts";
+  return listMembers(others);
 }
 
 }  // namespace ftb

@@ -3,7 +3,8 @@
 // Contracts:
 // - Every collective blocks until done or until the timeout given at construction;
 //   a timeout or backend failure throws DistError naming this rank, host, the
-//   collective, the tensor size and the timeout.
+//   collective, the tensor size, the timeout and the member(s) it waited for
+//   (awaitedMembers()).
 // - Reductions are computed in fp32 (or the tensor's wider dtype): bf16/fp16 inputs
 //   are upcast, reduced and cast back once, as torchtitan's reduce dtype does. Pure data
 //   movement (all-gather, broadcast) keeps the tensor's dtype.
@@ -86,9 +87,28 @@ bool isReducedPrecision(const torch::Tensor& t);
 // Single-process Comm (world size 1): every collective is the identity.
 std::unique_ptr<Comm> makeSelfComm();
 
+// A member of a backend group, for error messages: its global rank, host name, and the
+// address its backend binds ("" when unknown; hosts may share a name, not an address).
+struct CommMember {
+  int rank = 0;
+  std::string host;
+  std::string ip;
+};
+std::string describeMember(const CommMember& m);  // "rank 2 (host n2, 10.0.0.12)"
+
+// Whom member `me` of `members` waited for when a collective failed with `backend_error`,
+// as far as it can be known: the members whose address the backend's message names (Gloo
+// names the peer of a broken connection); else the other member of a group of two; else
+// the members on other hosts than `me`'s (a cut link, a stopped host), else every other
+// member. At most 8 are listed ("and N more"). "" when `members` is empty.
+std::string awaitedMembers(const std::vector<CommMember>& members, int me,
+                           const std::string& backend_error);
+
 // A Comm over a c10d Backend (Gloo; NCCL for CUDA tensors). Errors carry logPrefix()
-// (rank, host), the backend and the first line of c10d's message (not its backtrace).
+// (rank, host), the backend, awaitedMembers() and the first line of c10d's message (not
+// its backtrace). `members`: one per group rank, in group order, or empty (not named).
 std::unique_ptr<Comm> makeBackendComm(c10::intrusive_ptr<c10d::Backend> backend,
-                                      std::chrono::milliseconds timeout);
+                                      std::chrono::milliseconds timeout,
+                                      std::vector<CommMember> members = {});
 
 }  // namespace ftb

@@ -80,6 +80,16 @@ Distributed initDistributed(const DistEnv& env, std::chrono::milliseconds timeou
                     " s: " + firstLine(e.what()));
   }
   d.timeout = timeout;
+  const std::string my_ip = localAddressTowards(env.master_addr);
+  const std::vector<std::string> where_all =
+      gatherThroughStore(*d.store, "ftb/members/", env.rank, env.world_size,
+                         hostName() + "\n" + my_ip, "host and address");
+  for (int r = 0; r < env.world_size; ++r) {
+    const std::string& v = where_all[r];
+    const size_t nl = v.find('\n');
+    d.members.push_back(
+        CommMember{r, v.substr(0, nl), nl == std::string::npos ? "" : v.substr(nl + 1)});
+  }
   std::vector<int> all(env.world_size);
   for (int r = 0; r < env.world_size; ++r) all[r] = r;
   d.world = d.newGroup("world", all);
@@ -132,7 +142,10 @@ std::unique_ptr<Comm> makeGroup(Distributed& d, const std::string& name, const s
                                static_cast<int>(it - ranks.begin()),
                                static_cast<int>(ranks.size()), d.timeout,
                                localAddressTowards(env.master_addr));
-    std::unique_ptr<Comm> comm = makeBackendComm(pg, d.timeout);
+    std::vector<CommMember> members;
+    if (d.members.size() == static_cast<size_t>(env.world_size))
+      for (int r : ranks) members.push_back(d.members[r]);
+    std::unique_ptr<Comm> comm = makeBackendComm(pg, d.timeout, std::move(members));
     if (d.local_collectives == "off") return comm;
     return placeCollectives(d, name, ranks, std::move(comm), *prefixed, how);
   } catch (const FtbError&) {

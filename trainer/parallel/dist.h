@@ -24,6 +24,9 @@ struct Distributed {
   DistEnv env;
   c10::intrusive_ptr<c10d::Store> store;  // null when world size 1
   std::unique_ptr<Comm> world;            // all ranks
+  // Every rank's host name and backend address (index = global rank), gathered once at
+  // start; the backend groups name from it the member(s) a failed collective waited for.
+  std::vector<CommMember> members;
 
   // Every rank passes its `value` (any bytes, empty included, at the same speed);
   // returns all ranks' values in rank order (through the store). Used to agree on the

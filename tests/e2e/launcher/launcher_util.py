@@ -113,13 +113,41 @@ def netns_hosts():
         subprocess.run([str(NETNS), "down"], capture_output=True, text=True)
 
 
-def mpirun_prefix(tmp_path, hosts):
+# Hosts of their own for tests that cut a link (`ip link set eth0 down`), so that tests
+# running beside them on h1/h2 keep their network: namespaces cut1, cut2 on bridge ftbcut0.
+CUT_NET = "10.78.0"
+CUT_ENV = {"FTB_NETNS_PREFIX": "cut", "FTB_NETNS_BRIDGE": "ftbcut0", "FTB_NETNS_NET": CUT_NET}
+
+
+@pytest.fixture
+def cut_hosts():
+    """Two namespace hosts cut1 (10.78.0.11) and cut2 (10.78.0.12) whose links a test may cut;
+    every process left in them is killed and the hosts removed at the end."""
+    if shutil.which("mpirun") is None:
+        pytest.skip("mpirun not installed")
+    env = {**os.environ, **CUT_ENV}
+    chk = subprocess.run([str(NETNS), "check"], capture_output=True, text=True)
+    if chk.returncode != 0:
+        pytest.skip(f"network namespaces unavailable: {chk.stderr.strip()}")
+    up = subprocess.run([str(NETNS), "up", "2"], capture_output=True, text=True, env=env)
+    assert up.returncode == 0, up.stderr
+    yield ["cut1", "cut2"]
+    subprocess.run([str(NETNS), "down"], capture_output=True, text=True, env=env)
+
+
+def netns_pids(host):
+    """Pids of the processes in network namespace `host`."""
+    out = subprocess.run(["ip", "netns", "pids", host], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split() if alive(int(p))]
+
+
+def mpirun_prefix(tmp_path, hosts, net="10.77.0.0/24"):
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("".join(f"{h} slots=1\n" for h in hosts))
     return ["mpirun", "--allow-run-as-root", "--hostfile", str(hostfile), "--bind-to", "none",
             "--mca", "plm_rsh_agent", str(RSH),
-            "--mca", "oob_tcp_if_include", "10.77.0.0/24",
-            "--mca", "btl_tcp_if_include", "10.77.0.0/24", "--mca", "btl", "self,tcp",
+            "--mca", "oob_tcp_if_include", net,
+            "--mca", "btl_tcp_if_include", net, "--mca", "btl", "self,tcp",
             # report a non-zero exit right away instead of after a 1 s kill timer per daemon
             "--mca", "odls_base_sigkill_timeout", "0"]
 

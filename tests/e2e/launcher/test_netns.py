@@ -12,8 +12,8 @@ import h5py
 import numpy as np
 import pytest
 
-from launcher_util import (ALLREDUCE, REPO, TRAINER, alive, mpirun_prefix, mpmd, records, run,
-                      torch_python, wait_for, worker_cmd)
+from launcher_util import (ALLREDUCE, CUT_NET, REPO, TRAINER, alive, mpirun_prefix, mpmd,
+                            netns_pids, records, run, torch_python, wait_for, worker_cmd)
 
 H1, H2 = "10.77.0.11", "10.77.0.12"
 
@@ -257,3 +257,122 @@ def test_sigterm_to_one_launcher_stops_every_node_without_restart(launcher, netn
     assert proc.returncode == 143, err
     assert not records(tmp_path, 1), "a shutdown signal must not restart"
     assert not any(alive(r["pid"]) for r in recs.values())
+
+
+def test_sigstopped_rank_on_second_host_is_the_root_cause(launcher, netns_hosts, tmp_path):
+    """kill -STOP of the worker on h2: rank 0, which waits for it, fails later (exit 3, as a
+    trainer's collective timeout does). The stopped rank, not rank 0, is the root cause,
+    blamed on h2 at the time it stopped; it gets SIGCONT after SIGTERM and is gone."""
+    cmd = two_hosts(tmp_path, launcher, ["--grace", "2"],
+                    worker_cmd("--record", tmp_path, "--ranks", "0", "--sleep", "4", "--exit", "3",
+                               "--sleep-others", "60"), nprocs=(1, 1))
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        recs = wait_for(lambda: len(records(tmp_path)) == 2 and records(tmp_path), 30,
+                        "2 workers to start")
+        assert recs[1]["ip"] == H2
+        os.kill(recs[1]["pid"], signal.SIGSTOP)
+        out, err = proc.communicate(timeout=30)
+        wait_for(lambda: not alive(recs[1]["pid"]), 2, "the stopped worker to be gone")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 128 + signal.SIGSTOP, err
+    assert "rank 1 (pid %d) was stopped by SIGSTOP" % recs[1]["pid"] in err, err
+    table = [l.split() for l in err.splitlines() if l.strip().startswith(("root cause", "also"))]
+    assert [(r[0], r[4], r[6], r[7]) for r in table] == [("root", "1", H2, "1"),
+                                                          ("also", "0", H1, "0")], err
+    assert f"rank 1 on node 1 (host {os.uname().nodename}, {H2}) SIGSTOP (147), stopped, not running for" in err
+    assert "when the job failed: the ranks waiting for it time out" in err
+
+
+def end_cut_job(proc, hosts):
+    """After a failed check: mpirun and whatever is left on the hosts (an orted holds
+    mpirun's output pipes, so communicate() would wait for it)."""
+    if proc.poll() is not None:
+        return
+    proc.kill()
+    for h in hosts:
+        for pid in netns_pids(h):
+            os.kill(pid, signal.SIGKILL)
+    proc.communicate(timeout=30)
+
+
+def test_cut_link_ends_mpirun_and_the_remote_orted(launcher, cut_hosts, tmp_path):
+    """The link of the second host goes down; its workers and the first host's exit 3 (as
+    trainers do after parallel.timeout_seconds). Neither side can reach the other: the
+    launchers abort, and their reapers end mpirun and the orted behind the cut, which Open
+    MPI alone keeps for about 10 minutes (TCP keepalive). Bound: 60 s after the workers exit."""
+    prefix = mpirun_prefix(tmp_path, cut_hosts, net=f"{CUT_NET}.0/24")
+    work = worker_cmd("--record", tmp_path, "--peer", f"{CUT_NET}.1", "--sleep", "4", "--exit", "3")
+    cmd = mpmd(prefix, [(h, [launcher, "--nproc-per-node", "1", "--grace", "1", "--", *work])
+                        for h in cut_hosts])
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        recs = wait_for(lambda: len(records(tmp_path)) == 2 and records(tmp_path), 30,
+                        "2 workers to start")
+        subprocess.run(["ip", "-n", "cut2", "link", "set", "eth0", "down"], check=True)
+        wait_for(lambda: not any(alive(r["pid"]) for r in recs.values()), 10,
+                 "the workers to exit")
+        t0 = time.monotonic()
+        out, err = proc.communicate(timeout=60)
+        wait_for(lambda: not netns_pids("cut2"), max(1.0, 60 - (time.monotonic() - t0)),
+                 "every process on the cut host (its orted) to end")
+        elapsed = time.monotonic() - t0
+        print(f"mpirun and the orted behind the cut ended {elapsed:.1f} s after the workers")
+    finally:
+        end_cut_job(proc, cut_hosts)
+    assert proc.returncode != 0, err
+    assert elapsed < 60, f"mpirun and the remote orted ended {elapsed:.1f} s after the workers"
+    assert "aborting the MPI job; orted (pid" in err, err
+
+
+def steps_done(out, rank=0):
+    try:
+        with h5py.File(out / "metrics" / f"rank_{rank:05d}.h5", "r") as f:
+            return int(f["status"].attrs["steps_done"])
+    except (OSError, KeyError):
+        return 0
+
+
+def test_cut_link_trainer_error_names_the_peer(launcher, cut_hosts, tmp_path):
+    """A trainer on each of two hosts (parallel.timeout_seconds=10), then the second host's
+    link goes down mid-run: each rank fails naming the rank and host it waited for (not
+    only the operation), without a C++ backtrace, and the whole job (mpirun, the orted
+    behind the cut) is over within 60 s of the ranks' exit."""
+    if not TRAINER.exists():
+        pytest.skip(f"trainer not built at {TRAINER} (set FTB_TRAINER)")
+    out = tmp_path / "out"
+    prefix = mpirun_prefix(tmp_path, cut_hosts, net=f"{CUT_NET}.0/24")
+    train = [str(TRAINER), "--config", str(REPO / "configs" / "runs" / "tiny.toml"),
+             "--output-dir", str(out), "--no-sweep-dir", "training.max_steps=100000",
+             "data.seq_len=32", "metrics.log_every=1", "parallel.timeout_seconds=10"]
+    cmd = mpmd(prefix, [(h, [launcher, "--nproc-per-node", "1", "--grace", "1", "--", *train])
+                        for h in cut_hosts])
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=REPO)
+    try:
+        wait_for(lambda: steps_done(out) >= 2 or proc.poll() is not None, 180, "step 2")
+        assert proc.poll() is None, proc.communicate()
+        subprocess.run(["ip", "-n", "cut2", "link", "set", "eth0", "down"], check=True)
+        t0 = time.monotonic()
+        _, err = proc.communicate(timeout=120)
+        wait_for(lambda: not netns_pids("cut2"), max(1.0, 80 - (time.monotonic() - t0)),
+                 "every process on the cut host (trainer, launcher, orted) to end")
+        elapsed = time.monotonic() - t0
+    finally:
+        end_cut_job(proc, cut_hosts)
+    host = os.uname().nodename
+    msgs = {}
+    for rank in (0, 1):
+        with h5py.File(out / "metrics" / f"rank_{rank:05d}.h5", "r") as f:
+            s = dict(f["status"].attrs)
+        assert s["state"] == "failed" and s["exit_code"] == 3, (rank, s)
+        msgs[rank] = s["message"]
+    assert f"waiting for rank 1 (host {host}, {CUT_NET}.12)" in msgs[0], msgs
+    assert f"waiting for rank 0 (host {host}, {CUT_NET}.11)" in msgs[1], msgs
+    assert f"waiting for rank 1 (host {host}, {CUT_NET}.12)" in err, err[-3000:]
+    assert "Exception raised from" not in err and "frame #" not in err, err[-3000:]
+    # the ranks fail at the 10 s timeout; everything else is over 60 s later at most
+    assert elapsed < 10 + 60, f"the job ended {elapsed:.1f} s after the cut"

@@ -47,6 +47,34 @@ struct Spawned {
 
 auto soon() { return std::chrono::steady_clock::now() + std::chrono::seconds(5); }
 
+// A stop and a continue are seen by tryReap() (WUNTRACED/WCONTINUED), neither as an exit.
+TEST(Process, StopAndContinueAreSeenNotTakenForAnExit) {
+  Spawned s({"sh", "-c", "sleep 30"});
+  ASSERT_EQ(s.proc->waitExec(soon()), "");
+  EXPECT_EQ(s.proc->stopSignal(), 0);
+  const auto before = std::chrono::system_clock::now();
+  ASSERT_EQ(kill(s.proc->pid(), SIGSTOP), 0);
+  for (int i = 0; i < 5000 && !s.proc->stopSignal(); ++i) {
+    ASSERT_FALSE(s.proc->tryReap());
+    usleep(1000);
+  }
+  EXPECT_EQ(s.proc->stopSignal(), SIGSTOP);
+  EXPECT_TRUE(s.proc->running());
+  EXPECT_GE(
+      s.proc->stoppedSinceUs(),
+      std::chrono::duration_cast<std::chrono::microseconds>(before.time_since_epoch()).count());
+  ASSERT_EQ(kill(s.proc->pid(), SIGCONT), 0);
+  for (int i = 0; i < 5000 && s.proc->stopSignal(); ++i) {
+    ASSERT_FALSE(s.proc->tryReap());
+    usleep(1000);
+  }
+  EXPECT_EQ(s.proc->stopSignal(), 0);
+  EXPECT_EQ(s.proc->stoppedSinceUs(), 0);
+  s.proc->signalGroup(SIGKILL);
+  s.waitExit();
+  EXPECT_EQ(s.proc->termSignal(), SIGKILL);
+}
+
 TEST(Process, ExitCodeEnvAndOwnProcessGroup) {
   Spawned s({"sh", "-c", "echo $FTB_TEST_VAR $(ps -o pgid= -p $$ | tr -d ' ') $$; exit 3"});
   EXPECT_EQ(s.proc->waitExec(soon()), "");

@@ -273,6 +273,8 @@ void runBrokenPeer(int rank, int world, int port, bool hang, const std::string& 
     std::printf("DistError: %s\n", msg.c_str());
     EXPECT_NE(msg.find("allreduce"), std::string::npos) << msg;
     EXPECT_NE(msg.find("timeout 3 s"), std::string::npos) << msg;
+    // The peer it waited for, with its host (Gloo) or pid (local memory).
+    EXPECT_NE(msg.find("rank 1 ("), std::string::npos) << msg;
     EXPECT_EQ(e.exitCode(), 3);
   } catch (const std::exception& e) {
     ADD_FAILURE() << "expected DistError, got: " << e.what();
@@ -604,6 +606,25 @@ TEST(CommGloo, HungPeerThrowsDistErrorAfterTimeout) {
   expectAllPassed(results, 2);
   ASSERT_EQ(results.size(), 2u);
   EXPECT_NE(results[0].log.find("DistError:"), std::string::npos) << results[0].log;
+}
+
+// Whom a failed collective waited for: the peer the backend names, the other member of a
+// pair, the members on other hosts (a cut link), else every other member.
+TEST(CommMembers, AwaitedMembersNameThePeerAndItsHost) {
+  std::vector<CommMember> m = {
+      {0, "a", "10.0.0.1"}, {1, "a", "10.0.0.1"}, {2, "b", "10.0.0.2"}, {3, "b", "10.0.0.2"}};
+  EXPECT_EQ(awaitedMembers({m[0], m[2]}, 0, "Operation timed out!"), "rank 2 (host b, 10.0.0.2)");
+  EXPECT_EQ(awaitedMembers(m, 0, "Operation timed out!"),
+            "rank 2 (host b, 10.0.0.2) or rank 3 (host b, 10.0.0.2) on other hosts");
+  EXPECT_EQ(awaitedMembers(m, 2, "Connection closed by peer [10.0.0.1]:4040"),
+            "rank 0 (host a, 10.0.0.1) or rank 1 (host a, 10.0.0.1), whose address the backend "
+            "names");
+  EXPECT_EQ(awaitedMembers(m, 2, "peer 110.0.0.1:4040"),  // not 10.0.0.1
+            "rank 0 (host a, 10.0.0.1) or rank 1 (host a, 10.0.0.1) on other hosts");
+  EXPECT_EQ(awaitedMembers({m[0], m[1], {5, "a", "10.0.0.1"}, {6, "a", "10.0.0.1"}}, 1, "x"),
+            "one or more of rank 0 (host a, 10.0.0.1), rank 5 (host a, 10.0.0.1), rank 6 (host a, "
+            "10.0.0.1)");
+  EXPECT_EQ(awaitedMembers({}, 0, "x"), "");
 }
 
 TEST(CommP2P, TaggedSendsAndReceivesInBothDirections) { expectCollectivesPass(2, "p2p"); }
