@@ -34,7 +34,7 @@
 #             micro-batches of 1 sample, 1F1B and interleaved 1F1B (v = 2), vocabulary 512
 #             and 32000: each stage's measured bubble beside the theory. (2) a slow network:
 #             two `ip netns` hosts whose link tc tbf shapes to each rate of FTB_PP_RATES
-#             (default 100mbit 1gbit off 300mbit; needs root, else reported as skipped),
+#             (default 100mbit 300mbit 1gbit 3gbit off; needs root, else reported as skipped),
 #             D512/L8 global batch 8 as DDP, ZeRO-3 and pp 2 (1F1B), one rank per host via
 #             mpirun + launcher: tokens/s per host, bytes sent per step, where the ranking
 #             changes. FTB_PP_PARTS="bubble" or "net" reruns one part
@@ -457,11 +457,13 @@ bench_pipeline_bubble() {
     checkpoint.save_final=false)
   for vocab in 512 32000; do
     for sched in 1f1b interleaved_1f1b; do
+      local v=1
+      [ "$sched" = 1f1b ] || v=2
       echo "bench: D512/L8/T512 fp32, vocabulary $vocab, pp 2, m 8: $sched"
       cut -d' ' -f1-3 /proc/loadavg >"$runs/$sched.v$vocab.loadavg"
       launch 2 "$runs/$sched.v$vocab.log" -- "$BUILD/trainer/trainer" "${common[@]}" \
         --output-dir "$runs/$sched.v$vocab" model.vocab_size=$vocab parallel.pp_schedule=$sched \
-        parallel.pp_virtual_stages=$([ $sched = 1f1b ] && echo 1 || echo 2)
+        parallel.pp_virtual_stages=$v
     done
   done
 }
@@ -472,7 +474,7 @@ bench_pipeline_bubble() {
 # the shaped link delivers. At each rate D512/L8 fp32, global batch 8 x T512, one rank
 # per host launched by mpirun + launcher: DDP, ZeRO-3 and pp 2 (1F1B, m = 8). The bytes
 # each host sent come from its eth0 counters around each run.
-PP_RATES=${FTB_PP_RATES:-100mbit 1gbit off 300mbit}
+PP_RATES=${FTB_PP_RATES:-100mbit 300mbit 1gbit 3gbit off}
 bench_pipeline_net() {
   local runs=$1/net netns=$ROOT/tests/cluster/netns.sh
   rm -rf "$runs"

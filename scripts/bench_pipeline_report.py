@@ -8,6 +8,7 @@ Every figure is read from the runs' HDF5 metrics, logs, interface counters and l
 """
 import json
 import sys
+import tomllib
 from pathlib import Path
 
 import h5py
@@ -43,7 +44,9 @@ def pipeline_bubble(ranks):
     backward_s; the makespan is the longest forward-backward phase (pp_bubble_s over
     pp_bubble_fraction) of any stage in that step; ranks start the phase together (after
     the previous step's agreement)."""
-    phase = [s["pp_bubble_s"] / np.maximum(s["pp_bubble_fraction"], 1e-12) for s, _ in ranks]
+    phase = [np.where(s["pp_bubble_fraction"] > 0,
+                      s["pp_bubble_s"] / np.maximum(s["pp_bubble_fraction"], 1e-12),
+                      s["forward_s"] + s["backward_s"]) for s, _ in ranks]
     makespan = np.max(np.stack(phase), axis=0)
     return [1 - np.sum(s["forward_s"] + s["backward_s"]) / np.sum(makespan) for s, _ in ranks]
 
@@ -69,6 +72,7 @@ def bubble_section(runs):
     print("| vocabulary | schedule | stage | blocked | idle | theory | "
           "idle within 5 points | compute s/step | step p50 s | interference | load before |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
+    misses = []
     for vocab in (512, 32000):
         for sched in ("1f1b", "interleaved_1f1b"):
             run = bub / f"{sched}.v{vocab}"
@@ -76,16 +80,29 @@ def bubble_section(runs):
                 print(f"| {vocab} | {sched} | run missing: see {run}.log | | | | | | | |")
                 continue
             ranks = steps_of(run, 2)
+            if any("pp_bubble_theory" not in a for _, a in ranks):
+                print(f"| {vocab} | {sched} | run incomplete: see {run}.log | | | | | | | |")
+                continue
             idle = pipeline_bubble(ranks)
+            busy_all = [float(np.mean(st["forward_s"] + st["backward_s"])) for st, _ in ranks]
             for r, ((s, a), i) in enumerate(zip(ranks, idle)):
                 theory = a["pp_bubble_theory"]
                 ok = "yes" if abs(i - theory) <= 0.05 else "no"
+                if ok == "no":
+                    misses.append(f"- vocabulary {vocab}, {sched}, stage {r}: idle {100 * i:.1f} % "
+                                  f"against {100 * theory:.1f} %; its compute per step is "
+                                  f"{100 * (busy_all[r] / np.mean(busy_all) - 1):+.0f} % of the "
+                                  f"stages' mean ({' / '.join(f'{b:.2f}' for b in busy_all)} s)")
                 p50 = float(np.median(s["step_time_s"]))
                 busy = float(np.mean(s["forward_s"] + s["backward_s"]))
                 print(f"| {vocab} | {sched} | {r} | {100 * a['pp_bubble_fraction']:.1f} % "
                       f"| {100 * i:.1f} % | {100 * theory:.1f} % | {ok} | {busy:.2f} | {p50:.2f} | "
                       f"{100 * a['interference']:.0f} % | {load(f'{run}.loadavg')} |")
     print()
+    if misses:
+        print("Misses, beside how unequal the stages' compute was (a stage that computes more "
+              "than the other idles less than the theory, and the other more):\n")
+        print("\n".join(misses) + "\n")
 
 
 def rate_label(rate):
@@ -111,25 +128,40 @@ def net_rows(net, rates):
                 own = [r[1]["pp_p2p_bytes_per_step"] for r in ranks]
                 own_txt = " / ".join(f"{x / 1e6:.1f}" for x in own) + " (pp_p2p_bytes)"
             else:  # no collective byte counter in the trainer: the closed form
-                s_bytes = 4 * a["trainable_params"]
-                factor = 1.0 if lay == "ddp" else 1.5
-                own = [factor * s_bytes] * 2
-                own_txt = f"{factor * s_bytes / 1e6:.1f} ({factor:g} x 4 x params, closed form)"
+                own = [collective_bytes(run, a, lay)] * 2
+                own_txt = f"{own[0] / 1e6:.1f} (closed form)"
             rows.append(dict(rate=rate, link=link, layout=lay,
-                             p50=float(np.median(s["step_time_s"])), tps=tps, sent=sent,
+                             p50=float(np.median(s["step_time_s"])),
+                             comm=float(np.median(s["comm_s"])), tps=tps, sent=sent,
                              own=own, own_txt=own_txt, interference=a["interference"],
                              load=load(f"{run}.loadavg")))
     return rows
 
 
+def collective_bytes(run, attrs, layout):
+    """What one of 2 hosts sends per step, fp32: DDP's ring all-reduce of the gradients,
+    4 x params; ZeRO-3's all-gather of each block in forward and again in backward (half of
+    the blocks' bytes each), the root unit (embedding, output, final norm) gathered once,
+    and the reduce-scatter of every gradient (half of all bytes)."""
+    with h5py.File(rank_files(run)[0], "r") as f:
+        text = f["config"][()]
+    model = tomllib.loads(text.decode() if isinstance(text, bytes) else str(text))["model"]
+    total = attrs["trainable_params"]
+    root = model["vocab_size"] * model["dim"] * (1 if model["tie_embeddings"] else 2) + model["dim"]
+    if layout == "ddp":
+        return 4 * total
+    return 4 * ((total - root) + root / 2 + total / 2)
+
+
 def fit(rows, lay):
-    """Least squares t = a + b / bandwidth over the shaped rates of one layout."""
-    pts = [(1 / r["link"], r["p50"]) for r in rows if r["layout"] == lay and r["rate"] != "off"]
-    if len(pts) < 2:
+    """Least squares t = a + b / bandwidth over every rate of one layout (bandwidth: the
+    measured link rate); also the largest residual."""
+    pts = [(1 / r["link"], r["p50"]) for r in rows if r["layout"] == lay]
+    if len(pts) < 3:
         return None
     x, y = np.array(pts).T
     b, a = np.polyfit(x, y, 1)
-    return a, b
+    return a, b, float(np.max(np.abs(a + b * x - y)))
 
 
 def net_section(runs):
@@ -138,27 +170,30 @@ def net_section(runs):
     if (net / "skipped").exists():
         print(f"Skipped: {(net / 'skipped').read_text().strip()}\n")
         return
-    rates = [p.name[len("link."):-len(".json")] for p in sorted(net.glob("link.*.json"),
-                                                                 key=lambda p: p.stat().st_mtime)]
+    links = {p.name[len("link."):-len(".json")]: json.loads(p.read_text())["bits_per_s"]
+             for p in net.glob("link.*.json")}
+    rates = sorted(links, key=links.get)  # slowest measured link first
     rows = net_rows(net, rates)
     print("Two `ip netns` hosts on one bridge, each host's egress (eth0) shaped with `tc` tbf "
           "(tests/cluster/netns.sh shape); one rank per host, started the way users start "
           "them: `mpirun` runs one `launcher --nproc-per-node 1` per host. D512/L8/T512 fp32, "
           "global batch 8 sequences (DDP and ZeRO-3: micro-batch 4 per rank; pp: micro-batch "
-          "1, m = 8), 4 steps (the first one warm-up). *Link* is a 3-second TCP transfer "
+          "1, m = 8), 4 steps (the first one warm-up). *Comm* is rank 0's `comm_s`: time "
+          "blocked in collectives, or on pp in receives and sends (the bubble included). *Link* is a 3-second TCP transfer "
           "between the hosts timed at the receiver (payload bits/s). *Sent/step* is each "
           "host's eth0 tx_bytes over the run divided by its steps (headers and the start-up "
           "rendezvous included); the trainer's own figure is `pp_p2p_bytes_per_step` for pp; "
           "it has no byte counter for collectives, so DDP and ZeRO-3 show the closed form "
-          "(ring all-reduce of the fp32 gradients: 1 x their bytes per host; ZeRO-3: "
-          "all-gather in forward and again in backward, reduce-scatter: 1.5 x).\n")
-    print("| link (nominal) | link measured | layout | step p50 s | tokens/s per host | "
-          "sent/step per host MB (h1 / h2) | trainer's figure MB | interference | load before |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "for 2 hosts (DDP: ring all-reduce of the fp32 gradients, their bytes once per host; "
+          "ZeRO-3: each block all-gathered in forward and again in backward, the root unit of "
+          "embedding and output once, every gradient reduce-scattered: half the bytes each).\n")
+    print("| link (nominal) | link measured | layout | step p50 s | comm p50 s | tokens/s per host | "
+          "sent/step per host MB (host 1 / host 2) | trainer's figure MB | interference | load before |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         sent = " / ".join(f"{x / 1e6:.1f}" for x in r["sent"])
         print(f"| {rate_label(r['rate'])} | {r['link'] / 1e6:.0f} Mbit/s | {LAYOUTS[r['layout']]} "
-              f"| {r['p50']:.2f} | {r['tps']:.1f} | {sent} | {r['own_txt']} | "
+              f"| {r['p50']:.2f} | {r['comm']:.2f} | {r['tps']:.1f} | {sent} | {r['own_txt']} | "
               f"{100 * r['interference']:.0f} % | {r['load']} |")
     print()
     speedups(rows, rates)
@@ -184,16 +219,16 @@ def speedups(rows, rates):
 def crossover(rows):
     fits = {lay: fit(rows, lay) for lay in LAYOUTS}
     if any(f is None for f in fits.values()):
-        print("Crossover: needs at least two shaped rates per layout.\n")
+        print("Crossover: needs at least three rates per layout.\n")
         return
-    print("Where the ranking changes: each layout's step time fitted by least squares to "
-          "t = a + b / bandwidth over the shaped rates (bandwidth = the measured link rate); "
-          "a is the step's time on an infinitely fast link, b the bits it must move in turn "
-          "with compute:\n")
-    for lay, (a, b) in fits.items():
-        print(f"- {LAYOUTS[lay]}: a = {a:.2f} s, b = {b / 8e6:.1f} MB")
+    print("Where the ranking changes: each layout's step time p50 fitted by least squares "
+          "to t = a + b / bandwidth over every rate above (bandwidth = the measured link "
+          "rate): a is the step time on an infinitely fast link, b the bytes it moves that "
+          "compute does not hide; the largest residual says how well the model fits:\n")
+    for lay, (a, b, res) in fits.items():
+        print(f"- {LAYOUTS[lay]}: a = {a:.2f} s, b = {b / 8e6:.1f} MB, largest residual {res:.2f} s")
     for other in ("zero3", "ddp"):
-        (ap, bp), (ao, bo) = fits["pp"], fits[other]
+        (ap, bp, _), (ao, bo, _) = fits["pp"], fits[other]
         if ap > ao and bo > bp:
             bw = (bo - bp) / (ap - ao)
             print(f"- pp 2 and {LAYOUTS[other]} are equally fast at {bw / 1e6:.0f} Mbit/s by the "
@@ -208,10 +243,10 @@ def crossover(rows):
 def main(runs):
     runs = Path(runs)
     print("# Pipeline parallelism: bubble and a slow network\n")
-    loads = "; ".join(
-        f"{part} {(runs / f'loadavg.{part}.before').read_text().strip()} / "
-        f"{(runs / f'loadavg.{part}.after').read_text().strip()}"
-        for part in ("bubble", "net") if (runs / f"loadavg.{part}.before").exists())
+    def text(name):
+        return (runs / name).read_text().strip() if (runs / name).exists() else "not recorded"
+    loads = "; ".join(f"{part} {text(f'loadavg.{part}.before')} / {text(f'loadavg.{part}.after')}"
+                      for part in ("bubble", "net"))
     print(f"`scripts/bench.sh pipeline`. CPU: {cpu_model()}, 2 cores, both ranks on them. "
           f"Load average (1, 5, 15 min) before / after each part: {loads}. Each row gives "
           f"the 1-minute load before its run and the trainer's interference measure (the "
