@@ -634,6 +634,8 @@ std::vector<int64_t> pipeSplit(const Config& cfg, const TrainConfig& c) {
   const std::vector<int64_t>& given = cfg.getIntList("parallel.pp_split");
   // One chunk holds every block: nothing to balance (balancedSplit grows with the layers).
   if (given.empty() && chunks == 1) return {L};
+  if (given.empty() && c.pp_virtual_stages > 1)
+    return interleavedSplit(L, c.pp, c.pp_virtual_stages, layerCosts(c.model, c.seq_len));
   if (given.empty()) return balancedSplit(L, chunks, layerCosts(c.model, c.seq_len));
   int64_t sum = 0;
   for (int64_t n : given) {
