@@ -52,12 +52,12 @@ double loraBlockParams(const ModelArgs& m, const LoraConfig& lora, int64_t tp) {
 // finetuning holds its weights. Stage 3 gathers a block's base in the compute dtype and
 // the root in its storage dtype.
 void loraModelStates(const TrainConfig& tc, const Counts& c, MemoryEstimate& e) {
-  const double L = tc.model.n_layers, P = L * c.block + c.root, N = double(tc.dp_shard);
-  const double pa_block = loraBlockParams(tc.model, tc.lora, tc.tp), Pa = L * pa_block;
+  const double L = tc.model.n_layers, P = L * c.block + c.root, N = double(tc.layout.dp_shard);
+  const double pa_block = loraBlockParams(tc.model, tc.lora, tc.layout.tp), Pa = L * pa_block;
   const double b = tc.lora.base_dtype == DType::kBf16 ? 2.0 : 4.0;
-  const double elt = tc.dtype == DType::kBf16 ? 2.0 : 4.0;
-  const int stage = static_cast<int>(tc.effectiveZeroStage());
-  e.optimizer = tc.optimizer == "adafactor" ? 4.0 * 2 * std::sqrt(Pa / L) * L
+  const double elt = tc.training.dtype == DType::kBf16 ? 2.0 : 4.0;
+  const int stage = static_cast<int>(tc.layout.effectiveZeroStage());
+  e.optimizer = tc.training.optimizer == "adafactor" ? 4.0 * 2 * std::sqrt(Pa / L) * L
                                             : 8.0 * (stage >= 1 ? Pa / N : Pa);
   e.parameters = (stage == 3 ? (b * P + 4 * Pa) / N : b * P + 4 * Pa);
   e.gradients = stage == 0 ? 4 * Pa : stage == 1 ? 4 * Pa + 4 * Pa / N
@@ -72,8 +72,8 @@ void loraModelStates(const TrainConfig& tc, const Counts& c, MemoryEstimate& e) 
 double loraActivationDelta(const TrainConfig& tc, double elt) {
   if (!tc.lora.enabled()) return 0;
   const LoraConfig& l = tc.lora;
-  const double BT = double(tc.micro_batch_size) * double(tc.seq_len), D = tc.model.dim;
-  const double F = double(tc.model.ffn_dim) / double(tc.tp), r = double(l.rank);
+  const double BT = double(tc.training.micro_batch_size) * double(tc.data.seq_len), D = tc.model.dim;
+  const double F = double(tc.model.ffn_dim) / double(tc.layout.tp), r = double(l.rank);
   double delta = 0;
   if (!l.hasTarget("q") && !l.hasTarget("k") && !l.hasTarget("v")) delta -= elt * BT * D;
   if (!l.hasTarget("o")) delta -= elt * BT * D;
@@ -92,18 +92,18 @@ std::string gib(double b) {
 
 MemoryEstimate estimateMemory(const TrainConfig& tc) {
   const ModelArgs& m = tc.model;
-  const Counts c = countParams(m, tc.tp);
+  const Counts c = countParams(m, tc.layout.tp);
   const double L = m.n_layers, P = L * c.block + c.root;
-  const double N = double(tc.dp_shard);
-  const int stage = static_cast<int>(tc.effectiveZeroStage());
-  const double elt = tc.dtype == DType::kBf16 ? 2.0 : 4.0;  // compute dtype
+  const double N = double(tc.layout.dp_shard);
+  const int stage = static_cast<int>(tc.layout.effectiveZeroStage());
+  const double elt = tc.training.dtype == DType::kBf16 ? 2.0 : 4.0;  // compute dtype
   MemoryEstimate e;
   e.params_local = static_cast<int64_t>(std::min(P, 9.2e18));  // checkSizes bounds P
   e.runtime = kRuntimeBaselineBytes;
-  e.checkpointing = tc.activation_checkpointing > 0 || stage == 3;
+  e.checkpointing = tc.training.activation_checkpointing > 0 || stage == 3;
 
   double opt_params = stage >= 1 ? P / N : P;
-  e.optimizer = tc.optimizer == "adafactor" ? 4.0 * 2 * std::sqrt(P) * L : 8.0 * opt_params;
+  e.optimizer = tc.training.optimizer == "adafactor" ? 4.0 * 2 * std::sqrt(P) * L : 8.0 * opt_params;
   if (stage == 0) {
     e.parameters = 4 * P;
     e.gradients = 4 * P;
@@ -134,11 +134,11 @@ MemoryEstimate estimateMemory(const TrainConfig& tc) {
   // not fp32; on a GPU, whose attention is flash SDPA, one fp32 value per row) and, in
   // bf16, the weight casts saved for backward.
   // Calibrated against measured peak RSS (README §Memory estimate).
-  const double B = tc.micro_batch_size, T = tc.seq_len, D = m.dim;
-  const double H = double(m.n_heads) / tc.tp, F = double(m.ffn_dim) / tc.tp;
-  const bool low = tc.dtype == DType::kBf16;
+  const double B = tc.training.micro_batch_size, T = tc.data.seq_len, D = m.dim;
+  const double H = double(m.n_heads) / tc.layout.tp, F = double(m.ffn_dim) / tc.layout.tp;
+  const bool low = tc.training.dtype == DType::kBf16;
   // SDPA on a GPU (flash attention) keeps no T² tensor, only a log-sum-exp per row.
-  const bool flash = tc.device.rfind("cuda", 0) == 0;
+  const bool flash = tc.training.device.rfind("cuda", 0) == 0;
   const double scores = flash ? 4.0 * B * H * T : (4.0 + (low ? elt : 0.0)) * B * H * T * T;
   // A weight stored in another dtype than the compute dtype is cast on use, and the cast
   // saved for backward (fp32 masters in bf16; a bf16 LoRA base in fp32).
@@ -149,14 +149,14 @@ MemoryEstimate estimateMemory(const TrainConfig& tc) {
   const double scale = flash ? kGpuActivationScale : 1.0;
   const double per_block = scale * (elt * (16 * B * T * D + 4 * B * T * F) + scores) + casts +
                            loraActivationDelta(tc, elt);
-  const double logit_elems = B * T * double(m.vocab_size) / tc.tp;
+  const double logit_elems = B * T * double(m.vocab_size) / tc.layout.tp;
   // One rank with the whole vocabulary: the chunked cross-entropy saves only the
   // logits (4 bytes/value in fp32; bf16 logits + their bf16 gradient in bf16). The
   // vocab-parallel path keeps ~3 fp32 copies plus the compute-dtype logits.
-  const double logits = scale * (tc.tp > 1 ? 3 * 4.0 + elt : 4.0) * logit_elems;
+  const double logits = scale * (tc.layout.tp > 1 ? 3 * 4.0 + elt : 4.0) * logit_elems;
   e.activations_full = L * per_block + logits;
   // Checkpointed blocks keep only their input; one block is live during recompute.
-  const double every = tc.activation_checkpointing > 0 ? double(tc.activation_checkpointing) : 1.0;
+  const double every = tc.training.activation_checkpointing > 0 ? double(tc.training.activation_checkpointing) : 1.0;
   const double ckpt_blocks = std::ceil(L / every);
   e.activations_checkpointed = ckpt_blocks * elt * B * T * D +
                                (L - ckpt_blocks) * per_block + per_block + logits;
@@ -166,11 +166,11 @@ MemoryEstimate estimateMemory(const TrainConfig& tc) {
 std::string formatMemoryEstimate(const TrainConfig& tc, const MemoryEstimate& e,
                                  double limit_bytes) {
   std::ostringstream os;
-  const int stage = static_cast<int>(tc.effectiveZeroStage());
-  os << "memory estimate per rank: " << tc.model.name << ", world " << tc.world_size << " = dp_replicate "
-     << tc.dp_replicate << " x dp_shard " << tc.dp_shard << " x tp " << tc.tp << ", zero_stage "
-     << stage << ", " << (tc.dtype == DType::kBf16 ? "bf16" : "fp32") << ", " << tc.optimizer
-     << ", micro-batch " << tc.micro_batch_size << " x seq " << tc.seq_len << "\n";
+  const int stage = static_cast<int>(tc.layout.effectiveZeroStage());
+  os << "memory estimate per rank: " << tc.model.name << ", world " << tc.layout.world_size << " = dp_replicate "
+     << tc.layout.dp_replicate << " x dp_shard " << tc.layout.dp_shard << " x tp " << tc.layout.tp << ", zero_stage "
+     << stage << ", " << (tc.training.dtype == DType::kBf16 ? "bf16" : "fp32") << ", " << tc.training.optimizer
+     << ", micro-batch " << tc.training.micro_batch_size << " x seq " << tc.data.seq_len << "\n";
   os << "  parameters on this tp rank: " << e.params_local << "\n";
   auto row = [&os](const std::string& k, double v) {
     os << "  " << std::left << std::setw(34) << k << std::right << std::setw(14) << gib(v) << "\n";
@@ -238,7 +238,7 @@ double nodeMemoryBytes() {
 }
 
 MemoryBudget memoryBudget(const TrainConfig& tc, int ranks_on_node) {
-  if (tc.memory_limit_bytes > 0) return {tc.memory_limit_bytes, "parallel.memory_limit_gb"};
+  if (tc.comm.memory_limit_bytes > 0) return {tc.comm.memory_limit_bytes, "parallel.memory_limit_gb"};
   const int n = std::max(1, ranks_on_node);
   const double node = nodeMemoryBytes();
   return {node / n, "this node's memory " + gib(node) + " / " + std::to_string(n) +
@@ -252,7 +252,7 @@ std::string memoryFitProblem(const TrainConfig& tc, const MemoryEstimate& e,
   auto [name, bytes] = largestTerm(e, hint);
   return "estimated memory per rank " + gib(e.total()) + " exceeds " + gib(budget.bytes) +
          " (" + budget.source + "); largest term: " + name + " " + gib(bytes) + " (micro-batch " +
-         std::to_string(tc.micro_batch_size) + " x seq " + std::to_string(tc.seq_len) + ", " +
+         std::to_string(tc.training.micro_batch_size) + " x seq " + std::to_string(tc.data.seq_len) + ", " +
          std::to_string(e.params_local) + " parameters per tp rank). Hint: " + hint +
          "; trainer --estimate-memory shows every term";
 }

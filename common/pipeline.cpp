@@ -111,13 +111,13 @@ int64_t PipePlan::firstLayer(int64_t model_chunk) const {
 
 PipePlan pipePlanOf(const TrainConfig& tc) {
   PipePlan plan;
-  plan.schedule = tc.pp_schedule == "gpipe"  ? PipeSchedule::kGpipe
-                  : tc.pp_schedule == "1f1b" ? PipeSchedule::k1F1B
+  plan.schedule = tc.pipeline.pp_schedule == "gpipe"  ? PipeSchedule::kGpipe
+                  : tc.pipeline.pp_schedule == "1f1b" ? PipeSchedule::k1F1B
                                              : PipeSchedule::kInterleaved1F1B;
-  plan.stages = tc.pp;
-  plan.virtual_stages = tc.pp_virtual_stages;
-  plan.microbatches = tc.grad_accum_steps;
-  plan.split = tc.pp_split;
+  plan.stages = tc.layout.pp;
+  plan.virtual_stages = tc.pipeline.pp_virtual_stages;
+  plan.microbatches = tc.training.grad_accum_steps;
+  plan.split = tc.pipeline.pp_split;
   return plan;
 }
 

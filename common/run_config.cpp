@@ -200,7 +200,7 @@ std::string binDtypeProblem(const std::string& bin_dtype, int64_t vocab_size) {
 }
 
 std::string binDtypeProblem(const TrainConfig& c) {
-  return binDtypeProblem(c.bin_dtype, c.model.vocab_size);
+  return binDtypeProblem(c.data.bin_dtype, c.model.vocab_size);
 }
 
 ModelArgs modelArgsFromConfig(const Config& cfg) {
@@ -502,24 +502,24 @@ namespace {
 void checkLayoutFits(const Config& cfg, const TrainConfig& c) {
   const ModelArgs& m = c.model;
   auto divides = [&](const char* what, int64_t n) {
-    if (n % c.tp != 0)
+    if (n % c.layout.tp != 0)
       failEither(cfg, "parallel.tp", std::string("model.") + what,
-                 "tp(" + num(c.tp) + ") does not divide " + what + "(" + num(n) + ")",
+                 "tp(" + num(c.layout.tp) + ") does not divide " + what + "(" + num(n) + ")",
                  "tensor parallel splits heads, kv heads, ffn_dim and the vocabulary evenly");
   };
   divides("n_heads", m.n_heads);
   divides("n_kv_heads", m.n_kv_heads);
   divides("ffn_dim", m.ffn_dim);
   divides("vocab_size", m.vocab_size);
-  if (c.tp > 1 && c.optimizer == "adafactor")
+  if (c.layout.tp > 1 && c.training.optimizer == "adafactor")
     cfg.fail("training.optimizer",
              "adafactor's factored moments and update clipping are per tensor, but tp(" +
-                 num(c.tp) + ") splits tensors across ranks",
+                 num(c.layout.tp) + ") splits tensors across ranks",
              "use optimizer = \"adamw\" with tensor parallel");
-  if (c.zero_stage > 0 && c.optimizer == "adafactor")
+  if (c.layout.zero_stage > 0 && c.training.optimizer == "adafactor")
     cfg.fail("training.optimizer",
              "adafactor needs 2-D parameters for its factored moments, but zero_stage(" +
-                 num(c.zero_stage) + ") gives the optimizer flat 1-D shards",
+                 num(c.layout.zero_stage) + ") gives the optimizer flat 1-D shards",
              "use optimizer = \"adamw\" with ZeRO, or zero_stage = 0");
 }
 
@@ -543,24 +543,24 @@ int64_t withPipeMicrobatches(const Config& cfg, int64_t accum) {
 // micro-batches on every data-parallel rank. Returns grad_accum_steps.
 int64_t gradAccumFor(const Config& cfg, const TrainConfig& c) {
   const int64_t gbs = cfg.getInt("training.global_batch_size");
-  if (gbs == 0) return withPipeMicrobatches(cfg, c.grad_accum_steps);
-  auto checked = checkedProduct({c.micro_batch_size, c.dpSize()});
+  if (gbs == 0) return withPipeMicrobatches(cfg, c.training.grad_accum_steps);
+  auto checked = checkedProduct({c.training.micro_batch_size, c.layout.dpSize()});
   if (!checked)
-    cfg.fail("training.micro_batch_size", "micro_batch_size(" + num(c.micro_batch_size) +
+    cfg.fail("training.micro_batch_size", "micro_batch_size(" + num(c.training.micro_batch_size) +
                                               ") * data-parallel size overflows int64");
   const int64_t per_step = *checked;
   if (gbs % per_step != 0)
     cfg.fail("training.global_batch_size",
              "global_batch_size(" + num(gbs) + ") is not divisible by micro_batch_size(" +
-                 num(c.micro_batch_size) + ") * data-parallel size(" + num(c.dpSize()) +
-                 ") = " + num(per_step) + " (world_size(" + num(c.world_size) + "), tp(" +
-                 num(c.tp) + "))",
+                 num(c.training.micro_batch_size) + ") * data-parallel size(" + num(c.layout.dpSize()) +
+                 ") = " + num(per_step) + " (world_size(" + num(c.layout.world_size) + "), tp(" +
+                 num(c.layout.tp) + "))",
              "choose a global batch that is a multiple of " + num(per_step) +
                  ", or set global_batch_size = 0");
   const int64_t accum = gbs / per_step;
-  if (cfg.where("training.grad_accum_steps") != "default" && accum != c.grad_accum_steps)
+  if (cfg.where("training.grad_accum_steps") != "default" && accum != c.training.grad_accum_steps)
     cfg.fail("training.grad_accum_steps",
-             "grad_accum_steps(" + num(c.grad_accum_steps) + ") contradicts global_batch_size(" +
+             "grad_accum_steps(" + num(c.training.grad_accum_steps) + ") contradicts global_batch_size(" +
                  num(gbs) + ") / (micro_batch_size * dp)(" + num(per_step) + ") = " + num(accum),
              "set only one of them");
   return withPipeMicrobatches(cfg, accum);
@@ -574,31 +574,31 @@ std::string listText(const std::vector<int64_t>& v) {
 
 // The schedule and its virtual stages against pp and the model's blocks.
 void checkPipeShape(const Config& cfg, const TrainConfig& c) {
-  const int64_t L = c.model.n_layers, v = c.pp_virtual_stages;
-  if (c.pp > L)
+  const int64_t L = c.model.n_layers, v = c.pipeline.pp_virtual_stages;
+  if (c.layout.pp > L)
     failEither(cfg, "parallel.pp", "model.n_layers",
-               "pp(" + num(c.pp) + ") exceeds model.n_layers(" + num(L) +
+               "pp(" + num(c.layout.pp) + ") exceeds model.n_layers(" + num(L) +
                    "): every pipeline stage needs at least one transformer block",
                "lower parallel.pp to at most " + num(L));
-  const bool interleaved = c.pp_schedule == "interleaved_1f1b";
+  const bool interleaved = c.pipeline.pp_schedule == "interleaved_1f1b";
   if (v > 1 && !interleaved)
     failEither(cfg, "parallel.pp_virtual_stages", "parallel.pp_schedule",
                "pp_virtual_stages(" + num(v) + ") > 1 needs pp_schedule \"interleaved_1f1b\", "
-               "got \"" + c.pp_schedule + "\"",
+               "got \"" + c.pipeline.pp_schedule + "\"",
                "set parallel.pp_schedule = \"interleaved_1f1b\" or pp_virtual_stages = 1");
-  if (v > 1 && c.pp == 1)
+  if (v > 1 && c.layout.pp == 1)
     failEither(cfg, "parallel.pp_virtual_stages", "parallel.pp",
                "pp_virtual_stages(" + num(v) + ") > 1 needs a pipeline, but pp is 1",
                "set parallel.pp >= 2, or pp_virtual_stages = 1");
-  if (interleaved && c.pp > 1 && v < 2)
+  if (interleaved && c.layout.pp > 1 && v < 2)
     failEither(cfg, "parallel.pp_virtual_stages", "parallel.pp_schedule",
                "pp_schedule \"interleaved_1f1b\" needs pp_virtual_stages >= 2, got " + num(v),
                "set parallel.pp_virtual_stages = 2 (two model chunks per stage), or use "
                "pp_schedule = \"1f1b\"");
-  const int64_t chunks = c.pp * v;
-  if (chunks > L || (interleaved && c.pp > 1 && c.pp_split.empty() && L % chunks != 0))
+  const int64_t chunks = c.layout.pp * v;
+  if (chunks > L || (interleaved && c.layout.pp > 1 && c.pipeline.pp_split.empty() && L % chunks != 0))
     failEither(cfg, "parallel.pp_virtual_stages", "model.n_layers",
-               "pp(" + num(c.pp) + ") * pp_virtual_stages(" + num(v) + ") = " + num(chunks) +
+               "pp(" + num(c.layout.pp) + ") * pp_virtual_stages(" + num(v) + ") = " + num(chunks) +
                    " model chunks do not divide model.n_layers(" + num(L) + ")",
                "choose pp_virtual_stages so that pp * pp_virtual_stages divides n_layers, or "
                "give the blocks per chunk in parallel.pp_split");
@@ -607,36 +607,37 @@ void checkPipeShape(const Config& cfg, const TrainConfig& c) {
 // The micro-batches against the schedule: 1F1B fills the pipeline with pp micro-batches
 // before its first backward; interleaved 1F1B runs them in groups of pp.
 void checkPipeMicrobatches(const Config& cfg, const TrainConfig& c) {
-  const int64_t m = c.grad_accum_steps;
-  if (c.pp == 1 || c.pp_schedule == "gpipe") return;
+  const int64_t m = c.training.grad_accum_steps;
+  if (c.layout.pp == 1 || c.pipeline.pp_schedule == "gpipe") return;
   const std::string got = "got " + num(m) + " micro-batches per step (training.grad_accum_steps" +
                           (cfg.getInt("training.global_batch_size") > 0
                                ? " from global_batch_size)"
                                : " or parallel.pp_microbatches)");
-  const std::string hint = "set parallel.pp_microbatches to a multiple of pp(" + num(c.pp) +
+  const std::string hint = "set parallel.pp_microbatches to a multiple of pp(" + num(c.layout.pp) +
                            ") (the global batch grows with it), or use pp_schedule = \"gpipe\"";
-  if (m < c.pp)
+  if (m < c.layout.pp)
     failEither(cfg, "parallel.pp_microbatches", "parallel.pp",
-               "pp_schedule \"" + c.pp_schedule + "\" needs at least pp(" + num(c.pp) +
+               "pp_schedule \"" + c.pipeline.pp_schedule + "\" needs at least pp(" + num(c.layout.pp) +
                    ") micro-batches, " + got,
                hint);
-  if (c.pp_schedule == "interleaved_1f1b" && m % c.pp != 0)
+  if (c.pipeline.pp_schedule == "interleaved_1f1b" && m % c.layout.pp != 0)
     failEither(cfg, "parallel.pp_microbatches", "parallel.pp",
                "pp_schedule \"interleaved_1f1b\" runs micro-batches in groups of pp(" +
-                   num(c.pp) + "), " + got,
+                   num(c.layout.pp) + "), " + got,
                hint);
 }
 
 // parallel.pp_split: pp · pp_virtual_stages entries >= 1 summing to n_layers, or
 // [] for the FLOP-balanced split (common/pipeline.h).
 std::vector<int64_t> pipeSplit(const Config& cfg, const TrainConfig& c) {
-  const int64_t chunks = c.pp * c.pp_virtual_stages, L = c.model.n_layers;
+  const int64_t chunks = c.layout.pp * c.pipeline.pp_virtual_stages, L = c.model.n_layers;
   const std::vector<int64_t>& given = cfg.getIntList("parallel.pp_split");
   // One chunk holds every block: nothing to balance (balancedSplit grows with the layers).
   if (given.empty() && chunks == 1) return {L};
-  if (given.empty() && c.pp_virtual_stages > 1)
-    return interleavedSplit(L, c.pp, c.pp_virtual_stages, layerCosts(c.model, c.seq_len));
-  if (given.empty()) return balancedSplit(L, chunks, layerCosts(c.model, c.seq_len));
+  if (given.empty() && c.pipeline.pp_virtual_stages > 1)
+    return interleavedSplit(L, c.layout.pp, c.pipeline.pp_virtual_stages,
+                            layerCosts(c.model, c.data.seq_len));
+  if (given.empty()) return balancedSplit(L, chunks, layerCosts(c.model, c.data.seq_len));
   int64_t sum = 0;
   for (int64_t n : given) {
     if (n < 1)
@@ -647,7 +648,7 @@ std::vector<int64_t> pipeSplit(const Config& cfg, const TrainConfig& c) {
   if (int64_t(given.size()) != chunks)
     cfg.fail("parallel.pp_split",
              listText(given) + " has " + num(int64_t(given.size())) + " entries, expected pp(" +
-                 num(c.pp) + ") * pp_virtual_stages(" + num(c.pp_virtual_stages) + ") = " +
+                 num(c.layout.pp) + ") * pp_virtual_stages(" + num(c.pipeline.pp_virtual_stages) + ") = " +
                  num(chunks),
              "one entry per model chunk, in model order; [] balances by FLOPs");
   if (sum != L)
@@ -662,21 +663,21 @@ std::vector<int64_t> pipeSplit(const Config& cfg, const TrainConfig& c) {
 // them), ZeRO beyond two stages of one chunk (every ZeRO stage needs a root unit), and
 // micro-batches of different lengths with recomputed blocks.
 void checkPipeSupport(const Config& cfg, const TrainConfig& c) {
-  if (c.pp == 1) return;
+  if (c.layout.pp == 1) return;
   if (c.model.tie_embeddings)
     failEither(cfg, "parallel.pp", "model.tie_embeddings",
-               "pp(" + num(c.pp) + ") with tied embeddings is not supported: the embedding "
+               "pp(" + num(c.layout.pp) + ") with tied embeddings is not supported: the embedding "
                "lives on the first stage, the output projection on the last",
                "use parallel.pp = 1 for models with tie_embeddings = true");
-  if (c.effectiveZeroStage() > 0 && (c.pp > 2 || c.pp_virtual_stages > 1))
+  if (c.layout.effectiveZeroStage() > 0 && (c.layout.pp > 2 || c.pipeline.pp_virtual_stages > 1))
     failEither(cfg, "parallel.zero_stage", "parallel.pp",
-               "zero_stage(" + num(c.zero_stage) + ") inside a pipeline needs pp = 2 with one "
-               "chunk per stage, got pp(" + num(c.pp) + "), pp_virtual_stages(" +
-                   num(c.pp_virtual_stages) + ")",
+               "zero_stage(" + num(c.layout.zero_stage) + ") inside a pipeline needs pp = 2 with one "
+               "chunk per stage, got pp(" + num(c.layout.pp) + "), pp_virtual_stages(" +
+                   num(c.pipeline.pp_virtual_stages) + ")",
                "use parallel.pp = 2 with pp_schedule \"1f1b\" or \"gpipe\", or zero_stage = 0");
   // Recomputed blocks read the model's rope tables of the latest forward (llama.h); a
   // pipeline runs several forwards before a backward, so their lengths must agree.
-  if (c.pad_longest && (c.activation_checkpointing > 0 || c.effectiveZeroStage() == 3))
+  if (c.data.pad_longest && (c.training.activation_checkpointing > 0 || c.layout.effectiveZeroStage() == 3))
     failEither(cfg, "data.padding", "parallel.pp",
                "\"longest\" gives the micro-batches of a pipeline different lengths, but its "
                "recomputed blocks (activation checkpointing, ZeRO-3) need one length per step",
@@ -686,14 +687,14 @@ void checkPipeSupport(const Config& cfg, const TrainConfig& c) {
 // [parallel] pipeline keys (PipelineConfig). REQUIRES: layout and grad_accum_steps set.
 void pipelineConfig(const Config& cfg, TrainConfig& c) {
   requireOneOf(cfg, "parallel.pp_schedule", {"gpipe", "1f1b", "interleaved_1f1b"});
-  c.pp_schedule = cfg.getString("parallel.pp_schedule");
-  c.pp_virtual_stages = cfg.getInt("parallel.pp_virtual_stages");
-  c.pp_split = cfg.getIntList("parallel.pp_split");
+  c.pipeline.pp_schedule = cfg.getString("parallel.pp_schedule");
+  c.pipeline.pp_virtual_stages = cfg.getInt("parallel.pp_virtual_stages");
+  c.pipeline.pp_split = cfg.getIntList("parallel.pp_split");
   checkPipeShape(cfg, c);
   checkPipeMicrobatches(cfg, c);
   checkPipeSupport(cfg, c);
-  c.pp_microbatches = c.grad_accum_steps;
-  c.pp_split = pipeSplit(cfg, c);
+  c.pipeline.pp_microbatches = c.training.grad_accum_steps;
+  c.pipeline.pp_split = pipeSplit(cfg, c);
 }
 
 // Planned keys (KeySpec::planned) are refused rather than silently ignored until they exist.
@@ -714,23 +715,23 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size, Checks ch
   TrainConfig c;
   c.model = modelArgsFromConfig(cfg);
   if (cfg.has("model.from_pretrained")) c.from_pretrained = cfg.getString("model.from_pretrained");
-  static_cast<DataConfig&>(c) = DataConfig::fromConfig(cfg, c.model, checks);
-  static_cast<TrainingConfig&>(c) = TrainingConfig::fromConfig(cfg);
-  static_cast<LayoutConfig&>(c) = LayoutConfig::fromConfig(cfg, world_size);
+  c.data = DataConfig::fromConfig(cfg, c.model, checks);
+  c.training = TrainingConfig::fromConfig(cfg);
+  c.layout = LayoutConfig::fromConfig(cfg, world_size);
   checkLayoutFits(cfg, c);
-  c.grad_accum_steps = gradAccumFor(cfg, c);
+  c.training.grad_accum_steps = gradAccumFor(cfg, c);
   pipelineConfig(cfg, c);
-  static_cast<CommConfig&>(c) = CommConfig::fromConfig(cfg, checks);
+  c.comm = CommConfig::fromConfig(cfg, checks);
   refusePlannedKeys(cfg);
   c.checkpoint = CheckpointConfig::fromConfig(cfg);
   c.lora = LoraConfig::fromConfig(cfg);
-  if (c.lora.enabled() && c.lora.dropout > 0 && c.tp > 1)
+  if (c.lora.enabled() && c.lora.dropout > 0 && c.layout.tp > 1)
     failEither(cfg, "lora.dropout", "parallel.tp",
                "LoRA dropout with tensor parallelism is not supported: the tp ranks would have to "
                "draw the same masks",
                "lora.dropout = 0 (the usual setting for benchmarks), or parallel.tp = 1");
-  static_cast<MetricsConfig&>(c) = MetricsConfig::fromConfig(cfg, c.max_steps);
-  static_cast<OutputConfig&>(c) = OutputConfig::fromConfig(cfg);
+  c.metrics = MetricsConfig::fromConfig(cfg, c.training.max_steps);
+  c.output = OutputConfig::fromConfig(cfg);
   checkSizes(cfg, c);
   return c;
 }

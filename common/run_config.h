@@ -184,20 +184,23 @@ struct OutputConfig {
   static OutputConfig fromConfig(const Config& cfg);
 };
 
-// Every section; the fields stay flat (tc.seq_len, tc.tp) for the trainer's code.
-struct TrainConfig : DataConfig,
-                     TrainingConfig,
-                     LayoutConfig,
-                     PipelineConfig,
-                     CommConfig,
-                     MetricsConfig,
-                     OutputConfig {
+// Every section of a run's config, each its own member (tc.data.seq_len, tc.layout.tp).
+struct TrainConfig {
   ModelArgs model;
   std::string from_pretrained;  // model.from_pretrained: HF model directory, "" = random init
+  DataConfig data;
+  TrainingConfig training;
+  LayoutConfig layout;
+  PipelineConfig pipeline;
+  CommConfig comm;
   CheckpointConfig checkpoint;
   LoraConfig lora;
+  MetricsConfig metrics;
+  OutputConfig output;
 
-  int64_t globalBatch() const { return micro_batch_size * grad_accum_steps * dpSize(); }
+  int64_t globalBatch() const {
+    return training.micro_batch_size * training.grad_accum_steps * layout.dpSize();
+  }
 
   // REQUIRES: cfg resolved by Config::load. Runs cfg.checkDomains(), then each section's
   // fromConfig with the checks across sections where their keys come (the layout against

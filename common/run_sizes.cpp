@@ -40,27 +40,27 @@ void checkSizes(const Config& cfg, const TrainConfig& c) {
   }
   // Global batch and tokens of the run; blame the largest factor the user set.
   const std::pair<const char*, int64_t> factors[] = {
-      {"training.micro_batch_size", c.micro_batch_size},
-      {"training.grad_accum_steps", c.grad_accum_steps},
-      {"data.seq_len", c.seq_len},
-      {"training.max_steps", c.max_steps}};
+      {"training.micro_batch_size", c.training.micro_batch_size},
+      {"training.grad_accum_steps", c.training.grad_accum_steps},
+      {"data.seq_len", c.data.seq_len},
+      {"training.max_steps", c.training.max_steps}};
   auto largest = [&factors] {
     const auto* best = &factors[0];
     for (const auto& f : factors)
       if (f.second > best->second) best = &f;
     return best->first;
   };
-  auto global = checkedProduct({c.micro_batch_size, c.grad_accum_steps, c.dp_replicate,
-                                c.dp_shard});
+  auto global = checkedProduct({c.training.micro_batch_size, c.training.grad_accum_steps, c.layout.dp_replicate,
+                                c.layout.dp_shard});
   if (!global)
-    cfg.fail(largest(), "global batch = micro_batch_size(" + num(c.micro_batch_size) +
-                            ") * grad_accum_steps(" + num(c.grad_accum_steps) +
-                            ") * data-parallel size(" + num(c.dpSize()) +
+    cfg.fail(largest(), "global batch = micro_batch_size(" + num(c.training.micro_batch_size) +
+                            ") * grad_accum_steps(" + num(c.training.grad_accum_steps) +
+                            ") * data-parallel size(" + num(c.layout.dpSize()) +
                             ") overflows a 64-bit integer",
              "lower training.micro_batch_size or training.grad_accum_steps");
-  if (!checkedProduct({*global, c.seq_len, c.max_steps}))
+  if (!checkedProduct({*global, c.data.seq_len, c.training.max_steps}))
     cfg.fail(largest(), "tokens of the run = global batch(" + num(*global) + ") * seq_len(" +
-                            num(c.seq_len) + ") * max_steps(" + num(c.max_steps) +
+                            num(c.data.seq_len) + ") * max_steps(" + num(c.training.max_steps) +
                             ") overflows a 64-bit integer",
              "lower training.max_steps, data.seq_len or the global batch");
 }

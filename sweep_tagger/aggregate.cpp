@@ -112,7 +112,7 @@ void workPerStep(RunRow& row, const std::string& run_toml, const std::string& ru
     const TrainConfig tc =
         TrainConfig::fromConfig(cfg, static_cast<int>(*row.world_size), Checks::kConfigOnly);
     row.global_batch_seqs = tc.globalBatch();
-    row.global_batch_tokens = tc.globalBatch() * tc.seq_len;
+    row.global_batch_tokens = tc.globalBatch() * tc.data.seq_len;
     row.batch_mode =
         cfg.getInt("training.global_batch_size") > 0 ? "fixed global batch" : "fixed grad_accum";
   } catch (const std::exception&) {  // older or foreign schema: unknown

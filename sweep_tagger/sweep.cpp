@@ -372,7 +372,7 @@ std::optional<SweepPoint> buildPoint(const SweepSpec& spec, const KeyValues& kv,
   checkGlobalBatch(spec, kv, p.reason);
   if (p.reason.empty()) {  // valid: its work per step, and whether it fits the budget
     TrainConfig tc = TrainConfig::fromConfig(cfg, p.world_size);
-    tc.nodes = nodes;
+    tc.layout.nodes = nodes;
     p.global_batch = tc.globalBatch();
     p.reason = overBudget(spec, tc);
   }

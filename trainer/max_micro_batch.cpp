@@ -31,7 +31,7 @@ namespace {
 std::string mib(double bytes) { return formatFixed(bytes / (1 << 20), 1) + " MiB"; }
 
 double estimateAt(TrainConfig tc, int64_t mb) {
-  tc.micro_batch_size = mb;
+  tc.training.micro_batch_size = mb;
   return estimateMemory(tc).total();
 }
 
@@ -131,7 +131,7 @@ Try runTry(const MaxMicroBatchOptions& o, const TrainConfig& tc, int64_t mb, dou
   const std::string dir = scratch + "/mb" + std::to_string(mb);
   fs::remove_all(dir);
   fs::create_directories(dir);
-  const int port = freePort(), world = static_cast<int>(tc.world_size);
+  const int port = freePort(), world = static_cast<int>(tc.layout.world_size);
   std::vector<pid_t> pids;
   for (int r = 0; r < world; ++r)
     pids.push_back(spawnRank(tryArgs(o, mb, dir),
@@ -209,9 +209,9 @@ int64_t largestEstimatedFit(const TrainConfig& tc, double limit_bytes) {
 int runMaxMicroBatch(const MaxMicroBatchOptions& o, const TrainConfig& tc, int local_ranks) {
   const MemoryBudget budget = memoryBudget(tc, local_ranks);
   const double limit = (1 - o.safety_margin) * budget.bytes;
-  std::cout << "max micro-batch of " << tc.model.name << ", world " << tc.world_size << " (dp "
-            << tc.dpSize() << " x tp " << tc.tp << ", ZeRO stage " << tc.effectiveZeroStage()
-            << "), seq " << tc.seq_len << ": budget " << mib(budget.bytes) << " per rank ("
+  std::cout << "max micro-batch of " << tc.model.name << ", world " << tc.layout.world_size << " (dp "
+            << tc.layout.dpSize() << " x tp " << tc.layout.tp << ", ZeRO stage " << tc.layout.effectiveZeroStage()
+            << "), seq " << tc.data.seq_len << ": budget " << mib(budget.bytes) << " per rank ("
             << budget.source << "), safety margin " << formatFixed(100 * o.safety_margin, 0)
             << " %: a size fits when every rank's measured peak RSS is <= " << mib(limit) << "\n";
   const int64_t guess = largestEstimatedFit(tc, limit);
@@ -219,7 +219,7 @@ int runMaxMicroBatch(const MaxMicroBatchOptions& o, const TrainConfig& tc, int l
             << (guess > 0 ? std::to_string(guess) + " (estimate " + mib(estimateAt(tc, guess)) + ")"
                           : std::string("none"))
             << "\n";
-  const std::string scratch = tc.output_dir + "/.max_micro_batch." + std::to_string(getpid());
+  const std::string scratch = tc.output.output_dir + "/.max_micro_batch." + std::to_string(getpid());
   std::map<int64_t, Try> tried;
   auto measure = [&](int64_t mb) -> const Try& {
     if (!tried.count(mb)) printTry(tried[mb] = runTry(o, tc, mb, limit, scratch), limit);

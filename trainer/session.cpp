@@ -56,7 +56,7 @@ void keepEarlierAttempt(const std::string& dir) {
 }
 
 int threadsFor(const TrainConfig& tc) {
-  if (tc.threads > 0) return static_cast<int>(tc.threads);
+  if (tc.training.threads > 0) return static_cast<int>(tc.training.threads);
   if (const char* omp = std::getenv("OMP_NUM_THREADS")) {
     int n = std::atoi(omp);
     if (n > 0) return n;
@@ -76,7 +76,7 @@ std::string checkpointDir(const TrainConfig& tc, const std::string& run_dir) {
 // error (e.g. the directory is held by another run).
 std::string prepareRun(const Config& cfg, const TrainConfig& tc, Distributed& dist,
                        std::optional<RunLock>& lock, bool keep_metrics) {
-  std::string tag = formatTag(cfg, tc.world_size, tc.sweep_fmt, tc.nodes);
+  std::string tag = formatTag(cfg, tc.layout.world_size, tc.output.sweep_fmt, tc.layout.nodes);
   std::vector<std::string> tags = dist.allGatherString("tag", tag);
   for (size_t r = 0; r < tags.size(); ++r)
     if (tags[r] != tags[0])
@@ -89,7 +89,7 @@ std::string prepareRun(const Config& cfg, const TrainConfig& tc, Distributed& di
   std::string result = "-";
   if (dist.env.rank == 0) {
     try {
-      RunDir rd = prepareRunDir(cfg, tc.world_size, tc.output_dir, tc.no_sweep_dir, tc.nodes);
+      RunDir rd = prepareRunDir(cfg, tc.layout.world_size, tc.output.output_dir, tc.output.no_sweep_dir, tc.layout.nodes);
       lock.emplace(RunLock::acquire(rd.path));
       if (!lock->takeover().empty()) FTB_WARN(lock->path() << ": " << lock->takeover());
       if (!keep_metrics) keepEarlierAttempt(rd.path);
@@ -125,7 +125,7 @@ TrainConfig resolveConfig(const SessionOptions& opts, const Config& cfg, const D
                       "training takes its world size from the launcher's environment");
   TrainConfig tc =
       TrainConfig::fromConfig(cfg, opts.world_size > 0 ? opts.world_size : env.world_size);
-  tc.nodes = env.nodes;
+  tc.layout.nodes = env.nodes;
   return tc;
 }
 
@@ -133,11 +133,11 @@ TrainConfig resolveConfig(const SessionOptions& opts, const Config& cfg, const D
 // compute device (metrics/device.h). Bad or unsupported placements are ConfigErrors
 // (exit 2) before any socket or file exists.
 std::string placeTensors(const Config& cfg, const TrainConfig& tc, const DistEnv& env) {
-  const DeviceChoice d = resolveDevice(tc.device, tc.backend, env.local_rank, visibleCudaDevices());
+  const DeviceChoice d = resolveDevice(tc.training.device, tc.comm.backend, env.local_rank, visibleCudaDevices());
   if (!d.problem.empty())
     throw ConfigError(d.problem_key, cfg.where(d.problem_key), d.problem,
                       "training.device and parallel.backend must agree");
-  if (d.cuda && tc.pp > 1)
+  if (d.cuda && tc.layout.pp > 1)
     throw ConfigError("parallel.pp", cfg.where("parallel.pp"),
                       "pipeline stages run on the CPU only in this build (training.device "
                       "resolves to " + d.device + ")",
@@ -151,7 +151,7 @@ std::string placeTensors(const Config& cfg, const TrainConfig& tc, const DistEnv
 std::optional<int> runInfoCommand(const SessionOptions& opts, const Config& cfg,
                                   const TrainConfig& tc) {
   if (opts.estimate_memory) {
-    std::cout << formatMemoryEstimate(tc, estimateMemory(tc), tc.memory_limit_bytes);
+    std::cout << formatMemoryEstimate(tc, estimateMemory(tc), tc.comm.memory_limit_bytes);
     return 0;
   }
   if (opts.print_config) {
@@ -160,10 +160,10 @@ std::optional<int> runInfoCommand(const SessionOptions& opts, const Config& cfg,
   }
   if (opts.max_micro_batch)
     return runMaxMicroBatch({opts.config_path, opts.overrides, opts.safety_margin}, tc,
-                            static_cast<int>(tc.world_size));
+                            static_cast<int>(tc.layout.world_size));
   if (!opts.generate_data.empty()) {
     writeSyntheticDataset(tc, opts.generate_data);
-    FTB_INFO("wrote " << tc.num_samples << " documents to " << opts.generate_data);
+    FTB_INFO("wrote " << tc.data.num_samples << " documents to " << opts.generate_data);
     return 0;
   }
   return std::nullopt;
@@ -175,7 +175,7 @@ std::vector<std::pair<std::string, AttrValue>> checkEnvironment(const TrainConfi
                                                                 const CpuInfo& cpu,
                                                                 const RunPeaks& peaks, int rank) {
   const EnvFacts f = detectEnv(cpu, at::get_num_threads());
-  const std::string dtype = tc.dtype == DType::kBf16 ? "bf16" : "fp32";
+  const std::string dtype = tc.training.dtype == DType::kBf16 ? "bf16" : "fp32";
   std::vector<std::string> warnings = envWarnings(f, peaks.gemm_flops, peaks.hw, dtype);
   if (rank == 0)
     FTB_INFO("environment: " << envSummary(f));
@@ -189,7 +189,7 @@ RunInfo runInfo(const Config& cfg, const TrainConfig& tc, const DistEnv& env,
                 const RunPeaks& peaks) {
   RunInfo info;
   info.tag = std::filesystem::path(run_dir).filename().string();
-  info.config_hash = configHash(cfg, tc.world_size, tc.nodes);
+  info.config_hash = configHash(cfg, tc.layout.world_size, tc.layout.nodes);
   info.hostname = hostName();
   info.start_utc = utcNowIso8601();
   info.ftbench_version = FTB_VERSION;
@@ -211,8 +211,8 @@ std::unique_ptr<Checkpointer> makeCheckpointer(const Config& cfg, const TrainCon
                                                const RunInfo& info, const std::string& run_dir,
                                                Distributed& dist) {
   Checkpointer::Identity id{info.tag, info.config_hash, checkpointCompatKeys(cfg, tc),
-                            CkptLayout{tc.world_size, tc.dp_replicate, tc.dp_shard, tc.tp,
-                                       tc.effectiveZeroStage(), tc.nodes, tc.pp}};
+                            CkptLayout{tc.layout.world_size, tc.layout.dp_replicate, tc.layout.dp_shard, tc.layout.tp,
+                                       tc.layout.effectiveZeroStage(), tc.layout.nodes, tc.layout.pp}};
   return std::make_unique<Checkpointer>(checkpointDir(tc, run_dir), tc.checkpoint.keep_last,
                                         std::move(id), dist);
 }
@@ -239,7 +239,7 @@ int finishRun(MetricsFile& metrics, const TrainConfig& tc, const TrainSummary& s
   }
   metrics.setStatus(RunState::Completed, 0,
                     s.steps == 0 ? "completed: no step left to run (training.max_steps = " +
-                                       std::to_string(tc.max_steps) +
+                                       std::to_string(tc.training.max_steps) +
                                        " was reached before this process)"
                                  : "completed " + std::to_string(s.steps) + " steps");
   metrics.close();
@@ -282,7 +282,7 @@ int failRun(const std::exception& e, std::optional<MetricsFile>& metrics) {
 // would make a resumed run differ from the uninterrupted one.
 void agreeFp32Gemm(const TrainConfig& tc, const std::optional<ResumePoint>& plan,
                    Distributed& dist, Fp32GemmChoice& c) {
-  if (tc.fp32_gemm != "auto") return;
+  if (tc.training.fp32_gemm != "auto") return;
   const auto recorded = plan ? plan->manifest.state.find("fp32_gemm_openblas")
                              : std::map<std::string, int64_t>::const_iterator();
   if (plan && recorded != plan->manifest.state.end() && (recorded->second == 0 || c.openblas_flops > 0)) {
@@ -300,11 +300,11 @@ void agreeFp32Gemm(const TrainConfig& tc, const std::optional<ResumePoint>& plan
 
 RunPeaks measurePeaks(const TrainConfig& tc, const CpuInfo& cpu, const std::string& device,
                       const std::optional<ResumePoint>& plan, Distributed& dist) {
-  setAttentionKernel(tc.attention == "sdpa" ? AttentionKernel::kSdpa
+  setAttentionKernel(tc.training.attention == "sdpa" ? AttentionKernel::kSdpa
                                             : AttentionKernel::kFusedSoftmax);
   if (device != "cpu") return resolvePeaks(tc, cpu, device, cudaDeviceName(computeDevice().index()));
-  if (tc.dtype != DType::kFp32) return resolvePeaks(tc, cpu, device, "");
-  Fp32GemmChoice c = chooseFp32Gemm(tc.fp32_gemm, kPeakGemmN, kPeakGemmReps);
+  if (tc.training.dtype != DType::kFp32) return resolvePeaks(tc, cpu, device, "");
+  Fp32GemmChoice c = chooseFp32Gemm(tc.training.fp32_gemm, kPeakGemmN, kPeakGemmReps);
   agreeFp32Gemm(tc, plan, dist, c);
   setFp32Gemm(c.route);
   GemmFigure g{c.flops(), " via " + fp32GemmName(c.route) + " (" + c.why + ")",
@@ -321,7 +321,7 @@ RunPeaks measurePeaks(const TrainConfig& tc, const CpuInfo& cpu, const std::stri
 std::string memoryVerdict(const TrainConfig& tc, const DistEnv& env) {
   MemoryEstimate e = estimateMemory(tc);
   MemoryBudget budget = memoryBudget(tc, env.local_world_size);
-  if (const double gpu = deviceTotalMemory(); gpu > 0 && !(tc.memory_limit_bytes > 0)) {
+  if (const double gpu = deviceTotalMemory(); gpu > 0 && !(tc.comm.memory_limit_bytes > 0)) {
     e.runtime = 0;
     budget = {gpu, computeDevice().str() + "'s memory " +
                        formatFixed(gpu / double(int64_t(1) << 30), 1) + " GiB"};
@@ -354,7 +354,7 @@ std::optional<int> configure(const SessionOptions& opts, Setup& s, StopWatchdog&
   watchdog.setGrace(s.tc.checkpoint.preempt_grace_s);
   if (std::optional<int> rc = runInfoCommand(opts, *s.cfg, s.tc)) return rc;
   s.device = placeTensors(*s.cfg, s.tc, s.env);
-  s.tc.device = s.device;  // resolved: the estimate below knows the device's kernels
+  s.tc.training.device = s.device;  // resolved: the estimate below knows the device's kernels
   // From the estimate, before the model exists. A layout that cannot fit still gets its
   // process group, run dir and metrics file, then throws OomError: status oom, exit 5.
   s.no_fit = memoryVerdict(s.tc, s.env);
@@ -372,14 +372,14 @@ void connect(Setup& s) {
   checkStop("data");
   at::set_num_threads(threadsFor(tc));
   s.dist.emplace(initDistributed(
-      s.env, std::chrono::milliseconds(static_cast<int64_t>(tc.timeout_seconds * 1000)),
-      tc.backend, tc.local_collectives));
+      s.env, std::chrono::milliseconds(static_cast<int64_t>(tc.comm.timeout_seconds * 1000)),
+      tc.comm.backend, tc.comm.local_collectives));
   checkStop("process group");
   // Which checkpoint to resume from is decided (and a bad or incompatible one refused)
   // before anything is written to the run directory or the model is allocated.
   hf::checkPretrained(tc, *s.dist);  // a bad HF model directory exits 2 before the run directory exists
   hf::checkAdapter(tc, *s.dist);     // so does a bad PEFT adapter directory (lora.from_pretrained)
-  s.plan = planResume(tc, cfg, checkpointDir(tc, runDirPath(cfg, tc.world_size, tc.output_dir, tc.no_sweep_dir, tc.nodes)), *s.dist);
+  s.plan = planResume(tc, cfg, checkpointDir(tc, runDirPath(cfg, tc.layout.world_size, tc.output.output_dir, tc.output.no_sweep_dir, tc.layout.nodes)), *s.dist);
   if (!tc.checkpoint.dir.empty())  // refused now, not at the first save (after the run)
     requireWritableDir(tc.checkpoint.dir, "checkpoint.dir", cfg.where("checkpoint.dir"),
                        "choose a directory this user can write on every node");
@@ -416,7 +416,7 @@ int trainAndFinish(Setup& s, OpenRun& r, MetricsFile& metrics, StopWatchdog& wat
   const TrainConfig& tc = s.tc;
   CheckpointHook ckpt(tc, std::move(s.plan),
                       makeCheckpointer(*s.cfg, tc, r.info, r.dir, *s.dist), s.env.rank);
-  StepProfiler profiler(tc.profile_steps, tracePath(r.dir, s.env.rank), s.env.rank);
+  StepProfiler profiler(tc.metrics.profile_steps, tracePath(r.dir, s.env.rank), s.env.rank);
   HookList hooks({&profiler, &ckpt});  // the profiler's window excludes checkpoint saves
   watchdog.arm({&metrics, &ckpt});
   struct Disarm {  // before `ckpt` and `metrics` go away, whatever happens

@@ -78,7 +78,7 @@ std::string firstProblem(const std::vector<std::string>& verdicts) {
 }  // namespace
 
 std::string loraBaseIdentity(const TrainConfig& tc) {
-  if (tc.from_pretrained.empty()) return "seed " + std::to_string(tc.seed);
+  if (tc.from_pretrained.empty()) return "seed " + std::to_string(tc.training.seed);
   static std::map<std::string, std::string> cache;
   auto hit = cache.find(tc.from_pretrained);
   if (hit != cache.end()) return hit->second;
@@ -186,9 +186,9 @@ std::optional<Refusal> resumeRefusal(const Manifest& m, const std::string& dir,
                  "checkpoint " + dir + " was saved with a global batch of " +
                      std::to_string(gb->second) + " samples, this run has " +
                      std::to_string(tc.globalBatch()) + " = micro_batch_size(" +
-                     std::to_string(tc.micro_batch_size) + ") * grad_accum_steps(" +
-                     std::to_string(tc.grad_accum_steps) + ") * data-parallel size(" +
-                     std::to_string(tc.dpSize()) + ")",
+                     std::to_string(tc.training.micro_batch_size) + ") * grad_accum_steps(" +
+                     std::to_string(tc.training.grad_accum_steps) + ") * data-parallel size(" +
+                     std::to_string(tc.layout.dpSize()) + ")",
                  "keep micro_batch_size * grad_accum_steps * dp equal (set "
                  "training.global_batch_size) so the data order continues"};
 }
@@ -198,8 +198,8 @@ std::optional<Refusal> resumeRefusal(const Manifest& m, const std::string& dir,
 // runs may share; else empty.
 RunIdentity sharedDirRun(const Config& cfg, const TrainConfig& tc) {
   if (tc.checkpoint.dir.empty() || tc.checkpoint.resume != "auto") return {};
-  const fs::path run_dir = runDirPath(cfg, tc.world_size, tc.output_dir, tc.no_sweep_dir, tc.nodes);
-  return {run_dir.filename().string(), configHash(cfg, tc.world_size, tc.nodes)};
+  const fs::path run_dir = runDirPath(cfg, tc.layout.world_size, tc.output.output_dir, tc.output.no_sweep_dir, tc.layout.nodes);
+  return {run_dir.filename().string(), configHash(cfg, tc.layout.world_size, tc.layout.nodes)};
 }
 
 }  // namespace

@@ -29,8 +29,8 @@ uint64_t splitmix64(uint64_t x) {
 class SyntheticDataset final : public Dataset {
  public:
   explicit SyntheticDataset(const TrainConfig& c)
-      : n_(c.num_samples), seed_(c.seed), vocab_(c.model.vocab_size),
-        min_len_(c.min_doc_len), max_len_(c.seq_len) {}
+      : n_(c.data.num_samples), seed_(c.training.seed), vocab_(c.model.vocab_size),
+        min_len_(c.data.min_doc_len), max_len_(c.data.seq_len) {}
   int64_t size() const override { return n_; }
   int32_t successor(int32_t t) const {
     return static_cast<int32_t>((int64_t(t) * 7 + 3) % (vocab_ - 1) + 1);
@@ -117,17 +117,17 @@ std::unique_ptr<Dataset> loadText(const TrainConfig& c) {
   TokenizedDocs t = loadTextJsonl(c);
   std::vector<std::vector<int32_t>> docs;
   std::vector<std::vector<uint8_t>> targets;
-  const bool masked = !c.prompt_field.empty();
+  const bool masked = !c.data.prompt_field.empty();
   int64_t dropped = 0;
   for (size_t i = 0; i < t.ids.size(); ++i) {
     std::vector<int32_t>& ids = t.ids[i];
-    if (!c.pack && int64_t(ids.size()) > c.seq_len + 1) ids.resize(size_t(c.seq_len + 1));
+    if (!c.data.pack && int64_t(ids.size()) > c.data.seq_len + 1) ids.resize(size_t(c.data.seq_len + 1));
     std::vector<uint8_t> tg;
     if (masked) {
       tg.assign(ids.size(), 1);
       std::fill(tg.begin(), tg.begin() + std::min<int64_t>(t.prompt[i], int64_t(ids.size())), 0);
     }
-    if (!c.pack && lossPositions(ids, tg, c.seq_len) == 0) {
+    if (!c.data.pack && lossPositions(ids, tg, c.data.seq_len) == 0) {
       ++dropped;
       continue;
     }
@@ -135,12 +135,12 @@ std::unique_ptr<Dataset> loadText(const TrainConfig& c) {
     if (masked) targets.push_back(std::move(tg));
   }
   if (dropped > 0)
-    FTB_WARN(c.data_source << ": " << dropped << " of " << t.ids.size()
-                           << " documents have no loss target within seq_len(" << c.seq_len
+    FTB_WARN(c.data.data_source << ": " << dropped << " of " << t.ids.size()
+                           << " documents have no loss target within seq_len(" << c.data.seq_len
                            << ") and are skipped");
   if (docs.empty())
-    throw ConfigError("data.source", c.data_source,
-                      "no document has a loss target within seq_len(" + std::to_string(c.seq_len) +
+    throw ConfigError("data.source", c.data.data_source,
+                      "no document has a loss target within seq_len(" + std::to_string(c.data.seq_len) +
                           ")",
                       "raise data.seq_len, or shorten the prompts");
   return std::make_unique<InMemoryDataset>(std::move(docs), std::move(targets));
@@ -159,13 +159,13 @@ void checkId(int64_t id, int64_t vocab, const std::string& where) {
 }
 
 std::unique_ptr<Dataset> loadJsonl(const TrainConfig& c) {
-  std::ifstream in(c.data_source);
-  if (!in) throw ConfigError("data.source", c.data_source, "cannot open data file");
+  std::ifstream in(c.data.data_source);
+  if (!in) throw ConfigError("data.source", c.data.data_source, "cannot open data file");
   std::vector<std::vector<int32_t>> docs;
   std::string line;
-  for (int64_t lineno = 1; readJsonlLine(in, line, c.data_source, lineno); ++lineno) {
+  for (int64_t lineno = 1; readJsonlLine(in, line, c.data.data_source, lineno); ++lineno) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    std::string where = c.data_source + ":" + std::to_string(lineno);
+    std::string where = c.data.data_source + ":" + std::to_string(lineno);
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(line);
@@ -179,14 +179,14 @@ std::unique_ptr<Dataset> loadJsonl(const TrainConfig& c) {
       if (!v.is_number_integer()) throw ConfigError("data.source", where, "non-integer token id");
       int64_t id = v.get<int64_t>();
       checkId(id, c.model.vocab_size, where);
-      if (c.pack || static_cast<int64_t>(ids.size()) <= c.seq_len)
+      if (c.data.pack || static_cast<int64_t>(ids.size()) <= c.data.seq_len)
         ids.push_back(static_cast<int32_t>(id));
     }
     if (ids.size() < 2) continue;  // nothing to predict
     docs.push_back(std::move(ids));
   }
   if (docs.empty())
-    throw ConfigError("data.source", c.data_source, "no document with at least 2 tokens");
+    throw ConfigError("data.source", c.data.data_source, "no document with at least 2 tokens");
   return std::make_unique<InMemoryDataset>(std::move(docs));
 }
 
@@ -196,7 +196,7 @@ std::unique_ptr<Dataset> loadJsonl(const TrainConfig& c) {
 template <typename T>
 class BinDataset final : public Dataset {
  public:
-  explicit BinDataset(const TrainConfig& c) : path_(c.data_source), seq_len_(c.seq_len) {
+  explicit BinDataset(const TrainConfig& c) : path_(c.data.data_source), seq_len_(c.data.seq_len) {
     fd_.fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
     struct stat st {};
     if (fd_.fd < 0 || ::fstat(fd_.fd, &st) != 0)
@@ -205,7 +205,7 @@ class BinDataset final : public Dataset {
     if (st.st_size % int64_t(sizeof(T)) != 0)
       throw ConfigError("data.source", path_,
                         "size " + std::to_string(st.st_size) + " is not a multiple of " +
-                            std::to_string(sizeof(T)) + " (data.bin_dtype = " + c.bin_dtype + ")");
+                            std::to_string(sizeof(T)) + " (data.bin_dtype = " + c.data.bin_dtype + ")");
     const int64_t n = st.st_size / int64_t(sizeof(T));
     if (n < seq_len_ + 1)
       throw ConfigError("data.source", path_,
@@ -265,12 +265,12 @@ class BinDataset final : public Dataset {
 };
 
 std::unique_ptr<Dataset> loadSource(const TrainConfig& c) {
-  if (c.data_source == "synthetic") return std::make_unique<SyntheticDataset>(c);
-  if (endsWith(c.data_source, ".jsonl")) return c.tokenizer.empty() ? loadJsonl(c) : loadText(c);
-  if (endsWith(c.data_source, ".bin"))
-    return c.bin_dtype == "uint32" ? std::unique_ptr<Dataset>(new BinDataset<uint32_t>(c))
+  if (c.data.data_source == "synthetic") return std::make_unique<SyntheticDataset>(c);
+  if (endsWith(c.data.data_source, ".jsonl")) return c.data.tokenizer.empty() ? loadJsonl(c) : loadText(c);
+  if (endsWith(c.data.data_source, ".bin"))
+    return c.data.bin_dtype == "uint32" ? std::unique_ptr<Dataset>(new BinDataset<uint32_t>(c))
                                    : std::unique_ptr<Dataset>(new BinDataset<uint16_t>(c));
-  throw ConfigError("data.source", "config", "unknown data file type \"" + c.data_source + "\"",
+  throw ConfigError("data.source", "config", "unknown data file type \"" + c.data.data_source + "\"",
                     "expected \"synthetic\", a .jsonl or a .bin file");
 }
 
@@ -278,22 +278,22 @@ std::unique_ptr<Dataset> loadSource(const TrainConfig& c) {
 
 std::unique_ptr<Dataset> makeDataset(const TrainConfig& c, bool announce) {
   std::unique_ptr<Dataset> ds = loadSource(c);
-  if (c.pack) ds = pack(*ds, c.seq_len);
-  if (announce && c.data_source != "synthetic") {
+  if (c.data.pack) ds = pack(*ds, c.data.seq_len);
+  if (announce && c.data.data_source != "synthetic") {
     int64_t positions = 0, loss = 0;
-    if (std::optional<Dataset::PositionCounts> known = ds->positionCounts(c.seq_len)) {
+    if (std::optional<Dataset::PositionCounts> known = ds->positionCounts(c.data.seq_len)) {
       positions = known->positions, loss = known->loss;
     } else {
       for (int64_t i = 0; i < ds->size(); ++i) {
         std::vector<int32_t> d = ds->document(i);
-        positions += std::min<int64_t>(c.seq_len, int64_t(d.size()) - 1);
-        loss += lossPositions(d, ds->targets(i), c.seq_len);
+        positions += std::min<int64_t>(c.data.seq_len, int64_t(d.size()) - 1);
+        loss += lossPositions(d, ds->targets(i), c.data.seq_len);
       }
     }
-    FTB_INFO("data " << c.data_source << ": " << ds->size() << " samples, " << positions
+    FTB_INFO("data " << c.data.data_source << ": " << ds->size() << " samples, " << positions
                      << " training positions, " << positions - loss
                      << " of them masked prompt positions"
-                     << (c.pack ? " (packed)" : ""));
+                     << (c.data.pack ? " (packed)" : ""));
   }
   return ds;
 }
@@ -307,15 +307,15 @@ int64_t countPositions(const Dataset& ds, int64_t first, int64_t count, int64_t 
 
 RankSamples rankSamples(const TrainConfig& tc, int64_t step, int64_t dp_rank) {
   const int64_t G = tc.globalBatch();
-  return {step * G + dp_rank * (G / tc.dpSize()), tc.micro_batch_size, tc.grad_accum_steps};
+  return {step * G + dp_rank * (G / tc.layout.dpSize()), tc.training.micro_batch_size, tc.training.grad_accum_steps};
 }
 
 StepBatches rankBatches(const Dataset& ds, const TrainConfig& tc, int64_t step, int64_t dp_rank) {
   const RankSamples mine = rankSamples(tc, step, dp_rank);
   StepBatches sb;
   for (int64_t m = 0; m < mine.micro_batches; ++m) {
-    sb.micro.push_back(makeBatch(ds, mine.microFirst(m), mine.micro_batch, tc.seq_len,
-                                 tc.pad_longest, tc.pad_id));
+    sb.micro.push_back(makeBatch(ds, mine.microFirst(m), mine.micro_batch, tc.data.seq_len,
+                                 tc.data.pad_longest, tc.data.pad_id));
     sb.positions += sb.micro.back().loss_tokens;
   }
   return sb;
@@ -370,7 +370,7 @@ void writeSyntheticDataset(const TrainConfig& c, const std::string& path) {
     std::vector<int32_t> ids = ds.document(i);
     if (bin) {
       for (int32_t id : ids) {
-        if (c.bin_dtype == "uint32") {
+        if (c.data.bin_dtype == "uint32") {
           uint32_t v = static_cast<uint32_t>(id);
           out.write(reinterpret_cast<const char*>(&v), sizeof(v));
         } else {

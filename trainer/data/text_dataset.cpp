@@ -40,11 +40,11 @@ std::string fileSha256(const std::string& path, const std::string& key) {
   return hex;
 }
 
-bool promptMode(const TrainConfig& c) { return !c.prompt_field.empty(); }
+bool promptMode(const TrainConfig& c) { return !c.data.prompt_field.empty(); }
 
 std::string fieldsKey(const TrainConfig& c) {
-  return promptMode(c) ? "prompt:" + c.prompt_field + "\ncompletion:" + c.completion_field
-                       : "text:" + c.text_field;
+  return promptMode(c) ? "prompt:" + c.data.prompt_field + "\ncompletion:" + c.data.completion_field
+                       : "text:" + c.data.text_field;
 }
 
 // The field `name` (config key `key`) of line `where` as a string.
@@ -67,20 +67,20 @@ std::string field(const nlohmann::json& j, const std::string& name, const std::s
 
 // Parses and tokenizes every line of the dataset.
 TokenizedDocs tokenize(const TrainConfig& c) {
-  auto tok = SpmTokenizer::load(c.tokenizer, "data.tokenizer");
+  auto tok = SpmTokenizer::load(c.data.tokenizer, "data.tokenizer");
   if (tok->pieces() > c.model.vocab_size)
-    throw ConfigError("data.tokenizer", c.tokenizer,
+    throw ConfigError("data.tokenizer", c.data.tokenizer,
                       "the tokenizer has " + std::to_string(tok->pieces()) +
                           " pieces, more than model.vocab_size(" +
                           std::to_string(c.model.vocab_size) + ")",
                       "use the model's own tokenizer.model or a model with a larger vocabulary");
-  std::ifstream in(c.data_source);
-  if (!in) throw ConfigError("data.source", c.data_source, "cannot open data file");
+  std::ifstream in(c.data.data_source);
+  if (!in) throw ConfigError("data.source", c.data.data_source, "cannot open data file");
   TokenizedDocs d;
   std::string line;
-  for (int64_t lineno = 1; readJsonlLine(in, line, c.data_source, lineno); ++lineno) {
+  for (int64_t lineno = 1; readJsonlLine(in, line, c.data.data_source, lineno); ++lineno) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = c.data_source + ":" + std::to_string(lineno);
+    const std::string where = c.data.data_source + ":" + std::to_string(lineno);
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(line);
@@ -93,11 +93,11 @@ TokenizedDocs tokenize(const TrainConfig& c) {
     int64_t prompt = 0;
     std::string text;
     if (promptMode(c)) {
-      std::string p = field(j, c.prompt_field, "data.prompt_field", where);
-      text = p + field(j, c.completion_field, "data.completion_field", where);
+      std::string p = field(j, c.data.prompt_field, "data.prompt_field", where);
+      text = p + field(j, c.data.completion_field, "data.completion_field", where);
       prompt = int64_t(ids.size()) + int64_t(tok->encode(p).size());
     } else {
-      text = field(j, c.text_field, "data.text_field", where);
+      text = field(j, c.data.text_field, "data.text_field", where);
     }
     std::vector<int32_t> body = tok->encode(text);
     ids.insert(ids.end(), body.begin(), body.end());
@@ -106,9 +106,9 @@ TokenizedDocs tokenize(const TrainConfig& c) {
     d.prompt.push_back(prompt);
   }
   if (d.ids.empty())
-    throw ConfigError("data.source", c.data_source, "empty file: no JSON line to train on",
+    throw ConfigError("data.source", c.data.data_source, "empty file: no JSON line to train on",
                       "one JSON object per line, e.g. {\"" +
-                          (promptMode(c) ? c.prompt_field : c.text_field) + "\": \"...\"}");
+                          (promptMode(c) ? c.data.prompt_field : c.data.text_field) + "\": \"...\"}");
   return d;
 }
 
@@ -187,10 +187,10 @@ class DataLock {
 }  // namespace
 
 std::string tokenCachePath(const TrainConfig& c) {
-  const std::string key = fileSha256(c.tokenizer, "data.tokenizer") + "\n" +
-                          fileSha256(c.data_source, "data.source") + "\n" + fieldsKey(c) +
+  const std::string key = fileSha256(c.data.tokenizer, "data.tokenizer") + "\n" +
+                          fileSha256(c.data.data_source, "data.source") + "\n" + fieldsKey(c) +
                           "\n" + std::string(kCacheMagic, sizeof(kCacheMagic));
-  return c.data_source + ".tok-" + sha256HexPrefix(key, 8) + ".bin";
+  return c.data.data_source + ".tok-" + sha256HexPrefix(key, 8) + ".bin";
 }
 
 namespace {
@@ -211,7 +211,7 @@ bool readCacheLogged(const TrainConfig& c, const std::string& cache, TokenizedDo
   if (!readCache(cache, d)) return false;
   d.cache_path = cache;
   d.cache_hit = true;
-  FTB_INFO("read the token ids of " << d.ids.size() << " documents of " << c.data_source << " ("
+  FTB_INFO("read the token ids of " << d.ids.size() << " documents of " << c.data.data_source << " ("
                                     << tokenCount(d) << " tokens) from the cache " << cache
                                     << " in " << secondsSince(t0) << " s");
   return true;
@@ -246,7 +246,7 @@ TokenizedDocs loadTextJsonl(const TrainConfig& c) {
   const std::string cache = tokenCachePath(c);
   TokenizedDocs d;
   if (readCacheLogged(c, cache, d)) return d;
-  DataLock lock(c.data_source, c.timeout_seconds);
+  DataLock lock(c.data.data_source, c.comm.timeout_seconds);
   d = TokenizedDocs{};
   if (readCacheLogged(c, cache, d)) return d;  // written while this process waited for the lock
   const auto t0 = std::chrono::steady_clock::now();
@@ -257,11 +257,11 @@ TokenizedDocs loadTextJsonl(const TrainConfig& c) {
     writeFileDurably(cache, serialize(d));
     d.cache_path = cache;
   } catch (const IoError& e) {
-    FTB_WARN("no token cache for " << c.data_source << " (every start tokenizes again): "
+    FTB_WARN("no token cache for " << c.data.data_source << " (every start tokenizes again): "
                                    << e.what());
   }
-  FTB_INFO("tokenized " << d.ids.size() << " documents of " << c.data_source << " (" << tokens
-                        << " tokens) in " << s << " s with " << c.tokenizer
+  FTB_INFO("tokenized " << d.ids.size() << " documents of " << c.data.data_source << " (" << tokens
+                        << " tokens) in " << s << " s with " << c.data.tokenizer
                         << (d.cache_path.empty() ? "" : "; cached in " + d.cache_path));
   return d;
 }

@@ -217,10 +217,10 @@ namespace {
 
 void checkOnThisRank(const TrainConfig& tc, const DistEnv& env) {
   const int64_t window = hfSlidingWindow(tc.from_pretrained);
-  if (window > 0 && window < tc.seq_len)
+  if (window > 0 && window < tc.data.seq_len)
     throw ConfigError("data.seq_len", tc.from_pretrained + "/" + kHfConfigName,
                       "sliding_window " + std::to_string(window) + " is shorter than data.seq_len " +
-                          std::to_string(tc.seq_len) + "; ftbench attends over the whole sequence",
+                          std::to_string(tc.data.seq_len) + "; ftbench attends over the whole sequence",
                       "set data.seq_len <= " + std::to_string(window));
   const PretrainedModel pm = PretrainedModel::open(tc.from_pretrained, tc.model);
   // A NaN weight would train as "diverged, lower the learning rate": refused here instead.

@@ -135,10 +135,10 @@ void KeptPagesBound::purge(int64_t kept, int64_t step) {
 StepLog::StepLog(const TrainConfig& tc, MetricsFile& metrics, const RunPeaks& peaks, int rank,
                  int world)
     : tc_(tc), metrics_(metrics), mfu_peak_(peaks.mfuPeak()), gemm_peak_(peaks.gemmPeak()),
-      flops_per_token_(trainingFlops(tc.model, tc.lora, tc.seq_len).per_token),
+      flops_per_token_(trainingFlops(tc.model, tc.lora, tc.data.seq_len).per_token),
       t_start_(nowSeconds()), rank_(rank), world_(world), interference_(at::get_num_threads()) {
   for (const char* m : kMetrics) metrics_.declareMetric(m, isIntMetric(m));
-  const FlopsCount f = trainingFlops(tc.model, tc.lora, tc.seq_len);
+  const FlopsCount f = trainingFlops(tc.model, tc.lora, tc.data.seq_len);
   metrics_.setRootAttr("flops_formula", f.formula);
   metrics_.setRootAttr("trainable_params", f.trainable_params);
   metrics_.setRootAttr("total_params", f.total_params);
@@ -153,13 +153,13 @@ double StepLog::flopsPerDevice(double tokens_per_s) const {
 void StepLog::record(int64_t step, const StepRecord& r) {
   const InterferenceFigures itf = interference_.next();  // since the previous step end
   interf_all_.add(itf);
-  if (step >= tc_.skip_first_steps) interf_measured_.add(itf);
+  if (step >= tc_.metrics.skip_first_steps) interf_measured_.add(itf);
   interf_last_ = itf.interference;
   double tps_padded = r.padded / r.total, tps_dataset = r.dataset / r.total;
   const double mfu = flopsPerDevice(tps_padded) / mfu_peak_;
   const double gemm_eff = flopsPerDevice(tps_padded) / gemm_peak_;
   testLeak();
-  if (step >= tc_.skip_first_steps && t_measured_ < 0) t_measured_ = elapsed();
+  if (step >= tc_.metrics.skip_first_steps && t_measured_ < 0) t_measured_ = elapsed();
   const double since_measured = t_measured_ < 0 ? -1 : elapsed() - t_measured_;
   kept_.observe(since_measured, step);
   const int64_t rss = currentRssBytes();
@@ -194,14 +194,14 @@ void StepLog::record(int64_t step, const StepRecord& r) {
                        {"cpu_steal_frac", itf.steal_frac},
                        {"other_load_cpus", itf.other_load},
                        {"involuntary_switches", itf.nivcsw}});
-  if ((step + 1) % tc_.log_every == 0) metrics_.flush();
+  if ((step + 1) % tc_.metrics.log_every == 0) metrics_.flush();
   if (sum_.steps == 0) {
     sum_.first_loss = r.loss;
     first_step_ = step;
   }
   sum_.last_loss = r.loss;
   sum_.steps = step + 1;
-  if (step >= tc_.skip_first_steps) {
+  if (step >= tc_.metrics.skip_first_steps) {
     step_times_.push_back(r.total);
     for (auto [a, b] : {std::pair{&acc_.data, r.data}, {&acc_.fwd, r.fwd}, {&acc_.bwd, r.bwd},
                         {&acc_.opt, r.opt}, {&acc_.comm, r.comm}, {&acc_.total, r.total},
@@ -210,7 +210,7 @@ void StepLog::record(int64_t step, const StepRecord& r) {
                         {&acc_.p2p_bytes, r.p2p_bytes}})
       *a += b;
   }
-  if (rank_ == 0 && (step + 1) % tc_.log_every == 0)
+  if (rank_ == 0 && (step + 1) % tc_.metrics.log_every == 0)
     printProgress(step, r, tps_padded, tps_dataset, mfu, gemm_eff);
 }
 
@@ -218,9 +218,9 @@ void StepLog::printProgress(int64_t step, const StepRecord& r, double tps_padded
                             double tps_dataset, double mfu, double gemm_eff) const {
   // Steps done so far / planned; ETA from this process's mean step time.
   const double elapsed = this->elapsed(), done = double(step + 1 - first_step_);
-  const double eta = done > 0 ? elapsed / done * double(tc_.max_steps - step - 1) : 0;
+  const double eta = done > 0 ? elapsed / done * double(tc_.training.max_steps - step - 1) : 0;
   std::ostringstream os;
-  os << std::fixed << "step " << step + 1 << "/" << tc_.max_steps << " | loss "
+  os << std::fixed << "step " << step + 1 << "/" << tc_.training.max_steps << " | loss "
      << std::setprecision(5) << r.loss << " | global tok/s " << std::setprecision(0)
      << tps_padded << " padded, " << tps_dataset << " dataset | MFU " << pct(mfu)
      << " (hw peak), GEMM eff " << pct(gemm_eff) << " | step " << std::setprecision(3) << r.total << " s (fwd "
@@ -252,7 +252,7 @@ TrainSummary StepLog::finish(Comm& world) {
   s.step_p50 = percentile(step_times_, 0.5);
   s.step_p90 = percentile(step_times_, 0.9);
   finishMemory(world, s);
-  if (tc_.pp > 1) finishPipeline(world, s);
+  if (tc_.layout.pp > 1) finishPipeline(world, s);
   finishInterference(world, s);
   return s;
 }
@@ -280,10 +280,10 @@ void StepLog::finishInterference(Comm& world, TrainSummary& s) {
   w.nivcsw = at(4), w.wall_s = all[worst][5].item<double>();
   s.interference_rank = std::isnan(w.interference) ? -1 : static_cast<int>(worst);
   s.interference_text = describeInterference(w, interference_.boundCpus().size());
-  if (w.interference > tc_.max_interference)
+  if (w.interference > tc_.metrics.max_interference)
     s.noisy = s.interference_text + " on rank " +
               std::to_string(worst) + " > metrics.max_interference " +
-              formatFixed(100 * tc_.max_interference, 1) +
+              formatFixed(100 * tc_.metrics.max_interference, 1) +
               " %: other work held this run's CPUs, so its times overstate the layout's";
   metrics_.setRootAttr("interference", w.interference);
   metrics_.setRootAttr("interference_rank", int64_t{s.interference_rank});
@@ -292,7 +292,7 @@ void StepLog::finishInterference(Comm& world, TrainSummary& s) {
   metrics_.setRootAttr("cpu_steal_frac", mine.steal_frac);
   metrics_.setRootAttr("other_load_cpus", mine.other_load);
   metrics_.setRootAttr("involuntary_switches", mine.nivcsw);
-  metrics_.setRootAttr("max_interference", tc_.max_interference);
+  metrics_.setRootAttr("max_interference", tc_.metrics.max_interference);
   metrics_.setRootAttr("noisy", s.noisy);
   if (!s.noisy.empty()) FTB_WARN("noisy run: " << s.noisy);
 }
@@ -353,7 +353,7 @@ void summaryRow(std::ostream& os, const std::string& k, const std::string& v) {
 // The figures of the measured steps (only when there are some).
 void measuredRows(std::ostream& os, const TrainConfig& tc, const TrainSummary& s,
                   const RunPeaks& peaks) {
-  const int world = tc.world_size;
+  const int world = tc.layout.world_size;
   summaryRow(os, "tokens/s (padded, global)", formatFixed(s.tokens_per_s_padded, 1));
   summaryRow(os, "tokens/s (dataset, global)", formatFixed(s.tokens_per_s_dataset, 1));
   summaryRow(os, "tokens/s per device", formatFixed(s.tokens_per_s_padded / world, 1));
@@ -394,9 +394,9 @@ void pipelineRows(std::ostream& os, const TrainConfig& tc, const TrainSummary& s
                  formatFixed(100 * s.bubble_frac_max, 1) +
                  " % of forward-backward time, min - max over ranks; theory " +
                  formatFixed(100 * theoreticalBubble(plan), 1) + " % = " + formula + " (" +
-                 tc.pp_schedule + ", p " + std::to_string(tc.pp) + ", m " +
-                 std::to_string(tc.grad_accum_steps) + ", v " +
-                 std::to_string(tc.pp_virtual_stages) + ")");
+                 tc.pipeline.pp_schedule + ", p " + std::to_string(tc.layout.pp) + ", m " +
+                 std::to_string(tc.training.grad_accum_steps) + ", v " +
+                 std::to_string(tc.pipeline.pp_virtual_stages) + ")");
   summaryRow(os, "pipeline p2p sent (rank 0)",
              formatFixed(s.p2p_bytes_per_step / 1e6, 3) + " MB/step");
 }
@@ -408,7 +408,7 @@ void printSummary(const TrainConfig& tc, const TrainSummary& s, const RunPeaks& 
   std::ostringstream os;
   // Warm-up steps this process ran: those of [first_step, steps) below skip_first_steps.
   const int64_t warmup =
-      std::max<int64_t>(0, std::min(tc.skip_first_steps, s.steps) - s.first_step);
+      std::max<int64_t>(0, std::min(tc.metrics.skip_first_steps, s.steps) - s.first_step);
   os << "\n== ftbench summary (";
   if (s.first_step > 0)  // a resumed attempt: its own figures, and the run's whole count beside
     os << "this attempt, resumed at step " << s.first_step << ": ";
@@ -420,13 +420,13 @@ void printSummary(const TrainConfig& tc, const TrainSummary& s, const RunPeaks& 
   summaryRow(os, "model", tc.model.name + " (" + formatFixed(tc.model.numParams() / 1e6, 2) +
                               " M params)");
   summaryRow(os, "layout",
-             "world " + std::to_string(tc.world_size) + " = dp " + std::to_string(tc.dpSize()) +
-                 " (replicate " + std::to_string(tc.dp_replicate) + " x shard " +
-                 std::to_string(tc.dp_shard) + ", ZeRO stage " +
-                 std::to_string(tc.effectiveZeroStage()) + ") x tp " + std::to_string(tc.tp) +
-                 ", micro-batch " + std::to_string(tc.micro_batch_size) + " x accum " +
-                 std::to_string(tc.grad_accum_steps) + ", seq " + std::to_string(tc.seq_len) +
-                 ", " + (tc.dtype == DType::kBf16 ? "bf16" : "fp32"));
+             "world " + std::to_string(tc.layout.world_size) + " = dp " + std::to_string(tc.layout.dpSize()) +
+                 " (replicate " + std::to_string(tc.layout.dp_replicate) + " x shard " +
+                 std::to_string(tc.layout.dp_shard) + ", ZeRO stage " +
+                 std::to_string(tc.layout.effectiveZeroStage()) + ") x tp " + std::to_string(tc.layout.tp) +
+                 ", micro-batch " + std::to_string(tc.training.micro_batch_size) + " x accum " +
+                 std::to_string(tc.training.grad_accum_steps) + ", seq " + std::to_string(tc.data.seq_len) +
+                 ", " + (tc.training.dtype == DType::kBf16 ? "bf16" : "fp32"));
   if (s.measured_steps > 0)
     measuredRows(os, tc, s, peaks);
   else  // nothing was timed: no figure to print, say why
@@ -434,16 +434,16 @@ void printSummary(const TrainConfig& tc, const TrainSummary& s, const RunPeaks& 
                s.steps == 0 ? "not measured: this process ran no step"
                             : "not measured: every step of this process was warm-up "
                               "(metrics.skip_first_steps = " +
-                                  std::to_string(tc.skip_first_steps) + ")");
-  if (tc.pp > 1 && s.measured_steps > 0) pipelineRows(os, tc, s);
+                                  std::to_string(tc.metrics.skip_first_steps) + ")");
+  if (tc.layout.pp > 1 && s.measured_steps > 0) pipelineRows(os, tc, s);
   summaryRow(os, "interference (worst rank)",
              s.interference_text + (s.interference_rank < 0 ? std::string()
                                     : ", rank " + std::to_string(s.interference_rank) +
                                           (s.noisy.empty()
                                                ? ": within metrics.max_interference " +
-                                                     formatFixed(100 * tc.max_interference, 1) + " %"
+                                                     formatFixed(100 * tc.metrics.max_interference, 1) + " %"
                                                : ": NOISY, exceeds metrics.max_interference " +
-                                                     formatFixed(100 * tc.max_interference, 1) +
+                                                     formatFixed(100 * tc.metrics.max_interference, 1) +
                                                      " %")));
   summaryRow(os, "peak RSS (max over ranks)", formatFixed(s.peak_rss_max / (1 << 20), 1) + " MiB");
   if (s.device_peak_allocated_max >= 0)
@@ -460,11 +460,11 @@ void printSummary(const TrainConfig& tc, const TrainSummary& s, const RunPeaks& 
                        formatFixed(s.rss_window_s, 1) + " s)");
   if (s.steps > 0)
     summaryRow(os, "loss first / last", formatFixed(s.first_loss, 5) + " / " + formatFixed(s.last_loss, 5));
-  if (tc.price_per_hour > 0 && s.tokens_per_s_dataset > 0) {
+  if (tc.metrics.price_per_hour > 0 && s.tokens_per_s_dataset > 0) {
     const double mt_per_hour = s.tokens_per_s_dataset * 3600 / 1e6;
     summaryRow(os, "M tokens/hour (dataset)", formatFixed(mt_per_hour, 3));
-    summaryRow(os, "$ per M tokens", formatFixed(tc.price_per_hour * tc.world_size / mt_per_hour, 4) +
-                                         " (at $" + formatFixed(tc.price_per_hour, 2) +
+    summaryRow(os, "$ per M tokens", formatFixed(tc.metrics.price_per_hour * tc.layout.world_size / mt_per_hour, 4) +
+                                         " (at $" + formatFixed(tc.metrics.price_per_hour, 2) +
                                          "/device-hour)");
   }
   summaryRow(os, "run directory", run_dir);

@@ -12,6 +12,7 @@
 
 #include "common/log.h"
 #include "common/run_control.h"
+#include "trainer/comm/phase_timer.h"
 #include "trainer/data/dataset.h"
 #include "trainer/hf/peft_adapter.h"
 #include "trainer/hf/pretrained.h"
@@ -24,9 +25,9 @@ namespace ftb {
 namespace {
 
 double lrAt(const TrainConfig& tc, int64_t step) {
-  if (tc.lr_warmup_steps > 0 && step < tc.lr_warmup_steps)
-    return tc.lr * double(step + 1) / double(tc.lr_warmup_steps);
-  return tc.lr;
+  if (tc.training.lr_warmup_steps > 0 && step < tc.training.lr_warmup_steps)
+    return tc.training.lr * double(step + 1) / double(tc.training.lr_warmup_steps);
+  return tc.training.lr;
 }
 
 // What all ranks agree on after a step's gradients are reduced: one small world
@@ -62,7 +63,7 @@ enum class StopVote { kNone = 0, kTime = 1, kSignal = 2 };
 
 StopVote stopVote(const TrainConfig& tc, int rank, double elapsed) {
   if (g_stop_signal.load() != 0) return StopVote::kSignal;
-  return rank == 0 && tc.stop_after_seconds > 0 && elapsed >= tc.stop_after_seconds
+  return rank == 0 && tc.training.stop_after_seconds > 0 && elapsed >= tc.training.stop_after_seconds
              ? StopVote::kTime
              : StopVote::kNone;
 }
@@ -79,21 +80,20 @@ double globalPositions(Comm& world, int64_t local, int64_t copies) {
 // Data, forward and backward of every micro-batch of `step`: adds this rank's
 // [loss sum, padded, dataset] to `a` and the phase times to `r`; returns the global
 // batch's non-padding positions (the loss normaliser).
-double forwardBackward(const TrainContext& ctx, int64_t step, StepRecord& r, Agreement& a) {
+double forwardBackward(const TrainContext& ctx, int64_t step, PhaseTimer& timer, StepRecord& r,
+                       Agreement& a) {
   const TrainConfig& tc = ctx.tc;
-  double t = nowSeconds();
   StepBatches mine;
   {
     RECORD_USER_SCOPE("data");  // named ranges for traces: trainer/loop/profiler.h
     mine = rankBatches(ctx.ds, tc, step, ctx.mesh.dpRank());  // tp ranks and stages share data
   }
-  t = lap(r.data, t);
+  timer.end(r.data);
   const double positions = globalPositions(ctx.world, mine.positions, ctx.runner.sampleCopies());
   ctx.sync.beginStep();  // ZeRO-3: all-gather of the root unit
-  lap(r.comm, t);
-  const double t_run = nowSeconds();
+  timer.end(r.comm);
   const FwdBwdStats st = ctx.runner.run(mine, positions);  // every micro-batch (step_runner.h)
-  r.pipe = phaseEnd() - t_run;
+  timer.end(r.pipe);
   r.bubble = st.bubble_s;
   r.p2p_bytes = double(st.p2p_bytes);
   r.fwd += st.fwd_s;
@@ -105,26 +105,23 @@ double forwardBackward(const TrainContext& ctx, int64_t step, StepRecord& r, Agr
   return positions;
 }
 
-// Gradient sync, the step agreement and the optimizer update.
+// Gradient sync, the step agreement and the optimizer update. The gradient norm's local
+// reduction is timed as optimizer work, the agreement as comm (and r.agree).
 Agreement syncAndUpdate(const TrainContext& ctx, int64_t step, double positions, double elapsed,
-                        StepRecord& r, Agreement a) {
+                        PhaseTimer& timer, StepRecord& r, Agreement a) {
   const TrainConfig& tc = ctx.tc;
-  double t = nowSeconds();
   {
     RECORD_USER_SCOPE("gradient_sync");
     ctx.sync.finishGradients();
   }
-  const double tn = phaseEnd();
-  a.grad_sq = ctx.sync.localSquaredNorm();  // a local reduction: timed as optimizer work
-  const double norm_s = phaseEnd() - tn;
+  timer.end(r.comm);
+  a.grad_sq = ctx.sync.localSquaredNorm();
+  timer.end(r.opt);
   a.stop = double(static_cast<int>(stopVote(tc, ctx.world.rank(), elapsed)));
-  a.over_memory = tc.memory_limit_bytes > 0 && double(peakRssBytes()) > tc.memory_limit_bytes;
-  const double ta = nowSeconds();
+  a.over_memory = tc.comm.memory_limit_bytes > 0 && double(peakRssBytes()) > tc.comm.memory_limit_bytes;
   Agreement g = agree(ctx.world, a);
-  r.agree = nowSeconds() - ta;
-  t = lap(r.comm, t);
-  r.comm -= norm_s;
-  const double tp = double(tc.tp);  // tp ranks hold identical data
+  r.agree = timer.end(r.comm);
+  const double tp = double(tc.layout.tp);  // tp ranks hold identical data
   r.loss = g.loss_sum / tp / positions;
   r.padded = g.padded / tp;
   r.dataset = g.dataset / tp;
@@ -133,13 +130,12 @@ Agreement syncAndUpdate(const TrainContext& ctx, int64_t step, double positions,
   {
     RECORD_USER_SCOPE("optimizer");
     std::vector<torch::Tensor> grads = ctx.sync.gradients();
-    if (tc.max_grad_norm > 0 && r.grad_norm > tc.max_grad_norm)
-      scaleGrads(grads, tc.max_grad_norm / (r.grad_norm + 1e-6));
+    if (tc.training.max_grad_norm > 0 && r.grad_norm > tc.training.max_grad_norm)
+      scaleGrads(grads, tc.training.max_grad_norm / (r.grad_norm + 1e-6));
     ctx.opt.step(grads, r.lr, ctx.sync.optimizerZeroesGrads());
   }
   ctx.sync.afterOptimizer();
-  lap(r.opt, t);
-  r.opt += norm_s;
+  timer.end(r.opt);
   return g;
 }
 
@@ -148,7 +144,7 @@ void checkStep(const TrainConfig& tc, int64_t step, const StepRecord& r, const A
   if (g.over_memory > 0)  // some rank is over parallel.memory_limit_gb: every rank ends as oom
     throw OomError(logPrefix() + " " + std::to_string(int(g.over_memory)) + " rank(s) exceeded " +
                    "parallel.memory_limit_gb (" +
-                   std::to_string(int64_t(tc.memory_limit_bytes) >> 20) + " MiB) at step " +
+                   std::to_string(int64_t(tc.comm.memory_limit_bytes) >> 20) + " MiB) at step " +
                    std::to_string(step) + "; this rank's peak RSS is " +
                    std::to_string(peakRssBytes() >> 20) + " MiB");
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
@@ -167,7 +163,7 @@ StepEnd stepEnd(const TrainConfig& tc, int64_t step, const Agreement& g) {
   end.step = step;
   end.stop_ctl = cmd == CtlCommand::kStop;
   end.save_now = cmd == CtlCommand::kSave || end.stop_ctl;
-  end.last = step + 1 == tc.max_steps || g.stop > 0 || end.stop_ctl;
+  end.last = step + 1 == tc.training.max_steps || g.stop > 0 || end.stop_ctl;
   if (g.stop >= double(static_cast<int>(StopVote::kSignal))) {  // a signal on some rank (this one may not have seen it)
     end.stop_signal = g_stop_signal.load() != 0 ? g_stop_signal.load() : SIGTERM;
     noteStopSeen();  // this rank's grace deadline starts now if its own signal did not
@@ -191,11 +187,11 @@ void replyControl(const std::string& run_dir, const Agreement& g, const StepEnd&
   rep.command = ctlCommandName(static_cast<CtlCommand>(int(g.ctl)));
   rep.state = end.last ? RunState::Stopping : RunState::Running;
   rep.steps_done = end.step + 1;
-  rep.max_steps = tc.max_steps;
+  rep.max_steps = tc.training.max_steps;
   rep.loss = r.loss;
   rep.tokens_per_s = r.total > 0 ? r.dataset / r.total : 0;
   const double per_step = log.elapsed() / double(std::max<int64_t>(1, rep.steps_done - first_step));
-  rep.eta_s = end.last ? 0 : per_step * double(tc.max_steps - rep.steps_done);
+  rep.eta_s = end.last ? 0 : per_step * double(tc.training.max_steps - rep.steps_done);
   rep.last_checkpoint = hooks.lastCheckpoint();
   try {
     writeReply(run_dir, rep);
@@ -233,19 +229,19 @@ TrainSummary train(const TrainConfig& tc, const Dataset& ds, Distributed& dist,
   ParallelModel pm = parallelize(tc, mesh);
   if (!tc.from_pretrained.empty()) hf::loadPretrained(tc, mesh, *pm.sync);
   if (!tc.lora.from_pretrained.empty()) hf::loadAdapter(tc, mesh, *pm.sync);  // hf/peft_adapter.h
-  OptimizerOptions oo{tc.optimizer, tc.beta1, tc.beta2, tc.eps, tc.weight_decay};
+  OptimizerOptions oo{tc.training.optimizer, tc.training.beta1, tc.training.beta2, tc.training.eps, tc.training.weight_decay};
   std::unique_ptr<Optimizer> opt = makeOptimizer(pm.sync->optimizerParams(), oo);
-  const FlopsCount flops = trainingFlops(tc.model, tc.lora, tc.seq_len);
+  const FlopsCount flops = trainingFlops(tc.model, tc.lora, tc.data.seq_len);
   if (world.rank() == 0)
     FTB_INFO("model " << tc.model.name << ": " << flops.total_params / 1e6 << " M params, "
                       << flops.trainable_params / 1e6 << " M trained, " << flops.per_token / 1e6
                       << " MFLOP/token (" << flops.formula << "); global batch "
-                      << tc.globalBatch() << " x " << tc.seq_len << " tokens, world "
+                      << tc.globalBatch() << " x " << tc.data.seq_len << " tokens, world "
                       << world.size());
   TrainContext ctx{tc, world, mesh, pm.model, *pm.sync, *opt, metrics, ds, *pm.runner};
   StepHooks no_hooks;
   if (!hooks) hooks = &no_hooks;
-  seedDefaultGenerator(tc.seed);
+  seedDefaultGenerator(tc.training.seed);
   TrainState state;
   hooks->onStart(ctx, state);  // a resume restores the generator's state saved with the step
 
@@ -253,15 +249,15 @@ TrainSummary train(const TrainConfig& tc, const Dataset& ds, Distributed& dist,
   StepLog log(tc, metrics, peaks, world.rank(), world.size());
   StepEnd end;
   const int64_t first_step = state.step;
-  for (; state.step < tc.max_steps; ++state.step) {
+  for (; state.step < tc.training.max_steps; ++state.step) {
     hooks->onStepBegin(ctx, state.step);
-    const double t0 = nowSeconds();
+    PhaseTimer timer;
     StepRecord r;
     Agreement a;
-    const double positions = forwardBackward(ctx, state.step, r, a);
+    const double positions = forwardBackward(ctx, state.step, timer, r, a);
     pollControl(run_dir, world.rank(), a);
-    Agreement g = syncAndUpdate(ctx, state.step, positions, log.elapsed(), r, a);
-    r.total = phaseEnd() - t0;
+    Agreement g = syncAndUpdate(ctx, state.step, positions, log.elapsed(), timer, r, a);
+    r.total = timer.elapsed();
     log.record(state.step, r);
     checkStep(tc, state.step, r, g);
     end = stepEnd(tc, state.step, g);

@@ -93,11 +93,11 @@ void applyHostBest(RunPeaks& p, const CpuInfo& cpu) {
 RunPeaks resolvePeaks(const TrainConfig& tc, const CpuInfo& cpu, const std::string& device,
                       const std::string& gpu_name, const GemmFigure* measured) {
   RunPeaks p;
-  const bool bf16 = tc.dtype == DType::kBf16;
+  const bool bf16 = tc.training.dtype == DType::kBf16;
   const std::string dtype = bf16 ? "bf16" : "fp32";
   const int threads = at::get_num_threads();
   p.isa = cpu.isaString();
-  p.hw = hardwarePeak(cpu, device, gpu_name, dtype, threads, tc.peak_tflops);
+  p.hw = hardwarePeak(cpu, device, gpu_name, dtype, threads, tc.metrics.peak_tflops);
   std::string via, blas = device == "cpu" ? "ATen" : gpu_name.empty() ? device : gpu_name;
   const int64_t n = p.gemm_n = peakGemmSize(device);
   if (measured) {

@@ -15,7 +15,7 @@ void buildLinks(Distributed& dist, const TrainConfig& tc, Mesh& m) {
   const int64_t inner = m.world / m.pp, local = m.rank % inner;
   std::vector<std::pair<int64_t, int64_t>> pairs;
   for (int64_t s = 0; s + 1 < m.pp; ++s) pairs.push_back({s, s + 1});
-  if (tc.pp_virtual_stages > 1 && m.pp > 2) pairs.push_back({0, m.pp - 1});
+  if (tc.pipeline.pp_virtual_stages > 1 && m.pp > 2) pairs.push_back({0, m.pp - 1});
   std::sort(pairs.begin(), pairs.end());
   const std::vector<std::string> hosts = dist.allGatherString("pp_hosts", hostName());
   for (const auto& [a, b] : pairs) {
@@ -36,10 +36,10 @@ Mesh buildMesh(Distributed& dist, const TrainConfig& tc) {
   Mesh m;
   m.rank = dist.env.rank;
   m.world = dist.env.world_size;
-  m.tp = tc.tp;
-  m.dp_shard = tc.dp_shard;
-  m.dp_replicate = tc.dp_replicate;
-  m.pp = tc.pp;
+  m.tp = tc.layout.tp;
+  m.dp_shard = tc.layout.dp_shard;
+  m.dp_replicate = tc.layout.dp_replicate;
+  m.pp = tc.layout.pp;
   const int64_t inner = m.world / m.pp;
   m.pp_rank = m.rank / inner;
   const int64_t local = m.rank % inner;
@@ -75,7 +75,7 @@ Mesh buildMesh(Distributed& dist, const TrainConfig& tc) {
     return m.owned.back().get();
   };
   m.tp_comm = m.tp > 1 ? group("tp", tp_ranks) : self();
-  if (tc.effectiveZeroStage() > 0) {  // ZeRO: shard group, plus replicas for HSDP
+  if (tc.layout.effectiveZeroStage() > 0) {  // ZeRO: shard group, plus replicas for HSDP
     m.shard_comm = group("shard", shard_ranks);
     m.replicate_comm = m.dp_replicate > 1 ? group("rep", rep_ranks) : self();
     m.dp_comm = self();  // unused: gradients go through shard (+ replicate)

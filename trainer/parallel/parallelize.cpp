@@ -10,7 +10,7 @@ namespace {
 
 // This stage's model chunks: chunk c is model chunk c·pp + stage (common/pipeline.h).
 std::vector<ModelPart> stageParts(const TrainConfig& tc, int64_t stage) {
-  if (tc.pp == 1) return {ModelPart{}};
+  if (tc.layout.pp == 1) return {ModelPart{}};
   const PipePlan plan = pipePlanOf(tc);
   const int64_t last = plan.stages * plan.virtual_stages - 1;
   std::vector<ModelPart> parts;
@@ -24,21 +24,21 @@ std::vector<ModelPart> stageParts(const TrainConfig& tc, int64_t stage) {
 std::unique_ptr<StepRunner> runnerFor(const TrainConfig& tc, Mesh& mesh,
                                       std::vector<Transformer> chunks, GradSync& sync,
                                       torch::ScalarType dtype) {
-  if (tc.pp == 1) return makeSequentialRunner(chunks[0], sync, tc.tp);
+  if (tc.layout.pp == 1) return makeSequentialRunner(chunks[0], sync, tc.layout.tp);
   return makePipelineRunner(pipePlanOf(tc), mesh.pp_rank, std::move(chunks), sync, mesh.links,
-                            tc.tp, tc.model.dim, dtype);
+                            tc.layout.tp, tc.model.dim, dtype);
 }
 
 }  // namespace
 
 ParallelModel parallelize(const TrainConfig& tc, Mesh& mesh) {
-  const torch::ScalarType dtype = tc.dtype == DType::kBf16 ? torch::kBFloat16 : torch::kFloat32;
-  const ModelOptions opt{dtype, tc.activation_checkpointing, static_cast<uint64_t>(tc.seed),
+  const torch::ScalarType dtype = tc.training.dtype == DType::kBf16 ? torch::kBFloat16 : torch::kFloat32;
+  const ModelOptions opt{dtype, tc.training.activation_checkpointing, static_cast<uint64_t>(tc.training.seed),
                          tc.lora, computeDevice()};
   const std::vector<ModelPart> parts = stageParts(tc, mesh.pp_rank);
   std::vector<Transformer> chunks;
   ParallelModel pm;
-  const int stage = static_cast<int>(tc.effectiveZeroStage());
+  const int stage = static_cast<int>(tc.layout.effectiveZeroStage());
   if (stage == 0) {
     std::vector<ModelParam> params;
     for (const ModelPart& part : parts) {
@@ -46,13 +46,13 @@ ParallelModel parallelize(const TrainConfig& tc, Mesh& mesh) {
       const std::vector<ModelParam> p = chunks.back()->paramsInForwardOrder();
       params.insert(params.end(), p.begin(), p.end());
     }
-    pm.sync = std::make_unique<DdpSync>(trainableOnly(params), *mesh.dp_comm, tc.tp,
-                                        static_cast<int64_t>(tc.bucket_bytes));
+    pm.sync = std::make_unique<DdpSync>(trainableOnly(params), *mesh.dp_comm, tc.layout.tp,
+                                        static_cast<int64_t>(tc.comm.bucket_bytes));
     pm.sync->setFrozen(frozenOnly(params));
   } else {
     // REQUIRES (validated): one chunk per stage, holding a root unit, under ZeRO.
     std::unique_ptr<ZeroSync> zero =
-        makeZeroSync(stage, *mesh.shard_comm, *mesh.replicate_comm, dtype, tc.tp);
+        makeZeroSync(stage, *mesh.shard_comm, *mesh.replicate_comm, dtype, tc.layout.tp);
     ZeroSync* z = zero.get();
     chunks.push_back(Transformer(tc.model, mesh.tpContext(), opt,
                                  [z](int64_t layer, const std::vector<ModelParam>& params) {

@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "trainer/comm/comm.h"
+#include "trainer/comm/phase_timer.h"
 #include "trainer/metrics/perf.h"
 
 namespace ftb {
@@ -140,29 +141,27 @@ FwdBwdStats PipelineRunner::run(const StepBatches& mine, double positions) {
   for (auto& [peer, l] : links_) sent0.push_back(l->bytesSent());
   postReceives(mine);
   int64_t done_backwards = 0;
+  PhaseTimer timer;
   for (const PipeAction& a : actions_) {
-    double t = nowSeconds(), c = collectiveSeconds();
     switch (a.kind) {
       case PipeAction::kRecvAct:
       case PipeAction::kRecvGrad: {
         Slot& s = slots_[{a.mb, a.chunk}];
         (a.kind == PipeAction::kRecvAct ? s.act_work : s.grad_work)->wait();
-        lap(st.bubble_s, t);
+        timer.end(st.bubble_s);
         break;
       }
       case PipeAction::kForward:
         forward(a, mine.micro.at(a.mb), st);
-        lap(st.fwd_s, t);
-        moveCollectiveTime(c, st.fwd_s, st.comm_s);
+        timer.endSplit(st.fwd_s, st.comm_s);
         break;
       case PipeAction::kBackward:
         backward(a, positions, ++done_backwards == backwards_);
-        lap(st.bwd_s, t);
-        moveCollectiveTime(c, st.bwd_s, st.comm_s);
+        timer.endSplit(st.bwd_s, st.comm_s);
         break;
       default:
         send(a);
-        lap(st.fwd_s, t);  // issuing a send: the host side of the transfer
+        timer.end(st.fwd_s);  // issuing a send: the host side of the transfer
     }
   }
   for (auto& w : sends_) w->wait();

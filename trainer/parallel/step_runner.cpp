@@ -1,22 +1,9 @@
 #include "trainer/parallel/step_runner.h"
 
-#include "trainer/comm/comm.h"
+#include "trainer/comm/phase_timer.h"
 #include "trainer/metrics/perf.h"
 
 namespace ftb {
-
-double lap(double& acc, double t) {
-  double now = phaseEnd();  // an asynchronous device's queued work belongs to this phase
-  acc += now - t;
-  return now;
-}
-
-double moveCollectiveTime(double since, double& phase, double& comm) {
-  const double now = collectiveSeconds(), d = now - since;
-  phase -= d;
-  comm += d;
-  return now;
-}
 
 namespace {
 
@@ -27,24 +14,21 @@ class SequentialRunner final : public StepRunner {
 
   FwdBwdStats run(const StepBatches& mine, double positions) override {
     FwdBwdStats st;
-    double t = nowSeconds();
+    PhaseTimer timer;
     for (size_t m = 0; m < mine.micro.size(); ++m) {
       const Batch& b = mine.micro[m];
       torch::Tensor loss_sum;
-      double c = collectiveSeconds();
       {
         RECORD_USER_SCOPE("forward");  // named ranges for traces: trainer/loop/profiler.h
         loss_sum = model_->lossSum(model_->forward(b.inputs), b.targets, b.mask);
       }
-      t = lap(st.fwd_s, t);
-      c = moveCollectiveTime(c, st.fwd_s, st.comm_s);
+      timer.endSplit(st.fwd_s, st.comm_s);
       sync_.beforeBackward(m + 1 == mine.micro.size());
       {
         RECORD_USER_SCOPE("backward");
         (loss_sum / positions).backward();
       }
-      t = lap(st.bwd_s, t);
-      moveCollectiveTime(c, st.bwd_s, st.comm_s);
+      timer.endSplit(st.bwd_s, st.comm_s);
       st.loss_sum += loss_sum.item<double>();
       st.padded += double(b.padded_tokens);
       st.dataset += double(b.dataset_tokens);

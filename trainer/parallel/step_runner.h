@@ -41,10 +41,4 @@ class StepRunner {
 // The plain loop: forward, loss and backward of each micro-batch in turn.
 std::unique_ptr<StepRunner> makeSequentialRunner(Transformer model, GradSync& sync, int64_t tp);
 
-// Adds the time since `t` to `acc` and returns now.
-double lap(double& acc, double t);
-// Moves the collective time accrued since `since` (collectiveSeconds()) from `phase` to
-// `comm`; returns the new mark.
-double moveCollectiveTime(double since, double& phase, double& comm);
-
 }  // namespace ftb

@@ -57,19 +57,19 @@ TEST(LoraConfig, FlopsFollowWhatIsComputed) {
   const TrainConfig full = load({});
   const TrainConfig lora = load({"lora.rank=4", "lora.targets=\"q,o\""});
   const ModelArgs& m = full.model;
-  const FlopsCount f = trainingFlops(m, full.lora, full.seq_len);
+  const FlopsCount f = trainingFlops(m, full.lora, full.data.seq_len);
   EXPECT_EQ(f.formula, "full-v1");
-  EXPECT_EQ(f.per_token, m.flopsPerToken(full.seq_len));
+  EXPECT_EQ(f.per_token, m.flopsPerToken(full.data.seq_len));
   EXPECT_EQ(f.trainable_params, m.numParams());
   const int64_t D = m.dim, q = m.n_heads * m.headDim(), kv = m.n_kv_heads * m.headDim();
   const int64_t na = m.n_layers * 4 * ((D + q) + (q + D));
   EXPECT_EQ(loraParams(m, lora.lora), na);
-  const FlopsCount l = trainingFlops(m, lora.lora, lora.seq_len);
+  const FlopsCount l = trainingFlops(m, lora.lora, lora.data.seq_len);
   EXPECT_EQ(l.formula, "lora-v1");
   EXPECT_EQ(l.trainable_params, na);
   EXPECT_EQ(l.total_params, m.numParams() + na);
-  const double attention = 12.0 * m.n_layers * m.n_heads * m.headDim() * double(lora.seq_len);
-  const double n = (m.flopsPerToken(lora.seq_len) - attention) / 6.0;
+  const double attention = 12.0 * m.n_layers * m.n_heads * m.headDim() * double(lora.data.seq_len);
+  const double n = (m.flopsPerToken(lora.data.seq_len) - attention) / 6.0;
   const double skipped = double(q * D + 2 * kv * D) + double(4 * D);  // + q's A
   EXPECT_DOUBLE_EQ(l.per_token, 4 * n + 6 * double(na) - 2 * skipped + attention);
   EXPECT_LT(l.per_token, f.per_token);

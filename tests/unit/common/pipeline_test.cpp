@@ -265,9 +265,9 @@ TEST(PipeConfig, StagesAreInTheWorldSizeProduct) {
   expectRefusal({"parallel.pp=2", "parallel.tp=2"}, 2,
                 {"pp(2) * dp_shard(1) * tp(2) does not divide world_size(2)"});
   const TrainConfig tc = TrainConfig::fromConfig(Config::load(kTinyRun, {"model.n_layers=4"}), 4);
-  EXPECT_EQ(tc.pp, 1);
-  EXPECT_EQ(tc.dp_replicate, 4);
-  EXPECT_EQ(tc.pp_split, (std::vector<int64_t>{4}));
+  EXPECT_EQ(tc.layout.pp, 1);
+  EXPECT_EQ(tc.layout.dp_replicate, 4);
+  EXPECT_EQ(tc.pipeline.pp_split, (std::vector<int64_t>{4}));
 }
 
 // D512/L8 with Llama-2's vocabulary: the head costs 4.45 blocks. Balancing the chunks gave
@@ -280,14 +280,14 @@ TEST(PipeConfig, InterleavedDefaultSplitBalancesTheStagesOfD512L8) {
                               "parallel.pp_schedule=\"interleaved_1f1b\"",
                               "parallel.pp_virtual_stages=2", "parallel.pp_microbatches=8"}),
       2);
-  EXPECT_EQ(tc.pp_split, (std::vector<int64_t>{3, 1, 3, 1}));
+  EXPECT_EQ(tc.pipeline.pp_split, (std::vector<int64_t>{3, 1, 3, 1}));
 }
 
 TEST(PipeConfig, MicroBatchesSetGradientAccumulationOrMustAgree) {
   const TrainConfig tc = TrainConfig::fromConfig(
       Config::load(kTinyRun, {"model.n_layers=4", "parallel.pp_microbatches=4"}), 1);
-  EXPECT_EQ(tc.grad_accum_steps, 4);
-  EXPECT_EQ(tc.pp_microbatches, 4);
+  EXPECT_EQ(tc.training.grad_accum_steps, 4);
+  EXPECT_EQ(tc.pipeline.pp_microbatches, 4);
   expectRefusal({"parallel.pp_microbatches=4", "training.grad_accum_steps=2"}, 1,
                 {"pp_microbatches(4) contradicts grad_accum_steps(2)"});
 }
@@ -312,8 +312,8 @@ TEST(PipeConfig, AValidPipelineResolvesItsPlan) {
                               "parallel.pp_schedule=\"interleaved_1f1b\"",
                               "parallel.pp_virtual_stages=2"}),
       4);
-  EXPECT_EQ(tc.pp, 2);
-  EXPECT_EQ(tc.dp_replicate, 2);
+  EXPECT_EQ(tc.layout.pp, 2);
+  EXPECT_EQ(tc.layout.dp_replicate, 2);
   EXPECT_EQ(tc.globalBatch(), 2 * 4 * 2);  // micro_batch_size * m * dp: stages share samples
   const PipePlan plan = pipePlanOf(tc);
   EXPECT_EQ(plan.schedule, PipeSchedule::kInterleaved1F1B);

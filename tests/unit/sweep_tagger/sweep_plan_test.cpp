@@ -118,7 +118,7 @@ nproc_per_node = [1, 2]
     EXPECT_EQ(p.global_batch, 8) << p.tag;
     const TrainConfig tc = trainerView(spec, p);
     EXPECT_EQ(tc.globalBatch(), 8);
-    EXPECT_EQ(tc.grad_accum_steps * tc.micro_batch_size * p.world_size, 8) << p.tag;
+    EXPECT_EQ(tc.training.grad_accum_steps * tc.training.micro_batch_size * p.world_size, 8) << p.tag;
     EXPECT_EQ(p.args.front(), "training.global_batch_size=8");
   }
   // Without it, grad_accum stays as configured and the work per step differs.
@@ -189,9 +189,9 @@ TEST(Layout, EachVariantExpandsToItsKeysAndLabelsTheRun) {
     EXPECT_EQ(pts[i].layout, layouts[i]);
     EXPECT_TRUE(pts[i].valid) << pts[i].reason;
     const TrainConfig tc = trainerView(spec, pts[i]);
-    EXPECT_EQ(tc.tp, layouts[i] == "tp2" ? 2 : 1);
-    EXPECT_EQ(tc.dp_shard, layouts[i] == "zero3" ? 2 : 1);
-    EXPECT_EQ(tc.zero_stage, layouts[i] == "zero3" ? 3 : 0);
+    EXPECT_EQ(tc.layout.tp, layouts[i] == "tp2" ? 2 : 1);
+    EXPECT_EQ(tc.layout.dp_shard, layouts[i] == "zero3" ? 2 : 1);
+    EXPECT_EQ(tc.layout.zero_stage, layouts[i] == "zero3" ? 3 : 0);
     EXPECT_NE(
         std::find(pts[i].args.begin(), pts[i].args.end(), "sweep.layout=\"" + layouts[i] + "\""),
         pts[i].args.end());

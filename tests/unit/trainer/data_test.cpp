@@ -69,16 +69,16 @@ TEST(SyntheticDataset, PureFunctionOfSeedAndIndex) {
 
 TEST(SyntheticDataset, LengthsAndTokenRange) {
   TrainConfig c = tinyConfig({"data.num_samples=400"});
-  ASSERT_EQ(c.min_doc_len, 4);
-  ASSERT_EQ(c.seq_len, 16);
+  ASSERT_EQ(c.data.min_doc_len, 4);
+  ASSERT_EQ(c.data.seq_len, 16);
   auto ds = makeDataset(c);
   std::set<size_t> lengths;
   int64_t follows = 0, pairs = 0;
   const int64_t V = c.model.vocab_size;
   for (int64_t i = 0; i < ds->size(); ++i) {
     std::vector<int32_t> d = ds->document(i);
-    EXPECT_GE(d.size(), size_t(c.min_doc_len + 1)) << i;
-    EXPECT_LE(d.size(), size_t(c.seq_len + 1)) << i;
+    EXPECT_GE(d.size(), size_t(c.data.min_doc_len + 1)) << i;
+    EXPECT_LE(d.size(), size_t(c.data.seq_len + 1)) << i;
     lengths.insert(d.size());
     for (size_t t = 0; t < d.size(); ++t) {
       EXPECT_GE(d[t], 1);
@@ -90,16 +90,16 @@ TEST(SyntheticDataset, LengthsAndTokenRange) {
     }
   }
   // Every length in [min_doc_len, seq_len] + 1 occurs among 400 documents.
-  EXPECT_EQ(lengths.size(), size_t(c.seq_len - c.min_doc_len + 1));
-  EXPECT_EQ(*lengths.begin(), size_t(c.min_doc_len + 1));
-  EXPECT_EQ(*lengths.rbegin(), size_t(c.seq_len + 1));
+  EXPECT_EQ(lengths.size(), size_t(c.data.seq_len - c.data.min_doc_len + 1));
+  EXPECT_EQ(*lengths.begin(), size_t(c.data.min_doc_len + 1));
+  EXPECT_EQ(*lengths.rbegin(), size_t(c.data.seq_len + 1));
   // About half of the tokens follow the successor rule (something to learn).
   double frac = double(follows) / double(pairs);
   EXPECT_GT(frac, 0.4);
   EXPECT_LT(frac, 0.6);
 
   // min_doc_len = 0 means seq_len / 4.
-  EXPECT_EQ(tinyConfig({"data.min_doc_len=0"}).min_doc_len, 4);
+  EXPECT_EQ(tinyConfig({"data.min_doc_len=0"}).data.min_doc_len, 4);
 }
 
 // Checks every row of `b` against the documents it was built from.
@@ -144,18 +144,18 @@ TEST(MakeBatch, MaxLengthAndLongest) {
   int64_t longest = 0;
   for (int64_t i = 0; i < count; ++i)
     longest = std::max<int64_t>(longest, int64_t(ds->document(first + i).size()) - 1);
-  ASSERT_LT(longest, c.seq_len) << "pick a window whose longest document is shorter than seq_len";
+  ASSERT_LT(longest, c.data.seq_len) << "pick a window whose longest document is shorter than seq_len";
 
-  Batch full = makeBatch(*ds, first, count, c.seq_len, /*pad_longest=*/false, pad);
-  Batch tight = makeBatch(*ds, first, count, c.seq_len, /*pad_longest=*/true, pad);
-  EXPECT_EQ(full.inputs.sizes().vec(), (std::vector<int64_t>{count, c.seq_len}));
+  Batch full = makeBatch(*ds, first, count, c.data.seq_len, /*pad_longest=*/false, pad);
+  Batch tight = makeBatch(*ds, first, count, c.data.seq_len, /*pad_longest=*/true, pad);
+  EXPECT_EQ(full.inputs.sizes().vec(), (std::vector<int64_t>{count, c.data.seq_len}));
   EXPECT_EQ(tight.inputs.sizes().vec(), (std::vector<int64_t>{count, longest}));
-  expectBatchMatches(full, *ds, first, c.seq_len, pad);
-  expectBatchMatches(tight, *ds, first, c.seq_len, pad);
+  expectBatchMatches(full, *ds, first, c.data.seq_len, pad);
+  expectBatchMatches(tight, *ds, first, c.data.seq_len, pad);
 
   // Same real tokens either way; only the amount of padding differs.
   EXPECT_EQ(full.dataset_tokens, tight.dataset_tokens);
-  EXPECT_EQ(full.dataset_tokens, countPositions(*ds, first, count, c.seq_len));
+  EXPECT_EQ(full.dataset_tokens, countPositions(*ds, first, count, c.data.seq_len));
   EXPECT_EQ(tight.padded_tokens, count * longest);
   EXPECT_TRUE(torch::equal(full.inputs.narrow(1, 0, longest), tight.inputs));
   EXPECT_TRUE(torch::equal(full.mask.narrow(1, 0, longest), tight.mask));
@@ -186,12 +186,12 @@ TEST(TokenFiles, JsonlRoundTrip) {
   writeSyntheticDataset(c, path);
   auto synth = makeDataset(c);
   TrainConfig fc = c;
-  fc.data_source = path;
+  fc.data.data_source = path;
   auto file = makeDataset(fc);
   ASSERT_EQ(file->size(), synth->size());
   for (int64_t i = 0; i < synth->size(); ++i) EXPECT_EQ(file->document(i), synth->document(i)) << i;
-  Batch a = makeBatch(*synth, 0, 6, c.seq_len, false, 0);
-  Batch b = makeBatch(*file, 0, 6, c.seq_len, false, 0);
+  Batch a = makeBatch(*synth, 0, 6, c.data.seq_len, false, 0);
+  Batch b = makeBatch(*file, 0, 6, c.data.seq_len, false, 0);
   EXPECT_TRUE(torch::equal(a.inputs, b.inputs));
   EXPECT_TRUE(torch::equal(a.targets, b.targets));
 }
@@ -210,10 +210,10 @@ TEST(TokenFiles, BinWindows) {
     }
     EXPECT_EQ(int64_t(fs::file_size(path)), int64_t(stream.size()) * (dtype == "uint16" ? 2 : 4));
     TrainConfig fc = c;
-    fc.data_source = path;
+    fc.data.data_source = path;
     auto file = makeDataset(fc);
     // Windows of seq_len + 1 tokens with stride seq_len.
-    int64_t S = c.seq_len, n = int64_t(stream.size());
+    int64_t S = c.data.seq_len, n = int64_t(stream.size());
     EXPECT_EQ(file->size(), (n - 1) / S);
     for (int64_t w = 0; w < file->size(); ++w) {
       std::vector<int32_t> want(stream.begin() + w * S, stream.begin() + w * S + S + 1);
@@ -238,13 +238,13 @@ TEST(TokenFiles, BinFileIsNotReadIntoMemory) {
   const int64_t bytes = int64_t(256) << 20;
   fs::resize_file((std::ofstream(path), path), uintmax_t(bytes));
   TrainConfig c = tinyConfig();
-  c.data_source = path;
+  c.data.data_source = path;
   const int64_t before = residentBytes();
   std::unique_ptr<Dataset> ds = makeDataset(c);
   const int64_t grown = residentBytes() - before;
   EXPECT_LT(grown, bytes / 16) << "resident memory grew by " << grown << " bytes";
-  EXPECT_EQ(ds->size(), (bytes / 2 - 1) / c.seq_len);
-  EXPECT_EQ(ds->document(ds->size() - 1), std::vector<int32_t>(size_t(c.seq_len + 1), 0));
+  EXPECT_EQ(ds->size(), (bytes / 2 - 1) / c.data.seq_len);
+  EXPECT_EQ(ds->document(ds->size() - 1), std::vector<int32_t>(size_t(c.data.seq_len + 1), 0));
 }
 
 // writeSyntheticDataset() with data.bin_dtype = "uint16" (the default) and a vocabulary
@@ -253,7 +253,7 @@ TEST(TokenFiles, BinFileIsNotReadIntoMemory) {
 TEST(TokenFiles, Uint16BinWithLargeVocabIsRefused) {
   TempDir dir;
   TrainConfig c = tinyConfig({"model.vocab_size=70000"});
-  ASSERT_EQ(c.bin_dtype, "uint16");
+  ASSERT_EQ(c.data.bin_dtype, "uint16");
   std::string path = dir.file("big_vocab.bin");
   try {
     writeSyntheticDataset(c, path);
@@ -268,9 +268,9 @@ TEST(TokenFiles, Uint16BinWithLargeVocabIsRefused) {
   }
   ASSERT_TRUE(std::any_of(stream.begin(), stream.end(), [](int32_t t) { return t > 65535; }));
   TrainConfig fc = c;
-  fc.data_source = path;
+  fc.data.data_source = path;
   auto file = makeDataset(fc);
-  int64_t S = c.seq_len, mismatched = 0;
+  int64_t S = c.data.seq_len, mismatched = 0;
   for (int64_t w = 0; w < file->size(); ++w)
     mismatched += file->document(w) !=
                   std::vector<int32_t>(stream.begin() + w * S, stream.begin() + w * S + S + 1);
@@ -284,7 +284,7 @@ void expectJsonlError(const std::string& text, int line, const std::string& what
   std::string path = dir.file("bad.jsonl");
   std::ofstream(path) << text;
   TrainConfig c = tinyConfig();
-  c.data_source = path;
+  c.data.data_source = path;
   try {
     makeDataset(c);
     ADD_FAILURE() << "no error for:\n" << text;
@@ -325,7 +325,7 @@ TEST(TokenFiles, JsonlLineAboveTheBoundIsRefusedNamingFileAndLine) {
                       << "\n\n"
                       << ok;
   TrainConfig c = tinyConfig();
-  c.data_source = path;
+  c.data.data_source = path;
   std::unique_ptr<Dataset> ds = makeDataset(c);
   ASSERT_EQ(ds->size(), 3);
   EXPECT_EQ(ds->document(1), (std::vector<int32_t>{4, 5, 6}));
@@ -344,13 +344,13 @@ TEST(TokenFiles, JsonlTruncatesAndSkipsShortDocuments) {
     out << "]}\n{\"input_ids\": [3, 4]}\n";
   }
   TrainConfig c = tinyConfig();
-  c.data_source = path;
+  c.data.data_source = path;
   auto ds = makeDataset(c);
   ASSERT_EQ(ds->size(), 2);
   EXPECT_EQ(ds->document(0),
-            std::vector<int32_t>(longdoc.begin(), longdoc.begin() + c.seq_len + 1));
+            std::vector<int32_t>(longdoc.begin(), longdoc.begin() + c.data.seq_len + 1));
   EXPECT_EQ(ds->document(1), (std::vector<int32_t>{3, 4}));
-  EXPECT_EQ(countPositions(*ds, 0, 2, c.seq_len), c.seq_len + 1);
+  EXPECT_EQ(countPositions(*ds, 0, 2, c.data.seq_len), c.data.seq_len + 1);
 }
 
 // FNV-1a over a tensor's shape and bytes.
@@ -378,7 +378,7 @@ uint64_t rankChecksum(const TrainConfig& tc, const Dataset& ds, int64_t dp_rank,
   uint64_t h = 0xcbf29ce484222325ULL;
   for (int64_t step = 0; step < steps; ++step) {
     int64_t positions = 0;
-    for (int64_t r = 0; r < tc.dpSize(); ++r) positions += rankBatches(ds, tc, step, r).positions;
+    for (int64_t r = 0; r < tc.layout.dpSize(); ++r) positions += rankBatches(ds, tc, step, r).positions;
     h = fnv(h, &positions, sizeof(positions));
     for (const Batch& b : rankBatches(ds, tc, step, dp_rank).micro) {
       for (const torch::Tensor& t : {b.inputs, b.targets, b.mask}) h = fnv(h, t);
@@ -407,11 +407,11 @@ TEST(RankSamples, PinnedPerRankChecksums) {
   for (const Layout& l : layouts) {
     TrainConfig tc = tinyConfig(l.overrides, l.world);
     auto ds = makeDataset(tc);
-    ASSERT_EQ(tc.dpSize(), int64_t(l.pinned.size())) << l.overrides.back();
-    for (int64_t r = 0; r < tc.dpSize(); ++r)
+    ASSERT_EQ(tc.layout.dpSize(), int64_t(l.pinned.size())) << l.overrides.back();
+    for (int64_t r = 0; r < tc.layout.dpSize(); ++r)
       EXPECT_EQ(rankChecksum(tc, *ds, r, 8), l.pinned[size_t(r)])
           << "world " << l.world << ", " << l.overrides.back() << ", dp rank " << r << " of "
-          << tc.dpSize() << ": the samples this rank trains on changed";
+          << tc.layout.dpSize() << ": the samples this rank trains on changed";
   }
 }
 
@@ -421,22 +421,22 @@ TEST(RankSamples, RanksTileTheGlobalBatch) {
   TrainConfig tc = tinyConfig({"training.micro_batch_size=2", "training.grad_accum_steps=3",
                                "parallel.tp=2"},
                               8);
-  ASSERT_EQ(tc.dpSize(), 4);
+  ASSERT_EQ(tc.layout.dpSize(), 4);
   auto ds = makeDataset(tc);
   const int64_t G = tc.globalBatch();
   for (int64_t step : {0, 2, 5}) {
     std::vector<torch::Tensor> parts;
     int64_t positions = 0;
-    for (int64_t r = 0; r < tc.dpSize(); ++r) {
+    for (int64_t r = 0; r < tc.layout.dpSize(); ++r) {
       StepBatches mine = rankBatches(*ds, tc, step, r);
-      ASSERT_EQ(int64_t(mine.micro.size()), tc.grad_accum_steps);
+      ASSERT_EQ(int64_t(mine.micro.size()), tc.training.grad_accum_steps);
       for (const Batch& b : mine.micro) parts.push_back(b.inputs);
       positions += mine.positions;
     }
-    Batch whole = makeBatch(*ds, step * G, G, tc.seq_len, false, tc.pad_id);
+    Batch whole = makeBatch(*ds, step * G, G, tc.data.seq_len, false, tc.data.pad_id);
     EXPECT_TRUE(torch::equal(torch::cat(parts), whole.inputs)) << "step " << step;
     EXPECT_EQ(positions, whole.mask.sum().item<int64_t>()) << "step " << step;
-    EXPECT_EQ(positions, countPositions(*ds, step * G, G, tc.seq_len)) << "step " << step;
+    EXPECT_EQ(positions, countPositions(*ds, step * G, G, tc.data.seq_len)) << "step " << step;
   }
 }
 
@@ -484,9 +484,9 @@ TEST(Packing, WindowsOfTheDocumentStream) {
     stream.insert(stream.end(), d.begin(), d.end());
   }
   TrainConfig pc = tinyConfig({"data.padding=\"packing\""});
-  ASSERT_TRUE(pc.pack);
+  ASSERT_TRUE(pc.data.pack);
   auto packed = makeDataset(pc);
-  const int64_t S = c.seq_len, n = int64_t(stream.size());
+  const int64_t S = c.data.seq_len, n = int64_t(stream.size());
   ASSERT_EQ(packed->size(), (n - 1 + S - 1) / S);
   int64_t positions = 0;
   for (int64_t w = 0; w < packed->size(); ++w) {

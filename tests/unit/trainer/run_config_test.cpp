@@ -96,8 +96,8 @@ TrainConfig load(const std::vector<std::string>& overrides, int world_size) {
 // parallel.local_collectives: "auto" (the default) or "off"; anything else is refused
 // naming the key and the choices (exit 2).
 TEST(TrainConfig, LocalCollectivesIsAutoOrOff) {
-  EXPECT_EQ(load({}, 1).local_collectives, "auto");
-  EXPECT_EQ(load({"parallel.local_collectives=\"off\""}, 1).local_collectives, "off");
+  EXPECT_EQ(load({}, 1).comm.local_collectives, "auto");
+  EXPECT_EQ(load({"parallel.local_collectives=\"off\""}, 1).comm.local_collectives, "off");
   expectConfigError([] { load({"parallel.local_collectives=\"shm\""}, 1); },
                     {"parallel.local_collectives", "expected one of \"auto\" | \"off\"",
                      "got \"shm\""});
@@ -135,8 +135,8 @@ TEST(TrainConfig, ParallelProductMustEqualWorldSize) {
       {"= more than 2^63 does not equal world_size(4)"});
   // dp_replicate = 0 derives the data-parallel size from the world.
   TrainConfig c = load({}, 4);
-  EXPECT_EQ(c.dp_replicate, 4);
-  EXPECT_EQ(c.dpSize(), 4);
+  EXPECT_EQ(c.layout.dp_replicate, 4);
+  EXPECT_EQ(c.layout.dpSize(), 4);
   EXPECT_EQ(c.globalBatch(), 2 * 1 * 4);
 }
 
@@ -146,7 +146,7 @@ TEST(TrainConfig, GlobalBatchMustSplitIntoMicroBatches) {
                     {"training.global_batch_size", "global_batch_size(6)", "micro_batch_size(2)",
                      "data-parallel size(2) = 4", "world_size(2)"});
   TrainConfig c = load({"training.global_batch_size=12"}, 2);
-  EXPECT_EQ(c.grad_accum_steps, 3);
+  EXPECT_EQ(c.training.grad_accum_steps, 3);
   EXPECT_EQ(c.globalBatch(), 12);
   expectConfigError(
       [] {
@@ -154,7 +154,7 @@ TEST(TrainConfig, GlobalBatchMustSplitIntoMicroBatches) {
       },
       {"grad_accum_steps(2) contradicts global_batch_size(12)", "= 3"});
   EXPECT_EQ(
-      load({"training.global_batch_size=12", "training.grad_accum_steps=3"}, 2).grad_accum_steps,
+      load({"training.global_batch_size=12", "training.grad_accum_steps=3"}, 2).training.grad_accum_steps,
       3);
 }
 
@@ -175,7 +175,7 @@ TEST(TrainConfig, TensorParallelMustDivideTheModel) {
       {"tp(2) does not divide vocab_size(511)"});
   // tp = 2 on 4 ranks: 2 data-parallel replicas; the global batch counts dp ranks only.
   TrainConfig c = load({"parallel.tp=2"}, 4);
-  EXPECT_EQ(c.dp_replicate, 2);
+  EXPECT_EQ(c.layout.dp_replicate, 2);
   EXPECT_EQ(c.globalBatch(), 2 * 1 * 2);
   expectConfigError(
       [] {
@@ -199,8 +199,8 @@ TEST(TrainConfig, OtherInvariantsNameTheNumbers) {
   expectConfigError([] { load({"training.micro_batch_size=0"}, 1); }, {"0 is out of range: expected an integer >= 1"});
   expectConfigError([] { load({"training.activation_checkpointing=\"every_0\""}, 1); },
                     {"every_N"});
-  EXPECT_EQ(load({"training.activation_checkpointing=\"every_3\""}, 1).activation_checkpointing, 3);
-  EXPECT_EQ(load({"training.activation_checkpointing=\"full\""}, 1).activation_checkpointing, 1);
+  EXPECT_EQ(load({"training.activation_checkpointing=\"every_3\""}, 1).training.activation_checkpointing, 3);
+  EXPECT_EQ(load({"training.activation_checkpointing=\"full\""}, 1).training.activation_checkpointing, 1);
 }
 
 // A pad_id outside [0, vocab_size) would die in the embedding lookup of the first
