@@ -32,9 +32,11 @@ LayerCosts layerCosts(const ModelArgs& m, int64_t seq_len) {
   return c;
 }
 
-std::vector<int64_t> balancedSplit(int64_t n_layers, int64_t chunks, const LayerCosts& costs) {
-  if (chunks < 1 || chunks > n_layers)
-    throw std::logic_error("balancedSplit: need 1 <= chunks <= n_layers");
+namespace {
+
+// balancedSplit with at least min_blocks blocks in every chunk.
+std::vector<int64_t> minMaxSplit(int64_t n_layers, int64_t chunks, int64_t min_blocks,
+                                 const LayerCosts& costs) {
   const double inf = std::numeric_limits<double>::infinity();
   // best[k][i]: the smallest largest-chunk cost of blocks [0, i) in chunks [0, k);
   // cut[k][i]: where chunk k-1 starts in that split.
@@ -43,8 +45,8 @@ std::vector<int64_t> balancedSplit(int64_t n_layers, int64_t chunks, const Layer
   best[0][0] = 0;
   for (int64_t k = 1; k <= chunks; ++k) {
     const double extra = (k == 1 ? costs.embed : 0) + (k == chunks ? costs.head : 0);
-    for (int64_t i = k; i <= n_layers; ++i) {
-      for (int64_t j = i - 1; j >= k - 1; --j) {  // chunk k-1 = blocks [j, i)
+    for (int64_t i = k * min_blocks; i <= n_layers; ++i) {
+      for (int64_t j = i - min_blocks; j >= (k - 1) * min_blocks; --j) {  // chunk k-1 = [j, i)
         const double v = std::max(best[k - 1][j], double(i - j) * costs.block + extra);
         if (v < best[k][i]) best[k][i] = v, cut[k][i] = j;  // largest j on ties
       }
@@ -54,6 +56,29 @@ std::vector<int64_t> balancedSplit(int64_t n_layers, int64_t chunks, const Layer
   for (int64_t k = chunks, i = n_layers; k >= 1; --k) {
     split[k - 1] = i - cut[k][i];
     i = cut[k][i];
+  }
+  return split;
+}
+
+}  // namespace
+
+std::vector<int64_t> balancedSplit(int64_t n_layers, int64_t chunks, const LayerCosts& costs) {
+  if (chunks < 1 || chunks > n_layers)
+    throw std::logic_error("balancedSplit: need 1 <= chunks <= n_layers");
+  return minMaxSplit(n_layers, chunks, 1, costs);
+}
+
+std::vector<int64_t> interleavedSplit(int64_t n_layers, int64_t stages, int64_t v,
+                                      const LayerCosts& costs) {
+  if (stages < 1 || v < 1 || stages * v > n_layers)
+    throw std::logic_error("interleavedSplit: need stages, v >= 1 and stages * v <= n_layers");
+  const std::vector<int64_t> per_stage = minMaxSplit(n_layers, stages, v, costs);
+  std::vector<int64_t> split(stages * v);
+  for (int64_t s = 0; s < stages; ++s) {
+    const LayerCosts own{costs.block, s == 0 ? costs.embed : 0.0,
+                         s == stages - 1 ? costs.head : 0.0};
+    const std::vector<int64_t> chunks = minMaxSplit(per_stage[s], v, 1, own);
+    for (int64_t c = 0; c < v; ++c) split[c * stages + s] = chunks[c];
   }
   return split;
 }

@@ -38,6 +38,17 @@ LayerCosts layerCosts(const ModelArgs& m, int64_t seq_len);
 // REQUIRES: 1 <= chunks <= n_layers.
 std::vector<int64_t> balancedSplit(int64_t n_layers, int64_t chunks, const LayerCosts& costs);
 
+// The default split of interleaved 1F1B, `stages` stages of v chunks each (chunk c of stage s
+// is model chunk c·stages + s): first the stages' totals, which bound the step time, as
+// balancedSplit over the stages would give them with at least v blocks each (the embedding
+// on stage 0, the head on the last stage); then each stage's blocks over its v chunks by
+// balancedSplit. Balancing the chunks alone can leave the stages far apart when the head
+// outweighs a chunk's share: blocks of cost 1 and a head of 4.5, 8 blocks in 2 × 2 chunks
+// give [2, 3, 2, 1] (stage 0: 4 blocks, stage 1: 4 and the head); this gives [3, 1, 3, 1].
+// REQUIRES: stages >= 1, v >= 1, stages·v <= n_layers.
+std::vector<int64_t> interleavedSplit(int64_t n_layers, int64_t stages, int64_t v,
+                                      const LayerCosts& costs);
+
 // What a stage does, in order. Compute: kForward / kBackward of micro-batch `mb` on its
 // local chunk `chunk`. Communication with stage `peer`: activations go forward
 // (kSendAct, kRecvAct), their gradients backward (kSendGrad, kRecvGrad); each message is

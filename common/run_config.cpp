@@ -634,6 +634,9 @@ std::vector<int64_t> pipeSplit(const Config& cfg, const TrainConfig& c) {
   const std::vector<int64_t>& given = cfg.getIntList("parallel.pp_split");
   // One chunk holds every block: nothing to balance (balancedSplit grows with the layers).
   if (given.empty() && chunks == 1) return {L};
+  if (given.empty() && c.pipeline.pp_virtual_stages > 1)
+    return interleavedSplit(L, c.layout.pp, c.pipeline.pp_virtual_stages,
+                            layerCosts(c.model, c.data.seq_len));
   if (given.empty()) return balancedSplit(L, chunks, layerCosts(c.model, c.data.seq_len));
   int64_t sum = 0;
   for (int64_t n : given) {

@@ -30,10 +30,14 @@
 #             SFTTrainer (peft for LoRA) on the same HF model directory and prompt/completion
 #             JSONL, full and LoRA, alternating rounds. TRL and its dependencies are installed
 #             here only (scripts/requirements-bench.txt, into build/bench-py)
-#   pipeline  pipeline bubble: D512/L8, pp 2 on one host (2 ranks through the launcher),
-#             m = 8 micro-batches of 1 sample, 1F1B and interleaved 1F1B (v = 2): the
-#             measured bubble fraction per rank beside the theory. (The two-host slow-network
-#             comparison against DDP and ZeRO-3 is not implemented: it is reported as such.)
+#   pipeline  (1) bubble: D512/L8, pp 2 on one host (2 ranks through the launcher), m = 8
+#             micro-batches of 1 sample, 1F1B and interleaved 1F1B (v = 2), vocabulary 512
+#             and 32000: each stage's measured bubble beside the theory. (2) a slow network:
+#             two `ip netns` hosts whose link tc tbf shapes to each rate of FTB_PP_RATES
+#             (default 100mbit 300mbit 1gbit 3gbit off; needs root, else reported as skipped),
+#             D512/L8 global batch 8 as DDP, ZeRO-3 and pp 2 (1F1B), one rank per host via
+#             mpirun + launcher: tokens/s per host, bytes sent per step, where the ranking
+#             changes. FTB_PP_PARTS="bubble" or "net" reruns one part
 # Usage: scripts/bench.sh [trainer|eager|dpscale|memory|launcher|aggregate|data|hfload|textdata|ckpt|port|gloo|lora|pipeline ...]
 #        (default: all but hfload, ckpt, port, lora and pipeline)
 set -euo pipefail
@@ -439,46 +443,108 @@ bench_lora() {
   cat "$OUT/lora.md"
 }
 
-# pp 2 on one host, m = 8: the bubble each rank measured (time blocked receiving from the
-# neighbour stage over the forward-backward phase, measured steps) against the schedule's
-# theory, (p-1)/(m+p-1) and that over v for interleaved, from the metrics files.
-bench_pipeline() {
-  local runs=$OUT/runs/pipeline
+# pp 2 on one host, m = 8 micro-batches of 1 sample: the bubble each rank measured (time
+# blocked receiving from the neighbour stage, and idle time over the pipeline's makespan)
+# against the schedule's theory, 1F1B and interleaved (v = 2). Two vocabularies: 512, where
+# the output layer is a small part of the last chunk (the theory's equal chunks), and
+# Llama-2's 32000, where it is as heavy as 4.5 blocks.
+bench_pipeline_bubble() {
+  local runs=$1/bubble
   rm -rf "$runs"
   mkdir -p "$runs"
-  cp /proc/loadavg "$runs/loadavg.before"
   local common=(--config configs/runs/bench-d512.toml --no-sweep-dir training.max_steps=6
-    training.micro_batch_size=1 parallel.pp=2 parallel.pp_microbatches=8)
-  echo "bench: D512/L8/T512 fp32, pp 2, m 8: 1f1b"
-  launch 2 "$runs/1f1b.log" -- "$BUILD/trainer/trainer" "${common[@]}" --output-dir "$runs/1f1b"
-  echo "bench: D512/L8/T512 fp32, pp 2, m 8: interleaved_1f1b, v 2"
-  launch 2 "$runs/interleaved.log" -- "$BUILD/trainer/trainer" "${common[@]}" \
-    --output-dir "$runs/interleaved" parallel.pp_schedule=interleaved_1f1b \
-    parallel.pp_virtual_stages=2
-  cp /proc/loadavg "$runs/loadavg.after"
-  "$PY" - "$runs" > "$OUT/pipeline.md" <<'PYEOF'
-import pathlib, platform, sys
-import h5py
-runs = pathlib.Path(sys.argv[1])
-cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
-print("# Pipeline bubble: pp 2 on one host, 1F1B and interleaved 1F1B\n")
-print(f"Pipeline bubble, D512/L8/T512 fp32, pp 2 on one host (2 ranks, 1 thread each), m = 8 "
-      f"micro-batches of 1 sample, 6 steps (first 2 warm-up). CPU: {cpu}. Load average before / "
-      f"after: {(runs / 'loadavg.before').read_text().split()[0]} / "
-      f"{(runs / 'loadavg.after').read_text().split()[0]}.\n")
-print("| schedule | rank (stage) | measured bubble | theory | within 5 points | step p50 s |")
-print("|---|---|---|---|---|---|")
-for name in ("1f1b", "interleaved"):
-    for rank in (0, 1):
-        with h5py.File(runs / name / "metrics" / f"rank_{rank:05d}.h5", "r") as f:
-            measured, theory = f.attrs["pp_bubble_fraction"], f.attrs["pp_bubble_theory"]
-            steps = sorted(f["steps/step_time_s"][2:])
-            p50 = steps[len(steps) // 2]
-        ok = "yes" if abs(measured - theory) <= 0.05 else "no"
-        print(f"| {name} | {rank} | {100 * measured:.1f} % | {100 * theory:.1f} % | {ok} | {p50:.3f} |")
-print("\nTwo-host slow-network benchmark (tc tbf at 1 Gbit/s and 100 Mbit/s, DDP vs ZeRO-3 vs "
-      "pp 2): not implemented in this version, no figures.")
-PYEOF
+    training.micro_batch_size=1 parallel.pp=2 parallel.pp_microbatches=8
+    checkpoint.save_final=false)
+  for vocab in 512 32000; do
+    for sched in 1f1b interleaved_1f1b; do
+      local v=1
+      [ "$sched" = 1f1b ] || v=2
+      echo "bench: D512/L8/T512 fp32, vocabulary $vocab, pp 2, m 8: $sched"
+      cut -d' ' -f1-3 /proc/loadavg >"$runs/$sched.v$vocab.loadavg"
+      launch 2 "$runs/$sched.v$vocab.log" -- "$BUILD/trainer/trainer" "${common[@]}" \
+        --output-dir "$runs/$sched.v$vocab" model.vocab_size=$vocab parallel.pp_schedule=$sched \
+        parallel.pp_virtual_stages=$v
+    done
+  done
+}
+
+# The slow network: two namespace hosts (tests/cluster/netns.sh, on their own bridge and
+# subnet so that the tests' hosts are untouched), each host's egress shaped by tc tbf to
+# each rate of FTB_PP_RATES ("off" = unshaped); a 3-second TCP transfer checks the rate
+# the shaped link delivers. At each rate D512/L8 fp32, global batch 8 x T512, one rank
+# per host launched by mpirun + launcher: DDP, ZeRO-3 and pp 2 (1F1B, m = 8). The bytes
+# each host sent come from its eth0 counters around each run.
+PP_RATES=${FTB_PP_RATES:-100mbit 300mbit 1gbit 3gbit off}
+bench_pipeline_net() {
+  local runs=$1/net netns=$ROOT/tests/cluster/netns.sh
+  rm -rf "$runs"
+  mkdir -p "$runs"
+  export FTB_NETNS_PREFIX=ftbpp FTB_NETNS_BRIDGE=ftbpp0 FTB_NETNS_NET=10.79.0
+  if ! "$netns" check 2>"$runs/skipped"; then return 0; fi
+  command -v mpirun >/dev/null || { echo "mpirun (OpenMPI) is not installed" >"$runs/skipped"; return 0; }
+  rm -f "$runs/skipped"
+  trap '"$ROOT/tests/cluster/netns.sh" down' EXIT
+  "$netns" up 2
+  printf 'ftbpp1 slots=1\nftbpp2 slots=1\n' >"$runs/hostfile"
+  local rate layout
+  for rate in $PP_RATES; do
+    "$netns" shape "$rate"
+    pp_link_rate "$rate" "$runs/link.$rate.json"
+    for layout in ddp zero3 pp; do
+      echo "bench: two hosts, link $rate: D512/L8/T512 fp32, global batch 8, $layout"
+      pp_net_run "$runs" "$rate" "$layout"
+    done
+  done
+  "$netns" shape off
+  "$netns" down
+  trap - EXIT
+}
+
+pp_tx_bytes() {  # the bytes each namespace host has sent on eth0
+  for h in ftbpp1 ftbpp2; do ip netns exec $h cat /sys/class/net/eth0/statistics/tx_bytes; done
+}
+
+pp_link_rate() {  # pp_link_rate RATE OUT.json: 3 s of the nominal rate (2 GB unshaped)
+  local bytes=2000000000
+  case $1 in *mbit) bytes=$(( ${1%mbit} * 375000 )) ;; *gbit) bytes=$(( ${1%gbit} * 375000000 )) ;; esac
+  ip netns exec ftbpp2 timeout 120 "$PY" scripts/bench_link_rate.py recv 5999 "$2" &
+  local recv=$!
+  ip netns exec ftbpp1 timeout 120 "$PY" scripts/bench_link_rate.py send 10.79.0.12 5999 "$bytes"
+  wait $recv
+}
+
+pp_net_run() {  # pp_net_run RUNS RATE LAYOUT
+  local out=$1/$2.$3 keys=()
+  case $3 in
+    ddp) keys=(training.micro_batch_size=4) ;;
+    zero3) keys=(training.micro_batch_size=4 parallel.dp_shard=2 parallel.zero_stage=3) ;;
+    pp) keys=(training.micro_batch_size=1 parallel.pp=2 parallel.pp_microbatches=8) ;;
+  esac
+  local trainer=("$BUILD/trainer/trainer" --config configs/runs/bench-d512.toml --no-sweep-dir
+    --output-dir "$out" training.global_batch_size=8 training.max_steps=4
+    metrics.skip_first_steps=1 checkpoint.save_final=false "${keys[@]}")
+  local node=("$BUILD/launcher/launcher" --nproc-per-node 1 -- "${trainer[@]}")
+  settle
+  cut -d' ' -f1-3 /proc/loadavg >"$out.loadavg"
+  pp_tx_bytes >"$out.tx_before"
+  timeout -k 10 1800 "$ROOT/tests/cluster/netns.sh" mpirun --hostfile "$1/hostfile" \
+    -np 1 --host ftbpp1 "${node[@]}" : -np 1 --host ftbpp2 "${node[@]}" >"$out.log" 2>&1 ||
+    { tail -20 "$out.log" >&2; echo "bench: $out failed (log $out.log)" >&2; return 1; }
+  pp_tx_bytes >"$out.tx_after"
+}
+
+# FTB_PP_PARTS="bubble net" (the default) runs both parts; naming one reruns it alone and
+# reports it beside the other part's last runs.
+bench_pipeline() {
+  local runs=$OUT/runs/pipeline part
+  mkdir -p "$runs"
+  for part in ${FTB_PP_PARTS:-bubble net}; do
+    case $part in bubble | net) ;; *) echo "bench: FTB_PP_PARTS: unknown part '$part'; expected bubble or net" >&2; exit 2 ;; esac
+    cut -d' ' -f1-3 /proc/loadavg >"$runs/loadavg.$part.before"
+    "bench_pipeline_$part" "$runs"
+    cut -d' ' -f1-3 /proc/loadavg >"$runs/loadavg.$part.after"
+  done
+  "$PY" scripts/bench_pipeline_report.py "$runs" > "$OUT/pipeline.md"
   drop_checkpoints "$runs"
   cat "$OUT/pipeline.md"
 }

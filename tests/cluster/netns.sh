@@ -5,6 +5,10 @@
 #   tests/cluster/netns.sh down      remove every host created by `up` and the bridge
 #   tests/cluster/netns.sh status    list hosts and addresses
 #   tests/cluster/netns.sh check     exit 0 if namespaces can be used here, else 77 + reason
+#   tests/cluster/netns.sh shape RATE  shape every host's egress (eth0) with a tc token bucket
+#                                    (tbf) to RATE (tc units: 100mbit, 1gbit); `shape off` removes it
+#   tests/cluster/netns.sh mpirun ARGS...  mpirun across the hosts (hostfile entries name hosts
+#                                    h1, h2, ...): the options that make it run here, then ARGS
 #
 # Layout (defaults; override with the environment):
 #   bridge  $FTB_NETNS_BRIDGE (ftbbr0) with ${FTB_NETNS_NET}.1/24 (10.77.0.1) in the root ns
@@ -109,10 +113,50 @@ status() {
   done <"$STATE"
 }
 
+# A link shaped to RATE in each direction: every host's eth0 sends through a token bucket
+# (tbf; netem is not available on every kernel). The bucket holds 2 ms at RATE, at least
+# 64 KiB (a GSO segment); the queue up to 100 ms at RATE before tbf drops (TCP backs off).
+shape() {
+  local rate=$1
+  [[ -f $STATE ]] || die "shape: no hosts (run 'up N' first)"
+  while read -r ns; do
+    [[ -n $ns ]] || continue
+    ip netns exec "$ns" tc qdisc del dev eth0 root 2>/dev/null || true
+    [[ $rate == off ]] && continue
+    local bps
+    bps=$(rate_bps "$rate")
+    local burst=$((bps / 8 / 500)) limit=$((bps / 8 / 10))
+    ((burst >= 65536)) || burst=65536
+    ((limit >= 4 * burst)) || limit=$((4 * burst))
+    ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst "$burst" limit "$limit"
+  done <"$STATE"
+}
+
+rate_bps() {  # 100mbit, 1gbit, 2.5gbit, 500kbit -> bits per second
+  local r=${1,,}
+  local num=${r%%[a-z]*} unit=${r##*[0-9.]}
+  case $unit in
+    kbit) awk -v n="$num" 'BEGIN{printf "%d", n * 1e3}' ;;
+    mbit) awk -v n="$num" 'BEGIN{printf "%d", n * 1e6}' ;;
+    gbit) awk -v n="$num" 'BEGIN{printf "%d", n * 1e9}' ;;
+    *) die "shape: rate '$1': expected a number with kbit, mbit or gbit (e.g. 100mbit)" ;;
+  esac
+}
+
+# mpirun as tests/e2e/launcher/launcher_util.py's mpirun_prefix runs it across the hosts.
+mpirun_hosts() {
+  exec mpirun --allow-run-as-root --bind-to none \
+    --mca plm_rsh_agent "$(dirname "$(readlink -f "$0")")/netns_rsh.sh" \
+    --mca oob_tcp_if_include "$NET.0/24" --mca btl_tcp_if_include "$NET.0/24" \
+    --mca btl self,tcp --mca odls_base_sigkill_timeout 0 "$@"
+}
+
 case "${1:-}" in
   up) up "${2:?usage: netns.sh up N}" ;;
+  shape) shape "${2:?usage: netns.sh shape RATE|off}" ;;
+  mpirun) shift; mpirun_hosts "$@" ;;
   down) down ;;
   status) status ;;
   check) check ;;
-  *) echo "usage: $0 up N | down | status | check" >&2; exit 2 ;;
+  *) echo "usage: $0 up N | down | status | check | shape RATE|off | mpirun ARGS..." >&2; exit 2 ;;
 esac

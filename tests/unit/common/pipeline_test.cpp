@@ -42,6 +42,23 @@ TEST(PipeSplit, ModelCostsPutFewerBlocksOnTheLastStageOfASmallModel) {
   EXPECT_GT(split[0], split[1]);
 }
 
+// Interleaved 1F1B's step time is bounded by the heaviest stage (the sum of its chunks), so
+// its default split balances the stages first, then the chunks within each stage.
+TEST(PipeSplit, InterleavedBalancesTheStagesBeforeTheChunks) {
+  const LayerCosts heavy_head{1.0, 0.0, 4.5};  // D512/L8's output layer and loss, 32000 tokens
+  // Balancing the 4 chunks alone: stage 0 (chunks 0, 2) 4 blocks, stage 1 4 blocks + head.
+  EXPECT_EQ(balancedSplit(8, 4, heavy_head), (std::vector<int64_t>{3, 3, 1, 1}));
+  // Stages 3 + 3 = 6 against 1 + 1 + 4.5: the same largest chunk (the head's).
+  EXPECT_EQ(interleavedSplit(8, 2, 2, heavy_head), (std::vector<int64_t>{3, 1, 3, 1}));
+  // Equal chunks stay equal; the embedding counts on stage 0's first chunk.
+  EXPECT_EQ(interleavedSplit(8, 2, 2, {1.0, 0.0, 0.0}), (std::vector<int64_t>{2, 2, 2, 2}));
+  // Stage 0: 5 blocks + embedding 2 = 7 = stage 1's 7 blocks; chunk 0 takes 2 + 2.
+  EXPECT_EQ(interleavedSplit(12, 2, 2, {1.0, 2.0, 0.0}), (std::vector<int64_t>{2, 4, 3, 3}));
+  // Every stage keeps v blocks even when the head outweighs everything.
+  EXPECT_EQ(interleavedSplit(6, 3, 2, {1.0, 0.0, 100.0}), (std::vector<int64_t>{1, 1, 1, 1, 1, 1}));
+  EXPECT_THROW(interleavedSplit(3, 2, 2, {1.0, 0.0, 0.0}), std::logic_error);
+}
+
 struct Case {
   PipeSchedule schedule;
   int64_t p, v, m;
@@ -251,6 +268,19 @@ TEST(PipeConfig, StagesAreInTheWorldSizeProduct) {
   EXPECT_EQ(tc.layout.pp, 1);
   EXPECT_EQ(tc.layout.dp_replicate, 4);
   EXPECT_EQ(tc.pipeline.pp_split, (std::vector<int64_t>{4}));
+}
+
+// D512/L8 with Llama-2's vocabulary: the head costs 4.45 blocks. Balancing the chunks gave
+// [2, 3, 2, 1]: stage 0 computed 4 blocks, stage 1 4 blocks and the head.
+TEST(PipeConfig, InterleavedDefaultSplitBalancesTheStagesOfD512L8) {
+  const TrainConfig tc = TrainConfig::fromConfig(
+      Config::load(kTinyRun, {"model.dim=512", "model.n_layers=8", "model.n_heads=8",
+                              "model.n_kv_heads=8", "model.ffn_dim=1376", "model.vocab_size=32000",
+                              "model.max_seq_len=512", "data.seq_len=512", "parallel.pp=2",
+                              "parallel.pp_schedule=\"interleaved_1f1b\"",
+                              "parallel.pp_virtual_stages=2", "parallel.pp_microbatches=8"}),
+      2);
+  EXPECT_EQ(tc.pipeline.pp_split, (std::vector<int64_t>{3, 1, 3, 1}));
 }
 
 TEST(PipeConfig, MicroBatchesSetGradientAccumulationOrMustAgree) {
