@@ -49,6 +49,12 @@ LAYOUTS = {
                       "parallel.dp_shard=2", "parallel.zero_stage=3"]),
     "pp2_tp2": (4, ["training.micro_batch_size=2", "parallel.pp=2", "parallel.pp_microbatches=2",
                     "parallel.tp=2"]),
+    # Tied embeddings: the last stage's copy of the embedding is its output projection, the
+    # two copies' gradients summed between the first and the last stage every step.
+    "pp2_tied": (2, ["model.tie_embeddings=true", "training.micro_batch_size=2", "parallel.pp=2",
+                     "parallel.pp_microbatches=2"]),
+    "pp2_tied_dp2": (4, ["model.tie_embeddings=true", "training.micro_batch_size=1",
+                         "parallel.pp=2", "parallel.pp_microbatches=2"]),
 }
 
 # LoRA (rank 4 on all seven targets, base frozen): adapters split as their base weights are
