@@ -8,6 +8,8 @@
 #include <iomanip>
 #include <sstream>
 
+#include "common/pipeline.h"
+
 namespace ftb {
 namespace {
 
@@ -16,18 +18,58 @@ namespace {
 // on an H200 (scripts/gpu_check.sh, results/gpu/), where the CPU formula gives 3706 MiB.
 constexpr double kGpuActivationScale = 5426.0 / 3706.0;
 
-struct Counts {
-  double block = 0, block_replicated = 0;  // per-block params on this tp rank
-  double root = 0, root_replicated = 0;    // embedding (+ output) and final norm
+// A rank's share of the model and of a step's activations: the whole model without a
+// pipeline, else its stage's chunks (memory_estimate.h "Pipeline stages").
+struct StageShare {
+  double blocks = 0;  // blocks held
+  bool embed = true, head = true;
+  double blocks_in_flight = 0, logits_in_flight = 1;  // most alive at once
+  double transfers = 0;  // [B, T, D] pipeline transfer buffers alive during a step
 };
 
-Counts countParams(const ModelArgs& m, int64_t tp) {
-  const double D = m.dim, t = double(tp);
+StageShare stageShare(const TrainConfig& tc, int64_t stage) {
+  StageShare sh;
+  if (tc.layout.pp == 1) {
+    sh.blocks = sh.blocks_in_flight = double(tc.model.n_layers);
+    return sh;
+  }
+  const PipePlan plan = pipePlanOf(tc);
+  const int64_t last = plan.stages * plan.virtual_stages - 1;
+  sh.embed = stage == 0;
+  sh.head = stage == plan.stages - 1;
+  sh.logits_in_flight = 0;
+  for (int64_t c = 0; c < plan.virtual_stages; ++c)
+    sh.blocks += double(plan.split[plan.modelChunk(stage, c)]);
+  const std::vector<PipeAction> order = computeOrder(plan, stage);
+  double alive = 0, heads = 0;
+  for (const PipeAction& a : order) {
+    const int64_t k = plan.modelChunk(stage, a.chunk);
+    const double sign = a.kind == PipeAction::kForward ? 1.0 : -1.0;
+    alive += sign * double(plan.split[k]);
+    if (k == last) heads += sign;
+    sh.blocks_in_flight = std::max(sh.blocks_in_flight, alive);
+    sh.logits_in_flight = std::max(sh.logits_in_flight, heads);
+  }
+  for (const PipeAction& a : withTransfers(plan, stage, order))
+    if (a.kind != PipeAction::kForward && a.kind != PipeAction::kBackward) sh.transfers += 1;
+  return sh;
+}
+
+struct Counts {
+  double block = 0, block_replicated = 0;  // per-block params on this tp rank
+  double root = 0, root_replicated = 0;    // embedding, final norm and output the share holds
+};
+
+// A tied embedding is one tensor on one rank, but two equal copies in a pipeline: the
+// first stage's embedding and the last stage's output projection.
+Counts countParams(const ModelArgs& m, int64_t tp, const StageShare& sh) {
+  const double D = m.dim, t = double(tp), table = double(m.vocab_size) * D / t;
   Counts c;
   c.block = double(m.blockMatrixParams()) / t + 2 * D;
   c.block_replicated = 2 * D;
-  c.root = (m.tie_embeddings ? 1 : 2) * m.vocab_size * D / t + D;
-  c.root_replicated = D;
+  c.root =
+      (sh.embed ? table : 0.0) + (sh.head ? D + (m.tie_embeddings && sh.embed ? 0.0 : table) : 0.0);
+  c.root_replicated = sh.head ? D : 0.0;
   return c;
 }
 
@@ -51,8 +93,8 @@ double loraBlockParams(const ModelArgs& m, const LoraConfig& lora, int64_t tp) {
 // state; ZeRO-3 shards it, stages 1-2 hold it whole as DDP does), the adapters Pa as full
 // finetuning holds its weights. Stage 3 gathers a block's base in the compute dtype and
 // the root in its storage dtype.
-void loraModelStates(const TrainConfig& tc, const Counts& c, MemoryEstimate& e) {
-  const double L = tc.model.n_layers, P = L * c.block + c.root, N = double(tc.layout.dp_shard);
+void loraModelStates(const TrainConfig& tc, const Counts& c, double L, MemoryEstimate& e) {
+  const double P = L * c.block + c.root, N = double(tc.layout.dp_shard);
   const double pa_block = loraBlockParams(tc.model, tc.lora, tc.layout.tp), Pa = L * pa_block;
   const double b = tc.lora.base_dtype == DType::kBf16 ? 2.0 : 4.0;
   const double elt = tc.training.dtype == DType::kBf16 ? 2.0 : 4.0;
@@ -90,18 +132,16 @@ std::string gib(double b) {
 
 }  // namespace
 
-MemoryEstimate estimateMemory(const TrainConfig& tc) {
-  const ModelArgs& m = tc.model;
-  const Counts c = countParams(m, tc.layout.tp);
-  const double L = m.n_layers, P = L * c.block + c.root;
+namespace {
+
+// Parameters, gradients, optimizer state, gathered units and communication buffers of the
+// share's L blocks and root parameters, by ZeRO stage.
+void modelStates(const TrainConfig& tc, const Counts& c, double L, MemoryEstimate& e) {
+  const double P = L * c.block + c.root;
   const double N = double(tc.layout.dp_shard);
   const int stage = static_cast<int>(tc.layout.effectiveZeroStage());
-  const double elt = tc.training.dtype == DType::kBf16 ? 2.0 : 4.0;  // compute dtype
-  MemoryEstimate e;
+  const double elt = tc.training.dtype == DType::kBf16 ? 2.0 : 4.0;     // compute dtype
   e.params_local = static_cast<int64_t>(std::min(P, 9.2e18));  // checkSizes bounds P
-  e.runtime = kRuntimeBaselineBytes;
-  e.checkpointing = tc.training.activation_checkpointing > 0 || stage == 3;
-
   double opt_params = stage >= 1 ? P / N : P;
   e.optimizer = tc.training.optimizer == "adafactor" ? 4.0 * 2 * std::sqrt(P) * L : 8.0 * opt_params;
   if (stage == 0) {
@@ -127,14 +167,19 @@ MemoryEstimate estimateMemory(const TrainConfig& tc) {
     e.gathered = 4 * c.root + elt * c.block + 4 * c.root + 4 * c.block;
     e.comm_buffers = 4 * std::max(c.block, c.root) + elt * c.block;
   }
-  if (tc.lora.enabled()) loraModelStates(tc, c, e);
+  if (tc.lora.enabled()) loraModelStates(tc, c, L, e);
+}
 
-  // Activations of one micro-batch: per block ≈ 16·BTD + 4·BTF values in the compute
-  // dtype, the fp32 softmax output B·H·T² (plus its compute-dtype copy when that is
-  // not fp32; on a GPU, whose attention is flash SDPA, one fp32 value per row) and, in
-  // bf16, the weight casts saved for backward.
-  // Calibrated against measured peak RSS (README §Memory estimate).
-  const double B = tc.training.micro_batch_size, T = tc.data.seq_len, D = m.dim;
+// Activations of one micro-batch: per block ≈ 16·BTD + 4·BTF values in the compute
+// dtype, the fp32 softmax output B·H·T² (plus its compute-dtype copy when that is
+// not fp32; on a GPU, whose attention is flash SDPA, one fp32 value per row) and, in
+// bf16, the weight casts saved for backward; times the share's blocks in flight, and the
+// logits of each head micro-batch in flight. Plus the pipeline's transfer buffers.
+// Calibrated against measured peak RSS (README §Memory estimate).
+void activations(const TrainConfig& tc, const Counts& c, const StageShare& sh, MemoryEstimate& e) {
+  const ModelArgs& m = tc.model;
+  const double elt = tc.training.dtype == DType::kBf16 ? 2.0 : 4.0;  // compute dtype
+  const double B = tc.training.micro_batch_size, T = tc.data.seq_len, D = m.dim, L = m.n_layers;
   const double H = double(m.n_heads) / tc.layout.tp, F = double(m.ffn_dim) / tc.layout.tp;
   const bool low = tc.training.dtype == DType::kBf16;
   // SDPA on a GPU (flash attention) keeps no T² tensor, only a log-sum-exp per row.
@@ -153,14 +198,41 @@ MemoryEstimate estimateMemory(const TrainConfig& tc) {
   // One rank with the whole vocabulary: the chunked cross-entropy saves only the
   // logits (4 bytes/value in fp32; bf16 logits + their bf16 gradient in bf16). The
   // vocab-parallel path keeps ~3 fp32 copies plus the compute-dtype logits.
-  const double logits = scale * (tc.layout.tp > 1 ? 3 * 4.0 + elt : 4.0) * logit_elems;
-  e.activations_full = L * per_block + logits;
-  // Checkpointed blocks keep only their input; one block is live during recompute.
+  const double logits =
+      sh.logits_in_flight * scale * (tc.layout.tp > 1 ? 3 * 4.0 + elt : 4.0) * logit_elems;
+  const double n = sh.blocks_in_flight;
+  e.blocks_in_flight = n;
+  e.logits_in_flight = sh.logits_in_flight;
+  e.activations_full = n * per_block + logits;
+  // Checkpointed blocks keep only their input; one block is live during recompute. In
+  // flight, the model's share of checkpointed blocks (n = L without a pipeline).
   const double every = tc.training.activation_checkpointing > 0 ? double(tc.training.activation_checkpointing) : 1.0;
-  const double ckpt_blocks = std::ceil(L / every);
-  e.activations_checkpointed = ckpt_blocks * elt * B * T * D +
-                               (L - ckpt_blocks) * per_block + per_block + logits;
+  const double ckpt = n * std::ceil(L / every) / L;
+  e.activations_checkpointed = ckpt * elt * B * T * D + (n - ckpt) * per_block + per_block + logits;
+  e.comm_buffers += sh.transfers * elt * B * T * D;
+}
+
+}  // namespace
+
+MemoryEstimate estimateStage(const TrainConfig& tc, int64_t stage) {
+  const StageShare sh = stageShare(tc, stage);
+  const Counts c = countParams(tc.model, tc.layout.tp, sh);
+  MemoryEstimate e;
+  e.pp_stage = tc.layout.pp > 1 ? stage : -1;
+  e.runtime = kRuntimeBaselineBytes;
+  e.checkpointing = tc.training.activation_checkpointing > 0 || tc.layout.effectiveZeroStage() == 3;
+  modelStates(tc, c, sh.blocks, e);
+  activations(tc, c, sh, e);
   return e;
+}
+
+MemoryEstimate estimateMemory(const TrainConfig& tc) {
+  MemoryEstimate worst = estimateStage(tc, 0);
+  for (int64_t s = 1; s < tc.layout.pp; ++s) {
+    MemoryEstimate e = estimateStage(tc, s);
+    if (e.total() > worst.total()) worst = e;
+  }
+  return worst;
 }
 
 std::string formatMemoryEstimate(const TrainConfig& tc, const MemoryEstimate& e,
@@ -171,6 +243,10 @@ std::string formatMemoryEstimate(const TrainConfig& tc, const MemoryEstimate& e,
      << tc.layout.dp_replicate << " x dp_shard " << tc.layout.dp_shard << " x tp " << tc.layout.tp << ", zero_stage "
      << stage << ", " << (tc.training.dtype == DType::kBf16 ? "bf16" : "fp32") << ", " << tc.training.optimizer
      << ", micro-batch " << tc.training.micro_batch_size << " x seq " << tc.data.seq_len << "\n";
+  if (e.pp_stage >= 0)
+    os << "  pipeline stage " << e.pp_stage << " of pp " << tc.layout.pp << " (" << tc.pipeline.pp_schedule << ", "
+       << tc.training.grad_accum_steps << " micro-batches): " << e.blocks_in_flight
+       << " block activations and " << e.logits_in_flight << " logits in flight\n";
   os << "  parameters on this tp rank: " << e.params_local << "\n";
   auto row = [&os](const std::string& k, double v) {
     os << "  " << std::left << std::setw(34) << k << std::right << std::setw(14) << gib(v) << "\n";
@@ -186,6 +262,12 @@ std::string formatMemoryEstimate(const TrainConfig& tc, const MemoryEstimate& e,
   row("runtime baseline", e.runtime);
   row(std::string("total (") + (e.checkpointing ? "checkpointing" : "no checkpointing") + ")",
       e.total());
+  for (int64_t st = 0; tc.layout.pp > 1 && st < tc.layout.pp; ++st) {
+    const MemoryEstimate se = estimateStage(tc, st);
+    row("stage " + std::to_string(st) + " total (" + formatFixed(se.blocks_in_flight, 0) +
+            " in flight)",
+        se.total());
+  }
   if (limit_bytes > 0)
     os << "  memory_limit " << gib(limit_bytes) << ": "
        << (e.total() <= limit_bytes ? "fits" : "does NOT fit") << "\n";

@@ -20,6 +20,21 @@
 // The closed forms it reduces to (ZeRO paper, Adam in mixed precision, 16Ψ bytes of
 // model state): stage 0: 16Ψ, stage 1: 8Ψ + 8Ψ/N, stage 2: 4Ψ + 12Ψ/N (+ units in
 // backward), stage 3: 16Ψ/N (+ gathered units).
+//
+// Pipeline stages (parallel.pp > 1) are estimated one by one (estimateStage): a stage's
+// model states are those of its own blocks, plus the embedding on the first stage and the
+// final norm and output projection on the last (with tied embeddings the last holds a
+// copy of the embedding as its output projection). Its activations are one micro-batch's
+// per block times the (micro-batch, block) pairs alive at once under its schedule, read
+// from the stage's own compute order (common/pipeline.h computeOrder): 1F1B keeps at most
+// p − s micro-batches on stage s (p on stage 0), GPipe all m, interleaved 1F1B more:
+// Megatron's warm-up of 2(p − s − 1) + (v − 1)·p chunk forwards plus the one before the
+// first backward, so stage 0 holds p·v + p − 1 chunks of L/(p·v) blocks, p + (p − 1)/v
+// micro-batches' worth of its blocks, (1 + (p − 1)/(p·v)) times 1F1B's p (Narayanan et al.
+// 2021); for m·v below the warm-up, all m·v. The logits count once per micro-batch whose
+// head forward is in flight. The stage's transfer buffers (every receive
+// of a step is posted at its start, every send kept until its end: parallel/pipeline.h)
+// are [B, T, D] each, in the communication buffers.
 #pragma once
 
 #include <cstdint>
@@ -32,8 +47,12 @@ namespace ftb {
 
 struct MemoryEstimate {
   int64_t params_local = 0;  // parameters held by this tp rank (before ZeRO sharding)
+  int64_t pp_stage = -1;     // the pipeline stage estimated; -1 without a pipeline
+  // Per micro-batch figures times what is in flight: (micro-batch, block) pairs alive at
+  // once (the stage's blocks without a pipeline) and micro-batches whose logits are.
+  double blocks_in_flight = 0, logits_in_flight = 0;
   double parameters = 0, gradients = 0, optimizer = 0, gathered = 0;
-  double activations_full = 0, activations_checkpointed = 0;  // per micro-batch
+  double activations_full = 0, activations_checkpointed = 0;  // of everything in flight
   double comm_buffers = 0, runtime = 0;
   bool checkpointing = false;  // which activation figure the total uses
 
@@ -50,7 +69,11 @@ struct MemoryEstimate {
 // start-up GEMM's buffers.
 inline constexpr double kRuntimeBaselineBytes = 445.0 * (1 << 20);
 
+// Without a pipeline, the rank's estimate; with one, the estimate of the stage with the
+// largest total (what every rank must be able to hold).
 MemoryEstimate estimateMemory(const TrainConfig& tc);
+// The estimate for a rank of pipeline stage `stage`. REQUIRES: 0 <= stage < tc.pp.
+MemoryEstimate estimateStage(const TrainConfig& tc, int64_t stage);
 
 // Memory this node offers its ranks: the smaller of physical memory (sysconf) and the
 // cgroup limit (v2 memory.max, v1 memory.limit_in_bytes) when one is set. Bytes.

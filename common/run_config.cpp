@@ -658,17 +658,19 @@ std::vector<int64_t> pipeSplit(const Config& cfg, const TrainConfig& c) {
   return given;
 }
 
-// What a pipeline stage does not run yet: tied embeddings (the output projection on the
-// last stage would need the first stage's embedding and a gradient exchange between
-// them), ZeRO beyond two stages of one chunk (every ZeRO stage needs a root unit), and
-// micro-batches of different lengths with recomputed blocks.
+// What a pipeline stage does not run yet: tied embeddings under ZeRO (the first and the
+// last stage sum the tied weight's whole gradient, which ZeRO shards), ZeRO beyond two
+// stages of one chunk (every ZeRO stage needs a root unit), and micro-batches of different
+// lengths with recomputed blocks.
 void checkPipeSupport(const Config& cfg, const TrainConfig& c) {
   if (c.layout.pp == 1) return;
-  if (c.model.tie_embeddings)
-    failEither(cfg, "parallel.pp", "model.tie_embeddings",
-               "pp(" + num(c.layout.pp) + ") with tied embeddings is not supported: the embedding "
-               "lives on the first stage, the output projection on the last",
-               "use parallel.pp = 1 for models with tie_embeddings = true");
+  if (c.model.tie_embeddings && c.layout.effectiveZeroStage() > 0)
+    failEither(cfg, "parallel.zero_stage", "model.tie_embeddings",
+               "zero_stage(" + num(c.layout.zero_stage) + ") with tied embeddings in a pipeline (pp " +
+                   num(c.layout.pp) +
+                   ") is not supported: the first and the last stage sum the tied "
+                   "weight's whole gradient every step, and ZeRO shards it",
+               "use parallel.zero_stage = 0 (DDP inside each stage), or parallel.pp = 1");
   if (c.layout.effectiveZeroStage() > 0 && (c.layout.pp > 2 || c.pipeline.pp_virtual_stages > 1))
     failEither(cfg, "parallel.zero_stage", "parallel.pp",
                "zero_stage(" + num(c.layout.zero_stage) + ") inside a pipeline needs pp = 2 with one "

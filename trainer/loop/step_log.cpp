@@ -12,8 +12,9 @@
 
 #include "common/config.h"
 #include "common/log.h"
-#include "trainer/metrics/perf.h"
+#include "common/memory_estimate.h"
 #include "common/pipeline.h"
+#include "trainer/metrics/perf.h"
 
 namespace ftb {
 namespace {
@@ -311,6 +312,22 @@ void StepLog::finishPipeline(Comm& world, TrainSummary& s) {
   metrics_.setRootAttr("pp_bubble_fraction", frac);
   metrics_.setRootAttr("pp_bubble_fraction_max", s.bubble_frac_max);
   metrics_.setRootAttr("pp_p2p_bytes_per_step", s.p2p_bytes_per_step);
+  pipelineMemory(s);
+}
+
+// Per stage: the peak RSS of its ranks (max) beside the estimator's figure for the stage;
+// this rank's stage's pair in the root attributes. REQUIRES: finishMemory ran.
+void StepLog::pipelineMemory(TrainSummary& s) {
+  const int inner = world_ / static_cast<int>(tc_.layout.pp);
+  s.stage_peak_rss.assign(tc_.layout.pp, 0.0);
+  for (int r = 0; r < world_ && r < int(s.rank_peak_rss.size()); ++r)
+    s.stage_peak_rss[r / inner] = std::max(s.stage_peak_rss[r / inner], s.rank_peak_rss[r]);
+  for (int64_t st = 0; st < tc_.layout.pp; ++st)
+    s.stage_estimate.push_back(estimateStage(tc_, st).total());
+  const int mine = rank_ / inner;
+  metrics_.setRootAttr("pp_stage", int64_t{mine});
+  metrics_.setRootAttr("pp_stage_peak_rss_bytes", s.stage_peak_rss[mine]);
+  metrics_.setRootAttr("pp_stage_memory_estimate_bytes", s.stage_estimate[mine]);
 }
 
 // The leak watch's root attributes; the peak RSS and RSS growth over ranks (collective).
@@ -335,6 +352,7 @@ void StepLog::finishMemory(Comm& world, TrainSummary& s) {
   torch::Tensor all = torch::zeros({world_, 5}, torch::kFloat64);
   world.allGather(all, mine);
   s.peak_rss_max = all.select(1, 0).max().item<double>();
+  for (int r = 0; r < world_; ++r) s.rank_peak_rss.push_back(all[r][0].item<double>());
   s.device_peak_allocated_max = all.select(1, 3).max().item<double>();
   s.device_peak_reserved_max = all.select(1, 4).max().item<double>();
   const int64_t worst = all.select(1, 1).argmax().item<int64_t>();
@@ -399,6 +417,12 @@ void pipelineRows(std::ostream& os, const TrainConfig& tc, const TrainSummary& s
                  std::to_string(tc.pipeline.pp_virtual_stages) + ")");
   summaryRow(os, "pipeline p2p sent (rank 0)",
              formatFixed(s.p2p_bytes_per_step / 1e6, 3) + " MB/step");
+  for (size_t st = 0; st < s.stage_peak_rss.size() && st < s.stage_estimate.size(); ++st)
+    summaryRow(os, "stage " + std::to_string(st) + " peak RSS",
+               mib(s.stage_peak_rss[st]) + " (max over its ranks); estimate " +
+                   mib(s.stage_estimate[st]) + " (trainer --estimate-memory), " +
+                   formatFixed(100 * (s.stage_estimate[st] / s.stage_peak_rss[st] - 1), 1) +
+                   " % against the measured peak");
 }
 
 }  // namespace

@@ -75,6 +75,9 @@ struct TrainSummary {
   // Pipeline: bubble / forward-backward time over the measured steps, max and min over
   // ranks (NaN without a pipeline); this rank's bytes sent per measured step.
   double bubble_frac_max = NAN, bubble_frac_min = NAN, p2p_bytes_per_step = 0;
+  // Per rank, its peak RSS (bytes); with a pipeline, per stage the largest of its ranks'
+  // and the memory estimator's figure for that stage (common/memory_estimate.h).
+  std::vector<double> rank_peak_rss, stage_peak_rss, stage_estimate;
   // Interference: the worst rank's figures (NaN: not measured), that rank, and the
   // reason the run is noisy ("" when it is not).
   InterferenceFigures interference;
@@ -143,6 +146,7 @@ class StepLog {
   double flopsPerDevice(double tokens_per_s) const;
   void finishMemory(Comm& world, TrainSummary& s);
   void finishPipeline(Comm& world, TrainSummary& s);
+  void pipelineMemory(TrainSummary& s);
   void finishInterference(Comm& world, TrainSummary& s);
 
   const TrainConfig& tc_;

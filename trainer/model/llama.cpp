@@ -242,7 +242,10 @@ TransformerImpl::TransformerImpl(const ModelArgs& a, const TpContext& tp, const 
     root_params_.push_back({init.name, t, init.shard_dim, !frozen});
     return t;
   };
-  if (part_.embed)
+  // Tied embeddings in a pipeline: the last stage holds its own copy of the embedding as its
+  // output projection (same name, so the same initial value), kept equal to the first
+  // stage's by one gradient all-reduce per step (parallel/tied_embedding.h).
+  if (part_.embed || (part_.head && a.tie_embeddings))
     tok_embeddings =
         add("tok_embeddings", {"tok_embeddings.weight", {a.vocab_size, a.dim}, 0, Fill::kNormal});
   if (part_.head) norm = add("norm", {"norm.weight", {a.dim}, -1, Fill::kOnes});

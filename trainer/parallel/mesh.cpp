@@ -85,6 +85,11 @@ Mesh buildMesh(Distributed& dist, const TrainConfig& tc) {
     m.replicate_comm = self();
   }
   if (m.pp > 1) buildLinks(dist, tc, m);
+  if (m.pp > 1 && tc.model.tie_embeddings && !tc.lora.enabled() &&
+      (m.pp_rank == 0 || m.pp_rank == m.pp - 1)) {
+    const int first = static_cast<int>(local), last = static_cast<int>((m.pp - 1) * inner + local);
+    m.tied_comm = group("tied", {first, last});
+  }
   return m;
 }
 

@@ -11,7 +11,8 @@
 //   shard      ranks with the same (replicate, tp_rank)    - ZeRO reduce-scatter/all-gather
 //   replicate  ranks with the same (shard, tp_rank)        - HSDP gradient all-reduce
 //   dp         ranks with the same tp_rank                 - DDP all-reduce
-// Pipeline links join the ranks of the same inner index in neighbouring stages.
+// Pipeline links join the ranks of the same inner index in neighbouring stages; with tied
+// embeddings a group joins those of the first and the last stage.
 // The data-parallel index (which slice of the global batch this rank trains on) is
 // replicate * dp_shard + shard; every stage of a pipeline trains on the same slice.
 #pragma once
@@ -39,6 +40,9 @@ struct Mesh {
   // Links to the neighbour stages this rank's schedule talks to, by stage (pp > 1).
   std::map<int64_t, P2PLink*> links;
   std::vector<std::unique_ptr<P2PLink>> owned_links;
+  // Tied embeddings in a pipeline (model.tie_embeddings, pp > 1, trained): the first and
+  // the last stage's ranks of this inner index (parallel/tied_embedding.h); null elsewhere.
+  Comm* tied_comm = nullptr;
 
   int64_t dpRank() const { return replicate_rank * dp_shard + shard_rank; }
   int64_t dpSize() const { return dp_replicate * dp_shard; }

@@ -3,6 +3,7 @@
 #include "trainer/metrics/device.h"
 #include "trainer/parallel/ddp.h"
 #include "trainer/parallel/pipeline.h"
+#include "trainer/parallel/tied_embedding.h"
 #include "trainer/parallel/zero.h"
 
 namespace ftb {
@@ -29,6 +30,17 @@ std::unique_ptr<StepRunner> runnerFor(const TrainConfig& tc, Mesh& mesh,
                             tc.layout.tp, tc.model.dim, dtype);
 }
 
+// The first and the last stage's copies of a tied embedding, their gradients summed
+// (parallel/tied_embedding.h). REQUIRES: mesh.tied_comm set, so this stage holds a copy.
+std::unique_ptr<GradSync> tieStages(std::unique_ptr<GradSync> sync,
+                                    const std::vector<ModelParam>& params, const Mesh& mesh) {
+  for (const ModelParam& p : params)
+    if (p.name == "tok_embeddings.weight")
+      return tieEmbeddingGradients(std::move(sync), p.tensor, *mesh.tied_comm, mesh.pp_rank == 0,
+                                   mesh.dpSize());
+  throw std::logic_error("tied embeddings: this stage holds no copy of tok_embeddings.weight");
+}
+
 }  // namespace
 
 ParallelModel parallelize(const TrainConfig& tc, Mesh& mesh) {
@@ -49,6 +61,7 @@ ParallelModel parallelize(const TrainConfig& tc, Mesh& mesh) {
     pm.sync = std::make_unique<DdpSync>(trainableOnly(params), *mesh.dp_comm, tc.layout.tp,
                                         static_cast<int64_t>(tc.comm.bucket_bytes));
     pm.sync->setFrozen(frozenOnly(params));
+    if (mesh.tied_comm) pm.sync = tieStages(std::move(pm.sync), params, mesh);
   } else {
     // REQUIRES (validated): one chunk per stage, holding a root unit, under ZeRO.
     std::unique_ptr<ZeroSync> zero =

@@ -26,6 +26,8 @@ LAYOUTS = {
     "zero3_w2": (2, ("training.micro_batch_size=1", "parallel.dp_shard=2", "parallel.zero_stage=3")),
     "tp2": (2, ("training.micro_batch_size=2", "parallel.tp=2")),
     "pp2": (2, ("training.micro_batch_size=1", "parallel.pp=2", "parallel.pp_microbatches=2")),
+    "pp2_tied": (2, ("training.micro_batch_size=1", "parallel.pp=2", "parallel.pp_microbatches=2",
+                     "model.tie_embeddings=true")),
 }
 
 

@@ -9,8 +9,9 @@ RoPE, GQA by repeat_interleave, SwiGLU, untied or tied head), in float64, not ft
    within 1e-5 relative (max |diff| / max |ref|), fp32, for MHA, GQA, tied, bf16 and fp16
    weights and sharded files. The trainer's first-step loss on a .bin batch matches the
    reference's loss.
-2. The first-step loss under ZeRO-3 world 2, TP 2 and TP 2 x dp_shard 2 equals world 1's
-   within 1e-5.
+2. The first-step loss under ZeRO-3 world 2, TP 2, TP 2 x dp_shard 2 and pp 2 equals world
+   1's within 1e-5; two trained steps at pp 2 (untied and tied) export to a directory whose
+   transformers logits equal the world-1 run's export's.
 3. `trainer export` of a run's checkpoint (any layout) gives back the imported tensors bit
    for bit, single-file and sharded; re-importing the export and exporting again is
    bit-identical.
@@ -157,6 +158,8 @@ LAYOUTS = {
     "tp2": (2, ["training.micro_batch_size=4", "parallel.tp=2"]),
     "tp2_x_dp_shard2": (4, ["training.micro_batch_size=2", "parallel.tp=2", "parallel.dp_shard=2",
                             "parallel.zero_stage=3"]),
+    # Each stage loads the layers it holds: the first the embedding, the last norm and head.
+    "pp2": (2, ["training.micro_batch_size=2", "parallel.pp=2", "parallel.pp_microbatches=2"]),
 }
 
 
@@ -187,7 +190,7 @@ def assert_same_tensors(exported, values):
         assert raw == np.ascontiguousarray(values[name], dtype="<f4").tobytes(), name
 
 
-@pytest.mark.parametrize("layout", ["world1", "zero3_world2", "tp2", "tp2_x_dp_shard2"])
+@pytest.mark.parametrize("layout", ["world1", "zero3_world2", "tp2", "tp2_x_dp_shard2", "pp2"])
 def test_export_gives_back_the_imported_weights(layout, gqa_model, tmp_path):
     # lr = 0: one optimizer step leaves the weights exactly as imported (AdamW adds -0 * x).
     hf_dir, data, cfg, w, _ = gqa_model
@@ -203,6 +206,39 @@ def test_export_gives_back_the_imported_weights(layout, gqa_model, tmp_path):
     for k, v in cfg.items():
         assert got[k] == v, k
     assert_same_tensors(read_safetensors(tmp_path / "hf" / "model.safetensors"), w)
+
+
+@pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
+def test_export_of_a_trained_pipeline_run_loads_in_transformers(tied, gqa_model, tmp_path):
+    """Two steps at lr 1e-3 at pp 2 and at world 1: equal losses within 1e-5, and each run
+    exported: transformers loads the pipeline run's export (both stages' tensors) and its
+    logits equal the world-1 export's within 1e-5 relative. Tied: the first stage's
+    embedding and the last stage's copy (its output projection) trained as one weight."""
+    transformers = pytest.importorskip("transformers")
+    hf_dir, data, cfg, w, _ = gqa_model
+    if tied:
+        hf_dir = tmp_path / "tied"
+        cfg, w = make_hf_dir(hf_dir, seed=12, tie_word_embeddings=True)
+    # (At lr 1e-2 Adam's first update, about lr * sign(g), turns the rounding of gradients
+    # near zero, summed in another order at pp 2, into 2e-5 of the tied model's logits.)
+    args = hf_run_args(hf_dir, data, "training.lr=1e-3", "training.max_steps=2")
+    run_trainer(tmp_path / "w1", *args, "training.micro_batch_size=4")
+    world, extra = LAYOUTS["pp2"]
+    run_ranks(tmp_path / "pp2", world, *args, *extra)
+    for rank in range(world):
+        assert_close(steps(tmp_path / "pp2", "loss", rank), steps(tmp_path / "w1", "loss"), 1e-5)
+    tokens = torch.from_numpy(np.random.default_rng(5).integers(0, cfg["vocab_size"], (2, SEQ)))
+    logits = {}
+    for run in ("w1", "pp2"):
+        export(tmp_path / run / "checkpoints", tmp_path / f"hf_{run}", "--dtype", "fp32")
+        assert "lm_head.weight" not in read_hf_dir(tmp_path / f"hf_{run}") or not tied
+        model = transformers.LlamaForCausalLM.from_pretrained(tmp_path / f"hf_{run}",
+                                                              dtype=torch.float32).eval()
+        with torch.no_grad():
+            logits[run] = model(tokens).logits.numpy()
+    base = reference_logits(cfg, w, tokens.numpy())
+    assert rel_err(logits["w1"], base) > 1e-4, "two steps must change the model"
+    assert rel_err(logits["pp2"], logits["w1"]) <= 1e-5
 
 
 def test_sharded_export_reimports_bit_identically(gqa_model, tmp_path):

@@ -49,6 +49,12 @@ LAYOUTS = {
                       "parallel.dp_shard=2", "parallel.zero_stage=3"]),
     "pp2_tp2": (4, ["training.micro_batch_size=2", "parallel.pp=2", "parallel.pp_microbatches=2",
                     "parallel.tp=2"]),
+    # Tied embeddings: the last stage's copy of the embedding is its output projection, the
+    # two copies' gradients summed between the first and the last stage every step.
+    "pp2_tied": (2, ["model.tie_embeddings=true", "training.micro_batch_size=2", "parallel.pp=2",
+                     "parallel.pp_microbatches=2"]),
+    "pp2_tied_dp2": (4, ["model.tie_embeddings=true", "training.micro_batch_size=1",
+                         "parallel.pp=2", "parallel.pp_microbatches=2"]),
 }
 
 # LoRA (rank 4 on all seven targets, base frozen): adapters split as their base weights are
@@ -67,6 +73,16 @@ LORA_LAYOUTS = {
                            "parallel.dp_shard=2", "parallel.zero_stage=3"]),
     "lora_checkpointing_ddp": (2, ["training.micro_batch_size=2",
                                    "training.activation_checkpointing=\"full\""]),
+    # Pipelines: each stage trains the adapters of its own blocks.
+    "lora_pp2_1f1b": (2, ["training.micro_batch_size=2", "parallel.pp=2",
+                          "parallel.pp_microbatches=2"]),
+    "lora_pp2_interleaved": (2, ["model.n_layers=4", "training.micro_batch_size=2",
+                                 "parallel.pp=2", "parallel.pp_microbatches=2",
+                                 "parallel.pp_schedule=interleaved_1f1b",
+                                 "parallel.pp_virtual_stages=2"]),
+    "lora_pp2_zero3": (4, ["training.micro_batch_size=1", "parallel.pp=2",
+                           "parallel.pp_microbatches=2", "parallel.dp_shard=2",
+                           "parallel.zero_stage=3"]),
 }
 
 
@@ -76,7 +92,7 @@ def model_overrides(overrides):
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    """World-1 runs, one per model override set, made on first use."""
+    """World-1 runs, one per set of model (and LoRA) overrides, made on first use."""
     runs = {}
 
     def get(model):
@@ -100,18 +116,12 @@ def test_layout_matches_world_one(name, reference, tmp_path):
         assert_close(steps(tmp_path, "grad_norm", rank), ref_norm, 1e-5)
 
 
-@pytest.fixture(scope="module")
-def lora_reference(tmp_path_factory):
-    out = tmp_path_factory.mktemp("lora_ws1")
-    run_trainer(out, "training.micro_batch_size=4", ONE_BLAS, *LORA)
-    return out
-
-
 @pytest.mark.parametrize("name", list(LORA_LAYOUTS))
-def test_lora_layout_matches_world_one(name, lora_reference, tmp_path):
+def test_lora_layout_matches_world_one(name, reference, tmp_path):
     world, overrides = LORA_LAYOUTS[name]
     run_ranks(tmp_path, world, ONE_BLAS, *overrides, *LORA)
-    ref_loss, ref_norm = steps(lora_reference, "loss"), steps(lora_reference, "grad_norm")
+    ref = reference(model_overrides(overrides) + LORA)
+    ref_loss, ref_norm = steps(ref, "loss"), steps(ref, "grad_norm")
     assert ref_loss[-1] < ref_loss[0] - 0.05  # the adapters learn
     for rank in range(world):
         assert_close(steps(tmp_path, "loss", rank), ref_loss, 1e-5)

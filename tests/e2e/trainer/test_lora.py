@@ -44,7 +44,8 @@ def test_checkpoint_holds_only_adapters_and_records_the_base(tmp_path):
 @pytest.mark.parametrize("world,layout", [
     (1, ("training.micro_batch_size=2",)),
     (2, ("training.micro_batch_size=1", "parallel.dp_shard=2", "parallel.zero_stage=3")),
-], ids=["w1", "zero3_w2"])
+    (2, ("training.micro_batch_size=1", "parallel.pp=2", "parallel.pp_microbatches=2")),
+], ids=["w1", "zero3_w2", "pp2"])
 def test_sigterm_then_resume_is_bit_identical(tmp_path, world, layout):
     ref, cut = tmp_path / "ref", tmp_path / "cut"
     run(ref, world, *layout, *LORA)

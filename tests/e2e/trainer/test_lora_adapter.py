@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 import torch
 
-from hf_util import make_hf_dir
+from hf_util import make_hf_dir, read_safetensors
 from test_hf_model import SEQ, TESTS_BIN, rel_err, write_tokens
-from trainer_util import TRAINER, assert_close, base_env, run_trainer, steps
+from trainer_util import TRAINER, assert_close, base_env, run_ranks, run_trainer, steps
 
 peft = pytest.importorskip("peft")
 transformers = pytest.importorskip("transformers")
@@ -131,6 +131,30 @@ def test_export_then_load_and_continue_training(trained, tmp_path):
     export_adapter(tmp_path / "cont" / "checkpoints", tmp_path / "adapter2")
     assert (tmp_path / "adapter2" / "adapter_model.safetensors").read_bytes() != \
         (d / "adapter" / "adapter_model.safetensors").read_bytes()  # it trained on
+
+
+def test_adapter_of_a_pipeline_run_gathers_both_stages(trained, tmp_path):
+    """The same 2 steps as `trained` at pp 2 (micro-batch 2 x 2 micro-batches, each stage
+    training the adapters of its block): the exported adapter holds every block's tensors,
+    equal to the world-1 run's within 1e-5, and PEFT computes the same logits with it."""
+    d, cfg, _ = trained
+    run_ranks(tmp_path / "run", 2, *args(d / "m", d / "tokens.bin", "training.max_steps=2",
+                                         "training.lr=1e-2", "training.micro_batch_size=2",
+                                         "parallel.pp=2", "parallel.pp_microbatches=2"))
+    export_adapter(tmp_path / "run" / "checkpoints", tmp_path / "adapter")
+    ours, ref = read_safetensors(tmp_path / "adapter" / "adapter_model.safetensors"), \
+        read_safetensors(d / "adapter" / "adapter_model.safetensors")
+    assert sorted(ours) == sorted(ref) and len(ours) == 2 * 7 * 2
+    for name, (dtype, shape, raw) in ours.items():
+        assert (dtype, shape) == ref[name][:2], name
+        a, b = (np.frombuffer(x, dtype="<f4") for x in (raw, ref[name][2]))
+        assert np.max(np.abs(a - b)) <= 1e-5 * np.max(np.abs(b)), name
+    tokens = torch.from_numpy(np.random.default_rng(3).integers(0, cfg["vocab_size"], (2, 24)))
+    base = transformers.LlamaForCausalLM.from_pretrained(d / "m", dtype=torch.float32)
+    with torch.no_grad():
+        pp = peft.PeftModel.from_pretrained(base, tmp_path / "adapter").eval()(tokens).logits
+        w1 = peft_model(d)(tokens).logits
+    assert rel_err(pp.numpy(), w1.numpy()) <= 1e-5
 
 
 def test_full_export_of_a_lora_checkpoint_points_to_adapter(trained, tmp_path):

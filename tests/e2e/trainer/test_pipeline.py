@@ -4,12 +4,17 @@ Two stages of the tiny model (one block each), 8 micro-batches of 1 sample per s
 rank's HDF5 file has the per-step bubble time, fraction and bytes sent, the root attributes
 hold the theory (p-1)/(m+p-1) and the measured fractions, and the summary prints both. The
 activation bytes per step are exact: 8 micro-batches x 64 tokens x dim 64 x 4 bytes each way.
+Each rank also records its stage's peak RSS beside the memory estimator's figure for that
+stage, the one `trainer --estimate-memory` prints.
 """
+import re
+import subprocess
+
 import h5py
 import numpy as np
 import pytest
 
-from trainer_util import run_ranks
+from trainer_util import ONE_BLAS, TINY, TRAINER, base_env, run_ranks
 
 COMMON = ["training.micro_batch_size=1", "parallel.pp=2", "parallel.pp_microbatches=8",
           "training.max_steps=4", "metrics.skip_first_steps=1"]
@@ -37,3 +42,22 @@ def test_bubble_and_traffic_in_hdf5_and_summary(tmp_path, schedule, extra, theor
     assert np.all(sent[0] + sent[1] == 2 * crossings * 8 * 16384), (sent[0], sent[1])
     summary = outs[0][1] + outs[0][2]
     assert "pipeline bubble" in summary and f"theory {100 * theory:.1f} %" in summary, summary
+    estimates = stage_estimates(*COMMON, f"parallel.pp_schedule={schedule}", *extra)
+    for rank in range(2):
+        with h5py.File(tmp_path / "metrics" / f"rank_{rank:05d}.h5", "r") as f:
+            assert f.attrs["pp_stage"] == rank
+            est = f.attrs["pp_stage_memory_estimate_bytes"]
+            assert est == pytest.approx(estimates[rank], abs=0.0006 * 2**30)
+            assert f.attrs["pp_stage_peak_rss_bytes"] >= f["steps/peak_rss_bytes"][:].max()
+        assert f"stage {rank} peak RSS" in summary and "% against the measured peak" in summary
+
+
+def stage_estimates(*overrides):
+    """Each stage's total from `trainer --estimate-memory` (GiB rows, 3 decimals)."""
+    p = subprocess.run([str(TRAINER), "--config", str(TINY), ONE_BLAS, *overrides,
+                        "--estimate-memory", "--world-size", "2"], env=base_env(),
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
+    rows = re.findall(r"stage (\d) total \([^)]*\)\s+([\d.]+) GiB", p.stdout)
+    assert [int(s) for s, _ in rows] == [0, 1], p.stdout
+    return [float(v) * 2**30 for _, v in rows]

@@ -88,5 +88,61 @@ TEST(MemoryEstimate, CheckpointingShrinksActivationsAndLimitIsReported) {
             std::string::npos);
 }
 
+// Pipeline stages: 32 blocks of Llama-2-7B over pp 4 (8 each), 8 micro-batches.
+TrainConfig llama7bPipeline(const std::string& schedule, std::vector<std::string> more = {}) {
+  more.insert(more.end(), {"parallel.pp=4", "parallel.pp_microbatches=8",
+                           "parallel.pp_schedule=\"" + schedule + "\""});
+  return llama7b(more, 4);
+}
+
+TEST(MemoryEstimate, PipelineStagesHoldTheirBlocksAndTheRootParts) {
+  TrainConfig tc = llama7bPipeline("1f1b", {"parallel.pp_split=[8, 8, 8, 8]"});
+  const double block = 4.0 * 4096 * 4096 + 3.0 * 4096 * 11008 + 2 * 4096;
+  const double table = 32000.0 * 4096;
+  double sum = 0;
+  for (int64_t s = 0; s < 4; ++s) {
+    const MemoryEstimate e = estimateStage(tc, s);
+    EXPECT_EQ(e.pp_stage, s);
+    const double root = s == 0 ? table : s == 3 ? table + 4096 : 0;
+    EXPECT_DOUBLE_EQ(e.params_local, static_cast<int64_t>(8 * block + root)) << "stage " << s;
+    EXPECT_DOUBLE_EQ(e.modelStates(), 16 * (8 * block + root)) << "stage " << s;
+    sum += double(e.params_local);
+  }
+  EXPECT_DOUBLE_EQ(sum, kPsi) << "the stages' parameters are the model's";
+  // Tied: the last stage holds a copy of the embedding as its output projection.
+  TrainConfig tied =
+      llama7bPipeline("1f1b", {"parallel.pp_split=[8, 8, 8, 8]", "model.tie_embeddings=true"});
+  EXPECT_DOUBLE_EQ(estimateStage(tied, 3).params_local, estimateStage(tc, 3).params_local);
+  EXPECT_DOUBLE_EQ(estimateStage(tied, 0).params_local, estimateStage(tc, 0).params_local);
+}
+
+TEST(MemoryEstimate, OneFOneBKeepsPMinusSMicroBatchesGpipeAllOfThem) {
+  const TrainConfig f = llama7bPipeline("1f1b", {"parallel.pp_split=[8, 8, 8, 8]"});
+  const TrainConfig g = llama7bPipeline("gpipe", {"parallel.pp_split=[8, 8, 8, 8]"});
+  for (int64_t s = 0; s < 4; ++s) {
+    const MemoryEstimate ef = estimateStage(f, s), eg = estimateStage(g, s);
+    EXPECT_DOUBLE_EQ(ef.blocks_in_flight, 8.0 * (4 - s)) << "stage " << s;
+    EXPECT_DOUBLE_EQ(eg.blocks_in_flight, 8.0 * 8) << "stage " << s;
+    EXPECT_DOUBLE_EQ(ef.logits_in_flight, s == 3 ? 1 : 0);
+    EXPECT_DOUBLE_EQ(eg.logits_in_flight, s == 3 ? 8 : 0);
+  }
+  // Without logits, activations are one micro-batch's per block times the blocks in flight.
+  EXPECT_DOUBLE_EQ(estimateStage(f, 0).activations_full, 2 * estimateStage(f, 2).activations_full);
+  EXPECT_DOUBLE_EQ(estimateStage(g, 0).activations_full, 2 * estimateStage(f, 0).activations_full);
+  EXPECT_EQ(estimateMemory(f).pp_stage, 0) << "stage 0 holds the most activations";
+}
+
+TEST(MemoryEstimate, InterleavedKeepsMegatronsWarmUpOnStageZero) {
+  // Megatron: 2(p - 1) + (v - 1)p warm-up chunk forwards, then one more before the first
+  // backward: 2*3 + 4 + 1 = 11 chunks of 4 blocks on stage 0, i.e. p + (p-1)/v = 5.5
+  // micro-batches of its 8 blocks against 1F1B's 4.
+  const TrainConfig tc = llama7bPipeline(
+      "interleaved_1f1b",
+      {"parallel.pp_virtual_stages=2", "parallel.pp_split=[4, 4, 4, 4, 4, 4, 4, 4]"});
+  EXPECT_DOUBLE_EQ(estimateStage(tc, 0).blocks_in_flight, 11.0 * 4);
+  const TrainConfig f = llama7bPipeline("1f1b", {"parallel.pp_split=[8, 8, 8, 8]"});
+  EXPECT_GT(estimateStage(tc, 0).activations_full, estimateStage(f, 0).activations_full);
+}
+
 }  // namespace
 }  // namespace ftb

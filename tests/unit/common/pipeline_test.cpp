@@ -323,8 +323,13 @@ TEST(PipeConfig, AValidPipelineResolvesItsPlan) {
 }
 
 TEST(PipeConfig, WhatAStageCannotRunYetIsRefused) {
-  expectRefusal({"parallel.pp=2", "parallel.pp_microbatches=2", "model.tie_embeddings=true"}, 2,
-                {"tied embeddings is not supported"});
+  // Tied embeddings run with DDP inside the stages; under ZeRO the tied gradient is sharded.
+  EXPECT_EQ(
+      refusal({"parallel.pp=2", "parallel.pp_microbatches=2", "model.tie_embeddings=true"}, 2), "");
+  expectRefusal({"parallel.pp=2", "parallel.pp_microbatches=2", "model.tie_embeddings=true",
+                 "parallel.dp_shard=2", "parallel.zero_stage=1"},
+                4,
+                {"key 'parallel.zero_stage'", "tied embeddings in a pipeline", "ZeRO shards it"});
   expectRefusal({"parallel.pp=4", "parallel.pp_microbatches=4", "parallel.dp_shard=2",
                  "parallel.zero_stage=3"},
                 8, {"key 'parallel.zero_stage'", "needs pp = 2 with one chunk per stage"});
