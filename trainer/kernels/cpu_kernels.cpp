@@ -35,4 +35,21 @@ FTB_CLONES void adamwZeroGrad(float* __restrict p, float* __restrict g, float* _
   adamwBody<true>(p, g, m, v, n, s);
 }
 
+FTB_CLONES double sumSquaresF64(const float* __restrict x, int64_t n) {
+  double acc[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int j = 0; j < 16; ++j) {
+      const double v = x[i + j];
+      acc[j] += v * v;
+    }
+  double s = 0;
+  for (int j = 0; j < 16; ++j) s += acc[j];
+  for (; i < n; ++i) {
+    const double v = x[i];
+    s += v * v;
+  }
+  return s;
+}
+
 }  // namespace ftb::kernels

@@ -99,8 +99,10 @@ double RssWatch::windowS() const {
   return samples_.size() < 2 ? std::nan("") : samples_.back().first - samples_.front().first;
 }
 
-void KeptPagesBound::observe(double since_measured_s, int64_t step) {
-  if (since_measured_s < kPurgeAtS || base_ == kOff) return;
+void KeptPagesBound::observe(double since_measured_s, double run_s, bool warmup_follows,
+                             int64_t step) {
+  if (base_ == kOff) return;
+  if (last_purge_step_ < 0 && !firstPurgeDue(since_measured_s, run_s, warmup_follows)) return;
   const int64_t kept = allocatorDirtyBytes();
   if (kept < 0) {
     base_ = kOff;  // not jemalloc: nothing to bound
@@ -162,7 +164,7 @@ void StepLog::record(int64_t step, const StepRecord& r) {
   testLeak();
   if (step >= tc_.metrics.skip_first_steps && t_measured_ < 0) t_measured_ = elapsed();
   const double since_measured = t_measured_ < 0 ? -1 : elapsed() - t_measured_;
-  kept_.observe(since_measured, step);
+  kept_.observe(since_measured, elapsed(), step + 1 < tc_.skip_first_steps, step);
   const int64_t rss = currentRssBytes();
   rss_.observe(kept_.settled(step) ? since_measured : -1, rss);
   metrics_.appendStep({{"step", double(step)},

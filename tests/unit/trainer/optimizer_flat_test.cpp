@@ -34,6 +34,26 @@ TEST(AdamW, FlatOverOneBufferMatchesSeparateParameters) {
   EXPECT_NEAR(gradSquaredNorm(gs), sep_sq, 1e-6 * sep_sq);
 }
 
+// The gradient norm sums fp32 squares in fp64: over a dense run (a length that is not a
+// multiple of the kernel's 16 lanes), a bucket of adjacent views and a strided gradient it
+// matches an fp64 reference to 1e-12 relative, where fp32 accumulation misses by ~1e-6.
+TEST(Optimizer, GradSquaredNormSumsInFp64) {
+  torch::manual_seed(11);
+  torch::Tensor dense = torch::randn({1000003}) * torch::rand({1000003}).pow(4) * 100;
+  torch::Tensor bucket = torch::randn({5000});
+  std::vector<torch::Tensor> views{bucket.narrow(0, 0, 3001), bucket.narrow(0, 3001, 1999)};
+  torch::Tensor strided = torch::randn({37, 53}).t();
+  auto ref = [](const torch::Tensor& t) {
+    return t.to(torch::kFloat64).pow(2).sum().item<double>();
+  };
+  const double want = ref(dense) + ref(bucket) + ref(strided);
+  const double got = gradSquaredNorm({dense, views[0], views[1], strided});
+  EXPECT_NEAR(got, want, 1e-12 * want);
+  const double fp32 = dense.pow(2).sum().item<float>();
+  EXPECT_GT(std::abs(fp32 - ref(dense)), 1e-9 * ref(dense))
+      << "the case would not tell fp32 from fp64";
+}
+
 // step(..., zero_grads = true) leaves every gradient zero and updates the parameters
 // and moments bit for bit as step(...) does: the fused kernel (flat buffer) and the
 // per-op fallback (a non-contiguous gradient), for AdamW and Adafactor.
