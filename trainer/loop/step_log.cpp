@@ -164,7 +164,7 @@ void StepLog::record(int64_t step, const StepRecord& r) {
   testLeak();
   if (step >= tc_.metrics.skip_first_steps && t_measured_ < 0) t_measured_ = elapsed();
   const double since_measured = t_measured_ < 0 ? -1 : elapsed() - t_measured_;
-  kept_.observe(since_measured, elapsed(), step + 1 < tc_.skip_first_steps, step);
+  kept_.observe(since_measured, elapsed(), step + 1 < tc_.metrics.skip_first_steps, step);
   const int64_t rss = currentRssBytes();
   rss_.observe(kept_.settled(step) ? since_measured : -1, rss);
   metrics_.appendStep({{"step", double(step)},
