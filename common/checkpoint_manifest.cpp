@@ -63,8 +63,8 @@ T field(const json& j, const char* key, const std::string& where, const std::str
   try {
     return j.at(key).get<T>();
   } catch (const json::exception& e) {
-    throw CheckpointError(path, "manifest field '" + where + key + "' has the wrong type (" +
-                                    e.what() + ")");
+    throw CheckpointError(
+        path, "manifest field '" + where + key + "' has the wrong type (" + e.what() + ")");
   }
 }
 
@@ -80,9 +80,9 @@ CkptTensor parseTensor(const json& j, const std::string& name, const std::string
     c.offset = field<std::vector<int64_t>>(s, "offset", w + "slices[].", path);
     c.size = field<std::vector<int64_t>>(s, "size", w + "slices[].", path);
     if (c.offset.size() != t.shape.size() || c.size.size() != t.shape.size())
-      throw CheckpointError(path, "manifest slice of '" + name + "' has " +
-                                      std::to_string(c.offset.size()) + "-D offset but the tensor is " +
-                                      std::to_string(t.shape.size()) + "-D");
+      throw CheckpointError(
+          path, "manifest slice of '" + name + "' has " + std::to_string(c.offset.size()) +
+                    "-D offset but the tensor is " + std::to_string(t.shape.size()) + "-D");
     for (size_t d = 0; d < t.shape.size(); ++d)
       if (c.offset[d] < 0 || c.size[d] < 0 || t.shape[d] < 0 || c.offset[d] > t.shape[d] ||
           c.size[d] > t.shape[d] - c.offset[d])
@@ -197,14 +197,15 @@ std::string manifestToJson(const Manifest& m) {
   j["tag"] = m.tag;
   j["created_utc"] = m.created_utc;
   const CkptLayout& l = m.layout;
-  j["layout"] = {{"world", l.world},     {"dp_replicate", l.dp_replicate}, {"dp_shard", l.dp_shard},
-                 {"tp", l.tp},           {"zero_stage", l.zero_stage},     {"nodes", l.nodes}};
+  j["layout"] = {{"world", l.world}, {"dp_replicate", l.dp_replicate}, {"dp_shard", l.dp_shard},
+                 {"tp", l.tp},       {"zero_stage", l.zero_stage},     {"nodes", l.nodes}};
   if (l.pp > 1) j["layout"]["pp"] = l.pp;
   j["compat"] = m.compat;
   j["state"] = m.state;
   j["files"] = json::array();
   for (const CkptFile& f : m.files)
-    j["files"].push_back({{"name", f.name}, {"rank", f.rank}, {"bytes", f.bytes}, {"crc32", f.crc32}});
+    j["files"].push_back(
+        {{"name", f.name}, {"rank", f.rank}, {"bytes", f.bytes}, {"crc32", f.crc32}});
   j["tensors"] = json::object();
   for (const auto& [name, t] : m.tensors) {
     json s = json::array();
@@ -219,8 +220,8 @@ Manifest parseManifest(const std::string& text, const std::string& path) {
   try {
     j = json::parse(text, refuseDuplicateKeys(path));
   } catch (const json::exception& e) {
-    throw CheckpointError(path, std::string("manifest is not valid JSON (truncated or damaged): ") +
-                                    e.what());
+    throw CheckpointError(
+        path, std::string("manifest is not valid JSON (truncated or damaged): ") + e.what());
   }
   if (field<std::string>(j, "format", "", path) != "ftbench-checkpoint")
     throw CheckpointError(path, "not an ftbench checkpoint manifest (format field)");
@@ -235,9 +236,12 @@ Manifest parseManifest(const std::string& text, const std::string& path) {
   m.tag = field<std::string>(j, "tag", "", path);
   m.created_utc = field<std::string>(j, "created_utc", "", path);
   json l = field<json>(j, "layout", "", path);
-  for (auto [k, v] : {std::pair{"world", &m.layout.world}, {"dp_replicate", &m.layout.dp_replicate},
-                      {"dp_shard", &m.layout.dp_shard}, {"tp", &m.layout.tp},
-                      {"zero_stage", &m.layout.zero_stage}, {"nodes", &m.layout.nodes}})
+  for (auto [k, v] : {std::pair{"world", &m.layout.world},
+                      {"dp_replicate", &m.layout.dp_replicate},
+                      {"dp_shard", &m.layout.dp_shard},
+                      {"tp", &m.layout.tp},
+                      {"zero_stage", &m.layout.zero_stage},
+                      {"nodes", &m.layout.nodes}})
     *v = field<int64_t>(l, k, "layout.", path);
   if (l.contains("pp")) m.layout.pp = field<int64_t>(l, "pp", "layout.", path);
   m.compat = field<std::map<std::string, std::string>>(j, "compat", "", path);
@@ -248,8 +252,7 @@ Manifest parseManifest(const std::string& text, const std::string& path) {
                        field<int64_t>(f, "bytes", "files[].", path),
                        field<std::string>(f, "crc32", "files[].", path)});
   const json tensors = field<json>(j, "tensors", "", path);
-  for (const auto& [name, t] : tensors.items())
-    m.tensors[name] = parseTensor(t, name, path);
+  for (const auto& [name, t] : tensors.items()) m.tensors[name] = parseTensor(t, name, path);
   return m;
 }
 
@@ -353,8 +356,8 @@ Manifest loadVerifiedManifest(const std::string& dir, const std::vector<int64_t>
       throw CheckpointError(p, "size " + std::to_string(bytes) + " bytes, the manifest says " +
                                    std::to_string(f.bytes) + " (truncated or replaced)");
     if (crc != f.crc32)
-      throw CheckpointError(p, "crc32 " + crc + ", the manifest says " + f.crc32 +
-                                   " (the file is damaged)");
+      throw CheckpointError(
+          p, "crc32 " + crc + ", the manifest says " + f.crc32 + " (the file is damaged)");
   }
   for (const auto& [name, t] : m.tensors)
     for (const CkptSlice& s : t.slices)

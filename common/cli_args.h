@@ -15,7 +15,6 @@
 
 #define CXXOPTS_VECTOR_DELIMITER '\0'
 #include <cxxopts.hpp>
-
 #include <functional>
 #include <iostream>
 #include <optional>

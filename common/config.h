@@ -45,16 +45,16 @@ struct Domain {
   // "an integer >= 1", "a finite number in [0, 1)", "a finite number > 0".
   std::string describe(bool integer) const;
 };
-Domain atLeast(double lo);          // [lo, inf)
-Domain above(double lo);            // (lo, inf)
-Domain between(double lo, double hi);  // [lo, hi]
+Domain atLeast(double lo);              // [lo, inf)
+Domain above(double lo);                // (lo, inf)
+Domain between(double lo, double hi);   // [lo, hi]
 Domain halfOpen(double lo, double hi);  // [lo, hi)
 
 struct KeySpec {
-  std::string key;   // dotted, e.g. "training.lr"
+  std::string key;  // dotted, e.g. "training.lr"
   ValueType type;
   std::optional<Value> default_value;  // nullopt: optional, no default
-  std::string doc;   // one line, shown by --help-config and in README
+  std::string doc;                     // one line, shown by --help-config and in README
   bool affects_experiment = true;  // false for output dirs / logging: excluded from the sweep tag
   // Declared but not implemented yet: a value other than the default is refused (exit 2)
   // by TrainConfig::fromConfig (common/run_config.h), and --help-config marks the key

@@ -18,7 +18,6 @@
 namespace ftb {
 namespace {
 
-
 std::string quoteString(const std::string& s) {
   std::string out = "\"";
   for (char c : s) {
@@ -122,11 +121,10 @@ void addData(Schema& sc) {
   sc.add(spec("data.padding", kString, s("max_length"),
               "\"max_length\" | \"longest\" | \"packing\" (documents concatenated and cut "
               "into seq_len windows)"));
-  sc.add(spec("data.num_samples", kInt, i(4096), "synthetic dataset size (samples)"),
-         atLeast(1));
-  sc.add(spec("data.min_doc_len", kInt, i(0),
-              "synthetic: shortest document in tokens; 0 = seq_len/4"),
-         atLeast(0));
+  sc.add(spec("data.num_samples", kInt, i(4096), "synthetic dataset size (samples)"), atLeast(1));
+  sc.add(
+      spec("data.min_doc_len", kInt, i(0), "synthetic: shortest document in tokens; 0 = seq_len/4"),
+      atLeast(0));
   sc.add(spec("data.bin_dtype", kString, s("uint16"),
               "token dtype of .bin files: \"uint16\" | \"uint32\""));
   sc.add(spec("data.pad_id", kInt, i(0), "padding token id"), atLeast(0));
@@ -216,23 +214,27 @@ void addParallel(Schema& sc) {
 // Pipeline parallelism (common/pipeline.h): stages outermost in the mesh, then
 // dp_replicate, dp_shard, tp. Added keys: tags of runs without a pipeline are unchanged.
 void addPipeline(Schema& sc) {
-  sc.add(addedLater(spec("parallel.pp", kInt, i(1),
-              "pipeline-parallel degree: stages, each holding a contiguous run of blocks "
-              "(the first also the embedding, the last the final norm, output and loss)")),
-         atLeast(1));
-  sc.add(addedLater(spec("parallel.pp_schedule", kString, s("1f1b"),
-              "\"gpipe\" | \"1f1b\" | \"interleaved_1f1b\" (with parallel.pp_virtual_stages)")));
+  sc.add(
+      addedLater(spec("parallel.pp", kInt, i(1),
+                      "pipeline-parallel degree: stages, each holding a contiguous run of blocks "
+                      "(the first also the embedding, the last the final norm, output and loss)")),
+      atLeast(1));
+  sc.add(addedLater(
+      spec("parallel.pp_schedule", kString, s("1f1b"),
+           "\"gpipe\" | \"1f1b\" | \"interleaved_1f1b\" (with parallel.pp_virtual_stages)")));
   sc.add(addedLater(spec("parallel.pp_virtual_stages", kInt, i(1),
-              "model chunks per stage; > 1 only with pp_schedule \"interleaved_1f1b\"")),
+                         "model chunks per stage; > 1 only with pp_schedule \"interleaved_1f1b\"")),
          atLeast(1));
-  sc.add(addedLater(spec("parallel.pp_microbatches", kInt, i(0),
-              "micro-batches per step through the pipeline; 0 = training.grad_accum_steps. "
-              "When set, grad_accum_steps is derived from it")),
-         atLeast(0));
-  sc.add(addedLater(spec("parallel.pp_split", ValueType::kIntList, Value(std::vector<int64_t>{}),
-              "blocks per model chunk in model order (pp * pp_virtual_stages entries summing "
-              "to model.n_layers); [] = balanced by FLOPs, the embedding counted on the "
-              "first chunk and the output and loss on the last")));
+  sc.add(
+      addedLater(spec("parallel.pp_microbatches", kInt, i(0),
+                      "micro-batches per step through the pipeline; 0 = training.grad_accum_steps. "
+                      "When set, grad_accum_steps is derived from it")),
+      atLeast(0));
+  sc.add(addedLater(
+      spec("parallel.pp_split", ValueType::kIntList, Value(std::vector<int64_t>{}),
+           "blocks per model chunk in model order (pp * pp_virtual_stages entries summing "
+           "to model.n_layers); [] = balanced by FLOPs, the embedding counted on the "
+           "first chunk and the output and loss on the last")));
 }
 
 void addLora(Schema& sc) {
@@ -293,7 +295,8 @@ void addMetricsAndOutput(Schema& sc) {
               "the first N steps (warm-up) are left out of summaries (tokens/s, MFU, step "
               "times); not the learning-rate warm-up, training.lr_warmup_steps"),
          atLeast(0));
-  sc.add(spec("metrics.price_per_hour", kFloat, f(0.0), "$/hour for cost metrics", kNoTag), atLeast(0));
+  sc.add(spec("metrics.price_per_hour", kFloat, f(0.0), "$/hour for cost metrics", kNoTag),
+         atLeast(0));
   sc.add(spec("metrics.profile_steps", ValueType::kIntList, Value(std::vector<int64_t>{}),
               "[a, b]: Chrome trace of steps a..b (0-based, inclusive) per rank in "
               "<run_dir>/traces/; [] = off",

@@ -87,10 +87,14 @@ CpuInfo parseCpuInfo(const std::string& text) {
     size_t colon = line.find(':');
     if (colon == std::string::npos) continue;
     std::string key = trim(line.substr(0, colon)), val = trim(line.substr(colon + 1));
-    if (key == "model name") c.model_name = val;
-    else if (key == "vendor_id") c.vendor = val;
-    else if (key == "cpu family") c.family = std::atoi(val.c_str());
-    else if (key == "model") c.model = std::atoi(val.c_str());
+    if (key == "model name")
+      c.model_name = val;
+    else if (key == "vendor_id")
+      c.vendor = val;
+    else if (key == "cpu family")
+      c.family = std::atoi(val.c_str());
+    else if (key == "model")
+      c.model = std::atoi(val.c_str());
     else if (key == "flags") {
       std::istringstream fs(val);
       std::set<std::string> f;
@@ -138,11 +142,11 @@ std::string CpuInfo::bestBf16Unit() const {
 
 std::string CpuInfo::isaString() const {
   std::string s;
-  const std::pair<bool, const char*> bits[] = {
-      {avx, "avx"},         {avx2, "avx2"},         {fma, "fma"},
-      {avx512f, "avx512f"}, {avx512bw, "avx512bw"}, {avx512dq, "avx512dq"},
-      {avx512vl, "avx512vl"}, {avx512_bf16, "avx512_bf16"}, {amx_bf16, "amx_bf16"},
-      {amx_tile, "amx_tile"}};
+  const std::pair<bool, const char*> bits[] = {{avx, "avx"},           {avx2, "avx2"},
+                                               {fma, "fma"},           {avx512f, "avx512f"},
+                                               {avx512bw, "avx512bw"}, {avx512dq, "avx512dq"},
+                                               {avx512vl, "avx512vl"}, {avx512_bf16, "avx512_bf16"},
+                                               {amx_bf16, "amx_bf16"}, {amx_tile, "amx_tile"}};
   for (auto [on, name] : bits)
     if (on) s += (s.empty() ? "" : " ") + std::string(name);
   return s.empty() ? "sse2" : s;
@@ -162,13 +166,13 @@ std::string CpuInfo::boundCpuList() const {
 
 int openblasCoretypeLevel(const std::string& name) {
   static const std::pair<const char*, int> kLevels[] = {
-      {"katmai", 1},      {"coppermine", 1},  {"northwood", 1},   {"prescott", 1},
-      {"banias", 1},      {"core2", 1},       {"penryn", 1},      {"dunnington", 1},
-      {"nehalem", 1},     {"atom", 1},        {"athlon", 1},      {"opteron", 1},
-      {"opteron_sse3", 1}, {"barcelona", 1},  {"bobcat", 1},      {"nano", 1},
-      {"sandybridge", 2}, {"bulldozer", 2},   {"piledriver", 2},  {"steamroller", 2},
-      {"haswell", 3},     {"zen", 3},         {"excavator", 3},   {"skylakex", 4},
-      {"cooperlake", 5},  {"sapphirerapids", 6}};
+      {"katmai", 1},       {"coppermine", 1},    {"northwood", 1},  {"prescott", 1},
+      {"banias", 1},       {"core2", 1},         {"penryn", 1},     {"dunnington", 1},
+      {"nehalem", 1},      {"atom", 1},          {"athlon", 1},     {"opteron", 1},
+      {"opteron_sse3", 1}, {"barcelona", 1},     {"bobcat", 1},     {"nano", 1},
+      {"sandybridge", 2},  {"bulldozer", 2},     {"piledriver", 2}, {"steamroller", 2},
+      {"haswell", 3},      {"zen", 3},           {"excavator", 3},  {"skylakex", 4},
+      {"cooperlake", 5},   {"sapphirerapids", 6}};
   std::string n = lower(trim(name));
   for (auto [k, level] : kLevels)
     if (n == k) return level;
@@ -188,11 +192,16 @@ int cpuIsaLevel(const CpuInfo& c) {
 std::string recommendedOpenblasCoretype(const CpuInfo& c) {
   switch (cpuIsaLevel(c)) {
     case 6:  // Cooperlake's sgemm kernels; SapphireRapids is unknown to OpenBLAS < 0.3.22
-    case 5: return "Cooperlake";
-    case 4: return "SkylakeX";
-    case 3: return c.vendor == "AuthenticAMD" ? "Zen" : "Haswell";
-    case 2: return "Sandybridge";
-    default: return "Nehalem";
+    case 5:
+      return "Cooperlake";
+    case 4:
+      return "SkylakeX";
+    case 3:
+      return c.vendor == "AuthenticAMD" ? "Zen" : "Haswell";
+    case 2:
+      return "Sandybridge";
+    default:
+      return "Nehalem";
   }
 }
 
@@ -212,8 +221,8 @@ CoretypeCheck checkOpenblasCoretype(const CpuInfo& cpu, const std::string& setti
                 cpu.model_name + ", " + cpu.bestFmaUnit() + ") runs" + fix;
   } else if (have > best) {
     r.verdict = CoretypeCheck::Verdict::kAbove;
-    r.message = "OPENBLAS_CORETYPE=" + setting + " needs instructions this CPU (" +
-                cpu.model_name + ") lacks: illegal-instruction crash" + fix;
+    r.message = "OPENBLAS_CORETYPE=" + setting + " needs instructions this CPU (" + cpu.model_name +
+                ") lacks: illegal-instruction crash" + fix;
   } else {
     r.verdict = CoretypeCheck::Verdict::kOk;
   }

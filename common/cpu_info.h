@@ -30,7 +30,7 @@ struct CpuInfo {
   bool avx = false, avx2 = false, fma = false;
   bool avx512f = false, avx512bw = false, avx512dq = false, avx512vl = false;
   bool avx512_bf16 = false, amx_tile = false, amx_bf16 = false;
-  std::vector<int> bound_cpus;  // logical CPU ids from sched_getaffinity, ascending
+  std::vector<int> bound_cpus;   // logical CPU ids from sched_getaffinity, ascending
   int bound_physical_cores = 0;  // distinct (package, core) among bound_cpus
   std::string flags_source;      // "/proc/cpuinfo" or "cpuid"
 

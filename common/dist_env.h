@@ -4,9 +4,9 @@
 //   RANK/WORLD_SIZE (torchrun, our launcher) -> OMPI_COMM_WORLD_RANK/SIZE ->
 //   SLURM_PROCID/SLURM_NTASKS -> PMI_RANK/PMI_SIZE -> single process.
 // local rank: LOCAL_RANK -> OMPI_COMM_WORLD_LOCAL_RANK -> SLURM_LOCALID -> MPI_LOCALRANKID -> 0.
-// master address: MASTER_ADDR -> first host of SLURM_STEP_NODELIST / SLURM_JOB_NODELIST -> "127.0.0.1".
-// master port: MASTER_PORT -> slurmJobPort(SLURM_JOB_ID) -> 29500.
-// Throws ConfigError for unparsable numbers or rank >= world_size.
+// master address: MASTER_ADDR -> first host of SLURM_STEP_NODELIST / SLURM_JOB_NODELIST ->
+// "127.0.0.1". master port: MASTER_PORT -> slurmJobPort(SLURM_JOB_ID) -> 29500. Throws ConfigError
+// for unparsable numbers or rank >= world_size.
 #pragma once
 
 #include <functional>
@@ -25,7 +25,7 @@ struct DistEnv {
   int nodes = 1;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
-  std::string source;  // "torchrun", "openmpi", "slurm", "pmi", "single"
+  std::string source;     // "torchrun", "openmpi", "slurm", "pmi", "single"
   int restart_count = 0;  // TORCHELASTIC_RESTART_COUNT
   // TORCHELASTIC_USE_AGENT_STORE=True (torchrun 2.x): torchrun's agent already serves the
   // TCPStore at MASTER_ADDR:MASTER_PORT, so every rank, rank 0 too, connects as a client.

@@ -33,7 +33,8 @@ void detectBlas(EnvFacts& f, void* lib) {
   if (auto config = symbol<char* (*)()>(lib, "openblas_get_config")) {
     f.blas = trimmed(config());  // "OpenBLAS 0.3.21 ... USE_OPENMP Haswell MAX_THREADS=64"
     if (f.blas.rfind("OpenBLAS", 0) != 0) f.blas = "OpenBLAS " + f.blas;
-    if (auto core = symbol<char* (*)()>(lib, "openblas_get_corename")) f.blas_core = trimmed(core());
+    if (auto core = symbol<char* (*)()>(lib, "openblas_get_corename"))
+      f.blas_core = trimmed(core());
     // An OpenMP build runs each call on omp_get_max_threads() of the calling thread
     // (libtorch's at::set_num_threads sets it); a pthreads build on its own pool.
     auto omp = symbol<int (*)()>(lib, "omp_get_max_threads");
@@ -65,9 +66,7 @@ void detectAllocator(EnvFacts& f, void* lib) {
 
 int maxThreads(const EnvFacts& f) { return std::max(f.intra_threads, f.blas_threads); }
 
-bool oversubscribed(const EnvFacts& f) {
-  return f.bound_cpus > 0 && maxThreads(f) > f.bound_cpus;
-}
+bool oversubscribed(const EnvFacts& f) { return f.bound_cpus > 0 && maxThreads(f) > f.bound_cpus; }
 
 std::string threadsText(const EnvFacts& f) {
   return std::to_string(f.intra_threads) + " intra-op thread(s)" +
@@ -75,8 +74,8 @@ std::string threadsText(const EnvFacts& f) {
 }
 
 std::string threadFix(const EnvFacts& f) {
-  return "training.threads=" + std::to_string(f.bound_cpus) + " (or OMP_NUM_THREADS=" +
-         std::to_string(f.bound_cpus) +
+  return "training.threads=" + std::to_string(f.bound_cpus) +
+         " (or OMP_NUM_THREADS=" + std::to_string(f.bound_cpus) +
          "), or start ranks through the launcher, which binds cores and sizes threads";
 }
 
@@ -85,9 +84,12 @@ std::string gemmCause(const EnvFacts& f, const std::string& dtype, const PeakFlo
   if (f.blas_isa_level > 0 && f.blas_isa_level < std::min(f.cpu_isa_level, 5))
     return "cause: OpenBLAS runs its " + f.blas_core + " (" + isaLevelName(f.blas_isa_level) +
            ") kernels" +
-           (f.openblas_coretype.empty() ? "" : " because OPENBLAS_CORETYPE=" + f.openblas_coretype) +
-           " on a CPU with " + isaLevelName(f.cpu_isa_level) + "; fix: unset OPENBLAS_CORETYPE or "
-           "set it to " + f.recommended_core + " (the launcher does this by default)";
+           (f.openblas_coretype.empty() ? ""
+                                        : " because OPENBLAS_CORETYPE=" + f.openblas_coretype) +
+           " on a CPU with " + isaLevelName(f.cpu_isa_level) +
+           "; fix: unset OPENBLAS_CORETYPE or "
+           "set it to " +
+           f.recommended_core + " (the launcher does this by default)";
   if (oversubscribed(f))
     return "cause: " + threadsText(f) + " on " + std::to_string(f.bound_cpus) +
            " bound CPU(s); fix: " + threadFix(f);
@@ -95,15 +97,16 @@ std::string gemmCause(const EnvFacts& f, const std::string& dtype, const PeakFlo
     return "cause: this libtorch's bf16 matmul does not reach the " + peak.unit +
            " units; fix: none in the environment (compare gemm_efficiency, or run fp32)";
   return "cause: other processes on these cores, or a BLAS (" + f.blas + ") without " +
-         f.cpu_best_unit + " kernels; fix: run on idle cores bound to this rank (the launcher "
+         f.cpu_best_unit +
+         " kernels; fix: run on idle cores bound to this rank (the launcher "
          "binds them), and check the BLAS with `perf top`";
 }
 
 }  // namespace
 
 std::string isaLevelName(int level) {
-  static const char* kNames[] = {"unknown", "sse", "avx", "avx2 FMA", "avx512", "avx512_bf16",
-                                 "amx_bf16"};
+  static const char* kNames[] = {"unknown", "sse",         "avx",     "avx2 FMA",
+                                 "avx512",  "avx512_bf16", "amx_bf16"};
   return level >= 1 && level <= 6 ? kNames[level] : kNames[0];
 }
 
@@ -165,9 +168,11 @@ LinkedLibs parseLoaderList(const std::string& text) {
     if (arrow != "=>") path = name;
     if (path.empty() || path[0] != '/') continue;  // "not found", the vdso
     const std::string base = baseName(name);
-    if (libs.blas.empty() && startsWithAny(base, {"libopenblas", "libblas.", "libmkl_rt", "libblis"}))
+    if (libs.blas.empty() &&
+        startsWithAny(base, {"libopenblas", "libblas.", "libmkl_rt", "libblis"}))
       libs.blas = path;
-    if (libs.allocator.empty() && startsWithAny(base, {"libjemalloc", "libtcmalloc", "libmimalloc"}))
+    if (libs.allocator.empty() &&
+        startsWithAny(base, {"libjemalloc", "libtcmalloc", "libmimalloc"}))
       libs.allocator = path;
   }
   return libs;
@@ -201,24 +206,25 @@ std::string envSummary(const EnvFacts& f) {
       (f.intra_threads > 0 ? std::to_string(f.intra_threads) + " intra-op / " : std::string()) +
       (f.blas_threads > 0 ? std::to_string(f.blas_threads) : std::string("?")) + " BLAS thread(s)";
   const std::string core =
-      f.blas_core.empty() ? "" : ", core " + f.blas_core + " (" + isaLevelName(f.blas_isa_level) + ")";
+      f.blas_core.empty() ? ""
+                          : ", core " + f.blas_core + " (" + isaLevelName(f.blas_isa_level) + ")";
   return "BLAS " + f.blas + core + " on a CPU with " + isaLevelName(f.cpu_isa_level) + "; " +
          threads + "; " + bindingText(f) + "; allocator " + f.allocator;
 }
 
-std::vector<std::string> envWarnings(const EnvFacts& f, double gemm_flops,
-                                     const PeakFlops& peak, const std::string& dtype) {
+std::vector<std::string> envWarnings(const EnvFacts& f, double gemm_flops, const PeakFlops& peak,
+                                     const std::string& dtype) {
   std::vector<std::string> w;
   if (oversubscribed(f))
     w.push_back("environment: " + threadsText(f) + " on " + std::to_string(f.bound_cpus) +
-                " bound CPU(s) (" + f.bound_cpu_list + "): the threads time-share cores; fix: " +
-                threadFix(f));
+                " bound CPU(s) (" + f.bound_cpu_list +
+                "): the threads time-share cores; fix: " + threadFix(f));
   const bool cpu_peak = peak.cores > 0 && peak.flops > 0;
   if (cpu_peak && gemm_flops > 0 && gemm_flops < kGemmWarnFraction * peak.flops)
     w.push_back("environment: measured " + dtype + " GEMM " + formatFixed(gemm_flops / 1e9, 1) +
-                " GFLOP/s is " + formatFixed(100 * gemm_flops / peak.flops, 0) + " % of the " + dtype +
-                " hardware peak " + formatFixed(peak.flops / 1e9, 1) + " GFLOP/s (" + peak.unit + ", " +
-                std::to_string(peak.cores) + " core(s)), below " +
+                " GFLOP/s is " + formatFixed(100 * gemm_flops / peak.flops, 0) + " % of the " +
+                dtype + " hardware peak " + formatFixed(peak.flops / 1e9, 1) + " GFLOP/s (" +
+                peak.unit + ", " + std::to_string(peak.cores) + " core(s)), below " +
                 formatFixed(100 * kGemmWarnFraction, 0) + " %; " + gemmCause(f, dtype, peak));
   return w;
 }

@@ -38,19 +38,19 @@ namespace ftb {
 inline constexpr double kGemmWarnFraction = 0.70;
 
 struct EnvFacts {
-  std::string blas = "unknown";  // "OpenBLAS 0.3.21 DYNAMIC_ARCH ...", "MKL 2023...", "unknown"
-  std::string blas_core;         // openblas_get_corename(): "Haswell"; "" = not OpenBLAS
-  std::string openblas_coretype;  // $OPENBLAS_CORETYPE; "" = unset
-  int blas_isa_level = 0;        // openblasCoretypeLevel(blas_core); 0 = unknown
-  int cpu_isa_level = 0;         // cpuIsaLevel(cpu)
-  std::string recommended_core;  // recommendedOpenblasCoretype(cpu)
-  std::string cpu_best_unit;     // CpuInfo::bestFmaUnit()
-  int intra_threads = 0;         // libtorch intra-op threads
-  int blas_threads = 0;          // threads a BLAS call uses; 0 = unknown
+  std::string blas = "unknown";     // "OpenBLAS 0.3.21 DYNAMIC_ARCH ...", "MKL 2023...", "unknown"
+  std::string blas_core;            // openblas_get_corename(): "Haswell"; "" = not OpenBLAS
+  std::string openblas_coretype;    // $OPENBLAS_CORETYPE; "" = unset
+  int blas_isa_level = 0;           // openblasCoretypeLevel(blas_core); 0 = unknown
+  int cpu_isa_level = 0;            // cpuIsaLevel(cpu)
+  std::string recommended_core;     // recommendedOpenblasCoretype(cpu)
+  std::string cpu_best_unit;        // CpuInfo::bestFmaUnit()
+  int intra_threads = 0;            // libtorch intra-op threads
+  int blas_threads = 0;             // threads a BLAS call uses; 0 = unknown
   std::string blas_threads_source;  // how blas_threads was read
-  std::string omp_num_threads;   // $OMP_NUM_THREADS; "" = unset
+  std::string omp_num_threads;      // $OMP_NUM_THREADS; "" = unset
   int bound_cpus = 0, bound_physical_cores = 0, online_cpus = 0;
-  std::string bound_cpu_list;    // "0-3"
+  std::string bound_cpu_list;              // "0-3"
   std::string allocator = "glibc malloc";  // or "jemalloc <version>"
 };
 
@@ -76,8 +76,8 @@ EnvFacts detectEnvOf(const LinkedLibs& libs, const CpuInfo& cpu, int intra_threa
 std::string envSummary(const EnvFacts& f);
 
 // gemm_flops: measured GEMM in `dtype`; peak: this rank's hardware peak for `dtype`.
-std::vector<std::string> envWarnings(const EnvFacts& f, double gemm_flops,
-                                     const PeakFlops& peak, const std::string& dtype);
+std::vector<std::string> envWarnings(const EnvFacts& f, double gemm_flops, const PeakFlops& peak,
+                                     const std::string& dtype);
 
 // "not bound (all 2 online CPUs)" or "bound to CPUs 0-1 (2 of 4 online, 2 physical cores)".
 std::string bindingText(const EnvFacts& f);

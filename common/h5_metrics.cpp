@@ -32,22 +32,32 @@ const std::map<std::string, MetricDoc>& metricDocs() {
   static const std::map<std::string, MetricDoc> docs = {
       {"step", {"1", "step index, 0-based (the progress line shows step + 1)"}},
       {"time_s",
-       {"s", "wall time of training from the start of the first step to the end of this one "
-             "(rank); a resumed run continues from the last kept row (time between attempts "
-             "not counted)"}},
+       {"s",
+        "wall time of training from the start of the first step to the end of this one "
+        "(rank); a resumed run continues from the last kept row (time between attempts "
+        "not counted)"}},
       {"step_time_s", {"s", "wall time of this step (rank)"}},
       {"data_s", {"s", "time building batches in this step (rank)"}},
-      {"forward_s", {"s", "time in forward passes in this step (rank), less the time blocked in collectives (comm_s)"}},
-      {"backward_s", {"s", "time in backward passes in this step (rank), less the time blocked in collectives (comm_s)"}},
+      {"forward_s",
+       {"s",
+        "time in forward passes in this step (rank), less the time blocked in collectives "
+        "(comm_s)"}},
+      {"backward_s",
+       {"s",
+        "time in backward passes in this step (rank), less the time blocked in collectives "
+        "(comm_s)"}},
       {"optimizer_s", {"s", "time in the optimizer step (rank)"}},
-      {"comm_s", {"s", "exposed communication time in this step (rank): time blocked in "
-                       "collectives wherever they run (tensor-parallel all-reduces and ZeRO "
-                       "gathers in forward, reduce-scatters and inline gradient buckets in "
-                       "backward, the waits after backward); forward_s and backward_s "
-                       "exclude it"}},
+      {"comm_s",
+       {"s",
+        "exposed communication time in this step (rank): time blocked in "
+        "collectives wherever they run (tensor-parallel all-reduces and ZeRO "
+        "gathers in forward, reduce-scatters and inline gradient buckets in "
+        "backward, the waits after backward); forward_s and backward_s "
+        "exclude it"}},
       {"agree_s",
-       {"s", "time in this step's agreement all-reduce (loss, stop flag, control request; "
-             "part of comm_s) (rank)"}},
+       {"s",
+        "time in this step's agreement all-reduce (loss, stop flag, control request; "
+        "part of comm_s) (rank)"}},
       {"loss", {"nats/token", "mean cross-entropy per non-padding token of the global batch"}},
       {"grad_norm", {"1", "global L2 norm of the gradients before clipping"}},
       {"lr", {"1", "learning rate used in this step"}},
@@ -56,26 +66,33 @@ const std::map<std::string, MetricDoc>& metricDocs() {
       {"tokens_per_s_padded", {"tokens/s", "global padded tokens / step wall time"}},
       {"tokens_per_s_dataset", {"tokens/s", "global non-padding tokens / step wall time"}},
       {"tokens_per_s_per_device", {"tokens/s/device", "padded tokens/s / world size"}},
-      {"mfu", {"1", "model FLOPs utilization against the hardware peak: flops_per_token * "
-                    "tokens/s per device / peak_flops (root attrs peak_source, peak_check); NaN "
-                    "when that peak is unknown or below the measured GEMM"}},
-      {"gemm_efficiency", {"1", "flops_per_token * tokens/s per device / gemm_flops, a GEMM "
-                                "measured at start with this run's threads and BLAS (root "
-                                "attr gemm_source); not the hardware"}},
+      {"mfu",
+       {"1",
+        "model FLOPs utilization against the hardware peak: flops_per_token * "
+        "tokens/s per device / peak_flops (root attrs peak_source, peak_check); NaN "
+        "when that peak is unknown or below the measured GEMM"}},
+      {"gemm_efficiency",
+       {"1",
+        "flops_per_token * tokens/s per device / gemm_flops, a GEMM "
+        "measured at start with this run's threads and BLAS (root "
+        "attr gemm_source); not the hardware"}},
       {"flops_per_token", {"FLOP/token", "6N + 12 L H hd T (torchtitan)"}},
       {"rss_bytes", {"bytes", "resident set size of this rank (VmRSS)"}},
       {"peak_rss_bytes", {"bytes", "peak resident set size of this rank so far (VmHWM)"}},
       // Interference (common/interference.h), over the interval since the previous step end.
       {"interference",
-       {"1", "fraction of the interval this rank's compute threads were runnable but not "
-             "running: runqueue_wait_frac + cpu_steal_frac, at most 1 (rank)"}},
+       {"1",
+        "fraction of the interval this rank's compute threads were runnable but not "
+        "running: runqueue_wait_frac + cpu_steal_frac, at most 1 (rank)"}},
       {"runqueue_wait_frac",
-       {"1", "run-queue wait of this rank's threads (/proc/self/task/*/schedstat field 2) / "
-             "(interval x intra-op threads) (rank)"}},
+       {"1",
+        "run-queue wait of this rank's threads (/proc/self/task/*/schedstat field 2) / "
+        "(interval x intra-op threads) (rank)"}},
       {"cpu_steal_frac", {"1", "steal ticks / all ticks of the CPUs this rank is bound to (rank)"}},
       {"other_load_cpus",
-       {"CPUs", "CPU time other processes used on this rank's bound CPUs / interval: their "
-                "busy ticks less this process's CPU time (rank)"}},
+       {"CPUs",
+        "CPU time other processes used on this rank's bound CPUs / interval: their "
+        "busy ticks less this process's CPU time (rank)"}},
       {"involuntary_switches",
        {"1", "involuntary context switches of this rank's threads in the interval (rank)"}},
   };
@@ -83,9 +100,12 @@ const std::map<std::string, MetricDoc>& metricDocs() {
 }
 
 void writeAttr(hid_t obj, const std::string& name, const AttrValue& v) {
-  if (const auto* i = std::get_if<int64_t>(&v)) h5::writeAttrInt(obj, name, *i);
-  else if (const auto* d = std::get_if<double>(&v)) h5::writeAttrDouble(obj, name, *d);
-  else h5::writeAttrString(obj, name, std::get<std::string>(v));
+  if (const auto* i = std::get_if<int64_t>(&v))
+    h5::writeAttrInt(obj, name, *i);
+  else if (const auto* d = std::get_if<double>(&v))
+    h5::writeAttrDouble(obj, name, *d);
+  else
+    h5::writeAttrString(obj, name, std::get<std::string>(v));
 }
 
 }  // namespace
@@ -133,8 +153,7 @@ MetricsFile MetricsFile::create(const std::string& path, const RunInfo& info) {
   return m;
 }
 
-MetricsFile MetricsFile::resume(const std::string& path, const RunInfo& info,
-                                int64_t resume_step) {
+MetricsFile MetricsFile::resume(const std::string& path, const RunInfo& info, int64_t resume_step) {
   std::error_code ec;
   const bool existed = std::filesystem::exists(path, ec);
   MetricsFile m;
@@ -235,7 +254,8 @@ MetricsFile& MetricsFile::operator=(MetricsFile&& other) noexcept {
 
 // A moved-from file (no mutex, no handles) locks nothing.
 std::unique_lock<std::recursive_mutex> MetricsFile::guard() {
-  return mu_ ? std::unique_lock<std::recursive_mutex>(*mu_) : std::unique_lock<std::recursive_mutex>();
+  return mu_ ? std::unique_lock<std::recursive_mutex>(*mu_)
+             : std::unique_lock<std::recursive_mutex>();
 }
 
 MetricsFile::~MetricsFile() {
@@ -329,8 +349,10 @@ void MetricsFile::flush() {
   try {
     Column* step = nullptr;
     for (Column& c : columns_)
-      if (c.name == "step") step = &c;
-      else appendColumn(c);
+      if (c.name == "step")
+        step = &c;
+      else
+        appendColumn(c);
     if (step != nullptr) {
       h5::flushFile(file_);
       appendColumn(*step);
@@ -504,7 +526,8 @@ std::string orderProblem(const std::vector<double>& col, const std::string& name
 std::string metricsProblem(const MetricsData& d) {
   for (const auto& [name, col] : d.steps)
     for (size_t i = 0; i < col.size(); ++i)
-      if (kMayBeNaN.count(name) && std::isnan(col[i])) continue;  // "not reported"
+      if (kMayBeNaN.count(name) && std::isnan(col[i]))
+        continue;  // "not reported"
       else if (!std::isfinite(col[i]) || col[i] < 0)
         return "/steps/" + name + " row " + std::to_string(i) + " is " + valueText(col[i]) +
                ": expected a finite value >= 0";
@@ -513,13 +536,14 @@ std::string metricsProblem(const MetricsData& d) {
       if (it->second[i] != std::floor(it->second[i]))
         return "/steps/step row " + std::to_string(i) + " is " + valueText(it->second[i]) +
                ": expected an integer";
-    std::string p = orderProblem(it->second, "step", [](double a, double b) { return b > a; },
-                                 "strictly increasing step numbers");
+    std::string p = orderProblem(
+        it->second, "step", [](double a, double b) { return b > a; },
+        "strictly increasing step numbers");
     if (!p.empty()) return p;
   }
   if (auto it = d.steps.find("time_s"); it != d.steps.end()) {
-    std::string p = orderProblem(it->second, "time_s", [](double a, double b) { return b >= a; },
-                                 "non-decreasing times");
+    std::string p = orderProblem(
+        it->second, "time_s", [](double a, double b) { return b >= a; }, "non-decreasing times");
     if (!p.empty()) return p;
   }
   const size_t rows = d.steps.empty() ? 0 : d.steps.begin()->second.size();

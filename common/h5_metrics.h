@@ -183,7 +183,8 @@ struct MetricsData {
 };
 
 // Throws IoError naming `path` when the file is missing, corrupt or truncated, has
-// no /status or /steps, a /status state that is not a recorded RunState name, or a schema_version other than kMetricsSchemaVersion.
+// no /status or /steps, a /status state that is not a recorded RunState name, or a schema_version
+// other than kMetricsSchemaVersion.
 MetricsData readMetricsFile(const std::string& path);
 
 // Sanity of a file's numbers, "" if sane, else the first problem ("/steps/loss row 3

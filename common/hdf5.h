@@ -38,7 +38,7 @@ class H5Handle {
   H5Handle& operator=(const H5Handle&) = delete;
 
   hid_t get() const { return id_; }
-  operator hid_t() const { return id_; }  // NOLINT: lets handles go straight to H5* calls
+  operator hid_t() const { return id_; }    // NOLINT: lets handles go straight to H5* calls
   explicit operator bool() const = delete;  // `if (h)` would be true for -1: use valid()
   bool valid() const { return id_ >= 0; }
   Kind kind() const { return kind_; }
@@ -127,9 +127,9 @@ H5Handle createAppendable(hid_t loc, const std::string& name, ElemType type, hsi
 // converted to the dataset's element type by HDF5.
 void appendValues(hid_t dset, const double* values, size_t n);
 void appendValues(hid_t dset, const int64_t* values, size_t n);
-hsize_t datasetLength(hid_t dset);  // REQUIRES: 1-D dataset
+hsize_t datasetLength(hid_t dset);                 // REQUIRES: 1-D dataset
 void truncateDataset(hid_t dset, hsize_t length);  // REQUIRES: 1-D chunked, length <= current
-bool isIntDataset(hid_t dset);      // H5T_INTEGER class
+bool isIntDataset(hid_t dset);                     // H5T_INTEGER class
 // Whole 1-D numeric dataset, converted to the requested type.
 std::vector<double> readDoubles(hid_t loc, const std::string& name);
 std::vector<int64_t> readInts(hid_t loc, const std::string& name);

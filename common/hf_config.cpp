@@ -34,7 +34,8 @@ json readConfigJson(const std::string& dir) {
                     "plain Llama (RMSNorm, RoPE, SwiGLU, no biases) computes exactly");
 }
 
-int64_t intField(const json& j, const std::string& path, const char* f, std::optional<int64_t> def) {
+int64_t intField(const json& j, const std::string& path, const char* f,
+                 std::optional<int64_t> def) {
   if (!j.contains(f) || j[f].is_null()) {
     if (def) return *def;
     bad(path, f, "missing (a positive integer is required)");
@@ -53,13 +54,15 @@ double floatField(const json& j, const std::string& path, const char* f, double 
 
 void checkArchitecture(const json& j, const std::string& path) {
   if (!j.contains("architectures") || !j["architectures"].is_array() || j["architectures"].empty())
-    bad(path, "architectures", "missing; expected [\"LlamaForCausalLM\"] or [\"MistralForCausalLM\"]");
+    bad(path, "architectures",
+        "missing; expected [\"LlamaForCausalLM\"] or [\"MistralForCausalLM\"]");
   for (const json& a : j["architectures"]) {
     bool ok = false;
     for (const char* k : kArchitectures) ok = ok || (a.is_string() && a.get<std::string>() == k);
     if (!ok)
-      bad(path, "architectures", "unsupported architecture " + a.dump() +
-                                     "; supported: LlamaForCausalLM, MistralForCausalLM");
+      bad(path, "architectures",
+          "unsupported architecture " + a.dump() +
+              "; supported: LlamaForCausalLM, MistralForCausalLM");
   }
 }
 
@@ -71,10 +74,10 @@ void checkFeatures(const json& j, const std::string& path, int64_t dim, int64_t 
     if (j.contains(f) && j[f] != false) bad(path, f, "expected false, found " + j[f].dump());
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
     bad(path, "rope_scaling", "not supported, found " + j["rope_scaling"].dump());
-  if (j.contains("head_dim") && !j["head_dim"].is_null() &&
-      j["head_dim"] != json(dim / heads))
-    bad(path, "head_dim", "expected hidden_size / num_attention_heads = " +
-                              std::to_string(dim / heads) + ", found " + j["head_dim"].dump());
+  if (j.contains("head_dim") && !j["head_dim"].is_null() && j["head_dim"] != json(dim / heads))
+    bad(path, "head_dim",
+        "expected hidden_size / num_attention_heads = " + std::to_string(dim / heads) + ", found " +
+            j["head_dim"].dump());
 }
 
 }  // namespace
@@ -99,7 +102,8 @@ std::map<std::string, Value> hfModelKeys(const std::string& dir) {
   bool tie = false;
   if (j.contains("tie_word_embeddings") && !j["tie_word_embeddings"].is_null()) {
     if (!j["tie_word_embeddings"].is_boolean())
-      bad(path, "tie_word_embeddings", "expected true or false, found " + j["tie_word_embeddings"].dump());
+      bad(path, "tie_word_embeddings",
+          "expected true or false, found " + j["tie_word_embeddings"].dump());
     tie = j["tie_word_embeddings"].get<bool>();
   }
   m["model.tie_embeddings"] = tie;
@@ -117,16 +121,18 @@ void applyPretrained(Config& cfg) {
   const std::string origin = configPath(dir);
   bool all_set = true;
   for (const char* k : {"model.dim", "model.n_layers", "model.n_heads", "model.n_kv_heads",
-                        "model.ffn_dim", "model.vocab_size", "model.max_seq_len", "model.rope_theta",
-                        "model.norm_eps", "model.tie_embeddings"})
+                        "model.ffn_dim", "model.vocab_size", "model.max_seq_len",
+                        "model.rope_theta", "model.norm_eps", "model.tie_embeddings"})
     all_set = all_set && cfg.has(k);
   if (all_set && !notRegularFileReason(origin).empty()) return;  // a recorded run.toml
   for (const auto& [key, v] : hfModelKeys(dir)) {
     if (cfg.has(key) && cfg.entries().at(key).value != v)
-      cfg.fail(key, valueToString(cfg.entries().at(key).value) + " disagrees with " + origin +
-                        ", which gives " + valueToString(v),
-               "drop " + key + " from the run config (the shape of a pretrained model comes from "
-               "its config.json), or point model.from_pretrained at another model");
+      cfg.fail(key,
+               valueToString(cfg.entries().at(key).value) + " disagrees with " + origin +
+                   ", which gives " + valueToString(v),
+               "drop " + key +
+                   " from the run config (the shape of a pretrained model comes from "
+                   "its config.json), or point model.from_pretrained at another model");
     if (!cfg.has(key)) cfg.set(key, v, origin);
   }
   if (!cfg.has("model.name")) {

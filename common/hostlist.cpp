@@ -164,21 +164,24 @@ std::vector<int> expandTasksPerNode(const std::string& expr, const std::string& 
     int64_t repeat = 1;
     if (pos < expr.size() && expr[pos] == '(') {
       size_t open = pos++;
-      if (pos >= expr.size() || expr[pos] != 'x') fail(what, expr, pos, "expected 'x' after '('", kTasksHint);
+      if (pos >= expr.size() || expr[pos] != 'x')
+        fail(what, expr, pos, "expected 'x' after '('", kTasksHint);
       ++pos;
       size_t num_pos = pos;
       if (pos >= expr.size() || !isDigit(expr[pos]))
         fail(what, expr, pos, "expected a repeat count", kTasksHint);
       repeat = parseNumber(expr, pos, what, &text, kTasksHint);
       if (repeat < 1) fail(what, expr, num_pos, "repeat count must be >= 1", kTasksHint);
-      if (pos >= expr.size() || expr[pos] != ')') fail(what, expr, open, "unbalanced '('", kTasksHint);
+      if (pos >= expr.size() || expr[pos] != ')')
+        fail(what, expr, open, "unbalanced '('", kTasksHint);
       ++pos;
     }
     if (tasks.size() + static_cast<size_t>(repeat) > kMaxHosts)
       fail(what, expr, 0, "too many nodes", kTasksHint);
     tasks.insert(tasks.end(), static_cast<size_t>(repeat), static_cast<int>(count));
     if (pos >= expr.size()) break;
-    if (expr[pos] != ',') fail(what, expr, pos, std::string("unexpected '") + expr[pos] + "'", kTasksHint);
+    if (expr[pos] != ',')
+      fail(what, expr, pos, std::string("unexpected '") + expr[pos] + "'", kTasksHint);
     ++pos;
     if (pos >= expr.size()) fail(what, expr, pos, "trailing ','", kTasksHint);
   }

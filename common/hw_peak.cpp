@@ -23,16 +23,14 @@ namespace ftb {
 namespace {
 
 double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 // 200 dependent adds per call: one cycle each.
 constexpr int64_t kAddsPerIter = 200;
 uint64_t addChain(int64_t iters) {
   uint64_t x = 0;
-  for (int64_t i = 0; i < iters; ++i)
-    asm volatile(".rept 200\n\taddq $1, %0\n\t.endr" : "+r"(x));
+  for (int64_t i = 0; i < iters; ++i) asm volatile(".rept 200\n\taddq $1, %0\n\t.endr" : "+r"(x));
   return x;
 }
 
@@ -157,7 +155,8 @@ void measureKernel(const Kernel& k, double& best_flops, double& best_clock) {
 
 std::string pathSafe(const std::string& s) {
   std::string o;
-  for (char c : s) o += std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' ? c : '_';
+  for (char c : s)
+    o += std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' ? c : '_';
   return o.substr(0, 120);
 }
 
@@ -177,9 +176,12 @@ bool readCache(const std::string& path, const CpuInfo& cpu, CpuUnits& u) {
     std::string rest;
     std::getline(is, rest);
     rest = rest.empty() ? rest : rest.substr(1);
-    if (key == "model") model = rest;
-    else if (key == "isa") isa = rest;
-    else if (key == "clock_hz") u.clock_hz = std::atof(rest.c_str());
+    if (key == "model")
+      model = rest;
+    else if (key == "isa")
+      isa = rest;
+    else if (key == "clock_hz")
+      u.clock_hz = std::atof(rest.c_str());
     else if (key == "unit") {
       CpuUnit cu;
       std::istringstream us(rest);
@@ -269,9 +271,12 @@ CpuUnits measureCpuUnits(const CpuInfo& cpu) {
 
 std::string cpuPeakCacheFile(const CpuInfo& cpu, const std::string& host) {
   std::string dir;
-  if (const char* d = std::getenv("FTB_CACHE_DIR"); d && *d) dir = d;
-  else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) dir = std::string(x) + "/ftbench";
-  else if (const char* h = std::getenv("HOME"); h && *h) dir = std::string(h) + "/.cache/ftbench";
+  if (const char* d = std::getenv("FTB_CACHE_DIR"); d && *d)
+    dir = d;
+  else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x)
+    dir = std::string(x) + "/ftbench";
+  else if (const char* h = std::getenv("HOME"); h && *h)
+    dir = std::string(h) + "/.cache/ftbench";
   if (dir.empty()) return "";
   return dir + "/cpu_peak." + pathSafe(host) + "." + pathSafe(cpu.model_name) + ".txt";
 }
@@ -297,14 +302,16 @@ CpuUnits loadOrMeasureCpuUnits(const CpuInfo& cpu) {
     out << "ftbench cpu peak v" << kCacheVersion << "\nmodel " << cpu.model_name << "\nisa "
         << cpu.isaString() << "\nclock_hz " << std::setprecision(10) << u.clock_hz << "\n";
     for (const CpuUnit& cu : u.units)
-      out << "unit " << cu.measured_flops_per_cycle << " " << cu.flops_per_cycle << " "
-          << cu.name << "\n";
+      out << "unit " << cu.measured_flops_per_cycle << " " << cu.flops_per_cycle << " " << cu.name
+          << "\n";
     out << gemm_lines;
     if (!out) return u;  // unwritable cache: measured figures are still valid
   }
   std::filesystem::rename(tmp, path, ec);  // atomic: concurrent ranks never read half a file
-  if (ec) std::filesystem::remove(tmp, ec);
-  else u.cache_file = path;
+  if (ec)
+    std::filesystem::remove(tmp, ec);
+  else
+    u.cache_file = path;
   return u;
 }
 
@@ -397,7 +404,8 @@ PeakFlops gpuPeak(const std::string& device_name, const std::string& dtype) {
   for (const GpuPeakEntry& e : gpuPeakTable()) {
     size_t at = n.find(e.match);
     size_t end = at + std::strlen(e.match);
-    if (at == std::string::npos || (end < n.size() && std::isalnum(static_cast<unsigned char>(n[end]))))
+    if (at == std::string::npos ||
+        (end < n.size() && std::isalnum(static_cast<unsigned char>(n[end]))))
       continue;
     double tf = dtype == "bf16" ? e.bf16_tflops : e.fp32_tflops;
     p.flops = tf * 1e12;
@@ -427,8 +435,8 @@ PeakCheck checkGemmAgainstPeak(double gemm_flops, const PeakFlops& peak) {
   if (peak.flops > 0 && gemm_flops > peak.flops) {
     c.ok = false;
     c.message = "peak error: the measured GEMM (" + formatFixed(gemm_flops / 1e9, 1) +
-                " GFLOP/s) exceeds the computed hardware peak (" + formatFixed(peak.flops / 1e9, 1) +
-                " GFLOP/s from " + peak.source +
+                " GFLOP/s) exceeds the computed hardware peak (" +
+                formatFixed(peak.flops / 1e9, 1) + " GFLOP/s from " + peak.source +
                 "), so that peak is wrong; MFU is not reported. Fix: set metrics.peak_tflops";
   }
   return c;

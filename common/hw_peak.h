@@ -28,9 +28,9 @@
 namespace ftb {
 
 struct CpuUnit {
-  std::string name;                // "avx2 FMA", "avx512 FMA", "avx512_bf16", "amx_bf16"
+  std::string name;                     // "avx2 FMA", "avx512 FMA", "avx512_bf16", "amx_bf16"
   double measured_flops_per_cycle = 0;  // FLOP/s of the kernel ÷ measured clock
-  double flops_per_cycle = 0;      // rounded to a power of two
+  double flops_per_cycle = 0;           // rounded to a power of two
 };
 
 struct CpuUnits {
@@ -60,8 +60,8 @@ std::string cpuPeakCacheFile(const CpuInfo& cpu, const std::string& host);
 // two figures, never the file). An unwritable cache keeps nothing: best = measured.
 // Re-measuring the CPU units (loadOrMeasureCpuUnits) keeps the gemm lines.
 struct GemmBest {
-  double cached = 0;  // best for the key before this call (0 = none)
-  double best = 0;    // max(cached, measured)
+  double cached = 0;       // best for the key before this call (0 = none)
+  double best = 0;         // max(cached, measured)
   std::string cache_file;  // "" when nothing could be read or written
 };
 GemmBest recordGemmFigure(const CpuInfo& cpu, const std::string& key, double measured);

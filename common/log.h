@@ -14,19 +14,19 @@ enum class LogLevel { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3 };
 
 void setLogIdentity(int rank, int world_size, const std::string& host);
 void setLogPrefix(const std::string& prefix);  // replaces the whole "[...]" prefix
-const std::string& logPrefix();                 // e.g. "[rank 0/2 myhost]"
-void setLogLevel(LogLevel level);               // FTB_LOG_LEVEL=debug|info|warn|error also read
+const std::string& logPrefix();                // e.g. "[rank 0/2 myhost]"
+void setLogLevel(LogLevel level);              // FTB_LOG_LEVEL=debug|info|warn|error also read
 void logLine(LogLevel level, const std::string& msg);
 
 std::string hostName();  // gethostname(), cached
 
 }  // namespace ftb
 
-#define FTB_LOG(level, expr)                                        \
-  do {                                                              \
-    std::ostringstream ftb_log_os_;                                 \
-    ftb_log_os_ << expr;                                            \
-    ::ftb::logLine(::ftb::LogLevel::level, ftb_log_os_.str());      \
+#define FTB_LOG(level, expr)                                   \
+  do {                                                         \
+    std::ostringstream ftb_log_os_;                            \
+    ftb_log_os_ << expr;                                       \
+    ::ftb::logLine(::ftb::LogLevel::level, ftb_log_os_.str()); \
   } while (0)
 #define FTB_INFO(expr) FTB_LOG(kInfo, expr)
 #define FTB_WARN(expr) FTB_LOG(kWarn, expr)

@@ -100,10 +100,12 @@ void loraModelStates(const TrainConfig& tc, const Counts& c, double L, MemoryEst
   const double elt = tc.training.dtype == DType::kBf16 ? 2.0 : 4.0;
   const int stage = static_cast<int>(tc.layout.effectiveZeroStage());
   e.optimizer = tc.training.optimizer == "adafactor" ? 4.0 * 2 * std::sqrt(Pa / L) * L
-                                            : 8.0 * (stage >= 1 ? Pa / N : Pa);
+                                                     : 8.0 * (stage >= 1 ? Pa / N : Pa);
   e.parameters = (stage == 3 ? (b * P + 4 * Pa) / N : b * P + 4 * Pa);
-  e.gradients = stage == 0 ? 4 * Pa : stage == 1 ? 4 * Pa + 4 * Pa / N
-                : stage == 2 ? 4 * Pa / N + 4 * pa_block : 4 * Pa / N;
+  e.gradients = stage == 0   ? 4 * Pa
+                : stage == 1 ? 4 * Pa + 4 * Pa / N
+                : stage == 2 ? 4 * Pa / N + 4 * pa_block
+                             : 4 * Pa / N;
   e.comm_buffers = stage == 0 ? 0 : 2 * 4 * pa_block;
   e.gathered = stage == 3 ? b * c.root + std::min(b, elt) * c.block + (elt + 4) * pa_block : 0;
 }
@@ -114,7 +116,8 @@ void loraModelStates(const TrainConfig& tc, const Counts& c, double L, MemoryEst
 double loraActivationDelta(const TrainConfig& tc, double elt) {
   if (!tc.lora.enabled()) return 0;
   const LoraConfig& l = tc.lora;
-  const double BT = double(tc.training.micro_batch_size) * double(tc.data.seq_len), D = tc.model.dim;
+  const double BT = double(tc.training.micro_batch_size) * double(tc.data.seq_len),
+               D = tc.model.dim;
   const double F = double(tc.model.ffn_dim) / double(tc.layout.tp), r = double(l.rank);
   double delta = 0;
   if (!l.hasTarget("q") && !l.hasTarget("k") && !l.hasTarget("v")) delta -= elt * BT * D;
@@ -140,10 +143,11 @@ void modelStates(const TrainConfig& tc, const Counts& c, double L, MemoryEstimat
   const double P = L * c.block + c.root;
   const double N = double(tc.layout.dp_shard);
   const int stage = static_cast<int>(tc.layout.effectiveZeroStage());
-  const double elt = tc.training.dtype == DType::kBf16 ? 2.0 : 4.0;     // compute dtype
-  e.params_local = static_cast<int64_t>(std::min(P, 9.2e18));  // checkSizes bounds P
+  const double elt = tc.training.dtype == DType::kBf16 ? 2.0 : 4.0;  // compute dtype
+  e.params_local = static_cast<int64_t>(std::min(P, 9.2e18));        // checkSizes bounds P
   double opt_params = stage >= 1 ? P / N : P;
-  e.optimizer = tc.training.optimizer == "adafactor" ? 4.0 * 2 * std::sqrt(P) * L : 8.0 * opt_params;
+  e.optimizer =
+      tc.training.optimizer == "adafactor" ? 4.0 * 2 * std::sqrt(P) * L : 8.0 * opt_params;
   if (stage == 0) {
     e.parameters = 4 * P;
     e.gradients = 4 * P;
@@ -206,7 +210,8 @@ void activations(const TrainConfig& tc, const Counts& c, const StageShare& sh, M
   e.activations_full = n * per_block + logits;
   // Checkpointed blocks keep only their input; one block is live during recompute. In
   // flight, the model's share of checkpointed blocks (n = L without a pipeline).
-  const double every = tc.training.activation_checkpointing > 0 ? double(tc.training.activation_checkpointing) : 1.0;
+  const double every =
+      tc.training.activation_checkpointing > 0 ? double(tc.training.activation_checkpointing) : 1.0;
   const double ckpt = n * std::ceil(L / every) / L;
   e.activations_checkpointed = ckpt * elt * B * T * D + (n - ckpt) * per_block + per_block + logits;
   e.comm_buffers += sh.transfers * elt * B * T * D;
@@ -239,14 +244,16 @@ std::string formatMemoryEstimate(const TrainConfig& tc, const MemoryEstimate& e,
                                  double limit_bytes) {
   std::ostringstream os;
   const int stage = static_cast<int>(tc.layout.effectiveZeroStage());
-  os << "memory estimate per rank: " << tc.model.name << ", world " << tc.layout.world_size << " = dp_replicate "
-     << tc.layout.dp_replicate << " x dp_shard " << tc.layout.dp_shard << " x tp " << tc.layout.tp << ", zero_stage "
-     << stage << ", " << (tc.training.dtype == DType::kBf16 ? "bf16" : "fp32") << ", " << tc.training.optimizer
+  os << "memory estimate per rank: " << tc.model.name << ", world " << tc.layout.world_size
+     << " = dp_replicate " << tc.layout.dp_replicate << " x dp_shard " << tc.layout.dp_shard
+     << " x tp " << tc.layout.tp << ", zero_stage " << stage << ", "
+     << (tc.training.dtype == DType::kBf16 ? "bf16" : "fp32") << ", " << tc.training.optimizer
      << ", micro-batch " << tc.training.micro_batch_size << " x seq " << tc.data.seq_len << "\n";
   if (e.pp_stage >= 0)
-    os << "  pipeline stage " << e.pp_stage << " of pp " << tc.layout.pp << " (" << tc.pipeline.pp_schedule << ", "
-       << tc.training.grad_accum_steps << " micro-batches): " << e.blocks_in_flight
-       << " block activations and " << e.logits_in_flight << " logits in flight\n";
+    os << "  pipeline stage " << e.pp_stage << " of pp " << tc.layout.pp << " ("
+       << tc.pipeline.pp_schedule << ", " << tc.training.grad_accum_steps
+       << " micro-batches): " << e.blocks_in_flight << " block activations and "
+       << e.logits_in_flight << " logits in flight\n";
   os << "  parameters on this tp rank: " << e.params_local << "\n";
   auto row = [&os](const std::string& k, double v) {
     os << "  " << std::left << std::setw(34) << k << std::right << std::setw(14) << gib(v) << "\n";
@@ -281,8 +288,8 @@ namespace {
 
 // A cgroup memory limit in bytes, 0 when none is set or readable.
 double cgroupLimitBytes() {
-  for (const char* path : {"/sys/fs/cgroup/memory.max",
-                           "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+  for (const char* path :
+       {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
     std::ifstream in(path);
     std::string v;
     if (in >> v && v != "max") {
@@ -297,8 +304,10 @@ double cgroupLimitBytes() {
 std::pair<std::string, double> largestTerm(const MemoryEstimate& e, std::string& hint) {
   const double act = e.checkpointing ? e.activations_checkpointed : e.activations_full;
   std::vector<std::pair<std::string, double>> terms = {
-      {"parameters", e.parameters}, {"gradients", e.gradients},
-      {"optimizer state", e.optimizer}, {"gathered units", e.gathered},
+      {"parameters", e.parameters},
+      {"gradients", e.gradients},
+      {"optimizer state", e.optimizer},
+      {"gathered units", e.gathered},
       {std::string("activations") + (e.checkpointing ? " (checkpointing)" : ""), act},
       {"communication buffers", e.comm_buffers}};
   auto it = std::max_element(terms.begin(), terms.end(),
@@ -320,11 +329,12 @@ double nodeMemoryBytes() {
 }
 
 MemoryBudget memoryBudget(const TrainConfig& tc, int ranks_on_node) {
-  if (tc.comm.memory_limit_bytes > 0) return {tc.comm.memory_limit_bytes, "parallel.memory_limit_gb"};
+  if (tc.comm.memory_limit_bytes > 0)
+    return {tc.comm.memory_limit_bytes, "parallel.memory_limit_gb"};
   const int n = std::max(1, ranks_on_node);
   const double node = nodeMemoryBytes();
-  return {node / n, "this node's memory " + gib(node) + " / " + std::to_string(n) +
-                        " rank(s) on it"};
+  return {node / n,
+          "this node's memory " + gib(node) + " / " + std::to_string(n) + " rank(s) on it"};
 }
 
 std::string memoryFitProblem(const TrainConfig& tc, const MemoryEstimate& e,
@@ -332,11 +342,11 @@ std::string memoryFitProblem(const TrainConfig& tc, const MemoryEstimate& e,
   if (!(e.total() > budget.bytes)) return "";
   std::string hint;
   auto [name, bytes] = largestTerm(e, hint);
-  return "estimated memory per rank " + gib(e.total()) + " exceeds " + gib(budget.bytes) +
-         " (" + budget.source + "); largest term: " + name + " " + gib(bytes) + " (micro-batch " +
-         std::to_string(tc.training.micro_batch_size) + " x seq " + std::to_string(tc.data.seq_len) + ", " +
-         std::to_string(e.params_local) + " parameters per tp rank). Hint: " + hint +
-         "; trainer --estimate-memory shows every term";
+  return "estimated memory per rank " + gib(e.total()) + " exceeds " + gib(budget.bytes) + " (" +
+         budget.source + "); largest term: " + name + " " + gib(bytes) + " (micro-batch " +
+         std::to_string(tc.training.micro_batch_size) + " x seq " +
+         std::to_string(tc.data.seq_len) + ", " + std::to_string(e.params_local) +
+         " parameters per tp rank). Hint: " + hint + "; trainer --estimate-memory shows every term";
 }
 
 }  // namespace ftb

@@ -58,8 +58,8 @@ struct MemoryEstimate {
 
   double modelStates() const { return parameters + gradients + optimizer; }
   double total() const {
-    return modelStates() + gathered + (checkpointing ? activations_checkpointed : activations_full) +
-           comm_buffers + runtime;
+    return modelStates() + gathered +
+           (checkpointing ? activations_checkpointed : activations_full) + comm_buffers + runtime;
   }
 };
 
@@ -80,8 +80,8 @@ MemoryEstimate estimateStage(const TrainConfig& tc, int64_t stage);
 double nodeMemoryBytes();
 
 struct MemoryBudget {
-  double bytes = 0;     // per rank
-  std::string source;   // "parallel.memory_limit_gb" or "physical memory 15.6 GiB / 2 ranks"
+  double bytes = 0;    // per rank
+  std::string source;  // "parallel.memory_limit_gb" or "physical memory 15.6 GiB / 2 ranks"
 };
 // parallel.memory_limit_gb when set, else nodeMemoryBytes() shared by the node's ranks.
 MemoryBudget memoryBudget(const TrainConfig& tc, int ranks_on_node);

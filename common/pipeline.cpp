@@ -113,7 +113,7 @@ PipePlan pipePlanOf(const TrainConfig& tc) {
   PipePlan plan;
   plan.schedule = tc.pipeline.pp_schedule == "gpipe"  ? PipeSchedule::kGpipe
                   : tc.pipeline.pp_schedule == "1f1b" ? PipeSchedule::k1F1B
-                                             : PipeSchedule::kInterleaved1F1B;
+                                                      : PipeSchedule::kInterleaved1F1B;
   plan.stages = tc.layout.pp;
   plan.virtual_stages = tc.pipeline.pp_virtual_stages;
   plan.microbatches = tc.training.grad_accum_steps;

@@ -97,8 +97,8 @@ double theoreticalBubble(const PipePlan& plan);
 // Executes every stage's list with buffered sends and blocking receives, each compute
 // action taking `compute_time` (messages arrive when sent).
 struct PipeSimulation {
-  std::string deadlock;  // "" when every stage finished; else who waits for what
-  double makespan = 0;   // the last stage's finish time
+  std::string deadlock;                 // "" when every stage finished; else who waits for what
+  double makespan = 0;                  // the last stage's finish time
   std::vector<int64_t> peak_in_flight;  // per stage: most chunks forwarded, not backwarded
   std::vector<int64_t> forwards, backwards;  // per stage: compute actions run
 };

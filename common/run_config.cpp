@@ -113,9 +113,9 @@ void textDataConfig(const Config& cfg, DataConfig& c, Checks checks) {
   const bool text = !c.prompt_field.empty() || !c.tokenizer.empty();
   if (!text) return;
   if (std::filesystem::path(c.data_source).extension() != ".jsonl")
-    cfg.fail(c.tokenizer.empty() ? "data.prompt_field" : "data.tokenizer",
-             "text fields and a tokenizer need a .jsonl data.source, got \"" + c.data_source +
-                 "\"");
+    cfg.fail(
+        c.tokenizer.empty() ? "data.prompt_field" : "data.tokenizer",
+        "text fields and a tokenizer need a .jsonl data.source, got \"" + c.data_source + "\"");
   if (c.tokenizer.empty())
     cfg.fail("data.tokenizer", "data.prompt_field needs a tokenizer",
              "set data.tokenizer to a sentencepiece tokenizer.model");
@@ -209,8 +209,7 @@ ModelArgs modelArgsFromConfig(const Config& cfg) {
   m.name = cfg.getString("model.name");
   for (const char* k : {"model.dim", "model.n_layers", "model.n_heads", "model.n_kv_heads",
                         "model.ffn_dim", "model.vocab_size", "model.max_seq_len"})
-    if (!cfg.has(k))
-      cfg.fail(k, "missing", "set it in [model] or choose a preset with model.name");
+    if (!cfg.has(k)) cfg.fail(k, "missing", "set it in [model] or choose a preset with model.name");
   m.dim = cfg.getInt("model.dim");
   m.n_layers = cfg.getInt("model.n_layers");
   m.n_heads = cfg.getInt("model.n_heads");
@@ -226,10 +225,10 @@ ModelArgs modelArgsFromConfig(const Config& cfg) {
                "n_heads(" + num(m.n_heads) + ") does not divide dim(" + num(m.dim) + ")",
                "head_dim = dim / n_heads must be a whole number");
   if (m.n_heads % m.n_kv_heads != 0)
-    failEither(cfg, "model.n_kv_heads", "model.n_heads",
-               "n_kv_heads(" + num(m.n_kv_heads) + ") does not divide n_heads(" +
-                   num(m.n_heads) + ")",
-               "grouped-query attention shares each kv head among n_heads/n_kv_heads heads");
+    failEither(
+        cfg, "model.n_kv_heads", "model.n_heads",
+        "n_kv_heads(" + num(m.n_kv_heads) + ") does not divide n_heads(" + num(m.n_heads) + ")",
+        "grouped-query attention shares each kv head among n_heads/n_kv_heads heads");
   if (m.headDim() % 2 != 0)
     failEither(cfg, "model.dim", "model.n_heads",
                "head_dim = dim(" + num(m.dim) + ") / n_heads(" + num(m.n_heads) +
@@ -270,20 +269,22 @@ DataConfig DataConfig::fromConfig(const Config& cfg, const ModelArgs& model, Che
   requireOneOf(cfg, "data.bin_dtype", {"uint16", "uint32"});
   c.bin_dtype = cfg.getString("data.bin_dtype");
   const std::string bin_problem = binDtypeProblem(c.bin_dtype, model.vocab_size);
-  if (c.data_source.size() > 4 &&
-      c.data_source.compare(c.data_source.size() - 4, 4, ".bin") == 0 && !bin_problem.empty())
+  if (c.data_source.size() > 4 && c.data_source.compare(c.data_source.size() - 4, 4, ".bin") == 0 &&
+      !bin_problem.empty())
     cfg.fail("data.bin_dtype", bin_problem, "set data.bin_dtype = \"uint32\"");
   c.num_samples = cfg.getInt("data.num_samples");
   c.min_doc_len = cfg.getInt("data.min_doc_len");
   if (c.min_doc_len < 0 || c.min_doc_len > c.seq_len)
-    cfg.fail("data.min_doc_len", "must be in [0, seq_len(" + num(c.seq_len) + ")], got " +
-                                     num(c.min_doc_len));
+    cfg.fail("data.min_doc_len",
+             "must be in [0, seq_len(" + num(c.seq_len) + ")], got " + num(c.min_doc_len));
   if (c.min_doc_len == 0) c.min_doc_len = std::max<int64_t>(1, c.seq_len / 4);
   c.pad_id = cfg.getInt("data.pad_id");
   if (c.pad_id < 0 || c.pad_id >= model.vocab_size)
-    cfg.fail("data.pad_id", "pad_id(" + num(c.pad_id) + ") is not a token id in [0, vocab_size(" +
-                                num(model.vocab_size) + "))",
-             "padding positions are masked out of the loss, but they still go through the embedding");
+    cfg.fail(
+        "data.pad_id",
+        "pad_id(" + num(c.pad_id) + ") is not a token id in [0, vocab_size(" +
+            num(model.vocab_size) + "))",
+        "padding positions are masked out of the loss, but they still go through the embedding");
   const std::string ext = std::filesystem::path(c.data_source).extension().string();
   if (c.data_source != "synthetic" && ext != ".jsonl" && ext != ".bin")
     cfg.fail("data.source", "unknown data file type \"" + c.data_source + "\"",
@@ -320,8 +321,8 @@ TrainingConfig TrainingConfig::fromConfig(const Config& cfg) {
   c.fp32_gemm = cfg.getString("training.fp32_gemm");
   c.device = cfg.getString("training.device");
   if (!validDeviceName(c.device))
-    cfg.fail("training.device", "expected \"auto\", \"cpu\", \"cuda\" or \"cuda:N\", got \"" +
-                                    c.device + "\"",
+    cfg.fail("training.device",
+             "expected \"auto\", \"cpu\", \"cuda\" or \"cuda:N\", got \"" + c.device + "\"",
              "the device ranks put the model and batches on");
   requireOneOf(cfg, "training.optimizer", {"adamw", "adafactor"});
   c.optimizer = cfg.getString("training.optimizer");
@@ -336,7 +337,7 @@ namespace {
 // "q_proj" -> "q", ...; "" when `name` is neither a target nor its HF module name.
 std::string loraTargetName(const std::string& name) {
   static const std::vector<std::pair<std::string, std::string>> hf = {
-      {"q_proj", "q"}, {"k_proj", "k"},   {"v_proj", "v"},      {"o_proj", "o"},
+      {"q_proj", "q"},       {"k_proj", "k"},   {"v_proj", "v"},      {"o_proj", "o"},
       {"gate_proj", "gate"}, {"up_proj", "up"}, {"down_proj", "down"}};
   for (const auto& t : kLoraTargets)
     if (t == name) return t;
@@ -389,7 +390,8 @@ LoraConfig LoraConfig::fromConfig(const Config& cfg) {
   c.base_dtype = cfg.getString("lora.base_dtype") == "bf16" ? DType::kBf16 : DType::kFp32;
   c.from_pretrained = cfg.getString("lora.from_pretrained");
   if (!c.enabled() && !c.from_pretrained.empty())
-    cfg.fail("lora.from_pretrained", "a PEFT adapter needs lora.rank > 0 (it is 0: full finetuning)",
+    cfg.fail("lora.from_pretrained",
+             "a PEFT adapter needs lora.rank > 0 (it is 0: full finetuning)",
              "set lora.rank to the adapter's r (adapter_config.json)");
   if (!c.enabled() && c.base_dtype != DType::kFp32)
     cfg.fail("lora.base_dtype", "a frozen base needs lora.rank > 0 (it is 0: every weight trains)",
@@ -416,13 +418,12 @@ LayoutConfig LayoutConfig::fromConfig(const Config& cfg, int world_size) {
                  "world_size = nodes * nproc_per_node (launcher)");
     c.dp_replicate = world_size / *shard_tp;
   }
-  const std::optional<int64_t> degrees =
-      checkedProduct({c.pp, c.dp_replicate, c.dp_shard, c.tp});
+  const std::optional<int64_t> degrees = checkedProduct({c.pp, c.dp_replicate, c.dp_shard, c.tp});
   if (degrees != int64_t(world_size))
     cfg.fail("parallel.dp_replicate",
-             pp_factor + "dp_replicate(" + num(c.dp_replicate) + ") * dp_shard(" +
-                 num(c.dp_shard) + ") * tp(" + num(c.tp) + ") = " +
-                 (degrees ? num(*degrees) : std::string("more than 2^63")) +
+             pp_factor + "dp_replicate(" + num(c.dp_replicate) + ") * dp_shard(" + num(c.dp_shard) +
+                 ") * tp(" + num(c.tp) +
+                 ") = " + (degrees ? num(*degrees) : std::string("more than 2^63")) +
                  " does not equal world_size(" + num(world_size) + ")",
              "set parallel.dp_replicate = 0 to derive it from the world size");
   // ZeRO shards over dp_shard only: a stage with dp_shard = 1 over several replicas would
@@ -552,16 +553,17 @@ int64_t gradAccumFor(const Config& cfg, const TrainConfig& c) {
   if (gbs % per_step != 0)
     cfg.fail("training.global_batch_size",
              "global_batch_size(" + num(gbs) + ") is not divisible by micro_batch_size(" +
-                 num(c.training.micro_batch_size) + ") * data-parallel size(" + num(c.layout.dpSize()) +
-                 ") = " + num(per_step) + " (world_size(" + num(c.layout.world_size) + "), tp(" +
-                 num(c.layout.tp) + "))",
+                 num(c.training.micro_batch_size) + ") * data-parallel size(" +
+                 num(c.layout.dpSize()) + ") = " + num(per_step) + " (world_size(" +
+                 num(c.layout.world_size) + "), tp(" + num(c.layout.tp) + "))",
              "choose a global batch that is a multiple of " + num(per_step) +
                  ", or set global_batch_size = 0");
   const int64_t accum = gbs / per_step;
   if (cfg.where("training.grad_accum_steps") != "default" && accum != c.training.grad_accum_steps)
     cfg.fail("training.grad_accum_steps",
-             "grad_accum_steps(" + num(c.training.grad_accum_steps) + ") contradicts global_batch_size(" +
-                 num(gbs) + ") / (micro_batch_size * dp)(" + num(per_step) + ") = " + num(accum),
+             "grad_accum_steps(" + num(c.training.grad_accum_steps) +
+                 ") contradicts global_batch_size(" + num(gbs) + ") / (micro_batch_size * dp)(" +
+                 num(per_step) + ") = " + num(accum),
              "set only one of them");
   return withPipeMicrobatches(cfg, accum);
 }
@@ -583,8 +585,10 @@ void checkPipeShape(const Config& cfg, const TrainConfig& c) {
   const bool interleaved = c.pipeline.pp_schedule == "interleaved_1f1b";
   if (v > 1 && !interleaved)
     failEither(cfg, "parallel.pp_virtual_stages", "parallel.pp_schedule",
-               "pp_virtual_stages(" + num(v) + ") > 1 needs pp_schedule \"interleaved_1f1b\", "
-               "got \"" + c.pipeline.pp_schedule + "\"",
+               "pp_virtual_stages(" + num(v) +
+                   ") > 1 needs pp_schedule \"interleaved_1f1b\", "
+                   "got \"" +
+                   c.pipeline.pp_schedule + "\"",
                "set parallel.pp_schedule = \"interleaved_1f1b\" or pp_virtual_stages = 1");
   if (v > 1 && c.layout.pp == 1)
     failEither(cfg, "parallel.pp_virtual_stages", "parallel.pp",
@@ -596,7 +600,8 @@ void checkPipeShape(const Config& cfg, const TrainConfig& c) {
                "set parallel.pp_virtual_stages = 2 (two model chunks per stage), or use "
                "pp_schedule = \"1f1b\"");
   const int64_t chunks = c.layout.pp * v;
-  if (chunks > L || (interleaved && c.layout.pp > 1 && c.pipeline.pp_split.empty() && L % chunks != 0))
+  if (chunks > L ||
+      (interleaved && c.layout.pp > 1 && c.pipeline.pp_split.empty() && L % chunks != 0))
     failEither(cfg, "parallel.pp_virtual_stages", "model.n_layers",
                "pp(" + num(c.layout.pp) + ") * pp_virtual_stages(" + num(v) + ") = " + num(chunks) +
                    " model chunks do not divide model.n_layers(" + num(L) + ")",
@@ -609,16 +614,16 @@ void checkPipeShape(const Config& cfg, const TrainConfig& c) {
 void checkPipeMicrobatches(const Config& cfg, const TrainConfig& c) {
   const int64_t m = c.training.grad_accum_steps;
   if (c.layout.pp == 1 || c.pipeline.pp_schedule == "gpipe") return;
-  const std::string got = "got " + num(m) + " micro-batches per step (training.grad_accum_steps" +
-                          (cfg.getInt("training.global_batch_size") > 0
-                               ? " from global_batch_size)"
-                               : " or parallel.pp_microbatches)");
+  const std::string got =
+      "got " + num(m) + " micro-batches per step (training.grad_accum_steps" +
+      (cfg.getInt("training.global_batch_size") > 0 ? " from global_batch_size)"
+                                                    : " or parallel.pp_microbatches)");
   const std::string hint = "set parallel.pp_microbatches to a multiple of pp(" + num(c.layout.pp) +
                            ") (the global batch grows with it), or use pp_schedule = \"gpipe\"";
   if (m < c.layout.pp)
     failEither(cfg, "parallel.pp_microbatches", "parallel.pp",
-               "pp_schedule \"" + c.pipeline.pp_schedule + "\" needs at least pp(" + num(c.layout.pp) +
-                   ") micro-batches, " + got,
+               "pp_schedule \"" + c.pipeline.pp_schedule + "\" needs at least pp(" +
+                   num(c.layout.pp) + ") micro-batches, " + got,
                hint);
   if (c.pipeline.pp_schedule == "interleaved_1f1b" && m % c.layout.pp != 0)
     failEither(cfg, "parallel.pp_microbatches", "parallel.pp",
@@ -648,8 +653,8 @@ std::vector<int64_t> pipeSplit(const Config& cfg, const TrainConfig& c) {
   if (int64_t(given.size()) != chunks)
     cfg.fail("parallel.pp_split",
              listText(given) + " has " + num(int64_t(given.size())) + " entries, expected pp(" +
-                 num(c.layout.pp) + ") * pp_virtual_stages(" + num(c.pipeline.pp_virtual_stages) + ") = " +
-                 num(chunks),
+                 num(c.layout.pp) + ") * pp_virtual_stages(" + num(c.pipeline.pp_virtual_stages) +
+                 ") = " + num(chunks),
              "one entry per model chunk, in model order; [] balances by FLOPs");
   if (sum != L)
     failEither(cfg, "parallel.pp_split", "model.n_layers",
@@ -666,20 +671,23 @@ void checkPipeSupport(const Config& cfg, const TrainConfig& c) {
   if (c.layout.pp == 1) return;
   if (c.model.tie_embeddings && c.layout.effectiveZeroStage() > 0)
     failEither(cfg, "parallel.zero_stage", "model.tie_embeddings",
-               "zero_stage(" + num(c.layout.zero_stage) + ") with tied embeddings in a pipeline (pp " +
-                   num(c.layout.pp) +
+               "zero_stage(" + num(c.layout.zero_stage) +
+                   ") with tied embeddings in a pipeline (pp " + num(c.layout.pp) +
                    ") is not supported: the first and the last stage sum the tied "
                    "weight's whole gradient every step, and ZeRO shards it",
                "use parallel.zero_stage = 0 (DDP inside each stage), or parallel.pp = 1");
   if (c.layout.effectiveZeroStage() > 0 && (c.layout.pp > 2 || c.pipeline.pp_virtual_stages > 1))
     failEither(cfg, "parallel.zero_stage", "parallel.pp",
-               "zero_stage(" + num(c.layout.zero_stage) + ") inside a pipeline needs pp = 2 with one "
-               "chunk per stage, got pp(" + num(c.layout.pp) + "), pp_virtual_stages(" +
-                   num(c.pipeline.pp_virtual_stages) + ")",
+               "zero_stage(" + num(c.layout.zero_stage) +
+                   ") inside a pipeline needs pp = 2 with one "
+                   "chunk per stage, got pp(" +
+                   num(c.layout.pp) + "), pp_virtual_stages(" + num(c.pipeline.pp_virtual_stages) +
+                   ")",
                "use parallel.pp = 2 with pp_schedule \"1f1b\" or \"gpipe\", or zero_stage = 0");
   // Recomputed blocks read the model's rope tables of the latest forward (llama.h); a
   // pipeline runs several forwards before a backward, so their lengths must agree.
-  if (c.data.pad_longest && (c.training.activation_checkpointing > 0 || c.layout.effectiveZeroStage() == 3))
+  if (c.data.pad_longest &&
+      (c.training.activation_checkpointing > 0 || c.layout.effectiveZeroStage() == 3))
     failEither(cfg, "data.padding", "parallel.pp",
                "\"longest\" gives the micro-batches of a pipeline different lengths, but its "
                "recomputed blocks (activation checkpointing, ZeRO-3) need one length per step",

@@ -22,9 +22,9 @@ struct ModelArgs {
   bool tie_embeddings = false;
 
   int64_t headDim() const { return dim / n_heads; }
-  int64_t numParams() const;          // every parameter, tied embedding counted once
-  int64_t blockMatrixParams() const;  // one block's projections (tensor-parallel split)
-  int64_t numEmbeddingParams() const; // the input embedding table
+  int64_t numParams() const;           // every parameter, tied embedding counted once
+  int64_t blockMatrixParams() const;   // one block's projections (tensor-parallel split)
+  int64_t numEmbeddingParams() const;  // the input embedding table
   // torchtitan's 6N + 12·L·H·hd·T: N excludes the input embedding table but counts
   // the output projection (a real GEMM even when tied).
   double flopsPerToken(int64_t seq_len) const;
@@ -34,10 +34,10 @@ enum class DType { kFp32, kBf16 };
 
 // [checkpoint] (trainer/README.md "Checkpoints").
 struct CheckpointConfig {
-  std::string dir;         // "" = <run_dir>/checkpoints
-  int64_t interval = 0;    // 0 = only at the end and on preemption
-  bool save_final = true;  // false: no save after the last step (preemption, ctl still save)
-  int64_t keep_last = 2;   // 0 = keep all
+  std::string dir;              // "" = <run_dir>/checkpoints
+  int64_t interval = 0;         // 0 = only at the end and on preemption
+  bool save_final = true;       // false: no save after the last step (preemption, ctl still save)
+  int64_t keep_last = 2;        // 0 = keep all
   std::string resume = "auto";  // "auto" | "never" | path of a step_N directory
   double preempt_grace_s = 0;   // 0 = no deadline
   static CheckpointConfig fromConfig(const Config& cfg);
@@ -73,10 +73,10 @@ struct TrainingConfig {
   double stop_after_seconds = 0;
   double lr = 0, weight_decay = 0, max_grad_norm = 0, beta1 = 0, beta2 = 0, eps = 0;
   int64_t lr_warmup_steps = 0, seed = 0, threads = 0;
-  std::string fp32_gemm = "auto";  // "auto" | "aten" | "openblas" (trainer/model/linear.h)
+  std::string fp32_gemm = "auto";           // "auto" | "aten" | "openblas" (trainer/model/linear.h)
   std::string attention = "fused_softmax";  // "fused_softmax" | "sdpa" (trainer/model/llama.h)
-  std::string device = "auto";  // "auto" | "cpu" | "cuda" | "cuda:N" (checked syntax)
-  std::string optimizer;  // "adamw" | "adafactor"
+  std::string device = "auto";              // "auto" | "cpu" | "cuda" | "cuda:N" (checked syntax)
+  std::string optimizer;                    // "adamw" | "adafactor"
   DType dtype = DType::kFp32;
   // training.activation_checkpointing: 0 = none; n = every n-th block recomputes its
   // activations in backward ("full" = 1). Not checkpoint saves: CheckpointConfig::interval.
@@ -152,7 +152,7 @@ struct LayoutConfig {
 struct PipelineConfig {
   std::string pp_schedule = "1f1b";
   int64_t pp_virtual_stages = 1;
-  int64_t pp_microbatches = 1;  // resolved: = grad_accum_steps
+  int64_t pp_microbatches = 1;    // resolved: = grad_accum_steps
   std::vector<int64_t> pp_split;  // resolved: the given split or the FLOP-balanced one
 };
 
@@ -161,7 +161,7 @@ struct CommConfig {
   std::string backend;
   std::string local_collectives = "auto";  // "auto" | "off"
   double timeout_seconds = 300;
-  double memory_limit_bytes = 0;  // 0 = none; above it a run ends with status "oom"
+  double memory_limit_bytes = 0;   // 0 = none; above it a run ends with status "oom"
   double bucket_bytes = 25 << 20;  // DDP gradient bucket size
   static CommConfig fromConfig(const Config& cfg, Checks checks);
 };
@@ -172,7 +172,7 @@ struct MetricsConfig {
   int64_t skip_first_steps = 0;  // steps [0, skip_first_steps) are left out of summaries
   double peak_tflops = 0, price_per_hour = 0;
   std::vector<int64_t> profile_steps;  // {} or {first, last}: steps traced (0-based)
-  double max_interference = 0.05;  // above it a run is `noisy` (common/interference.h)
+  double max_interference = 0.05;      // above it a run is `noisy` (common/interference.h)
   // profile_steps must lie below max_steps.
   static MetricsConfig fromConfig(const Config& cfg, int64_t max_steps);
 };

@@ -31,12 +31,18 @@ std::string requestPath(const std::string& run_dir) {
 std::string replyPrefix(int64_t id) { return "reply." + std::to_string(id) + ".rank_"; }
 
 json replyJson(const CtlReply& r) {
-  return {{"id", r.id},       {"rank", r.rank},
-          {"world_size", r.world_size}, {"host", r.host},
-          {"pid", r.pid},     {"command", r.command},
-          {"state", toString(r.state)}, {"steps_done", r.steps_done},
-          {"max_steps", r.max_steps},   {"loss", r.loss},
-          {"tokens_per_s", r.tokens_per_s}, {"eta_s", r.eta_s},
+  return {{"id", r.id},
+          {"rank", r.rank},
+          {"world_size", r.world_size},
+          {"host", r.host},
+          {"pid", r.pid},
+          {"command", r.command},
+          {"state", toString(r.state)},
+          {"steps_done", r.steps_done},
+          {"max_steps", r.max_steps},
+          {"loss", r.loss},
+          {"tokens_per_s", r.tokens_per_s},
+          {"eta_s", r.eta_s},
           {"last_checkpoint", r.last_checkpoint}};
 }
 
@@ -66,10 +72,14 @@ std::string controlDir(const std::string& run_dir) {
 
 const char* ctlCommandName(CtlCommand c) {
   switch (c) {
-    case CtlCommand::kStatus: return "status";
-    case CtlCommand::kSave: return "save";
-    case CtlCommand::kStop: return "stop";
-    case CtlCommand::kNone: break;
+    case CtlCommand::kStatus:
+      return "status";
+    case CtlCommand::kSave:
+      return "save";
+    case CtlCommand::kStop:
+      return "stop";
+    case CtlCommand::kNone:
+      break;
   }
   return "none";
 }
@@ -84,7 +94,8 @@ void clearControlDir(const std::string& run_dir) {
   const fs::path dir = controlDir(run_dir);
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec) throw IoError("cannot create the control directory " + dir.string() + ": " + ec.message());
+  if (ec)
+    throw IoError("cannot create the control directory " + dir.string() + ": " + ec.message());
   for (const auto& e : fs::directory_iterator(dir, ec)) fs::remove(e.path(), ec);
 }
 
@@ -127,7 +138,8 @@ bool postRequest(const std::string& run_dir, const CtlRequest& req, double timeo
   const fs::path dir = controlDir(run_dir);
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec) throw IoError("cannot create the control directory " + dir.string() + ": " + ec.message());
+  if (ec)
+    throw IoError("cannot create the control directory " + dir.string() + ": " + ec.message());
   const std::string tmp = (dir / ("request.tmp." + std::to_string(req.id))).string();
   {
     std::ofstream out(tmp, std::ios::trunc);
@@ -170,7 +182,8 @@ std::vector<CtlReply> readReplies(const std::string& run_dir, int64_t id) {
       // written by rename, so complete; anything else is not ours: skipped
     }
   }
-  std::sort(out.begin(), out.end(), [](const CtlReply& a, const CtlReply& b) { return a.rank < b.rank; });
+  std::sort(out.begin(), out.end(),
+            [](const CtlReply& a, const CtlReply& b) { return a.rank < b.rank; });
   return out;
 }
 

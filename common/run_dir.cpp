@@ -63,11 +63,11 @@ RunDir prepareRunDir(const Config& cfg, int world_size, const std::string& outpu
 
   const std::string hash = configHash(cfg, world_size, nodes);
   const std::string ws = std::to_string(world_size);
-  const std::string text =
-      std::string(kRecordedConfigMark) + " the resolved config of this run (written once)\n"
-      "# tag = " +
-      rd.tag + "\n# config_hash = " + hash + "\n# world_size = " + ws +
-      "\n# nodes = " + std::to_string(nodes) + "\n" + cfg.toToml();
+  const std::string text = std::string(kRecordedConfigMark) +
+                           " the resolved config of this run (written once)\n"
+                           "# tag = " +
+                           rd.tag + "\n# config_hash = " + hash + "\n# world_size = " + ws +
+                           "\n# nodes = " + std::to_string(nodes) + "\n" + cfg.toToml();
   const std::string final_path = rd.path + "/run.toml";
   // Write a private temp file, then link() it into place: link fails with EEXIST
   // if another process won the race, so run.toml is always complete and unique.
@@ -95,8 +95,8 @@ RunDir prepareRunDir(const Config& cfg, int world_size, const std::string& outpu
   std::string old_ws = runTomlField(existing, "world_size");
   if (old_hash.empty()) {  // hand-written run.toml: hash what it says
     try {
-      old_hash = configHash(Config::fromString(existing, final_path, {}, cfg.schema()),
-                            world_size, nodes);
+      old_hash =
+          configHash(Config::fromString(existing, final_path, {}, cfg.schema()), world_size, nodes);
       old_ws = ws;
     } catch (const ConfigError&) {
       old_hash = "unreadable";
@@ -111,10 +111,11 @@ RunDir prepareRunDir(const Config& cfg, int world_size, const std::string& outpu
   // written before then by a multi-node run of this config has this run's tag.
   std::optional<int> old_nodes = runNodes(rd.path);
   if (old_nodes && *old_nodes != nodes)
-    throw ConfigError("", final_path, "tag collision: this directory holds a run on " +
-                      std::to_string(*old_nodes) + " node(s) (written before the node count " +
-                      "was part of the tag), but this run is on " + std::to_string(nodes) +
-                      " node(s)",
+    throw ConfigError("", final_path,
+                      "tag collision: this directory holds a run on " + std::to_string(*old_nodes) +
+                          " node(s) (written before the node count " +
+                          "was part of the tag), but this run is on " + std::to_string(nodes) +
+                          " node(s)",
                       "move that directory aside, or choose another output.dir");
   return rd;
 }

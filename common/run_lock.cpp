@@ -75,14 +75,13 @@ RunLock RunLock::acquire(const std::string& run_dir) {
       ::usleep(10000);
       continue;
     }
-    if (err != EWOULDBLOCK)
-      throw IoError("cannot lock " + path + ": " + std::strerror(err));
+    if (err != EWOULDBLOCK) throw IoError("cannot lock " + path + ": " + std::strerror(err));
     std::string holder = readAll(fd);
-    throw ConfigError("", run_dir,
-                      "run directory is in use by another run (" +
-                          (holder.empty() ? std::string("holder starting up") : holder) + ")",
-                      "wait for that run to finish, or choose another output.dir; the lock is " +
-                          path);
+    throw ConfigError(
+        "", run_dir,
+        "run directory is in use by another run (" +
+            (holder.empty() ? std::string("holder starting up") : holder) + ")",
+        "wait for that run to finish, or choose another output.dir; the lock is " + path);
   }
   const std::string old = readAll(fd);
   if (!old.empty()) lock.takeover_ = takeoverText(old);

@@ -26,7 +26,8 @@ inline constexpr const char* kRunLockName = "run.lock";
 class RunLock {
  public:
   static RunLock acquire(const std::string& run_dir);
-  RunLock(RunLock&& o) noexcept : fd_(o.fd_), path_(std::move(o.path_)), takeover_(std::move(o.takeover_)) {
+  RunLock(RunLock&& o) noexcept
+      : fd_(o.fd_), path_(std::move(o.path_)), takeover_(std::move(o.takeover_)) {
     o.fd_ = -1;
   }
   RunLock& operator=(RunLock&&) = delete;

@@ -21,8 +21,8 @@ void checkSizes(const Config& cfg, const TrainConfig& c) {
   auto attn_q = checkedProduct({m.dim, m.n_heads, hd, 2});
   auto attn_kv = checkedProduct({m.dim, m.n_kv_heads, hd, 2});
   auto mlp = checkedProduct({m.dim, m.ffn_dim, 3});
-  auto block = attn_q && attn_kv && mlp ? checkedSum({*attn_q, *attn_kv, *mlp, 2 * m.dim})
-                                        : std::nullopt;
+  auto block =
+      attn_q && attn_kv && mlp ? checkedSum({*attn_q, *attn_kv, *mlp, 2 * m.dim}) : std::nullopt;
   auto embed = checkedProduct({m.vocab_size, m.dim, m.tie_embeddings ? 1 : 2});
   auto blocks = block ? checkedProduct({m.n_layers, *block}) : std::nullopt;
   auto params = blocks && embed ? checkedSum({*blocks, *embed, m.dim}) : std::nullopt;
@@ -50,18 +50,20 @@ void checkSizes(const Config& cfg, const TrainConfig& c) {
       if (f.second > best->second) best = &f;
     return best->first;
   };
-  auto global = checkedProduct({c.training.micro_batch_size, c.training.grad_accum_steps, c.layout.dp_replicate,
-                                c.layout.dp_shard});
+  auto global = checkedProduct({c.training.micro_batch_size, c.training.grad_accum_steps,
+                                c.layout.dp_replicate, c.layout.dp_shard});
   if (!global)
-    cfg.fail(largest(), "global batch = micro_batch_size(" + num(c.training.micro_batch_size) +
-                            ") * grad_accum_steps(" + num(c.training.grad_accum_steps) +
-                            ") * data-parallel size(" + num(c.layout.dpSize()) +
-                            ") overflows a 64-bit integer",
+    cfg.fail(largest(),
+             "global batch = micro_batch_size(" + num(c.training.micro_batch_size) +
+                 ") * grad_accum_steps(" + num(c.training.grad_accum_steps) +
+                 ") * data-parallel size(" + num(c.layout.dpSize()) +
+                 ") overflows a 64-bit integer",
              "lower training.micro_batch_size or training.grad_accum_steps");
   if (!checkedProduct({*global, c.data.seq_len, c.training.max_steps}))
-    cfg.fail(largest(), "tokens of the run = global batch(" + num(*global) + ") * seq_len(" +
-                            num(c.data.seq_len) + ") * max_steps(" + num(c.training.max_steps) +
-                            ") overflows a 64-bit integer",
+    cfg.fail(largest(),
+             "tokens of the run = global batch(" + num(*global) + ") * seq_len(" +
+                 num(c.data.seq_len) + ") * max_steps(" + num(c.training.max_steps) +
+                 ") overflows a 64-bit integer",
              "lower training.max_steps, data.seq_len or the global batch");
 }
 

@@ -6,8 +6,8 @@
 #include "common/files.h"
 #include "common/h5_metrics.h"
 #include "common/hdf5.h"
-#include "common/tag.h"
 #include "common/run_lock.h"
+#include "common/tag.h"
 
 namespace ftb {
 

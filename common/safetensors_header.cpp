@@ -28,8 +28,9 @@ void parseInto(StHeader& out, const uint8_t* map_, int64_t size_, const std::str
   uint64_t n = 0;
   std::memcpy(&n, map_, 8);  // little-endian (checked at compile time)
   if (n > uint64_t(size_ - 8) || int64_t(n) > kMaxHeaderBytes)
-    fail(key_, path_, "header length " + std::to_string(n) + " is past the end of the file (" +
-                    std::to_string(size_) + " bytes): truncated or not a safetensors file");
+    fail(key_, path_,
+         "header length " + std::to_string(n) + " is past the end of the file (" +
+             std::to_string(size_) + " bytes): truncated or not a safetensors file");
   const int64_t data_start_ = out.data_start = 8 + int64_t(n);
   json h;
   try {
@@ -41,7 +42,8 @@ void parseInto(StHeader& out, const uint8_t* map_, int64_t size_, const std::str
   for (const auto& [name, v] : h.items()) {
     if (name == "__metadata__") continue;
     const std::string t = "tensor '" + name + "': ";
-    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets"))
+    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
+        !v.contains("data_offsets"))
       fail(key_, path_, t + "expected {\"dtype\", \"shape\", \"data_offsets\"}, found " + v.dump());
     StTensor st;
     st.name = name;
@@ -53,7 +55,9 @@ void parseInto(StHeader& out, const uint8_t* map_, int64_t size_, const std::str
     bool ok = sh.is_array() && off.is_array() && off.size() == 2;
     for (const json& d : sh) ok = ok && d.is_number_unsigned();
     for (const json& d : off) ok = ok && d.is_number_unsigned();
-    if (!ok) fail(key_, path_, t + "shape and data_offsets must be arrays of non-negative integers, found " + v.dump());
+    if (!ok)
+      fail(key_, path_,
+           t + "shape and data_offsets must be arrays of non-negative integers, found " + v.dump());
     int64_t numel = 1;
     for (const json& d : sh) {
       st.shape.push_back(d.get<int64_t>());
@@ -65,21 +69,24 @@ void parseInto(StHeader& out, const uint8_t* map_, int64_t size_, const std::str
     st.end = off[1].get<int64_t>();
     std::optional<int64_t> bytes = checkedProduct({numel, stElementSize(st.dtype)});
     if (st.begin < 0 || st.end < st.begin || !bytes || st.end - st.begin != *bytes)
-      fail(key_, path_, t + "data_offsets " + off.dump() + " span " + std::to_string(st.end - st.begin) +
-                      " bytes, expected " + std::to_string(bytes.value_or(-1)) + " for " +
-                      st.dtype + " " + shapeString(st.shape));
+      fail(key_, path_,
+           t + "data_offsets " + off.dump() + " span " + std::to_string(st.end - st.begin) +
+               " bytes, expected " + std::to_string(bytes.value_or(-1)) + " for " + st.dtype + " " +
+               shapeString(st.shape));
     out.tensors.emplace(name, std::move(st));
   }
 }
 
-void checkRanges(const StHeader& h, int64_t size_, const std::string& key_, const std::string& path_) {
+void checkRanges(const StHeader& h, int64_t size_, const std::string& key_,
+                 const std::string& path_) {
   const int64_t data = size_ - h.data_start;
   std::vector<const StTensor*> by_start;
   for (const auto& [name, t] : h.tensors) {
     if (t.end > data)
-      fail(key_, path_, "tensor '" + name + "': data_offsets [" + std::to_string(t.begin) + ", " +
-                      std::to_string(t.end) + "] past the end of the data section (" +
-                      std::to_string(data) + " bytes): the file is truncated or the offset is wrong");
+      fail(key_, path_,
+           "tensor '" + name + "': data_offsets [" + std::to_string(t.begin) + ", " +
+               std::to_string(t.end) + "] past the end of the data section (" +
+               std::to_string(data) + " bytes): the file is truncated or the offset is wrong");
     by_start.push_back(&t);
   }
   std::sort(by_start.begin(), by_start.end(), [](const StTensor* a, const StTensor* b) {
@@ -88,9 +95,10 @@ void checkRanges(const StHeader& h, int64_t size_, const std::string& key_, cons
   for (size_t i = 1; i < by_start.size(); ++i) {
     const StTensor &a = *by_start[i - 1], &b = *by_start[i];
     if (b.begin < a.end && b.end > b.begin)
-      fail(key_, path_, "tensor '" + b.name + "': data_offsets [" + std::to_string(b.begin) + ", " +
-                      std::to_string(b.end) + "] overlap tensor '" + a.name + "' [" +
-                      std::to_string(a.begin) + ", " + std::to_string(a.end) + "]");
+      fail(key_, path_,
+           "tensor '" + b.name + "': data_offsets [" + std::to_string(b.begin) + ", " +
+               std::to_string(b.end) + "] overlap tensor '" + a.name + "' [" +
+               std::to_string(a.begin) + ", " + std::to_string(a.end) + "]");
   }
 }
 
@@ -107,8 +115,8 @@ std::string shapeString(const std::vector<int64_t>& shape) {
 StHeader parseSafetensorsHeader(const uint8_t* bytes, int64_t size, const std::string& key,
                                 const std::string& path) {
   if (size < 8)
-    fail(key, path, "truncated: " + std::to_string(size) +
-                        " bytes, shorter than the 8-byte header length");
+    fail(key, path,
+         "truncated: " + std::to_string(size) + " bytes, shorter than the 8-byte header length");
   StHeader h;
   parseInto(h, bytes, size, key, path);
   checkRanges(h, size, key, path);

@@ -125,7 +125,6 @@ std::vector<Token> tokenize(const std::string& fmt) {
   return tokens;
 }
 
-
 std::string placeholderValue(const Config& cfg, int world_size, const std::string& hash,
                              const Token& t, const std::string& fmt) {
   if (t.text == "world_size") return std::to_string(world_size);

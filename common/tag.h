@@ -3,8 +3,8 @@
 // Contract (sweep_tagger/README.md § Tags; docs/architecture.md § Data flow):
 // - configHash() covers every resolved key whose KeySpec::affects_experiment is
 //   true (keys unknown to the schema count) except a key with hash_default = false
-//   at its default (a key added later leaves earlier tags unchanged), plus world_size, plus the node count when
-//   it is over 1 (so every single-node tag is what it was before nodes counted; a
+//   at its default (a key added later leaves earlier tags unchanged), plus world_size, plus the
+//   node count when it is over 1 (so every single-node tag is what it was before nodes counted; a
 //   multi-node run directory written before is recognised by runNodes(), see
 //   sweep_tagger/README.md "Run identity and node count"). Keys are sorted by
 //   bytes; each leaf is serialized type-tagged and length-prefixed (see

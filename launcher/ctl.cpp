@@ -52,7 +52,8 @@ CtlArgs parseCtlArgs(const std::vector<std::string>& args) {
       words.push_back(args[i]);
     }
   }
-  if (words.size() != 2) throw ConfigError("ctl", "command line", "expected COMMAND RUN_DIR", kCtlUsage);
+  if (words.size() != 2)
+    throw ConfigError("ctl", "command line", "expected COMMAND RUN_DIR", kCtlUsage);
   std::optional<CtlCommand> c = parseCtlCommand(words[0]);
   if (!c) throw ConfigError("ctl", "command line", "unknown command '" + words[0] + "'", kCtlUsage);
   a.command = *c;
@@ -84,10 +85,11 @@ void printReplies(const CtlArgs& a, const std::vector<CtlReply>& reps, std::ostr
   out << "\n";
   out << std::left << std::setw(6) << "rank" << std::setw(14) << "host" << std::setw(9) << "pid"
       << std::setw(11) << "state" << std::setw(13) << "step" << std::setw(10) << "loss"
-      << std::setw(12) << "tokens/s" << std::setw(9) << "ETA s" << "last checkpoint\n";
+      << std::setw(12) << "tokens/s" << std::setw(9) << "ETA s"
+      << "last checkpoint\n";
   for (const CtlReply& r : reps)
-    out << std::left << std::setw(6) << r.rank << std::setw(14) << r.host << std::setw(9)
-        << r.pid << std::setw(11) << r.state << std::setw(13)
+    out << std::left << std::setw(6) << r.rank << std::setw(14) << r.host << std::setw(9) << r.pid
+        << std::setw(11) << r.state << std::setw(13)
         << (std::to_string(r.steps_done) + "/" + std::to_string(r.max_steps)) << std::setw(10)
         << formatFixed(r.loss, 5) << std::setw(12) << formatFixed(r.tokens_per_s, 1) << std::setw(9)
         << formatFixed(r.eta_s, 1) << (r.last_checkpoint.empty() ? "-" : r.last_checkpoint) << "\n";
@@ -128,16 +130,17 @@ int runCtl(const std::vector<std::string>& args, std::ostream& out, std::ostream
         << " is not held (the run finished, failed or was killed)\n";
     return 1;
   }
-  const Clock::time_point deadline =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                         std::chrono::duration<double>(a.timeout_s));
+  const Clock::time_point deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                        std::chrono::duration<double>(a.timeout_s));
   const int64_t id = std::chrono::duration_cast<std::chrono::microseconds>(
-                         std::chrono::system_clock::now().time_since_epoch()).count();
-  const std::string what = std::string(ctlCommandName(a.command)) + " request " + std::to_string(id);
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count();
+  const std::string what =
+      std::string(ctlCommandName(a.command)) + " request " + std::to_string(id);
   try {
     if (!postRequest(a.run_dir, {a.command, id}, a.timeout_s)) {
-      err << "launcher ctl: another control request was still pending in "
-          << controlDir(a.run_dir) << "/request after " << a.timeout_s << " s\n";
+      err << "launcher ctl: another control request was still pending in " << controlDir(a.run_dir)
+          << "/request after " << a.timeout_s << " s\n";
       return 3;
     }
     if (!waitFor([&] { return !requestPending(a.run_dir); }, deadline)) {

@@ -66,7 +66,8 @@ std::string collect(WorkerProcess& p, Fd& out, Clock::time_point deadline) {
   std::string text;
   char buf[4096];
   while (out) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) return "";
     pollfd pfd{out.get(), POLLIN, 0};
     poll(&pfd, 1, static_cast<int>(left.count()));
@@ -86,7 +87,8 @@ std::string collect(WorkerProcess& p, Fd& out, Clock::time_point deadline) {
 std::string elfInterpreter(const std::string& path, std::string* why) {
   std::ifstream f(path, std::ios::binary);
   Elf64_Ehdr eh{};
-  if (!f.read(reinterpret_cast<char*>(&eh), sizeof eh) || std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0) {
+  if (!f.read(reinterpret_cast<char*>(&eh), sizeof eh) ||
+      std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0) {
     *why = path + " is not an ELF executable (a script?)";
     return "";
   }

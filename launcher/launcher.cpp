@@ -9,8 +9,8 @@
 
 #include "common/error.h"
 #include "common/log.h"
-#include "launcher/local_node.h"
 #include "launcher/env_probe.h"
+#include "launcher/local_node.h"
 #include "launcher/report.h"
 #include "launcher/supervisor.h"
 
@@ -84,10 +84,10 @@ std::optional<Plan> Launcher::rendezvous() {
       std::string missing;
       for (int n = 0; n < t.size(); ++n)
         if (!nodes[n]) missing += (missing.empty() ? "" : ", ") + std::to_string(n);
-      Message m = await(kTagInfo, -1, deadline,
-                        "waiting at rendezvous for node info from " +
-                            std::string(rt_.opts.tcpRendezvous() ? "node rank(s) " : "MPI rank(s) ") +
-                            missing);
+      Message m = await(
+          kTagInfo, -1, deadline,
+          "waiting at rendezvous for node info from " +
+              std::string(rt_.opts.tcpRendezvous() ? "node rank(s) " : "MPI rank(s) ") + missing);
       nodes[m.source] = decodeNodeInfo(m.payload);
       nodes[m.source]->node = m.source;
     }
@@ -98,8 +98,8 @@ std::optional<Plan> Launcher::rendezvous() {
     }
     Plan& p = msg.plan;
     p.source = rt_.opts.tcpRendezvous() ? "TCP rendezvous (--nnodes)"
-               : t.size() > 1               ? "mpi"
-                                            : "this node";
+               : t.size() > 1           ? "mpi"
+                                        : "this node";
     p.master_addr = assignAddresses(p.nodes, &p.master_why);
     p.run_id = rt_.opts.run_id.empty() ? generateRunId() : rt_.opts.run_id;
     p.max_restarts = rt_.opts.max_restarts;
@@ -129,8 +129,8 @@ Decision Launcher::finishAttempt(const NodeEnd& end) {
   const int attempt = end.attempt;
   const double stop_wait = rt_.opts.grace_s + kKillWaitS + kStopSlackS;
   t.send(0, kTagEnd, encode(end));
-  const bool known = !end.failures.empty() || isShutdownSignal(end.shutdown_signal) ||
-                     rt_.stops.count(attempt);
+  const bool known =
+      !end.failures.empty() || isShutdownSignal(end.shutdown_signal) || rt_.stops.count(attempt);
   std::optional<Clock::time_point> deadline;
   if (known) deadline = after(stop_wait);
   if (t.rank() != 0) {

@@ -12,8 +12,8 @@
 #include "launcher/plan_only.h"
 #include "launcher/process.h"
 #include "launcher/reaper.h"
-#include "launcher/tcp_transport.h"
 #include "launcher/report.h"
+#include "launcher/tcp_transport.h"
 
 using namespace ftb::launcher;
 

@@ -57,8 +57,9 @@ cxxopts::Options makeParser() {
       "dry-run", "Print placement, argv and environment of every worker; start nothing")(
       "full", "With --dry-run: list every node and worker (default only up to 64 workers)")(
       "summary", "With --dry-run: grouped node rows and node 0's workers only")(
-      "env", "With --dry-run: 'set' (default) prints the variables the launcher sets; 'all' also "
-             "the inherited environment (secrets masked)",
+      "env",
+      "With --dry-run: 'set' (default) prints the variables the launcher sets; 'all' also "
+      "the inherited environment (secrets masked)",
       cxxopts::value<std::string>())(
       "hosts", "Plan a dry run without MPI: 'n[01-02]:2,n03:1' (host[:nproc],...)",
       cxxopts::value<std::string>())(
@@ -66,21 +67,23 @@ cxxopts::Options makeParser() {
       cxxopts::value<int>())("bind-cores",
                              "Pin each worker to cores/nproc cores of the launcher's CPU set "
                              "(the default; kept for --no-tune-env)")(
-      "no-tune-env", "Keep the caller's environment: no core binding, no thread counts, no "
-                     "OPENBLAS_CORETYPE fix (only the torchrun variables are set)")(
+      "no-tune-env",
+      "Keep the caller's environment: no core binding, no thread counts, no "
+      "OPENBLAS_CORETYPE fix (only the torchrun variables are set)")(
       "nnodes", "torchrun: number of nodes, N or N:N (static rendezvous without MPI)",
-      cxxopts::value<std::string>())(
-      "node-rank", "torchrun: this node's rank, 0..nnodes-1", cxxopts::value<int>())(
-      "master-addr", "torchrun: node 0's address; with --nnodes > 1 its launcher hosts the "
-                     "rendezvous store on --master-port (default 29500)",
+      cxxopts::value<std::string>())("node-rank", "torchrun: this node's rank, 0..nnodes-1",
+                                     cxxopts::value<int>())(
+      "master-addr",
+      "torchrun: node 0's address; with --nnodes > 1 its launcher hosts the "
+      "rendezvous store on --master-port (default 29500)",
       cxxopts::value<std::string>())(
       "rdzv-endpoint", "torchrun: HOST[:PORT] of the rendezvous store (default port 29400)",
       cxxopts::value<std::string>())(
       "rdzv-backend", "torchrun: 'static' or 'c10d'; both rendezvous statically by --node-rank",
-      cxxopts::value<std::string>())(
-      "rdzv-id", "torchrun: job id every node must agree on", cxxopts::value<std::string>())(
-      "standalone", "torchrun: one node, no MPI and no rendezvous store")(
-      "h,help", "Print this help");
+      cxxopts::value<std::string>())("rdzv-id", "torchrun: job id every node must agree on",
+                                     cxxopts::value<std::string>())(
+      "standalone", "torchrun: one node, no MPI and no rendezvous store")("h,help",
+                                                                          "Print this help");
   return o;
 }
 
@@ -135,8 +138,7 @@ std::vector<std::string> splitCommandLine(int argc, const char* const* argv, Lau
       break;
     }
     std::string name = a.substr(0, a.find('='));
-    if (name != "-h" &&
-        std::find(known.all.begin(), known.all.end(), name) == known.all.end()) {
+    if (name != "-h" && std::find(known.all.begin(), known.all.end(), name) == known.all.end()) {
       std::string near = closestName(name, known.all);  // common/config.h
       bad(name, "unknown option",
           near.empty() ? "see launcher --help" : "did you mean '" + near + "'?");
@@ -222,8 +224,8 @@ void readRendezvous(const cxxopts::ParseResult& r, LaunchOptions& out) {
     if (out.rdzv_host.empty()) bad("--master-addr", "address is empty");
   }
   if (!out.tcpRendezvous()) return;
-  if (out.standalone) bad("--standalone", "means one node; it contradicts --nnodes " +
-                                              std::to_string(out.nnodes));
+  if (out.standalone)
+    bad("--standalone", "means one node; it contradicts --nnodes " + std::to_string(out.nnodes));
   if (!r.count("node-rank"))
     bad("--node-rank", "required with --nnodes " + std::to_string(out.nnodes),
         "give each launcher its own --node-rank 0.." + std::to_string(out.nnodes - 1));
@@ -272,7 +274,8 @@ void validateOptions(const cxxopts::ParseResult& r, const LaunchOptions& out) {
     bad("--grace", "must be in [0, 3600] seconds, got " + std::to_string(out.grace_s));
   if (!(out.rdzv_timeout_s > 0))
     bad("--rdzv-timeout", "must be > 0 seconds, got " + std::to_string(out.rdzv_timeout_s));
-  if (r.count("master-port") && (r["master-port"].as<int>() < 1 || r["master-port"].as<int>() > 65535))
+  if (r.count("master-port") &&
+      (r["master-port"].as<int>() < 1 || r["master-port"].as<int>() > 65535))
     bad("--master-port", "must be in 1..65535, got " + std::to_string(r["master-port"].as<int>()));
   if (!out.iface.empty() && !out.network.empty())
     bad("--iface", "give either --iface or --network, not both");

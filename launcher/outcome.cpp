@@ -37,7 +37,7 @@ Decision decide(const std::vector<NodeEnd>& ends, int attempt, int max_restarts,
     d.exit_code = d.failures.front().code();
     d.restart = d.shutdown_signal == 0 && attempt < max_restarts;
   } else if (!clean) {
-    d.exit_code = stopped ? stopped->stop_exit_code
+    d.exit_code = stopped             ? stopped->stop_exit_code
                   : d.shutdown_signal ? 128 + d.shutdown_signal
                                       : 1;
   }

@@ -234,8 +234,8 @@ std::vector<EnvChange> tunedEnv(const NodeInfo& n, int local_rank) {
     if (it == n.preset.end() || it->second.empty()) {
       if (omp) out.push_back({name, std::to_string(threads), "unset; " + basis});
     } else if (parsedCount(it->second) > threads || parsedCount(it->second) == 0) {
-      out.push_back({name, std::to_string(threads),
-                     "inherited " + it->second + " exceeds " + basis});
+      out.push_back(
+          {name, std::to_string(threads), "inherited " + it->second + " exceeds " + basis});
     }
   }
   if (!n.coretype_fix.empty())

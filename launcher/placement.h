@@ -34,21 +34,21 @@ struct NodeInfo {
   // Worker environment tuning (default; off with --no-tune-env): bind local rank r to its
   // block of `cpus`, thread counts to match, OPENBLAS_CORETYPE corrected (coretype_fix).
   bool tune_env = true;
-  bool bind_cores = false;        // --bind-cores: bind even with --no-tune-env
+  bool bind_cores = false;  // --bind-cores: bind even with --no-tune-env
   // CPU ids this launcher may use, in placement order (readCpuTopology: NUMA node, package,
   // physical core, so SMT siblings are adjacent); empty = 0..cores-1 (plan-only).
   std::vector<int> cpus;
   // Parallel to cpus, or empty (= every CPU its own core, NUMA node unknown): the physical
   // core (lowest sibling id) and NUMA node (-1 unknown) of each CPU.
   std::vector<int> cpu_core, cpu_numa;
-  std::string cpu_model, isa;     // common/cpu_info; "" when unknown (plan-only --hosts)
-  std::string coretype_fix;       // OPENBLAS_CORETYPE to set; "" = leave as is
-  std::string coretype_note;      // checkOpenblasCoretype's message ("" = fine or unset)
+  std::string cpu_model, isa;  // common/cpu_info; "" when unknown (plan-only --hosts)
+  std::string coretype_fix;    // OPENBLAS_CORETYPE to set; "" = leave as is
+  std::string coretype_note;   // checkOpenblasCoretype's message ("" = fine or unset)
   // --dry-run: local worker 0's BLAS, core type, threads and allocator as
   // probeWorkerEnv() found them (launcher/env_probe.h); "" = not probed.
   std::string worker_env;
-  std::vector<IfAddr> addrs;                  // candidates for assignAddresses
-  std::string error;                          // local validation failure -> whole job exits 2
+  std::vector<IfAddr> addrs;  // candidates for assignAddresses
+  std::string error;          // local validation failure -> whole job exits 2
 };
 
 // Largest world size a plan may have (RANK and WORLD_SIZE are C ints in torch).
@@ -60,7 +60,7 @@ struct Plan {
   int master_port = 0;
   std::string run_id;
   int max_restarts = 0;
-  std::string source;  // "mpi", "single", "--hosts", "slurm": where the node list came from
+  std::string source;      // "mpi", "single", "--hosts", "slurm": where the node list came from
   std::string master_why;  // how master_addr was chosen (assignAddresses); "" = plan-only
 
   int worldSize() const;

@@ -109,7 +109,8 @@ std::string placementSummary(const Plan& plan) {
     int first = plan.firstRank(a.node);
     rows.push_back({rankRange(a.node, count), count == 1 ? a.host : a.host + " .. " + b.host,
                     std::to_string(count), std::to_string(a.cores), std::to_string(a.gpus.size()),
-                    std::to_string(a.nproc), rankRange(first, plan.firstRank(b.node) + b.nproc - first),
+                    std::to_string(a.nproc),
+                    rankRange(first, plan.firstRank(b.node) + b.nproc - first),
                     rankRange(0, a.nproc), threadsFor(a)});
     i = j;
   }
@@ -210,8 +211,7 @@ void writeEnvironment(std::ostream& o, const std::vector<std::string>& launcher_
 void writeDryRunReport(std::ostream& o, const Plan& plan, const std::string& program_path,
                        const std::vector<std::string>& argv,
                        const std::vector<std::string>& launcher_env, const DryRunView& view) {
-  const bool full =
-      view.full || (!view.summary && plan.worldSize() <= kFullListMaxWorkers);
+  const bool full = view.full || (!view.summary && plan.worldSize() <= kFullListMaxWorkers);
   o << "launcher --dry-run: " << plan.nodes.size() << " node(s), " << plan.worldSize()
     << " worker(s), nodes from " << plan.source << "; nothing is started\n";
   o << "MASTER_ADDR:MASTER_PORT = " << plan.master_addr << ":" << plan.master_port << "   run id "
@@ -221,9 +221,9 @@ void writeDryRunReport(std::ostream& o, const Plan& plan, const std::string& pro
   if (full) {
     o << placementTable(plan) << "\n";
   } else {
-    o << "summary (" << (view.summary ? "--summary" : "more than " +
-                                                          std::to_string(kFullListMaxWorkers) +
-                                                          " workers")
+    o << "summary ("
+      << (view.summary ? "--summary"
+                       : "more than " + std::to_string(kFullListMaxWorkers) + " workers")
       << "): nodes of equal shape share a row, only node 0's workers and the last worker are "
          "shown; --full lists every node and worker\n"
       << placementSummary(plan) << "\n";

@@ -53,7 +53,7 @@ struct Runtime {
   // First STOP per attempt that ends it now: a worker failure or TERM/INT/HUP. Once one is
   // known, waits for the other nodes get a deadline.
   std::map<int, StopMsg> stops;
-  std::map<int, int> stop_signals;     // first signal named by any STOP, per attempt
+  std::map<int, int> stop_signals;      // first signal named by any STOP, per attempt
   std::vector<StopMsg> remote_signals;  // USR1/USR2 STOPs from other nodes, not yet forwarded
 
   // Records a STOP message; returns true if it is the first ending STOP for its attempt.

@@ -71,8 +71,7 @@ TcpTransport::TcpTransport(int node_rank, int nnodes, const std::string& master_
     if (!listen_ || bind(listen_.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
         listen(listen_.get(), 128) != 0)
       throw ConfigError("--master-port", "command line",
-                        "node 0 cannot listen on port " + std::to_string(port) + ": " +
-                            errnoText(),
+                        "node 0 cannot listen on port " + std::to_string(port) + ": " + errnoText(),
                         "pick a free port with --master-port (or --rdzv-endpoint HOST:PORT)");
     return;
   }
@@ -81,10 +80,10 @@ TcpTransport::TcpTransport(int node_rank, int nnodes, const std::string& master_
   hints.ai_socktype = SOCK_STREAM;
   int rc = getaddrinfo(master_host.c_str(), nullptr, &hints, &res);
   if (rc != 0 || !res)
-    throw ConfigError("--master-addr", "command line",
-                      "cannot resolve '" + master_host + "' to an IPv4 address: " +
-                          gai_strerror(rc),
-                      "give node 0's address or host name");
+    throw ConfigError(
+        "--master-addr", "command line",
+        "cannot resolve '" + master_host + "' to an IPv4 address: " + gai_strerror(rc),
+        "give node 0's address or host name");
   master_ = *reinterpret_cast<sockaddr_in*>(res->ai_addr);
   master_.sin_port = htons(static_cast<uint16_t>(port));
   freeaddrinfo(res);
@@ -106,10 +105,10 @@ std::string TcpTransport::describe() const {
       << " other node(s) connected";
   } else {
     o << "node 0 at " << master_host_ << " (" << addressOf(master_) << ") "
-      << (peers_[0]->connected ? "connected"
-                               : "not reached yet" + (connect_error_.empty()
-                                                          ? std::string()
-                                                          : ": " + connect_error_));
+      << (peers_[0]->connected
+              ? "connected"
+              : "not reached yet" +
+                    (connect_error_.empty() ? std::string() : ": " + connect_error_));
   }
   return o.str();
 }
@@ -189,8 +188,8 @@ void TcpTransport::acceptNew() {
   while (true) {
     sockaddr_in a{};
     socklen_t len = sizeof a;
-    int fd = accept4(listen_.get(), reinterpret_cast<sockaddr*>(&a), &len,
-                     SOCK_NONBLOCK | SOCK_CLOEXEC);
+    int fd =
+        accept4(listen_.get(), reinterpret_cast<sockaddr*>(&a), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) return;  // EAGAIN: none pending
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -226,7 +225,8 @@ void TcpTransport::handleFrame(Peer& p, int type, int src, int dst, std::string 
                         "launcher at " + p.address + " (node rank " + std::to_string(src) +
                             ", --nnodes " + std::to_string(n) + "): " + what,
                         "every launcher needs the same --nnodes and --rdzv-id and its own "
-                        "--node-rank in 0.." + std::to_string(size_ - 1));
+                        "--node-rank in 0.." +
+                            std::to_string(size_ - 1));
     };
     if (n != size_) refuse("node 0 has --nnodes " + std::to_string(size_));
     if (id != rdzv_id_) refuse("rendezvous id '" + id + "', node 0 has '" + rdzv_id_ + "'");

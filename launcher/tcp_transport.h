@@ -68,7 +68,7 @@ class TcpTransport : public Transport {
   int port_;
   std::string rdzv_id_;
   sockaddr_in master_{};
-  Fd listen_;                                // node 0
+  Fd listen_;                                 // node 0
   std::vector<std::unique_ptr<Peer>> peers_;  // node 0: every connection; others: node 0
   std::map<int, std::deque<Message>> inbox_;
   bool finishing_ = false;

@@ -15,9 +15,9 @@ using Json = nlohmann::json;
 // object each macro writes is the one the hand-written functions wrote before.
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(IfAddr, name, ip, prefix, loopback)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(NodeInfo, node, host, ip, iface, chosen, cores, gpus, nproc,
-                                   preset, addrs, error, tune_env, bind_cores, cpus, cpu_model,
-                                   isa, coretype_fix, coretype_note, worker_env, gpu_source,
-                                   cpu_core, cpu_numa)
+                                   preset, addrs, error, tune_env, bind_cores, cpus, cpu_model, isa,
+                                   coretype_fix, coretype_note, worker_env, gpu_source, cpu_core,
+                                   cpu_numa)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Failure, time_us, node, host, ip, rank, local_rank, pid,
                                    exit_code, signal, note, stderr_tail)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(StopMsg, attempt, from_node, signal, reason)
@@ -28,10 +28,14 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Decision, attempt, restart, exit_code, next_p
 
 // The plan travels flat (its fields beside `error`), which no macro writes.
 void to_json(Json& j, const PlanMsg& v) {
-  j = Json{{"error", v.error},          {"master_addr", v.plan.master_addr},
-           {"master_port", v.plan.master_port}, {"run_id", v.plan.run_id},
-           {"max_restarts", v.plan.max_restarts}, {"source", v.plan.source},
-           {"master_why", v.plan.master_why}, {"nodes", v.plan.nodes}};
+  j = Json{{"error", v.error},
+           {"master_addr", v.plan.master_addr},
+           {"master_port", v.plan.master_port},
+           {"run_id", v.plan.run_id},
+           {"max_restarts", v.plan.max_restarts},
+           {"source", v.plan.source},
+           {"master_why", v.plan.master_why},
+           {"nodes", v.plan.nodes}};
 }
 void from_json(const Json& j, PlanMsg& v) {
   j.at("error").get_to(v.error);

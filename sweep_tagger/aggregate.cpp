@@ -1,6 +1,5 @@
 #include "sweep_tagger/aggregate.h"
 
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -12,11 +11,11 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "common/files.h"
+#include "common/h5_metrics.h"
+#include "common/run_config.h"
+#include "common/toml.h"
 #include "sweep_tagger/compare.h"
 #include "sweep_tagger/process_pool.h"
-#include "common/run_config.h"
-#include "common/h5_metrics.h"
-#include "common/toml.h"
 
 namespace ftb {
 namespace fs = std::filesystem;
@@ -38,9 +37,11 @@ std::map<std::string, Cell> flattenConfig(const std::string& text, const std::st
     for (const auto& [key, node] : tomlLeaves(table)) {
       std::optional<Value> v = tomlValue(*node);
       if (v && !node->is_array()) {
-        std::visit([&, k = key](const auto& x) {
-          if constexpr (std::is_constructible_v<Cell, decltype(x)>) out[k] = x;
-        }, *v);
+        std::visit(
+            [&, k = key](const auto& x) {
+              if constexpr (std::is_constructible_v<Cell, decltype(x)>) out[k] = x;
+            },
+            *v);
       } else {
         out[key] = tomlText(*node);
       }
@@ -179,8 +180,8 @@ void computeNumbers(RunRow& row, const RankFile& ref, const std::vector<RankFile
     return std::isfinite(w) ? std::optional<double>(w / total) : std::nullopt;
   };
   if (auto peak = d.attrs.find("peak_flops"); peak != d.attrs.end() &&
-                                             std::holds_alternative<double>(peak->second) &&
-                                             std::get<double>(peak->second) > 0)
+                                              std::holds_alternative<double>(peak->second) &&
+                                              std::get<double>(peak->second) > 0)
     row.mfu = weighted("mfu");
   row.gemm_efficiency = weighted("gemm_efficiency");
   stepSpread(row, d, measured);
@@ -395,9 +396,9 @@ void readRankAttributes(const std::vector<RankFile>& ranks, RunRow& row, std::st
   };
   row.peak_flops = positive("peak_flops");
   row.gemm_flops = positive("gemm_flops");
-  if (auto it = d0.attrs.find("interference");
-      it != d0.attrs.end() && std::holds_alternative<double>(it->second) &&
-      std::isfinite(std::get<double>(it->second)))
+  if (auto it = d0.attrs.find("interference"); it != d0.attrs.end() &&
+                                               std::holds_alternative<double>(it->second) &&
+                                               std::isfinite(std::get<double>(it->second)))
     row.interference = std::get<double>(it->second);
   row.noisy = text("noisy");
   row.env_warnings = text("env_warnings");

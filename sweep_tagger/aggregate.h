@@ -58,9 +58,8 @@ struct RunRow {
   int64_t traces = 0;   // profiler traces: regular files <run_dir>/traces/rank_*.json
   std::optional<double> train_runtime_s, tokens_per_s_dataset, tokens_per_s_padded,
       tokens_per_s_dataset_per_device, tokens_per_s_padded_per_device, mfu, gemm_efficiency,
-      step_time_p50_s,
-      step_time_p90_s, data_frac, forward_frac, backward_frac, optimizer_frac, comm_frac,
-      peak_mem_mib, first_loss, last_loss, mt_per_hour, usd_per_mt;
+      step_time_p50_s, step_time_p90_s, data_frac, forward_frac, backward_frac, optimizer_frac,
+      comm_frac, peak_mem_mib, first_loss, last_loss, mt_per_hour, usd_per_mt;
   std::optional<bool> is_valid;
   // Where and against what it ran (rank 0's HDF5 root attributes).
   std::string host, cpu_model, peak_source, gemm_source;
@@ -131,7 +130,7 @@ AggregateTable aggregateRuns(const std::string& results_dir, const AggregateOpti
 // message.
 std::vector<std::pair<std::string, Cell>> rowCells(const RunRow& row,
                                                    const std::vector<std::string>& varying);
-std::string toCsv(const AggregateTable& t);         // RFC 4180, empty cell = missing
+std::string toCsv(const AggregateTable& t);  // RFC 4180, empty cell = missing
 // Constants one per line, then a table whose headers give unit and scope (global, per
 // device, rank), then footnotes spelling out M tokens/h and $/M tokens with the price.
 std::string toMarkdown(const AggregateTable& t);

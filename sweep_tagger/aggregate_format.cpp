@@ -5,8 +5,8 @@
 #include <set>
 #include <sstream>
 
-#include "sweep_tagger/aggregate.h"
 #include "common/tag.h"
+#include "sweep_tagger/aggregate.h"
 #include "sweep_tagger/compare.h"
 
 namespace ftb {
@@ -49,7 +49,6 @@ Cell jsonCell(const Json& j) {
   if (j.is_string()) return j.get<std::string>();
   return j.dump();
 }
-
 
 std::string csvField(const std::string& s) {
   if (s.find_first_of(",\"\n\r") == std::string::npos) return s;

@@ -157,9 +157,9 @@ int tagCommand(const std::vector<std::string>& args, std::ostream& out) {
   if (ws < 1) throw ConfigError("", "command line", "--world-size must be >= 1");
   int nodes = r["nodes"].as<int>();
   if (nodes < 1 || nodes > ws)
-    throw ConfigError("--nodes", "command line", "must be in [1, world size(" +
-                                                     std::to_string(ws) + ")], got " +
-                                                     std::to_string(nodes));
+    throw ConfigError(
+        "--nodes", "command line",
+        "must be in [1, world size(" + std::to_string(ws) + ")], got " + std::to_string(nodes));
   if (r.count("hash")) {
     out << configHash(cfg, ws, nodes) << "\n";
     return 0;

@@ -349,8 +349,8 @@ Chart throughputChart(const Axis& a, const std::vector<Axis>& varying,
   for (const RunRow* r : runs) {
     double x =
         numeric ? *num(a.get(*r))
-                : double(std::distance(c.xtics.begin(), std::find(c.xtics.begin(), c.xtics.end(),
-                                                                  text(a.get(*r)))));
+                : double(std::distance(c.xtics.begin(),
+                                       std::find(c.xtics.begin(), c.xtics.end(), text(a.get(*r)))));
     c.series[seriesName(varying, *r, a.name)].push_back(
         {x, r->tokens_median.value_or(*r->tokens_per_s_dataset),
          r->tokens_min.value_or(*r->tokens_per_s_dataset),
@@ -370,8 +370,8 @@ Chart scalingChart(const std::vector<Axis>& varying, const std::vector<const Run
   for (const RunRow* r : runs)
     if (r->world_size) groups[seriesName(varying, *r, "world_size")].push_back(r);
   for (auto& [name, rs] : groups) {
-    auto base = *std::min_element(
-        rs.begin(), rs.end(), [](auto* a, auto* b) { return *a->world_size < *b->world_size; });
+    auto base = *std::min_element(rs.begin(), rs.end(),
+                                  [](auto* a, auto* b) { return *a->world_size < *b->world_size; });
     auto tps = [](const RunRow* r) { return r->tokens_median.value_or(*r->tokens_per_s_dataset); };
     double per_dev = tps(base) / double(*base->world_size);
     if (per_dev <= 0) continue;

@@ -56,8 +56,7 @@ std::optional<Worker> spawn(const std::vector<size_t>& jobs,
 }
 
 // SIGKILLs every worker whose last result is older than timeout_s (> 0).
-void killStalled(std::vector<Worker>& workers, const std::vector<pollfd>& pfds,
-                 double timeout_s) {
+void killStalled(std::vector<Worker>& workers, const std::vector<pollfd>& pfds, double timeout_s) {
   if (timeout_s <= 0) return;
   for (size_t k = 0; k < workers.size(); ++k)
     if (pfds[k].fd >= 0 &&
@@ -113,8 +112,9 @@ void drain(std::vector<Worker>& workers, std::vector<std::optional<std::string>>
 
 }  // namespace
 
-std::vector<std::optional<std::string>> mapInProcesses(
-    size_t n, int jobs, const std::function<std::string(size_t)>& f, double item_timeout_s) {
+std::vector<std::optional<std::string>> mapInProcesses(size_t n, int jobs,
+                                                       const std::function<std::string(size_t)>& f,
+                                                       double item_timeout_s) {
   std::vector<std::optional<std::string>> out(n);
   const size_t workers = std::min<size_t>(static_cast<size_t>(std::max(jobs, 1)), n);
   if (workers <= 1 && item_timeout_s <= 0) {

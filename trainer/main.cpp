@@ -23,39 +23,49 @@ void readMaxMicroBatchOptions(const cxxopts::ParseResult& args, ftb::SessionOpti
                            "e.g. --max-micro-batch --safety-margin 0.1");
 }
 
+// The trainer's command line: its flags, and key=value overrides as positional words.
+cxxopts::Options trainerCli() {
+  cxxopts::Options cli(
+      "trainer",
+      "ftbench trainer: one process per rank.\n"
+      "  trainer --config configs/runs/tiny.toml [key=value ...]\n"
+      "  trainer export --checkpoint STEP_DIR --out HF_DIR (trainer export --help)\n"
+      "  overrides also as --key VALUE or --key=VALUE (torchtitan style),\n"
+      "  e.g. --training.lr 1e-3");
+  cli.add_options()("config", "run config (TOML)", cxxopts::value<std::string>())(
+      "output-dir", "same as output.dir=DIR", cxxopts::value<std::string>())(
+      "no-sweep-dir", "write into the output dir itself (output.no_sweep_dir=true)")(
+      "print-config", "print the resolved config and exit")(
+      "generate-data",
+      "write the synthetic dataset of this config to PATH (.jsonl or .bin) and exit",
+      cxxopts::value<std::string>())(
+      "estimate-memory", "print the per-rank memory estimate for this config and layout and exit")(
+      "world-size",
+      "world size to plan for with --estimate-memory or --max-micro-batch "
+      "(default: the environment's)",
+      cxxopts::value<int>())("max-micro-batch",
+                             "find the largest training.micro_batch_size whose real run fits the "
+                             "per-rank memory budget (parallel.memory_limit_gb, else node memory / "
+                             "ranks): estimator, then short measured runs; print it and exit")(
+      "safety-margin",
+      "with --max-micro-batch: fraction of the budget a run must leave free "
+      "(default 0.10)",
+      cxxopts::value<double>())("overrides", "key=value overrides",
+                                cxxopts::value<std::vector<std::string>>())(
+      "help-config", "print every config key (type, default, meaning) as a markdown table")(
+      "h,help", "show help");
+  cli.parse_positional({"overrides"});
+  cli.positional_help("[key=value ...]");
+  return cli;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace ftb;
   if (argc > 1 && std::string(argv[1]) == "export")  // trainer export --checkpoint C --out D
     return hf::exportMain(std::vector<std::string>(argv + 2, argv + argc));
-  cxxopts::Options cli("trainer", "ftbench trainer: one process per rank.\n"
-                                  "  trainer --config configs/runs/tiny.toml [key=value ...]\n"
-                                  "  trainer export --checkpoint STEP_DIR --out HF_DIR (trainer export --help)\n"
-                                  "  overrides also as --key VALUE or --key=VALUE (torchtitan style),\n"
-                                  "  e.g. --training.lr 1e-3");
-  cli.add_options()
-      ("config", "run config (TOML)", cxxopts::value<std::string>())
-      ("output-dir", "same as output.dir=DIR", cxxopts::value<std::string>())
-      ("no-sweep-dir", "write into the output dir itself (output.no_sweep_dir=true)")
-      ("print-config", "print the resolved config and exit")
-      ("generate-data", "write the synthetic dataset of this config to PATH (.jsonl or .bin) and exit",
-       cxxopts::value<std::string>())
-      ("estimate-memory", "print the per-rank memory estimate for this config and layout and exit")
-      ("world-size", "world size to plan for with --estimate-memory or --max-micro-batch "
-                     "(default: the environment's)",
-       cxxopts::value<int>())
-      ("max-micro-batch", "find the largest training.micro_batch_size whose real run fits the "
-                          "per-rank memory budget (parallel.memory_limit_gb, else node memory / "
-                          "ranks): estimator, then short measured runs; print it and exit")
-      ("safety-margin", "with --max-micro-batch: fraction of the budget a run must leave free "
-                        "(default 0.10)",
-       cxxopts::value<double>())
-      ("overrides", "key=value overrides", cxxopts::value<std::vector<std::string>>())
-      ("help-config", "print every config key (type, default, meaning) as a markdown table")
-      ("h,help", "show help");
-  cli.parse_positional({"overrides"});
-  cli.positional_help("[key=value ...]");
+  cxxopts::Options cli = trainerCli();
   SessionOptions opts;
   const std::optional<int> exit_code = guardedCli(cli, [&]() -> std::optional<int> {
     // Owned copies: torchtitanOverrides() rewrites --a.b VALUE into a.b=VALUE.
@@ -79,7 +89,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (!args.count("config"))
-      throw ConfigError("--config", "command line", "missing", "trainer --config configs/runs/tiny.toml");
+      throw ConfigError("--config", "command line", "missing",
+                        "trainer --config configs/runs/tiny.toml");
     opts.config_path = args["config"].as<std::string>();
     if (args.count("overrides")) opts.overrides = args["overrides"].as<std::vector<std::string>>();
     if (args.count("output-dir"))

@@ -21,8 +21,8 @@
 
 #include "common/error.h"
 #include "common/h5_metrics.h"
-#include "trainer/loop/train.h"
 #include "common/memory_estimate.h"
+#include "trainer/loop/train.h"
 
 namespace ftb {
 namespace fs = std::filesystem;
@@ -209,17 +209,19 @@ int64_t largestEstimatedFit(const TrainConfig& tc, double limit_bytes) {
 int runMaxMicroBatch(const MaxMicroBatchOptions& o, const TrainConfig& tc, int local_ranks) {
   const MemoryBudget budget = memoryBudget(tc, local_ranks);
   const double limit = (1 - o.safety_margin) * budget.bytes;
-  std::cout << "max micro-batch of " << tc.model.name << ", world " << tc.layout.world_size << " (dp "
-            << tc.layout.dpSize() << " x tp " << tc.layout.tp << ", ZeRO stage " << tc.layout.effectiveZeroStage()
-            << "), seq " << tc.data.seq_len << ": budget " << mib(budget.bytes) << " per rank ("
-            << budget.source << "), safety margin " << formatFixed(100 * o.safety_margin, 0)
+  std::cout << "max micro-batch of " << tc.model.name << ", world " << tc.layout.world_size
+            << " (dp " << tc.layout.dpSize() << " x tp " << tc.layout.tp << ", ZeRO stage "
+            << tc.layout.effectiveZeroStage() << "), seq " << tc.data.seq_len << ": budget "
+            << mib(budget.bytes) << " per rank (" << budget.source << "), safety margin "
+            << formatFixed(100 * o.safety_margin, 0)
             << " %: a size fits when every rank's measured peak RSS is <= " << mib(limit) << "\n";
   const int64_t guess = largestEstimatedFit(tc, limit);
   std::cout << "estimator: largest micro-batch with estimate <= " << mib(limit) << ": "
             << (guess > 0 ? std::to_string(guess) + " (estimate " + mib(estimateAt(tc, guess)) + ")"
                           : std::string("none"))
             << "\n";
-  const std::string scratch = tc.output.output_dir + "/.max_micro_batch." + std::to_string(getpid());
+  const std::string scratch =
+      tc.output.output_dir + "/.max_micro_batch." + std::to_string(getpid());
   std::map<int64_t, Try> tried;
   auto measure = [&](int64_t mb) -> const Try& {
     if (!tried.count(mb)) printTry(tried[mb] = runTry(o, tc, mb, limit, scratch), limit);

@@ -15,31 +15,31 @@
 #include "common/config.h"
 #include "common/cpu_info.h"
 #include "common/dist_env.h"
+#include "common/env_check.h"
 #include "common/error.h"
 #include "common/files.h"
+#include "common/h5_metrics.h"
 #include "common/log.h"
+#include "common/memory_estimate.h"
+#include "common/run_config.h"
 #include "common/run_control.h"
 #include "common/run_lock.h"
 #include "common/tag.h"
 #include "trainer/data/dataset.h"
+#include "trainer/hf/peft_adapter.h"
+#include "trainer/hf/pretrained.h"
+#include "trainer/loop/checkpoint_hook.h"
 #include "trainer/loop/profiler.h"
-#include "common/h5_metrics.h"
-#include "trainer/metrics/perf.h"
-#include "common/env_check.h"
+#include "trainer/loop/stop.h"
+#include "trainer/loop/train.h"
+#include "trainer/max_micro_batch.h"
 #include "trainer/metrics/device.h"
 #include "trainer/metrics/peaks.h"
+#include "trainer/metrics/perf.h"
 #include "trainer/model/linear.h"
 #include "trainer/model/llama.h"
 #include "trainer/parallel/backend.h"
 #include "trainer/parallel/dist.h"
-#include "common/memory_estimate.h"
-#include "common/run_config.h"
-#include "trainer/loop/checkpoint_hook.h"
-#include "trainer/hf/peft_adapter.h"
-#include "trainer/hf/pretrained.h"
-#include "trainer/loop/stop.h"
-#include "trainer/loop/train.h"
-#include "trainer/max_micro_batch.h"
 
 namespace ftb {
 namespace {
@@ -72,8 +72,8 @@ std::string checkpointDir(const TrainConfig& tc, const std::string& run_dir) {
 // Rank 0 creates <output>/<tag>/ (run.toml), takes the run directory's lock (held in
 // `lock` for the run's lifetime) and only then moves an earlier attempt's metrics/
 // aside as metrics.attempt_N, unless this run resumes (`keep_metrics`): then the files
-// continue. It also empties control/ (common/run_control.h). All ranks check they computed the same tag, and all ranks throw rank 0's
-// error (e.g. the directory is held by another run).
+// continue. It also empties control/ (common/run_control.h). All ranks check they computed the same
+// tag, and all ranks throw rank 0's error (e.g. the directory is held by another run).
 std::string prepareRun(const Config& cfg, const TrainConfig& tc, Distributed& dist,
                        std::optional<RunLock>& lock, bool keep_metrics) {
   std::string tag = formatTag(cfg, tc.layout.world_size, tc.output.sweep_fmt, tc.layout.nodes);
@@ -89,7 +89,8 @@ std::string prepareRun(const Config& cfg, const TrainConfig& tc, Distributed& di
   std::string result = "-";
   if (dist.env.rank == 0) {
     try {
-      RunDir rd = prepareRunDir(cfg, tc.layout.world_size, tc.output.output_dir, tc.output.no_sweep_dir, tc.layout.nodes);
+      RunDir rd = prepareRunDir(cfg, tc.layout.world_size, tc.output.output_dir,
+                                tc.output.no_sweep_dir, tc.layout.nodes);
       lock.emplace(RunLock::acquire(rd.path));
       if (!lock->takeover().empty()) FTB_WARN(lock->path() << ": " << lock->takeover());
       if (!keep_metrics) keepEarlierAttempt(rd.path);
@@ -133,14 +134,16 @@ TrainConfig resolveConfig(const SessionOptions& opts, const Config& cfg, const D
 // compute device (metrics/device.h). Bad or unsupported placements are ConfigErrors
 // (exit 2) before any socket or file exists.
 std::string placeTensors(const Config& cfg, const TrainConfig& tc, const DistEnv& env) {
-  const DeviceChoice d = resolveDevice(tc.training.device, tc.comm.backend, env.local_rank, visibleCudaDevices());
+  const DeviceChoice d =
+      resolveDevice(tc.training.device, tc.comm.backend, env.local_rank, visibleCudaDevices());
   if (!d.problem.empty())
     throw ConfigError(d.problem_key, cfg.where(d.problem_key), d.problem,
                       "training.device and parallel.backend must agree");
   if (d.cuda && tc.layout.pp > 1)
     throw ConfigError("parallel.pp", cfg.where("parallel.pp"),
                       "pipeline stages run on the CPU only in this build (training.device "
-                      "resolves to " + d.device + ")",
+                      "resolves to " +
+                          d.device + ")",
                       "use parallel.pp = 1 on GPUs, or training.device = \"cpu\"");
   useComputeDevice(torch::Device(d.device));
   return d.device;
@@ -177,8 +180,7 @@ std::vector<std::pair<std::string, AttrValue>> checkEnvironment(const TrainConfi
   const EnvFacts f = detectEnv(cpu, at::get_num_threads());
   const std::string dtype = tc.training.dtype == DType::kBf16 ? "bf16" : "fp32";
   std::vector<std::string> warnings = envWarnings(f, peaks.gemm_flops, peaks.hw, dtype);
-  if (rank == 0)
-    FTB_INFO("environment: " << envSummary(f));
+  if (rank == 0) FTB_INFO("environment: " << envSummary(f));
   for (const std::string& w : warnings) FTB_WARN(w);
   if (!peaks.gemm_warning.empty()) warnings.push_back(peaks.gemm_warning);  // logged already
   return envAttrs(f, warnings);
@@ -210,9 +212,10 @@ RunInfo runInfo(const Config& cfg, const TrainConfig& tc, const DistEnv& env,
 std::unique_ptr<Checkpointer> makeCheckpointer(const Config& cfg, const TrainConfig& tc,
                                                const RunInfo& info, const std::string& run_dir,
                                                Distributed& dist) {
-  Checkpointer::Identity id{info.tag, info.config_hash, checkpointCompatKeys(cfg, tc),
-                            CkptLayout{tc.layout.world_size, tc.layout.dp_replicate, tc.layout.dp_shard, tc.layout.tp,
-                                       tc.layout.effectiveZeroStage(), tc.layout.nodes, tc.layout.pp}};
+  Checkpointer::Identity id{
+      info.tag, info.config_hash, checkpointCompatKeys(cfg, tc),
+      CkptLayout{tc.layout.world_size, tc.layout.dp_replicate, tc.layout.dp_shard, tc.layout.tp,
+                 tc.layout.effectiveZeroStage(), tc.layout.nodes, tc.layout.pp}};
   return std::make_unique<Checkpointer>(checkpointDir(tc, run_dir), tc.checkpoint.keep_last,
                                         std::move(id), dist);
 }
@@ -224,12 +227,12 @@ int finishRun(MetricsFile& metrics, const TrainConfig& tc, const TrainSummary& s
               const RunPeaks& peaks, const std::string& run_dir, int rank,
               const std::string& last_checkpoint) {
   if (s.stop_signal != 0 || s.stopped_by_ctl) {
-    std::string msg = (s.stopped_by_ctl ? std::string("stopped by `launcher ctl stop`")
-                                        : std::string("stopped by signal ") +
-                                              strsignal(s.stop_signal)) +
-                      " after " + std::to_string(s.steps) + " steps" +
-                      (last_checkpoint.empty() ? std::string(", no checkpoint")
-                                               : "; checkpoint " + last_checkpoint);
+    std::string msg =
+        (s.stopped_by_ctl ? std::string("stopped by `launcher ctl stop`")
+                          : std::string("stopped by signal ") + strsignal(s.stop_signal)) +
+        " after " + std::to_string(s.steps) + " steps" +
+        (last_checkpoint.empty() ? std::string(", no checkpoint")
+                                 : "; checkpoint " + last_checkpoint);
     const int code = stopExitCode(!last_checkpoint.empty(), s.stopped_by_ctl, s.stop_signal);
     metrics.setStatus(RunState::Preempted, code, msg);
     metrics.close();
@@ -258,7 +261,7 @@ int failInvalid(const ConfigError& e, std::optional<MetricsFile>& metrics) {
 // recorded in the metrics file when it exists.
 int failRun(const std::exception& e, std::optional<MetricsFile>& metrics) {
   const RunState state = stateFor(e);
-  int code = state == RunState::Oom ? 5
+  int code = state == RunState::Oom              ? 5
              : dynamic_cast<const FtbError*>(&e) ? static_cast<const FtbError&>(e).exitCode()
                                                  : 1;
   const std::string what = withoutBacktrace(e.what());  // the backtrace is no user's business
@@ -273,19 +276,19 @@ int failRun(const std::exception& e, std::optional<MetricsFile>& metrics) {
   return code;
 }
 
-
 // The pre-flight memory check: "" or why this layout cannot fit (see memoryFitProblem).
 // The run's peaks, and the model's kernels chosen with them: for fp32 on the CPU the BLAS
 // of the projections (training.fp32_gemm, timed here), and the attention kernel.
 // With "auto" every rank takes rank 0's choice, and a resume the route its checkpoint ran
 // with: the two BLAS round differently, so a route that flipped with the machine's load
 // would make a resumed run differ from the uninterrupted one.
-void agreeFp32Gemm(const TrainConfig& tc, const std::optional<ResumePoint>& plan,
-                   Distributed& dist, Fp32GemmChoice& c) {
+void agreeFp32Gemm(const TrainConfig& tc, const std::optional<ResumePoint>& plan, Distributed& dist,
+                   Fp32GemmChoice& c) {
   if (tc.training.fp32_gemm != "auto") return;
   const auto recorded = plan ? plan->manifest.state.find("fp32_gemm_openblas")
                              : std::map<std::string, int64_t>::const_iterator();
-  if (plan && recorded != plan->manifest.state.end() && (recorded->second == 0 || c.openblas_flops > 0)) {
+  if (plan && recorded != plan->manifest.state.end() &&
+      (recorded->second == 0 || c.openblas_flops > 0)) {
     c.route = recorded->second ? Fp32Gemm::kOpenBlas : Fp32Gemm::kAten;
     c.why += "; resumed with the checkpoint's " + fp32GemmName(c.route);
   }
@@ -301,13 +304,15 @@ void agreeFp32Gemm(const TrainConfig& tc, const std::optional<ResumePoint>& plan
 RunPeaks measurePeaks(const TrainConfig& tc, const CpuInfo& cpu, const std::string& device,
                       const std::optional<ResumePoint>& plan, Distributed& dist) {
   setAttentionKernel(tc.training.attention == "sdpa" ? AttentionKernel::kSdpa
-                                            : AttentionKernel::kFusedSoftmax);
-  if (device != "cpu") return resolvePeaks(tc, cpu, device, cudaDeviceName(computeDevice().index()));
+                                                     : AttentionKernel::kFusedSoftmax);
+  if (device != "cpu")
+    return resolvePeaks(tc, cpu, device, cudaDeviceName(computeDevice().index()));
   if (tc.training.dtype != DType::kFp32) return resolvePeaks(tc, cpu, device, "");
   Fp32GemmChoice c = chooseFp32Gemm(tc.training.fp32_gemm, kPeakGemmN, kPeakGemmReps);
   agreeFp32Gemm(tc, plan, dist, c);
   setFp32Gemm(c.route);
-  GemmFigure g{c.flops(), " via " + fp32GemmName(c.route) + " (" + c.why + ")",
+  GemmFigure g{c.flops(),
+               " via " + fp32GemmName(c.route) + " (" + c.why + ")",
                {{"fp32_gemm", fp32GemmName(c.route)},
                 {"fp32_gemm_aten_flops", c.aten_flops},
                 {"fp32_gemm_openblas_flops", c.openblas_flops}},
@@ -377,9 +382,13 @@ void connect(Setup& s) {
   checkStop("process group");
   // Which checkpoint to resume from is decided (and a bad or incompatible one refused)
   // before anything is written to the run directory or the model is allocated.
-  hf::checkPretrained(tc, *s.dist);  // a bad HF model directory exits 2 before the run directory exists
-  hf::checkAdapter(tc, *s.dist);     // so does a bad PEFT adapter directory (lora.from_pretrained)
-  s.plan = planResume(tc, cfg, checkpointDir(tc, runDirPath(cfg, tc.layout.world_size, tc.output.output_dir, tc.output.no_sweep_dir, tc.layout.nodes)), *s.dist);
+  hf::checkPretrained(tc,
+                      *s.dist);  // a bad HF model directory exits 2 before the run directory exists
+  hf::checkAdapter(tc, *s.dist);  // so does a bad PEFT adapter directory (lora.from_pretrained)
+  s.plan = planResume(tc, cfg,
+                      checkpointDir(tc, runDirPath(cfg, tc.layout.world_size, tc.output.output_dir,
+                                                   tc.output.no_sweep_dir, tc.layout.nodes)),
+                      *s.dist);
   if (!tc.checkpoint.dir.empty())  // refused now, not at the first save (after the run)
     requireWritableDir(tc.checkpoint.dir, "checkpoint.dir", cfg.where("checkpoint.dir"),
                        "choose a directory this user can write on every node");
@@ -402,7 +411,8 @@ OpenRun openRun(Setup& s, std::optional<RunLock>& lock, std::optional<MetricsFil
   r.peaks = s.no_fit.empty() ? measurePeaks(s.tc, r.cpu, s.device, s.plan, *s.dist)
                              : unmeasuredPeaks("not measured (run refused)");
   r.info = runInfo(*s.cfg, s.tc, s.env, r.dir, s.device, r.cpu, r.peaks);
-  for (auto& a : checkEnvironment(s.tc, r.cpu, r.peaks, s.env.rank)) r.info.extra_attrs.push_back(a);
+  for (auto& a : checkEnvironment(s.tc, r.cpu, r.peaks, s.env.rank))
+    r.info.extra_attrs.push_back(a);
   const std::string mpath = metricsFilePath(r.dir, s.env.rank);
   metrics.emplace(s.plan ? MetricsFile::resume(mpath, r.info, s.plan->manifest.state.at("step"))
                          : MetricsFile::create(mpath, r.info));
@@ -414,8 +424,8 @@ OpenRun openRun(Setup& s, std::optional<RunLock>& lock, std::optional<MetricsFil
 // The steps, with checkpoints and traces, under the stop watchdog; the outcome recorded.
 int trainAndFinish(Setup& s, OpenRun& r, MetricsFile& metrics, StopWatchdog& watchdog) {
   const TrainConfig& tc = s.tc;
-  CheckpointHook ckpt(tc, std::move(s.plan),
-                      makeCheckpointer(*s.cfg, tc, r.info, r.dir, *s.dist), s.env.rank);
+  CheckpointHook ckpt(tc, std::move(s.plan), makeCheckpointer(*s.cfg, tc, r.info, r.dir, *s.dist),
+                      s.env.rank);
   StepProfiler profiler(tc.metrics.profile_steps, tracePath(r.dir, s.env.rank), s.env.rank);
   HookList hooks({&profiler, &ckpt});  // the profiler's window excludes checkpoint saves
   watchdog.arm({&metrics, &ckpt});

@@ -7,8 +7,8 @@
 // (parallel.memory_limit_gb, else node memory / ranks on the node) is recorded as
 // "oom" (exit 5) before anything is allocated. Stop signals are handled from the start:
 // between set-up phases they end the run as "preempted" (128+signal), and a phase
-// that does not return within 10 s of the signal is ended by a watchdog. Once the metrics file exists, every
-// failure is recorded in its /status (failed, oom, preempted) before returning the
+// that does not return within 10 s of the signal is ended by a watchdog. Once the metrics file
+// exists, every failure is recorded in its /status (failed, oom, preempted) before returning the
 // error's exit code; a clean run records "completed" and returns 0.
 #pragma once
 

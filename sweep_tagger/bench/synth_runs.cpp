@@ -16,8 +16,8 @@
 #include "common/cli_args.h"  // cxxopts, as in every ftbench program
 #include "common/config.h"
 #include "common/error.h"
-#include "common/tag.h"
 #include "common/h5_metrics.h"
+#include "common/tag.h"
 
 namespace ftb {
 namespace {
@@ -72,7 +72,8 @@ void writeRun(const std::string& out, int i, int nodes, int per_node, int steps,
        "training.seed=" + std::to_string(i / 16)});
   RunDir rd = prepareRunDir(cfg, world, out, false);
   const int done = state == RunState::Completed ? steps : steps / 2;
-  const double peak = 2e13, gemm = 1e13, flops_per_token = 6.0 * 4 * (4 * 256 * 256 + 3 * 256 * 688);
+  const double peak = 2e13, gemm = 1e13,
+               flops_per_token = 6.0 * 4 * (4 * 256 * 256 + 3 * 256 * 688);
   for (int rank = 0; rank < world; ++rank) {
     RunInfo info;
     info.tag = rd.tag;

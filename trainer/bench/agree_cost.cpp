@@ -55,8 +55,8 @@ void run(const std::string& out_dir, int rounds, int warmup, double timeout_s) {
     throw ftb::ConfigError("ftb_agree_bench: WORLD_SIZE is " + std::to_string(env.world_size) +
                            ", expected >= 2; hint: start it with `launcher --nproc-per-node 2 -- "
                            "ftb_agree_bench OUT_DIR`");
-  ftb::Distributed dist = ftb::initDistributed(
-      env, std::chrono::milliseconds(int64_t(timeout_s * 1000)), "gloo");
+  ftb::Distributed dist =
+      ftb::initDistributed(env, std::chrono::milliseconds(int64_t(timeout_s * 1000)), "gloo");
   std::vector<int> all(size_t(env.world_size));
   for (int r = 0; r < env.world_size; ++r) all[size_t(r)] = r;
   dist.local_collectives = "off";

@@ -23,16 +23,16 @@
 
 namespace ftb {
 namespace fs = std::filesystem;
-using nlohmann::json;
 using ckpt::Box;
 using ckpt::StatePiece;
+using nlohmann::json;
 
 namespace {
 
-const char* kCompatKeys[] = {"model.dim",        "model.n_layers",   "model.n_heads",
-                             "model.n_kv_heads", "model.ffn_dim",    "model.vocab_size",
-                             "model.max_seq_len", "model.rope_theta", "model.norm_eps",
-                             "model.tie_embeddings", "training.optimizer"};
+const char* kCompatKeys[] = {
+    "model.dim",      "model.n_layers",       "model.n_heads",     "model.n_kv_heads",
+    "model.ffn_dim",  "model.vocab_size",     "model.max_seq_len", "model.rope_theta",
+    "model.norm_eps", "model.tie_embeddings", "training.optimizer"};
 
 std::string sliceKey(const StatePiece& p) {
   std::string k = p.name + "@";
@@ -198,7 +198,8 @@ std::optional<Refusal> resumeRefusal(const Manifest& m, const std::string& dir,
 // runs may share; else empty.
 RunIdentity sharedDirRun(const Config& cfg, const TrainConfig& tc) {
   if (tc.checkpoint.dir.empty() || tc.checkpoint.resume != "auto") return {};
-  const fs::path run_dir = runDirPath(cfg, tc.layout.world_size, tc.output.output_dir, tc.output.no_sweep_dir, tc.layout.nodes);
+  const fs::path run_dir = runDirPath(cfg, tc.layout.world_size, tc.output.output_dir,
+                                      tc.output.no_sweep_dir, tc.layout.nodes);
   return {run_dir.filename().string(), configHash(cfg, tc.layout.world_size, tc.layout.nodes)};
 }
 
@@ -209,8 +210,8 @@ std::optional<ResumePoint> planResume(const TrainConfig& tc, const Config& cfg,
   const std::string& mode = tc.checkpoint.resume;
   if (mode == "never") return std::nullopt;
   const bool explicit_path = mode != "auto";
-  std::vector<std::string> candidates = explicit_path ? std::vector<std::string>{mode}
-                                                      : listCheckpointDirs(ckpt_dir);
+  std::vector<std::string> candidates =
+      explicit_path ? std::vector<std::string>{mode} : listCheckpointDirs(ckpt_dir);
   const RunIdentity run = sharedDirRun(cfg, tc);
   for (size_t c = 0; c < candidates.size(); ++c) {
     const std::string& dir = candidates[c];
@@ -288,7 +289,8 @@ std::vector<ckpt::SliceToWrite> Checkpointer::mySlices(const std::string& key, i
   // Rank 0's record is "!" + why when it could not create step_N.tmp: every rank then
   // throws that error at once instead of waiting for files that never come.
   std::string keys;
-  for (const StatePiece& p : pieces) keys += sliceKey(p) + "\t" + std::to_string(p.box.numel() * p.view.element_size()) + "\n";
+  for (const StatePiece& p : pieces)
+    keys += sliceKey(p) + "\t" + std::to_string(p.box.numel() * p.view.element_size()) + "\n";
   std::vector<std::string> all =
       dist_.allGatherString(key + "/keys", tmp_error.empty() ? keys : "!" + tmp_error);
   if (!all[0].empty() && all[0][0] == '!') {
@@ -341,9 +343,12 @@ std::string Checkpointer::writeMyFile(const std::string& tmp, int64_t step,
               {"slices", json::array()}};
     for (size_t i = 0; i < written.size(); ++i) {
       const CkptSlice& s = written[i].second;
-      j["slices"].push_back({{"name", written[i].first}, {"dtype", ckpt::dtypeName(slices[i].data.scalar_type())},
-                             {"shape", slices[i].global_shape}, {"dataset", s.dataset},
-                             {"offset", s.offset}, {"size", s.size}});
+      j["slices"].push_back({{"name", written[i].first},
+                             {"dtype", ckpt::dtypeName(slices[i].data.scalar_type())},
+                             {"shape", slices[i].global_shape},
+                             {"dataset", s.dataset},
+                             {"offset", s.offset},
+                             {"size", s.size}});
     }
     record = j.dump();
   } catch (const std::exception& e) {
@@ -411,7 +416,8 @@ void Checkpointer::prepareTmp(const std::string& tmp) {
     throw IoError(logPrefix() + " cannot create checkpoint directory " + tmp +
                   ": removing what is there failed: " + ec.message());
   fs::create_directories(tmp, ec);
-  if (ec) throw IoError(logPrefix() + " cannot create checkpoint directory " + tmp + ": " + ec.message());
+  if (ec)
+    throw IoError(logPrefix() + " cannot create checkpoint directory " + tmp + ": " + ec.message());
 }
 
 // After the manifest: the directory's fsync and rename, the moment the checkpoint becomes
@@ -436,7 +442,9 @@ std::string Checkpointer::abandon() {
   if (!tmp_in_progress_.empty()) {
     std::error_code ec;
     fs::remove_all(tmp_in_progress_, ec);
-    if (ec) FTB_WARN("could not remove the unfinished checkpoint " << tmp_in_progress_ << ": " << ec.message());
+    if (ec)
+      FTB_WARN("could not remove the unfinished checkpoint " << tmp_in_progress_ << ": "
+                                                             << ec.message());
   }
   return last_complete_;
 }
@@ -455,7 +463,8 @@ std::string Checkpointer::writeManifest(int64_t step, const std::string& tmp,
   m.state["step"] = step;
   for (const std::string& r : records) {
     json j = json::parse(r);
-    m.files.push_back({j["file"]["name"], j["file"]["rank"], j["file"]["bytes"], j["file"]["crc32"]});
+    m.files.push_back(
+        {j["file"]["name"], j["file"]["rank"], j["file"]["bytes"], j["file"]["crc32"]});
     for (const json& s : j["slices"]) {
       CkptTensor& t = m.tensors[s["name"].get<std::string>()];
       t.shape = s["shape"].get<std::vector<int64_t>>();
@@ -552,7 +561,8 @@ std::map<std::string, int64_t> Checkpointer::load(const ResumePoint& rp,
       reader.read(s, *part, tmp);
       Box rel = ckpt::relativeTo(*part, want);
       torch::Tensor dst = p.view;
-      for (size_t d = 0; d < rel.offset.size(); ++d) dst = dst.narrow(int64_t(d), rel.offset[d], rel.size[d]);
+      for (size_t d = 0; d < rel.offset.size(); ++d)
+        dst = dst.narrow(int64_t(d), rel.offset[d], rel.size[d]);
       dst.copy_(tmp);
       read += tmp.numel() * int64_t(tmp.element_size());
     }

@@ -10,11 +10,16 @@ namespace {
 
 hid_t memType(torch::ScalarType t) {
   switch (t) {
-    case torch::kFloat32: return H5T_NATIVE_FLOAT;
-    case torch::kFloat64: return H5T_NATIVE_DOUBLE;
-    case torch::kInt64: return H5T_NATIVE_INT64;
-    case torch::kUInt8: return H5T_NATIVE_UINT8;
-    default: throw IoError(std::string("checkpoint: unsupported dtype ") + c10::toString(t));
+    case torch::kFloat32:
+      return H5T_NATIVE_FLOAT;
+    case torch::kFloat64:
+      return H5T_NATIVE_DOUBLE;
+    case torch::kInt64:
+      return H5T_NATIVE_INT64;
+    case torch::kUInt8:
+      return H5T_NATIVE_UINT8;
+    default:
+      throw IoError(std::string("checkpoint: unsupported dtype ") + c10::toString(t));
   }
 }
 
@@ -24,10 +29,10 @@ void writeIntArrayAttr(hid_t obj, const std::string& name, const std::vector<int
   hsize_t n = v.size();
   h5::H5Handle space(h5::check(H5Screate_simple(1, &n, nullptr), obj, "H5Screate_simple"),
                      h5::Kind::kDataspace);
-  h5::H5Handle a(h5::check(H5Acreate2(obj, name.c_str(), H5T_STD_I64LE, space, H5P_DEFAULT,
-                                      H5P_DEFAULT),
-                           obj, "H5Acreate2 " + name),
-                 h5::Kind::kAttribute);
+  h5::H5Handle a(
+      h5::check(H5Acreate2(obj, name.c_str(), H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT), obj,
+                "H5Acreate2 " + name),
+      h5::Kind::kAttribute);
   h5::checkStatus(H5Awrite(a, H5T_NATIVE_INT64, v.data()), obj, "H5Awrite " + name);
 }
 
@@ -81,10 +86,10 @@ std::vector<std::pair<std::string, CkptSlice>> writeShardFile(
                                    "H5Screate_simple " + ds),
                          h5::Kind::kDataspace);
       hid_t mt = memType(data.scalar_type());
-      h5::H5Handle dset(h5::check(H5Dcreate2(f, ds.c_str(), mt, space, H5P_DEFAULT, H5P_DEFAULT,
-                                             H5P_DEFAULT),
-                                  f, "H5Dcreate2 " + ds),
-                        h5::Kind::kDataset);
+      h5::H5Handle dset(
+          h5::check(H5Dcreate2(f, ds.c_str(), mt, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), f,
+                    "H5Dcreate2 " + ds),
+          h5::Kind::kDataset);
       if (data.numel() > 0)
         h5::checkStatus(H5Dwrite(dset, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data_ptr()), dset,
                         "H5Dwrite " + ds);
@@ -132,16 +137,16 @@ void ShardReader::read(const CkptSlice& s, const Box& part, torch::Tensor& dst) 
     start[d] = hsize_t(part.offset[d] - s.offset[d]);
     count[d] = hsize_t(part.size[d]);
   }
-  h5::checkStatus(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start.data(), nullptr, count.data(),
-                                      nullptr),
-                  dset, "H5Sselect_hyperslab");
-  h5::H5Handle mspace(h5::check(H5Screate_simple(nd, count.data(), nullptr), dset,
-                                "H5Screate_simple"),
-                      h5::Kind::kDataspace);
+  h5::checkStatus(
+      H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr),
+      dset, "H5Sselect_hyperslab");
+  h5::H5Handle mspace(
+      h5::check(H5Screate_simple(nd, count.data(), nullptr), dset, "H5Screate_simple"),
+      h5::Kind::kDataspace);
   if (dst.numel() == 0) return;
-  h5::checkStatus(H5Dread(dset, memType(dst.scalar_type()), mspace, fspace, H5P_DEFAULT,
-                          dst.data_ptr()),
-                  dset, "H5Dread " + s.dataset);
+  h5::checkStatus(
+      H5Dread(dset, memType(dst.scalar_type()), mspace, fspace, H5P_DEFAULT, dst.data_ptr()), dset,
+      "H5Dread " + s.dataset);
 }
 
 }  // namespace ftb::ckpt

@@ -55,12 +55,18 @@ torch::Tensor viewOf(const torch::Tensor& t, const Entry& e) {
 
 std::string dtypeName(torch::ScalarType t) {
   switch (t) {
-    case torch::kFloat32: return "float32";
-    case torch::kFloat64: return "float64";
-    case torch::kBFloat16: return "bfloat16";
-    case torch::kInt64: return "int64";
-    case torch::kUInt8: return "uint8";
-    default: return std::string("unsupported:") + c10::toString(t);
+    case torch::kFloat32:
+      return "float32";
+    case torch::kFloat64:
+      return "float64";
+    case torch::kBFloat16:
+      return "bfloat16";
+    case torch::kInt64:
+      return "int64";
+    case torch::kUInt8:
+      return "uint8";
+    default:
+      return std::string("unsupported:") + c10::toString(t);
   }
 }
 

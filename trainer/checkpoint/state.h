@@ -25,8 +25,8 @@ namespace ftb::ckpt {
 struct StatePiece {
   std::string name;
   std::vector<int64_t> global_shape;
-  Box box;             // this piece inside the global tensor
-  torch::Tensor view;  // shape box.size, aliases the live state
+  Box box;                // this piece inside the global tensor
+  torch::Tensor view;     // shape box.size, aliases the live state
   bool per_rank = false;  // rank-private (RNG): never deduplicated across ranks
 };
 

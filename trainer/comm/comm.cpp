@@ -1,11 +1,10 @@
 #include "trainer/comm/comm.h"
 
-#include <torch/csrc/distributed/c10d/Backend.hpp>
-
 #include <atomic>
 #include <cctype>
 #include <chrono>
 #include <sstream>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -21,7 +20,9 @@ class DoneWork final : public PendingWork {
 std::atomic<int64_t> g_collective_ns{0};  // collectiveSeconds(), in ns
 }  // namespace
 
-double collectiveSeconds() { return double(g_collective_ns.load(std::memory_order_relaxed)) * 1e-9; }
+double collectiveSeconds() {
+  return double(g_collective_ns.load(std::memory_order_relaxed)) * 1e-9;
+}
 namespace {
 thread_local int t_timer_depth = 0;  // CollectiveTimers alive on this thread
 }  // namespace
@@ -30,7 +31,8 @@ CollectiveTimer::CollectiveTimer() : t0_(std::chrono::steady_clock::now()) { ++t
 
 CollectiveTimer::~CollectiveTimer() {
   if (--t_timer_depth > 0) return;  // an enclosing timer counts this span
-  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0_);
+  const auto ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0_);
   g_collective_ns.fetch_add(ns.count(), std::memory_order_relaxed);
 }
 
@@ -75,8 +77,12 @@ class BackendComm final : public Comm {
   int rank() const override { return backend_->getRank(); }
   int size() const override { return backend_->getSize(); }
 
-  void allReduceSum(torch::Tensor& t) override { allReduce(t, c10d::ReduceOp::SUM, "allreduce(sum)"); }
-  void allReduceMax(torch::Tensor& t) override { allReduce(t, c10d::ReduceOp::MAX, "allreduce(max)"); }
+  void allReduceSum(torch::Tensor& t) override {
+    allReduce(t, c10d::ReduceOp::SUM, "allreduce(sum)");
+  }
+  void allReduceMax(torch::Tensor& t) override {
+    allReduce(t, c10d::ReduceOp::MAX, "allreduce(max)");
+  }
 
   std::unique_ptr<PendingWork> allReduceSumAsync(torch::Tensor& t) override {
     // Reduced in fp32, or staged through the backend's device: synchronously, below.
@@ -165,8 +171,7 @@ class BackendComm final : public Comm {
  private:
   class Pending final : public PendingWork {
    public:
-    Pending(BackendComm* comm, c10::intrusive_ptr<c10d::Work> work, const char* op,
-            torch::Tensor t)
+    Pending(BackendComm* comm, c10::intrusive_ptr<c10d::Work> work, const char* op, torch::Tensor t)
         : comm_(comm), work_(std::move(work)), op_(op), t_(std::move(t)) {}
     void wait() override { comm_->wait(work_, op_, t_); }
 
@@ -199,7 +204,7 @@ class BackendComm final : public Comm {
   c10::intrusive_ptr<c10d::Backend> backend_;
   std::chrono::milliseconds timeout_;
   std::vector<CommMember> members_;  // group order; empty: not named in errors
-  torch::Device device_;  // where the backend reduces: the GPU for NCCL, else the CPU
+  torch::Device device_;             // where the backend reduces: the GPU for NCCL, else the CPU
   bool native_reduce_scatter_ = false;
 };
 

@@ -53,7 +53,8 @@ torch::Tensor vocabParallelEmbedding(const torch::Tensor& tokens, const torch::T
   int64_t n = weight_local.size(0);
   torch::Tensor mine = (tokens >= vocab_start) & (tokens < vocab_start + n);
   torch::Tensor local = (tokens - vocab_start).clamp(0, n - 1);
-  torch::Tensor e = torch::embedding(weight_local, local) * mine.unsqueeze(-1).to(weight_local.dtype());
+  torch::Tensor e =
+      torch::embedding(weight_local, local) * mine.unsqueeze(-1).to(weight_local.dtype());
   return reduceFromTp(e, tp);  // each token's row lives on exactly one rank
 }
 
@@ -61,8 +62,8 @@ torch::Tensor vocabParallelCrossEntropySum(const torch::Tensor& logits_local,
                                            const torch::Tensor& targets, const torch::Tensor& mask,
                                            int64_t vocab_start, const TpContext& tp) {
   if (!tp.active()) {  // one device holds the whole vocabulary
-    torch::Tensor nll = fusedCrossEntropy(
-        logits_local.reshape({-1, logits_local.size(-1)}), targets.reshape({-1}).contiguous());
+    torch::Tensor nll = fusedCrossEntropy(logits_local.reshape({-1, logits_local.size(-1)}),
+                                          targets.reshape({-1}).contiguous());
     return (nll * mask.reshape({-1}).to(torch::kFloat32)).sum();
   }
   torch::Tensor z = logits_local.to(torch::kFloat32);

@@ -29,8 +29,11 @@ uint64_t splitmix64(uint64_t x) {
 class SyntheticDataset final : public Dataset {
  public:
   explicit SyntheticDataset(const TrainConfig& c)
-      : n_(c.data.num_samples), seed_(c.training.seed), vocab_(c.model.vocab_size),
-        min_len_(c.data.min_doc_len), max_len_(c.data.seq_len) {}
+      : n_(c.data.num_samples),
+        seed_(c.training.seed),
+        vocab_(c.model.vocab_size),
+        min_len_(c.data.min_doc_len),
+        max_len_(c.data.seq_len) {}
   int64_t size() const override { return n_; }
   int32_t successor(int32_t t) const {
     return static_cast<int32_t>((int64_t(t) * 7 + 3) % (vocab_ - 1) + 1);
@@ -121,7 +124,8 @@ std::unique_ptr<Dataset> loadText(const TrainConfig& c) {
   int64_t dropped = 0;
   for (size_t i = 0; i < t.ids.size(); ++i) {
     std::vector<int32_t>& ids = t.ids[i];
-    if (!c.data.pack && int64_t(ids.size()) > c.data.seq_len + 1) ids.resize(size_t(c.data.seq_len + 1));
+    if (!c.data.pack && int64_t(ids.size()) > c.data.seq_len + 1)
+      ids.resize(size_t(c.data.seq_len + 1));
     std::vector<uint8_t> tg;
     if (masked) {
       tg.assign(ids.size(), 1);
@@ -136,18 +140,19 @@ std::unique_ptr<Dataset> loadText(const TrainConfig& c) {
   }
   if (dropped > 0)
     FTB_WARN(c.data.data_source << ": " << dropped << " of " << t.ids.size()
-                           << " documents have no loss target within seq_len(" << c.data.seq_len
-                           << ") and are skipped");
+                                << " documents have no loss target within seq_len("
+                                << c.data.seq_len << ") and are skipped");
   if (docs.empty())
-    throw ConfigError("data.source", c.data.data_source,
-                      "no document has a loss target within seq_len(" + std::to_string(c.data.seq_len) +
-                          ")",
-                      "raise data.seq_len, or shorten the prompts");
+    throw ConfigError(
+        "data.source", c.data.data_source,
+        "no document has a loss target within seq_len(" + std::to_string(c.data.seq_len) + ")",
+        "raise data.seq_len, or shorten the prompts");
   return std::make_unique<InMemoryDataset>(std::move(docs), std::move(targets));
 }
 
 bool endsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 void checkId(int64_t id, int64_t vocab, const std::string& where) {
@@ -205,7 +210,8 @@ class BinDataset final : public Dataset {
     if (st.st_size % int64_t(sizeof(T)) != 0)
       throw ConfigError("data.source", path_,
                         "size " + std::to_string(st.st_size) + " is not a multiple of " +
-                            std::to_string(sizeof(T)) + " (data.bin_dtype = " + c.data.bin_dtype + ")");
+                            std::to_string(sizeof(T)) + " (data.bin_dtype = " + c.data.bin_dtype +
+                            ")");
     const int64_t n = st.st_size / int64_t(sizeof(T));
     if (n < seq_len_ + 1)
       throw ConfigError("data.source", path_,
@@ -266,11 +272,13 @@ class BinDataset final : public Dataset {
 
 std::unique_ptr<Dataset> loadSource(const TrainConfig& c) {
   if (c.data.data_source == "synthetic") return std::make_unique<SyntheticDataset>(c);
-  if (endsWith(c.data.data_source, ".jsonl")) return c.data.tokenizer.empty() ? loadJsonl(c) : loadText(c);
+  if (endsWith(c.data.data_source, ".jsonl"))
+    return c.data.tokenizer.empty() ? loadJsonl(c) : loadText(c);
   if (endsWith(c.data.data_source, ".bin"))
     return c.data.bin_dtype == "uint32" ? std::unique_ptr<Dataset>(new BinDataset<uint32_t>(c))
-                                   : std::unique_ptr<Dataset>(new BinDataset<uint16_t>(c));
-  throw ConfigError("data.source", "config", "unknown data file type \"" + c.data.data_source + "\"",
+                                        : std::unique_ptr<Dataset>(new BinDataset<uint16_t>(c));
+  throw ConfigError("data.source", "config",
+                    "unknown data file type \"" + c.data.data_source + "\"",
                     "expected \"synthetic\", a .jsonl or a .bin file");
 }
 
@@ -292,8 +300,7 @@ std::unique_ptr<Dataset> makeDataset(const TrainConfig& c, bool announce) {
     }
     FTB_INFO("data " << c.data.data_source << ": " << ds->size() << " samples, " << positions
                      << " training positions, " << positions - loss
-                     << " of them masked prompt positions"
-                     << (c.data.pack ? " (packed)" : ""));
+                     << " of them masked prompt positions" << (c.data.pack ? " (packed)" : ""));
   }
   return ds;
 }
@@ -307,7 +314,8 @@ int64_t countPositions(const Dataset& ds, int64_t first, int64_t count, int64_t 
 
 RankSamples rankSamples(const TrainConfig& tc, int64_t step, int64_t dp_rank) {
   const int64_t G = tc.globalBatch();
-  return {step * G + dp_rank * (G / tc.layout.dpSize()), tc.training.micro_batch_size, tc.training.grad_accum_steps};
+  return {step * G + dp_rank * (G / tc.layout.dpSize()), tc.training.micro_batch_size,
+          tc.training.grad_accum_steps};
 }
 
 StepBatches rankBatches(const Dataset& ds, const TrainConfig& tc, int64_t step, int64_t dp_rank) {
@@ -321,8 +329,8 @@ StepBatches rankBatches(const Dataset& ds, const TrainConfig& tc, int64_t step, 
   return sb;
 }
 
-Batch makeBatch(const Dataset& ds, int64_t first, int64_t count, int64_t seq_len,
-                bool pad_longest, int64_t pad_id) {
+Batch makeBatch(const Dataset& ds, int64_t first, int64_t count, int64_t seq_len, bool pad_longest,
+                int64_t pad_id) {
   std::vector<std::vector<int32_t>> docs;
   std::vector<std::vector<uint8_t>> tgs;
   int64_t T = pad_longest ? 1 : seq_len;

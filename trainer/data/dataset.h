@@ -41,7 +41,10 @@ class Dataset {
   virtual std::vector<int32_t> document(int64_t index) const = 0;
   // Which ids of document(index) are loss targets: empty = all; else one flag per id
   // (flag k for ids[k]; flag 0 is unused, ids[0] is never a target).
-  virtual std::vector<uint8_t> targets(int64_t index) const { (void)index; return {}; }
+  virtual std::vector<uint8_t> targets(int64_t index) const {
+    (void)index;
+    return {};
+  }
   // Training positions and loss positions of all documents at `seq_len`, when known
   // without reading every document (a .bin file's windows); nullopt: count them.
   struct PositionCounts {
@@ -57,9 +60,9 @@ class Dataset {
 std::unique_ptr<Dataset> makeDataset(const TrainConfig& c, bool announce = false);
 
 struct Batch {
-  torch::Tensor inputs;   // [B,T] int64, pad_id on padding
-  torch::Tensor targets;  // [B,T] int64
-  torch::Tensor mask;     // [B,T] bool, true where the target counts in the loss
+  torch::Tensor inputs;        // [B,T] int64, pad_id on padding
+  torch::Tensor targets;       // [B,T] int64
+  torch::Tensor mask;          // [B,T] bool, true where the target counts in the loss
   int64_t padded_tokens = 0;   // B*T
   int64_t dataset_tokens = 0;  // real (non-padding) positions
   int64_t loss_tokens = 0;     // mask.sum(): dataset_tokens less masked prompt targets
@@ -67,8 +70,8 @@ struct Batch {
 
 // Builds the batch for global sample indices [first, first+count). T is seq_len
 // (max_length) or the longest document in the batch (longest).
-Batch makeBatch(const Dataset& ds, int64_t first, int64_t count, int64_t seq_len,
-                bool pad_longest, int64_t pad_id);
+Batch makeBatch(const Dataset& ds, int64_t first, int64_t count, int64_t seq_len, bool pad_longest,
+                int64_t pad_id);
 
 // Counts the non-padding positions of samples [first, first+count) without
 // building tensors.

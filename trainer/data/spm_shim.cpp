@@ -56,21 +56,26 @@ __attribute__((visibility("default"))) void ftb_spm_free(void* h) {
 __attribute__((visibility("default"))) int32_t ftb_spm_info(void* h, int what) {
   auto* sp = static_cast<sentencepiece::SentencePieceProcessor*>(h);
   switch (what) {
-    case 0: return sp->GetPieceSize();
-    case 1: return sp->bos_id();
-    case 2: return sp->eos_id();
-    case 3: return sp->unk_id();
-    case 4: return sp->pad_id();
-    default: return -1;
+    case 0:
+      return sp->GetPieceSize();
+    case 1:
+      return sp->bos_id();
+    case 2:
+      return sp->eos_id();
+    case 3:
+      return sp->unk_id();
+    case 4:
+      return sp->pad_id();
+    default:
+      return -1;
   }
 }
 
 // Encodes text[0, len) into ids. Returns the number of ids (written to out only when
 // it is <= cap: call again with a larger array otherwise), or -1 with `err` set.
-__attribute__((visibility("default"))) int64_t ftb_spm_encode(void* h, const char* text,
-                                                             size_t len, int32_t* out,
-                                                             int64_t cap, char* err,
-                                                             size_t err_len) {
+__attribute__((visibility("default"))) int64_t ftb_spm_encode(void* h, const char* text, size_t len,
+                                                              int32_t* out, int64_t cap, char* err,
+                                                              size_t err_len) {
   try {
     auto* sp = static_cast<sentencepiece::SentencePieceProcessor*>(h);
     std::vector<int> ids;

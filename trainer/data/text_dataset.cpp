@@ -4,12 +4,11 @@
 #include <sys/file.h>
 #include <unistd.h>
 
-#include <nlohmann/json.hpp>
-
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "common/checkpoint_manifest.h"
@@ -108,7 +107,8 @@ TokenizedDocs tokenize(const TrainConfig& c) {
   if (d.ids.empty())
     throw ConfigError("data.source", c.data.data_source, "empty file: no JSON line to train on",
                       "one JSON object per line, e.g. {\"" +
-                          (promptMode(c) ? c.data.prompt_field : c.data.text_field) + "\": \"...\"}");
+                          (promptMode(c) ? c.data.prompt_field : c.data.text_field) +
+                          "\": \"...\"}");
   return d;
 }
 
@@ -160,8 +160,8 @@ class DataLock {
   DataLock(const std::string& path, double timeout_s) {
     fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd_ < 0)
-      throw ConfigError("data.source", path, "cannot open data file: " +
-                                                 std::string(std::strerror(errno)));
+      throw ConfigError("data.source", path,
+                        "cannot open data file: " + std::string(std::strerror(errno)));
     const auto t0 = std::chrono::steady_clock::now();
     while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
       const double waited =
@@ -211,8 +211,8 @@ bool readCacheLogged(const TrainConfig& c, const std::string& cache, TokenizedDo
   if (!readCache(cache, d)) return false;
   d.cache_path = cache;
   d.cache_hit = true;
-  FTB_INFO("read the token ids of " << d.ids.size() << " documents of " << c.data.data_source << " ("
-                                    << tokenCount(d) << " tokens) from the cache " << cache
+  FTB_INFO("read the token ids of " << d.ids.size() << " documents of " << c.data.data_source
+                                    << " (" << tokenCount(d) << " tokens) from the cache " << cache
                                     << " in " << secondsSince(t0) << " s");
   return true;
 }
@@ -257,8 +257,8 @@ TokenizedDocs loadTextJsonl(const TrainConfig& c) {
     writeFileDurably(cache, serialize(d));
     d.cache_path = cache;
   } catch (const IoError& e) {
-    FTB_WARN("no token cache for " << c.data.data_source << " (every start tokenizes again): "
-                                   << e.what());
+    FTB_WARN("no token cache for " << c.data.data_source
+                                   << " (every start tokenizes again): " << e.what());
   }
   FTB_INFO("tokenized " << d.ids.size() << " documents of " << c.data.data_source << " (" << tokens
                         << " tokens) in " << s << " s with " << c.data.tokenizer

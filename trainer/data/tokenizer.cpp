@@ -43,9 +43,10 @@ const ShimApi& shim() {
   static std::once_flag once;
   std::call_once(once, [] {
 #if defined(__SANITIZE_ADDRESS__)
-    throw IoError("sentencepiece text datasets are not available in AddressSanitizer builds: "
-                  "ASan refuses dlopen(RTLD_DEEPBIND), which keeps sentencepiece's protobuf "
-                  "apart from libtorch's; use the release build");
+    throw IoError(
+        "sentencepiece text datasets are not available in AddressSanitizer builds: "
+        "ASan refuses dlopen(RTLD_DEEPBIND), which keeps sentencepiece's protobuf "
+        "apart from libtorch's; use the release build");
 #endif
     std::string tried;
     for (const std::string& p : shimCandidates()) {

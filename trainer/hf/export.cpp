@@ -3,14 +3,14 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <optional>
-#include <sstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
 
 #include "common/checkpoint_manifest.h"
-#include "common/config.h"
 #include "common/cli_args.h"
+#include "common/config.h"
 #include "common/error.h"
 #include "common/hf_config.h"
 #include "common/log.h"
@@ -31,8 +31,9 @@ ResumePoint resolveCheckpoint(const std::string& path) {
   std::vector<std::string> dirs{path};
   if (!fs::exists(fs::path(path) / kManifestName)) dirs = listCheckpointDirs(path);
   if (dirs.empty())
-    throw ConfigError("--checkpoint", "command line", path + " is not a checkpoint (no " +
-                      std::string(kManifestName) + ") and holds no step_N checkpoints",
+    throw ConfigError("--checkpoint", "command line",
+                      path + " is not a checkpoint (no " + std::string(kManifestName) +
+                          ") and holds no step_N checkpoints",
                       "pass a step_N directory or the run's checkpoints/ directory");
   std::string problems;
   for (const std::string& d : dirs) {
@@ -131,7 +132,8 @@ json sourceArchitecture(const json& source) {
   if (!source.is_object() ||
       source.value("architectures", json::array()) != json{"MistralForCausalLM"})
     return llama;
-  return {{"architectures", {"MistralForCausalLM"}}, {"model_type", "mistral"},
+  return {{"architectures", {"MistralForCausalLM"}},
+          {"model_type", "mistral"},
           {"sliding_window", source.value("sliding_window", json())}};
 }
 
@@ -170,15 +172,24 @@ int64_t tensorBytes(const HfParam& p, torch::ScalarType t) {
 }
 
 json configJson(const ModelArgs& a, const ResumePoint& rp, torch::ScalarType t, json arch) {
-  json c = {{"hidden_size", a.dim}, {"num_hidden_layers", a.n_layers},
-            {"num_attention_heads", a.n_heads}, {"num_key_value_heads", a.n_kv_heads},
-            {"intermediate_size", a.ffn_dim}, {"vocab_size", a.vocab_size},
-            {"max_position_embeddings", a.max_seq_len}, {"rope_theta", a.rope_theta},
-            {"rms_norm_eps", a.norm_eps}, {"tie_word_embeddings", a.tie_embeddings},
-            {"hidden_act", "silu"}, {"attention_bias", false}, {"mlp_bias", false},
-            {"rope_scaling", nullptr}, {"torch_dtype", hfTorchDtype(t)},
-            {"ftbench_export", {{"checkpoint", fs::absolute(rp.dir).string()},
-                                {"step", rp.manifest.state.count("step") ? rp.manifest.state.at("step") : -1}}}};
+  json c = {{"hidden_size", a.dim},
+            {"num_hidden_layers", a.n_layers},
+            {"num_attention_heads", a.n_heads},
+            {"num_key_value_heads", a.n_kv_heads},
+            {"intermediate_size", a.ffn_dim},
+            {"vocab_size", a.vocab_size},
+            {"max_position_embeddings", a.max_seq_len},
+            {"rope_theta", a.rope_theta},
+            {"rms_norm_eps", a.norm_eps},
+            {"tie_word_embeddings", a.tie_embeddings},
+            {"hidden_act", "silu"},
+            {"attention_bias", false},
+            {"mlp_bias", false},
+            {"rope_scaling", nullptr},
+            {"torch_dtype", hfTorchDtype(t)},
+            {"ftbench_export",
+             {{"checkpoint", fs::absolute(rp.dir).string()},
+              {"step", rp.manifest.state.count("step") ? rp.manifest.state.at("step") : -1}}}};
   arch.update(c);
   return arch;
 }
@@ -205,12 +216,15 @@ torch::Tensor readTensor(const ResumePoint& rp, const HfParam& p) {
   const std::string name = "model." + p.name;
   auto it = rp.manifest.tensors.find(name);
   if (it == rp.manifest.tensors.end() || it->second.shape != p.shape)
-    throw ConfigError("--checkpoint", rp.dir + "/" + kManifestName,
-                      "tensor '" + name + "' " + (it == rp.manifest.tensors.end()
-                          ? std::string("is missing")
-                          : "has shape " + shapeString(it->second.shape)) +
-                          ", expected " + shapeString(p.shape) + " from the recorded model.* keys");
-  std::vector<ckpt::StatePiece> pieces{{name, p.shape, {std::vector<int64_t>(p.shape.size(), 0), p.shape},
+    throw ConfigError(
+        "--checkpoint", rp.dir + "/" + kManifestName,
+        "tensor '" + name + "' " +
+            (it == rp.manifest.tensors.end() ? std::string("is missing")
+                                             : "has shape " + shapeString(it->second.shape)) +
+            ", expected " + shapeString(p.shape) + " from the recorded model.* keys");
+  std::vector<ckpt::StatePiece> pieces{{name,
+                                        p.shape,
+                                        {std::vector<int64_t>(p.shape.size(), 0), p.shape},
                                         torch::empty(p.shape, torch::kFloat32)}};
   try {
     Checkpointer::load(rp, pieces);
@@ -255,7 +269,8 @@ double loraNumber(const ResumePoint& rp, const RunConfig& run, const char* key) 
 LoraConfig loraOf(const ResumePoint& rp, const RunConfig& run) {
   LoraConfig l;
   for (const LoraTarget& t : loraTargets()) {
-    auto it = rp.manifest.tensors.find(std::string("model.layers.0.") + t.module + ".lora_A.weight");
+    auto it =
+        rp.manifest.tensors.find(std::string("model.layers.0.") + t.module + ".lora_A.weight");
     if (it == rp.manifest.tensors.end()) continue;
     l.targets.push_back(t.key);
     l.rank = it->second.shape.at(0);
@@ -285,15 +300,16 @@ int exportAdapter(const ExportOptions& o) {
   ResumePoint rp = resolveCheckpoint(o.checkpoint);
   const ModelArgs a = modelOf(rp);
   const RunConfig run = runConfig(rp);
-  const ExportDtype dt = o.dtype == "run" ? runDtype(run) : dtypeNamed(o.dtype, "--dtype " + o.dtype);
+  const ExportDtype dt =
+      o.dtype == "run" ? runDtype(run) : dtypeNamed(o.dtype, "--dtype " + o.dtype);
   const LoraConfig lora = loraOf(rp, run);
   writeAdapter(o.out, a, lora, baseModelOf(rp, run), dt.type, [&](const AdapterParam& p) {
     return readTensor(rp, HfParam{p.peft_name, p.name, p.shape});
   });
-  FTB_INFO("exported the LoRA adapter of " << rp.dir << " (step " << rp.manifest.state["step"]
-                                           << ", rank " << lora.rank << ", " << lora.targets.size()
-                                           << " targets, " << dt.name << "; " << dt.source
-                                           << ") to " << o.out << " as a PEFT adapter");
+  FTB_INFO("exported the LoRA adapter of "
+           << rp.dir << " (step " << rp.manifest.state["step"] << ", rank " << lora.rank << ", "
+           << lora.targets.size() << " targets, " << dt.name << "; " << dt.source << ") to "
+           << o.out << " as a PEFT adapter");
   return 1;
 }
 
@@ -308,19 +324,23 @@ int exportCheckpoint(const ExportOptions& o) {
   const ModelArgs a = modelOf(rp);
   if (!rp.manifest.tensors.count("model.tok_embeddings.weight") &&
       rp.manifest.tensors.count("model.layers.0.attention.wq.lora_A.weight") +
-              rp.manifest.tensors.count("model.layers.0.attention.wv.lora_A.weight") > 0)
+              rp.manifest.tensors.count("model.layers.0.attention.wv.lora_A.weight") >
+          0)
     throw ConfigError("--checkpoint", rp.dir + "/" + kManifestName,
                       "a LoRA checkpoint: it holds the adapters, not the base weights",
                       "trainer export --adapter writes its PEFT adapter directory");
   const RunConfig run = runConfig(rp);
-  const ExportDtype dt = o.dtype == "run" ? runDtype(run) : dtypeNamed(o.dtype, "--dtype " + o.dtype);
+  const ExportDtype dt =
+      o.dtype == "run" ? runDtype(run) : dtypeNamed(o.dtype, "--dtype " + o.dtype);
   const int64_t held = std::count_if(rp.manifest.tensors.begin(), rp.manifest.tensors.end(),
                                      [](const auto& t) { return t.first.rfind("model.", 0) == 0; });
   if (hfParamCount(a) > held)  // before a list of that size is built
     throw ConfigError("--checkpoint", rp.dir + "/" + kManifestName,
-                      "model.n_layers = " + std::to_string(a.n_layers) + " makes more tensors than the " +
-                          std::to_string(held) + " model tensors the checkpoint holds");
-  const std::vector<std::vector<HfParam>> shards = planShards(hfParams(a), o.max_shard_bytes, dt.type);
+                      "model.n_layers = " + std::to_string(a.n_layers) +
+                          " makes more tensors than the " + std::to_string(held) +
+                          " model tensors the checkpoint holds");
+  const std::vector<std::vector<HfParam>> shards =
+      planShards(hfParams(a), o.max_shard_bytes, dt.type);
   const fs::path tmp = o.out + ".tmp";
   fs::remove_all(tmp);
   fs::create_directories(tmp);
@@ -347,66 +367,74 @@ int exportCheckpoint(const ExportOptions& o) {
     }
   }
   if (n > 1)
-    writeFileDurably((tmp / kIndexFile).string(),
-                     json{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}}.dump(2) + "\n");
+    writeFileDurably(
+        (tmp / kIndexFile).string(),
+        json{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}}.dump(2) + "\n");
   fsyncPath(tmp.string());
   renameDurably(tmp.string(), o.out);
-  FTB_INFO("exported " << rp.dir << " (step " << rp.manifest.state["step"] << ", "
-                       << total << " bytes of " << dt.name << " weights; " << dt.source
-                       << ") to " << o.out << " in " << n << " safetensors file(s)");
+  FTB_INFO("exported " << rp.dir << " (step " << rp.manifest.state["step"] << ", " << total
+                       << " bytes of " << dt.name << " weights; " << dt.source << ") to " << o.out
+                       << " in " << n << " safetensors file(s)");
   return n;
 }
 
 int exportMain(const std::vector<std::string>& args) {
-  cxxopts::Options cli("trainer export", "Write a checkpoint as a Hugging Face model directory, or a LoRA run's adapters as a PEFT adapter directory.\n"
-                                         "  trainer export --checkpoint RUN/checkpoints/step_00000020 --out DIR [--adapter]");
-  cli.add_options()
-      ("checkpoint", "a step_N checkpoint directory, or a checkpoint directory (newest usable step)",
-       cxxopts::value<std::string>())
-      ("out", "new directory for config.json + safetensors", cxxopts::value<std::string>())
-      ("max-shard-mb", "split the weights into shards of at most this many MiB (default 5120)",
-       cxxopts::value<double>()->default_value("5120"))
-      ("adapter", "write the LoRA adapters of a LoRA run's checkpoint as a PEFT adapter directory "
-                  "(adapter_config.json + adapter_model.safetensors)")
-      ("dtype", "dtype of the written weights: run (the run's training.dtype, from its run.toml "
-                "beside the checkpoint; else fp32), fp32, bf16, fp16",
-       cxxopts::value<std::string>()->default_value("run"))
-      ("h,help", "show help");
+  cxxopts::Options cli(
+      "trainer export",
+      "Write a checkpoint as a Hugging Face model directory, or a LoRA run's adapters as a PEFT "
+      "adapter directory.\n"
+      "  trainer export --checkpoint RUN/checkpoints/step_00000020 --out DIR [--adapter]");
+  cli.add_options()("checkpoint",
+                    "a step_N checkpoint directory, or a checkpoint directory (newest usable step)",
+                    cxxopts::value<std::string>())(
+      "out", "new directory for config.json + safetensors", cxxopts::value<std::string>())(
+      "max-shard-mb", "split the weights into shards of at most this many MiB (default 5120)",
+      cxxopts::value<double>()->default_value("5120"))(
+      "adapter",
+      "write the LoRA adapters of a LoRA run's checkpoint as a PEFT adapter directory "
+      "(adapter_config.json + adapter_model.safetensors)")(
+      "dtype",
+      "dtype of the written weights: run (the run's training.dtype, from its run.toml "
+      "beside the checkpoint; else fp32), fp32, bf16, fp16",
+      cxxopts::value<std::string>()->default_value("run"))("h,help", "show help");
   std::vector<std::string> words{"trainer export"};
   words.insert(words.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (std::string& w : words) argv.push_back(w.data());
-  return guardedCli(cli, [&]() -> std::optional<int> {
-    cxxopts::ParseResult r;
-    try {
-      r = cli.parse(int(argv.size()), argv.data());
-    } catch (const cxxopts::exceptions::exception& e) {
-      throw cliError(cli, e, words);
-    }
-    if (r.count("help")) {
-      std::cout << cli.help();
-      return 0;
-    }
-    for (const char* k : {"checkpoint", "out"})
-      if (!r.count(k))
-        throw ConfigError(std::string("--") + k, "command line", "missing",
-                          "trainer export --checkpoint STEP_DIR --out DIR");
-    const double mb = r["max-shard-mb"].as<double>();
-    if (!(mb > 0)) {
-      std::ostringstream got;
-      got << mb;
-      throw ConfigError("--max-shard-mb", "command line", "must be > 0, got " + got.str(),
-                        optionHint(cli, "--max-shard-mb"));
-    }
-    ExportOptions opts;
-    opts.checkpoint = r["checkpoint"].as<std::string>();
-    opts.out = r["out"].as<std::string>();
-    opts.max_shard_bytes = int64_t(mb * (1 << 20));
-    opts.dtype = r["dtype"].as<std::string>();
-    opts.adapter = r.count("adapter") > 0;
-    exportCheckpoint(opts);
-    return 0;  // a manifest value that is not a number: std::exception, exit 1
-  }).value_or(0);
+  return guardedCli(cli,
+                    [&]() -> std::optional<int> {
+                      cxxopts::ParseResult r;
+                      try {
+                        r = cli.parse(int(argv.size()), argv.data());
+                      } catch (const cxxopts::exceptions::exception& e) {
+                        throw cliError(cli, e, words);
+                      }
+                      if (r.count("help")) {
+                        std::cout << cli.help();
+                        return 0;
+                      }
+                      for (const char* k : {"checkpoint", "out"})
+                        if (!r.count(k))
+                          throw ConfigError(std::string("--") + k, "command line", "missing",
+                                            "trainer export --checkpoint STEP_DIR --out DIR");
+                      const double mb = r["max-shard-mb"].as<double>();
+                      if (!(mb > 0)) {
+                        std::ostringstream got;
+                        got << mb;
+                        throw ConfigError("--max-shard-mb", "command line",
+                                          "must be > 0, got " + got.str(),
+                                          optionHint(cli, "--max-shard-mb"));
+                      }
+                      ExportOptions opts;
+                      opts.checkpoint = r["checkpoint"].as<std::string>();
+                      opts.out = r["out"].as<std::string>();
+                      opts.max_shard_bytes = int64_t(mb * (1 << 20));
+                      opts.dtype = r["dtype"].as<std::string>();
+                      opts.adapter = r.count("adapter") > 0;
+                      exportCheckpoint(opts);
+                      return 0;  // a manifest value that is not a number: std::exception, exit 1
+                    })
+      .value_or(0);
 }
 
 }  // namespace ftb::hf

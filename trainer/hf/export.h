@@ -10,17 +10,17 @@
 // converted to `dtype` (fp32 | bf16 | fp16, round to nearest even; "run" = the
 // training.dtype of the run the checkpoint belongs to, read from <run>/run.toml when the
 // checkpoint sits in its default place <run>/checkpoints/step_N and the directory's name is
-// the manifest's tag, else fp32, which is also the master weights' own dtype): one model.safetensors, or,
-// when they exceed max_shard_bytes, model-0000K-of-0000N.safetensors shards plus
-// model.safetensors.index.json. Each global tensor is assembled from the checkpoint's
-// slices (Checkpointer::load, resharding to one whole tensor) one at a time. Everything
-// is written into out.tmp and renamed to `out` only when complete. Bad input (missing or
-// damaged checkpoint, existing out) -> ConfigError (exit 2); write failures -> IoError.
-// With `adapter` (a LoRA run's checkpoint, which holds only the adapters): writeAdapter
-// (peft_adapter.h) of its tensors instead, rank and targets read from the tensors, alpha
-// and dropout from the manifest's lora.* record (else the run.toml beside it), the base
-// model from model.from_pretrained; a checkpoint without adapters -> ConfigError. A full
-// export of a LoRA checkpoint is refused (ConfigError) with a hint to --adapter.
+// the manifest's tag, else fp32, which is also the master weights' own dtype): one
+// model.safetensors, or, when they exceed max_shard_bytes, model-0000K-of-0000N.safetensors shards
+// plus model.safetensors.index.json. Each global tensor is assembled from the checkpoint's slices
+// (Checkpointer::load, resharding to one whole tensor) one at a time. Everything is written into
+// out.tmp and renamed to `out` only when complete. Bad input (missing or damaged checkpoint,
+// existing out) -> ConfigError (exit 2); write failures -> IoError. With `adapter` (a LoRA run's
+// checkpoint, which holds only the adapters): writeAdapter (peft_adapter.h) of its tensors instead,
+// rank and targets read from the tensors, alpha and dropout from the manifest's lora.* record (else
+// the run.toml beside it), the base model from model.from_pretrained; a checkpoint without adapters
+// -> ConfigError. A full export of a LoRA checkpoint is refused (ConfigError) with a hint to
+// --adapter.
 #pragma once
 
 #include <cstdint>
@@ -31,7 +31,7 @@ namespace ftb::hf {
 
 struct ExportOptions {
   std::string checkpoint, out;
-  std::string dtype = "run";  // "run" | "fp32" | "bf16" | "fp16"
+  std::string dtype = "run";                   // "run" | "fp32" | "bf16" | "fp16"
   int64_t max_shard_bytes = int64_t{5} << 30;  // HF save_pretrained's default is 5 GB
   bool adapter = false;  // --adapter: a LoRA checkpoint's adapters as a PEFT directory
 };

@@ -43,7 +43,8 @@ std::map<std::string, std::string> readIndex(const std::string& dir) {
   std::map<std::string, std::string> m;
   for (const auto& [name, file] : j["weight_map"].items()) {
     if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos)
-      fail(path, "tensor '" + name + "': expected a file name in this directory, found " + file.dump());
+      fail(path,
+           "tensor '" + name + "': expected a file name in this directory, found " + file.dump());
     m[name] = file.get<std::string>();
   }
   return m;
@@ -55,7 +56,8 @@ std::vector<HfParam> hfParams(const ModelArgs& a) {
   const int64_t D = a.dim, hd = a.headDim(), F = a.ffn_dim;
   std::vector<HfParam> v{{"model.embed_tokens.weight", "tok_embeddings.weight", {a.vocab_size, D}}};
   for (int64_t l = 0; l < a.n_layers; ++l) {
-    const std::string h = "model.layers." + std::to_string(l) + ".", t = "layers." + std::to_string(l) + ".";
+    const std::string h = "model.layers." + std::to_string(l) + ".",
+                      t = "layers." + std::to_string(l) + ".";
     v.push_back({h + "input_layernorm.weight", t + "attention_norm.weight", {D}});
     v.push_back({h + "self_attn.q_proj.weight", t + "attention.wq.weight", {a.n_heads * hd, D}});
     v.push_back({h + "self_attn.k_proj.weight", t + "attention.wk.weight", {a.n_kv_heads * hd, D}});
@@ -110,16 +112,17 @@ PretrainedModel PretrainedModel::open(const std::string& dir, const ModelArgs& a
     const SafetensorsFile* f = pm.files_.back().get();
     for (const auto& [t, st] : f->tensors()) {
       if (ignoredBuffer(t)) continue;
-      if (holder.count(t))
-        fail(f->path(), "tensor '" + t + "' is also in " + holder[t]->path());
+      if (holder.count(t)) fail(f->path(), "tensor '" + t + "' is also in " + holder[t]->path());
       if (sharded && index.count(t) && index[t] != n)
-        fail(f->path(), "tensor '" + t + "' is here, but " + kIndexFile + " places it in " + index[t]);
+        fail(f->path(),
+             "tensor '" + t + "' is here, but " + kIndexFile + " places it in " + index[t]);
       holder[t] = f;
     }
   }
   for (const auto& [t, f] : index)
     if (!holder.count(t))
-      fail((fs::path(dir) / f).string(), "tensor '" + t + "' listed in " + kIndexFile + " is missing");
+      fail((fs::path(dir) / f).string(),
+           "tensor '" + t + "' listed in " + kIndexFile + " is missing");
   pm.checkTensors(a, holder);
   return pm;
 }
@@ -144,8 +147,9 @@ void PretrainedModel::checkTensors(const ModelArgs& a,
     expected.insert(p.hf_name);
     auto it = holder.find(p.hf_name);
     if (it == holder.end())
-      fail(dir_, "tensor '" + p.hf_name + "' (shape " + shapeString(p.shape) +
-                     ") is missing from the safetensors files",
+      fail(dir_,
+           "tensor '" + p.hf_name + "' (shape " + shapeString(p.shape) +
+               ") is missing from the safetensors files",
            "the weights must match config.json (" + std::to_string(a.n_layers) +
                " layers, tie_word_embeddings=" + (a.tie_embeddings ? "true" : "false") + ")");
     const StTensor& st = it->second->tensors().at(p.hf_name);
@@ -156,9 +160,9 @@ void PretrainedModel::checkTensors(const ModelArgs& a,
   }
   for (const auto& [t, f] : holder)
     if (!expected.count(t))
-      fail(f->path(), "unexpected tensor '" + t + "': not a parameter of this " +
-                          std::to_string(a.n_layers) + "-layer Llama with tie_word_embeddings=" +
-                          (a.tie_embeddings ? "true" : "false"),
+      fail(f->path(),
+           "unexpected tensor '" + t + "': not a parameter of this " + std::to_string(a.n_layers) +
+               "-layer Llama with tie_word_embeddings=" + (a.tie_embeddings ? "true" : "false"),
            "ftbench loads exactly the parameters of LlamaForCausalLM / MistralForCausalLM");
 }
 
@@ -174,7 +178,8 @@ PretrainedModel::LoadStats PretrainedModel::load(std::vector<ckpt::StatePiece>& 
       continue;
     }
     const auto& [file, hp] = found->second;
-    TORCH_CHECK(p.global_shape == hp.shape, "internal: ", p.name, " global shape differs from ", hp.hf_name);
+    TORCH_CHECK(p.global_shape == hp.shape, "internal: ", p.name, " global shape differs from ",
+                hp.hf_name);
     torch::Tensor src = file->view(hp.hf_name);
     for (size_t d = 0; d < p.box.offset.size(); ++d)
       src = src.narrow(int64_t(d), p.box.offset[d], p.box.size[d]);
@@ -206,7 +211,8 @@ void loadPretrained(const TrainConfig& tc, const Mesh& mesh, GradSync& sync) {
   const double t0 = nowSeconds();
   const int64_t rss0 = currentRssBytes();
   std::vector<ckpt::StatePiece> pieces = ckpt::collectModelState(sync, mesh.tp_rank, mesh.tp);
-  const PretrainedModel::LoadStats st = PretrainedModel::open(tc.from_pretrained, tc.model).load(pieces);
+  const PretrainedModel::LoadStats st =
+      PretrainedModel::open(tc.from_pretrained, tc.model).load(pieces);
   sync.paramsLoaded();
   FTB_INFO("loaded " << tc.from_pretrained << ": " << st.bytes << " bytes read by this rank in "
                      << nowSeconds() - t0 << " s; RSS " << (rss0 >> 20) << " MiB before loading, "
@@ -219,8 +225,9 @@ void checkOnThisRank(const TrainConfig& tc, const DistEnv& env) {
   const int64_t window = hfSlidingWindow(tc.from_pretrained);
   if (window > 0 && window < tc.data.seq_len)
     throw ConfigError("data.seq_len", tc.from_pretrained + "/" + kHfConfigName,
-                      "sliding_window " + std::to_string(window) + " is shorter than data.seq_len " +
-                          std::to_string(tc.data.seq_len) + "; ftbench attends over the whole sequence",
+                      "sliding_window " + std::to_string(window) +
+                          " is shorter than data.seq_len " + std::to_string(tc.data.seq_len) +
+                          "; ftbench attends over the whole sequence",
                       "set data.seq_len <= " + std::to_string(window));
   const PretrainedModel pm = PretrainedModel::open(tc.from_pretrained, tc.model);
   // A NaN weight would train as "diverged, lower the learning rate": refused here instead.

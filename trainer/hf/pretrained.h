@@ -70,7 +70,8 @@ class PretrainedModel {
 
  private:
   // Expected tensors present with their shapes, nothing else (holder: HF name -> file).
-  void checkTensors(const ModelArgs& a, const std::map<std::string, const SafetensorsFile*>& holder);
+  void checkTensors(const ModelArgs& a,
+                    const std::map<std::string, const SafetensorsFile*>& holder);
 
   std::string dir_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;

@@ -11,9 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include "common/checked_math.h"
-#include "common/safetensors_header.h"
 #include "common/checkpoint_manifest.h"
 #include "common/error.h"
+#include "common/safetensors_header.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors data is little-endian; this reader copies it as host-order bytes"
@@ -44,10 +44,14 @@ torch::ScalarType scalarTypeOf(const std::string& dt) {
 
 std::string stDtypeOf(torch::ScalarType t) {
   switch (t) {
-    case torch::kFloat32: return "F32";
-    case torch::kFloat16: return "F16";
-    case torch::kBFloat16: return "BF16";
-    default: throw IoError(std::string("safetensors: cannot write dtype ") + c10::toString(t));
+    case torch::kFloat32:
+      return "F32";
+    case torch::kFloat16:
+      return "F16";
+    case torch::kBFloat16:
+      return "BF16";
+    default:
+      throw IoError(std::string("safetensors: cannot write dtype ") + c10::toString(t));
   }
 }
 
@@ -65,8 +69,8 @@ SafetensorsFile::SafetensorsFile(std::string path, std::string key)
   if (size_ < 8) {
     ::close(fd_);
     fd_ = -1;
-    fail(key_, path_, "truncated: " + std::to_string(size_) +
-                    " bytes, shorter than the 8-byte header length");
+    fail(key_, path_,
+         "truncated: " + std::to_string(size_) + " bytes, shorter than the 8-byte header length");
   }
   void* m = mmap(nullptr, size_t(size_), PROT_READ, MAP_PRIVATE, fd_, 0);
   if (m == MAP_FAILED) {
@@ -144,7 +148,8 @@ void SafetensorsWriter::write(const torch::Tensor& t) {
   int64_t left = d.end - d.begin;
   while (left > 0) {
     ssize_t w = ::write(fd_, p, size_t(std::min<int64_t>(left, int64_t(1) << 30)));
-    if (w <= 0) throw IoError("writing " + path_ + " (tensor " + d.name + "): " + std::strerror(errno));
+    if (w <= 0)
+      throw IoError("writing " + path_ + " (tensor " + d.name + "): " + std::strerror(errno));
     p += w;
     left -= w;
   }

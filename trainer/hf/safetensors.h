@@ -29,7 +29,7 @@ using ftb::shapeString;
 using ftb::StTensor;  // common/safetensors_header.h
 
 torch::ScalarType scalarTypeOf(const std::string& st_dtype);  // REQUIRES: a valid dtype
-std::string stDtypeOf(torch::ScalarType t);                    // kFloat32 -> "F32", ...
+std::string stDtypeOf(torch::ScalarType t);                   // kFloat32 -> "F32", ...
 
 class SafetensorsFile {
  public:

@@ -2,12 +2,12 @@
 
 #include <ATen/Parallel.h>
 
-#include "trainer/kernels/clones.h"
-
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <vector>
+
+#include "trainer/kernels/clones.h"
 
 namespace ftb {
 namespace {
@@ -180,7 +180,8 @@ void rmsForward(const torch::Tensor& x, const torch::Tensor& w, double eps, torc
         std::vector<float> xb, yb;
         for (int64_t r = b; r < e; ++r) {
           const float* xr = asFloat(xp + r * d, d, xb);
-          float inv = 1.0f / std::sqrt(dot(xr, xr, d) / static_cast<float>(d) + static_cast<float>(eps));
+          float inv =
+              1.0f / std::sqrt(dot(xr, xr, d) / static_cast<float>(d) + static_cast<float>(eps));
           rs[r] = inv;
           float* yr = outFloat(yp + r * d, d, yb);
           normRow(xr, wp, inv, yr, d);
@@ -361,7 +362,8 @@ void causalSoftmaxBwd(const torch::Tensor& p, const torch::Tensor& g, torch::Ten
 struct CausalSoftmaxFn : public torch::autograd::Function<CausalSoftmaxFn> {
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor scores, int64_t out_dtype) {
     torch::Tensor sc = scores.contiguous();
-    torch::Tensor p = torch::empty(sc.sizes(), sc.options().dtype(static_cast<torch::ScalarType>(out_dtype)));
+    torch::Tensor p =
+        torch::empty(sc.sizes(), sc.options().dtype(static_cast<torch::ScalarType>(out_dtype)));
     causalSoftmaxFwd(sc, p);
     ctx->save_for_backward({p});
     ctx->saved_data["in_dtype"] = static_cast<int64_t>(scores.scalar_type());
@@ -419,7 +421,8 @@ struct SwiGluFn : public torch::autograd::Function<SwiGluFn> {
       forChunks(a.numel(), [&](int64_t i, int64_t n) {
         std::vector<float> x, y, w, u, v;
         float *oa = outFloat(gap + i, n, u), *ob = outFloat(gbp + i, n, v);
-        swigluBackRow(asFloat(ap + i, n, x), asFloat(bp + i, n, y), asFloat(gp + i, n, w), oa, ob, n);
+        swigluBackRow(asFloat(ap + i, n, x), asFloat(bp + i, n, y), asFloat(gp + i, n, w), oa, ob,
+                      n);
         storeRow(gap + i, oa, n);
         storeRow(gbp + i, ob, n);
       });
@@ -499,7 +502,8 @@ namespace composed {
 torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps,
                       torch::ScalarType out_dtype) {
   const torch::Tensor xf = x.to(torch::kFloat32);
-  return (xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps) * weight.to(torch::kFloat32))
+  return (xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps) *
+          weight.to(torch::kFloat32))
       .to(out_dtype);
 }
 
@@ -507,15 +511,19 @@ torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& cos, const torch
                    double scale) {
   const int64_t T = x.size(2), half = x.size(3) / 2;
   const torch::Tensor xf = x.to(torch::kFloat32);
-  const torch::Tensor c = cos.narrow(0, 0, T).to(torch::kFloat32), s = sin.narrow(0, 0, T).to(torch::kFloat32);
+  const torch::Tensor c = cos.narrow(0, 0, T).to(torch::kFloat32),
+                      s = sin.narrow(0, 0, T).to(torch::kFloat32);
   const torch::Tensor x1 = xf.narrow(-1, 0, half), x2 = xf.narrow(-1, half, half);
-  return (torch::cat({x1 * c - x2 * s, x2 * c + x1 * s}, -1) * scale).to(x.scalar_type()).contiguous();
+  return (torch::cat({x1 * c - x2 * s, x2 * c + x1 * s}, -1) * scale)
+      .to(x.scalar_type())
+      .contiguous();
 }
 
 torch::Tensor causalSoftmax(const torch::Tensor& scores, torch::ScalarType out_dtype) {
   const int64_t T = scores.size(-1);
   const torch::Tensor masked =
-      torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(scores.device())).triu(1);
+      torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(scores.device()))
+          .triu(1);
   return scores.to(torch::kFloat32)
       .masked_fill(masked, -std::numeric_limits<float>::infinity())
       .softmax(-1)

@@ -24,8 +24,8 @@ class OpenBlas {
   virtual ~OpenBlas() = default;
   // REQUIRES: m, n, k >= 1; lda/ldb/ldc >= the row lengths of the stored matrices.
   virtual void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                     const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
-                     float* c, int64_t ldc) const = 0;
+                     const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                     int64_t ldc) const = 0;
   // "OpenBLAS 0.3.21 DYNAMIC_ARCH ... (core Cooperlake)".
   virtual std::string describe() const = 0;
 };

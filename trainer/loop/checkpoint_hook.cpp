@@ -3,8 +3,8 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "trainer/loop/stop.h"
-#include "trainer/model/linear.h"
 #include "trainer/metrics/perf.h"
+#include "trainer/model/linear.h"
 
 namespace ftb {
 
@@ -78,8 +78,8 @@ void CheckpointHook::onStepEnd(TrainContext& ctx, const StepEnd& end) {
     FTB_INFO("checkpoint " << last_dir_ << " saved in " << saver_->lastSaveSeconds() << " s ("
                            << saver_->lastSaveBytes() << " bytes on rank 0)");
   // One line per rank, parsed by scripts/bench_ckpt_report.py.
-  FTB_INFO("checkpoint save: rank " << rank_ << " wrote " << saver_->lastSaveBytes()
-                                    << " bytes in " << saver_->lastWriteSeconds()
+  FTB_INFO("checkpoint save: rank " << rank_ << " wrote " << saver_->lastSaveBytes() << " bytes in "
+                                    << saver_->lastWriteSeconds()
                                     << " s (serialize, write, fsync, checksum); whole save "
                                     << saver_->lastSaveSeconds() << " s");
 }

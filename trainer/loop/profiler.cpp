@@ -2,11 +2,10 @@
 
 #include <torch/csrc/autograd/profiler_legacy.h>
 
-#include <nlohmann/json.hpp>
-
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <unordered_map>
 
 #include "common/error.h"
@@ -77,11 +76,11 @@ void StepProfiler::stop(int64_t last_step) {
   prof::thread_event_lists lists = prof::disableProfilerLegacy();
   nlohmann::json trace;
   trace["traceEvents"] = toChromeEvents(lists, rank_);
-  trace["traceEvents"].push_back({{"name", "process_name"},
-                                  {"ph", "M"},
-                                  {"pid", rank_},
-                                  {"args", {{"name", "rank " + std::to_string(rank_) + " (" +
-                                                         hostName() + ")"}}}});
+  trace["traceEvents"].push_back(
+      {{"name", "process_name"},
+       {"ph", "M"},
+       {"pid", rank_},
+       {"args", {{"name", "rank " + std::to_string(rank_) + " (" + hostName() + ")"}}}});
   trace["displayTimeUnit"] = "ms";
   trace["ftbench"] = {{"rank", rank_},
                       {"first_step", first_},

@@ -19,15 +19,36 @@
 namespace ftb {
 namespace {
 
-const char* kMetrics[] = {"step", "time_s", "step_time_s", "data_s", "forward_s", "backward_s",
-                          "optimizer_s", "comm_s", "agree_s", "loss", "grad_norm", "lr",
-                          "tokens_padded", "tokens_dataset", "tokens_per_s_padded",
-                          "tokens_per_s_dataset", "tokens_per_s_per_device", "mfu", "gemm_efficiency",
+const char* kMetrics[] = {"step",
+                          "time_s",
+                          "step_time_s",
+                          "data_s",
+                          "forward_s",
+                          "backward_s",
+                          "optimizer_s",
+                          "comm_s",
+                          "agree_s",
+                          "loss",
+                          "grad_norm",
+                          "lr",
+                          "tokens_padded",
+                          "tokens_dataset",
+                          "tokens_per_s_padded",
+                          "tokens_per_s_dataset",
+                          "tokens_per_s_per_device",
+                          "mfu",
+                          "gemm_efficiency",
                           "flops_per_token",
-                          "rss_bytes", "peak_rss_bytes",
-                          "pp_bubble_s", "pp_bubble_fraction", "pp_p2p_bytes",
-                          "interference", "runqueue_wait_frac", "cpu_steal_frac",
-                          "other_load_cpus", "involuntary_switches"};
+                          "rss_bytes",
+                          "peak_rss_bytes",
+                          "pp_bubble_s",
+                          "pp_bubble_fraction",
+                          "pp_p2p_bytes",
+                          "interference",
+                          "runqueue_wait_frac",
+                          "cpu_steal_frac",
+                          "other_load_cpus",
+                          "involuntary_switches"};
 bool isIntMetric(const std::string& m) {
   return m == "step" || m == "tokens_padded" || m == "tokens_dataset" || m == "rss_bytes" ||
          m == "peak_rss_bytes" || m == "pp_p2p_bytes";
@@ -137,9 +158,15 @@ void KeptPagesBound::purge(int64_t kept, int64_t step) {
 
 StepLog::StepLog(const TrainConfig& tc, MetricsFile& metrics, const RunPeaks& peaks, int rank,
                  int world)
-    : tc_(tc), metrics_(metrics), mfu_peak_(peaks.mfuPeak()), gemm_peak_(peaks.gemmPeak()),
+    : tc_(tc),
+      metrics_(metrics),
+      mfu_peak_(peaks.mfuPeak()),
+      gemm_peak_(peaks.gemmPeak()),
       flops_per_token_(trainingFlops(tc.model, tc.lora, tc.data.seq_len).per_token),
-      t_start_(nowSeconds()), rank_(rank), world_(world), interference_(at::get_num_threads()) {
+      t_start_(nowSeconds()),
+      rank_(rank),
+      world_(world),
+      interference_(at::get_num_threads()) {
   for (const char* m : kMetrics) metrics_.declareMetric(m, isIntMetric(m));
   const FlopsCount f = trainingFlops(tc.model, tc.lora, tc.data.seq_len);
   metrics_.setRootAttr("flops_formula", f.formula);
@@ -206,10 +233,16 @@ void StepLog::record(int64_t step, const StepRecord& r) {
   sum_.steps = step + 1;
   if (step >= tc_.metrics.skip_first_steps) {
     step_times_.push_back(r.total);
-    for (auto [a, b] : {std::pair{&acc_.data, r.data}, {&acc_.fwd, r.fwd}, {&acc_.bwd, r.bwd},
-                        {&acc_.opt, r.opt}, {&acc_.comm, r.comm}, {&acc_.total, r.total},
-                        {&acc_.padded, r.padded}, {&acc_.dataset, r.dataset},
-                        {&acc_.bubble, r.bubble}, {&acc_.pipe, r.pipe},
+    for (auto [a, b] : {std::pair{&acc_.data, r.data},
+                        {&acc_.fwd, r.fwd},
+                        {&acc_.bwd, r.bwd},
+                        {&acc_.opt, r.opt},
+                        {&acc_.comm, r.comm},
+                        {&acc_.total, r.total},
+                        {&acc_.padded, r.padded},
+                        {&acc_.dataset, r.dataset},
+                        {&acc_.bubble, r.bubble},
+                        {&acc_.pipe, r.pipe},
                         {&acc_.p2p_bytes, r.p2p_bytes}})
       *a += b;
   }
@@ -224,14 +257,13 @@ void StepLog::printProgress(int64_t step, const StepRecord& r, double tps_padded
   const double eta = done > 0 ? elapsed / done * double(tc_.training.max_steps - step - 1) : 0;
   std::ostringstream os;
   os << std::fixed << "step " << step + 1 << "/" << tc_.training.max_steps << " | loss "
-     << std::setprecision(5) << r.loss << " | global tok/s " << std::setprecision(0)
-     << tps_padded << " padded, " << tps_dataset << " dataset | MFU " << pct(mfu)
-     << " (hw peak), GEMM eff " << pct(gemm_eff) << " | step " << std::setprecision(3) << r.total << " s (fwd "
+     << std::setprecision(5) << r.loss << " | global tok/s " << std::setprecision(0) << tps_padded
+     << " padded, " << tps_dataset << " dataset | MFU " << pct(mfu) << " (hw peak), GEMM eff "
+     << pct(gemm_eff) << " | step " << std::setprecision(3) << r.total << " s (fwd "
      << std::setprecision(0) << 100 * r.fwd / r.total << "% bwd " << 100 * r.bwd / r.total
      << "% opt " << 100 * r.opt / r.total << "% comm " << 100 * r.comm / r.total
-     << "%) | interference " << pct(interf_last_) << " | rss "
-     << currentRssBytes() / (1 << 20) << " MiB | elapsed " << std::setprecision(1) << elapsed
-     << " s, ETA " << eta << " s";
+     << "%) | interference " << pct(interf_last_) << " | rss " << currentRssBytes() / (1 << 20)
+     << " MiB | elapsed " << std::setprecision(1) << elapsed << " s, ETA " << eta << " s";
   FTB_INFO(os.str());
 }
 
@@ -267,10 +299,10 @@ void StepLog::finishInterference(Comm& world, TrainSummary& s) {
       (interf_measured_.empty() ? interf_all_ : interf_measured_).figures();
   constexpr double kNone = -1;  // not measured on that rank
   auto known = [](double v) { return std::isnan(v) ? kNone : v; };
-  torch::Tensor row = torch::tensor({known(mine.interference), known(mine.wait_frac),
-                                     known(mine.steal_frac), known(mine.other_load),
-                                     known(mine.nivcsw), mine.wall_s},
-                                    torch::kFloat64);
+  torch::Tensor row =
+      torch::tensor({known(mine.interference), known(mine.wait_frac), known(mine.steal_frac),
+                     known(mine.other_load), known(mine.nivcsw), mine.wall_s},
+                    torch::kFloat64);
   torch::Tensor all = torch::zeros({world_, 6}, torch::kFloat64);
   world.allGather(all, row);
   const int64_t worst = all.select(1, 0).argmax().item<int64_t>();
@@ -284,9 +316,8 @@ void StepLog::finishInterference(Comm& world, TrainSummary& s) {
   s.interference_rank = std::isnan(w.interference) ? -1 : static_cast<int>(worst);
   s.interference_text = describeInterference(w, interference_.boundCpus().size());
   if (w.interference > tc_.metrics.max_interference)
-    s.noisy = s.interference_text + " on rank " +
-              std::to_string(worst) + " > metrics.max_interference " +
-              formatFixed(100 * tc_.metrics.max_interference, 1) +
+    s.noisy = s.interference_text + " on rank " + std::to_string(worst) +
+              " > metrics.max_interference " + formatFixed(100 * tc_.metrics.max_interference, 1) +
               " %: other work held this run's CPUs, so its times overstate the layout's";
   metrics_.setRootAttr("interference", w.interference);
   metrics_.setRootAttr("interference_rank", int64_t{s.interference_rank});
@@ -347,10 +378,10 @@ void StepLog::finishMemory(Comm& world, TrainSummary& s) {
     metrics_.setRootAttr("device_peak_allocated_bytes", dev.allocated);
     metrics_.setRootAttr("device_peak_reserved_bytes", dev.reserved);
   }
-  torch::Tensor mine = torch::tensor({double(peakRssBytes()), std::isnan(g) ? kNone : g,
-                                      rss_.slopeMibPerS(), double(dev.allocated),
-                                      double(dev.reserved)},
-                                     torch::kFloat64);
+  torch::Tensor mine =
+      torch::tensor({double(peakRssBytes()), std::isnan(g) ? kNone : g, rss_.slopeMibPerS(),
+                     double(dev.allocated), double(dev.reserved)},
+                    torch::kFloat64);
   torch::Tensor all = torch::zeros({world_, 5}, torch::kFloat64);
   world.allGather(all, mine);
   s.peak_rss_max = all.select(1, 0).max().item<double>();
@@ -378,37 +409,35 @@ void measuredRows(std::ostream& os, const TrainConfig& tc, const TrainSummary& s
   summaryRow(os, "tokens/s (dataset, global)", formatFixed(s.tokens_per_s_dataset, 1));
   summaryRow(os, "tokens/s per device", formatFixed(s.tokens_per_s_padded / world, 1));
   summaryRow(os, "MFU (hardware peak)",
-             !peaks.check.ok     ? "not reported: " + peaks.check.message
-             : std::isnan(s.mfu) ? "not reported: " + peaks.hw.source
-                                 : formatFixed(100 * s.mfu, 1) + " % of " +
-                                       formatFixed(peaks.hw.flops / 1e9, 1) + " GFLOP/s (" +
-                                       peaks.hw.source + ")");
+             !peaks.check.ok ? "not reported: " + peaks.check.message
+             : std::isnan(s.mfu)
+                 ? "not reported: " + peaks.hw.source
+                 : formatFixed(100 * s.mfu, 1) + " % of " + formatFixed(peaks.hw.flops / 1e9, 1) +
+                       " GFLOP/s (" + peaks.hw.source + ")");
   summaryRow(os, "GEMM efficiency",
              std::isnan(s.gemm_efficiency)
                  ? "not reported: " + peaks.gemm_source
                  : formatFixed(100 * s.gemm_efficiency, 1) + " % of " +
-                       formatFixed(peaks.gemm_flops / 1e9, 1) + " GFLOP/s (" +
-                       peaks.gemm_source +
-                       (peaks.gemm_end > 0
-                            ? ", after the last step " + formatFixed(peaks.gemm_end / 1e9, 1) +
-                                  " GFLOP/s"
-                            : std::string()) +
+                       formatFixed(peaks.gemm_flops / 1e9, 1) + " GFLOP/s (" + peaks.gemm_source +
+                       (peaks.gemm_end > 0 ? ", after the last step " +
+                                                 formatFixed(peaks.gemm_end / 1e9, 1) + " GFLOP/s"
+                                           : std::string()) +
                        ")");
   if (!peaks.gemm_warning.empty()) summaryRow(os, "GEMM warning", peaks.gemm_warning);
   summaryRow(os, "step time p50 / p90",
              formatFixed(s.step_p50, 4) + " / " + formatFixed(s.step_p90, 4) + " s");
   summaryRow(os, "breakdown",
-             "data " + formatFixed(100 * s.data_frac, 1) + "%, fwd " + formatFixed(100 * s.fwd_frac, 1) +
-                 "%, bwd " + formatFixed(100 * s.bwd_frac, 1) + "%, opt " +
-                 formatFixed(100 * s.opt_frac, 1) + "%, comm " + formatFixed(100 * s.comm_frac, 1) + "%");
+             "data " + formatFixed(100 * s.data_frac, 1) + "%, fwd " +
+                 formatFixed(100 * s.fwd_frac, 1) + "%, bwd " + formatFixed(100 * s.bwd_frac, 1) +
+                 "%, opt " + formatFixed(100 * s.opt_frac, 1) + "%, comm " +
+                 formatFixed(100 * s.comm_frac, 1) + "%");
 }
 
 // The measured bubble beside the schedule's theory, and the activation traffic.
 void pipelineRows(std::ostream& os, const TrainConfig& tc, const TrainSummary& s) {
   const PipePlan plan = pipePlanOf(tc);
-  const std::string formula = plan.schedule == PipeSchedule::kInterleaved1F1B
-                                  ? "(p-1)/(m+p-1)/v"
-                                  : "(p-1)/(m+p-1)";
+  const std::string formula =
+      plan.schedule == PipeSchedule::kInterleaved1F1B ? "(p-1)/(m+p-1)/v" : "(p-1)/(m+p-1)";
   summaryRow(os, "pipeline bubble",
              formatFixed(100 * s.bubble_frac_min, 1) + " - " +
                  formatFixed(100 * s.bubble_frac_max, 1) +
@@ -443,16 +472,19 @@ void printSummary(const TrainConfig& tc, const TrainSummary& s, const RunPeaks& 
     os << "; the run has done " << s.steps << " steps over all its attempts, which "
        << "`sweep_tagger aggregate` covers";
   os << ") ==\n";
-  summaryRow(os, "model", tc.model.name + " (" + formatFixed(tc.model.numParams() / 1e6, 2) +
-                              " M params)");
+  summaryRow(os, "model",
+             tc.model.name + " (" + formatFixed(tc.model.numParams() / 1e6, 2) + " M params)");
   summaryRow(os, "layout",
-             "world " + std::to_string(tc.layout.world_size) + " = dp " + std::to_string(tc.layout.dpSize()) +
-                 " (replicate " + std::to_string(tc.layout.dp_replicate) + " x shard " +
+             "world " + std::to_string(tc.layout.world_size) + " = dp " +
+                 std::to_string(tc.layout.dpSize()) + " (replicate " +
+                 std::to_string(tc.layout.dp_replicate) + " x shard " +
                  std::to_string(tc.layout.dp_shard) + ", ZeRO stage " +
-                 std::to_string(tc.layout.effectiveZeroStage()) + ") x tp " + std::to_string(tc.layout.tp) +
-                 ", micro-batch " + std::to_string(tc.training.micro_batch_size) + " x accum " +
-                 std::to_string(tc.training.grad_accum_steps) + ", seq " + std::to_string(tc.data.seq_len) +
-                 ", " + (tc.training.dtype == DType::kBf16 ? "bf16" : "fp32"));
+                 std::to_string(tc.layout.effectiveZeroStage()) + ") x tp " +
+                 std::to_string(tc.layout.tp) + ", micro-batch " +
+                 std::to_string(tc.training.micro_batch_size) + " x accum " +
+                 std::to_string(tc.training.grad_accum_steps) + ", seq " +
+                 std::to_string(tc.data.seq_len) + ", " +
+                 (tc.training.dtype == DType::kBf16 ? "bf16" : "fp32"));
   if (s.measured_steps > 0)
     measuredRows(os, tc, s, peaks);
   else  // nothing was timed: no figure to print, say why
@@ -463,14 +495,15 @@ void printSummary(const TrainConfig& tc, const TrainSummary& s, const RunPeaks& 
                                   std::to_string(tc.metrics.skip_first_steps) + ")");
   if (tc.layout.pp > 1 && s.measured_steps > 0) pipelineRows(os, tc, s);
   summaryRow(os, "interference (worst rank)",
-             s.interference_text + (s.interference_rank < 0 ? std::string()
-                                    : ", rank " + std::to_string(s.interference_rank) +
-                                          (s.noisy.empty()
-                                               ? ": within metrics.max_interference " +
-                                                     formatFixed(100 * tc.metrics.max_interference, 1) + " %"
-                                               : ": NOISY, exceeds metrics.max_interference " +
-                                                     formatFixed(100 * tc.metrics.max_interference, 1) +
-                                                     " %")));
+             s.interference_text +
+                 (s.interference_rank < 0
+                      ? std::string()
+                      : ", rank " + std::to_string(s.interference_rank) +
+                            (s.noisy.empty()
+                                 ? ": within metrics.max_interference " +
+                                       formatFixed(100 * tc.metrics.max_interference, 1) + " %"
+                                 : ": NOISY, exceeds metrics.max_interference " +
+                                       formatFixed(100 * tc.metrics.max_interference, 1) + " %")));
   summaryRow(os, "peak RSS (max over ranks)", formatFixed(s.peak_rss_max / (1 << 20), 1) + " MiB");
   if (s.device_peak_allocated_max >= 0)
     summaryRow(os, "GPU peak alloc / reserved",
@@ -485,13 +518,14 @@ void printSummary(const TrainConfig& tc, const TrainSummary& s, const RunPeaks& 
                        formatFixed(s.rss_slope_max, 2) + " MiB/s over " +
                        formatFixed(s.rss_window_s, 1) + " s)");
   if (s.steps > 0)
-    summaryRow(os, "loss first / last", formatFixed(s.first_loss, 5) + " / " + formatFixed(s.last_loss, 5));
+    summaryRow(os, "loss first / last",
+               formatFixed(s.first_loss, 5) + " / " + formatFixed(s.last_loss, 5));
   if (tc.metrics.price_per_hour > 0 && s.tokens_per_s_dataset > 0) {
     const double mt_per_hour = s.tokens_per_s_dataset * 3600 / 1e6;
     summaryRow(os, "M tokens/hour (dataset)", formatFixed(mt_per_hour, 3));
-    summaryRow(os, "$ per M tokens", formatFixed(tc.metrics.price_per_hour * tc.layout.world_size / mt_per_hour, 4) +
-                                         " (at $" + formatFixed(tc.metrics.price_per_hour, 2) +
-                                         "/device-hour)");
+    summaryRow(os, "$ per M tokens",
+               formatFixed(tc.metrics.price_per_hour * tc.layout.world_size / mt_per_hour, 4) +
+                   " (at $" + formatFixed(tc.metrics.price_per_hour, 2) + "/device-hour)");
   }
   summaryRow(os, "run directory", run_dir);
   std::fputs(os.str().c_str(), stdout);

@@ -31,7 +31,6 @@
 #pragma once
 
 #include <cmath>
-
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -39,8 +38,8 @@
 #include "common/h5_metrics.h"
 #include "common/interference.h"
 #include "common/run_config.h"
-#include "trainer/metrics/peaks.h"
 #include "trainer/comm/comm.h"
+#include "trainer/metrics/peaks.h"
 
 namespace ftb {
 
@@ -60,7 +59,7 @@ struct TrainSummary {
   int64_t measured_steps = 0;  // steps after warmup
   double train_seconds = 0;    // wall time of the measured steps
   double tokens_per_s_padded = 0, tokens_per_s_dataset = 0;  // global, measured steps
-  double mfu = 0, gemm_efficiency = 0;  // NaN: not reported
+  double mfu = 0, gemm_efficiency = 0;                       // NaN: not reported
   double step_p50 = 0, step_p90 = 0;
   double data_frac = 0, fwd_frac = 0, bwd_frac = 0, opt_frac = 0, comm_frac = 0;
   double peak_rss_max = 0;  // bytes, max over ranks
@@ -70,7 +69,7 @@ struct TrainSummary {
   double rss_slope_max = 0;   // MiB/s of that rank (NaN: not measured)
   double rss_window_s = 0;    // seconds rank 0 sampled
   double first_loss = 0, last_loss = 0;
-  int stop_signal = 0;  // non-zero when a signal ended the run
+  int stop_signal = 0;          // non-zero when a signal ended the run
   bool stopped_by_ctl = false;  // `launcher ctl stop` ended the run
   // Pipeline: bubble / forward-backward time over the measured steps, max and min over
   // ranks (NaN without a pipeline); this rank's bytes sent per measured step.
@@ -141,8 +140,7 @@ class StepLog {
  public:
   // Declares the step metrics in `metrics`; starts the run clock (elapsed()). time_s =
   // metrics.resumedTimeS() + elapsed(): a resumed run's clock continues.
-  StepLog(const TrainConfig& tc, MetricsFile& metrics, const RunPeaks& peaks, int rank,
-          int world);
+  StepLog(const TrainConfig& tc, MetricsFile& metrics, const RunPeaks& peaks, int rank, int world);
   void record(int64_t step, const StepRecord& r);
   double elapsed() const;  // seconds since construction
   TrainSummary finish(Comm& world);
@@ -162,7 +160,7 @@ class StepLog {
   int rank_, world_;
   TrainSummary sum_;
   int64_t first_step_ = 0;  // the first step this process ran (a resumed run starts later)
-  StepRecord acc_;  // sums over measured steps
+  StepRecord acc_;          // sums over measured steps
   std::vector<double> step_times_;
   double t_measured_ = -1;  // elapsed() when the first measured step ended
   RssWatch rss_;

@@ -25,7 +25,6 @@ void noteStopSeen() {
   g_stop_seen_ns.compare_exchange_strong(none, monotonicNs());
 }
 
-
 namespace {
 
 void onStopSignal(int sig) {
@@ -45,7 +44,6 @@ void installStopSignalHandlers() {
   for (int s : {SIGTERM, SIGINT, SIGUSR1, SIGUSR2, SIGHUP}) sigaction(s, &sa, nullptr);
 }
 
-
 int stopExitCode(bool complete_checkpoint, bool by_ctl, int sig) {
   return complete_checkpoint ? kExitRequeue : by_ctl ? 1 : 128 + sig;
 }
@@ -63,10 +61,10 @@ int StopWatchdog::abandonLocked(const std::string& why, bool final_status) {
   const int sig = g_stop_signal.load() != 0 ? g_stop_signal.load() : SIGTERM;
   const std::string resume = target_.ckpt ? target_.ckpt->abandon() : "";
   const int code = stopExitCode(!resume.empty(), /*by_ctl=*/false, sig);
-  const std::string msg = std::string("stopped by signal ") + strsignal(sig) + ": " + why +
-                          "; a save in progress was abandoned (no partial checkpoint); " +
-                          (resume.empty() ? "no complete checkpoint to resume from"
-                                          : "resume point " + resume);
+  const std::string msg =
+      std::string("stopped by signal ") + strsignal(sig) + ": " + why +
+      "; a save in progress was abandoned (no partial checkpoint); " +
+      (resume.empty() ? "no complete checkpoint to resume from" : "resume point " + resume);
   try {
     if (target_.metrics && final_status)
       target_.metrics->setFinalStatus(RunState::Preempted, code, msg);
@@ -109,7 +107,6 @@ void StopWatchdog::watch() {
     check(saved_until);
   }
 }
-
 
 bool peerLeftAtDeadline(const TrainConfig& tc, const std::exception& e) {
   return tc.checkpoint.preempt_grace_s > 0 && g_stop_seen_ns.load() != 0 &&

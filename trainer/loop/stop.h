@@ -97,7 +97,6 @@ class StopWatchdog {
   std::thread thread_;  // last: started once the members above exist
 };
 
-
 // A failure during a stop with a grace deadline: most likely a peer that reached its
 // deadline first and left (its collectives and store waits then fail here). Such a rank
 // ends as the peer did (StopWatchdog::abandon), not as failed; a divergence or an oom

@@ -63,7 +63,8 @@ enum class StopVote { kNone = 0, kTime = 1, kSignal = 2 };
 
 StopVote stopVote(const TrainConfig& tc, int rank, double elapsed) {
   if (g_stop_signal.load() != 0) return StopVote::kSignal;
-  return rank == 0 && tc.training.stop_after_seconds > 0 && elapsed >= tc.training.stop_after_seconds
+  return rank == 0 && tc.training.stop_after_seconds > 0 &&
+                 elapsed >= tc.training.stop_after_seconds
              ? StopVote::kTime
              : StopVote::kNone;
 }
@@ -118,7 +119,8 @@ Agreement syncAndUpdate(const TrainContext& ctx, int64_t step, double positions,
   a.grad_sq = ctx.sync.localSquaredNorm();
   timer.end(r.opt);
   a.stop = double(static_cast<int>(stopVote(tc, ctx.world.rank(), elapsed)));
-  a.over_memory = tc.comm.memory_limit_bytes > 0 && double(peakRssBytes()) > tc.comm.memory_limit_bytes;
+  a.over_memory =
+      tc.comm.memory_limit_bytes > 0 && double(peakRssBytes()) > tc.comm.memory_limit_bytes;
   Agreement g = agree(ctx.world, a);
   r.agree = timer.end(r.comm);
   const double tp = double(tc.layout.tp);  // tp ranks hold identical data
@@ -164,7 +166,8 @@ StepEnd stepEnd(const TrainConfig& tc, int64_t step, const Agreement& g) {
   end.stop_ctl = cmd == CtlCommand::kStop;
   end.save_now = cmd == CtlCommand::kSave || end.stop_ctl;
   end.last = step + 1 == tc.training.max_steps || g.stop > 0 || end.stop_ctl;
-  if (g.stop >= double(static_cast<int>(StopVote::kSignal))) {  // a signal on some rank (this one may not have seen it)
+  if (g.stop >= double(static_cast<int>(
+                    StopVote::kSignal))) {  // a signal on some rank (this one may not have seen it)
     end.stop_signal = g_stop_signal.load() != 0 ? g_stop_signal.load() : SIGTERM;
     noteStopSeen();  // this rank's grace deadline starts now if its own signal did not
   }
@@ -229,15 +232,15 @@ TrainSummary train(const TrainConfig& tc, const Dataset& ds, Distributed& dist,
   ParallelModel pm = parallelize(tc, mesh);
   if (!tc.from_pretrained.empty()) hf::loadPretrained(tc, mesh, *pm.sync);
   if (!tc.lora.from_pretrained.empty()) hf::loadAdapter(tc, mesh, *pm.sync);  // hf/peft_adapter.h
-  OptimizerOptions oo{tc.training.optimizer, tc.training.beta1, tc.training.beta2, tc.training.eps, tc.training.weight_decay};
+  OptimizerOptions oo{tc.training.optimizer, tc.training.beta1, tc.training.beta2, tc.training.eps,
+                      tc.training.weight_decay};
   std::unique_ptr<Optimizer> opt = makeOptimizer(pm.sync->optimizerParams(), oo);
   const FlopsCount flops = trainingFlops(tc.model, tc.lora, tc.data.seq_len);
   if (world.rank() == 0)
     FTB_INFO("model " << tc.model.name << ": " << flops.total_params / 1e6 << " M params, "
                       << flops.trainable_params / 1e6 << " M trained, " << flops.per_token / 1e6
-                      << " MFLOP/token (" << flops.formula << "); global batch "
-                      << tc.globalBatch() << " x " << tc.data.seq_len << " tokens, world "
-                      << world.size());
+                      << " MFLOP/token (" << flops.formula << "); global batch " << tc.globalBatch()
+                      << " x " << tc.data.seq_len << " tokens, world " << world.size());
   TrainContext ctx{tc, world, mesh, pm.model, *pm.sync, *opt, metrics, ds, *pm.runner};
   StepHooks no_hooks;
   if (!hooks) hooks = &no_hooks;

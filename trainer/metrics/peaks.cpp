@@ -21,18 +21,19 @@ double RunPeaks::mfuPeak() const { return hw.flops > 0 && check.ok ? hw.flops : 
 double RunPeaks::gemmPeak() const { return gemm_flops > 0 ? gemm_flops : kNaN; }
 
 std::vector<std::pair<std::string, AttrValue>> RunPeaks::attrs() const {
-  std::vector<std::pair<std::string, AttrValue>> a = {{"peak_unit", hw.unit},
-          {"peak_cores", int64_t{hw.cores}},
-          {"peak_clock_hz", hw.clock_hz},
-          {"peak_flops_per_cycle", hw.flops_per_cycle},
-          {"peak_check", check.ok ? std::string("ok") : check.message},
-          {"cpu_isa", isa},
-          {"gemm_flops", gemm_flops},
-          {"gemm_source", gemm_source},
-          {"gemm_flops_start", gemm_start},
-          {"gemm_flops_cached", gemm_cached},
-          {"gemm_key", gemm_key},
-          {"gemm_warning", gemm_warning}};
+  std::vector<std::pair<std::string, AttrValue>> a = {
+      {"peak_unit", hw.unit},
+      {"peak_cores", int64_t{hw.cores}},
+      {"peak_clock_hz", hw.clock_hz},
+      {"peak_flops_per_cycle", hw.flops_per_cycle},
+      {"peak_check", check.ok ? std::string("ok") : check.message},
+      {"cpu_isa", isa},
+      {"gemm_flops", gemm_flops},
+      {"gemm_source", gemm_source},
+      {"gemm_flops_start", gemm_start},
+      {"gemm_flops_cached", gemm_cached},
+      {"gemm_key", gemm_key},
+      {"gemm_warning", gemm_warning}};
   a.insert(a.end(), gemm_attrs.begin(), gemm_attrs.end());
   return a;
 }
@@ -84,7 +85,8 @@ void applyHostBest(RunPeaks& p, const CpuInfo& cpu) {
     p.gemm_warning = "machine was busy: the GEMM at start-up ran at " + gflops(p.gemm_start) +
                      ", " + formatFixed(100 * (1 - p.gemm_start / b.cached), 0) +
                      " % below the best measured on this host (" + gflops(b.cached) + ", " +
-                     b.cache_file + "); gemm_efficiency divides by that best, and this run's "
+                     b.cache_file +
+                     "); gemm_efficiency divides by that best, and this run's "
                      "throughput may be low for the same reason";
 }
 
@@ -114,9 +116,9 @@ RunPeaks resolvePeaks(const TrainConfig& tc, const CpuInfo& cpu, const std::stri
   p.gemm_key = gemmKey(dtype, n, threads, blas);
   applyHostBest(p, cpu);
   p.gemm_source = dtype + " GEMM " + std::to_string(n) + "^3 on " + device +
-                  (gpu_name.empty() ? "" : " (" + gpu_name + ")") + ", " +
-                  std::to_string(threads) + " thread(s), best of " + std::to_string(kPeakGemmReps) +
-                  via + "; the best on this host" +
+                  (gpu_name.empty() ? "" : " (" + gpu_name + ")") + ", " + std::to_string(threads) +
+                  " thread(s), best of " + std::to_string(kPeakGemmReps) + via +
+                  "; the best on this host" +
                   (p.gemm_cache_file.empty() ? std::string(" (no cache: this run's figure)")
                                              : " (" + p.gemm_cache_file + ")") +
                   ", this run's start figure " + gflops(p.gemm_start);

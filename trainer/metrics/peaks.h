@@ -38,17 +38,17 @@ inline constexpr int kPeakGemmReps = 3;
 int64_t peakGemmSize(const std::string& device);
 
 struct RunPeaks {
-  PeakFlops hw;            // hardware peak, or the config override
-  PeakCheck check;         // measured GEMM vs hw
-  std::string isa;         // CpuInfo::isaString() of this machine
-  double gemm_flops = 0;   // the denominator: best GEMM FLOP/s on this host (0 = not measured)
+  PeakFlops hw;             // hardware peak, or the config override
+  PeakCheck check;          // measured GEMM vs hw
+  std::string isa;          // CpuInfo::isaString() of this machine
+  double gemm_flops = 0;    // the denominator: best GEMM FLOP/s on this host (0 = not measured)
   std::string gemm_source;  // "fp32 GEMM 2048^3, 2 thread(s), best of 3"
   std::vector<std::pair<std::string, AttrValue>> gemm_attrs;  // GemmFigure::attrs
   double gemm_start = 0, gemm_end = 0;  // this run's figures before / after the steps
   double gemm_cached = 0;               // the cache's best before this run (0 = none)
   int64_t gemm_n = kPeakGemmN;          // the GEMM's size
   std::string gemm_key, gemm_cache_file;
-  std::string gemm_warning;  // "" or why the start figure says the machine was busy
+  std::string gemm_warning;           // "" or why the start figure says the machine was busy
   std::function<double()> remeasure;  // times the same GEMM again (finishGemm)
 
   // Denominators for StepLog: NaN when the figure cannot be reported.

@@ -4,9 +4,9 @@
 // - measureGemmPeak(dtype) times square matmuls of size n in `dtype` on the compute
 //   device (device.h) with the current intra-op thread count and returns the best FLOP/s
 //   over `reps` runs (after one warm-up). On a GPU each run is kGpuGemmBatch products
-//   between two device synchronisations, so launch latency does not count. It is the denominator of gemm_efficiency (not of MFU, which
-//   uses the hardware peak: peaks.h), so it must run in the same environment
-//   (threads, BLAS) as the training it is compared with.
+//   between two device synchronisations, so launch latency does not count. It is the denominator of
+//   gemm_efficiency (not of MFU, which uses the hardware peak: peaks.h), so it must run in the same
+//   environment (threads, BLAS) as the training it is compared with.
 // - peakRssBytes() is VmHWM of this process (Linux), currentRssBytes() VmRSS.
 // - allocatorDirtyBytes(): bytes jemalloc holds in freed pages it has not returned to
 //   the OS (all arenas, stats refreshed); -1 when the process does not run on jemalloc
@@ -34,8 +34,7 @@ int64_t allocatorDirtyBytes();
 bool purgeAllocatorPages();
 
 inline double nowSeconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 // The end of a timed phase: waits for the compute device's queued work (device.h), then

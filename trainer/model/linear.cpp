@@ -40,13 +40,13 @@ class BlasLinear : public torch::autograd::Function<BlasLinear> {
     const kernels::OpenBlas* blas = kernels::openblas();
     if (ctx->needs_input_grad(0)) {
       gx = torch::empty({M, K}, gy.options());
-      blas->sgemm(false, false, M, K, N, 1.f, gy.data_ptr<float>(), N, w.data_ptr<float>(), K,
-                  0.f, gx.data_ptr<float>(), K);
+      blas->sgemm(false, false, M, K, N, 1.f, gy.data_ptr<float>(), N, w.data_ptr<float>(), K, 0.f,
+                  gx.data_ptr<float>(), K);
     }
     if (ctx->needs_input_grad(1)) {
       gw = torch::empty({N, K}, gy.options());
-      blas->sgemm(true, false, N, K, M, 1.f, gy.data_ptr<float>(), N, x2.data_ptr<float>(), K,
-                  0.f, gw.data_ptr<float>(), K);
+      blas->sgemm(true, false, N, K, M, 1.f, gy.data_ptr<float>(), N, x2.data_ptr<float>(), K, 0.f,
+                  gw.data_ptr<float>(), K);
     }
     std::vector<int64_t> shape = grads[0].sizes().vec();
     shape.back() = K;
@@ -89,7 +89,8 @@ Fp32GemmChoice chooseFp32Gemm(const std::string& key, int64_t n, int reps) {
                       "install libopenblas0 or use \"auto\" or \"aten\"");
   Fp32GemmChoice c;
   if (key != "openblas") c.aten_flops = measureFp32Gemm(Fp32Gemm::kAten, n, reps);
-  if (key != "aten" && have_openblas) c.openblas_flops = measureFp32Gemm(Fp32Gemm::kOpenBlas, n, reps);
+  if (key != "aten" && have_openblas)
+    c.openblas_flops = measureFp32Gemm(Fp32Gemm::kOpenBlas, n, reps);
   c.route = c.openblas_flops > c.aten_flops ? Fp32Gemm::kOpenBlas : Fp32Gemm::kAten;
   const auto gflops = [](double f) { return formatFixed(f / 1e9, 1) + " GFLOP/s"; };
   c.why = "training.fp32_gemm = \"" + key + "\"";

@@ -3,8 +3,8 @@
 #include <atomic>
 #include <cmath>
 
-#include "trainer/model/activation_checkpoint.h"
 #include "trainer/kernels/fused_ops.h"
+#include "trainer/model/activation_checkpoint.h"
 #include "trainer/model/linear.h"
 
 namespace ftb {
@@ -30,7 +30,8 @@ torch::Tensor initParam(const ParamInit& p, const TpContext& tp, uint64_t seed) 
   if (p.fill == Fill::kOnes || p.fill == Fill::kZeros) {
     full = p.fill == Fill::kOnes ? torch::ones(p.full_shape) : torch::zeros(p.full_shape);
   } else {
-    at::Generator gen = at::detail::createCPUGenerator(seed * 0x9E3779B97F4A7C15ULL ^ fnv1a(p.name));
+    at::Generator gen =
+        at::detail::createCPUGenerator(seed * 0x9E3779B97F4A7C15ULL ^ fnv1a(p.name));
     full = torch::empty(p.full_shape);
     if (p.fill == Fill::kNormal) {
       full.normal_(0.0, 0.02, gen);
@@ -50,15 +51,15 @@ struct LoraTargetSpec {
   const char* base;  // under "layers.N."
   bool row_parallel;
 };
-constexpr LoraTargetSpec kTargetSpecs[] = {
-    {"attention.wq", false},     {"attention.wk", false},     {"attention.wv", false},
-    {"attention.wo", true},      {"feed_forward.w1", false}, {"feed_forward.w3", false},
-    {"feed_forward.w2", true}};
+constexpr LoraTargetSpec kTargetSpecs[] = {{"attention.wq", false},    {"attention.wk", false},
+                                           {"attention.wv", false},    {"attention.wo", true},
+                                           {"feed_forward.w1", false}, {"feed_forward.w3", false},
+                                           {"feed_forward.w2", true}};
 
 // Storage of a frozen base matrix (lora.base_dtype); norms stay fp32.
 torch::ScalarType baseDtype(const ModelOptions& opt) {
   return opt.lora.enabled() && opt.lora.base_dtype == DType::kBf16 ? torch::kBFloat16
-                                                                    : torch::kFloat32;
+                                                                   : torch::kFloat32;
 }
 
 }  // namespace
@@ -74,8 +75,8 @@ torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, doubl
 }
 
 RopeTables RopeTables::make(int64_t head_dim, int64_t max_seq_len, double theta) {
-  torch::Tensor inv = torch::pow(theta, -torch::arange(0, head_dim, 2, torch::kFloat64) /
-                                            static_cast<double>(head_dim));
+  torch::Tensor inv = torch::pow(
+      theta, -torch::arange(0, head_dim, 2, torch::kFloat64) / static_cast<double>(head_dim));
   torch::Tensor t = torch::arange(max_seq_len, torch::kFloat64);
   torch::Tensor freqs = torch::outer(t, inv);  // [T, hd/2]
   return {freqs.cos().to(torch::kFloat32), freqs.sin().to(torch::kFloat32)};
@@ -103,11 +104,13 @@ std::vector<ModelParam> frozenOnly(const std::vector<ModelParam>& params) {
   return v;
 }
 
-TransformerBlockImpl::TransformerBlockImpl(const ModelArgs& a, const TpContext& tp,
-                                           int64_t layer, const ModelOptions& opt,
-                                           const uint64_t* mask_seed)
-    : mask_seed_(mask_seed), n_local_heads_(a.n_heads / tp.size),
-      n_local_kv_heads_(a.n_kv_heads / tp.size), head_dim_(a.headDim()), eps_(a.norm_eps),
+TransformerBlockImpl::TransformerBlockImpl(const ModelArgs& a, const TpContext& tp, int64_t layer,
+                                           const ModelOptions& opt, const uint64_t* mask_seed)
+    : mask_seed_(mask_seed),
+      n_local_heads_(a.n_heads / tp.size),
+      n_local_kv_heads_(a.n_kv_heads / tp.size),
+      head_dim_(a.headDim()),
+      eps_(a.norm_eps),
       tp_(tp) {
   const std::string pre = "layers." + std::to_string(layer) + ".";
   const int64_t D = a.dim, hd = a.headDim();
@@ -149,10 +152,12 @@ void TransformerBlockImpl::addAdapters(const ModelArgs& a, const std::string& pr
     LoraAdapter& ad = adapters_[t];
     ad.name = pre + kTargetSpecs[t].base;
     ad.row_parallel = kTargetSpecs[t].row_parallel;
-    const ParamInit ia{loraAName(ad.name), {r, shape.in}, ad.row_parallel ? 1 : -1,
+    const ParamInit ia{loraAName(ad.name),
+                       {r, shape.in},
+                       ad.row_parallel ? 1 : -1,
                        ParamInit::Fill::kKaimingUniform};
-    const ParamInit ib{loraBName(ad.name), {shape.out, r}, ad.row_parallel ? -1 : 0,
-                       ParamInit::Fill::kZeros};
+    const ParamInit ib{
+        loraBName(ad.name), {shape.out, r}, ad.row_parallel ? -1 : 0, ParamInit::Fill::kZeros};
     const std::string short_name = std::string(kLoraTargets[t]);
     ad.a = register_parameter("lora_A_" + short_name, initParam(ia, tp_, opt.seed).to(opt.device));
     ad.b = register_parameter("lora_B_" + short_name, initParam(ib, tp_, opt.seed).to(opt.device));
@@ -186,7 +191,8 @@ torch::Tensor causalAttention(const torch::Tensor& q, const torch::Tensor& k,
     return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
                                             /*is_causal=*/true, /*scale=*/1.0);
   // Causal softmax in fp32 over the unmasked half only (fused kernel), probs in q's dtype.
-  return torch::matmul(fusedCausalSoftmax(torch::matmul(q, k.transpose(-2, -1)), q.scalar_type()), v);
+  return torch::matmul(fusedCausalSoftmax(torch::matmul(q, k.transpose(-2, -1)), q.scalar_type()),
+                       v);
 }
 
 torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x, const RopeTables& rope) {
@@ -195,10 +201,8 @@ torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x, const RopeTa
   torch::Tensor h0 = rmsNorm(x, attention_norm, eps_);
   torch::Tensor h = copyToTp(h0, tp_);
   torch::Tensor q = linear(h, h0, wq, 0).view({B, T, n_local_heads_, head_dim_}).transpose(1, 2);
-  torch::Tensor k =
-      linear(h, h0, wk, 1).view({B, T, n_local_kv_heads_, head_dim_}).transpose(1, 2);
-  torch::Tensor v =
-      linear(h, h0, wv, 2).view({B, T, n_local_kv_heads_, head_dim_}).transpose(1, 2);
+  torch::Tensor k = linear(h, h0, wk, 1).view({B, T, n_local_kv_heads_, head_dim_}).transpose(1, 2);
+  torch::Tensor v = linear(h, h0, wv, 2).view({B, T, n_local_kv_heads_, head_dim_}).transpose(1, 2);
   // Scale q (B·T·D values) rather than the scores (B·H·T² values), inside the rotation.
   q = applyRope(q, rope, 1.0 / std::sqrt(double(head_dim_)));
   k = applyRope(k, rope, 1.0);
@@ -224,7 +228,10 @@ torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x, const RopeTa
 
 TransformerImpl::TransformerImpl(const ModelArgs& a, const TpContext& tp, const ModelOptions& opt,
                                  const UnitBuilt& on_unit, const ModelPart& part)
-    : part_(part), args_(a), tp_(tp), compute_dtype_(opt.compute_dtype),
+    : part_(part),
+      args_(a),
+      tp_(tp),
+      compute_dtype_(opt.compute_dtype),
       recompute_every_(opt.recompute_every),
       lora_dropout_(opt.lora.enabled() ? opt.lora.dropout : 0.0) {
   if (part_.last_layer < 0) part_.last_layer = a.n_layers;
@@ -278,16 +285,16 @@ torch::Tensor TransformerImpl::forwardPart(const torch::Tensor& input) {
                    ? static_cast<uint64_t>(torch::randint(1, INT64_MAX, {1}).item<int64_t>())
                    : 0;
   const int64_t vocab_start = tp_.rank * (args_.vocab_size / tp_.size);
-  torch::Tensor h = part_.embed ? vocabParallelEmbedding(input.to(device_), tok_embeddings, vocab_start, tp_)
-                                      .to(compute_dtype_)
-                                : input;
+  torch::Tensor h =
+      part_.embed ? vocabParallelEmbedding(input.to(device_), tok_embeddings, vocab_start, tp_)
+                        .to(compute_dtype_)
+                  : input;
   for (size_t j = 0; j < layers.size(); ++j) {
     TransformerBlockImpl& block = *layers[j];
     const int64_t i = part_.first_layer + static_cast<int64_t>(j);  // the global layer
     if (executor_) {
       h = executor_->run(static_cast<int64_t>(j), block, h, step_rope_);
-    } else if (recompute_every_ > 0 && i % recompute_every_ == 0 &&
-               torch::GradMode::is_enabled()) {
+    } else if (recompute_every_ > 0 && i % recompute_every_ == 0 && torch::GradMode::is_enabled()) {
       h = checkpointedBlock(block, h, step_rope_, nullptr);
     } else {
       h = block.forward(h, step_rope_);
@@ -301,8 +308,8 @@ torch::Tensor TransformerImpl::forwardPart(const torch::Tensor& input) {
 torch::Tensor TransformerImpl::lossSum(const torch::Tensor& logits, const torch::Tensor& targets,
                                        const torch::Tensor& mask) const {
   const int64_t vocab_start = tp_.rank * (args_.vocab_size / tp_.size);
-  return vocabParallelCrossEntropySum(logits, targets.to(logits.device()),
-                                      mask.to(logits.device()), vocab_start, tp_);
+  return vocabParallelCrossEntropySum(logits, targets.to(logits.device()), mask.to(logits.device()),
+                                      vocab_start, tp_);
 }
 
 }  // namespace ftb

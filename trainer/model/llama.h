@@ -179,7 +179,7 @@ class TransformerImpl : public torch::nn::Module {
   std::vector<ModelParam> paramsInForwardOrder() const;
 
   torch::Tensor tok_embeddings, norm, output;  // output undefined when tied
-  std::vector<TransformerBlock> layers;  // blocks first_layer.. of the part
+  std::vector<TransformerBlock> layers;        // blocks first_layer.. of the part
 
  private:
   ModelPart part_;

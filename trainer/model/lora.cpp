@@ -31,8 +31,8 @@ torch::Tensor cast(const torch::Tensor& w, const torch::Tensor& like) {
 std::string loraAName(const std::string& prefix) { return prefix + ".lora_A.weight"; }
 std::string loraBName(const std::string& prefix) { return prefix + ".lora_B.weight"; }
 
-torch::Tensor loraDelta(const torch::Tensor& x, const LoraAdapter& ad, double scale,
-                        double dropout, uint64_t mask_seed, const TpContext& tp) {
+torch::Tensor loraDelta(const torch::Tensor& x, const LoraAdapter& ad, double scale, double dropout,
+                        uint64_t mask_seed, const TpContext& tp) {
   torch::Tensor in = (dropout > 0 && mask_seed != 0) ? dropped(x, dropout, mask_seed, ad.name) : x;
   torch::Tensor z = projection(in, cast(ad.a, x)) * scale;
   z = ad.row_parallel ? reduceFromTp(z, tp) : copyToTp(z, tp);

@@ -46,7 +46,7 @@ std::string loraBName(const std::string& prefix);
 
 // The delta of `ad` for input x (column-parallel: the block input before copyToTp;
 // row-parallel: this rank's input slice). `mask_seed` 0 = no dropout.
-torch::Tensor loraDelta(const torch::Tensor& x, const LoraAdapter& ad, double scale,
-                        double dropout, uint64_t mask_seed, const TpContext& tp);
+torch::Tensor loraDelta(const torch::Tensor& x, const LoraAdapter& ad, double scale, double dropout,
+                        uint64_t mask_seed, const TpContext& tp);
 
 }  // namespace ftb

@@ -28,7 +28,8 @@ bool fusable(const torch::Tensor& t) {
 // flat tensor, by one fused pass (adamwKernel) when everything is contiguous fp32.
 class AdamW final : public Optimizer {
  public:
-  AdamW(std::vector<torch::Tensor> params, const OptimizerOptions& o) : params_(std::move(params)), o_(o) {
+  AdamW(std::vector<torch::Tensor> params, const OptimizerOptions& o)
+      : params_(std::move(params)), o_(o) {
     torch::NoGradGuard no_grad;
     m_.resize(params_.size());
     v_.resize(params_.size());
@@ -82,9 +83,10 @@ class AdamW final : public Optimizer {
   void update(const torch::Tensor& p, const torch::Tensor& g, const torch::Tensor& m,
               const torch::Tensor& v, double lr, double bc1, double bc2, bool zero_grad) const {
     if (fusable(p) && fusable(g) && fusable(m) && fusable(v) && g.numel() == p.numel()) {
-      kernels::AdamWScalars s{float(o_.beta1), float(1.0 - o_.beta1), float(o_.beta2),
-                     float(1.0 - o_.beta2), float(1.0 / bc2), float(o_.eps), float(lr / bc1),
-                     float(1.0 - lr * o_.weight_decay)};
+      kernels::AdamWScalars s{float(o_.beta1),  float(1.0 - o_.beta1),
+                              float(o_.beta2),  float(1.0 - o_.beta2),
+                              float(1.0 / bc2), float(o_.eps),
+                              float(lr / bc1),  float(1.0 - lr * o_.weight_decay)};
       float *pp = p.data_ptr<float>(), *gp = g.data_ptr<float>();
       float *mp = m.data_ptr<float>(), *vp = v.data_ptr<float>();
       if (zero_grad)

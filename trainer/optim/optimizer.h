@@ -26,7 +26,8 @@ namespace ftb {
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
-  virtual void step(const std::vector<torch::Tensor>& grads, double lr, bool zero_grads = false) = 0;
+  virtual void step(const std::vector<torch::Tensor>& grads, double lr,
+                    bool zero_grads = false) = 0;
   virtual int64_t stateBytes() const = 0;
   // Checkpointing: the state tensors of parameter i by name ("exp_avg", "exp_avg_sq";
   // Adafactor "row", "col", "sq"), aliasing the live state (writes restore it), and the

@@ -1,8 +1,9 @@
 #include "trainer/parallel/backend.h"
 
 // Gloo's own headers come from parallel/gloo_decl (see its README).
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/cuda.h>
+
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 namespace ftb {
 
@@ -12,20 +13,21 @@ BackendKind resolveBackend(const std::string& name, bool tensors_on_cuda) {
   // file:line); makeNcclBackend of backend_nccl_off.cpp is the runtime guard.
   if (name == "nccl") return BackendKind::kNccl;
   return tensors_on_cuda && ncclCompiledIn() && torch::cuda::is_available() ? BackendKind::kNccl
-                                                                           : BackendKind::kGloo;
+                                                                            : BackendKind::kGloo;
 }
 
 DeviceChoice resolveDevice(const std::string& device, const std::string& backend, int local_rank,
                            int cuda_devices) {
   DeviceChoice c;
-  const bool want_cuda = device.rfind("cuda", 0) == 0 ||
-                         (device == "auto" && (backend == "nccl" || cuda_devices > 0));
+  const bool want_cuda =
+      device.rfind("cuda", 0) == 0 || (device == "auto" && (backend == "nccl" || cuda_devices > 0));
   if (!want_cuda) {
     c.device = "cpu";
     if (backend == "nccl") {
       c.problem_key = "parallel.backend";
-      c.problem = "\"nccl\" reduces CUDA tensors only, but training.device is \"cpu\"; use "
-                  "backend \"gloo\" or \"auto\", or a CUDA device";
+      c.problem =
+          "\"nccl\" reduces CUDA tensors only, but training.device is \"cpu\"; use "
+          "backend \"gloo\" or \"auto\", or a CUDA device";
     }
     return c;
   }
@@ -34,12 +36,15 @@ DeviceChoice resolveDevice(const std::string& device, const std::string& backend
   c.device = "cuda:" + std::to_string(index);
   if (index >= cuda_devices) {
     c.problem_key = "training.device";
-    c.problem = "\"" + device + "\" resolves to " + c.device +
-                (device != "auto" ? "" : backend == "nccl" ? " (backend nccl)" : " (local rank " + std::to_string(local_rank) + ")") +
-                " but " + std::to_string(cuda_devices) + " CUDA device(s) are visible" +
-                (cuda_devices == 0 ? " (no GPU on this machine, or CUDA_VISIBLE_DEVICES hides them)" : "") +
-                (device == "auto" ? "; set training.device = \"cpu\", or start at most one rank per GPU"
-                                  : "; use \"cpu\" or \"auto\"");
+    c.problem =
+        "\"" + device + "\" resolves to " + c.device +
+        (device != "auto"    ? ""
+         : backend == "nccl" ? " (backend nccl)"
+                             : " (local rank " + std::to_string(local_rank) + ")") +
+        " but " + std::to_string(cuda_devices) + " CUDA device(s) are visible" +
+        (cuda_devices == 0 ? " (no GPU on this machine, or CUDA_VISIBLE_DEVICES hides them)" : "") +
+        (device == "auto" ? "; set training.device = \"cpu\", or start at most one rank per GPU"
+                          : "; use \"cpu\" or \"auto\"");
   }
   return c;
 }

@@ -7,11 +7,10 @@
 // backend_nccl_off.cpp is built), DistError when the rendezvous fails.
 #pragma once
 
-#include <torch/csrc/distributed/c10d/Backend.hpp>
-#include <torch/csrc/distributed/c10d/Store.hpp>
-
 #include <chrono>
 #include <string>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "common/run_config.h"  // ncclCompiledIn()
 
@@ -26,7 +25,7 @@ BackendKind resolveBackend(const std::string& name, bool tensors_on_cuda = false
 
 // Where a rank's tensors live (training.device) and what that means for the backend.
 struct DeviceChoice {
-  std::string device;       // "cpu" or "cuda:N"
+  std::string device;  // "cpu" or "cuda:N"
   bool cuda = false;
   std::string problem_key;  // "" = fine; else the key to name in the error
   std::string problem;      // what is wrong, with the fix
@@ -45,8 +44,7 @@ c10::intrusive_ptr<c10d::Backend> makeBackend(BackendKind kind,
                                               const std::string& local_addr);
 
 // Implemented by backend_nccl.cpp (CUDA builds) or backend_nccl_off.cpp.
-c10::intrusive_ptr<c10d::Backend> makeNcclBackend(c10::intrusive_ptr<c10d::Store> store,
-                                                  int rank, int size,
-                                                  std::chrono::milliseconds timeout);
+c10::intrusive_ptr<c10d::Backend> makeNcclBackend(c10::intrusive_ptr<c10d::Store> store, int rank,
+                                                  int size, std::chrono::milliseconds timeout);
 
 }  // namespace ftb

@@ -6,9 +6,8 @@
 
 namespace ftb {
 
-c10::intrusive_ptr<c10d::Backend> makeNcclBackend(c10::intrusive_ptr<c10d::Store> store,
-                                                  int rank, int size,
-                                                  std::chrono::milliseconds timeout) {
+c10::intrusive_ptr<c10d::Backend> makeNcclBackend(c10::intrusive_ptr<c10d::Store> store, int rank,
+                                                  int size, std::chrono::milliseconds timeout) {
   auto opts = c10d::ProcessGroupNCCL::Options::create();
   opts->timeout = timeout;
   return c10::make_intrusive<c10d::ProcessGroupNCCL>(std::move(store), rank, size, opts);

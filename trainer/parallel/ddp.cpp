@@ -30,8 +30,10 @@ DdpSync::DdpSync(const std::vector<ModelParam>& params, Comm& comm, int64_t tp,
     for (size_t k : bucket.params) n += params_[k].numel();
     const torch::Device dev = params_[bucket.params[0]].device();
     // On the CPU peers on this host read the gradients in place (local_comm.h).
-    bucket.flat = dev.is_cpu() ? zerosForPeers(n) : torch::zeros({n}, torch::TensorOptions().device(dev));
-    torch::Tensor values = torch::empty({n}, torch::TensorOptions().device(dev));  // the parameters move into one buffer too
+    bucket.flat =
+        dev.is_cpu() ? zerosForPeers(n) : torch::zeros({n}, torch::TensorOptions().device(dev));
+    torch::Tensor values = torch::empty(
+        {n}, torch::TensorOptions().device(dev));  // the parameters move into one buffer too
     int64_t off = 0;
     for (size_t k : bucket.params) {
       torch::Tensor& p = params_[k];

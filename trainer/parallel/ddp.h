@@ -56,9 +56,9 @@ class DdpSync final : public GradSync {
  private:
   std::vector<ModelParam> model_params_;
   struct Bucket {
-    torch::Tensor flat;            // fp32; the parameters' .grad are views of it
-    std::vector<size_t> params;    // indices into params_
-    size_t pending = 0;            // parameters not yet ready this step
+    torch::Tensor flat;          // fp32; the parameters' .grad are views of it
+    std::vector<size_t> params;  // indices into params_
+    size_t pending = 0;          // parameters not yet ready this step
     std::unique_ptr<PendingWork> work;
   };
   void markReady(size_t param);
@@ -67,7 +67,7 @@ class DdpSync final : public GradSync {
   std::vector<torch::Tensor> params_;
   std::vector<torch::Tensor> norm_weights_;
   std::vector<Bucket> buckets_;
-  std::vector<size_t> bucket_of_;  // param index -> bucket index
+  std::vector<size_t> bucket_of_;                                     // param index -> bucket index
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // keep hooks alive
   Comm& comm_;
   bool armed_ = false;  // the current backward is the step's last micro-batch

@@ -5,11 +5,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
-
 #include <algorithm>
 #include <sstream>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "common/error.h"
 #include "common/fd.h"
@@ -71,13 +70,14 @@ Distributed initDistributed(const DistEnv& env, std::chrono::milliseconds timeou
   try {
     d.store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
   } catch (const std::exception& e) {
-    throw DistError(where(env) + ": TCPStore at " + master + " (" +
-                    (opts.isServer ? "serving, waiting for all " + std::to_string(env.world_size) +
-                                         " ranks to connect"
-                                   : std::string(env.agent_store ? "connecting to torchrun's agent store"
-                                                                 : "connecting to rank 0")) +
-                    ") failed after at most " + std::to_string(timeout.count() / 1000) +
-                    " s: " + firstLine(e.what()));
+    throw DistError(
+        where(env) + ": TCPStore at " + master + " (" +
+        (opts.isServer
+             ? "serving, waiting for all " + std::to_string(env.world_size) + " ranks to connect"
+             : std::string(env.agent_store ? "connecting to torchrun's agent store"
+                                           : "connecting to rank 0")) +
+        ") failed after at most " + std::to_string(timeout.count() / 1000) +
+        " s: " + firstLine(e.what()));
   }
   d.timeout = timeout;
   const std::string my_ip = localAddressTowards(env.master_addr);
@@ -98,17 +98,19 @@ Distributed initDistributed(const DistEnv& env, std::chrono::milliseconds timeou
 
 namespace {
 
-std::unique_ptr<Comm> makeGroup(Distributed& d, const std::string& name, const std::vector<int>& ranks,
-                                std::string* how);
+std::unique_ptr<Comm> makeGroup(Distributed& d, const std::string& name,
+                                const std::vector<int>& ranks, std::string* how);
 
 // Where a multi-rank group's collectives run (parallel.local_collectives = "auto"): in
 // memory when every member is on this host; in two levels (hier_comm.h) when the group
 // spans hosts host-major with the same number of members on each; else on `comm`, the
 // backend. Collective over the group; every member takes the same decision.
-std::unique_ptr<Comm> placeCollectives(Distributed& d, const std::string& name, const std::vector<int>& ranks,
-                                       std::unique_ptr<Comm> comm, c10d::Store& store, std::string* how) {
+std::unique_ptr<Comm> placeCollectives(Distributed& d, const std::string& name,
+                                       const std::vector<int>& ranks, std::unique_ptr<Comm> comm,
+                                       c10d::Store& store, std::string* how) {
   const int me = comm->rank(), n = comm->size();
-  HostPlan plan = planHosts(gatherThroughStore(store, "hosts/", me, n, localHostKey(), "host keys"), me);
+  HostPlan plan =
+      planHosts(gatherThroughStore(store, "hosts/", me, n, localHostKey(), "host keys"), me);
   if (plan.hosts == 1) return makeLocalComm(std::move(comm), store, ranks, d.timeout, how);
   if (!plan.why_not.empty()) {
     *how = "backend (" + std::to_string(plan.hosts) + " hosts: " + plan.why_not + ")";
@@ -129,8 +131,8 @@ std::unique_ptr<Comm> placeCollectives(Distributed& d, const std::string& name, 
 
 // newGroup() without recording: `*how` gets the transport ("" for a size-1 group or
 // parallel.local_collectives = "off").
-std::unique_ptr<Comm> makeGroup(Distributed& d, const std::string& name, const std::vector<int>& ranks,
-                                std::string* how) {
+std::unique_ptr<Comm> makeGroup(Distributed& d, const std::string& name,
+                                const std::vector<int>& ranks, std::string* how) {
   const DistEnv& env = d.env;
   auto it = std::find(ranks.begin(), ranks.end(), env.rank);
   if (it == ranks.end()) throw DistError(where(env) + ": not a member of group " + name);
@@ -139,9 +141,8 @@ std::unique_ptr<Comm> makeGroup(Distributed& d, const std::string& name, const s
   try {
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>(name, d.store);
     auto pg = makeBackend(resolveBackend(d.backend, computeOnCuda()), prefixed,
-                               static_cast<int>(it - ranks.begin()),
-                               static_cast<int>(ranks.size()), d.timeout,
-                               localAddressTowards(env.master_addr));
+                          static_cast<int>(it - ranks.begin()), static_cast<int>(ranks.size()),
+                          d.timeout, localAddressTowards(env.master_addr));
     std::vector<CommMember> members;
     if (d.members.size() == static_cast<size_t>(env.world_size))
       for (int r : ranks) members.push_back(d.members[r]);
@@ -151,16 +152,20 @@ std::unique_ptr<Comm> makeGroup(Distributed& d, const std::string& name, const s
   } catch (const FtbError&) {
     throw;
   } catch (const std::exception& e) {
-    throw DistError(where(env) + ": " + std::string(resolveBackend(d.backend, computeOnCuda()) == BackendKind::kNccl ? "NCCL" : "Gloo") +
-                    " rendezvous of group '" + name + "' (" +
-                    std::to_string(ranks.size()) + " ranks) through " + master +
+    throw DistError(where(env) + ": " +
+                    std::string(resolveBackend(d.backend, computeOnCuda()) == BackendKind::kNccl
+                                    ? "NCCL"
+                                    : "Gloo") +
+                    " rendezvous of group '" + name + "' (" + std::to_string(ranks.size()) +
+                    " ranks) through " + master +
                     " (waiting for all members to connect) failed: " + firstLine(e.what()));
   }
 }
 
 }  // namespace
 
-std::unique_ptr<Comm> Distributed::newGroup(const std::string& name, const std::vector<int>& ranks) {
+std::unique_ptr<Comm> Distributed::newGroup(const std::string& name,
+                                            const std::vector<int>& ranks) {
   std::string how;
   std::unique_ptr<Comm> comm = makeGroup(*this, name, ranks, &how);
   if (!how.empty()) transports.push_back(name + ": " + how);
@@ -233,8 +238,9 @@ void Distributed::leaveAfterGather(const std::string& key) {
     try {
       store->wait({prefix + std::to_string(r)}, bound);
     } catch (const std::exception& e) {
-      FTB_WARN(where(env) << ": rank " << r << " did not confirm reading '" << key
-                          << "' within " << bound.count() / 1000.0 << " s; leaving anyway: " << firstLine(e.what()));
+      FTB_WARN(where(env) << ": rank " << r << " did not confirm reading '" << key << "' within "
+                          << bound.count() / 1000.0
+                          << " s; leaving anyway: " << firstLine(e.what()));
       return;
     }
   }

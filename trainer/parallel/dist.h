@@ -10,9 +10,8 @@
 #include <chrono>
 #include <memory>
 #include <string>
-#include <vector>
-
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <vector>
 
 #include "common/dist_env.h"
 #include "trainer/comm/comm.h"

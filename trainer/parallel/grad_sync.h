@@ -37,7 +37,7 @@ namespace ftb {
 // global tensor slices): the concatenation of `params` (flattened, each at its flat
 // offset) of which this rank holds the flat range [begin, begin + numel).
 struct FlatLayout {
-  std::vector<ModelParam> params;  // name and shard_dim (tensor may be released: ZeRO-3)
+  std::vector<ModelParam> params;            // name and shard_dim (tensor may be released: ZeRO-3)
   std::vector<std::vector<int64_t>> shapes;  // this tp rank's shape of each
   std::vector<int64_t> offsets;
   int64_t begin = 0, numel = 0;

@@ -50,9 +50,12 @@ torch::Tensor flatWide(const torch::Tensor& t) {
 // the shards within the host into `padded`, then copies them to `t` (flat) if they differ.
 class HierPending final : public PendingWork {
  public:
-  HierPending(Comm& intra, std::unique_ptr<PendingWork> cross, torch::Tensor t, torch::Tensor padded,
-              torch::Tensor shard)
-      : intra_(intra), cross_(std::move(cross)), t_(std::move(t)), padded_(std::move(padded)),
+  HierPending(Comm& intra, std::unique_ptr<PendingWork> cross, torch::Tensor t,
+              torch::Tensor padded, torch::Tensor shard)
+      : intra_(intra),
+        cross_(std::move(cross)),
+        t_(std::move(t)),
+        padded_(std::move(padded)),
         shard_(std::move(shard)) {}
   void wait() override {
     cross_->wait();
@@ -73,9 +76,10 @@ class HierComm final : public Comm {
       : flat_(std::move(flat)), intra_(std::move(intra)), cross_(std::move(cross)) {
     if (flat_->size() != intra_->size() * cross_->size() ||
         flat_->rank() != cross_->rank() * intra_->size() + intra_->rank())
-      throw DistError(logPrefix() + " hierarchical group: rank " + std::to_string(flat_->rank()) + " of " +
-                      std::to_string(flat_->size()) + " is not rank " + std::to_string(intra_->rank()) +
-                      " of its host's " + std::to_string(intra_->size()) + " on host " +
+      throw DistError(logPrefix() + " hierarchical group: rank " + std::to_string(flat_->rank()) +
+                      " of " + std::to_string(flat_->size()) + " is not rank " +
+                      std::to_string(intra_->rank()) + " of its host's " +
+                      std::to_string(intra_->size()) + " on host " +
                       std::to_string(cross_->rank()) + " of " + std::to_string(cross_->size()) +
                       " (the ranks must be host-major)");
   }
@@ -119,7 +123,8 @@ void HierComm::allReduceSum(torch::Tensor& t) {
   } else {
     startSplit(w)->wait();
   }
-  if (w.data_ptr() != t.data_ptr() || w.scalar_type() != t.scalar_type()) t.copy_(w.view(t.sizes()));
+  if (w.data_ptr() != t.data_ptr() || w.scalar_type() != t.scalar_type())
+    t.copy_(w.view(t.sizes()));
 }
 
 // The cross-host part stays in flight on the backend, so backward overlaps the network
@@ -134,7 +139,8 @@ std::unique_ptr<PendingWork> HierComm::allReduceSumAsync(torch::Tensor& t) {
 
 std::unique_ptr<PendingWork> HierComm::startSplit(const torch::Tensor& w) {
   const int64_t n = w.numel(), L = intra_->size(), chunk = (n + L - 1) / L;
-  torch::Tensor padded = n == chunk * L ? w : torch::cat({w, torch::zeros({chunk * L - n}, w.options())});
+  torch::Tensor padded =
+      n == chunk * L ? w : torch::cat({w, torch::zeros({chunk * L - n}, w.options())});
   torch::Tensor shard = torch::empty({chunk}, w.options());
   intra_->reduceScatterSum(shard, padded);
   std::unique_ptr<PendingWork> cross = cross_->allReduceSumAsync(shard);
@@ -143,7 +149,8 @@ std::unique_ptr<PendingWork> HierComm::startSplit(const torch::Tensor& w) {
 
 void HierComm::allGather(torch::Tensor& out, const torch::Tensor& in) {
   TORCH_CHECK(out.numel() == in.numel() * size(), "allGather: out/in size mismatch");
-  if (!in.device().is_cpu() || !out.device().is_cpu() || !out.is_contiguous()) return flat_->allGather(out, in);
+  if (!in.device().is_cpu() || !out.device().is_cpu() || !out.is_contiguous())
+    return flat_->allGather(out, in);
   CollectiveTimer timer;
   const int64_t c = in.numel(), N = cross_->size(), L = intra_->size();
   // Across hosts first, so each shard crosses the network once (not once per local

@@ -47,7 +47,8 @@ struct HostPlan {
   int per_host = 0;  // members on each host when every host has the same number, else 0
   int host = 0;      // this member's host index (hosts in order of first member)
   int local = 0;     // this member's index among its host's members
-  std::string why_not;  // "" when the group can run hierarchically (hosts >= 2, per_host >= 2, host-major)
+  std::string
+      why_not;  // "" when the group can run hierarchically (hosts >= 2, per_host >= 2, host-major)
 };
 
 // From every member's localHostKey() in group order. REQUIRES: 0 <= me < keys.size().

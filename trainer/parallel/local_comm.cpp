@@ -41,7 +41,8 @@ struct alignas(64) Slot {
   std::atomic<int64_t> bytes{0};
   std::atomic<int32_t> op{0};
 };
-static_assert(std::atomic<uint32_t>::is_always_lock_free && std::atomic<uint64_t>::is_always_lock_free);
+static_assert(std::atomic<uint32_t>::is_always_lock_free &&
+              std::atomic<uint64_t>::is_always_lock_free);
 constexpr size_t kHeader = 64;  // magic, then the slots
 
 size_t controlBytes(size_t n) {
@@ -102,9 +103,11 @@ std::string mapControl(const std::string& name, size_t members, bool create, Map
   if (fd.get() < 0) return "shm_open(" + name + "): " + errnoText(errno);
   if (create) {
     // fallocate, not just ftruncate: a full /dev/shm fails here, not as SIGBUS later.
-    if (ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) return "ftruncate: " + errnoText(errno);
+    if (ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0)
+      return "ftruncate: " + errnoText(errno);
     int rc = posix_fallocate(fd.get(), 0, static_cast<off_t>(bytes));
-    if (rc != 0) return "posix_fallocate(" + std::to_string(bytes) + " B) in /dev/shm: " + errnoText(rc);
+    if (rc != 0)
+      return "posix_fallocate(" + std::to_string(bytes) + " B) in /dev/shm: " + errnoText(rc);
   }
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   if (p == MAP_FAILED) return "mmap: " + errnoText(errno);
@@ -133,10 +136,14 @@ void maxInto(T* d, const T* s, int64_t n) {
 enum class Kind : int32_t { kAllReduceSum = 1, kAllReduceMax, kReduceScatter, kAllGather };
 const char* kindName(Kind k) {
   switch (k) {
-    case Kind::kAllReduceSum: return "allreduce(sum)";
-    case Kind::kAllReduceMax: return "allreduce(max)";
-    case Kind::kReduceScatter: return "reduce_scatter";
-    case Kind::kAllGather: return "allgather";
+    case Kind::kAllReduceSum:
+      return "allreduce(sum)";
+    case Kind::kAllReduceMax:
+      return "allreduce(max)";
+    case Kind::kReduceScatter:
+      return "reduce_scatter";
+    case Kind::kAllGather:
+      return "allgather";
   }
   return "?";
 }
@@ -179,7 +186,9 @@ class LocalComm final : public Comm {
  private:
   static constexpr int64_t kPieceBytes = 1 << 20;  // one read + combine, cache-resident
 
-  Slot& slot(int j) const { return *reinterpret_cast<Slot*>(control_.get() + kHeader + j * sizeof(Slot)); }
+  Slot& slot(int j) const {
+    return *reinterpret_cast<Slot*>(control_.get() + kHeader + j * sizeof(Slot));
+  }
   void allReduce(torch::Tensor& t, Kind kind);
   void post(Kind kind, const void* addr, int64_t bytes);
   void arrive();
@@ -198,14 +207,14 @@ class LocalComm final : public Comm {
   Mapping control_;
   std::chrono::milliseconds timeout_;
   int me_;
-  uint32_t phase_ = 0;          // phases this member completed (== slot(me_).arrived)
+  uint32_t phase_ = 0;           // phases this member completed (== slot(me_).arrived)
   std::vector<double> scratch_;  // one piece of a peer's tensor
 };
 
 void LocalComm::fail(Kind kind, int64_t bytes, const std::string& what) const {
   std::ostringstream os;
-  os << logPrefix() << " " << kindName(kind) << " over local memory (" << bytes << " B, "
-     << size() << " ranks on this host, timeout " << timeout_.count() / 1000.0 << " s): " << what;
+  os << logPrefix() << " " << kindName(kind) << " over local memory (" << bytes << " B, " << size()
+     << " ranks on this host, timeout " << timeout_.count() / 1000.0 << " s): " << what;
   throw DistError(os.str());
 }
 
@@ -248,11 +257,13 @@ void LocalComm::waitFor(int j, uint32_t target, Kind kind, int64_t bytes, const 
   const auto deadline = std::chrono::steady_clock::now() + timeout_;
   while (!reached()) {
     if (std::chrono::steady_clock::now() > deadline)
-      fail(kind, bytes, "timed out waiting for rank " + std::to_string(members_[j]) + " (pid " +
-                            std::to_string(pids_[j]) + ") " + phase);
+      fail(kind, bytes,
+           "timed out waiting for rank " + std::to_string(members_[j]) + " (pid " +
+               std::to_string(pids_[j]) + ") " + phase);
     if (kill(pids_[j], 0) != 0 && errno == ESRCH)
-      fail(kind, bytes, "rank " + std::to_string(members_[j]) + " (pid " + std::to_string(pids_[j]) +
-                            ") exited while this rank waited for it " + phase);
+      fail(kind, bytes,
+           "rank " + std::to_string(members_[j]) + " (pid " + std::to_string(pids_[j]) +
+               ") exited while this rank waited for it " + phase);
     s.waiters.fetch_add(1, std::memory_order_seq_cst);
     uint32_t seen = s.arrived.load(std::memory_order_seq_cst);
     if (int32_t(seen - target) < 0) futexWait(&s.arrived, seen, 20'000'000);
@@ -267,9 +278,10 @@ void LocalComm::readPeer(int j, uint64_t remote, void* local, int64_t bytes, Kin
     iovec r{reinterpret_cast<void*>(remote), static_cast<size_t>(bytes)};
     ssize_t n = process_vm_readv(pids_[j], &l, 1, &r, 1, 0);
     if (n <= 0)
-      fail(kind, bytes, "reading " + std::to_string(bytes) + " B of rank " + std::to_string(members_[j]) +
-                            " (pid " + std::to_string(pids_[j]) + "): process_vm_readv: " +
-                            errnoText(n < 0 ? errno : EIO));
+      fail(kind, bytes,
+           "reading " + std::to_string(bytes) + " B of rank " + std::to_string(members_[j]) +
+               " (pid " + std::to_string(pids_[j]) +
+               "): process_vm_readv: " + errnoText(n < 0 ? errno : EIO));
     dst += n;
     remote += static_cast<uint64_t>(n);
     bytes -= n;
@@ -277,14 +289,16 @@ void LocalComm::readPeer(int j, uint64_t remote, void* local, int64_t bytes, Kin
 }
 
 // dst[0, bytes) = dst (+ or max) every peer's [offset, offset + bytes) of its tensor.
-void LocalComm::combinePeers(char* dst, int64_t offset, int64_t bytes, torch::ScalarType dt, Kind kind) {
+void LocalComm::combinePeers(char* dst, int64_t offset, int64_t bytes, torch::ScalarType dt,
+                             Kind kind) {
   const int64_t es = dt == torch::kFloat64 ? 8 : 4;
   char* piece = reinterpret_cast<char*>(scratch_.data());
   for (int64_t done = 0; done < bytes; done += kPieceBytes) {
     const int64_t len = std::min(kPieceBytes, bytes - done);
     for (int j = 0; j < size(); ++j) {
       if (j == me_) continue;
-      readPeer(j, slot(j).addr.load(std::memory_order_relaxed) + uint64_t(offset + done), piece, len, kind);
+      readPeer(j, slot(j).addr.load(std::memory_order_relaxed) + uint64_t(offset + done), piece,
+               len, kind);
       const int64_t n = len / es;
       if (dt == torch::kFloat64) {
         auto* d = reinterpret_cast<double*>(dst + done);
@@ -323,7 +337,8 @@ void LocalComm::allReduce(torch::Tensor& t, Kind kind) {
   for (int j = 0; j < size(); ++j) {
     if (j == me_) continue;
     auto [a, b] = chunk(j, t.numel());
-    readPeer(j, slot(j).addr.load(std::memory_order_relaxed) + uint64_t(a * es), base + a * es, (b - a) * es, kind);
+    readPeer(j, slot(j).addr.load(std::memory_order_relaxed) + uint64_t(a * es), base + a * es,
+             (b - a) * es, kind);
   }
   arrive();
   waitAll(kind, bytes, "to finish reading this rank's tensor");
@@ -347,15 +362,16 @@ void LocalComm::reduceScatterSum(torch::Tensor& out, const torch::Tensor& in) {
   const int64_t mine = out.numel() * es;
   post(Kind::kReduceScatter, in.data_ptr(), bytes);
   std::memcpy(out.data_ptr(), static_cast<const char*>(in.data_ptr()) + me_ * mine, size_t(mine));
-  combinePeers(static_cast<char*>(out.data_ptr()), me_ * mine, mine, in.scalar_type(), Kind::kReduceScatter);
+  combinePeers(static_cast<char*>(out.data_ptr()), me_ * mine, mine, in.scalar_type(),
+               Kind::kReduceScatter);
   arrive();
   waitAll(Kind::kReduceScatter, bytes, "to finish reading this rank's tensor");
 }
 
 void LocalComm::allGather(torch::Tensor& out, const torch::Tensor& in) {
   TORCH_CHECK(out.numel() == in.numel() * size(), "allGather: out/in size mismatch");
-  if (!in.device().is_cpu() || !out.device().is_cpu() || !in.is_contiguous() || !out.is_contiguous() ||
-      in.scalar_type() != out.scalar_type()) {
+  if (!in.device().is_cpu() || !out.device().is_cpu() || !in.is_contiguous() ||
+      !out.is_contiguous() || in.scalar_type() != out.scalar_type()) {
     backend_->allGather(out, in);
     return;
   }
@@ -366,7 +382,9 @@ void LocalComm::allGather(torch::Tensor& out, const torch::Tensor& in) {
   post(Kind::kAllGather, in.data_ptr(), each);
   std::memcpy(dst + me_ * each, in.data_ptr(), size_t(each));
   for (int j = 0; j < size(); ++j)
-    if (j != me_) readPeer(j, slot(j).addr.load(std::memory_order_relaxed), dst + j * each, each, Kind::kAllGather);
+    if (j != me_)
+      readPeer(j, slot(j).addr.load(std::memory_order_relaxed), dst + j * each, each,
+               Kind::kAllGather);
   arrive();
   waitAll(Kind::kAllGather, each, "to finish reading this rank's tensor");
 }
@@ -393,7 +411,8 @@ std::vector<MemberInfo> parseMembers(const std::vector<std::string>& records) {
 
 // "" when this member can map the control block and read every peer's probe word.
 std::string probe(const std::vector<MemberInfo>& info, int me, Mapping* control) {
-  if (info[0].segment.rfind("!", 0) == 0) return "rank 0 of the group: " + info[0].segment.substr(1);
+  if (info[0].segment.rfind("!", 0) == 0)
+    return "rank 0 of the group: " + info[0].segment.substr(1);
   if (me != 0) {
     std::string err = mapControl(info[0].segment, info.size(), false, control);
     if (!err.empty()) return err;
@@ -405,7 +424,8 @@ std::string probe(const std::vector<MemberInfo>& info, int me, Mapping* control)
     if (process_vm_readv(info[j].pid, &l, 1, &r, 1, 0) != ssize_t(sizeof v))
       return "process_vm_readv of pid " + std::to_string(info[j].pid) + ": " + errnoText(errno) +
              " (ptrace permission: kernel.yama.ptrace_scope, or a seccomp/container policy)";
-    if (v != g_probe_word) return "process_vm_readv of pid " + std::to_string(info[j].pid) + " read a wrong value";
+    if (v != g_probe_word)
+      return "process_vm_readv of pid " + std::to_string(info[j].pid) + " read a wrong value";
   }
   return "";
 }
@@ -416,7 +436,8 @@ torch::Tensor zerosForPeers(int64_t numel) {
   constexpr size_t kHuge = size_t(2) << 20;
   const size_t bytes = (size_t(std::max<int64_t>(numel, 1)) * 4 + kHuge - 1) / kHuge * kHuge;
   // Over-map by one huge page and trim, so the buffer starts on a 2 MiB boundary.
-  void* raw = mmap(nullptr, bytes + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* raw =
+      mmap(nullptr, bytes + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (raw == MAP_FAILED) return torch::zeros({numel});
   const uintptr_t base = reinterpret_cast<uintptr_t>(raw);
   const uintptr_t start = (base + kHuge - 1) / kHuge * kHuge;
@@ -425,8 +446,9 @@ torch::Tensor zerosForPeers(int64_t numel) {
     munmap(reinterpret_cast<void*>(start + bytes), tail);
   void* p = reinterpret_cast<void*>(start);
   madvise(p, bytes, MADV_HUGEPAGE);  // advice only: without THP the buffer still works
-  return torch::from_blob(p, {numel}, [bytes](void* q) { munmap(q, bytes); },
-                          torch::TensorOptions().dtype(torch::kFloat32));
+  return torch::from_blob(
+      p, {numel}, [bytes](void* q) { munmap(q, bytes); },
+      torch::TensorOptions().dtype(torch::kFloat32));
 }
 
 std::string localHostKey() {
@@ -451,9 +473,11 @@ std::unique_ptr<Comm> makeLocalComm(std::unique_ptr<Comm> backend, c10d::Store& 
     if (!err.empty()) segment = "!" + err;
   }
   std::ostringstream mine;
-  mine << localHostKey() << "\n" << getpid() << " " << reinterpret_cast<uint64_t>(&g_probe_word) << "\n" << segment;
-  std::vector<MemberInfo> info =
-      parseMembers(gatherThroughStore(store, "local/who/", me, n, mine.str(), "local transport: who"));
+  mine << localHostKey() << "\n"
+       << getpid() << " " << reinterpret_cast<uint64_t>(&g_probe_word) << "\n"
+       << segment;
+  std::vector<MemberInfo> info = parseMembers(
+      gatherThroughStore(store, "local/who/", me, n, mine.str(), "local transport: who"));
   std::string verdict;
   for (int j = 1; j < n && verdict.empty(); ++j)
     if (info[j].key != info[0].key) verdict = "ranks on more than one host";
@@ -461,7 +485,8 @@ std::unique_ptr<Comm> makeLocalComm(std::unique_ptr<Comm> backend, c10d::Store& 
   std::vector<std::string> oks =
       gatherThroughStore(store, "local/ok/", me, n, verdict.empty() ? "ok" : "no: " + verdict,
                          "local transport: verdict");
-  if (me == 0 && segment.rfind("!", 0) != 0) shm_unlink(segment.c_str());  // every member has it mapped (or failed)
+  if (me == 0 && segment.rfind("!", 0) != 0)
+    shm_unlink(segment.c_str());  // every member has it mapped (or failed)
   for (int j = 0; j < n; ++j)
     if (oks[j] != "ok") {
       *why = "backend (rank " + std::to_string(members[j]) + ": " + oks[j].substr(4) + ")";
@@ -470,7 +495,8 @@ std::unique_ptr<Comm> makeLocalComm(std::unique_ptr<Comm> backend, c10d::Store& 
   *why = "local memory (process_vm_readv)";
   std::vector<pid_t> pids;
   for (const MemberInfo& m : info) pids.push_back(m.pid);
-  return std::make_unique<LocalComm>(std::move(backend), members, std::move(pids), std::move(control), timeout);
+  return std::make_unique<LocalComm>(std::move(backend), members, std::move(pids),
+                                     std::move(control), timeout);
 }
 
 }  // namespace ftb

@@ -24,11 +24,10 @@
 //   so the caller may modify it at once (the same guarantee as a blocking collective).
 #pragma once
 
-#include <torch/csrc/distributed/c10d/Store.hpp>
-
 #include <chrono>
 #include <memory>
 #include <string>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 #include <vector>
 
 #include "trainer/comm/comm.h"

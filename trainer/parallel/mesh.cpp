@@ -22,8 +22,8 @@ void buildLinks(Distributed& dist, const TrainConfig& tc, Mesh& m) {
     if (a != m.pp_rank && b != m.pp_rank) continue;
     const int64_t peer = a == m.pp_rank ? b : a;
     const int peer_rank = static_cast<int>(peer * inner + local);
-    const std::string name = "pp_" + std::to_string(a * inner + local) + "_" +
-                             std::to_string(b * inner + local);
+    const std::string name =
+        "pp_" + std::to_string(a * inner + local) + "_" + std::to_string(b * inner + local);
     m.owned_links.push_back(
         dist.newLink(name, PeerInfo{static_cast<int>(peer), peer_rank, hosts.at(peer_rank)}));
     m.links[peer] = m.owned_links.back().get();

@@ -21,9 +21,9 @@
 #include <memory>
 #include <vector>
 
-#include "trainer/parallel/dist.h"
-#include "trainer/comm/tp.h"
 #include "common/run_config.h"
+#include "trainer/comm/tp.h"
+#include "trainer/parallel/dist.h"
 
 namespace ftb {
 
@@ -46,9 +46,7 @@ struct Mesh {
 
   int64_t dpRank() const { return replicate_rank * dp_shard + shard_rank; }
   int64_t dpSize() const { return dp_replicate * dp_shard; }
-  TpContext tpContext() const {
-    return {static_cast<int>(tp_rank), static_cast<int>(tp), tp_comm};
-  }
+  TpContext tpContext() const { return {static_cast<int>(tp_rank), static_cast<int>(tp), tp_comm}; }
 };
 
 // REQUIRES: tc validated (product of degrees == world size). Collective: every rank

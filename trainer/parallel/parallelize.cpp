@@ -44,9 +44,10 @@ std::unique_ptr<GradSync> tieStages(std::unique_ptr<GradSync> sync,
 }  // namespace
 
 ParallelModel parallelize(const TrainConfig& tc, Mesh& mesh) {
-  const torch::ScalarType dtype = tc.training.dtype == DType::kBf16 ? torch::kBFloat16 : torch::kFloat32;
-  const ModelOptions opt{dtype, tc.training.activation_checkpointing, static_cast<uint64_t>(tc.training.seed),
-                         tc.lora, computeDevice()};
+  const torch::ScalarType dtype =
+      tc.training.dtype == DType::kBf16 ? torch::kBFloat16 : torch::kFloat32;
+  const ModelOptions opt{dtype, tc.training.activation_checkpointing,
+                         static_cast<uint64_t>(tc.training.seed), tc.lora, computeDevice()};
   const std::vector<ModelPart> parts = stageParts(tc, mesh.pp_rank);
   std::vector<Transformer> chunks;
   ParallelModel pm;
@@ -67,11 +68,10 @@ ParallelModel parallelize(const TrainConfig& tc, Mesh& mesh) {
     std::unique_ptr<ZeroSync> zero =
         makeZeroSync(stage, *mesh.shard_comm, *mesh.replicate_comm, dtype, tc.layout.tp);
     ZeroSync* z = zero.get();
-    chunks.push_back(Transformer(tc.model, mesh.tpContext(), opt,
-                                 [z](int64_t layer, const std::vector<ModelParam>& params) {
-                                   z->addUnit(layer, params);
-                                 },
-                                 parts[0]));
+    chunks.push_back(Transformer(
+        tc.model, mesh.tpContext(), opt,
+        [z](int64_t layer, const std::vector<ModelParam>& params) { z->addUnit(layer, params); },
+        parts[0]));
     if (BlockExecutor* e = zero->blockExecutor()) chunks[0]->setBlockExecutor(e);
     pm.sync = std::move(zero);
   }

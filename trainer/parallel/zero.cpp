@@ -83,8 +83,7 @@ class FlatUnit : public UnitHooks {
   torch::Tensor normWeight(int64_t tp) const {
     torch::Tensor w = torch::ones({padded_}, on());
     for (size_t i = 0; i < params_.size(); ++i)
-      if (replicated_[i])
-        w.narrow(0, offsets_[i], numel(i)).fill_(1.0 / double(tp));
+      if (replicated_[i]) w.narrow(0, offsets_[i], numel(i)).fill_(1.0 / double(tp));
     return w.narrow(0, shard_.rank() * shard_numel_, shard_numel_).clone();
   }
 
@@ -117,8 +116,7 @@ class FlatUnit : public UnitHooks {
     torch::NoGradGuard no_grad;
     torch::Tensor flat = torch::zeros({padded_}, on());
     for (size_t i = 0; i < grads.size(); ++i)
-      if (grads[i].defined())
-        flat.narrow(0, offsets_[i], numel(i)).copy_(grads[i].reshape(-1));
+      if (grads[i].defined()) flat.narrow(0, offsets_[i], numel(i)).copy_(grads[i].reshape(-1));
     if (scatter) {
       torch::Tensor mine = torch::empty({shard_numel_}, on());
       shard_.reduceScatterSum(mine, flat);
@@ -280,7 +278,10 @@ class Zero3Sync final : public ZeroSync, public BlockExecutor {
 
 ZeroSync::ZeroSync(Comm& shard, Comm& replicate, torch::ScalarType compute_dtype, int64_t tp,
                    bool persistent)
-    : shard_(shard), replicate_(replicate), compute_dtype_(compute_dtype), tp_(tp),
+    : shard_(shard),
+      replicate_(replicate),
+      compute_dtype_(compute_dtype),
+      tp_(tp),
       persistent_(persistent) {}
 ZeroSync::~ZeroSync() = default;
 

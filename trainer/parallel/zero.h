@@ -31,9 +31,9 @@
 #include <memory>
 #include <vector>
 
+#include "trainer/comm/comm.h"
 #include "trainer/model/activation_checkpoint.h"
 #include "trainer/model/llama.h"
-#include "trainer/comm/comm.h"
 #include "trainer/parallel/grad_sync.h"
 
 namespace ftb {

@@ -119,7 +119,8 @@ TEST(CheckpointManifest, TruncatedShardIsRefused) {
   std::string dir = makeCheckpoint(tempDir(), 4);
   fs::resize_file(dir + "/rank_00000.h5", 1000);
   std::string p = problemOf(dir);
-  EXPECT_NE(p.find("rank_00000.h5: size 1000 bytes, the manifest says 4096"), std::string::npos) << p;
+  EXPECT_NE(p.find("rank_00000.h5: size 1000 bytes, the manifest says 4096"), std::string::npos)
+      << p;
 }
 
 TEST(CheckpointManifest, FlippedByteIsRefused) {
@@ -274,9 +275,9 @@ TEST(CheckpointCompat, OldFloatSpellingInTheManifestIsAccepted) {
   std::string dir = makeCheckpoint(root, 4);
   Manifest m = loadVerifiedManifest(dir);
   m.compat = {{"model.dim", "64"},
-              {"model.norm_eps", oldSpelling(1e-5, 17)},  // 1.0000000000000001e-05
+              {"model.norm_eps", oldSpelling(1e-5, 17)},       // 1.0000000000000001e-05
               {"model.rope_theta", oldSpelling(10000.0, 17)},  // 10000 (no ".0")
-              {"training.lr", oldSpelling(1e-4, 15)},  // 0.0001
+              {"training.lr", oldSpelling(1e-4, 15)},          // 0.0001
               {"model.tie_embeddings", "false"},
               {"training.optimizer", "\"adamw\""}};
   writeBytes(dir + "/" + kManifestName, manifestToJson(m));

@@ -14,10 +14,10 @@ namespace {
 using Args = std::vector<std::string>;
 
 TEST(TorchtitanOverrides, BothSpellingsBecomeKeyValue) {
-  EXPECT_EQ(torchtitanOverrides({"--config", "c.toml", "--training.lr", "1e-3",
-                                 "--training.max_steps=7", "data.seq_len=64"}),
-            (Args{"--config", "c.toml", "training.lr=1e-3", "training.max_steps=7",
-                  "data.seq_len=64"}));
+  EXPECT_EQ(
+      torchtitanOverrides({"--config", "c.toml", "--training.lr", "1e-3", "--training.max_steps=7",
+                           "data.seq_len=64"}),
+      (Args{"--config", "c.toml", "training.lr=1e-3", "training.max_steps=7", "data.seq_len=64"}));
   // A negative number is a value, not a flag.
   EXPECT_EQ(torchtitanOverrides({"--training.lr", "-1"}), (Args{"training.lr=-1"}));
 }
@@ -54,9 +54,9 @@ TEST(CxxoptsPositionals, CommasAreKeptWhole) {
   std::vector<char*> argv;
   for (std::string& w : words) argv.push_back(w.data());
   auto r = o.parse(static_cast<int>(argv.size()), argv.data());
-  EXPECT_EQ(r["overrides"].as<std::vector<std::string>>(),
-            (Args{"output.dir=/tmp/x,y", "model.x=[1,2]",
-                  "output.sweep_fmt=\"{model.name},{hash}\""}));
+  EXPECT_EQ(
+      r["overrides"].as<std::vector<std::string>>(),
+      (Args{"output.dir=/tmp/x,y", "model.x=[1,2]", "output.sweep_fmt=\"{model.name},{hash}\""}));
 }
 
 }  // namespace
@@ -110,8 +110,8 @@ namespace {
 std::string cliErrorOf(std::vector<std::string> words) {
   cxxopts::Options cli("prog", "test program");
   cli.add_options()("world-size", "world size to plan for", cxxopts::value<int>())(
-      "config", "run config (TOML)", cxxopts::value<std::string>())(
-      "hash", "print the hash")("h,help", "show help");
+      "config", "run config (TOML)", cxxopts::value<std::string>())("hash", "print the hash")(
+      "h,help", "show help");
   words.insert(words.begin(), "prog");
   std::vector<char*> argv;
   for (std::string& w : words) argv.push_back(w.data());

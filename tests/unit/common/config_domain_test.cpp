@@ -61,9 +61,8 @@ TEST(ConfigDomain, IssueCasesAreRefusedNamingKeyValueAndRange) {
   };
   for (const Case& c : cases) {
     std::string msg = refusal({c.override_arg});
-    const std::string want = std::string("config error: override '") + c.override_arg +
-                             "': key '" + c.key + "': " + c.value +
-                             " is out of range: expected " + c.range;
+    const std::string want = std::string("config error: override '") + c.override_arg + "': key '" +
+                             c.key + "': " + c.value + " is out of range: expected " + c.range;
     EXPECT_EQ(msg.substr(0, want.size()), want) << msg;
   }
 }
@@ -100,9 +99,9 @@ TEST(ConfigDomain, EveryKeyRefusesBothSidesOfItsRange) {
         ADD_FAILURE() << arg << " accepted";
       } catch (const ConfigError& e) {
         EXPECT_EQ(e.exitCode(), 2);
-        for (const std::string& part : {"override '" + arg + "'", "key '" + k.key + "'",
-                                        valueToString(value) + " is out of range",
-                                        d.describe(is_int)})
+        for (const std::string& part :
+             {"override '" + arg + "'", "key '" + k.key + "'",
+              valueToString(value) + " is out of range", d.describe(is_int)})
           EXPECT_TRUE(contains(e.what(), part)) << part << " not in: " << e.what();
       }
       ++checked;
@@ -123,19 +122,20 @@ TEST(ConfigDomain, FileValueNamesFileAndLine) {
     cfg.checkDomains();
     ADD_FAILURE() << "beta1 = 1.5 accepted";
   } catch (const ConfigError& e) {
-    EXPECT_TRUE(contains(e.what(), "run.toml:3: key 'training.beta1': 1.5 is out of range: "
-                                   "expected a finite number in [0, 1)"))
+    EXPECT_TRUE(contains(e.what(),
+                         "run.toml:3: key 'training.beta1': 1.5 is out of range: "
+                         "expected a finite number in [0, 1)"))
         << e.what();
   }
 }
 
 // Values on the edge of their domain run: the trainer accepts the whole config.
 TEST(ConfigDomain, BoundaryValuesAreAcceptedByTheTrainer) {
-  for (const char* arg : {"training.lr=0", "training.beta1=0", "training.beta2=0.999999",
-                          "training.threads=0", "training.stop_after_seconds=0",
-                          "training.weight_decay=0", "training.max_grad_norm=0",
-                          "metrics.skip_first_steps=0", "metrics.peak_tflops=0",
-                          "parallel.memory_limit_gb=0", "training.seed=0"})
+  for (const char* arg :
+       {"training.lr=0", "training.beta1=0", "training.beta2=0.999999", "training.threads=0",
+        "training.stop_after_seconds=0", "training.weight_decay=0", "training.max_grad_norm=0",
+        "metrics.skip_first_steps=0", "metrics.peak_tflops=0", "parallel.memory_limit_gb=0",
+        "training.seed=0"})
     EXPECT_EQ(refusal({arg}), "") << arg;
   EXPECT_EQ(refusal({"parallel.zero_stage=3", "parallel.dp_shard=2"}, 2), "");
 }
@@ -143,26 +143,30 @@ TEST(ConfigDomain, BoundaryValuesAreAcceptedByTheTrainer) {
 // The preset's n_heads no longer takes the blame for model.dim=66.
 TEST(ConfigBlame, OverriddenDimIsBlamedNotThePresetsHeads) {
   std::string msg = refusal({"model.dim=66"});
-  EXPECT_TRUE(contains(msg, "override 'model.dim=66': key 'model.dim': n_heads(4) does not "
-                            "divide dim(66); model.n_heads = 4 comes from preset "))
+  EXPECT_TRUE(contains(msg,
+                       "override 'model.dim=66': key 'model.dim': n_heads(4) does not "
+                       "divide dim(66); model.n_heads = 4 comes from preset "))
       << msg;
   EXPECT_TRUE(contains(msg, "configs/models/tiny.toml:5")) << msg;
   // The heads set by the user are blamed when the dim is the preset's.
   msg = refusal({"model.n_heads=3"});
-  EXPECT_TRUE(contains(msg, "key 'model.n_heads': n_heads(3) does not divide dim(64); "
-                            "model.dim = 64 comes from preset "))
+  EXPECT_TRUE(contains(msg,
+                       "key 'model.n_heads': n_heads(3) does not divide dim(64); "
+                       "model.dim = 64 comes from preset "))
       << msg;
 }
 
 TEST(ConfigBlame, TensorParallelIsBlamedNotTheDefaultShardDegree) {
   std::string msg = refusal({"parallel.tp=3"}, 4);
-  EXPECT_TRUE(contains(msg, "override 'parallel.tp=3': key 'parallel.tp': dp_shard(1) * tp(3) "
-                            "does not divide world_size(4); parallel.dp_shard = 1 is the default"))
+  EXPECT_TRUE(contains(msg,
+                       "override 'parallel.tp=3': key 'parallel.tp': dp_shard(1) * tp(3) "
+                       "does not divide world_size(4); parallel.dp_shard = 1 is the default"))
       << msg;
   // dp_shard set by the user (tp the default) is blamed itself.
   msg = refusal({"parallel.dp_shard=3"}, 4);
-  EXPECT_TRUE(contains(msg, "key 'parallel.dp_shard': dp_shard(3) * tp(1) does not divide "
-                            "world_size(4); parallel.tp = 1 is the default"))
+  EXPECT_TRUE(contains(msg,
+                       "key 'parallel.dp_shard': dp_shard(3) * tp(1) does not divide "
+                       "world_size(4); parallel.tp = 1 is the default"))
       << msg;
   // Both set in the same place: the shard degree (first) as before, no origin note.
   msg = refusal({"parallel.dp_shard=3", "parallel.tp=1"}, 4);

@@ -161,12 +161,13 @@ TEST_F(ConfigTest, RenamedKeyIsRefusedNamingItsNewName) {
       "  hint: 'training.warmup_steps' is now called metrics.skip_first_steps; write "
       "metrics.skip_first_steps (the first N steps (warm-up) are left out of summaries "
       "(tokens/s, MFU, step times); not the learning-rate warm-up, training.lr_warmup_steps)";
-  EXPECT_EQ(loadError("[training]\nwarmup_steps = 3\n"),
-            "config error: " + run("r.toml") +
-                ":2: key 'training.warmup_steps': unknown key\n" + hint);
+  EXPECT_EQ(
+      loadError("[training]\nwarmup_steps = 3\n"),
+      "config error: " + run("r.toml") + ":2: key 'training.warmup_steps': unknown key\n" + hint);
   EXPECT_EQ(loadError("", {"training.warmup_steps=3"}),
             "config error: override 'training.warmup_steps=3': key 'training.warmup_steps': "
-            "unknown key\n" + hint);
+            "unknown key\n" +
+                hint);
   std::string path = write("runs/new.toml", "[metrics]\nskip_first_steps = 3\n");
   EXPECT_EQ(Config::load(path, {}).getInt("metrics.skip_first_steps"), 3);
 }
@@ -177,7 +178,8 @@ TEST_F(ConfigTest, RecordedRunTomlWithARenamedKeyReadsUnderTheNewName) {
   const std::string body = "[model]\nname = \"tiny\"\n[training]\nwarmup_steps = 5\n";
   const std::string recorded = std::string(kRecordedConfigMark) +
                                " the resolved config of this run (written once)\n"
-                               "# config_hash = 0123456789abcdef\n" + body;
+                               "# config_hash = 0123456789abcdef\n" +
+                               body;
   std::string path = write("runs/run.toml", recorded);
   const Config cfg = Config::load(path, {});
   EXPECT_EQ(cfg.getInt("metrics.skip_first_steps"), 5);
@@ -265,12 +267,13 @@ TEST(SchemaTest, ForeignSpellingsNameRealKeys) {
 
 TEST_F(ConfigTest, UnknownKeyListsTableKeys) {
   std::string msg = loadError("[parallel]\nsomething_else = 1\n");
-  EXPECT_EQ(msg, "config error: " + run("r.toml") +
-                     ":2: key 'parallel.something_else': unknown key\n"
-                     "  hint: valid keys in [parallel]: backend, bucket_mb, dp_replicate, dp_shard, "
-                     "local_collectives, "
-                     "memory_limit_gb, pp, pp_microbatches, pp_schedule, pp_split, "
-                     "pp_virtual_stages, timeout_seconds, tp, zero_stage");
+  EXPECT_EQ(msg,
+            "config error: " + run("r.toml") +
+                ":2: key 'parallel.something_else': unknown key\n"
+                "  hint: valid keys in [parallel]: backend, bucket_mb, dp_replicate, dp_shard, "
+                "local_collectives, "
+                "memory_limit_gb, pp, pp_microbatches, pp_schedule, pp_split, "
+                "pp_virtual_stages, timeout_seconds, tp, zero_stage");
   EXPECT_EQ(loadError("[zzzzzz]\nqqqq = 1\n"),
             "config error: " + run("r.toml") +
                 ":2: key 'zzzzzz.qqqq': unknown key\n"
@@ -285,10 +288,11 @@ TEST_F(ConfigTest, WrongType) {
             "config error: " + run("r.toml") +
                 ":2: key 'training.max_steps': expected int, got string (\"ten\")\n"
                 "  hint: training.max_steps: optimizer steps to run (default 20)");
-  EXPECT_EQ(loadError("[model]\ntie_embeddings = 1\n"),
-            "config error: " + run("r.toml") +
-                ":2: key 'model.tie_embeddings': expected bool, got int (1)\n"
-                "  hint: model.tie_embeddings: share input embedding and output head (default false)");
+  EXPECT_EQ(
+      loadError("[model]\ntie_embeddings = 1\n"),
+      "config error: " + run("r.toml") +
+          ":2: key 'model.tie_embeddings': expected bool, got int (1)\n"
+          "  hint: model.tie_embeddings: share input embedding and output head (default false)");
   EXPECT_EQ(loadError("[data]\nseq_len = [1, 2.5]\n"),
             "config error: " + run("r.toml") +
                 ":2: key 'data.seq_len': expected int, got mixed or non-int/string array "
@@ -359,7 +363,7 @@ TEST_F(ConfigTest, NonRegularAndHugeFilesAreRefused) {
     FAIL();
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find(big + ": config file is 1048579 bytes (1024 KiB), more "
-                                         "than the limit of 1048576 bytes (1024 KiB)"),
+                                               "than the limit of 1048576 bytes (1024 KiB)"),
               std::string::npos)
         << e.what();
   }
@@ -431,9 +435,10 @@ TEST_F(ConfigTest, Lists) {
     Config::fromString("", "t.toml", {"x.ints=[1, \"a\"]"}, schema);
     FAIL();
   } catch (const ConfigError& e) {
-    EXPECT_STREQ(e.what(),
-                 "config error: override 'x.ints=[1, \"a\"]': key 'x.ints': expected int list, "
-                 "got mixed or non-int/string array ([ 1, 'a' ])\n  hint: x.ints: ints (default [])");
+    EXPECT_STREQ(
+        e.what(),
+        "config error: override 'x.ints=[1, \"a\"]': key 'x.ints': expected int list, "
+        "got mixed or non-int/string array ([ 1, 'a' ])\n  hint: x.ints: ints (default [])");
   }
 }
 
@@ -666,7 +671,8 @@ TEST(SchemaTest, MarkdownEscapesBarsAndMarksPlannedKeys) {
   std::istringstream rows(schemaMarkdown(trainerSchema()));
   for (std::string row; std::getline(rows, row);) {
     int cells = -1;  // a row starts and ends with a bar
-    for (size_t i = 0; i < row.size(); ++i) cells += row[i] == '|' && (i == 0 || row[i - 1] != '\\');
+    for (size_t i = 0; i < row.size(); ++i)
+      cells += row[i] == '|' && (i == 0 || row[i - 1] != '\\');
     EXPECT_EQ(cells, 4) << row;
   }
 }

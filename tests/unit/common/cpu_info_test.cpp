@@ -49,8 +49,9 @@ TEST(CpuInfo, RecommendedCoretype) {
   EXPECT_EQ(recommendedOpenblasCoretype(parseCpuInfo(kHaswell)), "Haswell");
   CpuInfo zen2 = parseCpuInfo("vendor_id: AuthenticAMD\nflags: avx fma avx2\n");
   EXPECT_EQ(recommendedOpenblasCoretype(zen2), "Zen");
-  CpuInfo skx = parseCpuInfo("vendor_id: GenuineIntel\nflags: avx fma avx2 avx512f avx512bw "
-                             "avx512dq avx512vl\n");
+  CpuInfo skx = parseCpuInfo(
+      "vendor_id: GenuineIntel\nflags: avx fma avx2 avx512f avx512bw "
+      "avx512dq avx512vl\n");
   EXPECT_EQ(recommendedOpenblasCoretype(skx), "SkylakeX");
 }
 
@@ -61,8 +62,7 @@ TEST(CpuInfo, CoretypeCheckVerdicts) {
   EXPECT_EQ(checkOpenblasCoretype(zen4, "cooperlake").verdict, V::kOk);  // case-insensitive
   CoretypeCheck below = checkOpenblasCoretype(zen4, "Haswell");
   EXPECT_EQ(below.verdict, V::kBelow);
-  EXPECT_NE(below.message.find("OPENBLAS_CORETYPE=Cooperlake"), std::string::npos)
-      << below.message;
+  EXPECT_NE(below.message.find("OPENBLAS_CORETYPE=Cooperlake"), std::string::npos) << below.message;
   EXPECT_EQ(checkOpenblasCoretype(zen4, "SkylakeX").verdict, V::kBelow);
   EXPECT_EQ(checkOpenblasCoretype(hsw, "SkylakeX").verdict, V::kAbove);
   EXPECT_EQ(checkOpenblasCoretype(hsw, "Zen").verdict, V::kOk);

@@ -36,19 +36,18 @@ TEST(DistEnv, SingleProcessDefaults) {
 TEST(DistEnv, NodeCount) {
   std::map<std::string, std::string> none;
   EXPECT_EQ(discoverDistEnv(envOf(none)).nodes, 1);
-  std::map<std::string, std::string> launcher = {{"RANK", "0"}, {"WORLD_SIZE", "4"},
-                                                 {"LOCAL_WORLD_SIZE", "2"},
-                                                 {"GROUP_WORLD_SIZE", "2"}};
+  std::map<std::string, std::string> launcher = {
+      {"RANK", "0"}, {"WORLD_SIZE", "4"}, {"LOCAL_WORLD_SIZE", "2"}, {"GROUP_WORLD_SIZE", "2"}};
   EXPECT_EQ(discoverDistEnv(envOf(launcher)).nodes, 2);
-  std::map<std::string, std::string> slurm = {{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "5"},
-                                              {"SLURM_TASKS_PER_NODE", "2(x2),1"}};
+  std::map<std::string, std::string> slurm = {
+      {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "5"}, {"SLURM_TASKS_PER_NODE", "2(x2),1"}};
   EXPECT_EQ(discoverDistEnv(envOf(slurm)).nodes, 3);
   std::map<std::string, std::string> mpi = {{"OMPI_COMM_WORLD_RANK", "0"},
                                             {"OMPI_COMM_WORLD_SIZE", "8"},
                                             {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}};
   EXPECT_EQ(discoverDistEnv(envOf(mpi)).nodes, 2);
-  std::map<std::string, std::string> one = {{"RANK", "0"}, {"WORLD_SIZE", "4"},
-                                            {"LOCAL_WORLD_SIZE", "4"}};
+  std::map<std::string, std::string> one = {
+      {"RANK", "0"}, {"WORLD_SIZE", "4"}, {"LOCAL_WORLD_SIZE", "4"}};
   EXPECT_EQ(discoverDistEnv(envOf(one)).nodes, 1);
 }
 
@@ -72,9 +71,8 @@ TEST(DistEnv, Torchrun) {
 }
 
 TEST(DistEnv, TorchrunAgentStoreMakesEveryRankAClient) {
-  std::map<std::string, std::string> vars = {{"RANK", "0"},
-                                             {"WORLD_SIZE", "2"},
-                                             {"TORCHELASTIC_USE_AGENT_STORE", "True"}};
+  std::map<std::string, std::string> vars = {
+      {"RANK", "0"}, {"WORLD_SIZE", "2"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"}};
   EXPECT_TRUE(discoverDistEnv(envOf(vars)).agent_store);
   vars["TORCHELASTIC_USE_AGENT_STORE"] = "False";
   EXPECT_FALSE(discoverDistEnv(envOf(vars)).agent_store);

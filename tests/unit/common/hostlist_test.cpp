@@ -116,8 +116,7 @@ TEST(TasksPerNode, Expands) {
 }
 
 TEST(TasksPerNode, Errors) {
-  for (const char* bad : {"2(x)", "x", "", "2(3)", "2(x3", "2,", "2(x0)", "2 ",
-                          "4,0", "0(x2)"}) {
+  for (const char* bad : {"2(x)", "x", "", "2(3)", "2(x3", "2,", "2(x0)", "2 ", "4,0", "0(x2)"}) {
     EXPECT_THROW(expandTasksPerNode(bad), ConfigError) << bad;
   }
   try {
@@ -125,7 +124,8 @@ TEST(TasksPerNode, Errors) {
   } catch (const ConfigError& e) {
     EXPECT_STREQ(e.what(),
                  "config error: key 'SLURM_TASKS_PER_NODE': expected a repeat count at "
-                 "position 3 in '2(x)'\n  hint: expected SLURM's tasks-per-node syntax: counts >= 1, a repeat as "
+                 "position 3 in '2(x)'\n  hint: expected SLURM's tasks-per-node syntax: counts >= "
+                 "1, a repeat as "
                  "COUNT(xN), e.g. '2(x3),1'");
   }
   // Found by fuzz_hostlist: a node with 0 tasks was accepted.
@@ -135,7 +135,8 @@ TEST(TasksPerNode, Errors) {
   } catch (const ConfigError& e) {
     EXPECT_STREQ(e.what(),
                  "config error: key 'SLURM_TASKS_PER_NODE': tasks per node must be >= 1 at "
-                 "position 2 in '4,0'\n  hint: expected SLURM's tasks-per-node syntax: counts >= 1, a repeat as "
+                 "position 2 in '4,0'\n  hint: expected SLURM's tasks-per-node syntax: counts >= "
+                 "1, a repeat as "
                  "COUNT(xN), e.g. '2(x3),1'");
   }
 }

@@ -2,8 +2,6 @@
 // ISA's FLOPs per cycle, the GPU table, the override and the GEMM-above-peak check.
 #include "common/hw_peak.h"
 
-#include "common/log.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+
+#include "common/log.h"
 
 namespace ftb {
 namespace {
@@ -98,8 +98,9 @@ TEST(HwPeak, CacheRoundTripPerHostAndModel) {
 }
 
 TEST(HwPeak, GemmFigureLinesKeepTheBestPerKey) {
-  const std::string text = "ftbench cpu peak v1\nmodel M\ngemm 5e10 fp32 2048 t1 ATen\n"
-                           "gemm 7e10 fp32 2048 t2 ATen\n";
+  const std::string text =
+      "ftbench cpu peak v1\nmodel M\ngemm 5e10 fp32 2048 t1 ATen\n"
+      "gemm 7e10 fp32 2048 t2 ATen\n";
   EXPECT_EQ(cachedGemmFigure(text, "fp32 2048 t1 ATen"), 5e10);
   EXPECT_EQ(cachedGemmFigure(text, "fp32 2048 t2 ATen"), 7e10);
   EXPECT_EQ(cachedGemmFigure(text, "fp32 2048 t1"), 0) << "a key prefix is another key";

@@ -46,8 +46,8 @@ TEST(LoraConfig, BadValuesNameTheKeyAndHint) {
   EXPECT_NE(refusal({"lora.dropout=1.0"}).find("lora.dropout"), std::string::npos);
   EXPECT_NE(refusal({"lora.from_pretrained=\"/x\""}).find("lora.rank > 0"), std::string::npos);
   EXPECT_NE(refusal({"lora.base_dtype=\"bf16\""}).find("lora.rank > 0"), std::string::npos);
-  const std::string tp_dropout = refusalOf(
-      Config::load(kTinyRun, {"lora.rank=4", "lora.dropout=0.1", "parallel.tp=2"}), 2);
+  const std::string tp_dropout =
+      refusalOf(Config::load(kTinyRun, {"lora.rank=4", "lora.dropout=0.1", "parallel.tp=2"}), 2);
   EXPECT_NE(tp_dropout.find("lora.dropout"), std::string::npos) << tp_dropout;
 }
 

@@ -39,10 +39,10 @@ TEST(MemoryEstimate, Zero3On8RanksIs16PsiOverN) {
   const double root = 2.0 * 32000 * 4096 + 4096;
   EXPECT_DOUBLE_EQ(e.gathered, 2 * block + 4 * block + 8 * root);
   std::string table = formatMemoryEstimate(tc, e, 80.0 * (1 << 30));
-  for (const char* row : {"parameters", "gradients", "optimizer state", "model states",
-                          "gathered units (ZeRO-3)", "activations (no checkpointing)",
-                          "activations (checkpointing)", "communication buffers",
-                          "runtime baseline", "total (checkpointing)", "fits"})
+  for (const char* row :
+       {"parameters", "gradients", "optimizer state", "model states", "gathered units (ZeRO-3)",
+        "activations (no checkpointing)", "activations (checkpointing)", "communication buffers",
+        "runtime baseline", "total (checkpointing)", "fits"})
     EXPECT_NE(table.find(row), std::string::npos) << row << "\n" << table;
 }
 
@@ -84,8 +84,7 @@ TEST(MemoryEstimate, CheckpointingShrinksActivationsAndLimitIsReported) {
   EXPECT_FALSE(a.checkpointing);
   EXPECT_TRUE(b.checkpointing);
   EXPECT_LT(b.total(), a.total());
-  EXPECT_NE(formatMemoryEstimate(none, a, 1.0 * (1 << 30)).find("does NOT fit"),
-            std::string::npos);
+  EXPECT_NE(formatMemoryEstimate(none, a, 1.0 * (1 << 30)).find("does NOT fit"), std::string::npos);
 }
 
 // Pipeline stages: 32 blocks of Llama-2-7B over pp 4 (8 each), 8 micro-batches.

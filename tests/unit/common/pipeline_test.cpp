@@ -226,9 +226,9 @@ TEST(PipeConfig, MoreStagesThanBlocksIsRefused) {
 }
 
 TEST(PipeConfig, TooFewMicroBatchesForTheScheduleIsRefused) {
-  expectRefusal({"parallel.pp=4", "parallel.pp_microbatches=2"}, 4,
-                {"key 'parallel.pp_microbatches'", "\"1f1b\" needs at least pp(4) micro-batches",
-                 "got 2"});
+  expectRefusal(
+      {"parallel.pp=4", "parallel.pp_microbatches=2"}, 4,
+      {"key 'parallel.pp_microbatches'", "\"1f1b\" needs at least pp(4) micro-batches", "got 2"});
   expectRefusal({"parallel.pp=2", "parallel.pp_schedule=\"interleaved_1f1b\"",
                  "parallel.pp_virtual_stages=2", "parallel.pp_microbatches=3"},
                 2, {"groups of pp(2)", "got 3"});
@@ -239,17 +239,18 @@ TEST(PipeConfig, TooFewMicroBatchesForTheScheduleIsRefused) {
 }
 
 TEST(PipeConfig, VirtualStagesThatDoNotDivideTheBlocksAreRefused) {
-  expectRefusal({"parallel.pp=2", "parallel.pp_schedule=\"interleaved_1f1b\"",
-                 "parallel.pp_virtual_stages=3", "parallel.pp_microbatches=2"},
-                2, {"key 'parallel.pp_virtual_stages'", "6 model chunks do not divide model.n_layers(4)"});
+  expectRefusal(
+      {"parallel.pp=2", "parallel.pp_schedule=\"interleaved_1f1b\"", "parallel.pp_virtual_stages=3",
+       "parallel.pp_microbatches=2"},
+      2, {"key 'parallel.pp_virtual_stages'", "6 model chunks do not divide model.n_layers(4)"});
   expectRefusal({"model.n_layers=6", "parallel.pp=2", "parallel.pp_schedule=\"interleaved_1f1b\"",
                  "parallel.pp_virtual_stages=2", "parallel.pp_microbatches=2"},
                 2, {"4 model chunks do not divide model.n_layers(6)", "parallel.pp_split"});
   expectRefusal({"parallel.pp=2", "parallel.pp_virtual_stages=2"}, 2,
                 {"needs pp_schedule \"interleaved_1f1b\""});
-  expectRefusal({"parallel.pp=2", "parallel.pp_schedule=\"interleaved_1f1b\"",
-                 "parallel.pp_microbatches=2"},
-                2, {"needs pp_virtual_stages >= 2"});
+  expectRefusal(
+      {"parallel.pp=2", "parallel.pp_schedule=\"interleaved_1f1b\"", "parallel.pp_microbatches=2"},
+      2, {"needs pp_virtual_stages >= 2"});
 }
 
 TEST(PipeConfig, SplitThatDoesNotSumToTheBlocksIsRefused) {
@@ -308,9 +309,9 @@ TEST(PipeConfig, KeysAtTheirDefaultsLeaveTheRunTagUnchanged) {
 
 TEST(PipeConfig, AValidPipelineResolvesItsPlan) {
   const TrainConfig tc = TrainConfig::fromConfig(
-      Config::load(kTinyRun, {"model.n_layers=4", "parallel.pp=2", "parallel.pp_microbatches=4",
-                              "parallel.pp_schedule=\"interleaved_1f1b\"",
-                              "parallel.pp_virtual_stages=2"}),
+      Config::load(kTinyRun,
+                   {"model.n_layers=4", "parallel.pp=2", "parallel.pp_microbatches=4",
+                    "parallel.pp_schedule=\"interleaved_1f1b\"", "parallel.pp_virtual_stages=2"}),
       4);
   EXPECT_EQ(tc.layout.pp, 2);
   EXPECT_EQ(tc.layout.dp_replicate, 2);

@@ -11,10 +11,10 @@ namespace ftb {
 namespace {
 
 // Every enumerator, in order: a new one must be added here and to the string table.
-constexpr RunState kAll[] = {RunState::Running, RunState::Completed, RunState::Failed,
-                             RunState::Oom,     RunState::Preempted, RunState::Invalid,
-                             RunState::Stopping, RunState::Held,     RunState::Missing,
-                             RunState::Corrupt, RunState::Killed,    RunState::Partial};
+constexpr RunState kAll[] = {RunState::Running,  RunState::Completed, RunState::Failed,
+                             RunState::Oom,      RunState::Preempted, RunState::Invalid,
+                             RunState::Stopping, RunState::Held,      RunState::Missing,
+                             RunState::Corrupt,  RunState::Killed,    RunState::Partial};
 
 TEST(RunState, EveryStateRoundTripsThroughItsName) {
   std::set<std::string> names;

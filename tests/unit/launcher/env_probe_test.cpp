@@ -1,13 +1,13 @@
 // launcher/env_probe.h: the ELF interpreter lookup and how probe text is reported.
-#include <gtest/gtest.h>
+#include "launcher/env_probe.h"
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
-#include "launcher/env_probe.h"
 #include "launcher/report.h"
 
 namespace ftb::launcher {
@@ -37,7 +37,8 @@ TEST(EnvProbe, ScriptsAndMissingFilesHaveNoInterpreter) {
 
 TEST(EnvProbe, ReportNamesTheFirstLineAndKeepsWarnings) {
   std::ostringstream o;
-  writeWorkerEnv(o, "BLAS x; allocator y\nenvironment: 4 intra-op thread(s) on 2 bound CPU(s)", "  ");
+  writeWorkerEnv(o, "BLAS x; allocator y\nenvironment: 4 intra-op thread(s) on 2 bound CPU(s)",
+                 "  ");
   EXPECT_EQ(o.str(),
             "  worker environment (local rank 0, probed): BLAS x; allocator y\n"
             "  environment: 4 intra-op thread(s) on 2 bound CPU(s)\n");

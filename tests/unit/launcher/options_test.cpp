@@ -178,15 +178,14 @@ TEST(TorchrunFlags, RendezvousErrors) {
             std::string::npos);
   EXPECT_NE(errorOf({"--nnodes", "1:4", "x"}).find("elastic"), std::string::npos);
   EXPECT_NE(errorOf({"--nnodes", "0", "x"}).find("'--nnodes'"), std::string::npos);
-  EXPECT_NE(errorOf({"--nnodes", "2", "--node-rank", "0", "--standalone", "--master-addr", "a",
-                     "x"})
-                .find("'--standalone'"),
-            std::string::npos);
+  EXPECT_NE(
+      errorOf({"--nnodes", "2", "--node-rank", "0", "--standalone", "--master-addr", "a", "x"})
+          .find("'--standalone'"),
+      std::string::npos);
   EXPECT_NE(errorOf({"--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "h:0", "x"})
                 .find("'--rdzv-endpoint'"),
             std::string::npos);
-  EXPECT_NE(errorOf({"--rdzv-backend", "etcd", "x"}).find("'static' or 'c10d'"),
-            std::string::npos);
+  EXPECT_NE(errorOf({"--rdzv-backend", "etcd", "x"}).find("'static' or 'c10d'"), std::string::npos);
 }
 
 }  // namespace

@@ -232,8 +232,10 @@ TEST(TunedEnv, CoresSplitIntoBlocksAndThreadsMatch) {
 
 TEST(TunedEnv, InheritedCountsAboveTheBoundCoresAndABadCoretypeAreCorrected) {
   NodeInfo n = tunedNode(8, 4, {0, 1, 2, 3, 4, 5, 6, 7});
-  n.preset = {{"OMP_NUM_THREADS", "16"}, {"MKL_NUM_THREADS", "1"},
-              {"OPENBLAS_NUM_THREADS", "32"}, {"OPENBLAS_CORETYPE", "Haswell"}};
+  n.preset = {{"OMP_NUM_THREADS", "16"},
+              {"MKL_NUM_THREADS", "1"},
+              {"OPENBLAS_NUM_THREADS", "32"},
+              {"OPENBLAS_CORETYPE", "Haswell"}};
   n.coretype_fix = "Cooperlake";
   n.coretype_note = "below";
   std::map<std::string, std::string> got;

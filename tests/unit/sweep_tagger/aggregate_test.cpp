@@ -3,23 +3,22 @@
 #include "sweep_tagger/aggregate.h"
 
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <limits>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
-#include "sweep_tagger/plot.h"
-#include "sweep_tagger/process_pool.h"
-#include "common/tag.h"
-#include "test_util.h"
 #include "common/h5_metrics.h"
 #include "common/hdf5.h"
+#include "common/tag.h"
+#include "sweep_tagger/plot.h"
+#include "sweep_tagger/process_pool.h"
+#include "test_util.h"
 
 namespace ftb {
 namespace {
@@ -64,10 +63,9 @@ std::string makeRun(const std::string& results, const Config& cfg, int world,
     info.peak_flops = 1e12;
     info.config_toml = cfg.toToml();
     MetricsFile f = MetricsFile::create(metricsFilePath(rd.path, r), info);
-    for (const char* m :
-         {"step", "time_s", "step_time_s", "data_s", "forward_s", "backward_s", "optimizer_s",
-          "comm_s", "loss", "tokens_padded", "tokens_dataset", "mfu", "gemm_efficiency",
-          "peak_rss_bytes"})
+    for (const char* m : {"step", "time_s", "step_time_s", "data_s", "forward_s", "backward_s",
+                          "optimizer_s", "comm_s", "loss", "tokens_padded", "tokens_dataset", "mfu",
+                          "gemm_efficiency", "peak_rss_bytes"})
       f.declareMetric(m, std::string(m) == "step");
     double t = 0;
     for (size_t i = 0; i < steps; ++i) {
@@ -128,8 +126,8 @@ TEST(Aggregate, NoisyRunIsMarkedInTheValidColumnWithItsReason) {
                     ":\n  - machine was busy: GEMM low\n  - threads > CPUs\n"),
             std::string::npos)
       << md;
-  RunRow quiet = summarize(tmp.path(), makeRun(tmp.path(), runConfig({"data.seq_len=64"}), 1,
-                                               {"completed"}));
+  RunRow quiet =
+      summarize(tmp.path(), makeRun(tmp.path(), runConfig({"data.seq_len=64"}), 1, {"completed"}));
   EXPECT_TRUE(quiet.noisy.empty());
   EXPECT_FALSE(quiet.interference.has_value());  // a file without the attribute
 }
@@ -196,7 +194,8 @@ TEST(Aggregate, EveryBrokenRunGetsAStatus) {
                    bytes.size() - 100, bytes.size() - 1}) {
     test::writeFile(f, bytes.substr(0, n));
     RunRow r = summarize(tmp.path(), trunc);
-    EXPECT_TRUE(r.status == RunState::Corrupt || r.status == RunState::Completed) << n << ": " << r.status;
+    EXPECT_TRUE(r.status == RunState::Corrupt || r.status == RunState::Completed)
+        << n << ": " << r.status;
   }
   std::string missing = fs::path(makeRun(tmp.path(), cfg(8), 2, {"", ""})).string();
   EXPECT_EQ(status(missing), "missing | no metrics files");
@@ -255,7 +254,8 @@ TEST_F(AggregateTableTest, FormatsParseAndQuote) {
             "tag,status,data.seq_len,world_size,nodes,ranks,steps_done,resumes,measured_steps,"
             "train_runtime_s,tokens_per_s_dataset,tokens_per_s_padded,"
             "tokens_per_s_dataset_per_device,tokens_per_s_padded_per_device,mfu,gemm_efficiency,"
-            "step_time_p50_s,step_time_p90_s,data_frac,forward_frac,backward_frac,optimizer_frac,comm_frac,"
+            "step_time_p50_s,step_time_p90_s,data_frac,forward_frac,backward_frac,optimizer_frac,"
+            "comm_frac,"
             "peak_mem_mib,first_loss,last_loss,mt_per_hour,usd_per_mt,price_per_hour,is_valid,"
             "interference,noisy,env_warnings,host,cpu_model,peak_flops,peak_source,gemm_flops,"
             "gemm_source,traces,method,trainable_params,flops_formula,layout,repeat,"
@@ -268,11 +268,12 @@ TEST_F(AggregateTableTest, FormatsParseAndQuote) {
   EXPECT_EQ(j["runs"].size(), 5u);
   EXPECT_EQ(j["varying"][0], "data.seq_len");
   std::string md = toMarkdown(t);
-  EXPECT_NE(md.find("| tag | status | data.seq_len | world size | nodes | steps | resumes | "
-                    "tokens/s global (dataset) | tokens/s per device (padded) | "
-                    "step tokens/s p10/p50/p90 (padded) | global batch seqs (tokens) | MFU % (hw peak) | "
-                    "GEMM eff. % (measured GEMM) |"),
-            std::string::npos)
+  EXPECT_NE(
+      md.find("| tag | status | data.seq_len | world size | nodes | steps | resumes | "
+              "tokens/s global (dataset) | tokens/s per device (padded) | "
+              "step tokens/s p10/p50/p90 (padded) | global batch seqs (tokens) | MFU % (hw peak) | "
+              "GEMM eff. % (measured GEMM) |"),
+      std::string::npos)
       << md;
   // Constants one per line; MT/h and $/MT spelled out with the price used.
   EXPECT_EQ(md.rfind("Constant (identical in every run):\n\n- `data.", 0), 0u) << md;
@@ -287,8 +288,9 @@ TEST_F(AggregateTableTest, FormatsParseAndQuote) {
 }
 
 TEST(NaturalLess, NumbersCompareByValue) {
-  std::vector<std::string> tags = {"m.sl1024.mb2", "m.sl512.mb16", "m.sl512.mb2", "m.sl64",
-                                   "m.sl0512", "a", "m.sl2048.mb1", "b1", "b01"};
+  std::vector<std::string> tags = {"m.sl1024.mb2", "m.sl512.mb16", "m.sl512.mb2",
+                                   "m.sl64",       "m.sl0512",     "a",
+                                   "m.sl2048.mb1", "b1",           "b01"};
   std::sort(tags.begin(), tags.end(), naturalLess);
   EXPECT_EQ(tags, (std::vector<std::string>{"a", "b01", "b1", "m.sl64", "m.sl0512", "m.sl512.mb2",
                                             "m.sl512.mb16", "m.sl1024.mb2", "m.sl2048.mb1"}));
@@ -310,8 +312,8 @@ TEST(Aggregate, ImplausibleValuesMakeACompletedFileCorrupt) {
   int seed = 0;
   RunRow last;
   auto withSteps = [&](const Steps& s) {
-    std::string dir = makeRun(tmp.path(), runConfig({"training.seed=" + std::to_string(++seed)}),
-                              1, {"completed"}, s);
+    std::string dir = makeRun(tmp.path(), runConfig({"training.seed=" + std::to_string(++seed)}), 1,
+                              {"completed"}, s);
     last = summarize(tmp.path(), dir);
     return toString(last.status) + " | " + last.message;
   };
@@ -348,7 +350,8 @@ TEST(MetricsProblem, StepOrderAndRowCount) {
             "/steps/step row 2 is 1 after 1: expected strictly increasing step numbers");
   d.steps["step"] = {0, 1, 2};
   d.steps["time_s"] = {0.5, 0.4, 0.6};
-  EXPECT_EQ(metricsProblem(d), "/steps/time_s row 1 is 0.4 after 0.5: expected non-decreasing times");
+  EXPECT_EQ(metricsProblem(d),
+            "/steps/time_s row 1 is 0.4 after 0.5: expected non-decreasing times");
   d.steps["time_s"] = {0.5, 0.6, 0.7};
   d.status.steps_done = 5;
   EXPECT_EQ(metricsProblem(d), "/status steps_done is 5 but /steps has 3 rows");
@@ -437,7 +440,8 @@ TEST(ProcessPool, HangCostsOneResultWithinTheDeadline) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     EXPECT_LT(s, 10.0);  // about 2 x 0.5 s: the first attempt, then the retry alone
     for (size_t i = 0; i < 5; ++i)
-      EXPECT_EQ(out[i], i == 2 ? std::nullopt : std::optional<std::string>("r" + std::to_string(i)));
+      EXPECT_EQ(out[i],
+                i == 2 ? std::nullopt : std::optional<std::string>("r" + std::to_string(i)));
   }
 }
 

@@ -108,8 +108,7 @@ TEST(Best, NoisyFailedAndInvalidRunsAreExcludedWithTheirReason) {
   unknown.is_valid.reset();
   RunRow noisy = run("f", 0, 8000);
   noisy.noisy = "interference 31.0 %";
-  AggregateTable t =
-      table({run("a", 0, 1000), run("b", 0, 900), failed, invalid, unknown, noisy});
+  AggregateTable t = table({run("a", 0, 1000), run("b", 0, 900), failed, invalid, unknown, noisy});
   EXPECT_EQ(t.runs[2].repeats, 0);  // not in any group
   const std::string r = bestReport(t, BestMetric::kTokensPerS);
   EXPECT_PRED2(has, r, "1. cfga: 1000.0");

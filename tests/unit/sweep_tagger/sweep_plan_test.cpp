@@ -118,7 +118,8 @@ nproc_per_node = [1, 2]
     EXPECT_EQ(p.global_batch, 8) << p.tag;
     const TrainConfig tc = trainerView(spec, p);
     EXPECT_EQ(tc.globalBatch(), 8);
-    EXPECT_EQ(tc.training.grad_accum_steps * tc.training.micro_batch_size * p.world_size, 8) << p.tag;
+    EXPECT_EQ(tc.training.grad_accum_steps * tc.training.micro_batch_size * p.world_size, 8)
+        << p.tag;
     EXPECT_EQ(p.args.front(), "training.global_batch_size=8");
   }
   // Without it, grad_accum stays as configured and the work per step differs.

@@ -10,13 +10,13 @@
 #include <sstream>
 
 #include "common/error.h"
-#include "sweep_tagger/cli.h"
-#include "common/run_config.h"
-#include "test_util.h"
 #include "common/h5_metrics.h"
+#include "common/run_config.h"
 #include "common/run_status.h"
 #include "common/tag.h"
 #include "sweep_tagger/aggregate.h"
+#include "sweep_tagger/cli.h"
+#include "test_util.h"
 
 namespace ftb {
 namespace {
@@ -243,10 +243,10 @@ TEST(Sweep, NodeCountIsPartOfTheRunIdentity) {
 std::string writeLegacyTwoNodeRun(const std::string& results, const Config& cfg) {
   const std::string tag = formatTag(cfg, 4, kDefaultTagFmt);
   const std::string dir = results + "/" + tag;
-  test::writeFile(dir + "/run.toml",
-                  "# ftbench run.toml: the resolved config of this run (written once)\n# tag = " +
-                      tag + "\n# config_hash = " + configHash(cfg, 4) +
-                      "\n# world_size = 4\n" + cfg.toToml());
+  test::writeFile(
+      dir + "/run.toml",
+      "# ftbench run.toml: the resolved config of this run (written once)\n# tag = " + tag +
+          "\n# config_hash = " + configHash(cfg, 4) + "\n# world_size = 4\n" + cfg.toToml());
   for (int r = 0; r < 4; ++r) {
     RunInfo info;
     info.tag = tag;
@@ -267,8 +267,8 @@ std::string writeLegacyTwoNodeRun(const std::string& results, const Config& cfg)
 
 TEST(Sweep, LegacyMultiNodeRunDirStillCountsAsCompleted) {
   test::TempDir dir, results;
-  const std::string sweep = writeSweep(
-      dir, "[grid]\nnproc_per_node = [4]\n[[include]]\nnodes = 2\nnproc_per_node = 2\n");
+  const std::string sweep =
+      writeSweep(dir, "[grid]\nnproc_per_node = [4]\n[[include]]\nnodes = 2\nnproc_per_node = 2\n");
   const Config cfg = Config::load(test::dataDir() + "/base.toml", {});
   const std::string legacy = writeLegacyTwoNodeRun(results.path(), cfg);
   EXPECT_EQ(runNodes(legacy), 2);  // from the rank files: the header has no nodes
@@ -454,8 +454,7 @@ TEST(Validity, LayoutRules) {
   EXPECT_PRED2(has, problems({"parallel.dp_replicate=2"}, 3),
                "dp_replicate(2) * dp_shard(1) * tp(1) = 2 does not equal world_size(3)");
   EXPECT_PRED2(has, problems({"parallel.tp=4"}, 4), "tp(4) does not divide n_kv_heads(2)");
-  EXPECT_PRED2(has, problems({"parallel.tp=0"}, 4),
-               "0 is out of range: expected an integer >= 1");
+  EXPECT_PRED2(has, problems({"parallel.tp=0"}, 4), "0 is out of range: expected an integer >= 1");
   EXPECT_PRED2(has, problems({"data.seq_len=1025"}, 1),
                "seq_len(1025) exceeds model.max_seq_len(1024)");
   EXPECT_PRED2(has, problems({}, 0), "world_size(0) must be >= 1");

@@ -61,7 +61,8 @@ Grads runBlock(TransformerBlock& block, const torch::Tensor& x0, const torch::Te
 
 // A block with non-trivial norm weights (ones would hide a missing norm gradient path).
 TransformerBlock makeBlock(const ModelArgs& a) {
-  TransformerBlock block(a, TpContext{}, /*layer=*/0, ModelOptions{torch::kFloat32, 0, /*seed=*/7, {}});
+  TransformerBlock block(a, TpContext{}, /*layer=*/0,
+                         ModelOptions{torch::kFloat32, 0, /*seed=*/7, {}});
   torch::NoGradGuard no_grad;
   torch::manual_seed(7);
   block->attention_norm.uniform_(0.5, 1.5);

@@ -44,25 +44,29 @@ TEST(ResolveDevice, ExplicitDevices) {
 TEST(ResolveDevice, ProblemsNameTheKeyAndTheFix) {
   DeviceChoice none = resolveDevice("cuda", "auto", 1, 0);
   EXPECT_EQ(none.problem_key, "training.device");
-  EXPECT_EQ(none.problem, "\"cuda\" resolves to cuda:1 but 0 CUDA device(s) are visible (no "
-                          "GPU on this machine, or CUDA_VISIBLE_DEVICES hides them); use \"cpu\" "
-                          "or \"auto\"");
+  EXPECT_EQ(none.problem,
+            "\"cuda\" resolves to cuda:1 but 0 CUDA device(s) are visible (no "
+            "GPU on this machine, or CUDA_VISIBLE_DEVICES hides them); use \"cpu\" "
+            "or \"auto\"");
   EXPECT_EQ(resolveDevice("cuda:8", "gloo", 0, 8).problem_key, "training.device");
   // More local ranks than GPUs: "auto" refuses rather than mix devices across ranks.
   DeviceChoice short_of = resolveDevice("auto", "auto", 2, 2);
   EXPECT_EQ(short_of.problem_key, "training.device");
-  EXPECT_EQ(short_of.problem, "\"auto\" resolves to cuda:2 (local rank 2) but 2 CUDA device(s) "
-                              "are visible; set training.device = \"cpu\", or start at most "
-                              "one rank per GPU");
+  EXPECT_EQ(short_of.problem,
+            "\"auto\" resolves to cuda:2 (local rank 2) but 2 CUDA device(s) "
+            "are visible; set training.device = \"cpu\", or start at most "
+            "one rank per GPU");
   DeviceChoice nccl_none = resolveDevice("auto", "nccl", 0, 0);
-  EXPECT_NE(nccl_none.problem.find("(backend nccl) but 0 CUDA device(s) are visible"), std::string::npos);
+  EXPECT_NE(nccl_none.problem.find("(backend nccl) but 0 CUDA device(s) are visible"),
+            std::string::npos);
   DeviceChoice nccl_cpu = resolveDevice("cpu", "nccl", 0, 8);
   EXPECT_EQ(nccl_cpu.problem_key, "parallel.backend");
   EXPECT_NE(nccl_cpu.problem.find("CUDA tensors only"), std::string::npos);
 }
 
 TEST(DeviceName, Syntax) {
-  for (const char* ok : {"auto", "cpu", "cuda", "cuda:0", "cuda:15"}) EXPECT_TRUE(validDeviceName(ok)) << ok;
+  for (const char* ok : {"auto", "cpu", "cuda", "cuda:0", "cuda:15"})
+    EXPECT_TRUE(validDeviceName(ok)) << ok;
   for (const char* bad : {"", "gpu", "cuda:", "cuda:x", "cuda:-1", "CPU", "cuda:12345"})
     EXPECT_FALSE(validDeviceName(bad)) << bad;
 }

@@ -1,8 +1,6 @@
 // Tests for trainer/checkpoint/slices.h: flat ZeRO ranges map onto contiguous boxes
 // that cover exactly the range, and box intersection; and that ShardReader
 // (trainer/checkpoint/shard_io.h) reads only the dataset a manifest slice describes.
-#include "trainer/checkpoint/slices.h"
-
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -10,6 +8,7 @@
 
 #include "common/error.h"
 #include "trainer/checkpoint/shard_io.h"
+#include "trainer/checkpoint/slices.h"
 
 namespace ftb::ckpt {
 namespace {

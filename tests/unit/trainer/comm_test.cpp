@@ -324,12 +324,13 @@ void checkLargeAllReduce(Comm& c, int world) {
       ref += v;
     }
     c.allReduceSum(t);
-    EXPECT_TRUE(torch::equal(t, ref.to(dt))) << "large allReduceSum " << dt << " max diff "
-                                             << maxAbsDiff(t, ref.to(dt));
+    EXPECT_TRUE(torch::equal(t, ref.to(dt)))
+        << "large allReduceSum " << dt << " max diff " << maxAbsDiff(t, ref.to(dt));
     EXPECT_EQ(t[n - 1].item<float>(), spikeSum(world, dt)) << dt << ": not reduced in fp32";
   }
   // Two asynchronous all-reduces in flight at once (DDP's buckets), waited in order.
-  torch::Tensor a = valuesOf(c.rank(), n, torch::kFloat32), b = valuesOf(c.rank() + 1, n - 5, torch::kFloat32);
+  torch::Tensor a = valuesOf(c.rank(), n, torch::kFloat32),
+                b = valuesOf(c.rank() + 1, n - 5, torch::kFloat32);
   torch::Tensor aref = torch::zeros({n}), bref = torch::zeros({n - 5});
   for (int r = 0; r < world; ++r) {
     aref += valuesOf(r, n, torch::kFloat32);
@@ -352,7 +353,8 @@ void checkLargeAllReduce(Comm& c, int world) {
 // in local memory, the groups of one rank per host on Gloo, composed by
 // makeHierarchicalComm as newGroup() does for a group spanning real hosts.
 void runHierarchical(int rank, int world, int port, int per_host) {
-  Distributed d = initDistributed(envFor(rank, world, port), std::chrono::seconds(30), "auto", "off");
+  Distributed d =
+      initDistributed(envFor(rank, world, port), std::chrono::seconds(30), "auto", "off");
   const int host = rank / per_host, local = rank % per_host;
   std::vector<int> host_ranks, peer_ranks;
   for (int r = 0; r < world; ++r) {
@@ -365,7 +367,8 @@ void runHierarchical(int rank, int world, int port, int per_host) {
   std::unique_ptr<Comm> cross = d.newGroup("peers" + std::to_string(local), peer_ranks);
   ASSERT_EQ(d.transports, std::vector<std::string>{"host" + std::to_string(host) +
                                                    ": local memory (process_vm_readv)"});
-  std::unique_ptr<Comm> hier = makeHierarchicalComm(std::move(d.world), std::move(intra), std::move(cross));
+  std::unique_ptr<Comm> hier =
+      makeHierarchicalComm(std::move(d.world), std::move(intra), std::move(cross));
   checkEveryCollective(*hier, rank, world);
   checkLargeAllReduce(*hier, world);
   hier->barrier();
@@ -376,7 +379,8 @@ void runHierarchical(int rank, int world, int port, int per_host) {
 // both directions at once; with `hung`, rank 1 never sends and rank 0's receive ends
 // with a DistError naming the peer stage, rank and host within the link's timeout.
 void runP2P(int rank, int world, int port, bool hung) {
-  Distributed d = initDistributed(envFor(rank, world, port), std::chrono::seconds(30), "auto", "off");
+  Distributed d =
+      initDistributed(envFor(rank, world, port), std::chrono::seconds(30), "auto", "off");
   if (hung) d.timeout = std::chrono::seconds(2);
   const int peer = 1 - rank;
   std::unique_ptr<P2PLink> link = d.newLink("p2p", {peer, peer, "h" + std::to_string(peer)});
@@ -393,7 +397,8 @@ void runP2P(int rank, int world, int port, bool hung) {
         std::printf("DistError: %s\n", e.what());
         const std::string w = e.what();
         EXPECT_NE(w.find("receive activations of micro-batch 0 from stage 1 (rank 1, host h1)"),
-                  std::string::npos) << w;
+                  std::string::npos)
+            << w;
         EXPECT_NE(w.find("timeout of 2 s"), std::string::npos) << w;
       }
       EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 10.0);

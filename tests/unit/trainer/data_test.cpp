@@ -144,7 +144,8 @@ TEST(MakeBatch, MaxLengthAndLongest) {
   int64_t longest = 0;
   for (int64_t i = 0; i < count; ++i)
     longest = std::max<int64_t>(longest, int64_t(ds->document(first + i).size()) - 1);
-  ASSERT_LT(longest, c.data.seq_len) << "pick a window whose longest document is shorter than seq_len";
+  ASSERT_LT(longest, c.data.seq_len)
+      << "pick a window whose longest document is shorter than seq_len";
 
   Batch full = makeBatch(*ds, first, count, c.data.seq_len, /*pad_longest=*/false, pad);
   Batch tight = makeBatch(*ds, first, count, c.data.seq_len, /*pad_longest=*/true, pad);
@@ -378,7 +379,8 @@ uint64_t rankChecksum(const TrainConfig& tc, const Dataset& ds, int64_t dp_rank,
   uint64_t h = 0xcbf29ce484222325ULL;
   for (int64_t step = 0; step < steps; ++step) {
     int64_t positions = 0;
-    for (int64_t r = 0; r < tc.layout.dpSize(); ++r) positions += rankBatches(ds, tc, step, r).positions;
+    for (int64_t r = 0; r < tc.layout.dpSize(); ++r)
+      positions += rankBatches(ds, tc, step, r).positions;
     h = fnv(h, &positions, sizeof(positions));
     for (const Batch& b : rankBatches(ds, tc, step, dp_rank).micro) {
       for (const torch::Tensor& t : {b.inputs, b.targets, b.mask}) h = fnv(h, t);
@@ -397,11 +399,14 @@ TEST(RankSamples, PinnedPerRankChecksums) {
   const std::vector<Layout> layouts = {
       {1, {"training.micro_batch_size=2", "training.grad_accum_steps=4"}, {0xc926ce135c1d7cf1ULL}},
       {1, {"training.micro_batch_size=3", "data.padding=\"longest\""}, {0x9e90c37d19da944fULL}},
-      {2, {"training.micro_batch_size=2", "training.grad_accum_steps=2"},
+      {2,
+       {"training.micro_batch_size=2", "training.grad_accum_steps=2"},
        {0x2e7ef504758e4f19ULL, 0xc99c61c8bbceae45ULL}},
-      {2, {"training.micro_batch_size=1", "parallel.dp_shard=2", "data.padding=\"longest\""},
+      {2,
+       {"training.micro_batch_size=1", "parallel.dp_shard=2", "data.padding=\"longest\""},
        {0xd5288498d21149dbULL, 0xde6efad08a2043efULL}},
-      {4, {"training.micro_batch_size=2", "training.grad_accum_steps=3", "parallel.tp=2"},
+      {4,
+       {"training.micro_batch_size=2", "training.grad_accum_steps=3", "parallel.tp=2"},
        {0xbd6878f365120abdULL, 0xe5d8804f8b0bdc4cULL}},
   };
   for (const Layout& l : layouts) {
@@ -418,9 +423,8 @@ TEST(RankSamples, PinnedPerRankChecksums) {
 // The data-parallel ranks' micro-batches of one step tile the global batch: every
 // sample once, in order, and the normaliser is the global batch's mask sum.
 TEST(RankSamples, RanksTileTheGlobalBatch) {
-  TrainConfig tc = tinyConfig({"training.micro_batch_size=2", "training.grad_accum_steps=3",
-                               "parallel.tp=2"},
-                              8);
+  TrainConfig tc = tinyConfig(
+      {"training.micro_batch_size=2", "training.grad_accum_steps=3", "parallel.tp=2"}, 8);
   ASSERT_EQ(tc.layout.dpSize(), 4);
   auto ds = makeDataset(tc);
   const int64_t G = tc.globalBatch();
@@ -455,8 +459,9 @@ TEST(TextDataConfig, RefusesInconsistentKeys) {
     return std::string();
   };
   const std::string src = "data.source=\"" + jsonl + "\"";
-  EXPECT_NE(refusal({src, "data.prompt_field=\"p\""}).find("data.prompt_field and "
-                                                           "data.completion_field are set together"),
+  EXPECT_NE(refusal({src, "data.prompt_field=\"p\""})
+                .find("data.prompt_field and "
+                      "data.completion_field are set together"),
             std::string::npos);
   EXPECT_NE(refusal({src, "data.prompt_field=\"p\"", "data.completion_field=\"c\""})
                 .find("data.prompt_field needs a tokenizer"),
@@ -491,7 +496,8 @@ TEST(Packing, WindowsOfTheDocumentStream) {
   int64_t positions = 0;
   for (int64_t w = 0; w < packed->size(); ++w) {
     const int64_t e = std::min(n, w * S + S + 1);
-    EXPECT_EQ(packed->document(w), std::vector<int32_t>(stream.begin() + w * S, stream.begin() + e));
+    EXPECT_EQ(packed->document(w),
+              std::vector<int32_t>(stream.begin() + w * S, stream.begin() + e));
     EXPECT_TRUE(packed->targets(w).empty()) << "no masks without a prompt";
     positions += e - w * S - 1;
   }

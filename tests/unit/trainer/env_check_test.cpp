@@ -15,7 +15,9 @@
 namespace ftb {
 namespace {
 
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
 // An AVX512-BF16 CPU bound to 2 CPUs, OpenBLAS forced to Haswell kernels.
 EnvFacts zen5WithHaswellBlas() {
@@ -57,7 +59,8 @@ TEST(EnvCheck, ThreadsAboveBoundCpusWarnWithTheFix) {
   f.intra_threads = 4;
   auto w = envWarnings(f, 180e9, cpuPeakOf(200), "fp32");
   ASSERT_EQ(w.size(), 1u);
-  EXPECT_TRUE(has(w[0], "4 intra-op thread(s) and 2 BLAS thread(s) on 2 bound CPU(s) (0-1)")) << w[0];
+  EXPECT_TRUE(has(w[0], "4 intra-op thread(s) and 2 BLAS thread(s) on 2 bound CPU(s) (0-1)"))
+      << w[0];
   EXPECT_TRUE(has(w[0], "fix: training.threads=2")) << w[0];
   f.intra_threads = 2;
   f.blas_threads = 8;  // OpenBLAS's own pool counts too
@@ -67,13 +70,15 @@ TEST(EnvCheck, ThreadsAboveBoundCpusWarnWithTheFix) {
 TEST(EnvCheck, GemmBelowSeventyPercentNamesTheCoretypeCause) {
   EnvFacts f = zen5WithHaswellBlas();
   EXPECT_TRUE(envWarnings(f, 141e9, cpuPeakOf(200), "fp32").empty());  // 70.5 %
-  auto w = envWarnings(f, 88e9, cpuPeakOf(200), "fp32");                 // 44 %
+  auto w = envWarnings(f, 88e9, cpuPeakOf(200), "fp32");               // 44 %
   ASSERT_EQ(w.size(), 1u);
-  EXPECT_TRUE(has(w[0], "measured fp32 GEMM 88.0 GFLOP/s is 44 % of the fp32 hardware peak "
-                        "200.0 GFLOP/s (avx512 FMA, 2 core(s)), below 70 %"))
+  EXPECT_TRUE(has(w[0],
+                  "measured fp32 GEMM 88.0 GFLOP/s is 44 % of the fp32 hardware peak "
+                  "200.0 GFLOP/s (avx512 FMA, 2 core(s)), below 70 %"))
       << w[0];
-  EXPECT_TRUE(has(w[0], "cause: OpenBLAS runs its Haswell (avx2 FMA) kernels because "
-                        "OPENBLAS_CORETYPE=Haswell on a CPU with avx512_bf16"))
+  EXPECT_TRUE(has(w[0],
+                  "cause: OpenBLAS runs its Haswell (avx2 FMA) kernels because "
+                  "OPENBLAS_CORETYPE=Haswell on a CPU with avx512_bf16"))
       << w[0];
   EXPECT_TRUE(has(w[0], "fix: unset OPENBLAS_CORETYPE or set it to Cooperlake")) << w[0];
   EXPECT_EQ(w[0].find('\n'), std::string::npos);  // one line
@@ -91,7 +96,8 @@ TEST(EnvCheck, GemmCauseFallsBackInOrder) {
   f.intra_threads = 2;
   w = envWarnings(f, 50e9, cpuPeakOf(200), "bf16");
   ASSERT_EQ(w.size(), 1u);
-  EXPECT_TRUE(has(w[0], "cause: this libtorch's bf16 matmul does not reach the avx512 FMA")) << w[0];
+  EXPECT_TRUE(has(w[0], "cause: this libtorch's bf16 matmul does not reach the avx512 FMA"))
+      << w[0];
   w = envWarnings(f, 50e9, cpuPeakOf(200), "fp32");
   ASSERT_EQ(w.size(), 1u);
   EXPECT_TRUE(has(w[0], "cause: other processes on these cores")) << w[0];
@@ -132,9 +138,8 @@ TEST(EnvCheck, AttrsHoldEveryFactAndTheWarnings) {
             "bound to CPUs 0-1 (2 of 4 online, 2 physical cores)");
   EXPECT_EQ(std::get<std::string>(a.at("env_warnings")), "one\ntwo");
   for (const char* k : {"env_blas", "env_openblas_coretype", "env_blas_threads",
-                        "env_blas_threads_source",
-                        "env_omp_num_threads", "env_bound_cpus", "env_bound_physical_cores",
-                        "env_online_cpus", "env_allocator"})
+                        "env_blas_threads_source", "env_omp_num_threads", "env_bound_cpus",
+                        "env_bound_physical_cores", "env_online_cpus", "env_allocator"})
     EXPECT_TRUE(a.count(k)) << k;
 }
 

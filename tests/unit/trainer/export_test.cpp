@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "common/config.h"
+#include "common/run_config.h"
 #include "trainer/model/llama.h"
 #include "trainer/optim/optimizer.h"
-#include "common/run_config.h"
 
 namespace ftb {
 namespace {
@@ -63,7 +63,8 @@ TEST(ExportModel, WriteTinyModelForPythonReference) {
   ModelArgs a = tinyArgs();
   ASSERT_FALSE(a.tie_embeddings);
   torch::manual_seed(0);
-  Transformer model(a, TpContext{}, ModelOptions{torch::kFloat32, /*recompute_every=*/0, /*seed=*/0, {}});
+  Transformer model(a, TpContext{},
+                    ModelOptions{torch::kFloat32, /*recompute_every=*/0, /*seed=*/0, {}});
 
   // Two rows of 16 positions; row 1 has 11 real positions then right padding (id 0).
   const int64_t B = 2, T = 16, real1 = 11;

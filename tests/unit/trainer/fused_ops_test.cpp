@@ -1,13 +1,12 @@
 // The fused RMSNorm, RoPE, causal-softmax and SwiGLU kernels (trainer/kernels/fused_ops.h)
-// against the ATen composition they replace (the form a GPU runs), forward and backward, in fp32 and bf16 (llm.c's
-// habit: the fast version checked against a plain reference). Also: the result does not depend
-// on the number of intra-op threads, and non-contiguous inputs (the transposed q/k
+// against the ATen composition they replace (the form a GPU runs), forward and backward, in fp32
+// and bf16 (llm.c's habit: the fast version checked against a plain reference). Also: the result
+// does not depend on the number of intra-op threads, and non-contiguous inputs (the transposed q/k
 // views the model passes) give the same result as contiguous ones.
 #include "trainer/kernels/fused_ops.h"
 
-#include <gtest/gtest.h>
-
 #include <ATen/Parallel.h>
+#include <gtest/gtest.h>
 
 namespace ftb {
 namespace {
@@ -55,8 +54,8 @@ TEST(FusedOps, RmsNormMatchesTheAtenCompositionInFp32AndBf16) {
 TEST(FusedOps, RmsNormBf16WeightGetsABf16Gradient) {  // ZeRO-3 gathers weights in bf16
   torch::Tensor x = torch::randn({4, 64}).to(torch::kBFloat16);
   torch::Tensor w = torch::ones({64}).to(torch::kBFloat16);
-  auto r = run([&](auto& in) { return fusedRmsNorm(in[0], in[1], 1e-6, torch::kBFloat16); },
-               {x, w}, torch::randn({4, 64}));
+  auto r = run([&](auto& in) { return fusedRmsNorm(in[0], in[1], 1e-6, torch::kBFloat16); }, {x, w},
+               torch::randn({4, 64}));
   EXPECT_EQ(r.grads[1].scalar_type(), torch::kBFloat16);
 }
 
@@ -117,10 +116,12 @@ TEST(FusedOps, CrossEntropyMatchesLogSoftmaxNllAndChecksTargets) {
     torch::Tensor targets = torch::randint(0, 1001, {7}, torch::kInt64);
     torch::Tensor gy = torch::rand({7});
     auto fused = run([&](auto& in) { return fusedCrossEntropy(in[0], targets); }, {logits}, gy);
-    auto ref = run([&](auto& in) {
-      return torch::nll_loss(torch::log_softmax(in[0].to(torch::kFloat32), -1), targets, {},
-                             at::Reduction::None);
-    }, {logits}, gy);
+    auto ref = run(
+        [&](auto& in) {
+          return torch::nll_loss(torch::log_softmax(in[0].to(torch::kFloat32), -1), targets, {},
+                                 at::Reduction::None);
+        },
+        {logits}, gy);
     auto comp = run([&](auto& in) { return composed::crossEntropy(in[0], targets); }, {logits}, gy);
     const double tol = dt == torch::kFloat32 ? 1e-5 : 1e-2;
     EXPECT_LT(relErr(fused.y, ref.y), 1e-5) << dt;  // fp32 statistics either way
@@ -137,7 +138,8 @@ TEST(FusedOps, ResultsDoNotDependOnTheThreadCount) {
   torch::manual_seed(3);
   torch::Tensor x = torch::randn({300, 96}), w = torch::randn({96});
   torch::Tensor gy = torch::randn({300, 96});
-  torch::Tensor q = torch::randn({2, 4, 50, 32}), cos = torch::rand({50, 16}), sin = torch::rand({50, 16});
+  torch::Tensor q = torch::randn({2, 4, 50, 32}), cos = torch::rand({50, 16}),
+                sin = torch::rand({50, 16});
   torch::Tensor sc = torch::randn({2, 4, 50, 50});
   torch::Tensor tg = torch::randint(0, 96, {300}, torch::kInt64);
   auto once = [&] {
@@ -147,9 +149,8 @@ TEST(FusedOps, ResultsDoNotDependOnTheThreadCount) {
     auto s = run([&](auto& in) { return fusedCausalSoftmax(in[0], torch::kFloat32); }, {sc}, sc);
     auto g = run([&](auto& in) { return fusedSwiGlu(in[0], in[1]); }, {x, gy}, x);
     auto c = run([&](auto& in) { return fusedCrossEntropy(in[0], tg); }, {x}, x.select(1, 0));
-    return std::vector<torch::Tensor>{n.y,       n.grads[0], n.grads[1], r.y,        r.grads[0],
-                                      s.y,       s.grads[0], g.y,        g.grads[0], g.grads[1],
-                                      c.y,       c.grads[0]};
+    return std::vector<torch::Tensor>{n.y, n.grads[0], n.grads[1], r.y, r.grads[0], s.y, s.grads[0],
+                                      g.y, g.grads[0], g.grads[1], c.y, c.grads[0]};
   };
   const int saved = at::get_num_threads();
   at::set_num_threads(1);

@@ -33,13 +33,16 @@ TEST(HfImport, WriteLogitsForPythonReference) {
   const char* batch = std::getenv("FTB_HF_BATCH");
   if (!dir || !tokens || !out || !batch) GTEST_SKIP() << "set FTB_HF_DIR/TOKENS/OUT/BATCH (pytest)";
   // The model shape comes from config.json through the config loader, as in a run.
-  Config cfg = Config::fromString("", "hf_logits_test", {std::string("model.from_pretrained=") + dir});
+  Config cfg =
+      Config::fromString("", "hf_logits_test", {std::string("model.from_pretrained=") + dir});
   ModelArgs a = modelArgsFromConfig(cfg);
   Transformer model(a, TpContext{}, ModelOptions{torch::kFloat32, 0, /*seed=*/7, {}});
   std::vector<ckpt::StatePiece> pieces;  // every parameter, whole (world 1)
   for (const ModelParam& p : model->paramsInForwardOrder()) {
     std::vector<int64_t> shape = p.tensor.sizes().vec();
-    pieces.push_back({"model." + p.name, shape, {std::vector<int64_t>(shape.size(), 0), shape},
+    pieces.push_back({"model." + p.name,
+                      shape,
+                      {std::vector<int64_t>(shape.size(), 0), shape},
                       p.tensor.data()});
   }
   hf::PretrainedModel::open(dir, a).load(pieces);

@@ -4,13 +4,14 @@
 // - Adafactor (Shazeer & Stern 2018): rho_t = 1 - t^-0.8, R = rho R + (1-rho) rowmean(g^2+e1),
 //   C likewise over columns, V = outer(R, C) / mean(R), u = g / sqrt(V),
 //   u <- u / max(1, RMS(u)), p <- p - lr wd p - lr u.
-#include "trainer/kernels/tensor_runs.h"
 #include "trainer/optim/optimizer.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
+
+#include "trainer/kernels/tensor_runs.h"
 
 namespace ftb {
 namespace {
@@ -126,12 +127,15 @@ TEST(AdamW, AtenFusedKernelMatchesTheReference) {
   std::vector<double> p0 = {0.5, -1.0, 2.0, 0.25, -0.75, 1e-3};
   std::vector<std::vector<double>> gs = {{0.1, -0.2, 0.05, 3.0, -1e-3, 0.7},
                                          {-0.3, -0.1, 0.05, 1.0, 2e-3, -0.7}};
-  auto f32 = [](const std::vector<double>& v) { return torch::tensor(std::vector<float>(v.begin(), v.end())); };
+  auto f32 = [](const std::vector<double>& v) {
+    return torch::tensor(std::vector<float>(v.begin(), v.end()));
+  };
   for (double wd : {0.0, 0.1}) {
     OptimizerOptions o;
     o.weight_decay = wd;
     torch::Tensor p = f32(p0), m = torch::zeros({6}), v = torch::zeros({6});
-    AdamRef ref{0.02, o.beta1, o.beta2, o.eps, wd, {}, std::vector<double>(6), std::vector<double>(6)};
+    AdamRef ref{
+        0.02, o.beta1, o.beta2, o.eps, wd, {}, std::vector<double>(6), std::vector<double>(6)};
     for (double x : p0) ref.p.push_back(static_cast<float>(x));
     for (int t = 1; t <= 2; ++t) {
       std::vector<double> g;
@@ -308,13 +312,14 @@ TEST(GradUtils, SquaredNormAndScale) {
 // layout with one bucket and one with a bucket per pipeline stage reported norms 1e-5 apart.
 TEST(GradUtils, SquaredNormOfALargeBucketIsExactInFp64) {
   torch::manual_seed(0);
-  torch::Tensor g = (torch::randn({350000}) * torch::rand({350000}).pow(4) * 1e-2).to(torch::kFloat32);
+  torch::Tensor g =
+      (torch::randn({350000}) * torch::rand({350000}).pow(4) * 1e-2).to(torch::kFloat32);
   const double exact = g.to(torch::kFloat64).pow(2).sum().item<double>();
   EXPECT_NEAR(gradSquaredNorm({g}), exact, 1e-12 * exact);
   std::vector<torch::Tensor> parts = g.split(90000);
-  EXPECT_NEAR(gradSquaredNorm({parts[0].clone(), parts[1].clone(), parts[2].clone(),
-                               parts[3].clone()}),
-              exact, 1e-12 * exact);
+  EXPECT_NEAR(
+      gradSquaredNorm({parts[0].clone(), parts[1].clone(), parts[2].clone(), parts[3].clone()}),
+      exact, 1e-12 * exact);
 }
 
 }  // namespace

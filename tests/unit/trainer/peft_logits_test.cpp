@@ -49,7 +49,9 @@ TEST(PeftImport, WriteLoraLogitsForPythonReference) {
   int adapters = 0;
   for (const ModelParam& p : model->paramsInForwardOrder()) {
     std::vector<int64_t> shape = p.tensor.sizes().vec();
-    pieces.push_back({"model." + p.name, shape, {std::vector<int64_t>(shape.size(), 0), shape},
+    pieces.push_back({"model." + p.name,
+                      shape,
+                      {std::vector<int64_t>(shape.size(), 0), shape},
                       p.tensor.data()});
     adapters += p.name.find(".lora_") != std::string::npos;
   }
@@ -57,8 +59,9 @@ TEST(PeftImport, WriteLoraLogitsForPythonReference) {
   hf::PretrainedModel::open(dir, a).load(pieces);
   ASSERT_EQ(hf::PeftAdapter::open(adapter, a, opt.lora).load(pieces), adapters);
   torch::NoGradGuard no_grad;
-  torch::Tensor logits = model->forward(readTokens(std::getenv("FTB_HF_TOKENS"),
-                                                   std::atoll(std::getenv("FTB_HF_BATCH"))))
+  torch::Tensor logits = model
+                             ->forward(readTokens(std::getenv("FTB_HF_TOKENS"),
+                                                  std::atoll(std::getenv("FTB_HF_BATCH"))))
                              .contiguous();
   std::ofstream o(std::getenv("FTB_HF_OUT"), std::ios::binary);
   o.write(static_cast<const char*>(logits.data_ptr()), logits.numel() * 4);

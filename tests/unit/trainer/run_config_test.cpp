@@ -98,9 +98,9 @@ TrainConfig load(const std::vector<std::string>& overrides, int world_size) {
 TEST(TrainConfig, LocalCollectivesIsAutoOrOff) {
   EXPECT_EQ(load({}, 1).comm.local_collectives, "auto");
   EXPECT_EQ(load({"parallel.local_collectives=\"off\""}, 1).comm.local_collectives, "off");
-  expectConfigError([] { load({"parallel.local_collectives=\"shm\""}, 1); },
-                    {"parallel.local_collectives", "expected one of \"auto\" | \"off\"",
-                     "got \"shm\""});
+  expectConfigError(
+      [] { load({"parallel.local_collectives=\"shm\""}, 1); },
+      {"parallel.local_collectives", "expected one of \"auto\" | \"off\"", "got \"shm\""});
 }
 
 TEST(TrainConfig, KvHeadsMustDivideHeads) {
@@ -124,12 +124,14 @@ TEST(TrainConfig, ParallelProductMustEqualWorldSize) {
   expectConfigError([] { load({"parallel.dp_shard=2"}, 5); },
                     {"dp_shard(2) * tp(1) does not divide world_size(5)"});
   // Found by fuzz_config: degrees whose product overflows int64 are refused, not UB.
-  expectConfigError([] { load({"parallel.dp_shard=4611686018413693952", "parallel.tp=4"}, 4); },
-                    {"dp_shard(4611686018413693952) * tp(4) does not divide world_size(4)"});
   expectConfigError(
       [] {
-        load({"parallel.dp_replicate=4611686018413693952", "parallel.dp_shard=2",
-              "parallel.tp=2"},
+        load({"parallel.dp_shard=4611686018413693952", "parallel.tp=4"}, 4);
+      },
+      {"dp_shard(4611686018413693952) * tp(4) does not divide world_size(4)"});
+  expectConfigError(
+      [] {
+        load({"parallel.dp_replicate=4611686018413693952", "parallel.dp_shard=2", "parallel.tp=2"},
              4);
       },
       {"= more than 2^63 does not equal world_size(4)"});
@@ -153,9 +155,9 @@ TEST(TrainConfig, GlobalBatchMustSplitIntoMicroBatches) {
         load({"training.global_batch_size=12", "training.grad_accum_steps=2"}, 2);
       },
       {"grad_accum_steps(2) contradicts global_batch_size(12)", "= 3"});
-  EXPECT_EQ(
-      load({"training.global_batch_size=12", "training.grad_accum_steps=3"}, 2).training.grad_accum_steps,
-      3);
+  EXPECT_EQ(load({"training.global_batch_size=12", "training.grad_accum_steps=3"}, 2)
+                .training.grad_accum_steps,
+            3);
 }
 
 TEST(TrainConfig, TensorParallelMustDivideTheModel) {
@@ -196,11 +198,15 @@ TEST(TrainConfig, TensorParallelMustDivideTheModel) {
 TEST(TrainConfig, OtherInvariantsNameTheNumbers) {
   expectConfigError([] { load({"data.seq_len=300"}, 1); },
                     {"seq_len(300) exceeds model.max_seq_len(256)"});
-  expectConfigError([] { load({"training.micro_batch_size=0"}, 1); }, {"0 is out of range: expected an integer >= 1"});
+  expectConfigError([] { load({"training.micro_batch_size=0"}, 1); },
+                    {"0 is out of range: expected an integer >= 1"});
   expectConfigError([] { load({"training.activation_checkpointing=\"every_0\""}, 1); },
                     {"every_N"});
-  EXPECT_EQ(load({"training.activation_checkpointing=\"every_3\""}, 1).training.activation_checkpointing, 3);
-  EXPECT_EQ(load({"training.activation_checkpointing=\"full\""}, 1).training.activation_checkpointing, 1);
+  EXPECT_EQ(
+      load({"training.activation_checkpointing=\"every_3\""}, 1).training.activation_checkpointing,
+      3);
+  EXPECT_EQ(
+      load({"training.activation_checkpointing=\"full\""}, 1).training.activation_checkpointing, 1);
 }
 
 // A pad_id outside [0, vocab_size) would die in the embedding lookup of the first

@@ -1,9 +1,9 @@
 // When KeptPagesBound (trainer/loop/step_log.h) first returns the allocator's kept pages:
 // the step after that return faults its working set in again, so it lands on a warm-up
 // step where the run has one to spare, and never before lazily created state exists.
-#include <gtest/gtest.h>
-
 #include "trainer/loop/step_log.h"
+
+#include <gtest/gtest.h>
 
 namespace ftb {
 namespace {
