@@ -24,7 +24,8 @@ struct Distributed {
   c10::intrusive_ptr<c10d::Store> store;  // null when world size 1
   std::unique_ptr<Comm> world;            // all ranks
   // Every rank's host name and backend address (index = global rank), gathered once at
-  // start; the backend groups name from it the member(s) a failed collective waited for.
+  // start; the backend groups name from it the member(s) a failed collective waited for,
+  // and the pipeline links their peer's host.
   std::vector<CommMember> members;
 
   // Every rank passes its `value` (any bytes, empty included, at the same speed);

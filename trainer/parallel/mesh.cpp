@@ -2,8 +2,6 @@
 
 #include <algorithm>
 
-#include "common/log.h"
-
 namespace ftb {
 
 namespace {
@@ -17,15 +15,14 @@ void buildLinks(Distributed& dist, const TrainConfig& tc, Mesh& m) {
   for (int64_t s = 0; s + 1 < m.pp; ++s) pairs.push_back({s, s + 1});
   if (tc.pipeline.pp_virtual_stages > 1 && m.pp > 2) pairs.push_back({0, m.pp - 1});
   std::sort(pairs.begin(), pairs.end());
-  const std::vector<std::string> hosts = dist.allGatherString("pp_hosts", hostName());
   for (const auto& [a, b] : pairs) {
     if (a != m.pp_rank && b != m.pp_rank) continue;
     const int64_t peer = a == m.pp_rank ? b : a;
     const int peer_rank = static_cast<int>(peer * inner + local);
     const std::string name =
         "pp_" + std::to_string(a * inner + local) + "_" + std::to_string(b * inner + local);
-    m.owned_links.push_back(
-        dist.newLink(name, PeerInfo{static_cast<int>(peer), peer_rank, hosts.at(peer_rank)}));
+    m.owned_links.push_back(dist.newLink(
+        name, PeerInfo{static_cast<int>(peer), peer_rank, dist.members.at(peer_rank).host}));
     m.links[peer] = m.owned_links.back().get();
   }
 }
