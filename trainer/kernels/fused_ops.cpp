@@ -130,6 +130,25 @@ FTB_CLONES void ropeRow(const float* x, const float* c, const float* s, float sc
   }
 }
 
+// bf16 <-> fp32 on raw bits, written so the compiler vectorises them (c10::BFloat16's
+// scalar conversions do not; they took 2.6 % of the bf16 D512/L8 step, perf). Same
+// results as c10: widening is exact; narrowing rounds to nearest even, NaN -> 0x7FC0.
+FTB_CLONES void bf16ToFloat(const uint16_t* p, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t bits = uint32_t(p[i]) << 16;
+    std::memcpy(&out[i], &bits, sizeof(float));
+  }
+}
+
+FTB_CLONES void floatToBf16(const float* f, uint16_t* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, &f[i], sizeof(u));
+    const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+    out[i] = f[i] != f[i] ? uint16_t(0x7FC0) : uint16_t(rounded);
+  }
+}
+
 // A row of T as fp32: the row itself for float, else converted into `buf`.
 template <typename T>
 const float* asFloat(const T* p, int64_t n, std::vector<float>& buf) {
@@ -137,7 +156,11 @@ const float* asFloat(const T* p, int64_t n, std::vector<float>& buf) {
     return p;
   } else {
     buf.resize(n);
-    for (int64_t i = 0; i < n; ++i) buf[i] = static_cast<float>(p[i]);
+    if constexpr (std::is_same_v<T, c10::BFloat16>) {
+      bf16ToFloat(reinterpret_cast<const uint16_t*>(p), buf.data(), n);
+    } else {
+      for (int64_t i = 0; i < n; ++i) buf[i] = static_cast<float>(p[i]);
+    }
     return buf.data();
   }
 }
@@ -155,8 +178,11 @@ float* outFloat(T* p, int64_t n, std::vector<float>& buf) {
 
 template <typename T>
 void storeRow(T* p, const float* f, int64_t n) {
-  if constexpr (!std::is_same_v<T, float>)
+  if constexpr (std::is_same_v<T, c10::BFloat16>) {
+    floatToBf16(f, reinterpret_cast<uint16_t*>(p), n);
+  } else if constexpr (!std::is_same_v<T, float>) {
     for (int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(f[i]);
+  }
 }
 
 #define FTB_DISPATCH_FLOAT_BF16(dtype, NAME, ...) \

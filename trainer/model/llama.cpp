@@ -191,8 +191,8 @@ torch::Tensor causalAttention(const torch::Tensor& q, const torch::Tensor& k,
     return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
                                             /*is_causal=*/true, /*scale=*/1.0);
   // Causal softmax in fp32 over the unmasked half only (fused kernel), probs in q's dtype.
-  return torch::matmul(fusedCausalSoftmax(torch::matmul(q, k.transpose(-2, -1)), q.scalar_type()),
-                       v);
+  return batchedProduct(fusedCausalSoftmax(batchedProduct(q, k.transpose(-2, -1)), q.scalar_type()),
+                        v);
 }
 
 torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x, const RopeTables& rope) {

@@ -8,6 +8,8 @@
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
+#include <limits>
+
 namespace ftb {
 namespace {
 
@@ -107,6 +109,29 @@ TEST(FusedOps, SwiGluMatchesSiluTimesGateOverTheWholeRange) {
     EXPECT_LT(relErr(fused.grads[0], ref.grads[0]), tol) << "da " << dt;
     EXPECT_LT(relErr(fused.grads[1], ref.grads[1]), tol) << "db " << dt;
   }
+}
+
+// A bf16 kernel reads its rows as fp32 and rounds its results back as c10 does: the fused
+// SwiGLU of bf16 inputs equals the fp32 kernel on the widened inputs, rounded by ATen's
+// .to(bf16), bit for bit, infinities included (sizes not a multiple of a vector).
+TEST(FusedOps, Bf16RowsConvertExactlyAsAtenDoes) {
+  torch::manual_seed(9);
+  torch::Tensor a = (torch::randn({3, 1031}) * 4).to(torch::kBFloat16);
+  torch::Tensor b = torch::randn({3, 1031}).to(torch::kBFloat16);
+  const float nan = std::numeric_limits<float>::quiet_NaN(),
+              inf = std::numeric_limits<float>::infinity();
+  b.index_put_({0, torch::indexing::Slice(0, 4)}, torch::tensor({nan, inf, -inf, 3.0e38f}));
+  torch::NoGradGuard no_grad;
+  torch::Tensor got = fusedSwiGlu(a, b);
+  torch::Tensor want =
+      fusedSwiGlu(a.to(torch::kFloat32), b.to(torch::kFloat32)).to(torch::kBFloat16);
+  ASSERT_EQ(got.scalar_type(), torch::kBFloat16);
+  // NaN stays NaN (ATen's vectorised rounding keeps the payload, c10's scalar one gives
+  // 0x7FC0: both NaN); every other value bit for bit.
+  EXPECT_TRUE(torch::equal(got.isnan(), want.isnan()));
+  torch::Tensor num = want.isnan().logical_not();
+  EXPECT_TRUE(torch::equal(got.view(torch::kInt16).masked_select(num),
+                           want.view(torch::kInt16).masked_select(num)));
 }
 
 TEST(FusedOps, CrossEntropyMatchesLogSoftmaxNllAndChecksTargets) {
