@@ -172,9 +172,10 @@ void addTraining(Schema& sc) {
               "flash-attention kernel; not faster on the CPU in scripts/bench.sh port)",
               kNoTag));
   sc.add(spec("training.fp32_gemm", kString, s("auto"),
-              "BLAS of the model's fp32 CPU projections: \"auto\" (the faster of the two on a "
-              "2048^3 GEMM timed at start) | \"aten\" (libtorch's own, MKL in the PyPI "
-              "wheel) | \"openblas\" (libopenblas.so.0); the choice and both figures are recorded",
+              "BLAS of the model's fp32 CPU projections and attention products: \"auto\" (the "
+              "faster of the two on a 2048^3 GEMM timed at start) | \"aten\" (libtorch's own, "
+              "MKL in the PyPI wheel) | \"openblas\" (libopenblas.so.0); the choice and both "
+              "figures are recorded",
               kNoTag));
   // Device placement; recorded in the metrics file's `device` attribute.
   sc.add(spec("training.device", kString, s("auto"),
