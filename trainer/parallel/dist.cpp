@@ -17,6 +17,7 @@
 #include "trainer/parallel/backend.h"
 #include "trainer/parallel/hier_comm.h"
 #include "trainer/parallel/local_comm.h"
+#include "trainer/parallel/local_memory.h"
 
 namespace ftb {
 namespace {
