@@ -120,6 +120,21 @@ def bubble_section(runs):
         print("\n".join(misses) + "\n")
 
 
+def link_section(runs):
+    """The link benchmark's lines (ftb_p2p_bench prints them from its own timings)."""
+    print("#### Link: one transfer between two ranks of this host\n")
+    log = runs / "link.log"
+    lines = [l for l in log.read_text().splitlines()
+             if l.startswith(("link ", "local memory:", "Gloo:"))] if log.exists() else []
+    if len(lines) < 4:
+        print(f"Not measured (see {log}).\n")
+        return
+    print("A 1 MiB fp32 tensor (one micro-batch of D512 x T512 activations) sent to the other "
+          "rank and echoed back, rounds alternating between the two links "
+          "(trainer/bench/p2p_cost.cpp); GB/s counts both directions.\n")
+    print("\n".join(f"- {l}" for l in lines) + "\n")
+
+
 def rate_label(rate):
     return "unshaped" if rate == "off" else rate.replace("gbit", " Gbit/s").replace("mbit", " Mbit/s")
 
@@ -261,13 +276,14 @@ def main(runs):
     def text(name):
         return (runs / name).read_text().strip() if (runs / name).exists() else "not recorded"
     loads = "; ".join(f"{part} {text(f'loadavg.{part}.before')} / {text(f'loadavg.{part}.after')}"
-                      for part in ("bubble", "net"))
+                      for part in ("bubble", "link", "net"))
     print(f"`scripts/bench.sh pipeline`. CPU: {cpu_model()}, 2 cores, both ranks on them. "
           f"Load average (1, 5, 15 min) before / after each part: {loads}. Each row gives "
           f"the 1-minute load before its run and the trainer's interference measure (the "
           f"rank's threads' run-queue wait and steal over the step: 0 % on an idle "
           f"machine); the timings are only as good as those figures.\n")
     bubble_section(runs)
+    link_section(runs)
     net_section(runs)
 
 
