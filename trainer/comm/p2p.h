@@ -16,7 +16,7 @@
 // - Tensors travel as bytes (any dtype, bf16 included); a receive's tensor must have the
 //   sent tensor's shape and dtype (both sides derive them from the step's batches).
 // - REQUIRES: the tensor of a pending send or receive stays alive and unmodified until
-//   its wait() returns (PendingWork keeps a reference).
+//   its wait() returns (PendingWork keeps a reference), and no PendingWork outlives its link.
 #pragma once
 
 #include <torch/torch.h>
