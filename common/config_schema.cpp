@@ -236,6 +236,12 @@ void addPipeline(Schema& sc) {
            "blocks per model chunk in model order (pp * pp_virtual_stages entries summing "
            "to model.n_layers); [] = balanced by FLOPs, the embedding counted on the "
            "first chunk and the output and loss on the last")));
+  // The pipeline links' transport (not part of the sweep tag).
+  sc.add(spec("parallel.pp_local_p2p", kBool, b(true),
+              "true: pipeline links between ranks of one host move activations and gradients "
+              "through each other's memory (process_vm_readv/writev), falling back to the "
+              "backend where the kernel forbids it | false: every link on the backend",
+              kNoTag));
 }
 
 void addLora(Schema& sc) {

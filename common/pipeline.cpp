@@ -203,6 +203,10 @@ double theoreticalBubble(const PipePlan& plan) {
   return plan.schedule == PipeSchedule::kInterleaved1F1B ? b / double(plan.virtual_stages) : b;
 }
 
+double pipelineIdleFraction(double span, double waited, double makespan) {
+  return makespan > 0 ? (makespan - (span - waited)) / makespan : 0.0;
+}
+
 PipeSimulation simulatePipeline(const std::vector<std::vector<PipeAction>>& actions,
                                 double compute_time) {
   const int64_t p = int64_t(actions.size());
@@ -210,6 +214,7 @@ PipeSimulation simulatePipeline(const std::vector<std::vector<PipeAction>>& acti
   sim.peak_in_flight.assign(p, 0);
   sim.forwards.assign(p, 0);
   sim.backwards.assign(p, 0);
+  sim.waited.assign(p, 0);
   std::vector<double> clock(p, 0);
   std::vector<size_t> next(p, 0);
   std::vector<int64_t> in_flight(p, 0);
@@ -227,6 +232,7 @@ PipeSimulation simulatePipeline(const std::vector<std::vector<PipeAction>>& acti
         } else if (a.kind == PipeAction::kRecvAct || a.kind == PipeAction::kRecvGrad) {
           auto it = sent.find({a.kind == PipeAction::kRecvGrad, a.mb, k});
           if (it == sent.end()) break;
+          sim.waited[s] += std::max(0.0, it->second - clock[s]);
           clock[s] = std::max(clock[s], it->second);
         } else {
           clock[s] += compute_time;
@@ -238,6 +244,7 @@ PipeSimulation simulatePipeline(const std::vector<std::vector<PipeAction>>& acti
       }
     }
   }
+  sim.finish = clock;
   for (int64_t s = 0; s < p; ++s) {
     sim.makespan = std::max(sim.makespan, clock[s]);
     if (next[s] < actions[s].size())

@@ -94,6 +94,15 @@ std::vector<PipeAction> withTransfers(const PipePlan& plan, int64_t stage,
 // (p−1)/(m+p−1) for GPipe and 1F1B, divided by v for interleaved 1F1B.
 double theoreticalBubble(const PipePlan& plan);
 
+// The measured counterpart, the same on every stage: the fraction of the pipeline's
+// makespan this stage is idle, (makespan − busy) / makespan with busy = span − waited.
+// `span`: the stage's forward-backward phase (from the step's common start to its own last
+// action); `waited`: the receive waits inside it; `makespan`: the longest stage's span in
+// the same step. The stage's own span is not the window: the last stage ends its phase
+// while the first still drains the backwards, and that wait falls after its span.
+// 0 when makespan <= 0. REQUIRES: 0 <= waited <= span <= makespan.
+double pipelineIdleFraction(double span, double waited, double makespan);
+
 // Executes every stage's list with buffered sends and blocking receives, each compute
 // action taking `compute_time` (messages arrive when sent).
 struct PipeSimulation {
@@ -101,6 +110,7 @@ struct PipeSimulation {
   double makespan = 0;                  // the last stage's finish time
   std::vector<int64_t> peak_in_flight;  // per stage: most chunks forwarded, not backwarded
   std::vector<int64_t> forwards, backwards;  // per stage: compute actions run
+  std::vector<double> finish, waited;        // per stage: its last action's end, receive waits
 };
 PipeSimulation simulatePipeline(const std::vector<std::vector<PipeAction>>& actions,
                                 double compute_time = 1.0);

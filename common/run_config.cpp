@@ -447,6 +447,7 @@ CommConfig CommConfig::fromConfig(const Config& cfg, Checks checks) {
              "use backend = \"gloo\" or \"auto\"");
   c.local_collectives = cfg.getString("parallel.local_collectives");
   requireOneOf(cfg, "parallel.local_collectives", {"auto", "off"});
+  c.pp_local_p2p = cfg.getBool("parallel.pp_local_p2p");
   c.timeout_seconds = cfg.getFloat("parallel.timeout_seconds");
   c.bucket_bytes = cfg.getFloat("parallel.bucket_mb") * double(1 << 20);
   c.memory_limit_bytes = cfg.getFloat("parallel.memory_limit_gb") * double(1LL << 30);

@@ -160,6 +160,7 @@ struct PipelineConfig {
 struct CommConfig {
   std::string backend;
   std::string local_collectives = "auto";  // "auto" | "off"
+  bool pp_local_p2p = true;                // pipeline links of one host through memory
   double timeout_seconds = 300;
   double memory_limit_bytes = 0;   // 0 = none; above it a run ends with status "oom"
   double bucket_bytes = 25 << 20;  // DDP gradient bucket size

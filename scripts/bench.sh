@@ -37,7 +37,9 @@
 #             (default 100mbit 300mbit 1gbit 3gbit off; needs root, else reported as skipped),
 #             D512/L8 global batch 8 as DDP, ZeRO-3 and pp 2 (1F1B), one rank per host via
 #             mpirun + launcher: tokens/s per host, bytes sent per step, where the ranking
-#             changes. FTB_PP_PARTS="bubble" or "net" reruns one part
+#             changes. (3) link: a 1 MiB transfer's round trip between two ranks of this
+#             host through local memory and through Gloo. FTB_PP_PARTS="bubble", "link" or
+#             "net" reruns one part
 # Usage: scripts/bench.sh [trainer|eager|dpscale|memory|launcher|aggregate|data|hfload|textdata|ckpt|port|gloo|lora|pipeline ...]
 #        (default: all but hfload, ckpt, port, lora and pipeline)
 set -euo pipefail
@@ -533,13 +535,21 @@ pp_net_run() {  # pp_net_run RUNS RATE LAYOUT
   pp_tx_bytes >"$out.tx_after"
 }
 
-# FTB_PP_PARTS="bubble net" (the default) runs both parts; naming one reruns it alone and
-# reports it beside the other part's last runs.
+# One pipeline transfer on each link transport between two ranks of this host: the round
+# trip of 1 MiB (one micro-batch of D512 x T512 activations), local memory against Gloo,
+# alternating (trainer/bench/p2p_cost.cpp).
+bench_pipeline_link() {
+  echo "bench: pipeline link, 1 MiB round trip, local memory and Gloo, 2 ranks"
+  launch 2 "$1/link.log" -- "$BUILD/trainer/ftb_p2p_bench" --rounds 400
+}
+
+# FTB_PP_PARTS="bubble link net" (the default) runs every part; naming one reruns it alone
+# and reports it beside the other parts' last runs.
 bench_pipeline() {
   local runs=$OUT/runs/pipeline part
   mkdir -p "$runs"
-  for part in ${FTB_PP_PARTS:-bubble net}; do
-    case $part in bubble | net) ;; *) echo "bench: FTB_PP_PARTS: unknown part '$part'; expected bubble or net" >&2; exit 2 ;; esac
+  for part in ${FTB_PP_PARTS:-bubble link net}; do
+    case $part in bubble | link | net) ;; *) echo "bench: FTB_PP_PARTS: unknown part '$part'; expected bubble, link or net" >&2; exit 2 ;; esac
     cut -d' ' -f1-3 /proc/loadavg >"$runs/loadavg.$part.before"
     "bench_pipeline_$part" "$runs"
     cut -d' ' -f1-3 /proc/loadavg >"$runs/loadavg.$part.after"

@@ -38,17 +38,31 @@ def steps_of(run, skip):
     return out
 
 
-def pipeline_bubble(ranks):
-    """Idle time of each stage over the pipeline's makespan, per measured step, summed: the
-    quantity the theory (p-1)/(m+p-1) describes. A stage's compute is its forward_s +
-    backward_s; the makespan is the longest forward-backward phase (pp_bubble_s over
-    pp_bubble_fraction) of any stage in that step; ranks start the phase together (after
-    the previous step's agreement)."""
+def makespans(ranks):
+    """Per measured step, the pipeline's makespan: the trainer's pp_makespan_s (the longest
+    stage's forward-backward phase; ranks start the phase together); runs older than that
+    column: each stage's phase from pp_bubble_s / pp_bubble_fraction, which then was the
+    receive waits over the stage's own phase."""
+    if all("pp_makespan_s" in s for s, _ in ranks):
+        return np.max(np.stack([s["pp_makespan_s"] for s, _ in ranks]), axis=0)
     phase = [np.where(s["pp_bubble_fraction"] > 0,
                       s["pp_bubble_s"] / np.maximum(s["pp_bubble_fraction"], 1e-12),
                       s["forward_s"] + s["backward_s"]) for s, _ in ranks]
-    makespan = np.max(np.stack(phase), axis=0)
-    return [1 - np.sum(s["forward_s"] + s["backward_s"]) / np.sum(makespan) for s, _ in ranks]
+    return np.max(np.stack(phase), axis=0)
+
+
+def pipeline_bubble(ranks):
+    """Idle time of each stage over the pipeline's makespan, per measured step, summed: the
+    quantity the theory (p-1)/(m+p-1) describes. A stage's compute is its forward_s +
+    backward_s."""
+    makespan = np.sum(makespans(ranks))
+    return [1 - np.sum(s["forward_s"] + s["backward_s"]) / makespan for s, _ in ranks]
+
+
+def blocked(ranks):
+    """Each stage's receive waits (pp_bubble_s) over the same makespans."""
+    makespan = np.sum(makespans(ranks))
+    return [float(np.sum(s["pp_bubble_s"]) / makespan) for s, _ in ranks]
 
 
 def bubble_section(runs):
@@ -59,13 +73,14 @@ def bubble_section(runs):
           "split (balanced by FLOPs). Two vocabularies: 512 (the output layer costs 0.07 of "
           "a block, so the chunks are nearly equal, as the theory assumes) and Llama-2's 32000 "
           "(the output layer and loss cost as much as 4.5 blocks and sit on the last chunk).\n")
-    print("Two measures per stage. *Blocked* is the trainer's `pp_bubble_fraction`: time "
-          "blocked receiving from the neighbour stage over the stage's own forward-backward "
-          "phase. *Idle* is the theory's quantity: the stage's idle time (makespan minus its "
-          "forward and backward compute) over the pipeline's makespan (the longest stage's "
-          "phase in the same step), from the per-step HDF5 times. They differ on the last "
-          "stage: its wait for the first stage's drain falls after its own phase ends (in the "
-          "step's agreement), so *blocked* leaves it out. The target (within 5 points of the "
+    print("Two measures per stage, both over the pipeline's makespan (the longest stage's "
+          "forward-backward phase in the same step, `pp_makespan_s`). *Blocked*: time blocked "
+          "receiving from the neighbour stage (`pp_bubble_s`). *Idle* is the theory's "
+          "quantity: the stage's idle time (makespan minus its forward and backward compute), "
+          "from the per-step HDF5 times; the trainer's `pp_bubble_fraction` is the same idle "
+          "time, counting its phase's other host work as busy. They differ on the last stage: "
+          "its wait for the first stage's drain falls after its own phase ends, so *blocked* "
+          "leaves it out. The target (within 5 points of the "
           "theory) is judged on *idle*. *Compute* is the stage's forward + backward time per "
           "step: the theory assumes equal stages and equal chunks, and a stage with less "
           "compute than its neighbour idles at least the difference.\n")
@@ -83,7 +98,7 @@ def bubble_section(runs):
             if any("pp_bubble_theory" not in a for _, a in ranks):
                 print(f"| {vocab} | {sched} | run incomplete: see {run}.log | | | | | | | |")
                 continue
-            idle = pipeline_bubble(ranks)
+            idle, block = pipeline_bubble(ranks), blocked(ranks)
             busy_all = [float(np.mean(st["forward_s"] + st["backward_s"])) for st, _ in ranks]
             for r, ((s, a), i) in enumerate(zip(ranks, idle)):
                 theory = a["pp_bubble_theory"]
@@ -95,7 +110,7 @@ def bubble_section(runs):
                                   f"stages' mean ({' / '.join(f'{b:.2f}' for b in busy_all)} s)")
                 p50 = float(np.median(s["step_time_s"]))
                 busy = float(np.mean(s["forward_s"] + s["backward_s"]))
-                print(f"| {vocab} | {sched} | {r} | {100 * a['pp_bubble_fraction']:.1f} % "
+                print(f"| {vocab} | {sched} | {r} | {100 * block[r]:.1f} % "
                       f"| {100 * i:.1f} % | {100 * theory:.1f} % | {ok} | {busy:.2f} | {p50:.2f} | "
                       f"{100 * a['interference']:.0f} % | {load(f'{run}.loadavg')} |")
     print()
@@ -103,6 +118,21 @@ def bubble_section(runs):
         print("Misses, beside how unequal the stages' compute was (a stage that computes more "
               "than the other idles less than the theory, and the other more):\n")
         print("\n".join(misses) + "\n")
+
+
+def link_section(runs):
+    """The link benchmark's lines (ftb_p2p_bench prints them from its own timings)."""
+    print("#### Link: one transfer between two ranks of this host\n")
+    log = runs / "link.log"
+    lines = [l for l in log.read_text().splitlines()
+             if l.startswith(("link ", "local memory:", "Gloo:"))] if log.exists() else []
+    if len(lines) < 4:
+        print(f"Not measured (see {log}).\n")
+        return
+    print("A 1 MiB fp32 tensor (one micro-batch of D512 x T512 activations) sent to the other "
+          "rank and echoed back, rounds alternating between the two links "
+          "(trainer/bench/p2p_cost.cpp); GB/s counts both directions.\n")
+    print("\n".join(f"- {l}" for l in lines) + "\n")
 
 
 def rate_label(rate):
@@ -246,13 +276,14 @@ def main(runs):
     def text(name):
         return (runs / name).read_text().strip() if (runs / name).exists() else "not recorded"
     loads = "; ".join(f"{part} {text(f'loadavg.{part}.before')} / {text(f'loadavg.{part}.after')}"
-                      for part in ("bubble", "net"))
+                      for part in ("bubble", "link", "net"))
     print(f"`scripts/bench.sh pipeline`. CPU: {cpu_model()}, 2 cores, both ranks on them. "
           f"Load average (1, 5, 15 min) before / after each part: {loads}. Each row gives "
           f"the 1-minute load before its run and the trainer's interference measure (the "
           f"rank's threads' run-queue wait and steal over the step: 0 % on an idle "
           f"machine); the timings are only as good as those figures.\n")
     bubble_section(runs)
+    link_section(runs)
     net_section(runs)
 
 

@@ -379,6 +379,7 @@ void connect(Setup& s) {
   s.dist.emplace(initDistributed(
       s.env, std::chrono::milliseconds(static_cast<int64_t>(tc.comm.timeout_seconds * 1000)),
       tc.comm.backend, tc.comm.local_collectives));
+  s.dist->pp_local_p2p = tc.comm.pp_local_p2p;
   checkStop("process group");
   // Which checkpoint to resume from is decided (and a bad or incompatible one refused)
   // before anything is written to the run directory or the model is allocated.

@@ -13,10 +13,9 @@ std::string PeerInfo::text() const {
          ")";
 }
 
-namespace {
-
-// The bytes of `t` as a flat uint8 tensor sharing its storage. REQUIRES: t contiguous.
 torch::Tensor bytesOf(const torch::Tensor& t) { return t.view({-1}).view(torch::kUInt8); }
+
+namespace {
 
 class P2PWork final : public PendingWork {
  public:
@@ -43,19 +42,33 @@ class P2PWork final : public PendingWork {
   std::chrono::milliseconds timeout_;
 };
 
-}  // namespace
+// Gloo send/recv: the backend matches by (peer, tag) and moves the bytes on its threads.
+class BackendLink final : public P2PLink {
+ public:
+  BackendLink(c10::intrusive_ptr<c10d::Backend> backend, int peer_index, PeerInfo peer,
+              std::chrono::milliseconds timeout)
+      : backend_(std::move(backend)),
+        peer_index_(peer_index),
+        peer_(std::move(peer)),
+        timeout_(timeout) {}
+  std::unique_ptr<PendingWork> sendAsync(const torch::Tensor& t, int tag,
+                                         const std::string& what) override;
+  std::unique_ptr<PendingWork> recvAsync(torch::Tensor& t, int tag,
+                                         const std::string& what) override;
+  int64_t bytesSent() const override { return bytes_sent_; }
+  const PeerInfo& peer() const override { return peer_; }
+  std::string transport() const override { return "backend point-to-point"; }
 
-P2PLink::P2PLink(c10::intrusive_ptr<c10d::Backend> backend, int peer_index, PeerInfo peer,
-                 std::chrono::milliseconds timeout)
-    : backend_(std::move(backend)),
-      peer_index_(peer_index),
-      peer_(std::move(peer)),
-      timeout_(timeout) {}
+ private:
+  c10::intrusive_ptr<c10d::Backend> backend_;
+  int peer_index_;
+  PeerInfo peer_;
+  std::chrono::milliseconds timeout_;
+  int64_t bytes_sent_ = 0;
+};
 
-P2PLink::~P2PLink() = default;
-
-std::unique_ptr<PendingWork> P2PLink::sendAsync(const torch::Tensor& t, int tag,
-                                                const std::string& what) {
+std::unique_ptr<PendingWork> BackendLink::sendAsync(const torch::Tensor& t, int tag,
+                                                    const std::string& what) {
   torch::Tensor bytes = bytesOf(t.contiguous());
   std::vector<torch::Tensor> v{bytes};
   auto work = backend_->send(v, peer_index_, tag);
@@ -64,8 +77,8 @@ std::unique_ptr<PendingWork> P2PLink::sendAsync(const torch::Tensor& t, int tag,
                                    timeout_);
 }
 
-std::unique_ptr<PendingWork> P2PLink::recvAsync(torch::Tensor& t, int tag,
-                                                const std::string& what) {
+std::unique_ptr<PendingWork> BackendLink::recvAsync(torch::Tensor& t, int tag,
+                                                    const std::string& what) {
   if (!t.is_contiguous())
     throw std::logic_error("P2PLink::recvAsync: the receive tensor must be contiguous");
   torch::Tensor bytes = bytesOf(t);
@@ -73,6 +86,13 @@ std::unique_ptr<PendingWork> P2PLink::recvAsync(torch::Tensor& t, int tag,
   auto work = backend_->recv(v, peer_index_, tag);
   return std::make_unique<P2PWork>(std::move(work), bytes,
                                    "receive " + what + " from " + peer_.text(), timeout_);
+}
+
+}  // namespace
+
+std::unique_ptr<P2PLink> makeBackendLink(c10::intrusive_ptr<c10d::Backend> backend, int peer_index,
+                                         PeerInfo peer, std::chrono::milliseconds timeout) {
+  return std::make_unique<BackendLink>(std::move(backend), peer_index, std::move(peer), timeout);
 }
 
 }  // namespace ftb

@@ -43,6 +43,7 @@ const char* kMetrics[] = {"step",
                           "peak_rss_bytes",
                           "pp_bubble_s",
                           "pp_bubble_fraction",
+                          "pp_makespan_s",
                           "pp_p2p_bytes",
                           "interference",
                           "runqueue_wait_frac",
@@ -217,7 +218,8 @@ void StepLog::record(int64_t step, const StepRecord& r) {
                        {"rss_bytes", double(rss)},
                        {"peak_rss_bytes", double(peakRssBytes())},
                        {"pp_bubble_s", r.bubble},
-                       {"pp_bubble_fraction", r.pipe > 0 ? r.bubble / r.pipe : 0.0},
+                       {"pp_bubble_fraction", pipelineIdleFraction(r.pipe, r.bubble, r.makespan)},
+                       {"pp_makespan_s", r.makespan},
                        {"pp_p2p_bytes", r.p2p_bytes},
                        {"interference", itf.interference},
                        {"runqueue_wait_frac", itf.wait_frac},
@@ -243,6 +245,7 @@ void StepLog::record(int64_t step, const StepRecord& r) {
                         {&acc_.dataset, r.dataset},
                         {&acc_.bubble, r.bubble},
                         {&acc_.pipe, r.pipe},
+                        {&acc_.makespan, r.makespan},
                         {&acc_.p2p_bytes, r.p2p_bytes}})
       *a += b;
   }
@@ -334,7 +337,7 @@ void StepLog::finishInterference(Comm& world, TrainSummary& s) {
 // The bubble fraction over the measured steps, max and min over ranks (collective), beside
 // the schedule's theory (common/pipeline.h) in the root attributes.
 void StepLog::finishPipeline(Comm& world, TrainSummary& s) {
-  const double frac = acc_.pipe > 0 ? acc_.bubble / acc_.pipe : 0.0;
+  const double frac = pipelineIdleFraction(acc_.pipe, acc_.bubble, acc_.makespan);
   torch::Tensor t = torch::tensor({frac, -frac}, torch::kFloat64);
   world.allReduceMax(t);
   s.bubble_frac_max = t[0].item<double>();
@@ -441,7 +444,7 @@ void pipelineRows(std::ostream& os, const TrainConfig& tc, const TrainSummary& s
   summaryRow(os, "pipeline bubble",
              formatFixed(100 * s.bubble_frac_min, 1) + " - " +
                  formatFixed(100 * s.bubble_frac_max, 1) +
-                 " % of forward-backward time, min - max over ranks; theory " +
+                 " % of the pipeline's makespan idle, min - max over ranks; theory " +
                  formatFixed(100 * theoreticalBubble(plan), 1) + " % = " + formula + " (" +
                  tc.pipeline.pp_schedule + ", p " + std::to_string(tc.layout.pp) + ", m " +
                  std::to_string(tc.training.grad_accum_steps) + ", v " +

@@ -48,9 +48,10 @@ struct StepRecord {
   double agree = 0;  // seconds in the step's agreement all-reduce (part of comm)
   double loss = 0, grad_norm = 0, lr = 0;
   double padded = 0, dataset = 0;  // global token counts
-  // Pipeline (parallel.pp > 1), this rank: seconds blocked receiving from a neighbour stage
-  // (the bubble), seconds of the step's forward-backward phase, bytes sent to neighbours.
-  double bubble = 0, pipe = 0, p2p_bytes = 0;
+  // Pipeline (parallel.pp > 1), this rank: seconds blocked receiving from a neighbour stage,
+  // seconds of the step's forward-backward phase (its span), bytes sent to neighbours, and
+  // the pipeline's makespan (the longest stage's span, agreed over the world).
+  double bubble = 0, pipe = 0, p2p_bytes = 0, makespan = 0;
 };
 
 struct TrainSummary {
@@ -71,8 +72,9 @@ struct TrainSummary {
   double first_loss = 0, last_loss = 0;
   int stop_signal = 0;          // non-zero when a signal ended the run
   bool stopped_by_ctl = false;  // `launcher ctl stop` ended the run
-  // Pipeline: bubble / forward-backward time over the measured steps, max and min over
-  // ranks (NaN without a pipeline); this rank's bytes sent per measured step.
+  // Pipeline: idle fraction of the makespan over the measured steps (pipelineIdleFraction,
+  // common/pipeline.h), max and min over ranks (NaN without a pipeline); this rank's bytes
+  // sent per measured step.
   double bubble_frac_max = NAN, bubble_frac_min = NAN, p2p_bytes_per_step = 0;
   // Per rank, its peak RSS (bytes); with a pipeline, per stage the largest of its ranks'
   // and the memory estimator's figure for that stage (common/memory_estimate.h).

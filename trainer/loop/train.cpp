@@ -32,19 +32,25 @@ double lrAt(const TrainConfig& tc, int64_t step) {
 
 // What all ranks agree on after a step's gradients are reduced: one small world
 // all-reduce of [loss sum, padded, dataset, stop votes (StopVote), grad norm², over memory limit,
-// control command and request id (rank 0 only, common/run_control.h)].
+// control command and request id (rank 0 only, common/run_control.h)], and with a pipeline
+// each stage's forward-backward span (its ranks' mean: each adds its span / ranks per stage
+// in its stage's entry), whose largest is the step's pipeline makespan.
 struct Agreement {
   double loss_sum = 0, padded = 0, dataset = 0, stop = 0, grad_sq = 0, over_memory = 0;
   double ctl = 0, ctl_id = 0;
+  std::vector<double> stage_span;  // pp entries (parallel.pp > 1), else empty
 };
 
 Agreement agree(Comm& world, const Agreement& local) {
-  torch::Tensor red = torch::tensor({local.loss_sum, local.padded, local.dataset, local.stop,
-                                     local.grad_sq, local.over_memory, local.ctl, local.ctl_id},
-                                    torch::kFloat64);
+  std::vector<double> all = {local.loss_sum, local.padded,      local.dataset, local.stop,
+                             local.grad_sq,  local.over_memory, local.ctl,     local.ctl_id};
+  all.insert(all.end(), local.stage_span.begin(), local.stage_span.end());
+  torch::Tensor red = torch::tensor(all, torch::kFloat64);
   world.allReduceSum(red);
   auto v = red.accessor<double, 1>();
-  return {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
+  Agreement g{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], {}};
+  for (int64_t i = 8; i < v.size(0); ++i) g.stage_span.push_back(v[i]);
+  return g;
 }
 
 // Rank 0: a pending `launcher ctl` request goes into this step's agreement.
@@ -95,6 +101,10 @@ double forwardBackward(const TrainContext& ctx, int64_t step, PhaseTimer& timer,
   timer.end(r.comm);
   const FwdBwdStats st = ctx.runner.run(mine, positions);  // every micro-batch (step_runner.h)
   timer.end(r.pipe);
+  if (ctx.mesh.pp > 1) {  // every stage's span, for the makespan (agree())
+    a.stage_span.assign(size_t(ctx.mesh.pp), 0.0);
+    a.stage_span[size_t(ctx.mesh.pp_rank)] = r.pipe * double(ctx.mesh.pp) / ctx.mesh.world;
+  }
   r.bubble = st.bubble_s;
   r.p2p_bytes = double(st.p2p_bytes);
   r.fwd += st.fwd_s;
@@ -123,6 +133,8 @@ Agreement syncAndUpdate(const TrainContext& ctx, int64_t step, double positions,
       tc.comm.memory_limit_bytes > 0 && double(peakRssBytes()) > tc.comm.memory_limit_bytes;
   Agreement g = agree(ctx.world, a);
   r.agree = timer.end(r.comm);
+  if (!g.stage_span.empty()) r.makespan = r.pipe;  // at least this rank's own span
+  for (double span : g.stage_span) r.makespan = std::max(r.makespan, span);
   const double tp = double(tc.layout.tp);  // tp ranks hold identical data
   r.loss = g.loss_sum / tp / positions;
   r.padded = g.padded / tp;

@@ -17,6 +17,8 @@
 #include "trainer/parallel/backend.h"
 #include "trainer/parallel/hier_comm.h"
 #include "trainer/parallel/local_comm.h"
+#include "trainer/parallel/local_link.h"
+#include "trainer/parallel/local_memory.h"
 
 namespace ftb {
 namespace {
@@ -176,12 +178,23 @@ std::unique_ptr<P2PLink> Distributed::newLink(const std::string& name, const Pee
   if (peer.rank == env.rank || !store)
     throw DistError(where(env) + ": a point-to-point link needs another rank, got " + peer.text());
   const int me = env.rank < peer.rank ? 0 : 1;
+  const std::vector<int> ranks = {std::min(env.rank, peer.rank), std::max(env.rank, peer.rank)};
   try {
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>(name, store);
+    std::string why = "parallel.pp_local_p2p = false";
+    if (pp_local_p2p && !computeOnCuda()) {
+      if (auto link = makeLocalLink(*prefixed, me, ranks, peer, timeout, &why)) {
+        transports.push_back(name + ": " + link->transport());
+        return link;
+      }
+    } else if (computeOnCuda()) {
+      why = "tensors on the GPU";
+    }
     auto pg = makeBackend(resolveBackend(backend), prefixed, me, 2, timeout,
                           localAddressTowards(env.master_addr));
-    transports.push_back(name + ": backend point-to-point");
-    return std::make_unique<P2PLink>(pg, 1 - me, peer, timeout);
+    auto link = makeBackendLink(pg, 1 - me, peer, timeout);
+    transports.push_back(name + ": " + link->transport() + " (" + why + ")");
+    return link;
   } catch (const FtbError&) {
     throw;
   } catch (const std::exception& e) {

@@ -44,7 +44,10 @@ struct Distributed {
   std::unique_ptr<Comm> newGroup(const std::string& name, const std::vector<int>& ranks);
   // A point-to-point link between this rank and global rank peer.rank (pipeline
   // neighbours, comm/p2p.h), rendezvoused through the store under `name`; both ends call
-  // it with the same name. On the backend (Gloo) whatever local_collectives says.
+  // it with the same name and take the same decision: through local memory
+  // (parallel/local_link.h) when pp_local_p2p is set, the tensors live on the CPU and both
+  // ranks share this host and may read each other's memory; else on the backend (Gloo).
+  // Records "name: transport" (with the reason for the backend) in `transports`.
   std::unique_ptr<P2PLink> newLink(const std::string& name, const PeerInfo& peer);
 
   std::chrono::milliseconds timeout{300000};
@@ -55,6 +58,9 @@ struct Distributed {
   // levels, memory within each host and the backend across hosts
   // (parallel/hier_comm.h); "off" keeps every collective on the backend.
   std::string local_collectives = "auto";
+  // parallel.pp_local_p2p: pipeline links between ranks of one host through memory
+  // (newLink); false keeps them on the backend.
+  bool pp_local_p2p = true;
   std::vector<std::string> transports;  // "group: transport (or why not)", per group made
 };
 

@@ -1,37 +1,22 @@
 #include "trainer/parallel/local_comm.h"
 
-#include <fcntl.h>
 #include <immintrin.h>
-#include <linux/futex.h>
-#include <signal.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
-#include <sys/syscall.h>
-#include <sys/uio.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
-#include <climits>
 #include <cstring>
-#include <fstream>
 #include <new>
-#include <random>
 #include <sstream>
 
 #include "common/error.h"
-#include "common/fd.h"
 #include "common/log.h"
 #include "trainer/kernels/clones.h"
 #include "trainer/parallel/dist.h"
+#include "trainer/parallel/local_memory.h"
 
 namespace ftb {
 namespace {
-
-constexpr uint64_t kMagic = 0x3174636d6d6f6366ULL;  // control block tag
-// A word each member reads in every other at set-up: proves cross-memory attach works.
-volatile uint64_t g_probe_word = kMagic ^ 0x5a5a5a5aULL;
 
 // One cache line per member in the shared control block.
 struct alignas(64) Slot {
@@ -43,84 +28,6 @@ struct alignas(64) Slot {
 };
 static_assert(std::atomic<uint32_t>::is_always_lock_free &&
               std::atomic<uint64_t>::is_always_lock_free);
-constexpr size_t kHeader = 64;  // magic, then the slots
-
-size_t controlBytes(size_t n) {
-  size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  return (kHeader + n * sizeof(Slot) + page - 1) / page * page;
-}
-
-std::string firstLine(const char* path) {
-  std::ifstream in(path);
-  std::string s;
-  std::getline(in, s);
-  return s;
-}
-
-std::string nsLink(const char* path) {
-  char buf[128];
-  ssize_t n = readlink(path, buf, sizeof buf - 1);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("?");
-}
-
-std::string errnoText(int e) { return std::string(std::strerror(e)); }
-
-void futexWait(std::atomic<uint32_t>* a, uint32_t expected, long ns) {
-  timespec ts{0, ns};
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(a), FUTEX_WAIT, expected, &ts, nullptr, 0);
-}
-
-void futexWake(std::atomic<uint32_t>* a) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(a), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
-}
-
-// A shared mapping of the control block; unmapped on destruction.
-class Mapping {
- public:
-  Mapping() = default;
-  Mapping(void* p, size_t n) : p_(p), n_(n) {}
-  Mapping(Mapping&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(o.n_) {}
-  Mapping& operator=(Mapping&& o) noexcept {
-    std::swap(p_, o.p_);
-    std::swap(n_, o.n_);
-    return *this;
-  }
-  ~Mapping() {
-    if (p_) munmap(p_, n_);
-  }
-  char* get() const { return static_cast<char*>(p_); }
-
- private:
-  void* p_ = nullptr;
-  size_t n_ = 0;
-};
-
-// Maps the segment `name` (creating and initialising it for `members` slots when
-// `create`); returns "" or what failed.
-std::string mapControl(const std::string& name, size_t members, bool create, Mapping* out) {
-  const size_t bytes = controlBytes(members);
-  Fd fd(shm_open(name.c_str(), create ? O_RDWR | O_CREAT | O_EXCL : O_RDWR, 0600));
-  if (fd.get() < 0) return "shm_open(" + name + "): " + errnoText(errno);
-  if (create) {
-    // fallocate, not just ftruncate: a full /dev/shm fails here, not as SIGBUS later.
-    if (ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0)
-      return "ftruncate: " + errnoText(errno);
-    int rc = posix_fallocate(fd.get(), 0, static_cast<off_t>(bytes));
-    if (rc != 0)
-      return "posix_fallocate(" + std::to_string(bytes) + " B) in /dev/shm: " + errnoText(rc);
-  }
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-  if (p == MAP_FAILED) return "mmap: " + errnoText(errno);
-  *out = Mapping(p, bytes);
-  if (create) {
-    for (size_t j = 0; j < members; ++j) new (out->get() + kHeader + j * sizeof(Slot)) Slot();
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    *reinterpret_cast<volatile uint64_t*>(out->get()) = kMagic;
-  } else if (*reinterpret_cast<volatile uint64_t*>(out->get()) != kMagic) {
-    return "shared segment " + name + " is not an initialised control block";
-  }
-  return "";
-}
 
 FTB_CLONES void addInto(float* d, const float* s, int64_t n) {
   for (int64_t i = 0; i < n; ++i) d[i] += s[i];
@@ -159,7 +66,7 @@ bool lowPrecision(const torch::Tensor& t) {
 class LocalComm final : public Comm {
  public:
   LocalComm(std::unique_ptr<Comm> backend, std::vector<int> members, std::vector<pid_t> pids,
-            Mapping control, std::chrono::milliseconds timeout)
+            SharedSegment control, std::chrono::milliseconds timeout)
       : backend_(std::move(backend)),
         members_(std::move(members)),
         pids_(std::move(pids)),
@@ -187,7 +94,7 @@ class LocalComm final : public Comm {
   static constexpr int64_t kPieceBytes = 1 << 20;  // one read + combine, cache-resident
 
   Slot& slot(int j) const {
-    return *reinterpret_cast<Slot*>(control_.get() + kHeader + j * sizeof(Slot));
+    return *reinterpret_cast<Slot*>(control_.payload() + j * sizeof(Slot));
   }
   void allReduce(torch::Tensor& t, Kind kind);
   void post(Kind kind, const void* addr, int64_t bytes);
@@ -204,7 +111,7 @@ class LocalComm final : public Comm {
   std::unique_ptr<Comm> backend_;
   std::vector<int> members_;  // global ranks, group order
   std::vector<pid_t> pids_;
-  Mapping control_;
+  SharedSegment control_;
   std::chrono::milliseconds timeout_;
   int me_;
   uint32_t phase_ = 0;           // phases this member completed (== slot(me_).arrived)
@@ -260,7 +167,7 @@ void LocalComm::waitFor(int j, uint32_t target, Kind kind, int64_t bytes, const 
       fail(kind, bytes,
            "timed out waiting for rank " + std::to_string(members_[j]) + " (pid " +
                std::to_string(pids_[j]) + ") " + phase);
-    if (kill(pids_[j], 0) != 0 && errno == ESRCH)
+    if (processGone(pids_[j]))
       fail(kind, bytes,
            "rank " + std::to_string(members_[j]) + " (pid " + std::to_string(pids_[j]) +
                ") exited while this rank waited for it " + phase);
@@ -272,20 +179,11 @@ void LocalComm::waitFor(int j, uint32_t target, Kind kind, int64_t bytes, const 
 }
 
 void LocalComm::readPeer(int j, uint64_t remote, void* local, int64_t bytes, Kind kind) {
-  char* dst = static_cast<char*>(local);
-  while (bytes > 0) {
-    iovec l{dst, static_cast<size_t>(bytes)};
-    iovec r{reinterpret_cast<void*>(remote), static_cast<size_t>(bytes)};
-    ssize_t n = process_vm_readv(pids_[j], &l, 1, &r, 1, 0);
-    if (n <= 0)
-      fail(kind, bytes,
-           "reading " + std::to_string(bytes) + " B of rank " + std::to_string(members_[j]) +
-               " (pid " + std::to_string(pids_[j]) +
-               "): process_vm_readv: " + errnoText(n < 0 ? errno : EIO));
-    dst += n;
-    remote += static_cast<uint64_t>(n);
-    bytes -= n;
-  }
+  std::string err = copyWithPeer(pids_[j], false, local, remote, bytes);
+  if (!err.empty())
+    fail(kind, bytes,
+         "reading " + std::to_string(bytes) + " B of rank " + std::to_string(members_[j]) +
+             " (pid " + std::to_string(pids_[j]) + "): " + err);
 }
 
 // dst[0, bytes) = dst (+ or max) every peer's [offset, offset + bytes) of its tensor.
@@ -389,47 +287,6 @@ void LocalComm::allGather(torch::Tensor& out, const torch::Tensor& in) {
   waitAll(Kind::kAllGather, each, "to finish reading this rank's tensor");
 }
 
-// A member's "who" record: "host key\npid probe-address\ncontrol segment name".
-struct MemberInfo {
-  std::string key, segment;
-  pid_t pid = 0;
-  uint64_t probe = 0;
-};
-
-// Parses gatherThroughStore's values of the "who" round.
-std::vector<MemberInfo> parseMembers(const std::vector<std::string>& records) {
-  std::vector<MemberInfo> out(records.size());
-  for (size_t j = 0; j < records.size(); ++j) {
-    std::istringstream is(records[j]);
-    std::getline(is, out[j].key);
-    is >> out[j].pid >> out[j].probe;
-    is.ignore(1);
-    std::getline(is, out[j].segment);
-  }
-  return out;
-}
-
-// "" when this member can map the control block and read every peer's probe word.
-std::string probe(const std::vector<MemberInfo>& info, int me, Mapping* control) {
-  if (info[0].segment.rfind("!", 0) == 0)
-    return "rank 0 of the group: " + info[0].segment.substr(1);
-  if (me != 0) {
-    std::string err = mapControl(info[0].segment, info.size(), false, control);
-    if (!err.empty()) return err;
-  }
-  for (size_t j = 0; j < info.size(); ++j) {
-    if (int(j) == me) continue;
-    uint64_t v = 0;
-    iovec l{&v, sizeof v}, r{reinterpret_cast<void*>(info[j].probe), sizeof v};
-    if (process_vm_readv(info[j].pid, &l, 1, &r, 1, 0) != ssize_t(sizeof v))
-      return "process_vm_readv of pid " + std::to_string(info[j].pid) + ": " + errnoText(errno) +
-             " (ptrace permission: kernel.yama.ptrace_scope, or a seccomp/container policy)";
-    if (v != g_probe_word)
-      return "process_vm_readv of pid " + std::to_string(info[j].pid) + " read a wrong value";
-  }
-  return "";
-}
-
 }  // namespace
 
 torch::Tensor zerosForPeers(int64_t numel) {
@@ -451,52 +308,24 @@ torch::Tensor zerosForPeers(int64_t numel) {
       torch::TensorOptions().dtype(torch::kFloat32));
 }
 
-std::string localHostKey() {
-  return firstLine("/proc/sys/kernel/random/boot_id") + " " + nsLink("/proc/self/ns/net") + " " +
-         nsLink("/proc/self/ns/pid");
-}
-
 std::unique_ptr<Comm> makeLocalComm(std::unique_ptr<Comm> backend, c10d::Store& store,
                                     const std::vector<int>& members,
                                     std::chrono::milliseconds timeout, std::string* why) {
-  const int me = backend->rank(), n = backend->size();
-  // Under Yama ptrace_scope 1 (Ubuntu's default) only a process's ancestors may read its
-  // memory, and the ranks are siblings; this lets the peers (any process of this user,
-  // as without Yama) read it. EINVAL where Yama is absent: nothing to do.
-  prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
-  Mapping control;
-  std::string segment;
-  if (me == 0) {
-    std::random_device rd;
-    segment = "/ftb-comm-" + std::to_string(getpid()) + "-" + std::to_string(rd());
-    std::string err = mapControl(segment, size_t(n), true, &control);
-    if (!err.empty()) segment = "!" + err;
+  const int n = backend->size();
+  LocalMembers local;
+  std::string err = joinLocalMemory(
+      store, backend->rank(), members, size_t(n) * sizeof(Slot),
+      [n](char* p) {
+        for (int j = 0; j < n; ++j) new (p + j * sizeof(Slot)) Slot();
+      },
+      &local);
+  if (!err.empty()) {
+    *why = "backend (" + err + ")";
+    return backend;
   }
-  std::ostringstream mine;
-  mine << localHostKey() << "\n"
-       << getpid() << " " << reinterpret_cast<uint64_t>(&g_probe_word) << "\n"
-       << segment;
-  std::vector<MemberInfo> info = parseMembers(
-      gatherThroughStore(store, "local/who/", me, n, mine.str(), "local transport: who"));
-  std::string verdict;
-  for (int j = 1; j < n && verdict.empty(); ++j)
-    if (info[j].key != info[0].key) verdict = "ranks on more than one host";
-  if (verdict.empty()) verdict = probe(info, me, &control);
-  std::vector<std::string> oks =
-      gatherThroughStore(store, "local/ok/", me, n, verdict.empty() ? "ok" : "no: " + verdict,
-                         "local transport: verdict");
-  if (me == 0 && segment.rfind("!", 0) != 0)
-    shm_unlink(segment.c_str());  // every member has it mapped (or failed)
-  for (int j = 0; j < n; ++j)
-    if (oks[j] != "ok") {
-      *why = "backend (rank " + std::to_string(members[j]) + ": " + oks[j].substr(4) + ")";
-      return backend;
-    }
   *why = "local memory (process_vm_readv)";
-  std::vector<pid_t> pids;
-  for (const MemberInfo& m : info) pids.push_back(m.pid);
-  return std::make_unique<LocalComm>(std::move(backend), members, std::move(pids),
-                                     std::move(control), timeout);
+  return std::make_unique<LocalComm>(std::move(backend), members, std::move(local.pids),
+                                     std::move(local.segment), timeout);
 }
 
 }  // namespace ftb

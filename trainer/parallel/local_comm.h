@@ -39,9 +39,8 @@ namespace ftb {
 // Returns a LocalComm over `backend` when every member runs on this host (same boot id,
 // network and pid namespaces) and each can read the others' memory (probed here);
 // otherwise returns `backend` unchanged. Every member takes the same decision, and
-// `*why` says which (the transport, or why it fell back). Under Yama ptrace_scope 1 it
-// declares any process of this user a permitted reader (prctl PR_SET_PTRACER_ANY, the
-// state without Yama); ptrace_scope 2 or 3, or a seccomp policy, leaves Gloo.
+// `*why` says which (the transport, or why it fell back). The set-up, its probe and its
+// permissions are joinLocalMemory()'s (parallel/local_memory.h).
 std::unique_ptr<Comm> makeLocalComm(std::unique_ptr<Comm> backend, c10d::Store& store,
                                     const std::vector<int>& members,
                                     std::chrono::milliseconds timeout, std::string* why);
@@ -52,9 +51,5 @@ std::unique_ptr<Comm> makeLocalComm(std::unique_ptr<Comm> backend, c10d::Store& 
 // read runs at memcpy speed (measured here: 22 GB/s against 6.9 GB/s with 4 KiB pages,
 // memcpy 26 GB/s). Falls back to torch::zeros when the mapping fails.
 torch::Tensor zerosForPeers(int64_t numel);
-
-// What identifies the kernel and namespaces this process runs in: ranks with equal
-// keys can address each other's memory by pid.
-std::string localHostKey();
 
 }  // namespace ftb

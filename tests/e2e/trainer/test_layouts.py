@@ -5,6 +5,7 @@ splits both). Losses and global gradient norms must equal world size 1 within 1e
 Pipeline rows (parallel.pp) whose stages need more blocks than tiny's 2 run it with 4
 (model.n_layers=4 in the row), against a world-1 reference of that model.
 """
+import h5py
 import pytest
 
 from trainer_util import ONE_BLAS, assert_close, run_ranks, run_trainer, steps
@@ -104,6 +105,13 @@ def reference(tmp_path_factory):
     return get
 
 
+def pipeline_links(out, rank):
+    """The transports of this rank's pipeline links, from its `collectives` record."""
+    with h5py.File(out / "metrics" / f"rank_{rank:05d}.h5", "r") as f:
+        record = f.attrs["collectives"]
+    return [t for t in record.split("; ") if t.startswith("pp_")]
+
+
 @pytest.mark.parametrize("name", list(LAYOUTS))
 def test_layout_matches_world_one(name, reference, tmp_path):
     world, overrides = LAYOUTS[name]
@@ -114,6 +122,20 @@ def test_layout_matches_world_one(name, reference, tmp_path):
     for rank in range(world):
         assert_close(steps(tmp_path, "loss", rank), ref_loss, 1e-5)
         assert_close(steps(tmp_path, "grad_norm", rank), ref_norm, 1e-5)
+        if name.startswith("pp"):  # all ranks on this host: the links run through memory
+            links = pipeline_links(tmp_path, rank)
+            assert links and all(t.endswith(": local memory") for t in links), links
+
+
+def test_pipeline_links_forced_onto_the_backend(reference, tmp_path):
+    """parallel.pp_local_p2p = false: the links run on Gloo, with the same losses."""
+    world, overrides = LAYOUTS["pp2_1f1b"]
+    run_ranks(tmp_path, world, ONE_BLAS, *overrides, "parallel.pp_local_p2p=false")
+    ref = reference(model_overrides(overrides))
+    for rank in range(world):
+        assert_close(steps(tmp_path, "loss", rank), steps(ref, "loss"), 1e-5)
+        assert pipeline_links(tmp_path, rank) == [
+            "pp_0_1: backend point-to-point (parallel.pp_local_p2p = false)"]
 
 
 @pytest.mark.parametrize("name", list(LORA_LAYOUTS))

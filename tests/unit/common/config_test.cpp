@@ -272,7 +272,7 @@ TEST_F(ConfigTest, UnknownKeyListsTableKeys) {
                 ":2: key 'parallel.something_else': unknown key\n"
                 "  hint: valid keys in [parallel]: backend, bucket_mb, dp_replicate, dp_shard, "
                 "local_collectives, "
-                "memory_limit_gb, pp, pp_microbatches, pp_schedule, pp_split, "
+                "memory_limit_gb, pp, pp_local_p2p, pp_microbatches, pp_schedule, pp_split, "
                 "pp_virtual_stages, timeout_seconds, tp, zero_stage");
   EXPECT_EQ(loadError("[zzzzzz]\nqqqq = 1\n"),
             "config error: " + run("r.toml") +
@@ -630,7 +630,7 @@ TEST(ConfigErrorFormat, WithAndWithoutHint) {
 
 TEST(SchemaTest, TrainerSchemaKeys) {
   const Schema& s = trainerSchema();
-  EXPECT_EQ(s.keys().size(), 80u);  // 55 + parallel.bucket_mb + checkpoint.preempt_grace_s
+  EXPECT_EQ(s.keys().size(), 81u);  // 55 + parallel.bucket_mb + checkpoint.preempt_grace_s
                                     // + training.device + data.tokenizer/text_field/
                                     // prompt_field/completion_field
                                     // + parallel.local_collectives + checkpoint.save_final
@@ -639,6 +639,7 @@ TEST(SchemaTest, TrainerSchemaKeys) {
                                     // + parallel.pp/pp_schedule/pp_virtual_stages/
                                     // pp_microbatches/pp_split
                                     // + metrics.max_interference
+                                    // + parallel.pp_local_p2p
   ASSERT_NE(s.find("training.lr"), nullptr);
   EXPECT_EQ(s.find("training.lr")->type, ValueType::kFloat);
   EXPECT_EQ(std::get<double>(*s.find("training.lr")->default_value), 3e-4);

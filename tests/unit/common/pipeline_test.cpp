@@ -164,6 +164,27 @@ TEST(PipeSchedule, SimulatedRunsFinishWithTheTheoreticalBubble) {
   }
 }
 
+// What the trainer reports per stage (pipelineIdleFraction of the stage's span, its
+// receive waits and the longest span) is the theory on every stage of GPipe and 1F1B.
+// Receive waits over the stage's own span read low on the last stage: its wait for the
+// first stage's drain comes after its own last action.
+TEST(PipeSchedule, EveryStageIdlesTheTheoreticalFractionOfTheMakespan) {
+  for (const Case& c : cases()) {
+    if (c.schedule == PipeSchedule::kInterleaved1F1B) continue;
+    const PipePlan plan = planFor(c);
+    const PipeSimulation sim = simulatePipeline(pipeActions(plan));
+    ASSERT_EQ(sim.deadlock, "") << name(c);
+    for (int64_t s = 0; s < c.p; ++s)
+      EXPECT_NEAR(pipelineIdleFraction(sim.finish[s], sim.waited[s], sim.makespan),
+                  theoreticalBubble(plan), 1e-12)
+          << name(c) << ", stage " << s;
+    const int64_t last = c.p - 1;
+    if (c.p > 1)
+      EXPECT_LT(sim.waited[last] / sim.finish[last], theoreticalBubble(plan) - 0.01) << name(c);
+  }
+  EXPECT_EQ(pipelineIdleFraction(0, 0, 0), 0.0);
+}
+
 TEST(PipeSchedule, OneFOneBKeepsAtMostPMicroBatchesInFlightOnStageZero) {
   for (int64_t p : {2, 4}) {
     for (int64_t m : {4, 8, 16}) {

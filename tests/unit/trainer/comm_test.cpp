@@ -374,59 +374,129 @@ void runHierarchical(int rank, int world, int port, int per_host) {
   hier->barrier();
 }
 
-// Pipeline point-to-point (comm/p2p.h) between two ranks: messages match by tag, not
-// by posting order (rank 1 posts its receives in reverse), bytes are exact in any dtype,
-// both directions at once; with `hung`, rank 1 never sends and rank 0's receive ends
-// with a DistError naming the peer stage, rank and host within the link's timeout.
-void runP2P(int rank, int world, int port, bool hung) {
-  Distributed d =
-      initDistributed(envFor(rank, world, port), std::chrono::seconds(30), "auto", "off");
-  if (hung) d.timeout = std::chrono::seconds(2);
+// A pipeline link (comm/p2p.h) between ranks 0 and 1: over local memory
+// (parallel/local_link.h) when `local` is "auto", else over Gloo. Checks the transport
+// recorded in Distributed::transports.
+std::unique_ptr<P2PLink> joinLink(Distributed& d, int rank, const std::string& local) {
+  d.pp_local_p2p = local == "auto";
   const int peer = 1 - rank;
   std::unique_ptr<P2PLink> link = d.newLink("p2p", {peer, peer, "h" + std::to_string(peer)});
+  const std::string want = local == "auto"
+                               ? "p2p: local memory"
+                               : "p2p: backend point-to-point (parallel.pp_local_p2p = false)";
+  EXPECT_EQ(d.transports, std::vector<std::string>{want});
+  EXPECT_EQ(link->transport(), local == "auto" ? "local memory" : "backend point-to-point");
+  return link;
+}
+
+// Messages match by tag, not by posting order (rank 1 posts its receives in reverse),
+// bytes are exact in any dtype (fp32, bf16 bit patterns with NaN payloads, fp64, int64),
+// both directions at once, and a message's send is posted before its receive (tag 4) and
+// after it (the others).
+void checkP2PExchange(P2PLink& link, int rank) {
   const torch::Tensor a = valuesOf(0, 1001, torch::kFloat32).view({7, 11, 13});
   const torch::Tensor b = bitsOf(1, 777);
-  if (hung) {
-    if (rank == 0) {
-      torch::Tensor in = torch::empty({7, 11, 13});
-      const auto t0 = Clock::now();
-      try {
-        link->recvAsync(in, 0, "activations of micro-batch 0")->wait();
-        ADD_FAILURE() << "receive from a silent peer returned";
-      } catch (const DistError& e) {
-        std::printf("DistError: %s\n", e.what());
-        const std::string w = e.what();
-        EXPECT_NE(w.find("receive activations of micro-batch 0 from stage 1 (rank 1, host h1)"),
-                  std::string::npos)
-            << w;
-        EXPECT_NE(w.find("timeout of 2 s"), std::string::npos) << w;
-      }
-      EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 10.0);
-    }
-    d.timeout = std::chrono::seconds(30);
-    d.world->barrier();
-    return;
-  }
+  const torch::Tensor c = valuesOf(2, 300, torch::kFloat64).view({3, 100});
+  const torch::Tensor e = torch::arange(-50, 50, torch::kInt64) * 1234567890123LL;
   if (rank == 0) {
-    auto sa = link->sendAsync(a, 0, "a");
-    auto sb = link->sendAsync(b, 1, "b");
+    auto sa = link.sendAsync(a, 0, "a");
+    auto sb = link.sendAsync(b, 1, "b");
+    auto sc = link.sendAsync(c.t().contiguous().t(), 2, "c");  // a non-contiguous view
+    auto se = link.sendAsync(e, 4, "e");
     torch::Tensor back = torch::empty({7, 11, 13});
-    auto r = link->recvAsync(back, 2, "a back");
+    auto r = link.recvAsync(back, 3, "a back");
     sa->wait();
     sb->wait();
+    sc->wait();
+    se->wait();
     r->wait();
     EXPECT_TRUE(torch::equal(back, a * 2));
-    EXPECT_EQ(link->bytesSent(), 1001 * 4 + 777 * 2);
+    EXPECT_EQ(link.bytesSent(), 1001 * 4 + 777 * 2 + 300 * 8 + 100 * 8);
   } else {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // rank 0's sends go first
     torch::Tensor ra = torch::empty({7, 11, 13}), rb = torch::empty({777}, torch::kBFloat16);
-    auto wb = link->recvAsync(rb, 1, "b");  // posted before the first message's receive
-    auto wa = link->recvAsync(ra, 0, "a");
+    torch::Tensor rc = torch::empty({3, 100}, torch::kFloat64),
+                  re = torch::empty({100}, torch::kInt64);
+    auto wc = link.recvAsync(rc, 2, "c");
+    auto wb = link.recvAsync(rb, 1, "b");
+    auto wa = link.recvAsync(ra, 0, "a");
     wa->wait();
     wb->wait();
+    wc->wait();
     EXPECT_TRUE(torch::equal(ra, a));
     EXPECT_TRUE(sameBits(rb, b));
-    link->sendAsync(ra * 2, 2, "a back")->wait();
+    EXPECT_TRUE(torch::equal(rc, c));
+    auto sback = link.sendAsync(ra * 2, 3, "a back");  // before the receive of tag 4
+    auto we = link.recvAsync(re, 4, "e");
+    we->wait();
+    EXPECT_TRUE(torch::equal(re, e));
+    sback->wait();
   }
+}
+
+// rank 0 receives activations of micro-batch 0; rank 1 is silent (`fault` "hung": alive,
+// never posts), posts another size ("size"), or exits ("dead"). Rank 0 must get a
+// DistError naming the peer's stage, rank and host: within the 2 s timeout (and not
+// before it) for a silent peer, at once for a dead one; naming both sizes for a mismatch,
+// on both ranks.
+void checkP2PFault(Distributed& d, P2PLink& link, int rank, const std::string& fault) {
+  torch::Tensor in = torch::empty({7, 11, 13});
+  const auto t0 = Clock::now();
+  if (rank == 1) {
+    if (fault == "dead") {
+      std::fflush(nullptr);
+      std::_Exit(0);
+    }
+    if (fault == "hung") std::this_thread::sleep_for(std::chrono::seconds(3));
+    if (fault != "size") return;
+    try {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the receive goes first
+      link.sendAsync(torch::zeros({7, 11}), 0, "activations of micro-batch 0")->wait();
+      ADD_FAILURE() << "a send of another size returned";
+    } catch (const DistError& e) {
+      std::printf("DistError: %s\n", e.what());
+      EXPECT_NE(std::string(e.what()).find("308 bytes"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("4004 bytes"), std::string::npos) << e.what();
+    }
+    return;
+  }
+  try {
+    link.recvAsync(in, 0, "activations of micro-batch 0")->wait();
+    ADD_FAILURE() << "receive from a " << fault << " peer returned";
+  } catch (const DistError& e) {
+    std::printf("DistError: %s\n", e.what());
+    const std::string w = e.what();
+    EXPECT_NE(w.find("receive activations of micro-batch 0 from stage 1 (rank 1, host h1)"),
+              std::string::npos)
+        << w;
+    if (fault == "size") {
+      EXPECT_NE(w.find("4004 bytes"), std::string::npos) << w;  // this rank's
+      EXPECT_NE(w.find("308 bytes"), std::string::npos) << w;   // the peer's
+    }
+    if (fault == "hung") EXPECT_NE(w.find("2 s"), std::string::npos) << w;
+  }
+  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_LT(secs, fault == "hung" ? 10.0 : 1.5) << fault;
+  if (fault == "hung") EXPECT_GT(secs, 1.9) << "a live peer was declared failed early";
+  (void)d;
+}
+
+void runP2P(int rank, int world, int port, const std::string& fault, const std::string& local) {
+  Distributed d =
+      initDistributed(envFor(rank, world, port), std::chrono::seconds(30), "auto", "off");
+  if (fault == "hung") d.timeout = std::chrono::seconds(2);
+  std::unique_ptr<P2PLink> link = joinLink(d, rank, local);
+  if (fault.empty()) {
+    checkP2PExchange(*link, rank);
+  } else {
+    checkP2PFault(d, *link, rank, fault);
+    if (fault == "dead" || local == "auto") {  // no Gloo destructor may block on the pair
+      const bool failed = ::testing::Test::HasFailure();
+      std::fflush(nullptr);
+      std::_Exit(failed ? 1 : 0);
+    }
+  }
+  d.timeout = std::chrono::seconds(30);
   d.world->barrier();
 }
 
@@ -448,8 +518,8 @@ TEST(CommWorker, Run) {
     runHierarchical(rank, world, port, std::stoi(mode.substr(4)));
   } else if (mode == "mismatch") {
     runMismatch(rank, world, port);
-  } else if (mode == "p2p" || mode == "p2p_hung") {
-    runP2P(rank, world, port, mode == "p2p_hung");
+  } else if (mode.rfind("p2p", 0) == 0) {  // "p2p", "p2p_hung", "p2p_size", "p2p_dead"
+    runP2P(rank, world, port, mode.size() > 4 ? mode.substr(4) : "", local);
   } else if (mode == "dead_peer" || mode == "hung_peer") {
     runBrokenPeer(rank, world, port, mode == "hung_peer", local);
   } else {
@@ -639,6 +709,33 @@ TEST(CommP2P, SilentPeerThrowsDistErrorNamingItsStageRankAndHost) {
   expectAllPassed(results, 2);
   ASSERT_EQ(results.size(), 2u);
   EXPECT_NE(results[0].log.find("DistError:"), std::string::npos) << results[0].log;
+}
+
+// The same link contract through local memory (parallel/local_link.h), and its own
+// failures: another size on the two ends, a peer process that is gone.
+TEST(CommP2PLocal, TaggedSendsAndReceivesInBothDirections) {
+  expectCollectivesPass(2, "p2p_local");
+}
+
+TEST(CommP2PLocal, SilentPeerTimesOutNamingItsStageRankAndHost) {
+  auto results = runWorkers(2, "p2p_hung_local", std::chrono::seconds(30));
+  expectAllPassed(results, 2);
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_NE(results[0].log.find("did not post the matching message"), std::string::npos)
+      << results[0].log;
+}
+
+TEST(CommP2PLocal, SizesThatDifferFailOnBothEndsNamingBoth) {
+  auto results = runWorkers(2, "p2p_size_local", std::chrono::seconds(30));
+  expectAllPassed(results, 2);
+  for (const auto& w : results) EXPECT_NE(w.log.find("sizes differ"), std::string::npos) << w.log;
+}
+
+TEST(CommP2PLocal, DeadPeerIsReportedBeforeTheTimeout) {
+  auto results = runWorkers(2, "p2p_dead_local", std::chrono::seconds(30));
+  expectAllPassed(results, 2);
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_NE(results[0].log.find("exited"), std::string::npos) << results[0].log;
 }
 
 // The same collectives and failure bounds over the local-memory transport. The hung
