@@ -57,70 +57,8 @@ class BlasLinear : public torch::autograd::Function<BlasLinear> {
 bool onOpenBlas(const torch::Tensor& x, const torch::Tensor& w) {
   return g_route.load(std::memory_order_relaxed) == Fp32Gemm::kOpenBlas &&
          x.scalar_type() == torch::kFloat32 && w.scalar_type() == torch::kFloat32 &&
-         x.device().is_cpu() && w.device().is_cpu() && x.numel() > 0 && w.numel() > 0;
+         x.device().is_cpu() && w.device().is_cpu() && w.dim() == 2 && x.numel() > 0;
 }
-
-// One operand of a batched product as OpenBLAS reads it: each matrix is row-major with
-// leading dimension ld, or (trans) the transpose of one; matrix i starts at
-// data + i * batch_stride. Tensors whose layout is neither are copied contiguous first.
-struct BlasOperand {
-  torch::Tensor keep;  // the storage read
-  const float* data = nullptr;
-  int64_t ld = 0, batch_stride = 0;
-  bool trans = false;
-};
-
-// REQUIRES: x is [batch, r, c] (r, c >= 1), fp32 on the CPU.
-BlasOperand blasOperand(torch::Tensor x) {
-  const int64_t r = x.size(1), c = x.size(2);
-  BlasOperand o;
-  if (x.stride(2) == 1 && (r == 1 || x.stride(1) >= c)) {
-    o.ld = r == 1 ? c : x.stride(1);
-  } else if (x.stride(1) == 1 && (c == 1 || x.stride(2) >= r)) {
-    o.trans = true;  // xᵀ is row-major [c, r]
-    o.ld = c == 1 ? r : x.stride(2);
-  } else {
-    x = x.contiguous();
-    o.ld = c;
-  }
-  o.batch_stride = x.stride(0);
-  o.data = x.data_ptr<float>();
-  o.keep = x;
-  return o;
-}
-
-// c[i] = a[i] · b[i] for every i: a [n, M, K], b [n, K, N] -> [n, M, N] contiguous.
-torch::Tensor blasBmm(const torch::Tensor& a, const torch::Tensor& b) {
-  const int64_t n = a.size(0), M = a.size(1), K = a.size(2), N = b.size(2);
-  torch::Tensor c = torch::empty({n, M, N}, a.options());
-  const BlasOperand oa = blasOperand(a), ob = blasOperand(b);
-  const kernels::OpenBlas* blas = kernels::openblas();
-  float* out = c.data_ptr<float>();
-  for (int64_t i = 0; i < n; ++i)
-    blas->sgemm(oa.trans, ob.trans, M, N, K, 1.f, oa.data + i * oa.batch_stride, oa.ld,
-                ob.data + i * ob.batch_stride, ob.ld, 0.f, out + i * M * N, N);
-  return c;
-}
-
-// a [n, M, K] · b [n, K, N] on OpenBLAS; backward ga = gc · bᵀ, gb = aᵀ · gc.
-class BlasBatchedProduct : public torch::autograd::Function<BlasBatchedProduct> {
- public:
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& a,
-                               const torch::Tensor& b) {
-    ctx->save_for_backward({a, b});
-    return blasBmm(a, b);
-  }
-
-  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
-                                               torch::autograd::tensor_list grads) {
-    auto saved = ctx->get_saved_variables();
-    const torch::Tensor &a = saved[0], &b = saved[1], &gc = grads[0];
-    torch::Tensor ga, gb;
-    if (ctx->needs_input_grad(0)) ga = blasBmm(gc, b.transpose(1, 2));
-    if (ctx->needs_input_grad(1)) gb = blasBmm(a.transpose(1, 2), gc);
-    return {ga, gb};
-  }
-};
 
 }  // namespace
 
@@ -138,21 +76,8 @@ std::string fp32GemmName(Fp32Gemm route) {
 }
 
 torch::Tensor projection(const torch::Tensor& x, const torch::Tensor& weight) {
-  if (onOpenBlas(x, weight) && weight.dim() == 2) return BlasLinear::apply(x, weight);
+  if (onOpenBlas(x, weight)) return BlasLinear::apply(x, weight);
   return torch::matmul(x, weight.t());
-}
-
-torch::Tensor batchedProduct(const torch::Tensor& a, const torch::Tensor& b) {
-  const bool same_batch = a.dim() >= 3 && a.dim() == b.dim() &&
-                          a.sizes().slice(0, a.dim() - 2) == b.sizes().slice(0, b.dim() - 2);
-  if (!onOpenBlas(a, b) || !same_batch) return torch::matmul(a, b);
-  const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
-  // Folding the batch dimensions is a view for the layouts attention produces (contiguous
-  // heads, or a transposed view of them); reshape copies any other.
-  torch::Tensor c = BlasBatchedProduct::apply(a.reshape({-1, M, K}), b.reshape({-1, K, N}));
-  std::vector<int64_t> shape = a.sizes().vec();
-  shape.back() = N;
-  return c.view(shape);
 }
 
 Fp32GemmChoice chooseFp32Gemm(const std::string& key, int64_t n, int reps) {

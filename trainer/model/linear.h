@@ -24,14 +24,6 @@ std::string fp32GemmName(Fp32Gemm route);  // "ATen (MKL)" or OpenBLAS's own des
 
 torch::Tensor projection(const torch::Tensor& x, const torch::Tensor& weight);
 
-// batchedProduct(a, b): a [..., M, K] · b [..., K, N] -> [..., M, N] with equal batch
-// dimensions (attention's q·kᵀ and probs·v), differentiable in both. fp32 CPU operands go
-// to OpenBLAS one matrix at a time when kOpenBlas is set (its small-matrix kernels serve
-// attention's head-sized products; MKL's bmm took twice the CPU time on the tiny model,
-// measured with perf); everything else to torch::matmul. Strided operands (a transposed
-// view) are read in place.
-torch::Tensor batchedProduct(const torch::Tensor& a, const torch::Tensor& b);
-
 // training.fp32_gemm resolved: "aten", "openblas", or "auto" = whichever of the two ran an
 // n×n×n GEMM faster here and now (both timed when OpenBLAS loads; 0 = not measured).
 // Throws ConfigError for "openblas" when libopenblas.so.0 does not load.

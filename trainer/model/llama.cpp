@@ -5,6 +5,7 @@
 
 #include "trainer/kernels/fused_ops.h"
 #include "trainer/model/activation_checkpoint.h"
+#include "trainer/model/attention_products.h"
 #include "trainer/model/linear.h"
 
 namespace ftb {
@@ -190,9 +191,9 @@ torch::Tensor causalAttention(const torch::Tensor& q, const torch::Tensor& k,
   if (attentionKernel() == AttentionKernel::kSdpa || !q.device().is_cpu())
     return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
                                             /*is_causal=*/true, /*scale=*/1.0);
-  // Causal softmax in fp32 over the unmasked half only (fused kernel), probs in q's dtype.
-  return batchedProduct(fusedCausalSoftmax(batchedProduct(q, k.transpose(-2, -1)), q.scalar_type()),
-                        v);
+  // Causal softmax in fp32 over the unmasked half only (fused kernel), probs in q's dtype;
+  // the products skip the blocks past the diagonal (model/attention_products.h).
+  return causalWeighted(fusedCausalSoftmax(causalScores(q, k), q.scalar_type()), v);
 }
 
 torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x, const RopeTables& rope) {

@@ -55,46 +55,6 @@ TEST(Projection, Bf16StaysOnAten) {
   EXPECT_TRUE(torch::equal(y, torch::matmul(x, w.to(torch::kBFloat16).t())));
 }
 
-// Forward and both gradients of batchedProduct(a, b) on `route`: a [2, 3, 5, 4] and b a
-// [2, 3, 4, 6] operand given either contiguous or as the transpose of a [2, 3, 6, 4] tensor
-// (attention's kᵀ), a permuted a (heads transposed out of a [2, 5, 3, 4] tensor), and
-// one-row matrices.
-std::vector<torch::Tensor> runBatched(Fp32Gemm route, bool b_transposed, int64_t m) {
-  setFp32Gemm(route);
-  torch::manual_seed(11);
-  torch::Tensor a0 = torch::randn({2, m, 3, 4}).requires_grad_(true);
-  torch::Tensor b0 = b_transposed ? torch::randn({2, 3, 6, 4}).requires_grad_(true)
-                                  : torch::randn({2, 3, 4, 6}).requires_grad_(true);
-  torch::Tensor a = a0.transpose(1, 2), b = b_transposed ? b0.transpose(-2, -1) : b0;
-  torch::Tensor c = batchedProduct(a, b);
-  (c * torch::linspace(-1, 1, 6)).sum().backward();
-  return {c.detach(), a0.grad(), b0.grad()};
-}
-
-TEST(BatchedProduct, OpenBlasMatchesAtenForStridedOperands) {
-  if (!kernels::openblas()) GTEST_SKIP() << "libopenblas.so.0 does not load";
-  RouteGuard guard;
-  for (bool bt : {false, true})
-    for (int64_t m : {5, 1}) {
-      auto ref = runBatched(Fp32Gemm::kAten, bt, m), got = runBatched(Fp32Gemm::kOpenBlas, bt, m);
-      ASSERT_EQ(got[0].sizes(), ref[0].sizes());
-      for (int i = 0; i < 3; ++i)
-        EXPECT_LT(relErr(got[i], ref[i]), 1e-5)
-            << "tensor " << i << ", b transposed " << bt << ", rows " << m;
-    }
-}
-
-TEST(BatchedProduct, Bf16AndBroadcastStayOnAten) {
-  if (!kernels::openblas()) GTEST_SKIP() << "libopenblas.so.0 does not load";
-  RouteGuard guard;
-  setFp32Gemm(Fp32Gemm::kOpenBlas);
-  torch::Tensor a = torch::randn({2, 3, 4}).to(torch::kBFloat16);
-  torch::Tensor b = torch::randn({2, 4, 5}).to(torch::kBFloat16);
-  EXPECT_TRUE(torch::equal(batchedProduct(a, b), torch::matmul(a, b)));
-  torch::Tensor a32 = torch::randn({2, 3, 4}), w = torch::randn({4, 5});  // broadcast b
-  EXPECT_TRUE(torch::equal(batchedProduct(a32, w), torch::matmul(a32, w)));
-}
-
 TEST(Projection, RouteNamesSayWhichBlas) {
   EXPECT_NE(fp32GemmName(Fp32Gemm::kAten).find("ATen"), std::string::npos);
   if (kernels::openblas()) {
