@@ -47,48 +47,45 @@ class BackendLink final : public P2PLink {
  public:
   BackendLink(c10::intrusive_ptr<c10d::Backend> backend, int peer_index, PeerInfo peer,
               std::chrono::milliseconds timeout)
-      : backend_(std::move(backend)),
+      : P2PLink(std::move(peer)),
+        backend_(std::move(backend)),
         peer_index_(peer_index),
-        peer_(std::move(peer)),
         timeout_(timeout) {}
-  std::unique_ptr<PendingWork> sendAsync(const torch::Tensor& t, int tag,
-                                         const std::string& what) override;
-  std::unique_ptr<PendingWork> recvAsync(torch::Tensor& t, int tag,
-                                         const std::string& what) override;
-  int64_t bytesSent() const override { return bytes_sent_; }
-  const PeerInfo& peer() const override { return peer_; }
   std::string transport() const override { return "backend point-to-point"; }
+
+ protected:
+  std::unique_ptr<PendingWork> postSend(const torch::Tensor& bytes, int tag,
+                                        const std::string& what) override {
+    std::vector<torch::Tensor> v{bytes};
+    return std::make_unique<P2PWork>(backend_->send(v, peer_index_, tag), bytes, what, timeout_);
+  }
+  std::unique_ptr<PendingWork> postRecv(const torch::Tensor& bytes, int tag,
+                                        const std::string& what) override {
+    std::vector<torch::Tensor> v{bytes};
+    return std::make_unique<P2PWork>(backend_->recv(v, peer_index_, tag), bytes, what, timeout_);
+  }
 
  private:
   c10::intrusive_ptr<c10d::Backend> backend_;
   int peer_index_;
-  PeerInfo peer_;
   std::chrono::milliseconds timeout_;
-  int64_t bytes_sent_ = 0;
 };
 
-std::unique_ptr<PendingWork> BackendLink::sendAsync(const torch::Tensor& t, int tag,
-                                                    const std::string& what) {
+}  // namespace
+
+std::unique_ptr<PendingWork> P2PLink::sendAsync(const torch::Tensor& t, int tag,
+                                                const std::string& what) {
   torch::Tensor bytes = bytesOf(t.contiguous());
-  std::vector<torch::Tensor> v{bytes};
-  auto work = backend_->send(v, peer_index_, tag);
   bytes_sent_ += bytes.numel();
-  return std::make_unique<P2PWork>(std::move(work), bytes, "send " + what + " to " + peer_.text(),
-                                   timeout_);
+  return postSend(bytes, tag, "send " + what + " to " + peer_.text());
 }
 
-std::unique_ptr<PendingWork> BackendLink::recvAsync(torch::Tensor& t, int tag,
-                                                    const std::string& what) {
+std::unique_ptr<PendingWork> P2PLink::recvAsync(torch::Tensor& t, int tag,
+                                                const std::string& what) {
   if (!t.is_contiguous())
     throw std::logic_error("P2PLink::recvAsync: the receive tensor must be contiguous");
-  torch::Tensor bytes = bytesOf(t);
-  std::vector<torch::Tensor> v{bytes};
-  auto work = backend_->recv(v, peer_index_, tag);
-  return std::make_unique<P2PWork>(std::move(work), bytes,
-                                   "receive " + what + " from " + peer_.text(), timeout_);
+  return postRecv(bytesOf(t), tag, "receive " + what + " from " + peer_.text());
 }
-
-}  // namespace
 
 std::unique_ptr<P2PLink> makeBackendLink(c10::intrusive_ptr<c10d::Backend> backend, int peer_index,
                                          PeerInfo peer, std::chrono::milliseconds timeout) {

@@ -36,20 +36,36 @@ struct PeerInfo {
   std::string text() const;  // "stage 1 (rank 3, host node2)"
 };
 
+// The contract above is kept here, once: sendAsync/recvAsync take the tensors' bytes,
+// count what is sent and name the message for errors; a transport implements only the
+// two posts (Gloo: makeBackendLink below; local memory: parallel/local_link.h).
 class P2PLink {
  public:
+  explicit P2PLink(PeerInfo peer) : peer_(std::move(peer)) {}
   virtual ~P2PLink() = default;
   // `what` names the message in errors ("activations of micro-batch 3, chunk 0").
   // REQUIRES: tag >= 0 and unique among this link's messages in flight in its direction.
-  virtual std::unique_ptr<PendingWork> sendAsync(const torch::Tensor& t, int tag,
-                                                 const std::string& what) = 0;
-  virtual std::unique_ptr<PendingWork> recvAsync(torch::Tensor& t, int tag,
-                                                 const std::string& what) = 0;
+  std::unique_ptr<PendingWork> sendAsync(const torch::Tensor& t, int tag, const std::string& what);
+  // REQUIRES: t contiguous.
+  std::unique_ptr<PendingWork> recvAsync(torch::Tensor& t, int tag, const std::string& what);
   // Bytes of every send so far (the tensors' bytes, whatever the transport).
-  virtual int64_t bytesSent() const = 0;
-  virtual const PeerInfo& peer() const = 0;
+  int64_t bytesSent() const { return bytes_sent_; }
+  const PeerInfo& peer() const { return peer_; }
   // "local memory" or "backend point-to-point", for the run's transport record.
   virtual std::string transport() const = 0;
+
+ protected:
+  // Post the send / receive of `bytes` (bytesOf a contiguous tensor, kept alive by the
+  // caller's PendingWork contract); `what` is the whole message name for errors ("send
+  // activations of micro-batch 3 to stage 1 (rank 1, host h)").
+  virtual std::unique_ptr<PendingWork> postSend(const torch::Tensor& bytes, int tag,
+                                                const std::string& what) = 0;
+  virtual std::unique_ptr<PendingWork> postRecv(const torch::Tensor& bytes, int tag,
+                                                const std::string& what) = 0;
+  const PeerInfo peer_;
+
+ private:
+  int64_t bytes_sent_ = 0;
 };
 
 // A link over `backend`, a 2-rank c10d Backend (Gloo); peer_index: the peer's rank in it.

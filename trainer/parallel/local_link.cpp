@@ -63,17 +63,11 @@ class LocalWork final : public PendingWork {
 class LocalLink final : public P2PLink {
  public:
   LocalLink(LocalMembers members, int me, PeerInfo peer, std::chrono::milliseconds timeout)
-      : members_(std::move(members)),
+      : P2PLink(std::move(peer)),
+        members_(std::move(members)),
         me_(me),
         peer_pid_(members_.pids[1 - me]),
-        peer_(std::move(peer)),
         timeout_(timeout) {}
-  std::unique_ptr<PendingWork> sendAsync(const torch::Tensor& t, int tag,
-                                         const std::string& what) override;
-  std::unique_ptr<PendingWork> recvAsync(torch::Tensor& t, int tag,
-                                         const std::string& what) override;
-  int64_t bytesSent() const override { return bytes_sent_; }
-  const PeerInfo& peer() const override { return peer_; }
   std::string transport() const override { return "local memory"; }
 
   // wait() of the post in `slot`: until the other end copied, then frees the slot.
@@ -86,6 +80,14 @@ class LocalLink final : public P2PLink {
   Header& header() const { return *reinterpret_cast<Header*>(members_.segment.payload()); }
   Message& message(int i) const {
     return reinterpret_cast<Message*>(members_.segment.payload() + sizeof(Header))[i];
+  }
+  std::unique_ptr<PendingWork> postSend(const torch::Tensor& bytes, int tag,
+                                        const std::string& what) override {
+    return post(true, tag, bytes, what);
+  }
+  std::unique_ptr<PendingWork> postRecv(const torch::Tensor& bytes, int tag,
+                                        const std::string& what) override {
+    return post(false, tag, bytes, what);
   }
   std::unique_ptr<PendingWork> post(bool send, int tag, const torch::Tensor& bytes,
                                     const std::string& what);
@@ -105,9 +107,7 @@ class LocalLink final : public P2PLink {
   LocalMembers members_;
   int me_;
   pid_t peer_pid_;
-  PeerInfo peer_;
   std::chrono::milliseconds timeout_;
-  int64_t bytes_sent_ = 0;
 };
 
 LocalWork::~LocalWork() {
@@ -149,20 +149,6 @@ void LocalLink::lock(const std::string& what) {
       fail(what, 0,
            "timed out after " + timeoutText() + " taking the link's lock, held by " + peer_.text());
   }
-}
-
-std::unique_ptr<PendingWork> LocalLink::sendAsync(const torch::Tensor& t, int tag,
-                                                  const std::string& what) {
-  torch::Tensor bytes = bytesOf(t.contiguous());
-  bytes_sent_ += bytes.numel();
-  return post(true, tag, bytes, "send " + what + " to " + peer_.text());
-}
-
-std::unique_ptr<PendingWork> LocalLink::recvAsync(torch::Tensor& t, int tag,
-                                                  const std::string& what) {
-  if (!t.is_contiguous())
-    throw std::logic_error("P2PLink::recvAsync: the receive tensor must be contiguous");
-  return post(false, tag, bytesOf(t), "receive " + what + " from " + peer_.text());
 }
 
 std::unique_ptr<PendingWork> LocalLink::post(bool send, int tag, const torch::Tensor& bytes,
