@@ -134,9 +134,7 @@ class CausalWeightedFn : public torch::autograd::Function<CausalWeightedFn> {
 };
 
 bool onBlas(const torch::Tensor& a, const torch::Tensor& b) {
-  return fp32Gemm() == Fp32Gemm::kOpenBlas && a.scalar_type() == torch::kFloat32 &&
-         b.scalar_type() == torch::kFloat32 && a.device().is_cpu() && b.device().is_cpu() &&
-         a.dim() >= 3 && a.dim() == b.dim() && a.numel() > 0 && b.numel() > 0 &&
+  return fp32OnOpenBlas(a, b) && a.dim() >= 3 && a.dim() == b.dim() &&
          a.sizes().slice(0, a.dim() - 2) == b.sizes().slice(0, b.dim() - 2);
 }
 

@@ -54,12 +54,6 @@ class BlasLinear : public torch::autograd::Function<BlasLinear> {
   }
 };
 
-bool onOpenBlas(const torch::Tensor& x, const torch::Tensor& w) {
-  return g_route.load(std::memory_order_relaxed) == Fp32Gemm::kOpenBlas &&
-         x.scalar_type() == torch::kFloat32 && w.scalar_type() == torch::kFloat32 &&
-         x.device().is_cpu() && w.device().is_cpu() && w.dim() == 2 && x.numel() > 0;
-}
-
 }  // namespace
 
 void setFp32Gemm(Fp32Gemm route) {
@@ -75,8 +69,14 @@ std::string fp32GemmName(Fp32Gemm route) {
   return blas ? blas->describe() : "OpenBLAS (not loadable)";
 }
 
+bool fp32OnOpenBlas(const torch::Tensor& a, const torch::Tensor& b) {
+  return g_route.load(std::memory_order_relaxed) == Fp32Gemm::kOpenBlas &&
+         a.scalar_type() == torch::kFloat32 && b.scalar_type() == torch::kFloat32 &&
+         a.device().is_cpu() && b.device().is_cpu() && a.numel() > 0 && b.numel() > 0;
+}
+
 torch::Tensor projection(const torch::Tensor& x, const torch::Tensor& weight) {
-  if (onOpenBlas(x, weight)) return BlasLinear::apply(x, weight);
+  if (fp32OnOpenBlas(x, weight) && weight.dim() == 2) return BlasLinear::apply(x, weight);
   return torch::matmul(x, weight.t());
 }
 

@@ -22,6 +22,10 @@ void setFp32Gemm(Fp32Gemm route);
 Fp32Gemm fp32Gemm();
 std::string fp32GemmName(Fp32Gemm route);  // "ATen (MKL)" or OpenBLAS's own description
 
+// Whether a product of a and b goes to OpenBLAS: kOpenBlas is set and both are non-empty
+// fp32 CPU tensors (every fp32 product the model routes asks this one question).
+bool fp32OnOpenBlas(const torch::Tensor& a, const torch::Tensor& b);
+
 torch::Tensor projection(const torch::Tensor& x, const torch::Tensor& weight);
 
 // training.fp32_gemm resolved: "aten", "openblas", or "auto" = whichever of the two ran an

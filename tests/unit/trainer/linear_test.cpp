@@ -4,19 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/unit/trainer/fp32_gemm_route.h"
 #include "trainer/kernels/openblas.h"
 
 namespace ftb {
 namespace {
-
-struct RouteGuard {  // restores the process-wide route whatever a test does
-  Fp32Gemm saved = fp32Gemm();
-  ~RouteGuard() { setFp32Gemm(saved); }
-};
-
-double relErr(const torch::Tensor& a, const torch::Tensor& ref) {
-  return ((a - ref).abs().max() / ref.abs().max()).item<double>();
-}
 
 // Forward and both gradients of projection(x, w) on `route`, from fixed inputs.
 std::vector<torch::Tensor> run(Fp32Gemm route, bool weight_grad) {
