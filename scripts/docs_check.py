@@ -19,15 +19,19 @@ instead. A span is split into words and checked by these rules:
   outputs that a checkout does not hold (build/, .venv/, the programs inside a build
   directory such as `trainer/trainer`, results/ outside its reports), and NOT_OURS.
 - config key: a word `section.key` (also `section.key=VALUE` and `--section.key`) whose
-  section is one of `trainer --help-config` must be a key of that table. Spans naming a
-  file or an HF tensor (`model.safetensors`, `model.norm`) are in NOT_KEYS with the reason.
+  section is one of `trainer --help-config` must be a key of that table; not a file name
+  (`sweep.sbatch`: the word after the dot is a FILE_SUFFIXES entry) nor one of NOT_KEYS.
 - flag: a word `--flag` (`--flag=VALUE`) in a span that starts with `trainer`, `launcher` or
-  `sweep_tagger` (and their subcommands) must be one of that program's flags, as its --help
-  lists them; after a bare `--` the rest is the started program's command line. A span of
-  flags alone (`--dry-run`) may name a flag of any of the three programs, or of a tool in
-  OTHER_TOOLS_FLAGS. Spans starting with another program (mpirun, srun, pip) are skipped.
-  '-' and '_' count as the same character (the launcher accepts both, as torchrun does).
+  `sweep_tagger` must be one of that program's flags, as its --help and its subcommands'
+  --help list them; in a span that starts with a shell script of the repository
+  (`slurm/submit_sweep.sh --throttle 4`), one that the script's text names. After a bare `--`
+  the rest is the started program's command line. A span of flags alone (`--dry-run`) may
+  name a flag of any of the three programs or scripts, or of a tool in OTHER_TOOLS_FLAGS.
+  Spans starting with another program (mpirun, srun, pip) are skipped, and so are
+  PATTERN_FLAGS and NOT_YET_BUILT_FLAGS. '-' and '_' count as the same character (the
+  launcher accepts both, as torchrun does).
 """
+import functools
 import os
 import re
 import subprocess
@@ -51,15 +55,25 @@ REPORT_SUFFIXES = (".md", ".json", ".csv")
 BUILD_OUTPUTS = {"trainer/trainer", "launcher/launcher", "sweep_tagger/sweep_tagger"}
 # Source file names the docs name that belong to other projects.
 NOT_OURS = {"train.py": "torchtitan's training script"}
-# `section.word` spans that are not config keys.
+# A `section.word` whose word is one of these is a file name (`sweep.sbatch`), not a key.
+FILE_SUFFIXES = {"sbatch", "toml", "json", "jsonl", "safetensors", "md", "py", "sh", "h5", "bin",
+                 "txt", "csv", "cpp", "h", "lock", "log", "out", "err"}
+# Other `section.word` spans that are not config keys.
 NOT_KEYS = {
-    "model.safetensors": "a Hugging Face weight file",
+    "lora.base": "a checkpoint manifest's compat key (the base model's identity)",
     "model.norm": "a Hugging Face tensor name",
     "model.embed_tokens": "a Hugging Face tensor name",
     "training.warmup_steps": "the old name of metrics.skip_first_steps, documented as refused",
 }
+# Flags the docs use as a pattern, not as a flag.
+PATTERN_FLAGS = {"--key": "`--key VALUE`: the torchtitan spelling of any key=value override"}
+# Flags a program gains in work that is not built yet: accepted while the built program lacks
+# them (remove an entry once the program has it).
+NOT_YET_BUILT_FLAGS = {("trainer", "--help-metrics"): "the table of the /steps columns"}
 # Flags of other tools that the docs name in a span of flags alone, with the tool.
 OTHER_TOOLS_FLAGS = {
+    "--cpus-per-task": "sbatch/srun", "--exclusive": "sbatch", "--hold": "sbatch",
+    "--output": "sbatch", "--nodelist": "sbatch/srun",
     "--signal": "sbatch/srun", "--mpi": "srun", "--export": "sbatch/srun", "--batch": "scancel",
     "--gpus-per-node": "sbatch", "--ntasks-per-node": "srun", "--array": "sbatch",
     "--requeue": "sbatch", "--allow-run-as-root": "mpirun", "--mca": "mpirun",
@@ -141,6 +155,17 @@ def known_from_build():
     return k
 
 
+@functools.lru_cache(maxsize=None)
+def files_named(root):
+    """Every file of the repository by its name (hidden and build* folders left out)."""
+    index = {}
+    for dirpath, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and not d.startswith("build")]
+        for f in files:
+            index.setdefault(f, []).append(Path(dirpath) / f)
+    return index
+
+
 def check_path(word, page, root):
     """None when `word` names an existing file (or is not a path), else the reason."""
     path, _, member = word.partition("::")
@@ -159,7 +184,7 @@ def check_path(word, page, root):
     bases = [root, root / rel.parts[0], page.parent] if len(rel.parts) > 1 else [root]
     hits = [b / path for b in bases if (b / path).exists()]
     if not hits and "/" not in path:
-        hits = [p for p in root.rglob(path) if ".venv" not in p.parts and "build" not in p.parts[:1]]
+        hits = files_named(root).get(path, [])
     if not hits:
         return f"no such file: {path}"
     if member and not any(re.search(rf"\b{re.escape(member)}\b", h.read_text()) for h in hits
@@ -173,16 +198,30 @@ def check_key(word, known):
     if not m or known.keys is None or m.group(1) not in known.sections:
         return None
     key = f"{m.group(1)}.{m.group(2)}"
-    if key in known.keys or key in NOT_KEYS:
+    if key in known.keys or key in NOT_KEYS or m.group(2) in FILE_SUFFIXES:
         return None
     return f"no config key {key} (trainer --help-config)"
 
 
+@functools.lru_cache(maxsize=None)
+def script_flags(script):
+    """The flags a shell script reads: every --flag its text names (usage, case labels)."""
+    return {f.replace("_", "-") for f in
+            re.findall(r"(?<![\w-])--[A-Za-z][A-Za-z0-9_-]*", script.read_text())}
+
+
+def shell_scripts():
+    return sorted((ROOT / "scripts").glob("*.sh")) + sorted((ROOT / "slurm").glob("*.s*"))
+
+
 def check_flags(words, known):
     """Reasons for the flags of one span; see the module's rules."""
-    found, prog = [], None
+    found, prog, allowed = [], None, None
+    script = ROOT / words[0]
     if words[0] in PROGRAMS:
-        prog = words[0]
+        prog, allowed = words[0], known.flags.get(words[0])
+    elif words[0].endswith((".sh", ".sbatch")) and script.is_file():
+        prog, allowed = words[0], script_flags(script)
     elif not words[0].startswith("--"):
         return found
     for i, w in enumerate(words):
@@ -192,20 +231,25 @@ def check_flags(words, known):
         if not m or KEY.match(w):
             continue
         flag = m.group(1).replace("_", "-")
+        if not known.flags or flag in PATTERN_FLAGS or (prog, flag) in NOT_YET_BUILT_FLAGS:
+            continue
         if prog is not None:
-            if prog in known.flags and flag not in known.flags[prog]:
+            if allowed is not None and flag not in allowed:
                 found.append(f"{prog} has no flag {m.group(1)} ({prog} --help)")
-        elif known.flags and not any(flag in f for f in known.flags.values()) \
+        elif not any(flag in f for f in known.flags.values()) \
+                and not any(flag in script_flags(s) for s in shell_scripts()) \
                 and m.group(1) not in OTHER_TOOLS_FLAGS:
-            found.append(f"no program has the flag {m.group(1)} "
-                         f"({', '.join(sorted(known.flags))} --help)")
+            found.append(f"no program or script has the flag {m.group(1)} "
+                         f"({', '.join(sorted(known.flags))} --help, scripts/*.sh, slurm/*)")
     return found
 
 
-def check_page(page, known, root=ROOT):
-    """Findings of one page: (path relative to root, line, span, reason)."""
+def check_page(page, known, root=ROOT, text=None):
+    """Findings of one page: (path relative to root, line, span, reason). `text`: the page's
+    content when it is not read from `page` (a page planted at a path of the repository)."""
     findings = []
-    for line, span in code_spans(page.read_text()):
+    rel = page.relative_to(root)
+    for line, span in code_spans(page.read_text() if text is None else text):
         words = span.split()
         if not words:
             continue
@@ -216,7 +260,6 @@ def check_page(page, known, root=ROOT):
                 r = check_path(w, page, root)
                 if r:
                     reasons.append(r)
-        rel = page.relative_to(root) if page.is_relative_to(root) else page
         findings += [(str(rel), line, span, r) for r in reasons]
     return findings
 
