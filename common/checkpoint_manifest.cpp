@@ -22,6 +22,7 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "common/files.h"
+#include "common/json_input.h"
 
 namespace ftb {
 namespace fs = std::filesystem;
@@ -216,6 +217,10 @@ std::string manifestToJson(const Manifest& m) {
 }
 
 Manifest parseManifest(const std::string& text, const std::string& path) {
+  // The checks below recurse once per level (nonInt64Number): nesting is bounded first.
+  if (jsonTooDeepAt(text, kMaxJsonDepth) != std::string_view::npos)
+    throw CheckpointError(path, "manifest nests deeper than " + std::to_string(kMaxJsonDepth) +
+                                    " levels (damaged, or not a manifest)");
   json j;
   try {
     j = json::parse(text, refuseDuplicateKeys(path));

@@ -1,7 +1,10 @@
 // torchtitanOverrides(): see the contract in cli_args.h.
 #include "common/cli_args.h"
 
+#include <new>
+
 #include "common/error.h"
+#include "common/out_of_memory.h"
 
 namespace ftb {
 namespace {
@@ -129,6 +132,8 @@ std::optional<int> guardedCli(const cxxopts::Options& cli,
   } catch (const FtbError& e) {
     err << e.what() << "\n";
     return e.exitCode();
+  } catch (const std::bad_alloc& e) {
+    return exitOutOfMemory(cli.program().c_str(), e);
   } catch (const std::exception& e) {
     err << cli.program() << ": failed: " << e.what() << "\n";
     return 1;

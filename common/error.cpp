@@ -1,6 +1,10 @@
 // ConfigError message formatting (see error.h for the exit-code contract).
 #include "common/error.h"
 
+#include <cstdio>
+
+#include "common/out_of_memory.h"
+
 namespace ftb {
 namespace {
 
@@ -21,5 +25,14 @@ std::string formatConfigError(const std::string& key, const std::string& where,
 ConfigError::ConfigError(const std::string& key, const std::string& where, const std::string& what,
                          const std::string& hint)
     : FtbError(formatConfigError(key, where, what, hint), kExitBadInput) {}
+
+int exitOutOfMemory(const char* program, const std::exception& e) {
+  std::fprintf(stderr,
+               "%s: out of memory: %s: an allocation failed (exit code %d); lower the sizes "
+               "the config asks for, or raise the process's memory limit (ulimit -v, cgroup)\n",
+               program, e.what(), kExitOutOfMemory);
+  std::fflush(stderr);
+  return kExitOutOfMemory;
+}
 
 }  // namespace ftb

@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "common/files.h"
+#include "common/json_input.h"
 
 namespace ftb {
 namespace {
@@ -18,14 +19,10 @@ std::string configPath(const std::string& dir) { return (fs::path(dir) / kHfConf
 
 json readConfigJson(const std::string& dir) {
   const std::string path = configPath(dir);
-  std::string text = readInputFile(path, "model.from_pretrained config.json");
-  try {
-    json j = json::parse(text);
-    if (!j.is_object()) throw ConfigError("model.from_pretrained", path, "is not a JSON object");
-    return j;
-  } catch (const json::exception& e) {
-    throw ConfigError("model.from_pretrained", path, std::string("invalid JSON: ") + e.what());
-  }
+  const std::string text = readInputFile(path, "model.from_pretrained config.json");
+  json j = parseJsonInput(text, "model.from_pretrained", path);
+  if (!j.is_object()) throw ConfigError("model.from_pretrained", path, "is not a JSON object");
+  return j;
 }
 
 [[noreturn]] void bad(const std::string& path, const std::string& field, const std::string& what) {
@@ -41,14 +38,14 @@ int64_t intField(const json& j, const std::string& path, const char* f,
     bad(path, f, "missing (a positive integer is required)");
   }
   if (!j[f].is_number_integer() || j[f].get<int64_t>() <= 0)
-    bad(path, f, "expected a positive integer, found " + j[f].dump());
+    bad(path, f, "expected a positive integer, found " + shortJson(j[f]));
   return j[f].get<int64_t>();
 }
 
 double floatField(const json& j, const std::string& path, const char* f, double def) {
   if (!j.contains(f) || j[f].is_null()) return def;
   if (!j[f].is_number() || j[f].get<double>() <= 0)
-    bad(path, f, "expected a positive number, found " + j[f].dump());
+    bad(path, f, "expected a positive number, found " + shortJson(j[f]));
   return j[f].get<double>();
 }
 
@@ -61,7 +58,7 @@ void checkArchitecture(const json& j, const std::string& path) {
     for (const char* k : kArchitectures) ok = ok || (a.is_string() && a.get<std::string>() == k);
     if (!ok)
       bad(path, "architectures",
-          "unsupported architecture " + a.dump() +
+          "unsupported architecture " + shortJson(a) +
               "; supported: LlamaForCausalLM, MistralForCausalLM");
   }
 }
@@ -69,15 +66,15 @@ void checkArchitecture(const json& j, const std::string& path) {
 // Features the ftbench Llama does not compute: refused rather than silently ignored.
 void checkFeatures(const json& j, const std::string& path, int64_t dim, int64_t heads) {
   if (j.contains("hidden_act") && j["hidden_act"] != "silu")
-    bad(path, "hidden_act", "expected \"silu\", found " + j["hidden_act"].dump());
+    bad(path, "hidden_act", "expected \"silu\", found " + shortJson(j["hidden_act"]));
   for (const char* f : {"attention_bias", "mlp_bias"})
-    if (j.contains(f) && j[f] != false) bad(path, f, "expected false, found " + j[f].dump());
+    if (j.contains(f) && j[f] != false) bad(path, f, "expected false, found " + shortJson(j[f]));
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
-    bad(path, "rope_scaling", "not supported, found " + j["rope_scaling"].dump());
+    bad(path, "rope_scaling", "not supported, found " + shortJson(j["rope_scaling"]));
   if (j.contains("head_dim") && !j["head_dim"].is_null() && j["head_dim"] != json(dim / heads))
     bad(path, "head_dim",
         "expected hidden_size / num_attention_heads = " + std::to_string(dim / heads) + ", found " +
-            j["head_dim"].dump());
+            shortJson(j["head_dim"]));
 }
 
 }  // namespace
@@ -103,7 +100,7 @@ std::map<std::string, Value> hfModelKeys(const std::string& dir) {
   if (j.contains("tie_word_embeddings") && !j["tie_word_embeddings"].is_null()) {
     if (!j["tie_word_embeddings"].is_boolean())
       bad(path, "tie_word_embeddings",
-          "expected true or false, found " + j["tie_word_embeddings"].dump());
+          "expected true or false, found " + shortJson(j["tie_word_embeddings"]));
     tie = j["tie_word_embeddings"].get<bool>();
   }
   m["model.tie_embeddings"] = tie;

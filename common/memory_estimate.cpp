@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common/pipeline.h"
+#include "common/pipeline_limits.h"
 
 namespace ftb {
 namespace {
@@ -34,24 +35,14 @@ StageShare stageShare(const TrainConfig& tc, int64_t stage) {
     return sh;
   }
   const PipePlan& plan = tc.pipeline;
-  const int64_t last = plan.stages * plan.virtual_stages - 1;
   sh.embed = stage == 0;
   sh.head = stage == plan.stages - 1;
-  sh.logits_in_flight = 0;
   for (int64_t c = 0; c < plan.virtual_stages; ++c)
     sh.blocks += double(plan.split[plan.modelChunk(stage, c)]);
-  const std::vector<PipeAction> order = computeOrder(plan, stage);
-  double alive = 0, heads = 0;
-  for (const PipeAction& a : order) {
-    const int64_t k = plan.modelChunk(stage, a.chunk);
-    const double sign = a.kind == PipeAction::kForward ? 1.0 : -1.0;
-    alive += sign * double(plan.split[k]);
-    if (k == last) heads += sign;
-    sh.blocks_in_flight = std::max(sh.blocks_in_flight, alive);
-    sh.logits_in_flight = std::max(sh.logits_in_flight, heads);
-  }
-  for (const PipeAction& a : withTransfers(plan, stage, order))
-    if (a.kind != PipeAction::kForward && a.kind != PipeAction::kBackward) sh.transfers += 1;
+  const PipeInFlight f = pipeInFlight(plan, stage);  // closed form: no list per micro-batch
+  sh.blocks_in_flight = f.blocks;
+  sh.logits_in_flight = f.heads;
+  sh.transfers = f.transfers;
   return sh;
 }
 

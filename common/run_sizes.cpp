@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "common/checked_math.h"
+#include "common/pipeline_limits.h"
 #include "common/run_config.h"
 
 namespace ftb {
@@ -65,6 +66,7 @@ void checkSizes(const Config& cfg, const TrainConfig& c) {
                  num(c.data.seq_len) + ") * max_steps(" + num(c.training.max_steps) +
                  ") overflows a 64-bit integer",
              "lower training.max_steps, data.seq_len or the global batch");
+  checkPipeMicrobatchBound(cfg, c);  // m x micro-batch x dp against the samples (pipeline_limits.h)
 }
 
 }  // namespace ftb

@@ -7,6 +7,7 @@
 
 #include "common/checked_math.h"
 #include "common/error.h"
+#include "common/json_input.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors data is little-endian; this reader copies it as host-order bytes"
@@ -31,25 +32,22 @@ void parseInto(StHeader& out, const uint8_t* map_, int64_t size_, const std::str
     fail(key_, path_,
          "header length " + std::to_string(n) + " is past the end of the file (" +
              std::to_string(size_) + " bytes): truncated or not a safetensors file");
-  const int64_t data_start_ = out.data_start = 8 + int64_t(n);
-  json h;
-  try {
-    h = json::parse(map_ + 8, map_ + data_start_);
-  } catch (const json::exception& e) {
-    fail(key_, path_, std::string("header is not valid JSON: ") + e.what());
-  }
+  out.data_start = 8 + int64_t(n);
+  const json h = parseJsonInput(
+      std::string_view(reinterpret_cast<const char*>(map_) + 8, size_t(n)), key_, path_);
   if (!h.is_object()) fail(key_, path_, "header is not a JSON object");
   for (const auto& [name, v] : h.items()) {
     if (name == "__metadata__") continue;
-    const std::string t = "tensor '" + name + "': ";
+    const std::string t = "tensor '" + shortText(name) + "': ";
     if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
         !v.contains("data_offsets"))
-      fail(key_, path_, t + "expected {\"dtype\", \"shape\", \"data_offsets\"}, found " + v.dump());
+      fail(key_, path_,
+           t + "expected {\"dtype\", \"shape\", \"data_offsets\"}, found " + shortJson(v));
     StTensor st;
     st.name = name;
-    st.dtype = v["dtype"].is_string() ? v["dtype"].get<std::string>() : v["dtype"].dump();
+    st.dtype = v["dtype"].is_string() ? v["dtype"].get<std::string>() : shortJson(v["dtype"]);
     if (st.dtype != "F32" && st.dtype != "F16" && st.dtype != "BF16")
-      fail(key_, path_, t + "dtype " + st.dtype + ", expected F32, F16 or BF16");
+      fail(key_, path_, t + "dtype " + shortText(st.dtype) + ", expected F32, F16 or BF16");
     const json& sh = v["shape"];
     const json& off = v["data_offsets"];
     bool ok = sh.is_array() && off.is_array() && off.size() == 2;
@@ -57,12 +55,13 @@ void parseInto(StHeader& out, const uint8_t* map_, int64_t size_, const std::str
     for (const json& d : off) ok = ok && d.is_number_unsigned();
     if (!ok)
       fail(key_, path_,
-           t + "shape and data_offsets must be arrays of non-negative integers, found " + v.dump());
+           t + "shape and data_offsets must be arrays of non-negative integers, found " +
+               shortJson(v));
     int64_t numel = 1;
     for (const json& d : sh) {
       st.shape.push_back(d.get<int64_t>());
       std::optional<int64_t> p = checkedProduct({numel, st.shape.back()});
-      if (!p || st.shape.back() < 0) fail(key_, path_, t + "shape " + sh.dump() + " overflows");
+      if (!p || st.shape.back() < 0) fail(key_, path_, t + "shape " + shortJson(sh) + " overflows");
       numel = *p;
     }
     st.begin = off[0].get<int64_t>();
@@ -70,7 +69,7 @@ void parseInto(StHeader& out, const uint8_t* map_, int64_t size_, const std::str
     std::optional<int64_t> bytes = checkedProduct({numel, stElementSize(st.dtype)});
     if (st.begin < 0 || st.end < st.begin || !bytes || st.end - st.begin != *bytes)
       fail(key_, path_,
-           t + "data_offsets " + off.dump() + " span " + std::to_string(st.end - st.begin) +
+           t + "data_offsets " + shortJson(off) + " span " + std::to_string(st.end - st.begin) +
                " bytes, expected " + std::to_string(bytes.value_or(-1)) + " for " + st.dtype + " " +
                shapeString(st.shape));
     out.tensors.emplace(name, std::move(st));
@@ -84,7 +83,7 @@ void checkRanges(const StHeader& h, int64_t size_, const std::string& key_,
   for (const auto& [name, t] : h.tensors) {
     if (t.end > data)
       fail(key_, path_,
-           "tensor '" + name + "': data_offsets [" + std::to_string(t.begin) + ", " +
+           "tensor '" + shortText(name) + "': data_offsets [" + std::to_string(t.begin) + ", " +
                std::to_string(t.end) + "] past the end of the data section (" +
                std::to_string(data) + " bytes): the file is truncated or the offset is wrong");
     by_start.push_back(&t);
@@ -96,8 +95,8 @@ void checkRanges(const StHeader& h, int64_t size_, const std::string& key_,
     const StTensor &a = *by_start[i - 1], &b = *by_start[i];
     if (b.begin < a.end && b.end > b.begin)
       fail(key_, path_,
-           "tensor '" + b.name + "': data_offsets [" + std::to_string(b.begin) + ", " +
-               std::to_string(b.end) + "] overlap tensor '" + a.name + "' [" +
+           "tensor '" + shortText(b.name) + "': data_offsets [" + std::to_string(b.begin) + ", " +
+               std::to_string(b.end) + "] overlap tensor '" + shortText(a.name) + "' [" +
                std::to_string(a.begin) + ", " + std::to_string(a.end) + "]");
   }
 }

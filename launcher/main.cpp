@@ -2,9 +2,11 @@
 // supervise -> agree on the exit code -> finish. See README.md in this directory.
 #include <iostream>
 #include <memory>
+#include <new>
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/out_of_memory.h"
 #include "launcher/ctl.h"
 #include "launcher/env_probe.h"
 #include "launcher/launcher.h"
@@ -37,7 +39,7 @@ std::unique_ptr<Transport> makeTransport(const LaunchOptions& opts) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int launcherMain(int argc, char** argv) {
   const auto start = Clock::now();
   ensureStdFds();
   ftb::setLogPrefix("[launcher]");
@@ -80,9 +82,21 @@ int main(int argc, char** argv) {
     FTB_ERROR(e.what());
     if (transport) transport->abortJob(e.exitCode());
     return e.exitCode();
+  } catch (const std::bad_alloc& e) {
+    const int code = ftb::exitOutOfMemory("launcher", e);
+    if (transport) transport->abortJob(code);
+    return code;
   } catch (const std::exception& e) {
     FTB_ERROR("internal error: " << e.what());
     if (transport) transport->abortJob(1);
     return 1;
+  }
+}
+
+int main(int argc, char** argv) {
+  try {  // ctl and the env probe run outside launcherMain's own catches
+    return launcherMain(argc, argv);
+  } catch (const std::bad_alloc& e) {
+    return ftb::exitOutOfMemory("launcher", e);
   }
 }

@@ -2,11 +2,13 @@
 #include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <new>
 
 #include "common/cli_args.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/out_of_memory.h"
 #include "trainer/hf/export.h"
 #include "trainer/session.h"
 
@@ -59,9 +61,7 @@ cxxopts::Options trainerCli() {
   return cli;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int trainerMain(int argc, char** argv) {
   using namespace ftb;
   if (argc > 1 && std::string(argv[1]) == "export")  // trainer export --checkpoint C --out D
     return hf::exportMain(std::vector<std::string>(argv + 2, argv + argc));
@@ -111,4 +111,14 @@ int main(int argc, char** argv) {
   });
   if (exit_code) return *exit_code;
   return runSession(opts);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return trainerMain(argc, argv);
+  } catch (const std::bad_alloc& e) {  // the session's and the CLI's own catches report most
+    return ftb::exitOutOfMemory("trainer", e);
+  }
 }

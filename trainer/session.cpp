@@ -21,6 +21,7 @@
 #include "common/h5_metrics.h"
 #include "common/log.h"
 #include "common/memory_estimate.h"
+#include "common/pipeline_limits.h"
 #include "common/run_config.h"
 #include "common/run_control.h"
 #include "common/run_lock.h"
@@ -374,6 +375,10 @@ void connect(Setup& s) {
   // Bad data (a malformed JSONL line, a missing field) is refused before anything is
   // written; every rank reads (or tokenizes) the same file.
   s.ds = makeDataset(tc, s.env.rank == 0);
+  if (const PipeBoundProblem p = pipeMicrobatchProblem(tc, s.ds->size(), tc.data.data_source);
+      !p.what.empty())  // synthetic data was checked with the config (checkPipeMicrobatchBound)
+    throw ConfigError("parallel.pp_microbatches", cfg.where("parallel.pp_microbatches"), p.what,
+                      p.hint);
   checkStop("data");
   at::set_num_threads(threadsFor(tc));
   s.dist.emplace(initDistributed(

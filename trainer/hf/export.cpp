@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -12,7 +11,9 @@
 #include "common/cli_args.h"
 #include "common/config.h"
 #include "common/error.h"
+#include "common/files.h"
 #include "common/hf_config.h"
+#include "common/json_input.h"
 #include "common/log.h"
 #include "trainer/checkpoint/checkpointer.h"
 #include "trainer/data/tokenizer.h"
@@ -120,9 +121,13 @@ std::string runString(const std::optional<Config>& run, const char* key) {
 json sourceConfig(const std::optional<Config>& run) {
   const std::string base = runString(run, "model.from_pretrained");
   if (base.empty()) return nullptr;
-  std::ifstream in(fs::path(base) / kHfConfigName);
-  const json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
-  return j.is_object() ? j : json();
+  const std::string path = (fs::path(base) / kHfConfigName).string();
+  try {  // bounded like every input read (common/json_input.h); unreadable: null
+    const json j = parseJsonInput(readInputFile(path, "config.json"), "", path);
+    return j.is_object() ? j : json();
+  } catch (const ConfigError&) {
+    return json();
+  }
 }
 
 // The architecture fields of the model the run started from (sourceConfig): a

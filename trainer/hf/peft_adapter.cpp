@@ -7,6 +7,8 @@
 
 #include "common/error.h"
 #include "common/files.h"
+#include "common/input_path.h"
+#include "common/json_input.h"
 #include "common/log.h"
 #include "trainer/hf/pretrained.h"
 
@@ -133,16 +135,11 @@ namespace {
 
 json readConfig(const std::string& dir) {
   const std::string path = (fs::path(dir) / kAdapterConfigName).string();
-  if (!fs::exists(path))
+  if (inputPathKind(path, kKey, "the adapter's config (a JSON file)") == PathKind::kMissing)
     fail(dir, std::string("no ") + kAdapterConfigName,
          "a PEFT adapter directory (peft's save_pretrained) holds adapter_config.json and "
          "adapter_model.safetensors");
-  json j;
-  try {
-    j = json::parse(readInputFile(path, "PEFT adapter config"));
-  } catch (const json::exception& e) {
-    fail(path, std::string("invalid JSON: ") + e.what());
-  }
+  const json j = parseJsonInput(readInputFile(path, "PEFT adapter config"), kKey, path);
   if (!j.is_object()) fail(path, "expected a JSON object, found " + std::string(j.type_name()));
   return j;
 }
@@ -155,7 +152,7 @@ void requireField(const json& j, const std::string& path, const char* field, con
     fail(path, std::string("field \"") + field + "\" is missing, expected " + want.dump());
   }
   if (j[field] != want)
-    fail(path, std::string("field \"") + field + "\" is " + j[field].dump() + ", expected " +
+    fail(path, std::string("field \"") + field + "\" is " + shortJson(j[field]) + ", expected " +
                    want.dump() + ": " + why);
 }
 
@@ -171,7 +168,7 @@ void requireOff(const json& j, const std::string& path) {
         (j[f].is_array() && j[f].empty()))
       continue;
     fail(path,
-         std::string("field \"") + f + "\" is " + j[f].dump() +
+         std::string("field \"") + f + "\" is " + shortJson(j[f]) +
              ": not supported (ftbench adapts every layer with one rank and alpha)",
          "an adapter saved from get_peft_model(model, LoraConfig(r, lora_alpha, target_modules))");
   }
@@ -180,17 +177,17 @@ void requireOff(const json& j, const std::string& path) {
 void checkConfig(const json& j, const std::string& path, const LoraConfig& l) {
   requireField(j, path, "peft_type", "LORA", false, "ftbench loads LoRA adapters");
   if (j.contains("task_type") && !j["task_type"].is_null() && j["task_type"] != "CAUSAL_LM")
-    fail(path, "field \"task_type\" is " + j["task_type"].dump() + ", expected \"CAUSAL_LM\"");
+    fail(path, "field \"task_type\" is " + shortJson(j["task_type"]) + ", expected \"CAUSAL_LM\"");
   if (!j.contains("r") || !j["r"].is_number_integer() || j["r"].get<int64_t>() != l.rank)
     fail(path,
-         "field \"r\" is " + (j.contains("r") ? j["r"].dump() : std::string("missing")) +
+         "field \"r\" is " + (j.contains("r") ? shortJson(j["r"]) : std::string("missing")) +
              ", lora.rank is " + std::to_string(l.rank),
          "set lora.rank to the adapter's r");
   if (!j.contains("lora_alpha") || !j["lora_alpha"].is_number() ||
       j["lora_alpha"].get<double>() != l.alpha)
     fail(path,
          "field \"lora_alpha\" is " +
-             (j.contains("lora_alpha") ? j["lora_alpha"].dump() : std::string("missing")) +
+             (j.contains("lora_alpha") ? shortJson(j["lora_alpha"]) : std::string("missing")) +
              ", lora.alpha is " + number(l.alpha).dump(),
          "set lora.alpha to the adapter's lora_alpha");
   const json& tm = j.value("target_modules", json());
@@ -201,8 +198,8 @@ void checkConfig(const json& j, const std::string& path, const LoraConfig& l) {
   const std::set<std::string> want = hfModules(l.targets);
   if (!ok || got != want)
     fail(path,
-         "field \"target_modules\" is " + tm.dump() + ", expected the modules of lora.targets " +
-             joined(want),
+         "field \"target_modules\" is " + shortJson(tm) +
+             ", expected the modules of lora.targets " + joined(want),
          "set lora.targets to the adapter's modules (q k v o gate up down); a regular "
          "expression is not supported");
   requireOff(j, path);
@@ -211,13 +208,15 @@ void checkConfig(const json& j, const std::string& path, const LoraConfig& l) {
 }  // namespace
 
 PeftAdapter PeftAdapter::open(const std::string& dir, const ModelArgs& a, const LoraConfig& l) {
-  if (!fs::is_directory(dir))
+  if (inputPathKind(dir, kKey, "a PEFT adapter directory") != PathKind::kDirectory)
     fail(dir, "not a directory", "lora.from_pretrained names a PEFT adapter directory");
   checkConfig(readConfig(dir), (fs::path(dir) / kAdapterConfigName).string(), l);
   const std::string wpath = (fs::path(dir) / kAdapterWeightsName).string();
-  if (!fs::exists(wpath))
+  if (inputPathKind(wpath, kKey, "the adapter's weights (a safetensors file)") ==
+      PathKind::kMissing)
     fail(dir, std::string("no ") + kAdapterWeightsName,
-         fs::exists(fs::path(dir) / "adapter_model.bin")
+         inputPathKind((fs::path(dir) / "adapter_model.bin").string(), kKey, "a file") !=
+                 PathKind::kMissing
              ? "adapter_model.bin (pickle) is not read: save it with safe_serialization=True"
              : "a PEFT adapter directory holds adapter_config.json and adapter_model.safetensors");
   PeftAdapter pa;
@@ -238,7 +237,7 @@ PeftAdapter PeftAdapter::open(const std::string& dir, const ModelArgs& a, const 
   for (const auto& [name, st] : have)
     if (!expected.count(name))
       fail(wpath,
-           "unexpected tensor '" + name + "': not a LoRA adapter of lora.targets " +
+           "unexpected tensor '" + shortText(name) + "': not a LoRA adapter of lora.targets " +
                joined(hfModules(l.targets)) + " in this " + std::to_string(a.n_layers) +
                "-layer model",
            name.find(".default.") != std::string::npos
@@ -284,6 +283,15 @@ std::map<std::string, torch::Tensor> PeftAdapter::tensors() const {
   return m;
 }
 
+std::string PeftAdapter::firstNonFinite(int64_t share, int64_t shares) const {
+  int64_t index = 0;
+  for (const auto& [name, p] : by_name_) {
+    if (index++ % shares != share) continue;
+    if (std::string bad = file_->nonFinite(p.peft_name); !bad.empty()) return bad;
+  }
+  return "";
+}
+
 void loadAdapter(const TrainConfig& tc, const Mesh& mesh, GradSync& sync) {
   std::vector<ckpt::StatePiece> pieces = ckpt::collectModelState(sync, mesh.tp_rank, mesh.tp);
   int adapters = 0;
@@ -300,7 +308,10 @@ void checkAdapter(const TrainConfig& tc, Distributed& dist) {
   if (tc.lora.from_pretrained.empty()) return;
   std::string problem;
   try {
-    PeftAdapter::open(tc.lora.from_pretrained, tc.model, tc.lora);
+    const PeftAdapter pa = PeftAdapter::open(tc.lora.from_pretrained, tc.model, tc.lora);
+    if (std::string bad = pa.firstNonFinite(dist.env.rank, dist.env.world_size); !bad.empty())
+      throw ConfigError(kKey, tc.lora.from_pretrained, bad,
+                        "the adapter's weights are damaged: export or save it again");
   } catch (const ConfigError& e) {
     problem = e.what();
   }

@@ -76,6 +76,9 @@ class PeftAdapter {
   // Pieces of other tensors are left alone. Returns the number of pieces filled.
   int load(std::vector<ckpt::StatePiece>& pieces) const;
   std::map<std::string, torch::Tensor> tensors() const;
+  // Of the adapter tensors whose index (in ftbench name order) is `share` modulo `shares`,
+  // the first that holds a NaN or an infinity (SafetensorsFile::nonFinite); "" when none.
+  std::string firstNonFinite(int64_t share, int64_t shares) const;
 
  private:
   std::string dir_;
@@ -90,8 +93,9 @@ class PeftAdapter {
 void loadAdapter(const TrainConfig& tc, const Mesh& mesh, GradSync& sync);
 
 // tc.lora.from_pretrained validated by every rank (PeftAdapter::open) before anything is
-// written. Collective: when any rank finds a problem, every rank throws that ConfigError
-// (exit 2). Nothing to do when the key is "".
+// written, every adapter value finite (each rank reads 1/world of the tensors: a NaN would
+// otherwise train as "diverged, lower the learning rate"). Collective: when any rank finds a
+// problem, every rank throws that ConfigError (exit 2). Nothing to do when the key is "".
 void checkAdapter(const TrainConfig& tc, Distributed& dist);
 
 }  // namespace ftb::hf

@@ -9,6 +9,8 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "common/hf_config.h"
+#include "common/input_path.h"
+#include "common/json_input.h"
 #include "common/log.h"
 #include "trainer/metrics/perf.h"
 
@@ -32,19 +34,16 @@ bool ignoredBuffer(const std::string& name) {
 // The shard file names of an index.json, validated: tensor -> file.
 std::map<std::string, std::string> readIndex(const std::string& dir) {
   const std::string path = (fs::path(dir) / kIndexFile).string();
-  json j;
-  try {
-    j = json::parse(readInputFile(path, "safetensors index", size_t{64} << 20));
-  } catch (const json::exception& e) {
-    fail(path, std::string("invalid JSON: ") + e.what());
-  }
+  const json j = parseJsonInput(readInputFile(path, "safetensors index", size_t{64} << 20),
+                                "model.from_pretrained", path);
   if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
     fail(path, "expected an object with a \"weight_map\" object {tensor: file}");
   std::map<std::string, std::string> m;
   for (const auto& [name, file] : j["weight_map"].items()) {
-    if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos)
-      fail(path,
-           "tensor '" + name + "': expected a file name in this directory, found " + file.dump());
+    if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos ||
+        file.get<std::string>().size() > 255)  // NAME_MAX
+      fail(path, "tensor '" + shortText(name) +
+                     "': expected a file name in this directory, found " + shortJson(file));
     m[name] = file.get<std::string>();
   }
   return m;
@@ -93,7 +92,11 @@ int64_t layersNamed(const std::vector<std::string>& names) {
 PretrainedModel PretrainedModel::open(const std::string& dir, const ModelArgs& a) {
   PretrainedModel pm;
   pm.dir_ = dir;
-  const bool sharded = fs::exists(fs::path(dir) / kIndexFile);
+  const auto present = [&dir](const char* name, const std::string& expected) {
+    return inputPathKind((fs::path(dir) / name).string(), "model.from_pretrained", expected) !=
+           PathKind::kMissing;
+  };
+  const bool sharded = present(kIndexFile, "the safetensors index (a JSON file)");
   std::map<std::string, std::string> index;
   std::vector<std::string> names{kSingleFile};
   if (sharded) {
@@ -102,7 +105,7 @@ PretrainedModel PretrainedModel::open(const std::string& dir, const ModelArgs& a
     for (const auto& [t, f] : index)
       if (std::find(names.begin(), names.end(), f) == names.end()) names.push_back(f);
     std::sort(names.begin(), names.end());
-  } else if (!fs::exists(fs::path(dir) / kSingleFile)) {
+  } else if (!present(kSingleFile, "the model's weights (a safetensors file)")) {
     fail(dir, std::string("no ") + kSingleFile + " and no " + kIndexFile,
          "a Hugging Face model directory holds config.json plus its safetensors weights");
   }
@@ -112,17 +115,18 @@ PretrainedModel PretrainedModel::open(const std::string& dir, const ModelArgs& a
     const SafetensorsFile* f = pm.files_.back().get();
     for (const auto& [t, st] : f->tensors()) {
       if (ignoredBuffer(t)) continue;
-      if (holder.count(t)) fail(f->path(), "tensor '" + t + "' is also in " + holder[t]->path());
+      if (holder.count(t))
+        fail(f->path(), "tensor '" + shortText(t) + "' is also in " + holder[t]->path());
       if (sharded && index.count(t) && index[t] != n)
-        fail(f->path(),
-             "tensor '" + t + "' is here, but " + kIndexFile + " places it in " + index[t]);
+        fail(f->path(), "tensor '" + shortText(t) + "' is here, but " + kIndexFile +
+                            " places it in " + shortText(index[t]));
       holder[t] = f;
     }
   }
   for (const auto& [t, f] : index)
     if (!holder.count(t))
-      fail((fs::path(dir) / f).string(),
-           "tensor '" + t + "' listed in " + kIndexFile + " is missing");
+      fail((fs::path(dir) / shortText(f)).string(),
+           "tensor '" + shortText(t) + "' listed in " + kIndexFile + " is missing");
   pm.checkTensors(a, holder);
   return pm;
 }
@@ -161,7 +165,8 @@ void PretrainedModel::checkTensors(const ModelArgs& a,
   for (const auto& [t, f] : holder)
     if (!expected.count(t))
       fail(f->path(),
-           "unexpected tensor '" + t + "': not a parameter of this " + std::to_string(a.n_layers) +
+           "unexpected tensor '" + shortText(t) + "': not a parameter of this " +
+               std::to_string(a.n_layers) +
                "-layer Llama with tie_word_embeddings=" + (a.tie_embeddings ? "true" : "false"),
            "ftbench loads exactly the parameters of LlamaForCausalLM / MistralForCausalLM");
 }
@@ -192,17 +197,11 @@ PretrainedModel::LoadStats PretrainedModel::load(std::vector<ckpt::StatePiece>& 
 }
 
 std::string PretrainedModel::firstNonFinite(int64_t share, int64_t shares) const {
-  torch::NoGradGuard no_grad;
   int64_t index = 0;
   for (const auto& [name, held] : by_name_) {
     if (index++ % shares != share) continue;
     const auto& [file, hp] = held;
-    const torch::Tensor t = file->view(hp.hf_name);
-    const int64_t nan = t.isnan().sum().item<int64_t>(), inf = t.isinf().sum().item<int64_t>();
-    file->release(hp.hf_name);
-    if (nan + inf > 0)
-      return file->path() + ": tensor '" + hp.hf_name + "' holds " + std::to_string(nan) +
-             " NaN and " + std::to_string(inf) + " infinite values";
+    if (std::string bad = file->nonFinite(hp.hf_name); !bad.empty()) return bad;
   }
   return "";
 }

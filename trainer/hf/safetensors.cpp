@@ -13,6 +13,7 @@
 #include "common/checked_math.h"
 #include "common/checkpoint_manifest.h"
 #include "common/error.h"
+#include "common/json_input.h"
 #include "common/safetensors_header.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -107,6 +108,16 @@ void SafetensorsFile::release(const std::string& name) const {
   int64_t b = (data_start_ + t.begin) / ps * ps;
   int64_t e = std::min(size_, (data_start_ + t.end + ps - 1) / ps * ps);
   if (e > b) madvise(const_cast<uint8_t*>(map_ + b), size_t(e - b), MADV_DONTNEED);
+}
+
+std::string SafetensorsFile::nonFinite(const std::string& name) const {
+  torch::NoGradGuard no_grad;
+  const torch::Tensor t = view(name);
+  const int64_t nan = t.isnan().sum().item<int64_t>(), inf = t.isinf().sum().item<int64_t>();
+  release(name);
+  if (nan + inf == 0) return "";
+  return path_ + ": tensor '" + shortText(name) + "' holds " + std::to_string(nan) + " NaN and " +
+         std::to_string(inf) + " infinite values";
 }
 
 SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<StTensor> tensors)

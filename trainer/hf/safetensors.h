@@ -9,6 +9,8 @@
 //   throws ConfigError, exit 2, naming the file and the tensor, expected against found).
 // - view(name) aliases the mapping (no copy; pages are read when touched), in the file's
 //   dtype; release(name) drops the tensor's pages from this process's resident set.
+// - nonFinite(name) reads the whole tensor (then releases it): "" when every value is
+//   finite, else "<path>: tensor '<name>' holds N NaN and M infinite values".
 //   Invariant: a view is valid while the SafetensorsFile lives.
 // - SafetensorsWriter writes the header for the declared tensors, then each tensor's
 //   bytes in declaration order; close() checks every tensor was written and fsyncs.
@@ -43,6 +45,7 @@ class SafetensorsFile {
   const std::map<std::string, StTensor>& tensors() const { return tensors_; }
   torch::Tensor view(const std::string& name) const;
   void release(const std::string& name) const;
+  std::string nonFinite(const std::string& name) const;  // REQUIRES: name is a tensor here
 
  private:
   std::string path_, key_;

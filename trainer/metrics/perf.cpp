@@ -6,6 +6,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "trainer/metrics/deadline.h"
+
 namespace ftb {
 namespace {
 
@@ -54,7 +56,10 @@ bool purgeAllocatorPages() {
   return ctl && ctl("arena.4096.purge", nullptr, nullptr, nullptr, 0) == 0;
 }
 
-double measureGemmPeak(torch::ScalarType dtype, int64_t n, int reps) {
+namespace {
+
+// The best of `reps` timed n^3 products after a warm-up (measureGemmPeak's contract).
+double timeGemm(torch::ScalarType dtype, int64_t n, int reps) {
   torch::NoGradGuard no_grad;
   const torch::Device dev = computeDevice();
   torch::Tensor a = torch::randn({n, n}).to(dev, dtype), b = torch::randn({n, n}).to(dev, dtype);
@@ -67,6 +72,16 @@ double measureGemmPeak(torch::ScalarType dtype, int64_t n, int reps) {
     best = std::min(best, (phaseEnd() - t0) / batch);
   }
   return 2.0 * double(n) * double(n) * double(n) / best;
+}
+
+}  // namespace
+
+double measureGemmPeak(torch::ScalarType dtype, int64_t n, int reps) {
+  const torch::Device dev = computeDevice();
+  const std::string what = "the start-up GEMM (" + std::to_string(n) + "^3 " +
+                           c10::toString(dtype) + " on " + dev.str() + ", ATen)";
+  return measureWithDeadline(what, gemmMeasureBytes(dtype, n, dev.is_cuda()), kMeasureDeadlineS,
+                             [&] { return timeGemm(dtype, n, reps); });
 }
 
 int64_t peakRssBytes() { return procStatusKb("VmHWM") * 1024; }

@@ -6,6 +6,7 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "trainer/kernels/openblas.h"
+#include "trainer/metrics/deadline.h"
 #include "trainer/metrics/perf.h"
 
 namespace ftb {
@@ -101,8 +102,10 @@ Fp32GemmChoice chooseFp32Gemm(const std::string& key, int64_t n, int reps) {
   return c;
 }
 
-double measureFp32Gemm(Fp32Gemm route, int64_t n, int reps) {
-  if (route == Fp32Gemm::kAten) return measureGemmPeak(torch::kFloat32, n, reps);
+namespace {
+
+// The best of `reps` timed n^3 OpenBLAS sgemms after a warm-up.
+double timeOpenBlasSgemm(int64_t n, int reps) {
   torch::NoGradGuard no_grad;
   torch::Tensor a = torch::randn({n, n}), b = torch::randn({n, n}), c = torch::empty({n, n});
   auto once = [&] {
@@ -117,6 +120,17 @@ double measureFp32Gemm(Fp32Gemm route, int64_t n, int reps) {
     best = std::min(best, nowSeconds() - t0);
   }
   return 2.0 * double(n) * double(n) * double(n) / best;
+}
+
+}  // namespace
+
+double measureFp32Gemm(Fp32Gemm route, int64_t n, int reps) {
+  if (route == Fp32Gemm::kAten) return measureGemmPeak(torch::kFloat32, n, reps);
+  // The first sgemm maps OpenBLAS's work buffer, and OpenBLAS 0.3 retries a failing mmap
+  // forever: the bytes are checked first, and the products run under a deadline.
+  return measureWithDeadline("the start-up GEMM (" + std::to_string(n) + "^3 fp32 on OpenBLAS)",
+                             gemmMeasureBytes(torch::kFloat32, n, false), kMeasureDeadlineS,
+                             [n, reps] { return timeOpenBlasSgemm(n, reps); });
 }
 
 }  // namespace ftb

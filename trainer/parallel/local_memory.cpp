@@ -1,5 +1,6 @@
 #include "trainer/parallel/local_memory.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <signal.h>
@@ -42,28 +43,71 @@ std::string nsLink(const char* path) {
   return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("?");
 }
 
+constexpr const char* kSegmentPrefix = "ftb-comm-";
+
+// This process's pid namespace as a number ("pid:[4026531836]" -> "4026531836").
+std::string pidNamespace() {
+  std::string digits;
+  for (char c : nsLink("/proc/self/ns/pid"))
+    if (c >= '0' && c <= '9') digits += c;
+  return digits.empty() ? "0" : digits;
+}
+
+// "/ftb-comm-<pid>-<pid namespace>-<random>": the creator and where its pid means it.
+std::string newSegmentName() {
+  std::random_device rd;
+  return "/" + std::string(kSegmentPrefix) + std::to_string(getpid()) + "-" + pidNamespace() + "-" +
+         std::to_string(rd());
+}
+
+// The creator's segment name until every member has opened it: unlinked by unlinkNow() or,
+// on any other way out (an exception: a peer's timeout), by the destructor.
+class SegmentName {
+ public:
+  explicit SegmentName(std::string name) : name_(std::move(name)) {}
+  ~SegmentName() { unlinkNow(); }
+  SegmentName(const SegmentName&) = delete;
+  SegmentName& operator=(const SegmentName&) = delete;
+  void unlinkNow() {
+    if (!name_.empty()) shm_unlink(name_.c_str());
+    name_.clear();
+  }
+
+ private:
+  std::string name_;
+};
+
 size_t segmentBytes(size_t payload) {
   size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   return (kHeader + payload + page - 1) / page * page;
 }
 
 // Maps the segment `name` (creating it and running `init` on its payload when `create`);
-// returns "" or what failed.
+// returns "" or what failed. A segment it created and could not map is removed again.
 std::string mapSegment(const std::string& name, size_t payload, bool create,
                        const std::function<void(char*)>& init, SharedSegment* out) {
   const size_t bytes = segmentBytes(payload);
   Fd fd(shm_open(name.c_str(), create ? O_RDWR | O_CREAT | O_EXCL : O_RDWR, 0600));
   if (fd.get() < 0) return "shm_open(" + name + "): " + errnoText(errno);
   if (create) {
-    // fallocate, not just ftruncate: a full /dev/shm fails here, not as SIGBUS later.
-    if (ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0)
-      return "ftruncate: " + errnoText(errno);
-    int rc = posix_fallocate(fd.get(), 0, static_cast<off_t>(bytes));
+    // fallocate, not just ftruncate: a full /dev/shm fails here, not as SIGBUS later. A
+    // segment that cannot be sized is removed at once (the group falls back to the backend).
+    std::string err;
+    if (ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) err = "ftruncate: " + errnoText(errno);
+    const int rc = err.empty() ? posix_fallocate(fd.get(), 0, static_cast<off_t>(bytes)) : 0;
     if (rc != 0)
-      return "posix_fallocate(" + std::to_string(bytes) + " B) in /dev/shm: " + errnoText(rc);
+      err = "posix_fallocate(" + std::to_string(bytes) + " B) in /dev/shm: " + errnoText(rc);
+    if (!err.empty()) {
+      shm_unlink(name.c_str());
+      return err;
+    }
   }
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-  if (p == MAP_FAILED) return "mmap: " + errnoText(errno);
+  if (p == MAP_FAILED) {
+    const std::string err = "mmap: " + errnoText(errno);
+    if (create) shm_unlink(name.c_str());
+    return err;
+  }
   *out = SharedSegment(p, bytes);
   auto* magic = static_cast<volatile uint64_t*>(p);
   if (create) {
@@ -171,6 +215,28 @@ std::string localHostKey() {
          " " + nsLink("/proc/self/ns/pid");
 }
 
+int removeStaleSegments() {
+  const std::string ns = pidNamespace(), prefix = kSegmentPrefix;
+  auto digits = [](const std::string& x) {
+    return !x.empty() && x.size() < 19 && x.find_first_not_of("0123456789") == std::string::npos;
+  };
+  int removed = 0;
+  DIR* d = opendir("/dev/shm");
+  if (d == nullptr) return 0;
+  while (const dirent* e = readdir(d)) {
+    const std::string n = e->d_name;
+    if (n.compare(0, prefix.size(), prefix) != 0) continue;
+    std::vector<std::string> f;  // <pid>-<pid namespace>-<random>; other forms are left alone
+    std::istringstream is(n.substr(prefix.size()));
+    for (std::string part; std::getline(is, part, '-');) f.push_back(part);
+    if (f.size() != 3 || !digits(f[0]) || f[1] != ns || !digits(f[2])) continue;
+    const pid_t pid = static_cast<pid_t>(std::stoll(f[0]));
+    if (pid > 0 && processGone(pid) && shm_unlink(("/" + n).c_str()) == 0) ++removed;
+  }
+  closedir(d);
+  return removed;
+}
+
 std::string joinLocalMemory(c10d::Store& store, int me, const std::vector<int>& ranks,
                             size_t payload_bytes, const std::function<void(char*)>& init,
                             LocalMembers* out) {
@@ -182,11 +248,12 @@ std::string joinLocalMemory(c10d::Store& store, int me, const std::vector<int>& 
   SharedSegment segment;
   std::string name;
   if (me == 0) {
-    std::random_device rd;
-    name = "/ftb-comm-" + std::to_string(getpid()) + "-" + std::to_string(rd());
+    removeStaleSegments();
+    name = newSegmentName();
     std::string err = mapSegment(name, payload_bytes, true, init, &segment);
-    if (!err.empty()) name = "!" + err;
+    if (!err.empty()) name = "!" + err;  // mapSegment removed it
   }
+  SegmentName created(me == 0 && name.rfind("!", 0) != 0 ? name : "");
   std::ostringstream mine;
   mine << localHostKey() << "\n"
        << getpid() << " " << reinterpret_cast<uint64_t>(&g_probe_word) << "\n"
@@ -200,8 +267,7 @@ std::string joinLocalMemory(c10d::Store& store, int me, const std::vector<int>& 
   std::vector<std::string> oks =
       gatherThroughStore(store, "local/ok/", me, n, verdict.empty() ? "ok" : "no: " + verdict,
                          "local transport: verdict");
-  if (me == 0 && name.rfind("!", 0) != 0)
-    shm_unlink(name.c_str());  // every member has it mapped (or failed)
+  created.unlinkNow();  // every member has mapped it (or failed to): the name is not needed
   for (int j = 0; j < n; ++j)
     if (oks[j] != "ok") return "rank " + std::to_string(ranks[j]) + ": " + oks[j].substr(4);
   out->segment = std::move(segment);

@@ -59,6 +59,17 @@ std::string joinLocalMemory(c10d::Store& store, int me, const std::vector<int>& 
                             size_t payload_bytes, const std::function<void(char*)>& init,
                             LocalMembers* out);
 
+// The control segment's life: member 0 creates /dev/shm/ftb-comm-<pid>-<pid namespace>-<n>
+// and removes it as soon as every member has opened it (or failed to), on every way out of
+// joinLocalMemory (a peer's timeout, a fallback) as on success; a segment that cannot be
+// sized (a full /dev/shm) is removed at once. Only a member 0 killed in that window leaves
+// one, and the next member 0 on this host removes it (removeStaleSegments).
+
+// Removes every ftb-comm segment of this pid namespace whose creator process no longer
+// exists; returns how many. Best effort: a segment it cannot remove (another user's, one
+// another process removed first) is skipped.
+int removeStaleSegments();
+
 // What identifies the kernel and namespaces this process runs in: ranks with equal
 // keys can address each other's memory by pid.
 std::string localHostKey();

@@ -412,6 +412,84 @@ def test_nan_or_inf_weight_exits_2_naming_the_tensor(tmp_path):
     assert "model.from_pretrained" in err, err
 
 
+def raw_header(path, text):
+    """Replaces the safetensors file at `path` by a header of raw JSON `text` and no data."""
+    path.write_bytes(struct.pack("<Q", len(text)) + text)
+
+
+def nested(levels):
+    return b"[" * levels + b"1" + b"]" * levels
+
+
+BIG = b"B" * 20_000_000
+# A header nested 100,000 levels deep crashed the trainer (SIGSEGV: stack overflow in the JSON
+# library printing the error); 60,000 levels gave a 120 KB message; a 20 MB string came back
+# whole in a 20,000,165-byte line.
+HOSTILE = {
+    "deep_100k": (lambda d: raw_header(d / "model.safetensors", b'{"t": ' + nested(100_000) + b"}"),
+                  ["model.safetensors", "JSON nested deeper than 64 levels"]),
+    "deep_60k": (lambda d: raw_header(d / "model.safetensors", b'{"t": ' + nested(60_000) + b"}"),
+                 ["model.safetensors", "JSON nested deeper than 64 levels"]),
+    "huge_dtype": (lambda d: raw_header(d / "model.safetensors", b'{"t": {"dtype": "' + BIG +
+                                        b'", "shape": [1], "data_offsets": [0, 4]}}'),
+                   ["tensor 't': dtype BBBB", "... (20000000 bytes), expected F32, F16 or BF16"]),
+    "huge_name": (lambda d: raw_header(d / "model.safetensors", b'{"' + BIG + b'": 1}'),
+                  ["tensor 'BBBB", "... (20000000 bytes)': expected"]),
+    "huge_unterminated_string": (lambda d: raw_header(d / "model.safetensors", b'{"' + BIG),
+                                 ["invalid JSON", "... (20000001 bytes)"]),
+    "config_json_deep": (lambda d: (d / "config.json").write_bytes(
+        b'{"architectures": ' + nested(100_000) + b"}"),
+                         ["config.json", "JSON nested deeper than 64 levels"]),
+    "config_json_architecture_deep_at_the_limit": (lambda d: (d / "config.json").write_bytes(
+        b'{"architectures": [' + nested(62) + b"]}"),
+                                                   ["unsupported architecture [[[["]),
+    "index_json_deep": (lambda d: (d / "model.safetensors.index.json").write_bytes(
+        b'{"weight_map": ' + nested(100_000) + b"}"),
+                        ["model.safetensors.index.json", "JSON nested deeper than 64 levels"]),
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_hostile_json_exits_2_with_a_short_message(name, tmp_path):
+    make_hf_dir(tmp_path / "m")
+    edit, needles = HOSTILE[name]
+    edit(tmp_path / "m")
+    err = run_bad(tmp_path, tmp_path / "m")
+    for n in needles:
+        assert n in err, f"{n!r} not in:\n{err[:2000]}"
+    longest = max(len(line) for line in err.splitlines())
+    assert longest < 1000, f"a {longest}-byte line:\n{err[:2000]}"
+
+
+def loop(path):
+    """Replaces `path` by a symbolic link to itself."""
+    if path.is_dir():
+        import shutil
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()
+    path.symlink_to(path.name)
+
+
+@pytest.mark.parametrize("what,needles", [
+    ("model.safetensors", ["model.safetensors", "Too many levels of symbolic links",
+                           "expected the model's weights (a safetensors file)"]),
+    ("model.safetensors.index.json", ["model.safetensors.index.json",
+                                      "Too many levels of symbolic links",
+                                      "expected the safetensors index"]),
+    ("config.json", ["config.json", "Too many levels of symbolic links"]),
+    (".", ["Too many levels of symbolic links"]),  # the model directory itself
+])
+def test_symlink_loop_exits_2_naming_the_path(what, needles, tmp_path):
+    """A loop gave exit 1 and "filesystem error: status: Too many levels of symbolic links"."""
+    make_hf_dir(tmp_path / "m")
+    loop(tmp_path / "m" if what == "." else tmp_path / "m" / what)
+    err = run_bad(tmp_path, tmp_path / "m")
+    for n in needles:
+        assert n in err, f"{n!r} not in:\n{err}"
+    assert "filesystem error" not in err, err
+
+
 def test_sharded_index_naming_a_missing_tensor_exits_2(tmp_path):
     make_hf_dir(tmp_path / "m", shards=2)
     idx = tmp_path / "m" / "model.safetensors.index.json"

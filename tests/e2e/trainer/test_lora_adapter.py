@@ -187,7 +187,47 @@ def drop_tensor(d):
     f.write_bytes(struct.pack("<Q", len(text)) + text + raw[8 + n:])
 
 
+A0 = "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"
+
+
+def poison(d):
+    """A NaN and an infinity in A0: accepted, they trained as "diverged, lower the lr"."""
+    import struct
+    f = d / "adapter_model.safetensors"
+    raw = f.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    h = json.loads(raw[8:8 + n])
+    assert h[A0]["dtype"] == "F32", h[A0]
+    at = 8 + n + h[A0]["data_offsets"][0]
+    f.write_bytes(raw[:at] + struct.pack("<ff", float("nan"), float("inf")) + raw[at + 8:])
+
+
+def deep_config(d):
+    (d / "adapter_config.json").write_text('{"peft_type": ' + "[" * 100_000 + "]" * 100_000 + "}")
+
+
+def loop(path):
+    import shutil
+    if path.is_dir():
+        shutil.rmtree(path)
+    else:
+        path.unlink()
+    path.symlink_to(path.name)
+
+
 BAD = {
+    "nan_and_inf": (poison, ["adapter_model.safetensors",
+                             f"tensor '{A0}' holds 1 NaN and 1 infinite values",
+                             "the adapter's weights are damaged"]),
+    "deep_config": (deep_config, ["adapter_config.json", "JSON nested deeper than 64 levels"]),
+    "weights_loop": (lambda d: loop(d / "adapter_model.safetensors"),
+                     ["adapter_model.safetensors", "Too many levels of symbolic links",
+                      "expected the adapter's weights (a safetensors file)"]),
+    "config_loop": (lambda d: loop(d / "adapter_config.json"),
+                    ["adapter_config.json", "Too many levels of symbolic links",
+                     "expected the adapter's config (a JSON file)"]),
+    "directory_loop": (loop, ["Too many levels of symbolic links",
+                              "expected a PEFT adapter directory"]),
     "r_mismatch": (corrupt_rank, ["adapter_config.json", "field \"r\" is 8, lora.rank is 4"]),
     "truncated": (truncate, ["adapter_model.safetensors", "past the end of the data section"]),
     "missing_tensor": (drop_tensor, ["adapter_model.safetensors",
@@ -210,3 +250,5 @@ def test_malformed_adapter_exits_2_before_the_run_directory(name, trained, tmp_p
     for n in needles:
         assert n in p.stderr, f"{n!r} not in:\n{p.stderr}"
     assert "terminate called" not in p.stderr and not (tmp_path / "run").exists()
+    assert "filesystem error" not in p.stderr and "diverged" not in p.stderr, p.stderr
+    assert max(len(line) for line in p.stderr.splitlines()) < 1000, p.stderr[:2000]
