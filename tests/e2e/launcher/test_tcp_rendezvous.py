@@ -242,6 +242,7 @@ def test_large_frames_before_authentication_stay_bounded(launcher, tmp_path):
         t.start()
     for t in threads:
         t.join(timeout=60)
+    assert p0.poll() is None, f"node 0 ended on strangers' frames: {p0.communicate()}"
     hwm = vm_hwm_kib(p0.pid)
     p1 = node_launcher(launcher, 1, port, ["true"])
     (_, e0), (_, e1) = p0.communicate(timeout=60), p1.communicate(timeout=60)
