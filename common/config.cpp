@@ -122,9 +122,10 @@ std::string unknownKeyHint(const Schema& schema, const std::string& key,
 namespace {
 
 // The hint of an error about a declared key that has none of its own: what the key is
-// and its default ("training.lr: peak learning rate (default 3e-4)").
+// its choices and its default ("training.lr: peak learning rate (default 3e-4)").
 std::string keyHint(const KeySpec& spec) {
   std::string hint = spec.key + ": " + spec.doc;
+  if (!spec.choices.empty()) hint += "; one of " + choiceList(spec.choices);
   if (spec.default_value) hint += " (default " + valueToString(*spec.default_value) + ")";
   return hint;
 }
@@ -140,6 +141,13 @@ Value checkValue(const Schema& schema, const std::string& key, const Raw& raw,
     if (static_cast<ValueType>(v.index()) == spec->type) return v;
     if (spec->type == ValueType::kFloat && std::holds_alternative<int64_t>(v))
       return static_cast<double>(std::get<int64_t>(v));
+    if (spec->type == ValueType::kString && spec->comma_list &&
+        std::holds_alternative<std::vector<std::string>>(v)) {
+      std::string joined;
+      for (const std::string& item : std::get<std::vector<std::string>>(v))
+        joined += (joined.empty() ? "" : ",") + item;
+      return joined;
+    }
     if (spec->type == ValueType::kStringList && std::holds_alternative<std::vector<int64_t>>(v) &&
         std::get<std::vector<int64_t>>(v).empty())
       return std::vector<std::string>{};
@@ -192,7 +200,10 @@ void applyOverride(Config& cfg, const std::string& arg) {
   if (std::optional<toml::table> t = parseOneValue(text)) parsed = rawFromNode(*t->get("v"));
   Raw raw;
   if (spec->type == ValueType::kString) {
-    bool is_string = parsed && parsed->value && std::holds_alternative<std::string>(*parsed->value);
+    bool is_string = parsed && parsed->value &&
+                     (std::holds_alternative<std::string>(*parsed->value) ||
+                      (spec->comma_list &&
+                       std::holds_alternative<std::vector<std::string>>(*parsed->value)));
     raw = is_string ? *parsed : rawOf(Value(text));
   } else {
     raw = parsed ? *parsed : rawOf(Value(text));
@@ -341,9 +352,14 @@ Config Config::fromString(const std::string& toml_text, const std::string& sourc
     applyPretrained(cfg);
   else
     applyPreset(cfg, source_name);
-  for (const KeySpec& spec : schema.keys())
+  std::vector<const KeySpec*> derived;
+  for (const KeySpec& spec : schema.keys()) {
+    if (spec.derive && !cfg.has(spec.key)) derived.push_back(&spec);
     if (spec.default_value && !cfg.has(spec.key))
       cfg.entries_[spec.key] = Entry{*spec.default_value, "default"};
+  }
+  for (const KeySpec* spec : derived)
+    if (std::optional<Value> v = spec->derive(cfg)) cfg.entries_[spec->key] = Entry{*v, "default"};
   return cfg;
 }
 
@@ -381,12 +397,44 @@ void Config::fail(const std::string& key, const std::string& what, const std::st
   throw ConfigError(key, where(key), what, spec != nullptr ? keyHint(*spec) : hint);
 }
 
+namespace {
+
+// How directly the user set `key`: override 3, run file 2, model preset 1, default 0.
+int originRank(const Config& cfg, const std::string& key) {
+  const std::string w = cfg.where(key);
+  if (w.rfind("override", 0) == 0) return 3;
+  if (w.empty() || w == "default") return 0;
+  if (w.rfind("preset ", 0) == 0) return 1;
+  return 2;
+}
+
+}  // namespace
+
+void Config::failEither(const std::string& a, const std::string& b, const std::string& what,
+                        const std::string& hint) const {
+  bool blame_b = originRank(*this, b) > originRank(*this, a);
+  const std::string& key = blame_b ? b : a;
+  const std::string& other = blame_b ? a : b;
+  std::string text = what;
+  if (originRank(*this, other) < 2) {
+    const std::string from = where(other);
+    text += "; " + other + " = " + valueToString(entries_.at(other).value) +
+            (from == "default" ? " is the default" : " comes from " + from);
+  }
+  fail(key, text, hint);
+}
+
 void Config::checkDomains() const {
   if (schema_ == nullptr) throw ConfigError("", "", "internal: Config not loaded");
   for (const KeySpec& spec : schema_->keys()) {
     auto it = entries_.find(spec.key);
     if (it == entries_.end()) continue;
     const Value& v = it->second.value;
+    if (const std::string* sv = std::get_if<std::string>(&v); sv && !spec.choices.empty()) {
+      if (std::find(spec.choices.begin(), spec.choices.end(), *sv) == spec.choices.end())
+        fail(spec.key, "expected one of " + choiceList(spec.choices) + ", got \"" + *sv + "\"");
+      continue;
+    }
     double d;
     if (const int64_t* iv = std::get_if<int64_t>(&v)) {
       if (!spec.domain.declared) continue;

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cmath>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -29,6 +30,8 @@ namespace ftb {
 
 enum class ValueType { kInt, kFloat, kBool, kString, kIntList, kStringList };
 const char* valueTypeName(ValueType t);
+// A string key's choices as messages and --help-config spell them: "\"fp32\" | \"bf16\"".
+std::string choiceList(const std::vector<std::string>& choices);
 
 using Value = std::variant<int64_t, double, bool, std::string, std::vector<int64_t>,
                            std::vector<std::string>>;
@@ -50,6 +53,8 @@ Domain above(double lo);                // (lo, inf)
 Domain between(double lo, double hi);   // [lo, hi]
 Domain halfOpen(double lo, double hi);  // [lo, hi)
 
+class Config;
+
 struct KeySpec {
   std::string key;  // dotted, e.g. "training.lr"
   ValueType type;
@@ -65,6 +70,17 @@ struct KeySpec {
   // value it hashes as every key does.
   bool hash_default = true;
   Domain domain{};  // numeric keys only (int, float): Schema::add(spec, domain)
+  // String keys only: the values it accepts ({} = any string). Config::checkDomains
+  // refuses any other value with the list; --help-config shows it as the key's type.
+  std::vector<std::string> choices{};
+  // A string key holding a comma-separated list ("q,v"): a TOML list of strings (["q", "v"])
+  // is accepted too and stored joined by commas, so both spellings are one value and one tag.
+  bool comma_list = false;
+  // A default that depends on other keys: when the key is not set, Config::load (after every
+  // other default) takes derive(cfg) if it gives a value, else default_value. derive_doc
+  // says when, for --help-config ("training.dtype's when lora.rank > 0").
+  std::function<std::optional<Value>(const Config&)> derive{};
+  std::string derive_doc{};
 };
 
 class Schema {
@@ -121,8 +137,15 @@ class Config {
   // error about a key says what the key is.
   [[noreturn]] void fail(const std::string& key, const std::string& what,
                          const std::string& hint = "") const;
+  // An invariant between keys `a` and `b` is broken: throws ConfigError blaming the one
+  // the user set more directly (override > run file > model preset > default; a tie blames
+  // `a`), so `model.dim=66` blames model.dim, not the preset's n_heads. When the other key
+  // came from a preset or the default, the message says so (the user did not write it).
+  [[noreturn]] void failEither(const std::string& a, const std::string& b,
+                               const std::string& what, const std::string& hint = "") const;
   // Throws ConfigError for the first value (in schema order) outside its key's Domain:
-  // "<where>: key 'training.beta1': 1.5 is out of range: expected a finite number in [0, 1)".
+  // "<where>: key 'training.beta1': 1.5 is out of range: expected a finite number in [0, 1)",
+  // or not one of its choices: "expected one of \"fp32\" | \"bf16\", got \"fp16\"".
   void checkDomains() const;
 
   void set(const std::string& key, Value v, const std::string& origin);  // programmatic

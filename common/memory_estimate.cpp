@@ -33,7 +33,7 @@ StageShare stageShare(const TrainConfig& tc, int64_t stage) {
     sh.blocks = sh.blocks_in_flight = double(tc.model.n_layers);
     return sh;
   }
-  const PipePlan plan = pipePlanOf(tc);
+  const PipePlan& plan = tc.pipeline;
   const int64_t last = plan.stages * plan.virtual_stages - 1;
   sh.embed = stage == 0;
   sh.head = stage == plan.stages - 1;
@@ -251,7 +251,7 @@ std::string formatMemoryEstimate(const TrainConfig& tc, const MemoryEstimate& e,
      << ", micro-batch " << tc.training.micro_batch_size << " x seq " << tc.data.seq_len << "\n";
   if (e.pp_stage >= 0)
     os << "  pipeline stage " << e.pp_stage << " of pp " << tc.layout.pp << " ("
-       << tc.pipeline.pp_schedule << ", " << tc.training.grad_accum_steps
+       << pipeScheduleName(tc.pipeline.schedule) << ", " << tc.training.grad_accum_steps
        << " micro-batches): " << e.blocks_in_flight << " block activations and "
        << e.logits_in_flight << " logits in flight\n";
   os << "  parameters on this tp rank: " << e.params_local << "\n";

@@ -15,13 +15,10 @@
 #include <string>
 #include <vector>
 
+#include "common/pipe_plan.h"
 #include "common/run_config.h"
 
 namespace ftb {
-
-enum class PipeSchedule { kGpipe, k1F1B, kInterleaved1F1B };
-
-const char* pipeScheduleName(PipeSchedule s);  // "gpipe" | "1f1b" | "interleaved_1f1b"
 
 // FLOPs per token of each model piece, forward + backward (6 per parameter per token and
 // the attention scores), as ModelArgs::flopsPerToken counts them.
@@ -64,23 +61,12 @@ struct PipeAction {
 };
 std::string describe(const PipeAction& a);  // "F3c1", "B0c0", "send_act mb 2 -> stage 1", ...
 
-struct PipePlan {
-  PipeSchedule schedule = PipeSchedule::k1F1B;
-  int64_t stages = 1, virtual_stages = 1, microbatches = 1;
-  std::vector<int64_t> split;  // blocks per model chunk, size stages·virtual_stages
-  // first model layer of model chunk k: sum of split[0..k)
-  int64_t firstLayer(int64_t model_chunk) const;
-  int64_t modelChunk(int64_t stage, int64_t chunk) const { return chunk * stages + stage; }
-};
-
-// The plan of tc's pipeline keys (m = grad_accum_steps). REQUIRES: tc validated
-// (TrainConfig::fromConfig).
-PipePlan pipePlanOf(const TrainConfig& tc);
+// PipePlan (common/pipe_plan.h): a run's plan is TrainConfig::pipeline.
 
 // Every stage's actions (index = stage). Sends follow the compute that produced their
 // tensor; receives come just before the compute that consumes it.
-// REQUIRES: plan as PipelineConfig validation accepts it (run_config.h): m >= 1, split of
-// size p·v with every entry >= 1; 1F1B and interleaved m >= p, interleaved m % p == 0.
+// REQUIRES: plan as TrainConfig::fromConfig leaves it (PipePlan's invariant): m >= 1, split
+// of size p·v with every entry >= 1; 1F1B and interleaved m >= p, interleaved m % p == 0.
 std::vector<std::vector<PipeAction>> pipeActions(const PipePlan& plan);
 
 // The compute actions of stage `stage` alone, in order.

@@ -344,7 +344,7 @@ void StepLog::finishPipeline(Comm& world, TrainSummary& s) {
   s.bubble_frac_min = -t[1].item<double>();
   const size_t n = step_times_.size();
   s.p2p_bytes_per_step = n > 0 ? acc_.p2p_bytes / double(n) : 0.0;
-  metrics_.setRootAttr("pp_bubble_theory", theoreticalBubble(pipePlanOf(tc_)));
+  metrics_.setRootAttr("pp_bubble_theory", theoreticalBubble(tc_.pipeline));
   metrics_.setRootAttr("pp_bubble_fraction", frac);
   metrics_.setRootAttr("pp_bubble_fraction_max", s.bubble_frac_max);
   metrics_.setRootAttr("pp_p2p_bytes_per_step", s.p2p_bytes_per_step);
@@ -438,7 +438,7 @@ void measuredRows(std::ostream& os, const TrainConfig& tc, const TrainSummary& s
 
 // The measured bubble beside the schedule's theory, and the activation traffic.
 void pipelineRows(std::ostream& os, const TrainConfig& tc, const TrainSummary& s) {
-  const PipePlan plan = pipePlanOf(tc);
+  const PipePlan& plan = tc.pipeline;
   const std::string formula =
       plan.schedule == PipeSchedule::kInterleaved1F1B ? "(p-1)/(m+p-1)/v" : "(p-1)/(m+p-1)";
   summaryRow(os, "pipeline bubble",
@@ -446,9 +446,9 @@ void pipelineRows(std::ostream& os, const TrainConfig& tc, const TrainSummary& s
                  formatFixed(100 * s.bubble_frac_max, 1) +
                  " % of the pipeline's makespan idle, min - max over ranks; theory " +
                  formatFixed(100 * theoreticalBubble(plan), 1) + " % = " + formula + " (" +
-                 tc.pipeline.pp_schedule + ", p " + std::to_string(tc.layout.pp) + ", m " +
+                 pipeScheduleName(tc.pipeline.schedule) + ", p " + std::to_string(tc.layout.pp) + ", m " +
                  std::to_string(tc.training.grad_accum_steps) + ", v " +
-                 std::to_string(tc.pipeline.pp_virtual_stages) + ")");
+                 std::to_string(tc.pipeline.virtual_stages) + ")");
   summaryRow(os, "pipeline p2p sent (rank 0)",
              formatFixed(s.p2p_bytes_per_step / 1e6, 3) + " MB/step");
   for (size_t st = 0; st < s.stage_peak_rss.size() && st < s.stage_estimate.size(); ++st)

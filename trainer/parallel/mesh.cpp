@@ -13,7 +13,7 @@ void buildLinks(Distributed& dist, const TrainConfig& tc, Mesh& m) {
   const int64_t inner = m.world / m.pp, local = m.rank % inner;
   std::vector<std::pair<int64_t, int64_t>> pairs;
   for (int64_t s = 0; s + 1 < m.pp; ++s) pairs.push_back({s, s + 1});
-  if (tc.pipeline.pp_virtual_stages > 1 && m.pp > 2) pairs.push_back({0, m.pp - 1});
+  if (tc.pipeline.virtual_stages > 1 && m.pp > 2) pairs.push_back({0, m.pp - 1});
   std::sort(pairs.begin(), pairs.end());
   for (const auto& [a, b] : pairs) {
     if (a != m.pp_rank && b != m.pp_rank) continue;

@@ -12,7 +12,7 @@ namespace {
 // This stage's model chunks: chunk c is model chunk c·pp + stage (common/pipeline.h).
 std::vector<ModelPart> stageParts(const TrainConfig& tc, int64_t stage) {
   if (tc.layout.pp == 1) return {ModelPart{}};
-  const PipePlan plan = pipePlanOf(tc);
+  const PipePlan& plan = tc.pipeline;
   const int64_t last = plan.stages * plan.virtual_stages - 1;
   std::vector<ModelPart> parts;
   for (int64_t c = 0; c < plan.virtual_stages; ++c) {
@@ -26,7 +26,7 @@ std::unique_ptr<StepRunner> runnerFor(const TrainConfig& tc, Mesh& mesh,
                                       std::vector<Transformer> chunks, GradSync& sync,
                                       torch::ScalarType dtype) {
   if (tc.layout.pp == 1) return makeSequentialRunner(chunks[0], sync, tc.layout.tp);
-  return makePipelineRunner(pipePlanOf(tc), mesh.pp_rank, std::move(chunks), sync, mesh.links,
+  return makePipelineRunner(tc.pipeline, mesh.pp_rank, std::move(chunks), sync, mesh.links,
                             tc.layout.tp, tc.model.dim, dtype);
 }
 

@@ -229,9 +229,8 @@ TEST(SchemaTest, CheckpointSaveFinalIsABoolOutsideTheRunIdentity) {
     extra.insert(extra.begin(), model.begin(), model.end());
     return Config::fromString("", "run.toml", extra);
   };
-  EXPECT_TRUE(CheckpointConfig::fromConfig(with({})).save_final);  // default: save
+  EXPECT_TRUE(TrainConfig::fromConfig(with({}), 1).checkpoint.save_final);  // default: save
   const Config off = with({"checkpoint.save_final=false"});
-  EXPECT_FALSE(CheckpointConfig::fromConfig(off).save_final);
   EXPECT_FALSE(TrainConfig::fromConfig(off, 1).checkpoint.save_final);
   // Not part of the run identity: a sweep rerun with it off finds its run directories.
   EXPECT_EQ(configHash(off, 2), configHash(with({}), 2));
@@ -513,7 +512,7 @@ TEST_F(ConfigTest, FailUsesWhere) {
                   ":2: key 'training.micro_batch_size': must be >= 1, got 0\n"
                   "  hint: use 1 or more");
   }
-  // Without a hint of its own, the key's doc line and default are the hint.
+  // Without a hint of its own, the key's doc line, choices and default are the hint.
   try {
     cfg.fail("training.optimizer", "expected one of \"adamw\" | \"adafactor\", got \"adamx\"");
     FAIL();
@@ -521,7 +520,8 @@ TEST_F(ConfigTest, FailUsesWhere) {
     EXPECT_EQ(std::string(e.what()),
               "config error: default: key 'training.optimizer': expected one of \"adamw\" | "
               "\"adafactor\", got \"adamx\"\n"
-              "  hint: training.optimizer: \"adamw\" | \"adafactor\" (default \"adamw\")");
+              "  hint: training.optimizer: the optimizer; one of \"adamw\" | \"adafactor\" "
+              "(default \"adamw\")");
   }
 }
 

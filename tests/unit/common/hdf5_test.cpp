@@ -1,4 +1,4 @@
-// Tests for common/hdf5.h (RAII + helpers) and trainer/metrics/h5_metrics.h.
+// Tests for common/hdf5.h (RAII + helpers) and common/h5_metrics.h.
 // Env FTB_H5_OUT / FTB_H5_KILLED_OUT: where MetricsFileTest.RoundTrip / .SigkillKeeps...
 // leave their files (read by tests/e2e/test_h5_layout.py); default: a temp dir.
 #include "common/hdf5.h"

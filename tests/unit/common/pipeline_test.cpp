@@ -289,7 +289,7 @@ TEST(PipeConfig, StagesAreInTheWorldSizeProduct) {
   const TrainConfig tc = TrainConfig::fromConfig(Config::load(kTinyRun, {"model.n_layers=4"}), 4);
   EXPECT_EQ(tc.layout.pp, 1);
   EXPECT_EQ(tc.layout.dp_replicate, 4);
-  EXPECT_EQ(tc.pipeline.pp_split, (std::vector<int64_t>{4}));
+  EXPECT_EQ(tc.pipeline.split, (std::vector<int64_t>{4}));
 }
 
 // D512/L8 with Llama-2's vocabulary: the head costs 4.45 blocks. Balancing the chunks gave
@@ -302,14 +302,14 @@ TEST(PipeConfig, InterleavedDefaultSplitBalancesTheStagesOfD512L8) {
                               "parallel.pp_schedule=\"interleaved_1f1b\"",
                               "parallel.pp_virtual_stages=2", "parallel.pp_microbatches=8"}),
       2);
-  EXPECT_EQ(tc.pipeline.pp_split, (std::vector<int64_t>{3, 1, 3, 1}));
+  EXPECT_EQ(tc.pipeline.split, (std::vector<int64_t>{3, 1, 3, 1}));
 }
 
 TEST(PipeConfig, MicroBatchesSetGradientAccumulationOrMustAgree) {
   const TrainConfig tc = TrainConfig::fromConfig(
       Config::load(kTinyRun, {"model.n_layers=4", "parallel.pp_microbatches=4"}), 1);
   EXPECT_EQ(tc.training.grad_accum_steps, 4);
-  EXPECT_EQ(tc.pipeline.pp_microbatches, 4);
+  EXPECT_EQ(tc.pipeline.microbatches, 4);
   expectRefusal({"parallel.pp_microbatches=4", "training.grad_accum_steps=2"}, 1,
                 {"pp_microbatches(4) contradicts grad_accum_steps(2)"});
 }
@@ -337,7 +337,7 @@ TEST(PipeConfig, AValidPipelineResolvesItsPlan) {
   EXPECT_EQ(tc.layout.pp, 2);
   EXPECT_EQ(tc.layout.dp_replicate, 2);
   EXPECT_EQ(tc.globalBatch(), 2 * 4 * 2);  // micro_batch_size * m * dp: stages share samples
-  const PipePlan plan = pipePlanOf(tc);
+  const PipePlan& plan = tc.pipeline;
   EXPECT_EQ(plan.schedule, PipeSchedule::kInterleaved1F1B);
   EXPECT_EQ(plan.microbatches, 4);
   EXPECT_EQ(plan.split, (std::vector<int64_t>{1, 1, 1, 1}));

@@ -33,7 +33,7 @@ using nlohmann::json;
 ModelArgs gqa() {
   ModelArgs a;
   a.dim = 64, a.n_layers = 2, a.n_heads = 4, a.n_kv_heads = 2, a.ffn_dim = 96;
-  a.vocab_size = 256, a.max_seq_len = 128;
+  a.vocab_size = 256, a.max_seq_len = 128, a.rope_theta = 10000.0, a.norm_eps = 1e-5;
   return a;
 }
 

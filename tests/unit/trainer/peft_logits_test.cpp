@@ -12,6 +12,7 @@
 
 #include "common/config.h"
 #include "common/run_config.h"
+#include "common/run_keys.h"
 #include "trainer/hf/peft_adapter.h"
 #include "trainer/hf/pretrained.h"
 #include "trainer/model/llama.h"
@@ -41,8 +42,10 @@ TEST(PeftImport, WriteLoraLogitsForPythonReference) {
        std::string("lora.targets=") + std::getenv("FTB_PEFT_TARGETS"),
        "lora.from_pretrained=" + adapter});
   const ModelArgs a = modelArgsFromConfig(cfg);
+  TrainConfig lora_keys;  // the [lora] keys alone, as their rows read them
+  fillMembers(cfg, lora_keys, "lora.");
   ModelOptions opt;
-  opt.lora = LoraConfig::fromConfig(cfg);
+  opt.lora = lora_keys.lora;
   opt.seed = 7;
   Transformer model(a, TpContext{}, opt);
   std::vector<ckpt::StatePiece> pieces;  // every parameter, whole (world 1)
