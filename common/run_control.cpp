@@ -1,5 +1,7 @@
 #include "common/run_control.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +17,7 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "common/log.h"
+#include "common/own_dir.h"
 
 namespace ftb {
 namespace fs = std::filesystem;
@@ -91,11 +94,18 @@ std::optional<CtlCommand> parseCtlCommand(const std::string& word) {
 }
 
 void clearControlDir(const std::string& run_dir) {
-  const fs::path dir = controlDir(run_dir);
+  const std::string dir = controlDir(run_dir);
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+    throw IoError("cannot create the control directory " + dir + ": " + std::strerror(errno));
+  if (const std::string why = ownDirProblem(dir); !why.empty())
+    throw ConfigError("", "",
+                      "the control directory " + dir + " " + why +
+                          ": whoever can write in it could stop or checkpoint this run",
+                      "remove it (this run did not make it), or choose another output.dir");
+  if (::chmod(dir.c_str(), 0700) != 0)
+    throw IoError("cannot make the control directory " + dir +
+                  " private (mode 0700): " + std::strerror(errno));
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec)
-    throw IoError("cannot create the control directory " + dir.string() + ": " + ec.message());
   for (const auto& e : fs::directory_iterator(dir, ec)) fs::remove(e.path(), ec);
 }
 
@@ -134,19 +144,46 @@ void writeReply(const std::string& run_dir, const CtlReply& reply) {
     throw IoError("cannot rename " + tmp + " to " + path.string() + ": " + std::strerror(errno));
 }
 
+namespace {
+
+// Waits (until `deadline`) for the run's rank 0 to create control/, then requires it to be
+// this user's. Throws DistError when it does not appear, IoError when it is not ours.
+void awaitOwnControlDir(const std::string& dir, std::chrono::steady_clock::time_point deadline) {
+  while (ownDirProblem(dir) == "is missing") {
+    if (std::chrono::steady_clock::now() >= deadline)
+      throw DistError(dir + " did not appear: the run's rank 0 creates it when the run starts");
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (const std::string why = ownDirProblem(dir); !why.empty())
+    throw IoError("the control directory " + dir + " " + why +
+                  ": only the user who started the run can control it");
+}
+
+// Writes the request to a new private file `tmp`; throws IoError naming it and the OS error.
+void writeRequestFile(const std::string& tmp, const CtlRequest& req) {
+  const std::string text =
+      std::string(ctlCommandName(req.command)) + " " + std::to_string(req.id) + "\n";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) throw IoError("cannot write " + tmp + ": " + std::strerror(errno));
+  const bool ok = ::write(fd, text.data(), text.size()) == ssize_t(text.size());
+  const int err = errno;
+  ::close(fd);
+  if (!ok) {
+    std::remove(tmp.c_str());
+    throw IoError("cannot write " + tmp + ": " + std::strerror(err));
+  }
+}
+
+}  // namespace
+
 bool postRequest(const std::string& run_dir, const CtlRequest& req, double timeout_s) {
   const fs::path dir = controlDir(run_dir);
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec)
-    throw IoError("cannot create the control directory " + dir.string() + ": " + ec.message());
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(timeout_s));
+  awaitOwnControlDir(dir.string(), deadline);
   const std::string tmp = (dir / ("request.tmp." + std::to_string(req.id))).string();
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << ctlCommandName(req.command) << " " << req.id << "\n";
-    if (!out.flush()) throw IoError("cannot write " + tmp);
-  }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  writeRequestFile(tmp, req);
   bool posted = false;
   while (true) {
     if (::link(tmp.c_str(), requestPath(run_dir).c_str()) == 0) {

@@ -14,6 +14,9 @@
 //   The client waits for world_size replies, prints them and deletes them.
 // Invariant: rank 0 removes leftover requests and replies when the run starts (it holds
 // the run lock, so no live run owns them).
+// Who may control a run: control/ is made by the run's rank 0 with mode 0700 and must be
+// owned by the run's user (common/own_dir.h); rank 0 refuses one another user made, and
+// the client refuses one that is not its user's, so no other user can post a request.
 #pragma once
 
 #include <cstdint>
@@ -51,12 +54,17 @@ std::optional<CtlCommand> parseCtlCommand(const std::string& word);
 // Trainer side. Rank 0: clearControlDir() at the start, takeRequest() once per step
 // (never blocks; nullopt when no request or an unreadable one, which is removed with a
 // warning). Every rank: writeReply(). Throw IoError only where noted.
-void clearControlDir(const std::string& run_dir);  // creates it; throws IoError
+// clearControlDir(): creates control/ (0700) or makes the existing one 0700 and empties it;
+// ConfigError when it is not this user's (own_dir.h), IoError when it cannot be made.
+void clearControlDir(const std::string& run_dir);
 std::optional<CtlRequest> takeRequest(const std::string& run_dir);
 void writeReply(const std::string& run_dir, const CtlReply& reply);  // throws IoError
 
-// Client side. postRequest(): true once posted, false when another request was still
-// pending after `timeout_s`. requestPending(): control/request exists.
+// Client side. postRequest(): waits (within `timeout_s`) for control/ to exist; true once
+// posted, false when another request was still pending after `timeout_s`. Throws DistError
+// when control/ did not appear, IoError naming the file and the OS error or the owner when
+// control/ is not this user's or the request cannot be written. requestPending():
+// control/request exists.
 bool postRequest(const std::string& run_dir, const CtlRequest& req, double timeout_s);
 bool requestPending(const std::string& run_dir);
 // Every reply to `id` present now (parsed; unparsable ones are skipped), sorted by rank.

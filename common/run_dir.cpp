@@ -9,8 +9,10 @@
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <vector>
 
 #include "common/error.h"
+#include "common/own_dir.h"
 #include "common/run_status.h"
 #include "common/tag.h"
 
@@ -38,6 +40,23 @@ std::string runTomlField(const std::string& text, const std::string& name) {
 
 namespace {
 
+// The run directory and each directory of the tag's path under output_dir (a tag may hold
+// `/`) must be this user's: another user's could stop the run or swap its checkpoints.
+// With no_sweep_dir (`tag` empty) output_dir itself is the run directory.
+void requireOwnRunDir(const std::string& output_dir, const std::string& tag) {
+  fs::path dir = output_dir;
+  std::vector<fs::path> check;
+  if (tag.empty()) check.push_back(dir);
+  for (const auto& part : fs::path(tag)) check.push_back(dir /= part);
+  for (const auto& d : check)
+    if (const std::string why = ownDirProblem(d.string()); !why.empty())
+      throw ConfigError("output.dir", "",
+                        "the run directory " + d.string() + " " + why +
+                            ": its owner could stop this run or swap its checkpoints",
+                        "choose an output.dir of your own, or remove " + d.string() +
+                            " (this run did not make it)");
+}
+
 std::string runTag(const Config& cfg, int world_size, int nodes) {
   std::string fmt = kDefaultTagFmt;
   if (cfg.has("output.sweep_fmt") && !cfg.getString("output.sweep_fmt").empty())
@@ -60,6 +79,7 @@ RunDir prepareRunDir(const Config& cfg, int world_size, const std::string& outpu
   std::error_code ec;
   fs::create_directories(rd.path, ec);
   if (ec) throw IoError("cannot create run directory " + rd.path + ": " + ec.message());
+  requireOwnRunDir(output_dir, no_sweep_dir ? "" : rd.tag);
 
   const std::string hash = configHash(cfg, world_size, nodes);
   const std::string ws = std::to_string(world_size);

@@ -24,6 +24,8 @@
 //   no_sweep_dir) and writes run.toml exactly once (atomic link, so concurrent
 //   ranks or nodes race safely). An existing run.toml recording another config hash
 //   or world size is a "tag collision" ConfigError; the same config reuses the dir.
+//   The run directory (and every directory of the tag's path) must be this user's, no
+//   symlink of another user's (common/own_dir.h), else ConfigError naming its owner.
 #pragma once
 
 #include <string>

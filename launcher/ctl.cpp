@@ -24,7 +24,10 @@ constexpr const char* kCtlUsage =
     "usage: launcher ctl status|save|stop RUN_DIR [--timeout SECONDS]\n"
     "  status  every rank's step, loss, tokens/s, ETA and last checkpoint\n"
     "  save    checkpoint after the current step and go on\n"
-    "  stop    checkpoint after the current step and stop (status preempted, exit code 75)\n";
+    "  stop    checkpoint after the current step and stop (status preempted, exit code 75)\n"
+    "exit codes: 0 answered; 1 no run is active in RUN_DIR; 2 bad command line or not a run\n"
+    "  directory; 3 timed out; 4 RUN_DIR/control cannot be used by this user (another user's,\n"
+    "  or a request file cannot be written: the reason is printed)\n";
 
 constexpr const char* kTimeoutHint =
     "--timeout SECONDS bounds every wait of ctl (default 60), e.g. --timeout 120 for a long "

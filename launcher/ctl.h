@@ -4,7 +4,9 @@
 // Contract: every wait (posting the request, rank 0 picking it up, every rank's reply)
 // ends within --timeout seconds (default 60) and then says what it waited for. Exit
 // codes: 0 answered; 2 bad command line or RUN_DIR not a run directory; 1 no run is
-// active in RUN_DIR (run.lock not held); 3 timed out.
+// active in RUN_DIR (run.lock not held); 3 timed out (also: control/ did not appear);
+// 4 control/ is not this user's (common/own_dir.h) or the request file cannot be written:
+// the message names the file and the owner or the OS error.
 #pragma once
 
 #include <iosfwd>

@@ -277,8 +277,9 @@ std::string generateRunId() {
   char buf[32];
   strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", &tm);
   std::random_device rd;
-  char suffix[8];
-  snprintf(suffix, sizeof suffix, "-%04x", static_cast<unsigned>(rd() & 0xffff));
+  char suffix[40];
+  snprintf(suffix, sizeof suffix, "-%ld-%08x", static_cast<long>(getpid()),
+           static_cast<unsigned>(rd()));
   return std::string(buf) + suffix;
 }
 

@@ -78,7 +78,8 @@ struct ReservedPort {
 // DistError naming the errno when no socket or port can be had.
 ReservedPort reserveFreePort(int avoid);
 
-// "20241122-101502-3fa9": local time plus 16 random bits.
+// "20241122-101502-4242-3fa9c01b": local time, this launcher's pid and 32 random bits, so
+// launchers started in the same second (one machine, or several sharing a --log-dir) differ.
 std::string generateRunId();
 
 }  // namespace ftb::launcher

@@ -31,7 +31,7 @@ std::unique_ptr<Transport> makeTransport(const LaunchOptions& opts) {
                              "drop --nnodes/--node-rank/--master-addr, or start one launcher per "
                              "node without mpirun");
     return std::make_unique<TcpTransport>(opts.node_rank, opts.nnodes, opts.rdzv_host,
-                                          opts.rdzv_port, opts.rdzv_id);
+                                          opts.rdzv_port, opts.rdzv_id, loadRdzvSecret());
   }
   if (launchedByMpi() && !opts.standalone) return std::make_unique<MpiTransport>();
   return std::make_unique<LocalTransport>();

@@ -321,7 +321,8 @@ EnvVars contractEnv(const Plan& plan, int node, int local_rank, int attempt) {
 }
 
 bool isStrippedVar(const std::string& s) {
-  return s.rfind("OMPI_", 0) == 0 || s.rfind("PMIX_", 0) == 0 || s.rfind("PMI_", 0) == 0;
+  return s.rfind("OMPI_", 0) == 0 || s.rfind("PMIX_", 0) == 0 || s.rfind("PMI_", 0) == 0 ||
+         s.rfind("FTB_RDZV_SECRET=", 0) == 0;
 }
 
 std::vector<std::string> environList() {

@@ -133,7 +133,8 @@ using EnvVars = std::vector<std::pair<std::string, std::string>>;
 // torchrun contract, GLOO_SOCKET_IFNAME/CUDA_VISIBLE_DEVICES, and tunedEnv().
 EnvVars contractEnv(const Plan& plan, int node, int local_rank, int attempt);
 
-// True for variables that must not leak into workers: OMPI_*, PMIX_*, PMI_*.
+// True for variables that must not leak into workers: OMPI_*, PMIX_*, PMI_*, and the
+// launchers' FTB_RDZV_SECRET (rdzv_auth.h). `s` is "NAME=VALUE".
 bool isStrippedVar(const std::string& name_or_kv);
 // This process's environment (`environ`), K=V, in order.
 std::vector<std::string> environList();

@@ -185,11 +185,13 @@ void writeEnvironment(std::ostream& o, const std::vector<std::string>& launcher_
   if (!all) {
     o << "environment: each worker inherits this launcher's " << kept.size()
       << " variable(s) unchanged except those listed per worker";
-    if (!removed.empty()) o << ", minus " << removed.size() << " OMPI_*/PMIX_*/PMI_* variable(s)";
+    if (!removed.empty())
+      o << ", minus " << removed.size() << " OMPI_*/PMIX_*/PMI_*/FTB_RDZV_SECRET variable(s)";
     o << "; --env all prints them\n";
     return;
   }
-  o << "inherited environment (this launcher's, minus OMPI_*, PMIX_*, PMI_*; values of names "
+  o << "inherited environment (this launcher's, minus OMPI_*, PMIX_*, PMI_*, FTB_RDZV_SECRET; "
+       "values of names "
        "containing TOKEN, KEY, SECRET, PASSWORD masked; the variables below each worker "
        "override it):\n";
   for (const auto& e : kept) {

@@ -45,7 +45,7 @@ struct Runtime {
   Transport& transport;
   SignalChannel& signals;
   std::string program_path;                // resolved PROGRAM
-  std::vector<std::string> inherited_env;  // launcher env minus OMPI_*/PMIX_*/PMI_*
+  std::vector<std::string> inherited_env;  // launcher env minus isStrippedVar()
   std::vector<int> cpus;                   // this launcher's CPU set
   Reaper* reaper = nullptr;                // kills worker process groups if we die; may be null
   Clock::time_point start;                 // launcher process start

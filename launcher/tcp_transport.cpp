@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -17,18 +18,54 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "launcher/wire.h"
 
 namespace ftb::launcher {
 namespace {
 
 // Frame: 4 big-endian int32 (payload length, type, source node, destination node), payload.
-// type > 0: a message tag; the others are control frames.
-constexpr int kHello = -1;  // payload "nnodes rdzv_id"
-constexpr int kBye = -2;    // the sender called finish()
-constexpr int kAbort = -3;  // payload: exit code; every launcher exits with it
+// type > 0: a message tag (wire.h); the others are control frames.
+constexpr int kHello = -1;      // nonce_c, proof, "nnodes rdzv_id" (tcp_transport.h)
+constexpr int kBye = -2;        // the sender called finish()
+constexpr int kAbort = -3;      // payload: exit code; every launcher exits with it
+constexpr int kChallenge = -4;  // node 0's nonce
+constexpr int kWelcome = -5;    // node 0's proof
 constexpr size_t kHeader = 16;
-constexpr uint32_t kMaxFrame = 64u << 20;
 constexpr int64_t kRetryMs = 200;
+constexpr int kExitAbortDefault = 3;  // an ABORT whose code is not in 1..255
+
+// Largest payload of a frame of `type`; -1 for a type that does not exist.
+int64_t maxPayload(int type) {
+  switch (type) {
+    case kHello:
+      return TcpTransport::kMaxHandshake;
+    case kChallenge:
+      return kNonceBytes;
+    case kWelcome:
+      return kMacBytes;
+    case kBye:
+      return 0;
+    case kAbort:
+      return 16;
+    case kTagStop:
+      return int64_t{1} << 20;
+    case kTagInfo:
+      return int64_t{16} << 20;
+    case kTagPlan:
+    case kTagEnd:
+    case kTagDecision:
+      return int64_t{64} << 20;
+  }
+  return -1;
+}
+
+// The exit code an ABORT carries, kExitAbortDefault unless it is a whole number in 1..255.
+int abortCode(const std::string& payload) {
+  char* end = nullptr;
+  long v = std::strtol(payload.c_str(), &end, 10);
+  if (payload.empty() || *end != '\0' || v < 1 || v > 255) return kExitAbortDefault;
+  return static_cast<int>(v);
+}
 
 int64_t nowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -38,10 +75,14 @@ int64_t nowMs() {
 
 std::string errnoText() { return std::strerror(errno); }
 
-std::string addressOf(const sockaddr_in& a) {
+std::string ipOf(const sockaddr_in& a) {
   char b[INET_ADDRSTRLEN] = "?";
   inet_ntop(AF_INET, &a.sin_addr, b, sizeof b);
-  return std::string(b) + ":" + std::to_string(ntohs(a.sin_port));
+  return b;
+}
+
+std::string addressOf(const sockaddr_in& a) {
+  return ipOf(a) + ":" + std::to_string(ntohs(a.sin_port));
 }
 
 void putInt(std::string& s, int32_t v) {
@@ -58,8 +99,18 @@ int32_t getInt(const std::string& s, size_t at) {
 }  // namespace
 
 TcpTransport::TcpTransport(int node_rank, int nnodes, const std::string& master_host, int port,
-                           const std::string& rdzv_id)
-    : rank_(node_rank), size_(nnodes), master_host_(master_host), port_(port), rdzv_id_(rdzv_id) {
+                           const std::string& rdzv_id, RdzvSecret secret)
+    : rank_(node_rank),
+      size_(nnodes),
+      master_host_(master_host),
+      port_(port),
+      rdzv_id_(rdzv_id),
+      secret_(std::move(secret)) {
+  if (rdzv_id_.size() > kMaxRdzvId)
+    throw ConfigError(
+        "--rdzv-id", "command line",
+        std::to_string(rdzv_id_.size()) + " characters; at most " + std::to_string(kMaxRdzvId),
+        "give a shorter job id");
   if (rank_ == 0) {
     listen_ = Fd(socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     int one = 1;
@@ -100,15 +151,19 @@ std::string TcpTransport::describe() const {
   o << "TCP rendezvous, node " << rank_ << " of " << size_ << ", ";
   if (rank_ == 0) {
     int joined = 0;
-    for (const auto& p : peers_) joined += p->node > 0;
+    for (const auto& p : peers_) joined += p->authed && p->node > 0;
     o << "listening on port " << port_ << ", " << joined << " of " << size_ - 1
       << " other node(s) connected";
+    if (dropped_ > 0) o << ", " << dropped_ << " unauthenticated connection(s) dropped";
   } else {
+    const Peer& m = *peers_[0];
     o << "node 0 at " << master_host_ << " (" << addressOf(master_) << ") "
-      << (peers_[0]->connected
-              ? "connected"
-              : "not reached yet" +
-                    (connect_error_.empty() ? std::string() : ": " + connect_error_));
+      << (m.authed      ? "connected"
+          : m.connected ? "connected, authenticating"
+                        : "not reached yet" +
+                              (connect_error_.empty() ? std::string() : ": " + connect_error_));
+    if (!m.authed && !auth_error_.empty() && auth_error_ != connect_error_)
+      o << "; an earlier attempt: " << auth_error_;
   }
   return o.str();
 }
@@ -116,16 +171,18 @@ std::string TcpTransport::describe() const {
 TcpTransport::Peer* TcpTransport::peerFor(int node) {
   if (rank_ != 0) return peers_[0].get();  // everything goes through node 0
   for (auto& p : peers_)
-    if (p->node == node) return p.get();
+    if (p->authed && p->node == node) return p.get();
   return nullptr;
 }
 
 void TcpTransport::queue(Peer& p, int type, int src, int dst, const std::string& payload) {
-  putInt(p.out, static_cast<int32_t>(payload.size()));
-  putInt(p.out, type);
-  putInt(p.out, src);
-  putInt(p.out, dst);
-  p.out += payload;
+  const bool handshake = type == kHello || type == kChallenge || type == kWelcome;
+  std::string& to = handshake || p.authed ? p.out : p.held;
+  putInt(to, static_cast<int32_t>(payload.size()));
+  putInt(to, type);
+  putInt(to, src);
+  putInt(to, dst);
+  to += payload;
 }
 
 void TcpTransport::send(int dest, int tag, const std::string& payload) {
@@ -178,10 +235,7 @@ void TcpTransport::connectToMaster() {
   int one = 1;
   setsockopt(p.fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   p.connected = true;
-  std::string queued = std::move(p.out);  // messages sent before the connection existed
-  p.out.clear();
-  queue(p, kHello, rank_, 0, std::to_string(size_) + " " + rdzv_id_);
-  p.out += queued;
+  p.since_ms = nowMs();  // node 0 speaks first: its CHALLENGE
 }
 
 void TcpTransport::acceptNew() {
@@ -197,58 +251,174 @@ void TcpTransport::acceptNew() {
     p->fd = Fd(fd);
     p->connected = true;
     p->address = addressOf(a);
-    peers_.push_back(std::move(p));
+    p->ip = ipOf(a);
+    p->since_ms = nowMs();
+    admit(std::move(p));
+  }
+}
+
+void TcpTransport::admit(std::unique_ptr<Peer> p) {
+  Peer *oldest = nullptr, *oldest_here = nullptr;  // peers_ is in accept order
+  int pending = 0, here = 0;
+  for (auto& q : peers_) {
+    if (!q->fd || q->authed) continue;
+    ++pending;
+    if (!oldest) oldest = q.get();
+    if (q->ip != p->ip) continue;
+    ++here;
+    if (!oldest_here) oldest_here = q.get();
+  }
+  const std::string limits = " (limit " + std::to_string(kMaxPendingPerAddr) + " per address, " +
+                             std::to_string(kMaxPending) + " in all): the oldest is closed";
+  const std::string many = "too many unauthenticated connections";
+  if (here >= kMaxPendingPerAddr)
+    dropStranger(*oldest_here, many + " from " + p->ip + limits);
+  else if (pending >= kMaxPending)
+    dropStranger(*oldest, many + limits);
+  p->nonce = randomNonce();
+  queue(*p, kChallenge, 0, -1, p->nonce);
+  peers_.push_back(std::move(p));
+}
+
+void TcpTransport::dropStranger(Peer& p, const std::string& why) {
+  ++dropped_;
+  if (dropped_ <= 20 || dropped_ % 100 == 0)
+    FTB_WARN("TCP rendezvous: dropped the connection from " << p.address << ": " << why << " ("
+                                                            << dropped_ << " dropped so far)");
+  p.fd.reset();
+  p.in.clear();
+  p.out.clear();
+}
+
+void TcpTransport::retryMaster(const std::string& why) {
+  Peer& p = *peers_[0];
+  p.fd.reset();
+  p.connected = false;
+  p.in.clear();
+  p.out.clear();
+  p.nonce.clear();
+  p.nonce_c.clear();
+  connect_error_ = auth_error_ = why;
+  next_connect_ms_ = nowMs() + kRetryMs;
+}
+
+void TcpTransport::expireHandshakes() {
+  const int64_t now = nowMs();
+  for (auto& p : peers_) {
+    if (!p->fd || !p->connected || p->authed || now - p->since_ms <= kAuthTimeoutMs) continue;
+    const std::string after = " within " + std::to_string(kAuthTimeoutMs / 1000) + " s";
+    if (rank_ == 0)
+      dropStranger(*p, "no valid HELLO" + after);
+    else
+      retryMaster("node 0 did not complete the authentication" + after);
   }
 }
 
 void TcpTransport::lost(Peer& p, const std::string& why) {
-  std::string who = p.node >= 0 ? "node " + std::to_string(p.node) : "a connecting launcher";
+  std::string who = "node " + std::to_string(p.node);
   if (p.bye || (finishing_ && rank_ != 0)) {  // an orderly end
     p.fd.reset();
     return;
   }
+  if (!p.authed) {
+    if (rank_ == 0) return dropStranger(p, why + " before authenticating");
+    return retryMaster("node 0 closed the connection during authentication (" + why +
+                       "): it refused this launcher's proof; is its rendezvous secret the same "
+                       "as this one's (" +
+                       secret_.source + ")?");
+  }
   p.fd.reset();
-  if (p.node < 0) return;  // never said HELLO: not part of the job
   throw DistError("node " + std::to_string(rank_) + ": lost the connection to " + who + " (" +
                   p.address + "): " + why + "; its launcher exited or was killed");
 }
 
-void TcpTransport::handleFrame(Peer& p, int type, int src, int dst, std::string payload) {
-  if (type == kHello) {
-    std::istringstream in(payload);
-    int n = 0;
-    std::string id;
-    in >> n;
-    std::getline(in >> std::ws, id);
-    auto refuse = [&](const std::string& what) {
-      throw ConfigError("--node-rank", "command line",
-                        "launcher at " + p.address + " (node rank " + std::to_string(src) +
-                            ", --nnodes " + std::to_string(n) + "): " + what,
-                        "every launcher needs the same --nnodes and --rdzv-id and its own "
-                        "--node-rank in 0.." +
-                            std::to_string(size_ - 1));
-    };
-    if (n != size_) refuse("node 0 has --nnodes " + std::to_string(size_));
-    if (id != rdzv_id_) refuse("rendezvous id '" + id + "', node 0 has '" + rdzv_id_ + "'");
-    if (src <= 0 || src >= size_) refuse("node rank out of range");
-    if (Peer* other = peerFor(src)) refuse("node rank already taken by " + other->address);
-    p.node = src;
+std::string TcpTransport::proof(const char* label, const Peer& p, int node,
+                                const std::string& rest) const {
+  std::string msg = std::string("ftbench rdzv ") + label + '\0' + p.nonce + p.nonce_c +
+                    std::to_string(node) + '\0' + rest;
+  return hmacSha256(secret_.key, msg);
+}
+
+void TcpTransport::checkHello(Peer& p, int src, const std::string& payload) {
+  if (payload.size() < kNonceBytes + kMacBytes)
+    return dropStranger(p, "HELLO of " + std::to_string(payload.size()) + " bytes: too short");
+  p.nonce_c = payload.substr(0, kNonceBytes);
+  const std::string rest = payload.substr(kNonceBytes + kMacBytes);
+  if (!constantTimeEqual(payload.substr(kNonceBytes, kMacBytes), proof("hello", p, src, rest)))
+    return dropStranger(p, "its HELLO (node rank " + std::to_string(src) +
+                               ") does not prove this job's rendezvous secret (" + secret_.source +
+                               "): not a launcher of this job, or one with another secret");
+  // A launcher of this job: welcomed before its fields are checked, so that it hears the
+  // ABORT a mismatch below leads to (exit 2 on both sides).
+  queue(p, kWelcome, 0, src, proof("welcome", p, src, rest));
+  p.authed = true;
+  std::istringstream in(rest);
+  int n = 0;
+  std::string id;
+  in >> n;
+  std::getline(in >> std::ws, id);
+  auto refuse = [&](const std::string& what) {
+    throw ConfigError("--node-rank", "command line",
+                      "launcher at " + p.address + " (node rank " + std::to_string(src) +
+                          ", --nnodes " + std::to_string(n) + "): " + what,
+                      "every launcher needs the same --nnodes and --rdzv-id and its own "
+                      "--node-rank in 0.." +
+                          std::to_string(size_ - 1));
+  };
+  if (n != size_) refuse("node 0 has --nnodes " + std::to_string(size_));
+  if (id != rdzv_id_) refuse("rendezvous id '" + id + "', node 0 has '" + rdzv_id_ + "'");
+  if (src <= 0 || src >= size_) refuse("node rank out of range");
+  if (Peer* other = peerFor(src)) refuse("node rank already taken by " + other->address);
+  p.node = src;
+}
+
+void TcpTransport::checkMaster(Peer& p, int type, const std::string& payload) {
+  if (type == kChallenge && p.nonce.empty() && payload.size() == kNonceBytes) {
+    p.nonce = payload;
+    p.nonce_c = randomNonce();
+    const std::string rest = std::to_string(size_) + " " + rdzv_id_;
+    queue(p, kHello, rank_, 0, p.nonce_c + proof("hello", p, rank_, rest) + rest);
     return;
   }
+  if (type == kWelcome && !p.nonce.empty() &&
+      constantTimeEqual(payload,
+                        proof("welcome", p, rank_, std::to_string(size_) + " " + rdzv_id_))) {
+    p.authed = joined_ = true;
+    p.out += p.held;  // what this node sent before: node 0 is who it claims to be
+    p.held.clear();
+    return;
+  }
+  retryMaster(type == kWelcome
+                  ? "node 0's WELCOME does not prove this job's rendezvous secret (" +
+                        secret_.source + ")"
+                  : "node 0 sent frame type " + std::to_string(type) + " during authentication");
+}
+
+void TcpTransport::handleAbort(Peer& p, int src, const std::string& payload) {
+  const int code = abortCode(payload);
+  const std::string what = "node " + std::to_string(src) + " (via " + p.address +
+                           ") aborted the job (exit code " + std::to_string(code) + ")";
+  if (rank_ == 0) {  // relay before leaving
+    FTB_ERROR(what);
+    for (auto& q : peers_)
+      if (q.get() != &p && q->fd && q->authed)
+        queue(*q, kAbort, src, q->node, std::to_string(code));
+    abortJob(code);
+  }
+  throw FtbError(what, code);
+}
+
+void TcpTransport::handleFrame(Peer& p, int type, int src, int dst, std::string payload) {
+  if (!p.authed) {
+    if (rank_ == 0) return checkHello(p, src, payload);
+    return checkMaster(p, type, payload);
+  }
+  if (rank_ == 0) src = p.node;  // a node speaks for itself only
   if (type == kBye) {
     p.bye = true;
     return;
   }
-  if (type == kAbort) {
-    int code = std::atoi(payload.c_str());
-    if (rank_ == 0)  // relay before leaving
-      for (auto& q : peers_)
-        if (q.get() != &p && q->fd) queue(*q, kAbort, src, q->node, payload);
-    if (rank_ == 0) abortJob(code);
-    throw FtbError("node " + std::to_string(src) + " aborted the job (exit code " + payload + ")",
-                   code);
-  }
-  if (p.node < 0) throw DistError("TCP transport: message from " + p.address + " before HELLO");
+  if (type == kAbort) return handleAbort(p, src, payload);
   if (dst == rank_) {
     inbox_[type].push_back(Message{src, std::move(payload)});
   } else if (Peer* q = peerFor(dst)) {  // node 0 relays
@@ -256,33 +426,67 @@ void TcpTransport::handleFrame(Peer& p, int type, int src, int dst, std::string 
   }
 }
 
+std::string TcpTransport::frameProblem(const Peer& p, int type, uint32_t len) const {
+  const int64_t max = maxPayload(type);
+  bool allowed = max >= 0;
+  if (!p.authed)  // the handshake only
+    allowed = rank_ == 0 ? type == kHello : (type == kChallenge || type == kWelcome);
+  else
+    allowed = allowed && type != kHello && type != kChallenge && type != kWelcome;
+  if (!allowed)
+    return "frame type " + std::to_string(type) + (p.authed ? "" : " before authentication") +
+           " (" + std::to_string(len) + " bytes)";
+  if (int64_t{len} > max)
+    return "frame of " + std::to_string(len) + " bytes, type " + std::to_string(type) + " (limit " +
+           std::to_string(max) + ")";
+  return "";
+}
+
+void TcpTransport::refuse(Peer& p, const std::string& why) {
+  if (p.authed)
+    throw DistError("node " + std::to_string(rank_) + ": protocol error from node " +
+                    std::to_string(p.node) + " (" + p.address + "): " + why);
+  if (rank_ == 0) return dropStranger(p, why);
+  retryMaster("node 0 at " + p.address + " sent a " + why);
+}
+
+void TcpTransport::takeFrames(Peer& p) {
+  size_t at = 0;
+  while (p.fd && p.in.size() - at >= kHeader) {
+    const uint32_t len = static_cast<uint32_t>(getInt(p.in, at));
+    const int type = getInt(p.in, at + 4);
+    const std::string bad = frameProblem(p, type, len);
+    if (!bad.empty()) return refuse(p, bad);  // clears p.in or throws
+    if (p.in.size() - at < kHeader + len) break;
+    int src = getInt(p.in, at + 8), dst = getInt(p.in, at + 12);
+    std::string payload = p.in.substr(at + kHeader, len);
+    at += kHeader + len;
+    handleFrame(p, type, src, dst, std::move(payload));
+  }
+  if (p.fd) p.in.erase(0, at);
+}
+
 void TcpTransport::readFrom(Peer& p) {
   char buf[65536];
   std::string ended;  // why the connection ended; handled after the frames that came before
   while (p.fd) {
-    ssize_t n = recv(p.fd.get(), buf, sizeof buf, 0);
+    size_t room = sizeof buf;
+    if (!p.authed) {  // before authentication: at most one handshake frame is buffered
+      const size_t cap = kHeader + kMaxHandshake;
+      if (p.in.size() >= cap) break;
+      room = std::min(room, cap - p.in.size());
+    }
+    ssize_t n = recv(p.fd.get(), buf, room, 0);
     if (n > 0) {
       p.in.append(buf, static_cast<size_t>(n));
+      takeFrames(p);
       continue;
     }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) break;
     ended = n == 0 ? "connection closed" : errnoText();
     break;
   }
-  size_t at = 0;
-  while (p.in.size() - at >= kHeader) {
-    uint32_t len = static_cast<uint32_t>(getInt(p.in, at));
-    if (len > kMaxFrame)
-      throw DistError("TCP transport: frame of " + std::to_string(len) + " bytes from " +
-                      p.address + " (limit " + std::to_string(kMaxFrame) + ")");
-    if (p.in.size() - at < kHeader + len) break;
-    int type = getInt(p.in, at + 4), src = getInt(p.in, at + 8), dst = getInt(p.in, at + 12);
-    std::string payload = p.in.substr(at + kHeader, len);
-    at += kHeader + len;
-    handleFrame(p, type, src, dst, std::move(payload));
-  }
-  p.in.erase(0, at);
-  if (!ended.empty()) lost(p, ended);
+  if (!ended.empty() && p.fd) lost(p, ended);
 }
 
 void TcpTransport::writeTo(Peer& p) {
@@ -310,6 +514,11 @@ void TcpTransport::progress() {
     writeTo(p);
   }
   for (auto& p : peers_) writeTo(*p);
+  expireHandshakes();
+  if (rank_ == 0)  // strangers dropped: nothing of them stays
+    peers_.erase(std::remove_if(peers_.begin(), peers_.end(),
+                                [](const auto& p) { return !p->fd && !p->authed; }),
+                 peers_.end());
 }
 
 void TcpTransport::finish(double timeout_s, int exit_code) {
@@ -328,7 +537,7 @@ void TcpTransport::finish(double timeout_s, int exit_code) {
         done = done && ended;
       }
     } else {
-      done = !peers_[0]->fd;  // node 0 closes after every BYE
+      done = joined_ && !peers_[0]->fd;  // node 0 closes after every BYE
       missing = "0";
     }
     if (done) break;
@@ -344,14 +553,15 @@ void TcpTransport::finish(double timeout_s, int exit_code) {
 }
 
 void TcpTransport::abortJob(int exit_code) {
+  if (exit_code < 1 || exit_code > 255) exit_code = kExitAbortDefault;  // never reads as success
   for (auto& p : peers_)
-    if (p->fd && p->connected) queue(*p, kAbort, rank_, p->node, std::to_string(exit_code));
+    if (p->fd && p->authed) queue(*p, kAbort, rank_, p->node, std::to_string(exit_code));
   const int64_t deadline = nowMs() + 1000;  // best effort: peers may be gone already
   bool pending = true;
   while (pending && nowMs() < deadline) {
     pending = false;
     for (auto& p : peers_) {
-      if (!p->fd || !p->connected || p->out.empty()) continue;
+      if (!p->fd || !p->authed || p->out.empty()) continue;
       ssize_t n = ::send(p->fd.get(), p->out.data(), p->out.size(), MSG_NOSIGNAL);
       if (n > 0) p->out.erase(0, static_cast<size_t>(n));
       if (n < 0 && errno != EAGAIN && errno != EINTR) p->fd.reset();

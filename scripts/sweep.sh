@@ -12,7 +12,7 @@
 # each point's config hash: the tag printed is the run directory written, and a re-run with
 # the same overrides skips what is completed.
 # Worker output is echoed (`launcher --tee`, lines prefixed "[rank] ") and kept in
-# RESULTS_DIR/.logs/<point tag>.<start time>/attempt_0/rank_<r>.{out,err}.
+# RESULTS_DIR/.logs/<point tag>.<start time>.<pid>.<random>/attempt_0/rank_<r>.{out,err}.
 # Exit: 0 when every point run completed (or nothing was pending); 1 when a point failed
 # (the summary lists them); 2 on bad input (sweep file, override, missing build).
 # Environment: FTB_BUILD_DIR (default <repo>/build/release).
@@ -40,7 +40,9 @@ listing=$("$TAGGER" expand "$SWEEP" "${OVERRIDES[@]}" --pending "$RESULTS" --jso
 mapfile -t points <<<"$listing"
 [[ -n $listing ]] || points=()
 mkdir -p "$RESULTS"
-STAMP=$(date +%Y%m%d-%H%M%S)
+# Start time, this runner's pid and 32 random bits: runners started in the same second (on
+# one machine or several sharing RESULTS) never share a launcher run id or a log directory.
+STAMP=$(date +%Y%m%d-%H%M%S).$$.$(od -An -N4 -tx1 /dev/urandom | tr -d ' \n')
 echo "sweep: ${#points[@]} pending point(s) of $SWEEP -> $RESULTS"
 
 # True when `expand --pending` no longer lists point $1: completed, or held by a runner.

@@ -21,6 +21,7 @@
 #include "common/h5_metrics.h"
 #include "common/log.h"
 #include "common/memory_estimate.h"
+#include "common/own_dir.h"
 #include "common/pipeline_limits.h"
 #include "common/run_config.h"
 #include "common/run_control.h"
@@ -68,6 +69,16 @@ int threadsFor(const TrainConfig& tc) {
 std::string checkpointDir(const TrainConfig& tc, const std::string& run_dir) {
   if (!tc.checkpoint.dir.empty()) return tc.checkpoint.dir;
   return (std::filesystem::path(run_dir) / "checkpoints").string();
+}
+
+// A checkpoint directory that exists must be this user's (common/own_dir.h): another
+// user's, or their symlink, would feed this run their checkpoints or receive its own.
+void refuseForeignCheckpointDir(const Config& cfg, const TrainConfig& tc, const std::string& dir) {
+  const std::string why = ownDirProblem(dir);
+  if (why.empty() || why == "is missing") return;
+  const std::string key = tc.checkpoint.dir.empty() ? "output.dir" : "checkpoint.dir";
+  throw ConfigError(key, cfg.where(key), "the checkpoint directory " + dir + " " + why,
+                    "remove it (this run did not make it), or choose a directory of your own");
 }
 
 // Rank 0 creates <output>/<tag>/ (run.toml), takes the run directory's lock (held in
@@ -391,10 +402,11 @@ void connect(Setup& s) {
   hf::checkPretrained(tc,
                       *s.dist);  // a bad HF model directory exits 2 before the run directory exists
   hf::checkAdapter(tc, *s.dist);  // so does a bad PEFT adapter directory (lora.from_pretrained)
-  s.plan = planResume(tc, cfg,
-                      checkpointDir(tc, runDirPath(cfg, tc.layout.world_size, tc.output.output_dir,
-                                                   tc.output.no_sweep_dir, tc.layout.nodes)),
-                      *s.dist);
+  const std::string ckpt_dir =
+      checkpointDir(tc, runDirPath(cfg, tc.layout.world_size, tc.output.output_dir,
+                                   tc.output.no_sweep_dir, tc.layout.nodes));
+  refuseForeignCheckpointDir(cfg, tc, ckpt_dir);  // before a checkpoint is read from it
+  s.plan = planResume(tc, cfg, ckpt_dir, *s.dist);
   if (!tc.checkpoint.dir.empty())  // refused now, not at the first save (after the run)
     requireWritableDir(tc.checkpoint.dir, "checkpoint.dir", cfg.where("checkpoint.dir"),
                        "choose a directory this user can write on every node");

@@ -88,3 +88,30 @@ def test_bad_input_exits_2_and_creates_nothing(tmp_path):
     assert p.returncode == 2 and "training.lrr" in p.stderr, p.stderr
     assert "did you mean 'training.lr'" in p.stderr
     assert not (tmp_path / "res").exists()
+
+
+def test_runners_started_in_the_same_second_keep_their_own_logs(tmp_path):
+    """Two runners of one sweep started at once, with a `date` that gives both the same
+    second: each point of each runner gets its own launcher run id and log directory."""
+    bin_dir, build = tmp_path / "bin", tmp_path / "build"
+    bin_dir.mkdir()
+    (bin_dir / "date").write_text("#!/bin/sh\necho 20260101-000000\n")
+    for sub in ("launcher", "sweep_tagger", "trainer"):
+        (build / sub).mkdir(parents=True)
+    for sub in ("launcher", "sweep_tagger"):
+        (build / sub / sub).symlink_to(BUILD / sub / sub)
+    # A trainer that writes nothing: both runners run every point.
+    (build / "trainer" / "trainer").write_text("#!/bin/sh\necho trainer pid $$\nsleep 0.5\n")
+    for f in (bin_dir / "date", build / "trainer" / "trainer"):
+        f.chmod(0o755)
+    write_sweep(tmp_path / "sweeps")
+    env = dict(os.environ, FTB_BUILD_DIR=str(build), PATH=f"{bin_dir}:{os.environ['PATH']}")
+    cmd = ["bash", str(SWEEP_SH), str(tmp_path / "sweeps" / "sweep.toml"), str(tmp_path / "res")]
+    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    logs = sorted((tmp_path / "res" / ".logs").glob("*/attempt_0/rank_0.out"))
+    assert len(logs) == 4, (logs, outs)  # 2 runners x 2 points
+    for log in logs:
+        assert len(re.findall(r"^trainer pid \d+$", log.read_text(), re.M)) == 1, log

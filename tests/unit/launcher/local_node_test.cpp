@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 
 #include "common/error.h"
 
@@ -202,6 +203,13 @@ TEST(MasterPort, ReservedPortIsHeldForTheWorkersOnly) {
   const int port = r.port;
   r = ReservedPort{};  // released
   EXPECT_EQ(bindPlain(port), 0);
+}
+
+TEST(RunId, TimePidAndRandomBits) {
+  const std::string a = generateRunId(), b = generateRunId();
+  const std::regex shape("[0-9]{8}-[0-9]{6}-" + std::to_string(getpid()) + "-[0-9a-f]{8}");
+  EXPECT_TRUE(std::regex_match(a, shape)) << a;
+  EXPECT_NE(a, b);  // same second, same process: the random part differs
 }
 
 }  // namespace
