@@ -63,8 +63,8 @@ constexpr std::array<StepColumn, kStepColumnCount> kColumns = {{
      "no GEMM was measured"},
     {C::kFlopsPerToken, "flops_per_token", "FLOP/token", kFloat, kFinite,
      "model FLOPs of training one token by the formula of root attr flops_formula: full-v1 "
-     "= 6N + 12 L H hd T (torchtitan), lora-v1 = the same without the frozen weights' "
-     "gradients"},
+     "= 6N + 12 L H hd T (torchtitan), lora-v1 = 4N + 6Na + 12 L H hd T less block 0's q, k, "
+     "v input gradients (Na: adapter parameters)"},
     {C::kRssBytes, "rss_bytes", "bytes", kInt, kFinite,
      "resident set size of this rank at the end of the step (VmRSS)"},
     {C::kPeakRssBytes, "peak_rss_bytes", "bytes", kInt, kFinite,
@@ -78,8 +78,8 @@ constexpr std::array<StepColumn, kStepColumnCount> kColumns = {{
      "0 without a pipeline (rank)"},
     {C::kPpMakespanS, "pp_makespan_s", "s", kFloat, kFinite,
      "the pipeline's makespan in this step: the longest forward-backward span of any stage "
-     "(a stage's span: the mean over its ranks), agreed over the ranks; 0 without a "
-     "pipeline"},
+     "(a stage's span: the mean over its ranks), agreed over the ranks, and at least this "
+     "rank's own span; 0 without a pipeline"},
     {C::kPpP2pBytes, "pp_p2p_bytes", "bytes", kInt, kFinite,
      "bytes this rank sent to neighbour pipeline stages in this step (activations forward, "
      "gradients backward); 0 without a pipeline (rank)"},
