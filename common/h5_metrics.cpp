@@ -10,94 +10,12 @@
 #include <system_error>
 
 #include "common/error.h"
+#include "common/step_columns.h"
 
 namespace ftb {
 namespace {
 
-// Ratios the trainer writes as NaN when their denominator is unknown (see metricDocs).
-const std::set<std::string> kMayBeNaN = {"mfu", "gemm_efficiency",
-                                         // interference: NaN where /proc is unreadable
-                                         "interference", "runqueue_wait_frac", "cpu_steal_frac",
-                                         "other_load_cpus", "involuntary_switches"};
-
 int64_t toInt(double v) { return std::isnan(v) ? -1 : static_cast<int64_t>(std::llround(v)); }
-
-// `units` and `description` attributes of the trainer's /steps datasets (trainer/README.md
-// "Metrics"). Scope: "global" = summed or identical over all ranks; "rank" = this rank.
-struct MetricDoc {
-  const char* units;
-  const char* description;
-};
-const std::map<std::string, MetricDoc>& metricDocs() {
-  static const std::map<std::string, MetricDoc> docs = {
-      {"step", {"1", "step index, 0-based (the progress line shows step + 1)"}},
-      {"time_s",
-       {"s",
-        "wall time of training from the start of the first step to the end of this one "
-        "(rank); a resumed run continues from the last kept row (time between attempts "
-        "not counted)"}},
-      {"step_time_s", {"s", "wall time of this step (rank)"}},
-      {"data_s", {"s", "time building batches in this step (rank)"}},
-      {"forward_s",
-       {"s",
-        "time in forward passes in this step (rank), less the time blocked in collectives "
-        "(comm_s)"}},
-      {"backward_s",
-       {"s",
-        "time in backward passes in this step (rank), less the time blocked in collectives "
-        "(comm_s)"}},
-      {"optimizer_s", {"s", "time in the optimizer step (rank)"}},
-      {"comm_s",
-       {"s",
-        "exposed communication time in this step (rank): time blocked in "
-        "collectives wherever they run (tensor-parallel all-reduces and ZeRO "
-        "gathers in forward, reduce-scatters and inline gradient buckets in "
-        "backward, the waits after backward); forward_s and backward_s "
-        "exclude it"}},
-      {"agree_s",
-       {"s",
-        "time in this step's agreement all-reduce (loss, stop flag, control request; "
-        "part of comm_s) (rank)"}},
-      {"loss", {"nats/token", "mean cross-entropy per non-padding token of the global batch"}},
-      {"grad_norm", {"1", "global L2 norm of the gradients before clipping"}},
-      {"lr", {"1", "learning rate used in this step"}},
-      {"tokens_padded", {"tokens", "tokens of the global batch including padding"}},
-      {"tokens_dataset", {"tokens", "non-padding tokens of the global batch"}},
-      {"tokens_per_s_padded", {"tokens/s", "global padded tokens / step wall time"}},
-      {"tokens_per_s_dataset", {"tokens/s", "global non-padding tokens / step wall time"}},
-      {"tokens_per_s_per_device", {"tokens/s/device", "padded tokens/s / world size"}},
-      {"mfu",
-       {"1",
-        "model FLOPs utilization against the hardware peak: flops_per_token * "
-        "tokens/s per device / peak_flops (root attrs peak_source, peak_check); NaN "
-        "when that peak is unknown or below the measured GEMM"}},
-      {"gemm_efficiency",
-       {"1",
-        "flops_per_token * tokens/s per device / gemm_flops, a GEMM "
-        "measured at start with this run's threads and BLAS (root "
-        "attr gemm_source); not the hardware"}},
-      {"flops_per_token", {"FLOP/token", "6N + 12 L H hd T (torchtitan)"}},
-      {"rss_bytes", {"bytes", "resident set size of this rank (VmRSS)"}},
-      {"peak_rss_bytes", {"bytes", "peak resident set size of this rank so far (VmHWM)"}},
-      // Interference (common/interference.h), over the interval since the previous step end.
-      {"interference",
-       {"1",
-        "fraction of the interval this rank's compute threads were runnable but not "
-        "running: runqueue_wait_frac + cpu_steal_frac, at most 1 (rank)"}},
-      {"runqueue_wait_frac",
-       {"1",
-        "run-queue wait of this rank's threads (/proc/self/task/*/schedstat field 2) / "
-        "(interval x intra-op threads) (rank)"}},
-      {"cpu_steal_frac", {"1", "steal ticks / all ticks of the CPUs this rank is bound to (rank)"}},
-      {"other_load_cpus",
-       {"CPUs",
-        "CPU time other processes used on this rank's bound CPUs / interval: their "
-        "busy ticks less this process's CPU time (rank)"}},
-      {"involuntary_switches",
-       {"1", "involuntary context switches of this rank's threads in the interval (rank)"}},
-  };
-  return docs;
-}
 
 void writeAttr(hid_t obj, const std::string& name, const AttrValue& v) {
   if (const auto* i = std::get_if<int64_t>(&v))
@@ -304,9 +222,27 @@ void MetricsFile::appendStep(const std::map<std::string, double>& values) {
   appended_ = true;
 }
 
+void MetricsFile::declareStepColumns() {
+  for (const StepColumn& c : stepColumns()) declareMetric(c.name, c.type == ColumnType::kInt);
+}
+
+void MetricsFile::appendStep(const StepRow& row) {
+  if (const StepColumn* unset = row.firstUnset())
+    throw std::logic_error(std::string("appendStep: the row sets no value for step column '") +
+                           unset->name + "' (common/step_columns.h): every column needs one");
+  std::map<std::string, double> values;
+  for (const StepColumn& c : stepColumns()) {
+    if (column_index_.count(c.name) == 0)
+      throw std::logic_error(std::string("appendStep: step column '") + c.name +
+                             "' was not declared: call declareStepColumns() first");
+    values[c.name] = row.get(c.id);
+  }
+  appendStep(values);
+}
+
 uint64_t MetricsFile::headroom() const {
   constexpr uint64_t kChunkBytes = 1024 * 8;  // h5::createAppendable's default chunk
-  const uint64_t cols = std::max<uint64_t>(columns_.size(), 24);  // 24: the trainer's count
+  const uint64_t cols = std::max<uint64_t>(columns_.size(), kStepColumnCount);
   const uint64_t rows = uint64_t(std::max<int64_t>(steps_buffered_, 0));
   return cols * kChunkBytes + 2 * rows * cols * 8 + (128 << 10);
 }
@@ -318,10 +254,9 @@ void MetricsFile::appendColumn(Column& c) {
     } else {
       c.dset = h5::createAppendable(steps_group_, c.name,
                                     c.is_int ? h5::ElemType::kInt64 : h5::ElemType::kFloat64);
-      auto doc = metricDocs().find(c.name);
-      h5::writeAttrString(c.dset, "units", doc == metricDocs().end() ? "" : doc->second.units);
-      h5::writeAttrString(c.dset, "description",
-                          doc == metricDocs().end() ? "" : doc->second.description);
+      const StepColumn* doc = findStepColumn(c.name);
+      h5::writeAttrString(c.dset, "units", doc ? doc->units : "");
+      h5::writeAttrString(c.dset, "description", doc ? doc->description : "");
     }
   }
   if (c.is_int) {
@@ -526,7 +461,7 @@ std::string orderProblem(const std::vector<double>& col, const std::string& name
 std::string metricsProblem(const MetricsData& d) {
   for (const auto& [name, col] : d.steps)
     for (size_t i = 0; i < col.size(); ++i)
-      if (kMayBeNaN.count(name) && std::isnan(col[i]))
+      if (const StepColumn* c = findStepColumn(name); c && c->nan_allowed && std::isnan(col[i]))
         continue;  // "not reported"
       else if (!std::isfinite(col[i]) || col[i] < 0)
         return "/steps/" + name + " row " + std::to_string(i) + " is " + valueText(col[i]) +

@@ -9,8 +9,8 @@
 //              trainer/README.md "HDF5 metrics files")
 //   /config    scalar UTF-8 string: the resolved config (TOML)
 //   /steps/<metric>  1-D float64 or int64, chunked (Fletcher-32 per chunk), unlimited;
-//                    row i = i-th appended step; attrs `units` and `description` (strings;
-//                    empty for a name outside the trainer's metric set)
+//                    row i = i-th appended step; attrs `units` and `description` (strings
+//                    from common/step_columns.h; empty for a name outside that table)
 //   / attrs    resume_count, resume_steps (int64 array): only in a run resumed from a
 //              checkpoint (MetricsFile::resume)
 //   /status    group with attrs state (running|completed|failed|oom|preempted|invalid:
@@ -47,6 +47,7 @@
 
 #include "common/hdf5.h"
 #include "common/run_state.h"
+#include "common/step_columns.h"
 
 namespace ftb {
 
@@ -98,6 +99,13 @@ class MetricsFile {
   // is stored as NaN (int: -1); int metrics store llround(value), NaN -> -1.
   // An undeclared name throws std::invalid_argument and buffers nothing.
   void appendStep(const std::map<std::string, double>& values);
+  // Declares every column of stepColumns() (common/step_columns.h), in table order, with
+  // its type; the same rules as declareMetric.
+  void declareStepColumns();
+  // Buffers one row of every step column. REQUIRES: declareStepColumns() was called (else
+  // std::logic_error) and `row` sets every column (else std::logic_error naming the first
+  // one it leaves out); nothing is buffered then.
+  void appendStep(const StepRow& row);
   // Writes the buffered rows, rewrites /status steps_done, H5Fflush. No-op on a closed
   // file. Throws IoError naming the file (ENOSPC, ...); the rows flushed before stay
   // readable, and from then on no row is written (only /status), so no later row lands at

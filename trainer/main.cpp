@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/out_of_memory.h"
+#include "common/step_columns.h"
 #include "trainer/hf/export.h"
 #include "trainer/session.h"
 
@@ -55,7 +56,9 @@ cxxopts::Options trainerCli() {
       cxxopts::value<double>())("overrides", "key=value overrides",
                                 cxxopts::value<std::vector<std::string>>())(
       "help-config", "print every config key (type, default, meaning) as a markdown table")(
-      "h,help", "show help");
+      "help-metrics",
+      "print every per-step column of the metrics file (/steps: units, type, meaning) as a "
+      "markdown table")("h,help", "show help");
   cli.parse_positional({"overrides"});
   cli.positional_help("[key=value ...]");
   return cli;
@@ -81,11 +84,17 @@ int trainerMain(int argc, char** argv) {
       throw cliError(cli, e, words);
     }
     if (args.count("help")) {
-      std::cout << cli.help() << "\nConfig keys: trainer --help-config\n";
+      std::cout << cli.help()
+                << "\nConfig keys: trainer --help-config\nMetrics columns: trainer "
+                   "--help-metrics\n";
       return 0;
     }
     if (args.count("help-config")) {
       std::cout << schemaMarkdown(trainerSchema());
+      return 0;
+    }
+    if (args.count("help-metrics")) {
+      std::cout << stepColumnsMarkdown();
       return 0;
     }
     if (!args.count("config"))

@@ -1,6 +1,6 @@
 // ftb_synth_runs: writes synthetic run directories shaped exactly like the
-// trainer's (run.toml via prepareRunDir, one MetricsFile per rank with the trainer's
-// metric names), for the aggregation benchmark and end-to-end tests.
+// trainer's (run.toml via prepareRunDir, one MetricsFile per rank with a value for every
+// step column of common/step_columns.h), for the aggregation benchmark and tests.
 //
 // Usage: ftb_synth_runs OUT_DIR [--runs N] [--ranks-per-node R] [--nodes K]
 //                       [--steps S] [--states completed,failed,oom,running,...]
@@ -17,6 +17,7 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "common/h5_metrics.h"
+#include "common/step_columns.h"
 #include "common/tag.h"
 
 namespace ftb {
@@ -38,29 +39,63 @@ price_per_hour = 0.5
 sweep_fmt = "{model.name}.sl{data.seq_len}.mb{training.micro_batch_size}.ws{world_size}.{hash}"
 )";
 
-const char* kMetrics[] = {"step",
-                          "time_s",
-                          "step_time_s",
-                          "data_s",
-                          "forward_s",
-                          "backward_s",
-                          "optimizer_s",
-                          "comm_s",
-                          "loss",
-                          "grad_norm",
-                          "lr",
-                          "tokens_padded",
-                          "tokens_dataset",
-                          "tokens_per_s_padded",
-                          "tokens_per_s_dataset",
-                          "tokens_per_s_per_device",
-                          "mfu",
-                          "gemm_efficiency",
-                          "rss_bytes",
-                          "peak_rss_bytes"};
-bool isInt(const std::string& m) {
-  return m == "step" || m == "tokens_padded" || m == "tokens_dataset" || m == "rss_bytes" ||
-         m == "peak_rss_bytes";
+// One step's row of every column (common/step_columns.h): deterministic noise around a
+// step time that grows with the tokens per rank; no pipeline (parallel.pp = 1), so the pp_*
+// columns are 0 as in the trainer's files.
+struct SynthStep {
+  int64_t step = 0;
+  double t = 0, padded = 0, peak = 0, gemm = 0, flops_per_token = 0;
+  int world = 1, rank = 0;
+};
+StepRow synthRow(SynthStep& st, std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> noise(0.9, 1.1);
+  const double base = 1e-5 * st.padded / st.world + 0.01;
+  const double fwd = base * 0.3 * noise(rng), bwd = base * 0.55 * noise(rng);
+  const double opt = base * 0.1 * noise(rng), comm = base * 0.04 * noise(rng), data = 0.001;
+  const double total = data + fwd + bwd + opt + comm;
+  st.t += total;
+  const double dataset = std::floor(st.padded * 0.8 * noise(rng)), tps = st.padded / total;
+  const double s = double(st.step), rss = 1e8 + 1e5 * s + 1e6 * st.rank;
+  // The draws above, then loss and grad_norm, in the order of the files before the other
+  // columns came: the same seed gives those files' values.
+  const double loss = 10.0 * std::exp(-0.01 * s) + 0.1 * noise(rng), grad_norm = noise(rng);
+  const double wait = 0.01 * noise(rng), steal = 0.001 * noise(rng);
+  const double other_load = 0.05 * noise(rng), switches = std::round(10 * noise(rng));
+  using C = StepCol;
+  StepRow row;
+  row.set(C::kStep, s)
+      .set(C::kTimeS, st.t)
+      .set(C::kStepTimeS, total)
+      .set(C::kDataS, data)
+      .set(C::kForwardS, fwd)
+      .set(C::kBackwardS, bwd)
+      .set(C::kOptimizerS, opt)
+      .set(C::kCommS, comm)
+      .set(C::kAgreeS, 0.2 * comm)
+      .set(C::kLoss, loss)
+      .set(C::kGradNorm, grad_norm)
+      .set(C::kLr, 1e-3)
+      .set(C::kTokensPadded, st.padded)
+      .set(C::kTokensDataset, dataset)
+      .set(C::kTokensPerSPadded, tps)
+      .set(C::kTokensPerSDataset, dataset / total)
+      .set(C::kTokensPerSPerDevice, tps / st.world)
+      .set(C::kMfu, st.flops_per_token * tps / st.world / st.peak)
+      .set(C::kGemmEfficiency, st.flops_per_token * tps / st.world / st.gemm)
+      .set(C::kFlopsPerToken, st.flops_per_token)
+      .set(C::kRssBytes, rss)
+      .set(C::kPeakRssBytes, rss)
+      .set(C::kPpBubbleS, 0)
+      .set(C::kPpBubbleFraction, 0)
+      .set(C::kPpMakespanS, 0)
+      .set(C::kPpP2pBytes, 0)
+      .set(C::kInterference, wait + steal)
+      .set(C::kRunqueueWaitFrac, wait)
+      .set(C::kCpuStealFrac, steal)
+      .set(C::kOtherLoadCpus, other_load)
+      .set(C::kInvoluntarySwitches, switches);
+  ++st.step;
+  return row;
 }
 
 void writeRun(const std::string& out, int i, int nodes, int per_node, int steps, RunState state) {
@@ -91,39 +126,13 @@ void writeRun(const std::string& out, int i, int nodes, int per_node, int steps,
     info.peak_flops = peak;
     info.extra_attrs = {{"gemm_flops", gemm}, {"gemm_source", std::string("synthetic")}};
     MetricsFile f = MetricsFile::create(metricsFilePath(rd.path, rank), info);
-    for (const char* m : kMetrics) f.declareMetric(m, isInt(m));
+    f.declareStepColumns();
     std::mt19937_64 rng(static_cast<uint64_t>(i) * 1000 + rank);
-    std::uniform_real_distribution<double> noise(0.9, 1.1);
-    const double padded = double(mbs * seq * world), base = 1e-5 * padded / world + 0.01;
-    double t = 0;
-    for (int s = 0; s < done; ++s) {
-      double fwd = base * 0.3 * noise(rng), bwd = base * 0.55 * noise(rng);
-      double opt = base * 0.1 * noise(rng), comm = base * 0.04 * noise(rng), data = 0.001;
-      double total = data + fwd + bwd + opt + comm;
-      t += total;
-      double dataset = std::floor(padded * 0.8 * noise(rng));
-      double tps = padded / total;
-      f.appendStep({{"step", s},
-                    {"time_s", t},
-                    {"step_time_s", total},
-                    {"data_s", data},
-                    {"forward_s", fwd},
-                    {"backward_s", bwd},
-                    {"optimizer_s", opt},
-                    {"comm_s", comm},
-                    {"loss", 10.0 * std::exp(-0.01 * s) + 0.1 * noise(rng)},
-                    {"grad_norm", noise(rng)},
-                    {"lr", 1e-3},
-                    {"tokens_padded", padded},
-                    {"tokens_dataset", dataset},
-                    {"tokens_per_s_padded", tps},
-                    {"tokens_per_s_dataset", dataset / total},
-                    {"tokens_per_s_per_device", tps / world},
-                    {"mfu", flops_per_token * tps / world / peak},
-                    {"gemm_efficiency", flops_per_token * tps / world / gemm},
-                    {"rss_bytes", 1e8 + 1e5 * s + 1e6 * rank},
-                    {"peak_rss_bytes", 1e8 + 1e5 * s + 1e6 * rank}});
-    }
+    SynthStep st;
+    st.padded = double(mbs * seq * world);
+    st.peak = peak, st.gemm = gemm, st.flops_per_token = flops_per_token;
+    st.world = world, st.rank = rank;
+    for (int s = 0; s < done; ++s) f.appendStep(synthRow(st, rng));
     if (state == RunState::Completed) {
       f.setStatus(state, 0, "completed " + std::to_string(done) + " steps");
     } else if (state == RunState::Oom) {

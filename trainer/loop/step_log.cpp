@@ -14,46 +14,11 @@
 #include "common/log.h"
 #include "common/memory_estimate.h"
 #include "common/pipeline.h"
+#include "common/step_columns.h"
 #include "trainer/metrics/perf.h"
 
 namespace ftb {
 namespace {
-
-const char* kMetrics[] = {"step",
-                          "time_s",
-                          "step_time_s",
-                          "data_s",
-                          "forward_s",
-                          "backward_s",
-                          "optimizer_s",
-                          "comm_s",
-                          "agree_s",
-                          "loss",
-                          "grad_norm",
-                          "lr",
-                          "tokens_padded",
-                          "tokens_dataset",
-                          "tokens_per_s_padded",
-                          "tokens_per_s_dataset",
-                          "tokens_per_s_per_device",
-                          "mfu",
-                          "gemm_efficiency",
-                          "flops_per_token",
-                          "rss_bytes",
-                          "peak_rss_bytes",
-                          "pp_bubble_s",
-                          "pp_bubble_fraction",
-                          "pp_makespan_s",
-                          "pp_p2p_bytes",
-                          "interference",
-                          "runqueue_wait_frac",
-                          "cpu_steal_frac",
-                          "other_load_cpus",
-                          "involuntary_switches"};
-bool isIntMetric(const std::string& m) {
-  return m == "step" || m == "tokens_padded" || m == "tokens_dataset" || m == "rss_bytes" ||
-         m == "peak_rss_bytes" || m == "pp_p2p_bytes";
-}
 
 // "44.1%" or "n/a" (NaN: not reported).
 std::string pct(double v) {
@@ -168,7 +133,7 @@ StepLog::StepLog(const TrainConfig& tc, MetricsFile& metrics, const RunPeaks& pe
       rank_(rank),
       world_(world),
       interference_(at::get_num_threads()) {
-  for (const char* m : kMetrics) metrics_.declareMetric(m, isIntMetric(m));
+  metrics_.declareStepColumns();
   const FlopsCount f = trainingFlops(tc.model, tc.lora, tc.data.seq_len);
   metrics_.setRootAttr("flops_formula", f.formula);
   metrics_.setRootAttr("trainable_params", f.trainable_params);
@@ -195,37 +160,7 @@ void StepLog::record(int64_t step, const StepRecord& r) {
   kept_.observe(since_measured, elapsed(), step + 1 < tc_.metrics.skip_first_steps, step);
   const int64_t rss = currentRssBytes();
   rss_.observe(kept_.settled(step) ? since_measured : -1, rss);
-  metrics_.appendStep({{"step", double(step)},
-                       {"time_s", metrics_.resumedTimeS() + elapsed()},
-                       {"step_time_s", r.total},
-                       {"data_s", r.data},
-                       {"forward_s", r.fwd},
-                       {"backward_s", r.bwd},
-                       {"optimizer_s", r.opt},
-                       {"comm_s", r.comm},
-                       {"agree_s", r.agree},
-                       {"loss", r.loss},
-                       {"grad_norm", r.grad_norm},
-                       {"lr", r.lr},
-                       {"tokens_padded", r.padded},
-                       {"tokens_dataset", r.dataset},
-                       {"tokens_per_s_padded", tps_padded},
-                       {"tokens_per_s_dataset", tps_dataset},
-                       {"tokens_per_s_per_device", tps_padded / world_},
-                       {"mfu", mfu},
-                       {"gemm_efficiency", gemm_eff},
-                       {"flops_per_token", flops_per_token_},
-                       {"rss_bytes", double(rss)},
-                       {"peak_rss_bytes", double(peakRssBytes())},
-                       {"pp_bubble_s", r.bubble},
-                       {"pp_bubble_fraction", pipelineIdleFraction(r.pipe, r.bubble, r.makespan)},
-                       {"pp_makespan_s", r.makespan},
-                       {"pp_p2p_bytes", r.p2p_bytes},
-                       {"interference", itf.interference},
-                       {"runqueue_wait_frac", itf.wait_frac},
-                       {"cpu_steal_frac", itf.steal_frac},
-                       {"other_load_cpus", itf.other_load},
-                       {"involuntary_switches", itf.nivcsw}});
+  appendRow(step, r, itf, mfu, gemm_eff, rss);
   if ((step + 1) % tc_.metrics.log_every == 0) metrics_.flush();
   if (sum_.steps == 0) {
     sum_.first_loss = r.loss;
@@ -251,6 +186,44 @@ void StepLog::record(int64_t step, const StepRecord& r) {
   }
   if (rank_ == 0 && (step + 1) % tc_.metrics.log_every == 0)
     printProgress(step, r, tps_padded, tps_dataset, mfu, gemm_eff);
+}
+
+void StepLog::appendRow(int64_t step, const StepRecord& r, const InterferenceFigures& itf,
+                        double mfu, double gemm_eff, int64_t rss) {
+  using C = StepCol;
+  StepRow row;
+  row.set(C::kStep, double(step))
+      .set(C::kTimeS, metrics_.resumedTimeS() + elapsed())
+      .set(C::kStepTimeS, r.total)
+      .set(C::kDataS, r.data)
+      .set(C::kForwardS, r.fwd)
+      .set(C::kBackwardS, r.bwd)
+      .set(C::kOptimizerS, r.opt)
+      .set(C::kCommS, r.comm)
+      .set(C::kAgreeS, r.agree)
+      .set(C::kLoss, r.loss)
+      .set(C::kGradNorm, r.grad_norm)
+      .set(C::kLr, r.lr)
+      .set(C::kTokensPadded, r.padded)
+      .set(C::kTokensDataset, r.dataset)
+      .set(C::kTokensPerSPadded, r.padded / r.total)
+      .set(C::kTokensPerSDataset, r.dataset / r.total)
+      .set(C::kTokensPerSPerDevice, r.padded / r.total / world_)
+      .set(C::kMfu, mfu)
+      .set(C::kGemmEfficiency, gemm_eff)
+      .set(C::kFlopsPerToken, flops_per_token_)
+      .set(C::kRssBytes, double(rss))
+      .set(C::kPeakRssBytes, double(peakRssBytes()))
+      .set(C::kPpBubbleS, r.bubble)
+      .set(C::kPpBubbleFraction, pipelineIdleFraction(r.pipe, r.bubble, r.makespan))
+      .set(C::kPpMakespanS, r.makespan)
+      .set(C::kPpP2pBytes, r.p2p_bytes)
+      .set(C::kInterference, itf.interference)
+      .set(C::kRunqueueWaitFrac, itf.wait_frac)
+      .set(C::kCpuStealFrac, itf.steal_frac)
+      .set(C::kOtherLoadCpus, itf.other_load)
+      .set(C::kInvoluntarySwitches, itf.nivcsw);
+  metrics_.appendStep(row);
 }
 
 void StepLog::printProgress(int64_t step, const StepRecord& r, double tps_padded,

@@ -140,14 +140,17 @@ class KeptPagesBound {
 
 class StepLog {
  public:
-  // Declares the step metrics in `metrics`; starts the run clock (elapsed()). time_s =
-  // metrics.resumedTimeS() + elapsed(): a resumed run's clock continues.
+  // Declares the step columns (common/step_columns.h) in `metrics`; starts the run clock
+  // (elapsed()). time_s = metrics.resumedTimeS() + elapsed(): a resumed run's clock continues.
   StepLog(const TrainConfig& tc, MetricsFile& metrics, const RunPeaks& peaks, int rank, int world);
   void record(int64_t step, const StepRecord& r);
   double elapsed() const;  // seconds since construction
   TrainSummary finish(Comm& world);
 
  private:
+  // Appends the step's /steps row: every column of common/step_columns.h.
+  void appendRow(int64_t step, const StepRecord& r, const InterferenceFigures& itf, double mfu,
+                 double gemm_eff, int64_t rss);
   void printProgress(int64_t step, const StepRecord& r, double tps_padded, double tps_dataset,
                      double mfu, double gemm_eff) const;
   double flopsPerDevice(double tokens_per_s) const;

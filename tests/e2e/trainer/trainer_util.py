@@ -119,3 +119,16 @@ def wait_for_steps(path, n, timeout=60):
             pass
         time.sleep(0.2)
     raise AssertionError(f"{path} never reached {n} flushed steps")
+
+
+def help_metrics():
+    """`trainer --help-metrics` as {column: (units, type, meaning)}, in its order."""
+    p = subprocess.run([str(TRAINER), "--help-metrics"], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
+    table = {}
+    for line in p.stdout.splitlines()[2:]:  # after the header and separator
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        assert len(cells) == 4 and cells[0].startswith("`"), line
+        table[cells[0].strip("`")] = tuple(cells[1:])
+    return table
