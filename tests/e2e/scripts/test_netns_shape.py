@@ -49,6 +49,7 @@ def transfer_bits_per_s(tmp_path, nbytes):
     return json.loads(out.read_text())["bits_per_s"]
 
 
+@pytest.mark.timing  # a measured transfer rate: runs alone (tests/conftest.py)
 def test_shape_limits_the_rate_between_hosts(hosts, tmp_path):
     assert netns("shape", "40mbit").returncode == 0
     qdisc = subprocess.run(["ip", "netns", "exec", "ftbshp1", "tc", "qdisc", "show", "dev", "eth0"],
