@@ -19,10 +19,11 @@ import pytest
 # Fixtures that stand for a resource with a fixed name on this machine: the tests using one
 # share it, so they run in one group, one at a time.
 RESOURCE_GROUPS = {
-    # Network-namespace hosts h1, h2 (tests/cluster/netns.sh). The SLURM test cluster's nodes
-    # are those hosts, and the launcher tests count the bytes each host sends over eth0.
+    # Network-namespace hosts h1, h2 (tests/cluster/netns.sh, launcher_util.netns_hosts):
+    # the launcher tests count the bytes each host sends over eth0.
     "netns_hosts": "netns_h1_h2",
-    "cluster": "netns_h1_h2",
+    # The SLURM test cluster (/run/ftb-slurm, one per machine) on its hosts s1, s2.
+    "cluster": "slurm_cluster",
     # cut1, cut2 (launcher_util.cut_hosts): the tests cut their links and kill what is left.
     "cut_hosts": "netns_cut",
 }
