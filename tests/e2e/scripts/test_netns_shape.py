@@ -17,6 +17,8 @@ NETNS = REPO / "tests" / "cluster" / "netns.sh"
 RATE = REPO / "scripts" / "bench_link_rate.py"
 ENV = dict(os.environ, FTB_NETNS_PREFIX="ftbshp", FTB_NETNS_BRIDGE="ftbshp0",
            FTB_NETNS_NET="10.81.0")
+# The hosts ftbshp1, ftbshp2 are made and removed by every test: one test at a time.
+pytestmark = pytest.mark.xdist_group("netns_ftbshp")
 
 
 def netns(*args):
