@@ -18,6 +18,7 @@ def cases(path):
     for tc in ET.parse(path).getroot().iter("testcase"):
         cls, name = tc.get("classname", ""), tc.get("name", "")
         label = f"{cls.replace('.', '/')}.py::{name}" if path.name.startswith("pytest") else name
+        label = label.split("@", 1)[0]  # pytest-xdist group suffix (tests/conftest.py)
         out.append((float(tc.get("time") or 0), label, path.stem.removeprefix("pytest-")))
     return out
 

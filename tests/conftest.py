@@ -63,12 +63,26 @@ def group_of(item):
     return None
 
 
+def _suffix_group(item):
+    """Writes the item's xdist group into its id as `nodeid@group`, the form the
+    controller's LoadGroupScheduling reads. pytest-xdist 3.8 does this by setting
+    `item._nodeid`, which pytest 9 no longer reads (the id is `item._id`), so its groups
+    would be silently ignored; done here, as xdist would (names sorted, joined by "_")."""
+    names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                    for m in item.iter_markers("xdist_group")})
+    if not names or "@" in item.nodeid:
+        return
+    from _pytest.nodeid import NodeId  # pytest 9's structured id (scripts/requirements-venv.txt)
+    item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")
+
+
 # tryfirst: before pytest-xdist's own hook, which reads the groups into the test ids.
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if item.get_closest_marker("xdist_group") is not None:
-            continue
-        group = group_of(item)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+        if item.get_closest_marker("xdist_group") is None:
+            group = group_of(item)
+            if group is not None:
+                item.add_marker(pytest.mark.xdist_group(group))
+        if config.getoption("loadgroup", False) and hasattr(item, "_id"):
+            _suffix_group(item)
