@@ -1,6 +1,7 @@
-"""SLURM end-to-end: a real slurmctld + two slurmd on network-namespace hosts h1, h2
-(tests/cluster/slurm_cluster.sh), driving slurm/train.sbatch, slurm/sweep.sbatch and
-slurm/submit_sweep.sh with the real launcher and trainer.
+"""SLURM end-to-end: a real slurmctld + two slurmd on network-namespace hosts s1, s2
+(tests/cluster/slurm_cluster.sh with NODES_ENV: hosts of their own, so that the launcher
+tests on netns.sh's default hosts h1, h2 run beside these), driving slurm/train.sbatch,
+slurm/sweep.sbatch and slurm/submit_sweep.sh with the real launcher and trainer.
 
 Run:  .venv/bin/python -m pytest -q tests/cluster/test_slurm.py
 FTB_BUILD_DIR = build dir with launcher/, trainer/, sweep_tagger/ (default build/release).
@@ -29,6 +30,10 @@ TAGGER = BUILD / "sweep_tagger" / "sweep_tagger"
 TINY = REPO / "configs" / "runs" / "tiny.toml"
 SWEEP = REPO / "configs" / "sweeps" / "slurm_test.toml"
 SLURM_CONF = "/run/ftb-slurm/slurm.conf"
+# The cluster's nodes (netns.sh's variables): s1 = 10.82.0.11, s2 = 10.82.0.12 on bridge ftbslurm0.
+NODES_ENV = {"FTB_NETNS_PREFIX": "s", "FTB_NETNS_BRIDGE": "ftbslurm0", "FTB_NETNS_NET": "10.82.0"}
+NODE = ["s1", "s2"]
+ADDR = ["10.82.0.11", "10.82.0.12"]
 REQUEUE_EXIT = 75  # trainer and launcher: stopped after saving a checkpoint (trainer/README)
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
             "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
@@ -54,7 +59,7 @@ def clean_env(**extra):
            and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
                          "MASTER_ADDR", "MASTER_PORT", "CONFIG", "OVERRIDES", "NPROC",
                          "RESULTS")}
-    env.update(SLURM_CONF=SLURM_CONF, FTB_BUILD_DIR=str(BUILD), OMP_NUM_THREADS="1")
+    env.update(SLURM_CONF=SLURM_CONF, FTB_BUILD_DIR=str(BUILD), OMP_NUM_THREADS="1", **NODES_ENV)
     env.update({k: str(v) for k, v in extra.items()})
     return env
 
@@ -185,7 +190,7 @@ def test_srun_runs_a_task_on_each_node(cluster):
     assert p.returncode == 0, p.stderr
     lines = sorted(p.stdout.split("\n"))
     lines = [l.split() for l in lines if l.strip()]
-    assert lines == [["0", "h1", "10.77.0.11/24"], ["1", "h2", "10.77.0.12/24"]], p.stdout
+    assert lines == [["0", NODE[0], f"{ADDR[0]}/24"], ["1", NODE[1], f"{ADDR[1]}/24"]], p.stdout
 
 
 def test_train_sbatch_two_nodes_matches_single_process(cluster, tmp_path):
@@ -203,8 +208,8 @@ def test_train_sbatch_two_nodes_matches_single_process(cluster, tmp_path):
     out = log.read_text()
     assert "(2 node(s) x 1)" in out, out
     # one launcher per namespace host: the placement table shows both addresses
-    assert re.search(r"^0\s+\S+\s+10\.77\.0\.11\s", out, re.M), out
-    assert re.search(r"^1\s+\S+\s+10\.77\.0\.12\s", out, re.M), out
+    assert re.search(rf"^0\s+\S+\s+{re.escape(ADDR[0])}\s", out, re.M), out
+    assert re.search(rf"^1\s+\S+\s+{re.escape(ADDR[1])}\s", out, re.M), out
     (run_dir,) = [d for d in out_dir.iterdir() if d.name.startswith("tiny.ws2.")]
     files = sorted((run_dir / "metrics").glob("rank_*.h5"))
     assert [f.name for f in files] == ["rank_00000.h5", "rank_00001.h5"]
@@ -542,7 +547,7 @@ def test_tcp_launch_matches_the_mpi_launch(cluster, uninterrupted, tmp_path):
     out = log.read_text()
     assert rec["JobState"] == "COMPLETED" and rec["ExitCode"] == "0:0", (rec, tail(log))
     assert "--mpi=none" in out and "TCP rendezvous, node 0 of 2" in out, out[-4000:]
-    assert re.search(r"^1\s+\S+\s+10\.77\.0\.12\s", out, re.M), out[-4000:]
+    assert re.search(rf"^1\s+\S+\s+{re.escape(ADDR[1])}\s", out, re.M), out[-4000:]
     got = _rank_losses(results)
     assert got == uninterrupted, "losses differ from the MPI launch"
 

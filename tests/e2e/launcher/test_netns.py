@@ -131,6 +131,7 @@ def test_two_ranks_per_host_run_collectives_in_two_levels(launcher, netns_hosts,
         assert tx_ratio[0] <= two_level / flat <= tx_ratio[1], (host, sent)
 
 
+@pytest.mark.timing  # a wall-clock bound: runs alone (tests/conftest.py)
 def test_fail_fast_kill_9_on_second_host(launcher, netns_hosts, tmp_path):
     """Acceptance 3: kill -9 of the worker on h2 -> every process exits within 2 s, exit 137,
     and the root-cause table names rank 2 and h2's address."""
@@ -164,6 +165,7 @@ def test_fail_fast_kill_9_on_second_host(launcher, netns_hosts, tmp_path):
     assert f"rank 2 on node 1 (host {os.uname().nodename}, {H2})" in err
 
 
+@pytest.mark.timing  # a wall-clock bound: runs alone (tests/conftest.py)
 def test_exit_code_3_on_second_host(launcher, netns_hosts, tmp_path):
     """Acceptance 3: a worker that exits 3 makes the launcher (and mpirun) exit 3."""
     p = run(two_hosts(tmp_path, launcher, [],
@@ -238,6 +240,7 @@ def test_launcher_sigkill_on_second_host_leaves_no_workers(launcher, netns_hosts
     assert proc.returncode != 0
 
 
+@pytest.mark.timing  # a wall-clock bound: runs alone (tests/conftest.py)
 def test_sigterm_to_one_launcher_stops_every_node_without_restart(launcher, netns_hosts,
                                                                   tmp_path):
     cmd = two_hosts(tmp_path, launcher, ["--max-restarts", "2"],

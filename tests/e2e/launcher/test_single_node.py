@@ -11,6 +11,7 @@ from launcher_util import (ALLREDUCE, REPO, TRAINER, alive, records, run, torch_
                       worker_cmd)
 
 
+@pytest.mark.quick  # scripts/test.sh --quick: the launcher's end-to-end test
 def test_environment_contract(launcher, tmp_path):
     env = {"OMPI_MCA_fake": "1", "PMIX_FAKE": "1", "PMI_FAKE": "1", "KEEP_ME": "yes"}
     p = run([launcher, "--nproc-per-node", "2", "--run-id", "contract", "--max-restarts", "2",
@@ -175,6 +176,7 @@ def test_no_log_dir_passes_output_through(launcher):
     assert p.stdout.splitlines().count("plain") == 2
 
 
+@pytest.mark.timing  # a wall-clock bound: runs alone (tests/conftest.py)
 def test_worker_exit_code_is_launcher_exit_code(launcher):
     """Acceptance 3 (single node part): a worker that exits 3 makes the launcher exit 3."""
     p = run([launcher, "--nproc-per-node", "2", "--grace", "1", "--",
@@ -188,6 +190,7 @@ def test_worker_exit_code_is_launcher_exit_code(launcher):
     assert row[6:9] == ["127.0.0.1", "1", "1"], row  # ip, rank, local rank
 
 
+@pytest.mark.timing  # a wall-clock bound: runs alone (tests/conftest.py)
 def test_worker_killed_by_signal_exits_128_plus_signal(launcher):
     p = run([launcher, "--nproc-per-node", "2", "--",
              *worker_cmd("--ranks", "0", "--kill", "KILL", "--sleep-others", "30")])
@@ -246,6 +249,7 @@ def test_signals_are_forwarded(launcher, tmp_path):
     assert proc.returncode == 129, err
 
 
+@pytest.mark.timing  # a wall-clock bound: runs alone (tests/conftest.py)
 def test_sigterm_with_graceful_workers_exits_0(launcher, tmp_path):
     proc, recs = _start(launcher, tmp_path, "--sleep", "30", "--on-term", "0")
     t0 = time.monotonic()
@@ -262,6 +266,7 @@ def test_sigterm_kills_workers_and_exits_143(launcher, tmp_path):
     assert not any(alive(r["pid"]) for r in recs.values())
 
 
+@pytest.mark.timing  # a wall-clock bound: runs alone (tests/conftest.py)
 def test_grace_then_sigkill(launcher, tmp_path):
     """Rank 0 ignores SIGTERM: it is SIGKILLed after --grace; exit code is rank 1's."""
     p = run([launcher, "--nproc-per-node", "2", "--grace", "1", "--",
@@ -337,6 +342,7 @@ def test_exec_failure_is_a_failure(launcher, tmp_path):
     assert "exec" in p.stderr and "No such file" in p.stderr
 
 
+@pytest.mark.timing  # a wall-clock bound: runs alone (tests/conftest.py)
 def test_fail_fast_single_node_under_a_second(launcher, tmp_path):
     p = run([launcher, "--nproc-per-node", "2", "--",
              *worker_cmd("--ranks", "1", "--sleep", "0.3", "--kill", "9", "--sleep-others", "60")])

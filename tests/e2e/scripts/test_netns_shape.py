@@ -17,6 +17,8 @@ NETNS = REPO / "tests" / "cluster" / "netns.sh"
 RATE = REPO / "scripts" / "bench_link_rate.py"
 ENV = dict(os.environ, FTB_NETNS_PREFIX="ftbshp", FTB_NETNS_BRIDGE="ftbshp0",
            FTB_NETNS_NET="10.81.0")
+# The hosts ftbshp1, ftbshp2 are made and removed by every test: one test at a time.
+pytestmark = pytest.mark.xdist_group("netns_ftbshp")
 
 
 def netns(*args):
@@ -49,6 +51,7 @@ def transfer_bits_per_s(tmp_path, nbytes):
     return json.loads(out.read_text())["bits_per_s"]
 
 
+@pytest.mark.timing  # a measured transfer rate: runs alone (tests/conftest.py)
 def test_shape_limits_the_rate_between_hosts(hosts, tmp_path):
     assert netns("shape", "40mbit").returncode == 0
     qdisc = subprocess.run(["ip", "netns", "exec", "ftbshp1", "tc", "qdisc", "show", "dev", "eth0"],

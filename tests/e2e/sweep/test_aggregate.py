@@ -85,6 +85,7 @@ def table(results, tmp_path_factory):
     return pd.read_csv(out)
 
 
+@pytest.mark.quick  # scripts/test.sh --quick: sweep_tagger's end-to-end test
 def test_every_run_has_its_status(table):
     assert list(table.columns[:2]) == ["tag", "status"]
     assert set(DOCUMENTED) <= set(table.columns)

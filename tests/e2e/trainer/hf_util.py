@@ -9,8 +9,25 @@ import struct
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 ST_DTYPE = {"F32": "<f4", "F16": "<f2"}
+
+
+class LazyModule:
+    """A module imported at its first attribute use, skipping the test (pytest.importorskip)
+    when it is not installed. peft and transformers take seconds of CPU to import: a module
+    that names them at import time would cost that in every pytest-xdist worker that merely
+    collects it."""
+
+    def __init__(self, name):
+        self._name = name
+        self._module = None
+
+    def __getattr__(self, attr):
+        if self._module is None:
+            self._module = pytest.importorskip(self._name)
+        return getattr(self._module, attr)
 
 
 def to_bf16_bytes(a):

@@ -23,6 +23,7 @@ def mb4(tmp_path_factory):
     return losses(out)
 
 
+@pytest.mark.quick  # scripts/test.sh --quick: the trainer's end-to-end test
 def test_two_hand_started_ranks_match_world_one(tmp_path, mb4):
     run_ranks(tmp_path / "ws2", 2, "training.micro_batch_size=2")
     ref = mb4

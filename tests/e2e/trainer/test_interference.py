@@ -25,8 +25,11 @@ from trainer_util import BUILD, ONE_BLAS, TINY, TRAINER, base_env, metrics
 SWEEP_TAGGER_BIN = BUILD / "sweep_tagger" / "sweep_tagger"
 
 TASKSET = shutil.which("taskset")
-pytestmark = pytest.mark.skipif(TASKSET is None or not hasattr(os, "sched_getaffinity"),
-                                reason="needs taskset and sched_getaffinity (Linux)")
+pytestmark = [
+    pytest.mark.skipif(TASKSET is None or not hasattr(os, "sched_getaffinity"),
+                       reason="needs taskset and sched_getaffinity (Linux)"),
+    pytest.mark.timing,  # needs an idle CPU: runs alone (tests/conftest.py)
+]
 STEPS = 60
 THRESHOLD = 0.05  # metrics.max_interference's default
 

@@ -19,12 +19,12 @@ import numpy as np
 import pytest
 import torch
 
-from hf_util import make_hf_dir, read_safetensors
+from hf_util import LazyModule, make_hf_dir, read_safetensors
 from test_hf_model import SEQ, TESTS_BIN, rel_err, write_tokens
 from trainer_util import TRAINER, assert_close, base_env, run_ranks, run_trainer, steps
 
-peft = pytest.importorskip("peft")
-transformers = pytest.importorskip("transformers")
+peft = LazyModule("peft")
+transformers = LazyModule("transformers")
 
 B = 4
 LORA = ["lora.rank=4", "lora.alpha=8", "lora.targets=all"]

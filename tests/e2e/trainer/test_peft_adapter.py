@@ -19,12 +19,12 @@ import numpy as np
 import pytest
 import torch
 
-from hf_util import make_hf_dir, read_safetensors
+from hf_util import LazyModule, make_hf_dir, read_safetensors
 from test_hf_model import TESTS_BIN, reference_logits, rel_err
 from trainer_util import base_env
 
-peft = pytest.importorskip("peft")
-transformers = pytest.importorskip("transformers")
+peft = LazyModule("peft")
+transformers = LazyModule("transformers")
 
 ALL = ["q", "k", "v", "o", "gate", "up", "down"]
 HF_MODULE = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj",

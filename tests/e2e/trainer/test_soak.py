@@ -22,6 +22,9 @@ import pytest
 
 from trainer_util import ONE_BLAS, TINY, TRAINER, base_env, finish, free_port
 
+# One soak run at a time (tests/conftest.py): each trains 2-4 ranks flat out for SOAK_S.
+pytestmark = pytest.mark.xdist_group("soak")
+
 SOAK_S = 12  # training seconds per layout
 SETTLE_S = 3  # first-step lazy allocations (optimizer state, buckets) settle within this
 LIMIT = 0.05

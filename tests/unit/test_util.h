@@ -1,4 +1,4 @@
-// Helpers shared by the sweep_tagger unit tests.
+// Helpers shared by the unit tests (tests/unit/*/): test configs, temporary directories.
 #pragma once
 
 #include <stdlib.h>
