@@ -37,15 +37,20 @@ bool differsFromDefault(const Config& cfg, const std::string& key) {
 }
 
 // The JSONL text dataset keys: the tokenizer (data.tokenizer, else, for a .jsonl
-// data.source, <model.from_pretrained>/tokenizer.model) and the fields. A token-file
+// data.source, <model.from_pretrained>/tokenizer.json when it exists, as HF's AutoTokenizer
+// prefers it, else <model.from_pretrained>/tokenizer.model) and the fields. A token-file
 // source (.bin) with model.from_pretrained stays a token dataset.
 // REQUIRES: c.data_source set.
 void textDataConfig(const Config& cfg, DataConfig& c, Checks checks) {
+  namespace fs = std::filesystem;
   if (c.tokenizer.empty() && cfg.has("model.from_pretrained") &&
-      std::filesystem::path(c.data_source).extension() == ".jsonl")
-    c.tokenizer =
-        (std::filesystem::path(cfg.getString("model.from_pretrained")) / "tokenizer.model")
-            .string();
+      fs::path(c.data_source).extension() == ".jsonl") {
+    const fs::path dir = cfg.getString("model.from_pretrained");
+    std::error_code ec;  // a symlink loop is "not there" here; the check below names it
+    c.tokenizer = (fs::is_regular_file(dir / "tokenizer.json", ec) ? dir / "tokenizer.json"
+                                                                   : dir / "tokenizer.model")
+                      .string();
+  }
   if (c.prompt_field.empty() != c.completion_field.empty())
     cfg.fail(c.prompt_field.empty() ? "data.prompt_field" : "data.completion_field",
              "data.prompt_field and data.completion_field are set together (got \"" +
@@ -58,15 +63,16 @@ void textDataConfig(const Config& cfg, DataConfig& c, Checks checks) {
     cfg.fail(
         c.tokenizer.empty() ? "data.prompt_field" : "data.tokenizer",
         "text fields and a tokenizer need a .jsonl data.source, got \"" + c.data_source + "\"");
-  if (c.tokenizer.empty())
-    cfg.fail("data.tokenizer", "data.prompt_field needs a tokenizer",
-             "set data.tokenizer to a sentencepiece tokenizer.model");
-  if (checks == Checks::kAll && !std::filesystem::is_regular_file(c.tokenizer))
+  const char* what = "set data.tokenizer to a tokenizer.json or a sentencepiece tokenizer.model";
+  if (c.tokenizer.empty()) cfg.fail("data.tokenizer", "data.prompt_field needs a tokenizer", what);
+  std::error_code ec;
+  if (checks == Checks::kAll && !std::filesystem::is_regular_file(c.tokenizer, ec))
     cfg.fail(cfg.has("data.tokenizer") && !cfg.getString("data.tokenizer").empty()
                  ? "data.tokenizer"
                  : "model.from_pretrained",
-             "tokenizer model \"" + c.tokenizer + "\" does not exist",
-             "set data.tokenizer to a sentencepiece tokenizer.model");
+             "tokenizer \"" + c.tokenizer + "\" is not a readable file" +
+                 (ec ? " (" + ec.message() + ")" : ""),
+             what);
 }
 
 }  // namespace

@@ -263,8 +263,9 @@ void dataRows(std::vector<KeyRow>& t) {
                      M(data.pad_id)));
   // JSONL text datasets (trainer/data/text_dataset.h).
   t.push_back(member(spec("data.tokenizer", kString, s(""),
-                          "sentencepiece model for a .jsonl of texts; \"\" = "
-                          "<model.from_pretrained>/tokenizer.model if set, else the .jsonl "
+                          "tokenizer for a .jsonl of texts: a tokenizer.json (HF tokenizers) or a "
+                          "sentencepiece tokenizer.model; \"\" = <model.from_pretrained>/"
+                          "tokenizer.json, else its tokenizer.model, if set, else the .jsonl "
                           "holds input_ids"),
                      M(data.tokenizer)));
   t.push_back(member(
