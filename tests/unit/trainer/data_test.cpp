@@ -467,7 +467,7 @@ TEST(TextDataConfig, RefusesInconsistentKeys) {
                 .find("data.prompt_field needs a tokenizer"),
             std::string::npos);
   EXPECT_NE(refusal({src, "data.tokenizer=\"/nonexistent/tokenizer.model\""})
-                .find("tokenizer model \"/nonexistent/tokenizer.model\" does not exist"),
+                .find("tokenizer \"/nonexistent/tokenizer.model\" is not a readable file"),
             std::string::npos);
   EXPECT_NE(refusal({"data.source=\"" + bin + "\"", "data.tokenizer=\"" + jsonl + "\""})
                 .find("need a .jsonl data.source"),
