@@ -69,7 +69,7 @@ NOT_KEYS = {
 PATTERN_FLAGS = {"--key": "`--key VALUE`: the torchtitan spelling of any key=value override"}
 # Flags a program gains in work that is not built yet, with the program: accepted unchecked
 # (remove an entry once the program has the flag).
-NOT_YET_BUILT_FLAGS = {"--help-metrics": "trainer: the table of the /steps columns"}
+NOT_YET_BUILT_FLAGS: dict = {}
 # Flags of other tools that the docs name in a span of flags alone, with the tool.
 OTHER_TOOLS_FLAGS = {
     "--cpus-per-task": "sbatch/srun", "--exclusive": "sbatch", "--hold": "sbatch",
