@@ -7,6 +7,7 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "trainer/data/tokenize_cli.h"
 #include "trainer/hf/export.h"
 #include "trainer/session.h"
 
@@ -30,6 +31,7 @@ cxxopts::Options trainerCli() {
       "ftbench trainer: one process per rank.\n"
       "  trainer --config configs/runs/tiny.toml [key=value ...]\n"
       "  trainer export --checkpoint STEP_DIR --out HF_DIR (trainer export --help)\n"
+      "  trainer tokenize --tokenizer PATH IN.jsonl OUT.jsonl (trainer tokenize --help)\n"
       "  overrides also as --key VALUE or --key=VALUE (torchtitan style),\n"
       "  e.g. --training.lr 1e-3");
   cli.add_options()("config", "run config (TOML)", cxxopts::value<std::string>())(
@@ -65,6 +67,8 @@ int main(int argc, char** argv) {
   using namespace ftb;
   if (argc > 1 && std::string(argv[1]) == "export")  // trainer export --checkpoint C --out D
     return hf::exportMain(std::vector<std::string>(argv + 2, argv + argc));
+  if (argc > 1 && std::string(argv[1]) == "tokenize")  // trainer tokenize --tokenizer T IN OUT
+    return tokenizeMain(std::vector<std::string>(argv + 2, argv + argc));
   cxxopts::Options cli = trainerCli();
   SessionOptions opts;
   const std::optional<int> exit_code = guardedCli(cli, [&]() -> std::optional<int> {

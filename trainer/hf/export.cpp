@@ -137,12 +137,15 @@ json sourceArchitecture(const json& source) {
           {"sliding_window", source.value("sliding_window", json())}};
 }
 
-// The sentencepiece model the run tokenized with: data.tokenizer, else
-// model.from_pretrained's tokenizer.model; "" when neither is there.
+// The tokenizer the run tokenized with: data.tokenizer, else model.from_pretrained's
+// tokenizer.json, else its tokenizer.model; "" when none is there.
 std::string runTokenizer(const std::optional<Config>& run) {
   std::string p = runString(run, "data.tokenizer");
   const std::string base = runString(run, "model.from_pretrained");
-  if (p.empty() && !base.empty()) p = (fs::path(base) / "tokenizer.model").string();
+  if (p.empty() && !base.empty()) {
+    p = (fs::path(base) / "tokenizer.json").string();
+    if (!fs::is_regular_file(p)) p = (fs::path(base) / "tokenizer.model").string();
+  }
   return !p.empty() && fs::is_regular_file(p) ? p : "";
 }
 
@@ -151,7 +154,7 @@ std::string runTokenizer(const std::optional<Config>& run) {
 json specialTokenIds(const std::string& tokenizer, const json& source) {
   json ids = json::object();
   if (!tokenizer.empty()) {
-    std::unique_ptr<SpmTokenizer> t = SpmTokenizer::load(tokenizer, "data.tokenizer");
+    std::unique_ptr<TextTokenizer> t = loadTextTokenizer(tokenizer, "data.tokenizer");
     if (t->bos() >= 0) ids["bos_token_id"] = t->bos();
     if (t->eos() >= 0) ids["eos_token_id"] = t->eos();
     return ids;
