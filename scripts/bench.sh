@@ -42,7 +42,8 @@
 #             "net" reruns one part
 #   tokenizer the tokenizer.json encoder (`trainer tokenize`) against HF tokenizers (Rust), one
 #             thread each, on 10,000 multilingual texts and one small tokenizer per family
-#             (GPT-2, Llama 3, Qwen 2, SmolLM2, Mistral, Llama 2): tokens/s and the same ids
+#             (GPT-2, Llama 3, Qwen 2, SmolLM2, Mistral, Llama 2): tokens/s and the same ids;
+#             FTB_TOK_ROUNDS alternating rounds (default 3), the best of each reported
 # Usage: scripts/bench.sh [trainer|eager|dpscale|memory|launcher|aggregate|data|hfload|textdata|ckpt|port|gloo|lora|pipeline|tokenizer ...]
 #        (default: all but hfload, ckpt, port, lora, pipeline and tokenizer)
 set -euo pipefail
@@ -566,7 +567,8 @@ bench_tokenizer() {
   local runs=$OUT/runs/tokenizer
   rm -rf "$runs"
   RAYON_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false \
-    "$PY" scripts/bench_tokenizer.py "$runs" "$BUILD/trainer/trainer" > "$OUT/tokenizer.md"
+    "$PY" scripts/bench_tokenizer.py "$runs" "$BUILD/trainer/trainer" "${FTB_TOK_ROUNDS:-3}" \
+    > "$OUT/tokenizer.md"
   cat "$OUT/tokenizer.md"
 }
 

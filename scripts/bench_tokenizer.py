@@ -32,7 +32,8 @@ import tokenizer_families as tf  # noqa: E402
 from bench_common import cpu_model  # noqa: E402
 
 FAMILIES = ("gpt2", "llama3", "qwen2", "smollm2", "mistral", "llama2")
-ENCODE = re.compile(r"trainer tokenize: (\d+) texts, (\d+) tokens from encode\(\); encode ([0-9.e+-]+) s")
+ENCODE = re.compile(r"trainer tokenize: (\d+) texts, (\d+) tokens from encode\(\); "
+                    r"encode ([0-9.e+-]+) s")
 
 
 def hf_round(path, texts):
@@ -62,8 +63,8 @@ def loadavg():
 def commit():
     p = subprocess.run(["git", "-C", str(ROOT), "log", "-1", "--format=%h %cs"],
                        capture_output=True, text=True)
-    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain",
+                            "--untracked-files=no"], capture_output=True, text=True).stdout.strip()
     return p.stdout.strip() + (" (with uncommitted changes)" if dirty else "")
 
 
@@ -117,7 +118,8 @@ def report(texts, tokens, same, hf_s, ftb_s, before, after, start, rounds):
         f"texts' tokens over the encoding time; best of {rounds} alternating rounds (median in "
         "brackets). Target: ftbench ≥ 0.5× HF.",
         "",
-        "| family | tokens | same ids on every text | HF tokens/s | ftbench tokens/s | ftbench / HF |",
+        "| family | tokens | same ids on every text | HF tokens/s | ftbench tokens/s "
+        "| ftbench / HF |",
         "|---|--:|---|--:|--:|--:|",
     ]
     ratios = []

@@ -145,7 +145,8 @@ void BpeModel::tokenize(std::string_view word, std::vector<int32_t>& out) const 
     std::lock_guard<std::mutex> lock(cache_mu_);
     auto it = cache_.find(word);
     if (it != cache_.end()) {
-      out.insert(out.end(), it->second.begin(), it->second.end());
+      const int32_t* ids = cache_ids_.data() + it->second.first;
+      out.insert(out.end(), ids, ids + it->second.second);
       return;
     }
   }
@@ -155,8 +156,11 @@ void BpeModel::tokenize(std::string_view word, std::vector<int32_t>& out) const 
   std::lock_guard<std::mutex> lock(cache_mu_);
   if (word.size() > kCacheWordBytes || cache_.size() >= kCacheWords || cache_.count(word) > 0)
     return;
+  if (cache_.empty()) cache_.reserve(kCacheWords);
   cache_keys_.emplace_back(word);
-  cache_.emplace(cache_keys_.back(), std::move(ids));
+  cache_.emplace(cache_keys_.back(),
+                 std::make_pair(uint32_t(cache_ids_.size()), uint32_t(ids.size())));
+  cache_ids_.insert(cache_ids_.end(), ids.begin(), ids.end());
 }
 
 }  // namespace ftb

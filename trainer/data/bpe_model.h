@@ -69,7 +69,9 @@ class BpeModel : public TokenModel {
 
   mutable std::mutex cache_mu_;
   mutable std::deque<std::string> cache_keys_;
-  mutable std::unordered_map<std::string_view, std::vector<int32_t>> cache_;
+  // word -> (offset, count) of its ids in cache_ids_
+  mutable std::unordered_map<std::string_view, std::pair<uint32_t, uint32_t>> cache_;
+  mutable std::vector<int32_t> cache_ids_;
 };
 
 }  // namespace ftb

@@ -149,6 +149,24 @@ std::string runTokenizer(const std::optional<Config>& run) {
   return !p.empty() && fs::is_regular_file(p) ? p : "";
 }
 
+// The tokenizer goes with the weights, as in a model directory: a sentencepiece model as
+// tokenizer.model; a tokenizer.json as tokenizer.json, with the tokenizer_config.json beside
+// it (its eos_token) when there is one.
+void copyTokenizer(const std::string& tokenizer, const fs::path& dir) {
+  std::vector<std::pair<fs::path, std::string>> files;
+  if (!isTokenizerJson(tokenizer)) {
+    files.emplace_back(tokenizer, "tokenizer.model");
+  } else {
+    files.emplace_back(tokenizer, "tokenizer.json");
+    const fs::path cfg = fs::path(tokenizer).parent_path() / "tokenizer_config.json";
+    if (fs::is_regular_file(cfg)) files.emplace_back(cfg, "tokenizer_config.json");
+  }
+  for (const auto& [from, name] : files) {
+    fs::copy_file(from, dir / name);
+    fsyncPath((dir / name).string());
+  }
+}
+
 // config.json's bos_token_id / eos_token_id: the tokenizer's (when it has them), else the
 // source config.json's; none when neither says.
 json specialTokenIds(const std::string& tokenizer, const json& source) {
@@ -352,10 +370,7 @@ int exportCheckpoint(const ExportOptions& o) {
   json config = configJson(a, rp, dt.type, sourceArchitecture(source));
   config.update(specialTokenIds(tokenizer, source));
   writeFileDurably((tmp / kHfConfigName).string(), config.dump(2) + "\n");
-  if (!tokenizer.empty()) {  // the tokenizer goes with the weights, as in a model directory
-    fs::copy_file(tokenizer, tmp / "tokenizer.model");
-    fsyncPath((tmp / "tokenizer.model").string());
-  }
+  if (!tokenizer.empty()) copyTokenizer(tokenizer, tmp);
   const int n = int(shards.size());
   json weight_map = json::object();
   int64_t total = 0;

@@ -11,6 +11,7 @@
 #include "trainer/data/bpe_model.h"
 #include "trainer/data/pcre2_regex.h"
 #include "trainer/data/tokenizer_json_parts.h"
+#include "trainer/data/unigram_model.h"
 
 namespace ftb {
 namespace {
@@ -106,6 +107,28 @@ TEST(BpeModel, AMergeOfAnUnknownTokenIsRefusedNamingIt) {
     EXPECT_NE(std::string(e.what()).find("model.merges[0]"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("\"zz\""), std::string::npos) << e.what();
   }
+}
+
+std::vector<int32_t> unigram(const UnigramModel& m, std::string_view word) {
+  std::vector<int32_t> out;
+  m.tokenize(word, out);
+  return out;
+}
+
+TEST(UnigramModel, BestScoringSegmentationAndFusedUnk) {
+  // "ab" as one piece scores -1.5 against -2 for a + b; at -3 the two pieces win.
+  UnigramModel one({{"<unk>", 0}, {"a", -1}, {"b", -1}, {"ab", -1.5}}, 0, false);
+  EXPECT_EQ(unigram(one, "abab"), (std::vector<int32_t>{3, 3}));
+  UnigramModel two({{"<unk>", 0}, {"a", -1}, {"b", -1}, {"ab", -3}}, 0, false);
+  EXPECT_EQ(unigram(two, "ab"), (std::vector<int32_t>{1, 2}));
+  // Unknown characters next to each other are one <unk>.
+  EXPECT_EQ(unigram(two, "a\u65e5\u65e5b"), (std::vector<int32_t>{1, 0, 2}));
+  // With byte_fallback the unknown stretch is its bytes, when they all exist.
+  std::vector<std::pair<std::string, double>> v{{"<unk>", 0}, {"a", -1}};
+  for (const char* b : {"<0xE6>", "<0x97>", "<0xA5>"}) v.emplace_back(b, -5);
+  UnigramModel bytes(v, 0, true);
+  EXPECT_EQ(unigram(bytes, "\u65e5a"), (std::vector<int32_t>{2, 3, 4, 1}));
+  EXPECT_THROW(UnigramModel({{"a", -1}}, 3, false), std::invalid_argument);
 }
 
 TEST(AddedTokenSet, LeftmostLongestAndTheTextBetween) {
