@@ -73,9 +73,11 @@ size_t whitespaceRun(std::string_view s, bool front) {
   return s.size() - end;
 }
 
-// Rust's char::is_alphanumeric (Alphabetic or a number) for the character at s[i].
-bool alnumAt(std::string_view s, size_t i) {
-  static const Pcre2Regex re("^[\\p{Alphabetic}\\p{N}]", false);
+// Whether the character at s[i] is a word character as the Rust regex crate's Unicode \w
+// (HF's single_word check is `\w$` / `^\w`): Alphabetic, a mark, a decimal digit, a
+// connector punctuation or Join_Control.
+bool wordCharAt(std::string_view s, size_t i) {
+  static const Pcre2Regex re("^[\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}]", false);
   size_t n = utf8Len(uint8_t(s[i]));
   return re.fullMatch(s.substr(i, n));
 }
@@ -436,8 +438,8 @@ void AddedTokenSet::split(std::string_view text,
     const Token& t = tokens_[size_t(k)];
     size_t start = at, stop = at + t.content.size();
     at = stop;  // the next match starts after this one, whether it is kept or not
-    if (t.single_word && ((start > 0 && alnumAt(text, charBefore(text, start))) ||
-                          (stop < text.size() && alnumAt(text, stop))))
+    if (t.single_word && ((start > 0 && wordCharAt(text, charBefore(text, start))) ||
+                          (stop < text.size() && wordCharAt(text, stop))))
       continue;  // inside a word
     if (t.lstrip) start = std::max(start - whitespaceRun(text.substr(0, start), false), done);
     if (t.rstrip) stop += whitespaceRun(text.substr(stop), true);

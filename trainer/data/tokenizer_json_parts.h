@@ -70,8 +70,9 @@ class AddedTokenSet {
   bool empty() const { return tokens_.empty(); }
   // Splits `text` into added tokens and the text between them, left to right: f(piece, id,
   // offset) with id -1 for text (never empty). Matches are leftmost-longest and do not
-  // overlap (HF's Aho-Corasick); then single_word drops a match inside a word, lstrip and
-  // rstrip widen a match over the whitespace beside it.
+  // overlap (HF's Aho-Corasick); then single_word drops a match with a word character
+  // (Unicode \w of Rust's regex crate: letters, marks, digits, connectors) right before or
+  // after it, lstrip and rstrip widen a match over the whitespace beside it.
   void split(std::string_view text,
              const std::function<void(std::string_view, int32_t, size_t)>& f) const;
 

@@ -84,6 +84,21 @@ def test_ids_equal_hf_tokenizers_on_every_line(tmp_path, families, texts, corpus
     assert n_bad == 0, f"{n_bad} of {N_TEXTS} lines differ from HF tokenizers:\n{shown}"
 
 
+@pytest.mark.parametrize("variant", sorted(tf.VARIANTS))
+def test_hand_changed_files_equal_hf_tokenizers(tmp_path, families, texts, variant):
+    """Parts no trained family uses; the first 3,000 texts."""
+    family, change = tf.VARIANTS[variant]
+    j = json.loads(json.dumps(families[family][0]))
+    change(j)
+    hf = tf.write_tokenizer(j, family, tmp_path)
+    want = [e.ids for e in hf.encode_batch(texts[:3000], add_special_tokens=False)]
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts[:3000]))
+    tokenize(tmp_path / "tokenizer.json", src, tmp_path / "ids.jsonl")
+    n_bad, shown = first_mismatches(read_ids(tmp_path / "ids.jsonl"), want, texts)
+    assert n_bad == 0, f"{n_bad} of 3000 lines differ from HF tokenizers:\n{shown}"
+
+
 def test_the_corpus_reaches_every_path(families):
     """The equality above covers added tokens, byte fallback and <unk>: the HF ids use them."""
     def ids_of(family):

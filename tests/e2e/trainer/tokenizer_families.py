@@ -10,6 +10,10 @@ Used by test_tokenizer_json.py and by `scripts/bench.sh tokenizer`
                                compatibility forms, special-token strings inside text
   make_tokenizer(family, texts)  trains a small tokenizer of `family` on texts: its
                                tokenizer.json as a dict
+  VARIANTS                     name -> (family, change): tokenizer.json files changed by hand
+                               into what no family here trains (NFKC + Strip + a Regex
+                               Replace; Split behaviors Removed, Contiguous, MergedWith*,
+                               invert; ByteLevel add_prefix_space; NFD; the older Metaspace)
   write_tokenizer(j, family, out_dir, merges="pairs")
                                writes out_dir/tokenizer.json (merges as [a, b] pairs, or as
                                the older "a b" strings) and out_dir/tokenizer_config.json
@@ -247,3 +251,30 @@ def write_tokenizer(j, family, out_dir, merges="pairs"):
     (out / "tokenizer.json").write_text(json.dumps(j, ensure_ascii=False))
     (out / "tokenizer_config.json").write_text(json.dumps({"eos_token": EOS[family]}))
     return Tokenizer.from_file(str(out / "tokenizer.json"))
+
+
+def _normalizers(j):
+    j["normalizer"] = {"type": "Sequence", "normalizers": [
+        {"type": "NFKC"}, {"type": "Strip", "strip_left": True, "strip_right": True},
+        {"type": "Replace", "pattern": {"Regex": "\\s+"}, "content": " "}]}
+
+
+def _splits(j):
+    def split(regex, behavior, invert=False):
+        return {"type": "Split", "pattern": regex, "behavior": behavior, "invert": invert}
+    j["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        split({"String": " "}, "MergedWithNext"), split({"Regex": "\\p{N}+"}, "Contiguous", True),
+        split({"Regex": "[\\p{P}]"}, "MergedWithPrevious"), split({"Regex": "x"}, "Removed"),
+        {"type": "Digits", "individual_digits": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+         "use_regex": False}]}
+
+
+VARIANTS = {
+    "gpt2_nfkc_strip_replace": ("gpt2", _normalizers),
+    "gpt2_split_behaviors": ("gpt2", _splits),
+    "gpt2_add_prefix_space": ("gpt2", lambda j: j["pre_tokenizer"].update(add_prefix_space=True)),
+    "gpt2_nfd": ("gpt2", lambda j: j.update(normalizer={"type": "NFD"})),
+    "mistral_metaspace_legacy": ("mistral", lambda j: j.update(pre_tokenizer={
+        "type": "Metaspace", "replacement": "▁", "add_prefix_space": True})),
+}
