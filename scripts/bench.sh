@@ -40,8 +40,12 @@
 #             changes. (3) link: a 1 MiB transfer's round trip between two ranks of this
 #             host through local memory and through Gloo. FTB_PP_PARTS="bubble", "link" or
 #             "net" reruns one part
-# Usage: scripts/bench.sh [trainer|eager|dpscale|memory|launcher|aggregate|data|hfload|textdata|ckpt|port|gloo|lora|pipeline ...]
-#        (default: all but hfload, ckpt, port, lora and pipeline)
+#   tokenizer the tokenizer.json encoder (`trainer tokenize`) against HF tokenizers (Rust), one
+#             thread each, on 10,000 multilingual texts and one small tokenizer per family
+#             (GPT-2, Llama 3, Qwen 2, SmolLM2, Mistral, Llama 2): tokens/s and the same ids;
+#             FTB_TOK_ROUNDS alternating rounds (default 3), the best of each reported
+# Usage: scripts/bench.sh [trainer|eager|dpscale|memory|launcher|aggregate|data|hfload|textdata|ckpt|port|gloo|lora|pipeline|tokenizer ...]
+#        (default: all but hfload, ckpt, port, lora, pipeline and tokenizer)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -559,6 +563,15 @@ bench_pipeline() {
   cat "$OUT/pipeline.md"
 }
 
+bench_tokenizer() {
+  local runs=$OUT/runs/tokenizer
+  rm -rf "$runs"
+  RAYON_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false \
+    "$PY" scripts/bench_tokenizer.py "$runs" "$BUILD/trainer/trainer" "${FTB_TOK_ROUNDS:-3}" \
+    > "$OUT/tokenizer.md"
+  cat "$OUT/tokenizer.md"
+}
+
 for b in "${which[@]}"; do
   case "$b" in
     trainer) bench_trainer ;;
@@ -573,8 +586,9 @@ for b in "${which[@]}"; do
     lora) bench_lora ;;
     gloo) "$PY" scripts/bench_gloo.py > "$OUT/gloo.md" && cat "$OUT/gloo.md" ;;
     pipeline) bench_pipeline ;;
+    tokenizer) bench_tokenizer ;;
     launcher) scripts/bench_launcher.sh ;;
     aggregate) if [ -x scripts/bench_aggregate.sh ]; then scripts/bench_aggregate.sh; else echo "bench: aggregate benchmark not available yet" >&2; fi ;;
-    *) echo "bench: unknown benchmark '$b'; expected trainer, eager, dpscale, memory, launcher, aggregate, data, hfload, textdata, ckpt, port, gloo, lora or pipeline (see the list at the top of scripts/bench.sh)" >&2; exit 2 ;;
+    *) echo "bench: unknown benchmark '$b'; expected trainer, eager, dpscale, memory, launcher, aggregate, data, hfload, textdata, ckpt, port, gloo, lora, pipeline or tokenizer (see the list at the top of scripts/bench.sh)" >&2; exit 2 ;;
   esac
 done

@@ -13,6 +13,7 @@ PKGS=(
   libhdf5-dev hdf5-tools                            # metrics files
   libtomlplusplus-dev libcxxopts-dev nlohmann-json3-dev libgtest-dev
   libsentencepiece-dev sentencepiece               # JSONL text datasets (spm_train/spm_encode: tests)
+  libpcre2-dev libutf8proc-dev                      # tokenizer.json: pre-tokenizer regexes, NFC
   clang libclang-rt-14-dev                          # libFuzzer harnesses (scripts/fuzz.sh)
   gnuplot-nox                                       # sweep_tagger aggregate --plot
   python3 python3-venv                              # the project venv (below)

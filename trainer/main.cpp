@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/out_of_memory.h"
 #include "common/step_columns.h"
+#include "trainer/data/tokenize_cli.h"
 #include "trainer/hf/export.h"
 #include "trainer/session.h"
 
@@ -33,6 +34,7 @@ cxxopts::Options trainerCli() {
       "ftbench trainer: one process per rank.\n"
       "  trainer --config configs/runs/tiny.toml [key=value ...]\n"
       "  trainer export --checkpoint STEP_DIR --out HF_DIR (trainer export --help)\n"
+      "  trainer tokenize --tokenizer PATH IN.jsonl OUT.jsonl (trainer tokenize --help)\n"
       "  overrides also as --key VALUE or --key=VALUE (torchtitan style),\n"
       "  e.g. --training.lr 1e-3");
   cli.add_options()("config", "run config (TOML)", cxxopts::value<std::string>())(
@@ -68,6 +70,8 @@ int trainerMain(int argc, char** argv) {
   using namespace ftb;
   if (argc > 1 && std::string(argv[1]) == "export")  // trainer export --checkpoint C --out D
     return hf::exportMain(std::vector<std::string>(argv + 2, argv + argc));
+  if (argc > 1 && std::string(argv[1]) == "tokenize")  // trainer tokenize --tokenizer T IN OUT
+    return tokenizeMain(std::vector<std::string>(argv + 2, argv + argc));
   cxxopts::Options cli = trainerCli();
   SessionOptions opts;
   const std::optional<int> exit_code = guardedCli(cli, [&]() -> std::optional<int> {

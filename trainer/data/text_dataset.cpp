@@ -66,13 +66,13 @@ std::string field(const nlohmann::json& j, const std::string& name, const std::s
 
 // Parses and tokenizes every line of the dataset.
 TokenizedDocs tokenize(const TrainConfig& c) {
-  auto tok = SpmTokenizer::load(c.data.tokenizer, "data.tokenizer");
-  if (tok->pieces() > c.model.vocab_size)
+  std::unique_ptr<TextTokenizer> tok = loadTextTokenizer(c.data.tokenizer, "data.tokenizer");
+  if (tok->vocabSize() > c.model.vocab_size)
     throw ConfigError("data.tokenizer", c.data.tokenizer,
-                      "the tokenizer has " + std::to_string(tok->pieces()) +
-                          " pieces, more than model.vocab_size(" +
+                      "the tokenizer has " + std::to_string(tok->vocabSize()) +
+                          " token ids, more than model.vocab_size(" +
                           std::to_string(c.model.vocab_size) + ")",
-                      "use the model's own tokenizer.model or a model with a larger vocabulary");
+                      "use the model's own tokenizer or a model with a larger vocabulary");
   std::ifstream in(c.data.data_source);
   if (!in) throw ConfigError("data.source", c.data.data_source, "cannot open data file");
   TokenizedDocs d;
@@ -186,8 +186,17 @@ class DataLock {
 
 }  // namespace
 
+// A tokenizer.json takes its EOS (and maybe BOS) from the tokenizer_config.json beside it
+// (trainer/data/tokenizer_json.h): its bytes are part of the tokenizer; "" when none.
+std::string tokenizerConfigSha256(const std::string& tokenizer) {
+  if (!isTokenizerJson(tokenizer)) return "";
+  const fs::path cfg = fs::path(tokenizer).parent_path() / "tokenizer_config.json";
+  return fs::is_regular_file(cfg) ? fileSha256(cfg.string(), "data.tokenizer") : "";
+}
+
 std::string tokenCachePath(const TrainConfig& c) {
-  const std::string key = fileSha256(c.data.tokenizer, "data.tokenizer") + "\n" +
+  const std::string key = fileSha256(c.data.tokenizer, "data.tokenizer") +
+                          tokenizerConfigSha256(c.data.tokenizer) + "\n" +
                           fileSha256(c.data.data_source, "data.source") + "\n" + fieldsKey(c) +
                           "\n" + std::string(kCacheMagic, sizeof(kCacheMagic));
   return c.data.data_source + ".tok-" + sha256HexPrefix(key, 8) + ".bin";

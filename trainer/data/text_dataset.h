@@ -1,10 +1,12 @@
-// JSONL text datasets tokenized with sentencepiece: one JSON object per line with a
-// text field (data.text_field), or a prompt and a completion field
+// JSONL text datasets tokenized with data.tokenizer, a sentencepiece tokenizer.model or an
+// HF tokenizer.json (loadTextTokenizer, trainer/data/tokenizer.h): one JSON object per line
+// with a text field (data.text_field), or a prompt and a completion field
 // (data.prompt_field + data.completion_field: loss on the completion only).
 //
 // Contracts:
-// - A text line gives [bos] + encode(text) + [eos] (bos/eos when the tokenizer model
-//   defines them; encode() is sentencepiece's own, spm_encode's ids).
+// - A text line gives [bos] + encode(text) + [eos] (bos/eos when the tokenizer defines
+//   them; encode() is sentencepiece's own, spm_encode's ids, or HF tokenizers' encode()
+//   without special tokens).
 // - A prompt/completion line gives [bos] + encode(prompt + completion) + [eos], and its
 //   first 1 + |encode(prompt)| ids (bos and the prompt, counted as TRL's SFTTrainer
 //   counts them) are not loss targets: the |encode(prompt)| positions that predict a
@@ -12,10 +14,11 @@
 // - Bad input throws ConfigError (exit 2) naming `file:line` and the key of the field:
 //   an invalid JSON line, a missing or non-string field, an empty file.
 // - The token ids are cached beside the dataset in `<file>.tok-<key>.bin`, key = hash
-//   of (tokenizer bytes, dataset bytes, fields, format). It is written once, by
-//   whichever process first takes an flock on the dataset file (tmp + fsync + rename);
-//   the others wait for the lock (at most parallel.timeout_seconds) and read it. A
-//   directory that cannot be written means no cache (a warning), not a failure.
+//   of (tokenizer bytes, those of the tokenizer_config.json beside a tokenizer.json, dataset
+//   bytes, fields, format). It is written once, by whichever process first takes an flock
+//   on the dataset file (tmp + fsync + rename); the others wait for the lock (at most
+//   parallel.timeout_seconds) and read it. A directory that cannot be written means no
+//   cache (a warning), not a failure.
 #pragma once
 
 #include <cstdint>

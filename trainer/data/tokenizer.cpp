@@ -4,9 +4,11 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 
 #include "common/error.h"
+#include "trainer/data/tokenizer_json.h"
 
 namespace ftb {
 namespace {
@@ -78,6 +80,20 @@ const ShimApi& shim() {
 }  // namespace
 
 std::string spmShimPath() { return shim().path; }
+
+bool isTokenizerJson(const std::string& path) {
+  if (fs::path(path).extension() == ".json") return true;
+  std::ifstream in(path, std::ios::binary);
+  char c = 0;
+  while (in.get(c) && (c == ' ' || c == '\n' || c == '\r' || c == '\t')) {
+  }
+  return in && c == '{';  // a sentencepiece model is a protobuf, never a JSON object
+}
+
+std::unique_ptr<TextTokenizer> loadTextTokenizer(const std::string& path, const std::string& key) {
+  if (isTokenizerJson(path)) return TokenizerJson::load(path, key);
+  return SpmTokenizer::load(path, key);
+}
 
 std::unique_ptr<SpmTokenizer> SpmTokenizer::load(const std::string& model_path,
                                                  const std::string& key) {

@@ -1,4 +1,8 @@
-// SentencePiece tokenizer, through libftb_spm.so (trainer/data/spm_shim.cpp says why
+// Text tokenizers of JSONL datasets behind one interface (TextTokenizer): sentencepiece's
+// tokenizer.model (SpmTokenizer, here) and HF's tokenizer.json (TokenizerJson,
+// trainer/data/tokenizer_json.h).
+//
+// SpmTokenizer goes through libftb_spm.so (trainer/data/spm_shim.cpp says why
 // libsentencepiece is not linked into the trainer).
 //
 // Contract: encode() returns exactly the ids of sentencepiece's own Encode() (what
@@ -15,18 +19,37 @@
 
 namespace ftb {
 
-class SpmTokenizer {
+// What a dataset needs of a tokenizer. encode() adds no BOS/EOS; every id it returns, and
+// bos()/eos() when not -1, lies in [0, vocabSize()).
+class TextTokenizer {
+ public:
+  virtual ~TextTokenizer() = default;
+  virtual std::vector<int32_t> encode(std::string_view text) const = 0;
+  virtual int32_t vocabSize() const = 0;
+  virtual int32_t bos() const = 0;  // -1 when the tokenizer adds none
+  virtual int32_t eos() const = 0;  // -1 when the tokenizer has none
+};
+
+// True when `path` names a tokenizer.json (HF `tokenizers`): its name ends in ".json", or
+// its first non-blank byte is '{'. Otherwise it is taken for a sentencepiece model.
+bool isTokenizerJson(const std::string& path);
+
+// The tokenizer in `path`, by isTokenizerJson(). Errors as each implementation documents
+// (ConfigError naming `key` and `path`, exit 2).
+std::unique_ptr<TextTokenizer> loadTextTokenizer(const std::string& path, const std::string& key);
+
+class SpmTokenizer : public TextTokenizer {
  public:
   // REQUIRES: `key` is the config key that named `model_path` (for messages).
   static std::unique_ptr<SpmTokenizer> load(const std::string& model_path, const std::string& key);
-  ~SpmTokenizer();
+  ~SpmTokenizer() override;
   SpmTokenizer(const SpmTokenizer&) = delete;
   SpmTokenizer& operator=(const SpmTokenizer&) = delete;
 
-  std::vector<int32_t> encode(std::string_view text) const;
-  int32_t pieces() const { return pieces_; }  // vocabulary size of the model
-  int32_t bos() const { return bos_; }        // -1 when the model has none
-  int32_t eos() const { return eos_; }
+  std::vector<int32_t> encode(std::string_view text) const override;
+  int32_t vocabSize() const override { return pieces_; }  // the model's piece count
+  int32_t bos() const override { return bos_; }
+  int32_t eos() const override { return eos_; }
 
  private:
   SpmTokenizer() = default;

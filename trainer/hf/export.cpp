@@ -142,13 +142,34 @@ json sourceArchitecture(const json& source) {
           {"sliding_window", source.value("sliding_window", json())}};
 }
 
-// The sentencepiece model the run tokenized with: data.tokenizer, else
-// model.from_pretrained's tokenizer.model; "" when neither is there.
+// The tokenizer the run tokenized with: data.tokenizer, else model.from_pretrained's
+// tokenizer.json, else its tokenizer.model; "" when none is there.
 std::string runTokenizer(const std::optional<Config>& run) {
   std::string p = runString(run, "data.tokenizer");
   const std::string base = runString(run, "model.from_pretrained");
-  if (p.empty() && !base.empty()) p = (fs::path(base) / "tokenizer.model").string();
+  if (p.empty() && !base.empty()) {
+    p = (fs::path(base) / "tokenizer.json").string();
+    if (!fs::is_regular_file(p)) p = (fs::path(base) / "tokenizer.model").string();
+  }
   return !p.empty() && fs::is_regular_file(p) ? p : "";
+}
+
+// The tokenizer goes with the weights, as in a model directory: a sentencepiece model as
+// tokenizer.model; a tokenizer.json as tokenizer.json, with the tokenizer_config.json beside
+// it (its eos_token) when there is one.
+void copyTokenizer(const std::string& tokenizer, const fs::path& dir) {
+  std::vector<std::pair<fs::path, std::string>> files;
+  if (!isTokenizerJson(tokenizer)) {
+    files.emplace_back(tokenizer, "tokenizer.model");
+  } else {
+    files.emplace_back(tokenizer, "tokenizer.json");
+    const fs::path cfg = fs::path(tokenizer).parent_path() / "tokenizer_config.json";
+    if (fs::is_regular_file(cfg)) files.emplace_back(cfg, "tokenizer_config.json");
+  }
+  for (const auto& [from, name] : files) {
+    fs::copy_file(from, dir / name);
+    fsyncPath((dir / name).string());
+  }
 }
 
 // config.json's bos_token_id / eos_token_id: the tokenizer's (when it has them), else the
@@ -156,7 +177,7 @@ std::string runTokenizer(const std::optional<Config>& run) {
 json specialTokenIds(const std::string& tokenizer, const json& source) {
   json ids = json::object();
   if (!tokenizer.empty()) {
-    std::unique_ptr<SpmTokenizer> t = SpmTokenizer::load(tokenizer, "data.tokenizer");
+    std::unique_ptr<TextTokenizer> t = loadTextTokenizer(tokenizer, "data.tokenizer");
     if (t->bos() >= 0) ids["bos_token_id"] = t->bos();
     if (t->eos() >= 0) ids["eos_token_id"] = t->eos();
     return ids;
@@ -354,10 +375,7 @@ int exportCheckpoint(const ExportOptions& o) {
   json config = configJson(a, rp, dt.type, sourceArchitecture(source));
   config.update(specialTokenIds(tokenizer, source));
   writeFileDurably((tmp / kHfConfigName).string(), config.dump(2) + "\n");
-  if (!tokenizer.empty()) {  // the tokenizer goes with the weights, as in a model directory
-    fs::copy_file(tokenizer, tmp / "tokenizer.model");
-    fsyncPath((tmp / "tokenizer.model").string());
-  }
+  if (!tokenizer.empty()) copyTokenizer(tokenizer, tmp);
   const int n = int(shards.size());
   json weight_map = json::object();
   int64_t total = 0;
