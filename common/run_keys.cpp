@@ -75,26 +75,6 @@ T read(const Config& cfg, const std::string& key) {
 // The member at `path` of a TrainConfig: M(training.lr) gives the path's text and its getter.
 #define M(path) #path, [](TrainConfig& c) -> auto& { return c.path; }
 
-// A key whose value the member holds as it is.
-// REQUIRES: the member's C++ type is the key's declared type (else std::logic_error).
-template <class Get>
-KeyRow member(KeySpec k, const char* path, Get get) {
-  using T = std::remove_reference_t<decltype(get(std::declval<TrainConfig&>()))>;
-  if (valueTypeOf<T>() != k.type)
-    throw std::logic_error("key table: " + k.key + " is a " + valueTypeName(k.type) +
-                           " but fills " + path + " of another type");
-  const std::string key = k.key;
-  return KeyRow{std::move(k), path,
-                [key, get](const Config& cfg, TrainConfig& tc) {
-                  if (cfg.has(key)) get(tc) = read<T>(cfg, key);
-                },
-                [get] {
-                  TrainConfig tc{};
-                  return get(tc) == T{};
-                },
-                ""};
-}
-
 // A key whose value the member holds converted: convert(cfg, key) returns the member's value
 // and may throw ConfigError (cfg.fail) for a value it cannot convert.
 template <class Get, class Convert>
@@ -110,6 +90,17 @@ KeyRow converted(KeySpec k, const char* path, Get get, Convert convert) {
                   return get(tc) == T{};
                 },
                 ""};
+}
+
+// A key whose value the member holds as it is.
+// REQUIRES: the member's C++ type is the key's declared type (else std::logic_error).
+template <class Get>
+KeyRow member(KeySpec k, const char* path, Get get) {
+  using T = std::remove_reference_t<decltype(get(std::declval<TrainConfig&>()))>;
+  if (valueTypeOf<T>() != k.type)
+    throw std::logic_error("key table: " + k.key + " is a " + valueTypeName(k.type) +
+                           " but fills " + path + " of another type");
+  return converted(std::move(k), path, get, read<T>);
 }
 
 // A key read with others by `read_by` (its value has no member of its own).
