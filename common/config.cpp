@@ -200,10 +200,10 @@ void applyOverride(Config& cfg, const std::string& arg) {
   if (std::optional<toml::table> t = parseOneValue(text)) parsed = rawFromNode(*t->get("v"));
   Raw raw;
   if (spec->type == ValueType::kString) {
-    bool is_string = parsed && parsed->value &&
-                     (std::holds_alternative<std::string>(*parsed->value) ||
-                      (spec->comma_list &&
-                       std::holds_alternative<std::vector<std::string>>(*parsed->value)));
+    bool is_string =
+        parsed && parsed->value &&
+        (std::holds_alternative<std::string>(*parsed->value) ||
+         (spec->comma_list && std::holds_alternative<std::vector<std::string>>(*parsed->value)));
     raw = is_string ? *parsed : rawOf(Value(text));
   } else {
     raw = parsed ? *parsed : rawOf(Value(text));

@@ -29,35 +29,34 @@ void checkPipeShape(const Config& cfg, const TrainConfig& c) {
   const int64_t L = c.model.n_layers, v = c.pipeline.virtual_stages;
   if (c.layout.pp > L)
     cfg.failEither("parallel.pp", "model.n_layers",
-               "pp(" + num(c.layout.pp) + ") exceeds model.n_layers(" + num(L) +
-                   "): every pipeline stage needs at least one transformer block",
-               "lower parallel.pp to at most " + num(L));
+                   "pp(" + num(c.layout.pp) + ") exceeds model.n_layers(" + num(L) +
+                       "): every pipeline stage needs at least one transformer block",
+                   "lower parallel.pp to at most " + num(L));
   const bool interleaved = c.pipeline.schedule == PipeSchedule::kInterleaved1F1B;
   if (v > 1 && !interleaved)
     cfg.failEither("parallel.pp_virtual_stages", "parallel.pp_schedule",
-               "pp_virtual_stages(" + num(v) +
-                   ") > 1 needs pp_schedule \"interleaved_1f1b\", "
-                   "got \"" +
-                   pipeScheduleName(c.pipeline.schedule) + "\"",
-               "set parallel.pp_schedule = \"interleaved_1f1b\" or pp_virtual_stages = 1");
+                   "pp_virtual_stages(" + num(v) +
+                       ") > 1 needs pp_schedule \"interleaved_1f1b\", "
+                       "got \"" +
+                       pipeScheduleName(c.pipeline.schedule) + "\"",
+                   "set parallel.pp_schedule = \"interleaved_1f1b\" or pp_virtual_stages = 1");
   if (v > 1 && c.layout.pp == 1)
     cfg.failEither("parallel.pp_virtual_stages", "parallel.pp",
-               "pp_virtual_stages(" + num(v) + ") > 1 needs a pipeline, but pp is 1",
-               "set parallel.pp >= 2, or pp_virtual_stages = 1");
+                   "pp_virtual_stages(" + num(v) + ") > 1 needs a pipeline, but pp is 1",
+                   "set parallel.pp >= 2, or pp_virtual_stages = 1");
   if (interleaved && c.layout.pp > 1 && v < 2)
     cfg.failEither("parallel.pp_virtual_stages", "parallel.pp_schedule",
-               "pp_schedule \"interleaved_1f1b\" needs pp_virtual_stages >= 2, got " + num(v),
-               "set parallel.pp_virtual_stages = 2 (two model chunks per stage), or use "
-               "pp_schedule = \"1f1b\"");
+                   "pp_schedule \"interleaved_1f1b\" needs pp_virtual_stages >= 2, got " + num(v),
+                   "set parallel.pp_virtual_stages = 2 (two model chunks per stage), or use "
+                   "pp_schedule = \"1f1b\"");
   const int64_t chunks = c.layout.pp * v;
-  if (chunks > L ||
-      (interleaved && c.layout.pp > 1 && cfg.getIntList("parallel.pp_split").empty() &&
-       L % chunks != 0))
+  if (chunks > L || (interleaved && c.layout.pp > 1 &&
+                     cfg.getIntList("parallel.pp_split").empty() && L % chunks != 0))
     cfg.failEither("parallel.pp_virtual_stages", "model.n_layers",
-               "pp(" + num(c.layout.pp) + ") * pp_virtual_stages(" + num(v) + ") = " + num(chunks) +
-                   " model chunks do not divide model.n_layers(" + num(L) + ")",
-               "choose pp_virtual_stages so that pp * pp_virtual_stages divides n_layers, or "
-               "give the blocks per chunk in parallel.pp_split");
+                   "pp(" + num(c.layout.pp) + ") * pp_virtual_stages(" + num(v) + ") = " +
+                       num(chunks) + " model chunks do not divide model.n_layers(" + num(L) + ")",
+                   "choose pp_virtual_stages so that pp * pp_virtual_stages divides n_layers, or "
+                   "give the blocks per chunk in parallel.pp_split");
 }
 
 // The micro-batches against the schedule: 1F1B fills the pipeline with pp micro-batches
@@ -73,14 +72,14 @@ void checkPipeMicrobatches(const Config& cfg, const TrainConfig& c) {
                            ") (the global batch grows with it), or use pp_schedule = \"gpipe\"";
   if (m < c.layout.pp)
     cfg.failEither("parallel.pp_microbatches", "parallel.pp",
-               std::string("pp_schedule \"") + pipeScheduleName(c.pipeline.schedule) + "\" needs at least pp(" +
-                   num(c.layout.pp) + ") micro-batches, " + got,
-               hint);
+                   std::string("pp_schedule \"") + pipeScheduleName(c.pipeline.schedule) +
+                       "\" needs at least pp(" + num(c.layout.pp) + ") micro-batches, " + got,
+                   hint);
   if (c.pipeline.schedule == PipeSchedule::kInterleaved1F1B && m % c.layout.pp != 0)
     cfg.failEither("parallel.pp_microbatches", "parallel.pp",
-               "pp_schedule \"interleaved_1f1b\" runs micro-batches in groups of pp(" +
-                   num(c.layout.pp) + "), " + got,
-               hint);
+                   "pp_schedule \"interleaved_1f1b\" runs micro-batches in groups of pp(" +
+                       num(c.layout.pp) + "), " + got,
+                   hint);
 }
 
 // parallel.pp_split: pp · pp_virtual_stages entries >= 1 summing to n_layers, or
@@ -108,9 +107,10 @@ std::vector<int64_t> pipeSplit(const Config& cfg, const TrainConfig& c) {
                  ") = " + num(chunks),
              "one entry per model chunk, in model order; [] balances by FLOPs");
   if (sum != L)
-    cfg.failEither("parallel.pp_split", "model.n_layers",
-               listText(given) + " sums to " + num(sum) + ", not model.n_layers(" + num(L) + ")",
-               "the entries are the blocks of each model chunk; [] balances by FLOPs");
+    cfg.failEither(
+        "parallel.pp_split", "model.n_layers",
+        listText(given) + " sums to " + num(sum) + ", not model.n_layers(" + num(L) + ")",
+        "the entries are the blocks of each model chunk; [] balances by FLOPs");
   return given;
 }
 
@@ -122,27 +122,27 @@ void checkPipeSupport(const Config& cfg, const TrainConfig& c) {
   if (c.layout.pp == 1) return;
   if (c.model.tie_embeddings && c.layout.effectiveZeroStage() > 0)
     cfg.failEither("parallel.zero_stage", "model.tie_embeddings",
-               "zero_stage(" + num(c.layout.zero_stage) +
-                   ") with tied embeddings in a pipeline (pp " + num(c.layout.pp) +
-                   ") is not supported: the first and the last stage sum the tied "
-                   "weight's whole gradient every step, and ZeRO shards it",
-               "use parallel.zero_stage = 0 (DDP inside each stage), or parallel.pp = 1");
+                   "zero_stage(" + num(c.layout.zero_stage) +
+                       ") with tied embeddings in a pipeline (pp " + num(c.layout.pp) +
+                       ") is not supported: the first and the last stage sum the tied "
+                       "weight's whole gradient every step, and ZeRO shards it",
+                   "use parallel.zero_stage = 0 (DDP inside each stage), or parallel.pp = 1");
   if (c.layout.effectiveZeroStage() > 0 && (c.layout.pp > 2 || c.pipeline.virtual_stages > 1))
     cfg.failEither("parallel.zero_stage", "parallel.pp",
-               "zero_stage(" + num(c.layout.zero_stage) +
-                   ") inside a pipeline needs pp = 2 with one "
-                   "chunk per stage, got pp(" +
-                   num(c.layout.pp) + "), pp_virtual_stages(" + num(c.pipeline.virtual_stages) +
-                   ")",
-               "use parallel.pp = 2 with pp_schedule \"1f1b\" or \"gpipe\", or zero_stage = 0");
+                   "zero_stage(" + num(c.layout.zero_stage) +
+                       ") inside a pipeline needs pp = 2 with one "
+                       "chunk per stage, got pp(" +
+                       num(c.layout.pp) + "), pp_virtual_stages(" + num(c.pipeline.virtual_stages) +
+                       ")",
+                   "use parallel.pp = 2 with pp_schedule \"1f1b\" or \"gpipe\", or zero_stage = 0");
   // Recomputed blocks read the model's rope tables of the latest forward (llama.h); a
   // pipeline runs several forwards before a backward, so their lengths must agree.
   if (c.data.pad_longest &&
       (c.training.activation_checkpointing > 0 || c.layout.effectiveZeroStage() == 3))
     cfg.failEither("data.padding", "parallel.pp",
-               "\"longest\" gives the micro-batches of a pipeline different lengths, but its "
-               "recomputed blocks (activation checkpointing, ZeRO-3) need one length per step",
-               "use data.padding = \"max_length\" or \"packing\" with parallel.pp > 1");
+                   "\"longest\" gives the micro-batches of a pipeline different lengths, but its "
+                   "recomputed blocks (activation checkpointing, ZeRO-3) need one length per step",
+                   "use data.padding = \"max_length\" or \"packing\" with parallel.pp > 1");
 }
 
 }  // namespace

@@ -161,8 +161,8 @@ ModelArgs modelArgsFromConfig(const Config& cfg) {
   const ModelArgs& m = tc.model;
   if (m.dim % m.n_heads != 0)
     cfg.failEither("model.n_heads", "model.dim",
-               "n_heads(" + num(m.n_heads) + ") does not divide dim(" + num(m.dim) + ")",
-               "head_dim = dim / n_heads must be a whole number");
+                   "n_heads(" + num(m.n_heads) + ") does not divide dim(" + num(m.dim) + ")",
+                   "head_dim = dim / n_heads must be a whole number");
   if (m.n_heads % m.n_kv_heads != 0)
     cfg.failEither(
         "model.n_kv_heads", "model.n_heads",
@@ -170,8 +170,8 @@ ModelArgs modelArgsFromConfig(const Config& cfg) {
         "grouped-query attention shares each kv head among n_heads/n_kv_heads heads");
   if (m.headDim() % 2 != 0)
     cfg.failEither("model.dim", "model.n_heads",
-               "head_dim = dim(" + num(m.dim) + ") / n_heads(" + num(m.n_heads) +
-                   ") = " + num(m.headDim()) + " must be even for RoPE");
+                   "head_dim = dim(" + num(m.dim) + ") / n_heads(" + num(m.n_heads) +
+                       ") = " + num(m.headDim()) + " must be even for RoPE");
   return m;
 }
 
@@ -259,10 +259,11 @@ void checkLora(const Config& cfg, const LoraConfig& c, const LayoutConfig& layou
     cfg.fail("lora.base_dtype", "a frozen base needs lora.rank > 0 (it is 0: every weight trains)",
              "set lora.rank, or leave lora.base_dtype = \"fp32\"");
   if (c.enabled() && c.dropout > 0 && layout.tp > 1)
-    cfg.failEither("lora.dropout", "parallel.tp",
-               "LoRA dropout with tensor parallelism is not supported: the tp ranks would have to "
-               "draw the same masks",
-               "lora.dropout = 0 (the usual setting for benchmarks), or parallel.tp = 1");
+    cfg.failEither(
+        "lora.dropout", "parallel.tp",
+        "LoRA dropout with tensor parallelism is not supported: the tp ranks would have to "
+        "draw the same masks",
+        "lora.dropout = 0 (the usual setting for benchmarks), or parallel.tp = 1");
 }
 
 // [parallel] degrees: dp_replicate = 0 is derived; the degrees' product (with pp) must
@@ -275,9 +276,9 @@ void resolveLayout(const Config& cfg, LayoutConfig& c, int world_size) {
     const std::optional<int64_t> shard_tp = checkedProduct({c.pp, c.dp_shard, c.tp});
     if (!shard_tp || world_size % *shard_tp != 0)
       cfg.failEither(c.pp > 1 ? "parallel.pp" : "parallel.dp_shard", "parallel.tp",
-                 pp_factor + "dp_shard(" + num(c.dp_shard) + ") * tp(" + num(c.tp) +
-                     ") does not divide world_size(" + num(world_size) + ")",
-                 "world_size = nodes * nproc_per_node (launcher)");
+                     pp_factor + "dp_shard(" + num(c.dp_shard) + ") * tp(" + num(c.tp) +
+                         ") does not divide world_size(" + num(world_size) + ")",
+                     "world_size = nodes * nproc_per_node (launcher)");
     c.dp_replicate = world_size / *shard_tp;
   }
   const std::optional<int64_t> degrees = checkedProduct({c.pp, c.dp_replicate, c.dp_shard, c.tp});
@@ -334,8 +335,8 @@ void checkLayoutFits(const Config& cfg, const TrainConfig& c) {
   auto divides = [&](const char* what, int64_t n) {
     if (n % c.layout.tp != 0)
       cfg.failEither("parallel.tp", std::string("model.") + what,
-                 "tp(" + num(c.layout.tp) + ") does not divide " + what + "(" + num(n) + ")",
-                 "tensor parallel splits heads, kv heads, ffn_dim and the vocabulary evenly");
+                     "tp(" + num(c.layout.tp) + ") does not divide " + what + "(" + num(n) + ")",
+                     "tensor parallel splits heads, kv heads, ffn_dim and the vocabulary evenly");
   };
   divides("n_heads", m.n_heads);
   divides("n_kv_heads", m.n_kv_heads);

@@ -73,7 +73,8 @@ T read(const Config& cfg, const std::string& key) {
 }
 
 // The member at `path` of a TrainConfig: M(training.lr) gives the path's text and its getter.
-#define M(path) #path, [](TrainConfig& c) -> auto& { return c.path; }
+#define M(path) \
+#path, [](TrainConfig & c) -> auto& { return c.path; }
 
 // A key whose value the member holds converted: convert(cfg, key) returns the member's value
 // and may throw ConfigError (cfg.fail) for a value it cannot convert.
@@ -191,37 +192,40 @@ KeyRow paddingRow(KeySpec k) {
 // ---- The rows --------------------------------------------------------------------
 
 void modelRows(std::vector<KeyRow>& t) {
-  t.push_back(member(spec("model.name", kString, s("tiny"), "preset name: configs/models/<name>.toml"),
-                     M(model.name)));
+  t.push_back(
+      member(spec("model.name", kString, s("tiny"), "preset name: configs/models/<name>.toml"),
+             M(model.name)));
   t.push_back(member(ranged(spec("model.dim", kInt, std::nullopt, "hidden size"), atLeast(1)),
                      M(model.dim)));
-  t.push_back(member(
-      ranged(spec("model.n_layers", kInt, std::nullopt, "number of transformer blocks"), atLeast(1)),
-      M(model.n_layers)));
-  t.push_back(member(ranged(spec("model.n_heads", kInt, std::nullopt, "attention heads"), atLeast(1)),
-                     M(model.n_heads)));
+  t.push_back(
+      member(ranged(spec("model.n_layers", kInt, std::nullopt, "number of transformer blocks"),
+                    atLeast(1)),
+             M(model.n_layers)));
+  t.push_back(
+      member(ranged(spec("model.n_heads", kInt, std::nullopt, "attention heads"), atLeast(1)),
+             M(model.n_heads)));
   t.push_back(member(ranged(spec("model.n_kv_heads", kInt, std::nullopt,
                                  "key/value heads (GQA); = n_heads for MHA"),
                             atLeast(1)),
                      M(model.n_kv_heads)));
+  t.push_back(
+      member(ranged(spec("model.ffn_dim", kInt, std::nullopt, "SwiGLU hidden size"), atLeast(1)),
+             M(model.ffn_dim)));
+  t.push_back(
+      member(ranged(spec("model.vocab_size", kInt, std::nullopt, "vocabulary size"), atLeast(1)),
+             M(model.vocab_size)));
   t.push_back(member(
-      ranged(spec("model.ffn_dim", kInt, std::nullopt, "SwiGLU hidden size"), atLeast(1)),
-      M(model.ffn_dim)));
-  t.push_back(member(
-      ranged(spec("model.vocab_size", kInt, std::nullopt, "vocabulary size"), atLeast(1)),
-      M(model.vocab_size)));
-  t.push_back(member(ranged(spec("model.max_seq_len", kInt, std::nullopt,
-                                 "longest sequence the model supports"),
-                            atLeast(1)),
-                     M(model.max_seq_len)));
-  t.push_back(member(
-      ranged(spec("model.rope_theta", kFloat, f(10000.0), "RoPE base frequency"), above(0)),
-      M(model.rope_theta)));
+      ranged(spec("model.max_seq_len", kInt, std::nullopt, "longest sequence the model supports"),
+             atLeast(1)),
+      M(model.max_seq_len)));
+  t.push_back(
+      member(ranged(spec("model.rope_theta", kFloat, f(10000.0), "RoPE base frequency"), above(0)),
+             M(model.rope_theta)));
   t.push_back(member(ranged(spec("model.norm_eps", kFloat, f(1e-5), "RMSNorm epsilon"), above(0)),
                      M(model.norm_eps)));
-  t.push_back(member(
-      spec("model.tie_embeddings", kBool, b(false), "share input embedding and output head"),
-      M(model.tie_embeddings)));
+  t.push_back(
+      member(spec("model.tie_embeddings", kBool, b(false), "share input embedding and output head"),
+             M(model.tie_embeddings)));
   t.push_back(member(spec("model.from_pretrained", kString, std::nullopt,
                           "Hugging Face model directory (config.json + model*.safetensors) to "
                           "start from; its config.json gives every other model.* key"),
@@ -229,27 +233,28 @@ void modelRows(std::vector<KeyRow>& t) {
 }
 
 void dataRows(std::vector<KeyRow>& t) {
-  t.push_back(member(
-      spec("data.source", kString, s("synthetic"), "\"synthetic\" or a path to .bin/.jsonl"),
-      M(data.data_source)));
+  t.push_back(
+      member(spec("data.source", kString, s("synthetic"), "\"synthetic\" or a path to .bin/.jsonl"),
+             M(data.data_source)));
   t.push_back(member(ranged(spec("data.seq_len", kInt, i(256), "tokens per sample"), atLeast(1)),
                      M(data.seq_len)));
-  t.push_back(paddingRow(oneOf(
-      spec("data.padding", kString, s("max_length"),
-           "\"longest\" pads each batch to its longest sample; \"packing\" concatenates "
-           "documents and cuts them into seq_len windows"),
-      {"max_length", "longest", "packing"})));
-  t.push_back(member(ranged(spec("data.num_samples", kInt, i(4096),
-                                 "synthetic dataset size (samples)"),
-                            atLeast(1)),
-                     M(data.num_samples)));
+  t.push_back(paddingRow(
+      oneOf(spec("data.padding", kString, s("max_length"),
+                 "\"longest\" pads each batch to its longest sample; \"packing\" concatenates "
+                 "documents and cuts them into seq_len windows"),
+            {"max_length", "longest", "packing"})));
+  t.push_back(
+      member(ranged(spec("data.num_samples", kInt, i(4096), "synthetic dataset size (samples)"),
+                    atLeast(1)),
+             M(data.num_samples)));
   t.push_back(member(ranged(spec("data.min_doc_len", kInt, i(0),
                                  "synthetic: shortest document in tokens; 0 = seq_len/4"),
                             atLeast(0)),
                      M(data.min_doc_len)));
-  t.push_back(member(oneOf(spec("data.bin_dtype", kString, s("uint16"), "token dtype of .bin files"),
-                           {"uint16", "uint32"}),
-                     M(data.bin_dtype)));
+  t.push_back(
+      member(oneOf(spec("data.bin_dtype", kString, s("uint16"), "token dtype of .bin files"),
+                   {"uint16", "uint32"}),
+             M(data.bin_dtype)));
   t.push_back(member(ranged(spec("data.pad_id", kInt, i(0), "padding token id"), atLeast(0)),
                      M(data.pad_id)));
   // JSONL text datasets (trainer/data/text_dataset.h).
@@ -259,9 +264,9 @@ void dataRows(std::vector<KeyRow>& t) {
                           "tokenizer.json, else its tokenizer.model, if set, else the .jsonl "
                           "holds input_ids"),
                      M(data.tokenizer)));
-  t.push_back(member(
-      spec("data.text_field", kString, s("text"), "JSONL field with the text to train on"),
-      M(data.text_field)));
+  t.push_back(
+      member(spec("data.text_field", kString, s("text"), "JSONL field with the text to train on"),
+             M(data.text_field)));
   t.push_back(member(spec("data.prompt_field", kString, s(""),
                           "JSONL prompt field; with data.completion_field the loss is on the "
                           "completion only"),
@@ -271,42 +276,42 @@ void dataRows(std::vector<KeyRow>& t) {
 }
 
 void trainingBatchRows(std::vector<KeyRow>& t) {
-  t.push_back(member(ranged(spec("training.micro_batch_size", kInt, i(1),
-                                 "samples per rank per micro-batch"),
-                            atLeast(1)),
-                     M(training.micro_batch_size)));
-  t.push_back(member(ranged(spec("training.grad_accum_steps", kInt, i(1),
-                                 "micro-batches per optimizer step"),
-                            atLeast(1)),
-                     M(training.grad_accum_steps)));
+  t.push_back(member(
+      ranged(spec("training.micro_batch_size", kInt, i(1), "samples per rank per micro-batch"),
+             atLeast(1)),
+      M(training.micro_batch_size)));
+  t.push_back(member(
+      ranged(spec("training.grad_accum_steps", kInt, i(1), "micro-batches per optimizer step"),
+             atLeast(1)),
+      M(training.grad_accum_steps)));
   t.push_back(byHand(ranged(spec("training.global_batch_size", kInt, i(0),
                                  "samples per optimizer step; 0 = micro_batch_size * "
                                  "grad_accum_steps * dp. When set, grad_accum_steps is derived "
                                  "from it"),
                             atLeast(0)),
                      "gradAccumFor (run_config.cpp): resolves training.grad_accum_steps"));
-  t.push_back(member(ranged(spec("training.max_steps", kInt, i(20), "optimizer steps to run"),
-                            atLeast(1)),
-                     M(training.max_steps)));
-  t.push_back(member(ranged(spec("training.stop_after_seconds", kFloat, f(0.0),
-                                 "wall-clock limit; 0 = no limit"),
-                            atLeast(0)),
-                     M(training.stop_after_seconds)));
+  t.push_back(
+      member(ranged(spec("training.max_steps", kInt, i(20), "optimizer steps to run"), atLeast(1)),
+             M(training.max_steps)));
+  t.push_back(member(
+      ranged(spec("training.stop_after_seconds", kFloat, f(0.0), "wall-clock limit; 0 = no limit"),
+             atLeast(0)),
+      M(training.stop_after_seconds)));
 }
 
 void trainingOptimizerRows(std::vector<KeyRow>& t) {
   t.push_back(member(ranged(spec("training.lr", kFloat, f(3e-4), "peak learning rate"), atLeast(0)),
                      M(training.lr)));
-  t.push_back(member(ranged(spec("training.lr_warmup_steps", kInt, i(0), "linear LR warmup steps"),
-                            atLeast(0)),
-                     M(training.lr_warmup_steps)));
+  t.push_back(member(
+      ranged(spec("training.lr_warmup_steps", kInt, i(0), "linear LR warmup steps"), atLeast(0)),
+      M(training.lr_warmup_steps)));
   t.push_back(member(
       ranged(spec("training.weight_decay", kFloat, f(0.0), "decoupled weight decay"), atLeast(0)),
       M(training.weight_decay)));
-  t.push_back(member(ranged(spec("training.max_grad_norm", kFloat, f(1.0),
-                                 "gradient clipping norm; 0 = off"),
-                            atLeast(0)),
-                     M(training.max_grad_norm)));
+  t.push_back(member(
+      ranged(spec("training.max_grad_norm", kFloat, f(1.0), "gradient clipping norm; 0 = off"),
+             atLeast(0)),
+      M(training.max_grad_norm)));
   t.push_back(member(oneOf(spec("training.optimizer", kString, s("adamw"), "the optimizer"),
                            {"adamw", "adafactor"}),
                      M(training.optimizer)));
@@ -322,16 +327,17 @@ void trainingComputeRows(std::vector<KeyRow>& t) {
   t.push_back(converted(
       oneOf(spec("training.dtype", kString, s("fp32"), "compute dtype"), {"fp32", "bf16"}),
       M(training.dtype), dtypeOf));
-  t.push_back(member(ranged(spec("training.seed", kInt, i(0), "seed for init and data"), atLeast(0)),
-                     M(training.seed)));
+  t.push_back(
+      member(ranged(spec("training.seed", kInt, i(0), "seed for init and data"), atLeast(0)),
+             M(training.seed)));
   t.push_back(converted(spec("training.activation_checkpointing", kString, s("none"),
                              "\"none\" | \"full\" | \"every_N\": blocks that recompute their "
                              "activations in backward"),
                         M(training.activation_checkpointing), checkpointingOf));
-  t.push_back(member(ranged(spec("training.threads", kInt, i(0),
-                                 "intra-op threads; 0 = OMP_NUM_THREADS or 1"),
-                            atLeast(0)),
-                     M(training.threads)));
+  t.push_back(member(
+      ranged(spec("training.threads", kInt, i(0), "intra-op threads; 0 = OMP_NUM_THREADS or 1"),
+             atLeast(0)),
+      M(training.threads)));
   t.push_back(member(
       oneOf(spec("training.attention", kString, s("fused_softmax"),
                  "causal attention kernel: \"fused_softmax\" (q k^T, ftbench's fused fp32 causal "
@@ -367,8 +373,9 @@ void parallelRows(std::vector<KeyRow>& t) {
       M(layout.dp_shard)));
   t.push_back(member(ranged(spec("parallel.tp", kInt, i(1), "tensor-parallel degree"), atLeast(1)),
                      M(layout.tp)));
-  t.push_back(member(ranged(spec("parallel.zero_stage", kInt, i(0), "ZeRO stage 0..3"), between(0, 3)),
-                     M(layout.zero_stage)));
+  t.push_back(
+      member(ranged(spec("parallel.zero_stage", kInt, i(0), "ZeRO stage 0..3"), between(0, 3)),
+             M(layout.zero_stage)));
   t.push_back(member(oneOf(spec("parallel.backend", kString, s("auto"), "process-group backend"),
                            {"auto", "gloo", "nccl"}),
                      M(comm.backend)));
@@ -443,19 +450,20 @@ void pipelineRows(std::vector<KeyRow>& t) {
 }
 
 void loraRows(std::vector<KeyRow>& t) {
-  t.push_back(member(addedLater(ranged(spec("lora.rank", kInt, i(0),
-                                            "LoRA rank r: adapters A [r, in] and B [out, r] on each "
-                                            "target, base frozen; 0 = full finetuning"),
-                                       atLeast(0))),
-                     M(lora.rank)));
+  t.push_back(
+      member(addedLater(ranged(spec("lora.rank", kInt, i(0),
+                                    "LoRA rank r: adapters A [r, in] and B [out, r] on each "
+                                    "target, base frozen; 0 = full finetuning"),
+                               atLeast(0))),
+             M(lora.rank)));
   t.push_back(member(addedLater(ranged(spec("lora.alpha", kFloat, f(8.0),
                                             "LoRA scale numerator: the update is alpha/r B A x"),
                                        above(0))),
                      M(lora.alpha)));
-  t.push_back(member(addedLater(ranged(
-                         spec("lora.dropout", kFloat, f(0.0), "dropout on the adapters' input"),
-                         halfOpen(0, 1))),
-                     M(lora.dropout)));
+  t.push_back(member(
+      addedLater(ranged(spec("lora.dropout", kFloat, f(0.0), "dropout on the adapters' input"),
+                        halfOpen(0, 1))),
+      M(lora.dropout)));
   t.push_back(converted(addedLater(commaList(spec(
                             "lora.targets", kString, s("q,v"),
                             "projections with adapters, a list or comma-separated: q, k, v, o, "
@@ -483,11 +491,11 @@ void checkpointRows(std::vector<KeyRow>& t) {
   t.push_back(member(spec("checkpoint.dir", kString, s(""),
                           "checkpoint directory; \"\" = <run_dir>/checkpoints", kNoTag),
                      M(checkpoint.dir)));
-  t.push_back(member(ranged(spec("checkpoint.interval", kInt, i(0),
-                                 "steps between checkpoints; 0 = only at the end and on preemption",
-                                 kNoTag),
-                            atLeast(0)),
-                     M(checkpoint.interval)));
+  t.push_back(member(
+      ranged(spec("checkpoint.interval", kInt, i(0),
+                  "steps between checkpoints; 0 = only at the end and on preemption", kNoTag),
+             atLeast(0)),
+      M(checkpoint.interval)));
   t.push_back(member(spec("checkpoint.resume", kString, s("auto"),
                           "\"auto\" (newest complete checkpoint of checkpoint.dir) | \"never\" | "
                           "path of a step_N directory",
@@ -499,11 +507,11 @@ void checkpointRows(std::vector<KeyRow>& t) {
                           "`launcher ctl stop|save` still saves",
                           kNoTag),
                      M(checkpoint.save_final)));
-  t.push_back(member(ranged(spec("checkpoint.keep_last", kInt, i(2),
-                                 "complete checkpoints kept (older ones pruned); 0 = keep all",
-                                 kNoTag),
-                            atLeast(0)),
-                     M(checkpoint.keep_last)));
+  t.push_back(
+      member(ranged(spec("checkpoint.keep_last", kInt, i(2),
+                         "complete checkpoints kept (older ones pruned); 0 = keep all", kNoTag),
+                    atLeast(0)),
+             M(checkpoint.keep_last)));
   t.push_back(member(
       ranged(spec("checkpoint.preempt_grace_s", kFloat, f(0.0),
                   "after a stop signal, seconds to finish the step and save; past them the rank "
@@ -515,9 +523,10 @@ void checkpointRows(std::vector<KeyRow>& t) {
 }
 
 void metricsRows(std::vector<KeyRow>& t) {
-  t.push_back(member(
-      ranged(spec("metrics.log_every", kInt, i(1), "rank 0 prints every N steps", kNoTag), atLeast(1)),
-      M(metrics.log_every)));
+  t.push_back(
+      member(ranged(spec("metrics.log_every", kInt, i(1), "rank 0 prints every N steps", kNoTag),
+                    atLeast(1)),
+             M(metrics.log_every)));
   t.push_back(member(ranged(spec("metrics.peak_tflops", kFloat, f(0.0),
                                  "hardware peak TFLOP/s per device, MFU's denominator; 0 = "
                                  "computed (CPU: cores x measured clock x FLOP/cycle; GPU: table)"),
@@ -529,10 +538,10 @@ void metricsRows(std::vector<KeyRow>& t) {
                                  "training.lr_warmup_steps"),
                             atLeast(0)),
                      M(metrics.skip_first_steps)));
-  t.push_back(member(ranged(spec("metrics.price_per_hour", kFloat, f(0.0),
-                                 "$/hour for cost metrics", kNoTag),
-                            atLeast(0)),
-                     M(metrics.price_per_hour)));
+  t.push_back(member(
+      ranged(spec("metrics.price_per_hour", kFloat, f(0.0), "$/hour for cost metrics", kNoTag),
+             atLeast(0)),
+      M(metrics.price_per_hour)));
   t.push_back(member(spec("metrics.profile_steps", kIntList, Value(std::vector<int64_t>{}),
                           "[a, b]: Chrome trace of steps a..b (0-based, inclusive) per rank in "
                           "<run_dir>/traces/; [] = off",
@@ -546,9 +555,9 @@ void outputRows(std::vector<KeyRow>& t) {
   t.push_back(member(spec("output.sweep_fmt", kString, s("{model.name}.ws{world_size}.{hash}"),
                           "run directory name format", kNoTag),
                      M(output.sweep_fmt)));
-  t.push_back(member(
-      spec("output.no_sweep_dir", kBool, b(false), "write straight into output.dir", kNoTag),
-      M(output.no_sweep_dir)));
+  t.push_back(
+      member(spec("output.no_sweep_dir", kBool, b(false), "write straight into output.dir", kNoTag),
+             M(output.no_sweep_dir)));
   // Sweep labels: set by sweep_tagger expand, read by aggregate; not the experiment.
   const char* sweep = "sweep_tagger (expand writes it, aggregate reads it); not the trainer's";
   t.push_back(byHand(spec("sweep.layout", kString, s(""),
