@@ -324,6 +324,7 @@ RunPeaks measurePeaks(const TrainConfig& tc, const CpuInfo& cpu, const std::stri
   agreeFp32Gemm(tc, plan, dist, c);
   setFp32Gemm(c.route);
   GemmFigure g{c.flops(),
+               kPeakGemmN,
                " via " + fp32GemmName(c.route) + " (" + c.why + ")",
                {{"fp32_gemm", fp32GemmName(c.route)},
                 {"fp32_gemm_aten_flops", c.aten_flops},

@@ -58,8 +58,9 @@ PeakFlops hardwarePeak(const CpuInfo& cpu, const std::string& device, const std:
   return applyPeakOverride(computed, peak_tflops);
 }
 
-int64_t peakGemmSize(const std::string& device) {
-  return device.rfind("cuda", 0) == 0 ? kPeakGemmNGpu : kPeakGemmN;
+int64_t peakGemmSize(const std::string& device, torch::ScalarType dtype) {
+  if (device.rfind("cuda", 0) == 0) return kPeakGemmNGpu;
+  return fitGemmSize(dtype, kPeakGemmN, kPeakGemmProductS);
 }
 
 std::string gemmKey(const std::string& dtype, int64_t n, int threads, const std::string& blas) {
@@ -101,7 +102,8 @@ RunPeaks resolvePeaks(const TrainConfig& tc, const CpuInfo& cpu, const std::stri
   p.isa = cpu.isaString();
   p.hw = hardwarePeak(cpu, device, gpu_name, dtype, threads, tc.metrics.peak_tflops);
   std::string via, blas = device == "cpu" ? "ATen" : gpu_name.empty() ? device : gpu_name;
-  const int64_t n = p.gemm_n = peakGemmSize(device);
+  const auto st = bf16 ? torch::kBFloat16 : torch::kFloat32;
+  const int64_t n = p.gemm_n = measured ? measured->n : peakGemmSize(device, st);
   if (measured) {
     p.gemm_flops = measured->flops;
     via = measured->via;
@@ -109,7 +111,6 @@ RunPeaks resolvePeaks(const TrainConfig& tc, const CpuInfo& cpu, const std::stri
     if (!measured->blas.empty()) blas = measured->blas;
     p.remeasure = measured->remeasure;
   } else {
-    const auto st = bf16 ? torch::kBFloat16 : torch::kFloat32;
     p.gemm_flops = measureGemmPeak(st, n, kPeakGemmReps);
     p.remeasure = [st, n] { return measureGemmPeak(st, n, kPeakGemmReps); };
   }

@@ -17,6 +17,8 @@
 //   busy.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <functional>
 #include <string>
 #include <utility>
@@ -30,12 +32,15 @@
 namespace ftb {
 
 // The GEMM behind gemm_efficiency: n^3 in the compute dtype, best of kPeakGemmReps, with
-// n = kPeakGemmN on the CPU and kPeakGemmNGpu on a GPU (2048^3 takes ~20 us there, too
-// short to reach its peak).
+// n = kPeakGemmNGpu on a GPU (2048^3 takes ~20 us there, too short to reach its peak) and
+// on the CPU the largest power of two up to kPeakGemmN whose product takes at most
+// kPeakGemmProductS (perf.h fitGemmSize): 2048 in fp32 on every CPU of ours, less in a
+// dtype the CPU has no fast kernel for.
 inline constexpr int64_t kPeakGemmN = 2048;
 inline constexpr int64_t kPeakGemmNGpu = 8192;
 inline constexpr int kPeakGemmReps = 3;
-int64_t peakGemmSize(const std::string& device);
+inline constexpr double kPeakGemmProductS = 2.0;
+int64_t peakGemmSize(const std::string& device, torch::ScalarType dtype);
 
 struct RunPeaks {
   PeakFlops hw;             // hardware peak, or the config override
@@ -75,6 +80,7 @@ PeakFlops hardwarePeak(const CpuInfo& cpu, const std::string& device, const std:
 // for gemm_source, and the attributes that record the choice.
 struct GemmFigure {
   double flops = 0;
+  int64_t n = kPeakGemmN;  // the product's size
   std::string via;
   std::vector<std::pair<std::string, AttrValue>> attrs;
   std::string blas;                   // the BLAS's name, part of gemmKey()

@@ -74,7 +74,29 @@ double timeGemm(torch::ScalarType dtype, int64_t n, int reps) {
   return 2.0 * double(n) * double(n) * double(n) / best;
 }
 
+// Seconds of one n^3 product after a warm-up one.
+double timeOneProduct(torch::ScalarType dtype, int64_t n) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor a = torch::randn({n, n}).to(dtype), b = torch::randn({n, n}).to(dtype);
+  torch::Tensor c = torch::matmul(a, b);
+  const double t0 = nowSeconds();
+  c = torch::matmul(a, b);
+  return nowSeconds() - t0;
+}
+
 }  // namespace
+
+int64_t fitGemmSize(torch::ScalarType dtype, int64_t max_n, double budget_s) {
+  const std::string what = "the start-up GEMM's size (" + std::string(c10::toString(dtype)) +
+                           " products from " + std::to_string(kFitGemmMinN) + "^3 on cpu)";
+  const double n = measureWithDeadline(
+      what, gemmMeasureBytes(dtype, max_n, false), kMeasureDeadlineS, [&] {
+        int64_t fit = std::min(kFitGemmMinN, max_n);
+        while (fit * 2 <= max_n && 8 * timeOneProduct(dtype, fit) <= budget_s) fit *= 2;
+        return double(fit);
+      });
+  return static_cast<int64_t>(n);
+}
 
 double measureGemmPeak(torch::ScalarType dtype, int64_t n, int reps) {
   const torch::Device dev = computeDevice();

@@ -7,6 +7,12 @@
 //   between two device synchronisations, so launch latency does not count. It is the denominator of
 //   gemm_efficiency (not of MFU, which uses the hardware peak: peaks.h), so it must run in the same
 //   environment (threads, BLAS) as the training it is compared with.
+// - fitGemmSize(dtype, max_n, budget_s) (CPU): the largest n of kFitGemmMinN, 2 kFitGemmMinN,
+//   ..., max_n whose product, estimated as 8 times the previous size's (timed once after a
+//   warm-up), takes at most budget_s; kFitGemmMinN (or max_n when smaller) when even that
+//   estimate is over. Where the compute dtype has no fast kernel (bf16 on AVX2 runs at
+//   0.1-0.7 GFLOP/s, a 2048^3 product two minutes) the peak GEMM stays seconds long.
+//   Runs under measureWithDeadline (deadline.h).
 // - peakRssBytes() is VmHWM of this process (Linux), currentRssBytes() VmRSS.
 // - allocatorDirtyBytes(): bytes jemalloc holds in freed pages it has not returned to
 //   the OS (all arenas, stats refreshed); -1 when the process does not run on jemalloc
@@ -27,7 +33,9 @@ namespace ftb {
 
 inline constexpr int kGpuGemmBatch = 10;
 
+inline constexpr int64_t kFitGemmMinN = 256;
 double measureGemmPeak(torch::ScalarType dtype, int64_t n = 2048, int reps = 3);
+int64_t fitGemmSize(torch::ScalarType dtype, int64_t max_n, double budget_s);
 int64_t peakRssBytes();
 int64_t currentRssBytes();
 int64_t allocatorDirtyBytes();
