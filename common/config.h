@@ -217,7 +217,7 @@ const std::vector<RenamedKey>& renamedKeys();
 const RenamedKey* renamedFrom(const std::string& old_key);  // nullptr: not an old name
 const RenamedKey* renamedTo(const std::string& key);        // nullptr: never renamed
 
-// The first line of every run.toml the trainer writes (common/run_dir.h): a recorded config.
+// The first line of every run.toml the trainer writes (common/tag.h): a recorded config.
 inline constexpr const char* kRecordedConfigMark = "# ftbench run.toml:";
 
 // The hint for an unknown config `key`, by meaning before spelling:

@@ -151,14 +151,17 @@ std::string binDtypeProblem(const TrainConfig& c) {
   return binDtypeProblem(c.data.bin_dtype, c.model.vocab_size);
 }
 
-ModelArgs modelArgsFromConfig(const Config& cfg) {
-  cfg.checkDomains();  // the sizes below are >= 1 (schema atLeast(1)): no division by zero
+namespace {
+
+// The model's sizes are set (a preset or [model]).
+void requireModelKeys(const Config& cfg) {
   for (const char* k : {"model.dim", "model.n_layers", "model.n_heads", "model.n_kv_heads",
                         "model.ffn_dim", "model.vocab_size", "model.max_seq_len"})
     if (!cfg.has(k)) cfg.fail(k, "missing", "set it in [model] or choose a preset with model.name");
-  TrainConfig tc;
-  fillMembers(cfg, tc, "model.");
-  const ModelArgs& m = tc.model;
+}
+
+// REQUIRES: cfg.checkDomains() passed (the sizes are >= 1: no division by zero).
+void checkModelShape(const Config& cfg, const ModelArgs& m) {
   if (m.dim % m.n_heads != 0)
     cfg.failEither("model.n_heads", "model.dim",
                    "n_heads(" + num(m.n_heads) + ") does not divide dim(" + num(m.dim) + ")",
@@ -172,7 +175,17 @@ ModelArgs modelArgsFromConfig(const Config& cfg) {
     cfg.failEither("model.dim", "model.n_heads",
                    "head_dim = dim(" + num(m.dim) + ") / n_heads(" + num(m.n_heads) +
                        ") = " + num(m.headDim()) + " must be even for RoPE");
-  return m;
+}
+
+}  // namespace
+
+ModelArgs modelArgsFromConfig(const Config& cfg) {
+  cfg.checkDomains();
+  requireModelKeys(cfg);
+  TrainConfig tc;
+  fillMembers(cfg, tc, "model.");
+  checkModelShape(cfg, tc.model);
+  return tc.model;
 }
 
 std::string refusalOf(const Config& cfg, int world_size, Checks checks) {
@@ -413,9 +426,10 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size, Checks ch
     throw ConfigError("", "world size", "world_size(" + num(world_size) + ") must be >= 1",
                       "the launcher sets WORLD_SIZE = nodes * nproc_per_node");
   cfg.checkDomains();  // every value in its range or choices before any cross-key check
+  requireModelKeys(cfg);
   TrainConfig c;
-  c.model = modelArgsFromConfig(cfg);
   fillMembers(cfg, c);
+  checkModelShape(cfg, c.model);
   checkData(cfg, c.data, c.model, checks);
   checkTraining(cfg, c.training);
   resolveLayout(cfg, c.layout, world_size);

@@ -13,7 +13,7 @@
 // 90 s, about 1.7 MiB/s, while the live heap stayed flat (jeprof: +1.3 MiB); with
 // tcache_max:4096 (or tcache:false) it stays at 446 MiB. Fragmentation has other
 // sources (HSDP in bf16 still grew 20 MiB/s), so the kept pages are also bounded at run
-// time: KeptPagesBound (trainer/step_log.h) returns them when they exceed what a step
+// time: KeptPagesBound (trainer/loop/step_log.h) returns them when they exceed what a step
 // reuses. A finite dirty_decay_ms bounds them too, but 5000 ms cost 21 % of the D512/L8
 // step here (6.56 -> 7.94 s, fp32, one thread).
 extern "C" {

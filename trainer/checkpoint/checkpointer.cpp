@@ -148,7 +148,7 @@ std::string verifyCheckpoint(const std::string& dir, const std::string& key, Dis
 
 // Why the verified checkpoint `m` in `dir` cannot continue this run (the key to blame,
 // what, a hint), or nullopt. `run`: this run's identity (tag, config hash: what its run
-// directory is bound to, common/run_dir.h) when checkpoint.dir may be shared with other
+// directory is bound to, common/tag.h) when checkpoint.dir may be shared with other
 // runs (empty = no identity check); `gbs_set`: training.global_batch_size set.
 struct Refusal {
   std::string key, what, hint;

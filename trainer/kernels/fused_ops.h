@@ -10,7 +10,7 @@
 // half. The cross-entropy keeps one logsumexp per row (not a [N, V] log-softmax) and
 // builds its [N, V] gradient in one pass (composed: sub, exp, mul, scatter, copy).
 //
-// Contracts (checked against the composed ATen math in trainer/tests/fused_ops_test.cpp):
+// Contracts (checked against the composed ATen math in tests/unit/trainer/fused_ops_test.cpp):
 // - Same math as the composition: inputs fp32 or bf16, accumulation and the per-row
 //   statistics in fp32, one rounding to the output dtype. exp is a polynomial within
 //   2 ulp of expf (the softmax and the SiLU). Results agree with the

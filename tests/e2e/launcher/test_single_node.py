@@ -374,11 +374,14 @@ def test_trainer_two_workers_matches_hand_started(launcher, tmp_path):
     def losses(text):
         return [float(m.group(1)) for m in loss_re.finditer(text)]
 
+    # One BLAS for both: "auto" times ATen against OpenBLAS at start and can pick differently
+    # in the two runs on a busy machine.
+    one_blas = "training.fp32_gemm=aten"
     via = run([launcher, "--nproc-per-node", "2", "--", str(TRAINER), "--config", str(cfg),
-               f"output.dir={tmp_path / 'via'}"], timeout=600, cwd=REPO)
+               one_blas, f"output.dir={tmp_path / 'via'}"], timeout=600, cwd=REPO)
     assert via.returncode == 0, via.stderr[-3000:]
     port = "29611"
-    procs = [subprocess.Popen([str(TRAINER), "--config", str(cfg),
+    procs = [subprocess.Popen([str(TRAINER), "--config", str(cfg), one_blas,
                                f"output.dir={tmp_path / 'hand'}"], cwd=REPO,
                               env={**os.environ, "RANK": str(r), "WORLD_SIZE": "2",
                                    "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": "2",

@@ -148,7 +148,10 @@ def test_adapter_of_a_pipeline_run_gathers_both_stages(trained, tmp_path):
     for name, (dtype, shape, raw) in ours.items():
         assert (dtype, shape) == ref[name][:2], name
         a, b = (np.frombuffer(x, dtype="<f4") for x in (raw, ref[name][2]))
-        assert np.max(np.abs(a - b)) <= 1e-5 * np.max(np.abs(b)), name
+        # AdamW divides each element's step by its own gradient's magnitude: where a gradient
+        # is near eps, the two layouts' summation orders (rounding at 1e-7) move that
+        # element's step by up to ~lr x 1e-3, so an absolute term of lr x 1e-3 joins the bound.
+        assert np.max(np.abs(a - b)) <= 1e-5 * np.max(np.abs(b)) + 1e-3 * 1e-2, name
     tokens = torch.from_numpy(np.random.default_rng(3).integers(0, cfg["vocab_size"], (2, 24)))
     base = transformers.LlamaForCausalLM.from_pretrained(d / "m", dtype=torch.float32)
     with torch.no_grad():

@@ -22,8 +22,10 @@ import pytest
 
 from trainer_util import ONE_BLAS, TINY, TRAINER, base_env, finish, free_port
 
-# One soak run at a time (tests/conftest.py): each trains 2-4 ranks flat out for SOAK_S.
-pytestmark = pytest.mark.xdist_group("soak")
+# Each run trains 2-4 ranks flat out for SOAK_S and needs its steps: beside other tests on
+# the 2-core machine a bf16 layout made 10 steps after SETTLE_S. The soak runs alone, after
+# the parallel pass (tests/conftest.py, `timing`).
+pytestmark = pytest.mark.timing
 
 SOAK_S = 12  # training seconds per layout
 SETTLE_S = 3  # first-step lazy allocations (optimizer state, buckets) settle within this
