@@ -178,6 +178,7 @@ std::string formatDouble(double v);
 // A display figure with `prec` digits after the point ("%.{prec}f": 12.3456, 1 ->
 // "12.3"), for messages, summaries and reports; not a round-trip spelling.
 std::string formatFixed(double v, int prec);
+std::string formatMib(double bytes);  // formatFixed(bytes / 2^20, 1) + " MiB"
 std::string valueToString(const Value& v);  // TOML spelling: 1, 1e-4, 0.001, true, "s", [1, 2]
 // The inverse of valueToString: `text` read as one TOML value (any spelling: 0.0001 and
 // 1e-4 give the same double); nullopt if it is not a TOML value with a Value type.

@@ -95,6 +95,8 @@ std::string formatFixed(double v, int prec) {
   return buf;
 }
 
+std::string formatMib(double bytes) { return formatFixed(bytes / (1 << 20), 1) + " MiB"; }
+
 std::string formatDouble(double v) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";

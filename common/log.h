@@ -5,6 +5,7 @@
 // call writes one whole line with a single write(2).
 #pragma once
 
+#include <chrono>
 #include <sstream>
 #include <string>
 
@@ -19,6 +20,11 @@ void setLogLevel(LogLevel level);              // FTB_LOG_LEVEL=debug|info|warn|
 void logLine(LogLevel level, const std::string& msg);
 
 std::string hostName();  // gethostname(), cached
+
+// Seconds from t0 to now on the steady clock, for "... in 1.2 s" lines.
+inline double secondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 }  // namespace ftb
 

@@ -28,7 +28,6 @@ namespace ftb {
 namespace fs = std::filesystem;
 namespace {
 
-std::string mib(double bytes) { return formatFixed(bytes / (1 << 20), 1) + " MiB"; }
 
 double estimateAt(TrainConfig tc, int64_t mb) {
   tc.training.micro_batch_size = mb;
@@ -168,10 +167,10 @@ Try runTry(const MaxMicroBatchOptions& o, const TrainConfig& tc, int64_t mb, dou
 }
 
 void printTry(const Try& t, double limit) {
-  std::cout << "  try micro-batch " << t.mb << ": estimate " << mib(t.estimate)
+  std::cout << "  try micro-batch " << t.mb << ": estimate " << formatMib(t.estimate)
             << ", measured peak RSS "
-            << (t.peak > 0 ? mib(t.peak) + " (max over ranks)" : std::string("n/a")) << " -> "
-            << t.verdict << (t.peak > 0 ? (t.fits ? " <= " : " > ") + mib(limit) : "") << "\n"
+            << (t.peak > 0 ? formatMib(t.peak) + " (max over ranks)" : std::string("n/a")) << " -> "
+            << t.verdict << (t.peak > 0 ? (t.fits ? " <= " : " > ") + formatMib(limit) : "") << "\n"
             << std::flush;
 }
 
@@ -179,13 +178,13 @@ void printTry(const Try& t, double limit) {
 void printAnswer(std::map<int64_t, Try>& tried, int64_t lo, int64_t hi, double limit,
                  double budget) {
   const Try& a = tried[lo];
-  std::cout << "max micro-batch = " << lo << ": measured peak RSS " << mib(a.peak) << " = "
-            << formatFixed(100 * a.peak / budget, 1) << " % of the budget " << mib(budget)
-            << " (estimate " << mib(a.estimate) << ")";
+  std::cout << "max micro-batch = " << lo << ": measured peak RSS " << formatMib(a.peak) << " = "
+            << formatFixed(100 * a.peak / budget, 1) << " % of the budget " << formatMib(budget)
+            << " (estimate " << formatMib(a.estimate) << ")";
   if (hi > 0) {
     const Try& b = tried[hi];
     std::cout << "; micro-batch " << hi << " "
-              << (b.peak > 0 ? "measured " + mib(b.peak) + " > " + mib(limit) : b.verdict);
+              << (b.peak > 0 ? "measured " + formatMib(b.peak) + " > " + formatMib(limit) : b.verdict);
   } else {
     std::cout << "; the search stopped at its cap " << kMaxSearch;
   }
@@ -212,12 +211,12 @@ int runMaxMicroBatch(const MaxMicroBatchOptions& o, const TrainConfig& tc, int l
   std::cout << "max micro-batch of " << tc.model.name << ", world " << tc.layout.world_size
             << " (dp " << tc.layout.dpSize() << " x tp " << tc.layout.tp << ", ZeRO stage "
             << tc.layout.effectiveZeroStage() << "), seq " << tc.data.seq_len << ": budget "
-            << mib(budget.bytes) << " per rank (" << budget.source << "), safety margin "
+            << formatMib(budget.bytes) << " per rank (" << budget.source << "), safety margin "
             << formatFixed(100 * o.safety_margin, 0)
-            << " %: a size fits when every rank's measured peak RSS is <= " << mib(limit) << "\n";
+            << " %: a size fits when every rank's measured peak RSS is <= " << formatMib(limit) << "\n";
   const int64_t guess = largestEstimatedFit(tc, limit);
-  std::cout << "estimator: largest micro-batch with estimate <= " << mib(limit) << ": "
-            << (guess > 0 ? std::to_string(guess) + " (estimate " + mib(estimateAt(tc, guess)) + ")"
+  std::cout << "estimator: largest micro-batch with estimate <= " << formatMib(limit) << ": "
+            << (guess > 0 ? std::to_string(guess) + " (estimate " + formatMib(estimateAt(tc, guess)) + ")"
                           : std::string("none"))
             << "\n";
   const std::string scratch =

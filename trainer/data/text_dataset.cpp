@@ -204,10 +204,6 @@ std::string tokenCachePath(const TrainConfig& c) {
 
 namespace {
 
-double secondsSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 int64_t tokenCount(const TokenizedDocs& d) {
   int64_t tokens = 0;
   for (const auto& ids : d.ids) tokens += int64_t(ids.size());

@@ -12,6 +12,7 @@
 #include "common/cli_args.h"
 #include "common/error.h"
 #include "common/files.h"
+#include "common/log.h"
 #include "trainer/data/text_dataset.h"
 #include "trainer/data/tokenizer.h"
 
@@ -47,10 +48,6 @@ void appendIds(const std::vector<int32_t>& ids, std::string& out) {
   out += "{\"input_ids\": [";
   for (size_t i = 0; i < ids.size(); ++i) (i ? out += ", " : out) += std::to_string(ids[i]);
   out += "]}\n";
-}
-
-double secondsSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 // Writes OUT through a temporary file beside it, renamed into place once complete, and

@@ -15,16 +15,12 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-[[noreturn]] void bad(const std::string& where, const std::string& what) {
-  throw std::invalid_argument(where + ": " + what);
-}
-
 // j[key] as a string; "" when absent or null.
 std::string optString(const json& j, const char* key, const std::string& where) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return "";
   if (!it->is_string())
-    bad(where + "." + key, std::string("expected a string, got ") + it->type_name());
+    tokenizerJsonError(where + "." + key, std::string("expected a string, got ") + it->type_name());
   return it->get<std::string>();
 }
 
@@ -32,7 +28,7 @@ bool optBool(const json& j, const char* key, bool fallback, const std::string& w
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return fallback;
   if (!it->is_boolean())
-    bad(where + "." + key, std::string("expected a boolean, got ") + it->type_name());
+    tokenizerJsonError(where + "." + key, std::string("expected a boolean, got ") + it->type_name());
   return it->get<bool>();
 }
 
@@ -42,53 +38,53 @@ std::pair<std::string, std::string> mergePair(const json& m, const std::string& 
     const std::string s = m.get<std::string>();
     const size_t sp = s.find(' ');
     if (sp == std::string::npos)
-      bad(where, "expected \"a b\" (two tokens and a space), got \"" + s + "\"");
+      tokenizerJsonError(where, "expected \"a b\" (two tokens and a space), got \"" + s + "\"");
     return {s.substr(0, sp), s.substr(sp + 1)};
   }
   if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string())
     return {m[0].get<std::string>(), m[1].get<std::string>()};
-  bad(where, "expected \"a b\" or [\"a\", \"b\"]");
+  tokenizerJsonError(where, "expected \"a b\" or [\"a\", \"b\"]");
 }
 
 std::unique_ptr<TokenModel> parseUnigram(const json& m) {
-  if (!m.contains("vocab") || !m["vocab"].is_array()) bad("model.vocab", "expected an array");
+  if (!m.contains("vocab") || !m["vocab"].is_array()) tokenizerJsonError("model.vocab", "expected an array");
   std::vector<std::pair<std::string, double>> vocab;
   vocab.reserve(m["vocab"].size());
   for (size_t i = 0; i < m["vocab"].size(); ++i) {
     const json& v = m["vocab"][i];
     if (!v.is_array() || v.size() != 2 || !v[0].is_string() || !v[1].is_number())
-      bad("model.vocab[" + std::to_string(i) + "]", "expected [\"piece\", score]");
+      tokenizerJsonError("model.vocab[" + std::to_string(i) + "]", "expected [\"piece\", score]");
     vocab.emplace_back(v[0].get<std::string>(), v[1].get<double>());
   }
   auto unk = m.find("unk_id");
   if (unk != m.end() && !unk->is_null() && !unk->is_number_integer())
-    bad("model.unk_id", "expected an integer or null");
+    tokenizerJsonError("model.unk_id", "expected an integer or null");
   const int32_t unk_id = unk == m.end() || unk->is_null() ? -1 : unk->get<int32_t>();
   return std::make_unique<UnigramModel>(std::move(vocab), unk_id,
                                         optBool(m, "byte_fallback", false, "model"));
 }
 
 std::unique_ptr<TokenModel> parseModel(const json& m) {
-  if (!m.is_object()) bad("model", "expected an object");
+  if (!m.is_object()) tokenizerJsonError("model", "expected an object");
   const std::string type = optString(m, "type", "model");
   if (type == "Unigram") return parseUnigram(m);
   if (type == "WordPiece" || type == "WordLevel")
-    bad("model.type", "model \"" + type + "\" is not supported (supported: BPE, Unigram)");
+    tokenizerJsonError("model.type", "model \"" + type + "\" is not supported (supported: BPE, Unigram)");
   if (type != "BPE" && !(type.empty() && m.contains("merges")))
-    bad("model.type", "expected \"BPE\" or \"Unigram\", got \"" + type + "\"");
+    tokenizerJsonError("model.type", "expected \"BPE\" or \"Unigram\", got \"" + type + "\"");
   if (m.contains("dropout") && !m["dropout"].is_null() && m["dropout"].get<double>() != 0.0)
-    bad("model.dropout", "BPE dropout is random; expected null or 0");
-  if (!m.contains("vocab") || !m["vocab"].is_object()) bad("model.vocab", "expected an object");
+    tokenizerJsonError("model.dropout", "BPE dropout is random; expected null or 0");
+  if (!m.contains("vocab") || !m["vocab"].is_object()) tokenizerJsonError("model.vocab", "expected an object");
   std::vector<std::pair<std::string, int32_t>> vocab;
   vocab.reserve(m["vocab"].size());
   for (const auto& [tok, id] : m["vocab"].items()) {
     if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX)
-      bad("model.vocab[\"" + tok + "\"]", "expected a non-negative integer id");
+      tokenizerJsonError("model.vocab[\"" + tok + "\"]", "expected a non-negative integer id");
     vocab.emplace_back(tok, id.get<int32_t>());
   }
   std::vector<std::pair<std::string, std::string>> merges;
   const json& ms = m.contains("merges") ? m["merges"] : json::array();
-  if (!ms.is_array()) bad("model.merges", "expected an array");
+  if (!ms.is_array()) tokenizerJsonError("model.merges", "expected an array");
   merges.reserve(ms.size());
   for (size_t i = 0; i < ms.size(); ++i)
     merges.push_back(mergePair(ms[i], "model.merges[" + std::to_string(i) + "]"));
@@ -107,7 +103,7 @@ int32_t templateTokenId(const json& pp, const std::string& name, const std::stri
   const json& st = pp.value("special_tokens", json::object());
   if (!st.contains(name) || !st[name].contains("ids") || !st[name]["ids"].is_array() ||
       st[name]["ids"].empty() || !st[name]["ids"][0].is_number_integer())
-    bad(where + ".special_tokens", "no ids for \"" + name + "\"");
+    tokenizerJsonError(where + ".special_tokens", "no ids for \"" + name + "\"");
   return st[name]["ids"][0].get<int32_t>();
 }
 
@@ -170,7 +166,7 @@ std::unique_ptr<TokenizerJson> TokenizerJson::load(const std::string& path,
   std::unique_ptr<TokenizerJson> t(new TokenizerJson());
   t->path_ = path;
   try {
-    if (!j.is_object()) bad("(top level)", "expected a JSON object");
+    if (!j.is_object()) tokenizerJsonError("(top level)", "expected a JSON object");
     t->normalizer_ = TextNormalizer::parse(j.value("normalizer", json()), "normalizer");
     t->pre_tokenizer_ = PreTokenizer::parse(j.value("pre_tokenizer", json()), "pre_tokenizer");
     t->model_ = parseModel(j.value("model", json()));
@@ -184,13 +180,13 @@ std::unique_ptr<TokenizerJson> TokenizerJson::load(const std::string& path,
 }
 
 void TokenizerJson::loadAddedTokens(const json& list) {
-  if (!list.is_array()) bad("added_tokens", "expected an array");
+  if (!list.is_array()) tokenizerJsonError("added_tokens", "expected an array");
   for (size_t i = 0; i < list.size(); ++i) {
     const std::string where = "added_tokens[" + std::to_string(i) + "]";
     const json& a = list[i];
     if (!a.is_object() || !a.contains("content") || !a["content"].is_string() ||
         !a.contains("id") || !a["id"].is_number_integer() || a["id"].get<int64_t>() < 0)
-      bad(where, "expected {\"id\": N, \"content\": \"...\", ...}");
+      tokenizerJsonError(where, "expected {\"id\": N, \"content\": \"...\", ...}");
     AddedTokenSet::Token tok;
     tok.content = a["content"].get<std::string>();
     tok.id = a["id"].get<int32_t>();

@@ -7,17 +7,18 @@
 #include <stdexcept>
 
 namespace ftb {
+
+[[noreturn]] void tokenizerJsonError(const std::string& where, const std::string& what) {
+  throw std::invalid_argument(where + ": " + what);
+}
+
 namespace {
 
 using nlohmann::json;
 
-[[noreturn]] void bad(const std::string& where, const std::string& what) {
-  throw std::invalid_argument(where + ": " + what);
-}
-
 std::string typeOf(const json& j, const std::string& where) {
   if (!j.is_object() || !j.contains("type") || !j["type"].is_string())
-    bad(where, "expected an object with a string \"type\"");
+    tokenizerJsonError(where, "expected an object with a string \"type\"");
   return j["type"].get<std::string>();
 }
 
@@ -29,7 +30,7 @@ T get(const json& j, const char* key, T fallback, const std::string& where) {
   try {
     return it->get<T>();
   } catch (const json::exception&) {
-    bad(where + "." + key, std::string("unexpected ") + it->type_name() + " value");
+    tokenizerJsonError(where + "." + key, std::string("unexpected ") + it->type_name() + " value");
   }
 }
 
@@ -37,13 +38,13 @@ T get(const json& j, const char* key, T fallback, const std::string& where) {
 std::shared_ptr<const Pcre2Regex> pattern(const json& j, const std::string& where) {
   const bool literal = j.is_object() && j.contains("String") && j["String"].is_string();
   if (!literal && !(j.is_object() && j.contains("Regex") && j["Regex"].is_string()))
-    bad(where, "expected {\"String\": \"...\"} or {\"Regex\": \"...\"}");
+    tokenizerJsonError(where, "expected {\"String\": \"...\"} or {\"Regex\": \"...\"}");
   const std::string p = j[literal ? "String" : "Regex"].get<std::string>();
   if (literal && p.empty()) return nullptr;  // an empty string matches nothing (HF)
   try {
     return std::make_shared<const Pcre2Regex>(p, literal);
   } catch (const std::invalid_argument& e) {
-    bad(where, e.what());
+    tokenizerJsonError(where, e.what());
   }
 }
 
@@ -105,7 +106,7 @@ void parseNormalizer(const json& j, const std::string& where,
   const int stable = UTF8PROC_STABLE;
   if (type == "Sequence") {
     if (!j.contains("normalizers") || !j["normalizers"].is_array())
-      bad(where, "a Sequence needs a \"normalizers\" array");
+      tokenizerJsonError(where, "a Sequence needs a \"normalizers\" array");
     for (size_t i = 0; i < j["normalizers"].size(); ++i)
       parseNormalizer(j["normalizers"][i], where + ".normalizers[" + std::to_string(i) + "]",
                       steps);
@@ -126,7 +127,7 @@ void parseNormalizer(const json& j, const std::string& where,
     step->left = get<bool>(j, "strip_left", false, where);
     step->right = get<bool>(j, "strip_right", false, where);
   } else {
-    bad(where, "normalizer \"" + type +
+    tokenizerJsonError(where, "normalizer \"" + type +
                    "\" is not supported (supported: NFC, NFD, NFKC, NFKD, Prepend, Replace, "
                    "Strip, Sequence)");
   }
@@ -214,7 +215,7 @@ PreStep::Behavior behaviorOf(const json& j, const std::string& where) {
       {"Contiguous", PreStep::kContiguous}};
   for (const auto& [name, v] : kNames)
     if (b == name) return v;
-  bad(where + ".behavior",
+  tokenizerJsonError(where + ".behavior",
       "expected Removed, Isolated, MergedWithPrevious, MergedWithNext or "
       "Contiguous, got \"" +
           b + "\"");
@@ -225,7 +226,7 @@ std::shared_ptr<PreStep> metaspaceStep(const json& j, const std::string& where) 
   st->kind = PreStep::kMetaspace;
   st->replacement = get<std::string>(j, "replacement", "\xE2\x96\x81", where);
   if (st->replacement.empty() || utf8Len(uint8_t(st->replacement[0])) != st->replacement.size())
-    bad(where + ".replacement", "expected one character");
+    tokenizerJsonError(where + ".replacement", "expected one character");
   st->split = get<bool>(j, "split", true, where);
   const std::string scheme =
       get<std::string>(j, "prepend_scheme",
@@ -237,7 +238,7 @@ std::shared_ptr<PreStep> metaspaceStep(const json& j, const std::string& where) 
   else if (scheme == "never")
     st->prepend = PreStep::kNever;
   else
-    bad(where + ".prepend_scheme", "expected always, first or never, got \"" + scheme + "\"");
+    tokenizerJsonError(where + ".prepend_scheme", "expected always, first or never, got \"" + scheme + "\"");
   st->re = std::make_shared<const Pcre2Regex>(st->replacement, true);
   st->behavior = PreStep::kMergedWithNext;
   return st;
@@ -249,7 +250,7 @@ void parsePreTokenizer(const json& j, const std::string& where,
   const std::string type = typeOf(j, where);
   if (type == "Sequence") {
     if (!j.contains("pretokenizers") || !j["pretokenizers"].is_array())
-      bad(where, "a Sequence needs a \"pretokenizers\" array");
+      tokenizerJsonError(where, "a Sequence needs a \"pretokenizers\" array");
     for (size_t i = 0; i < j["pretokenizers"].size(); ++i)
       parsePreTokenizer(j["pretokenizers"][i], where + ".pretokenizers[" + std::to_string(i) + "]",
                         steps);
@@ -271,7 +272,7 @@ void parsePreTokenizer(const json& j, const std::string& where,
   } else if (type == "Metaspace") {
     st = metaspaceStep(j, where);
   } else {
-    bad(where, "pre-tokenizer \"" + type +
+    tokenizerJsonError(where, "pre-tokenizer \"" + type +
                    "\" is not supported (supported: Split, ByteLevel, Digits, Metaspace, "
                    "Sequence)");
   }

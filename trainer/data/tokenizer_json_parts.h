@@ -83,6 +83,10 @@ class AddedTokenSet {
   std::vector<std::vector<int32_t>> by_first_byte_ = std::vector<std::vector<int32_t>>(256);
 };
 
+// Throws std::invalid_argument("<where>: <what>"): a tokenizer.json that cannot be read
+// (the caller adds the file's path).
+[[noreturn]] void tokenizerJsonError(const std::string& where, const std::string& what);
+
 // HF's ByteLevel alphabet: the character each byte becomes (bytes_to_unicode()).
 char32_t byteLevelChar(uint8_t b);
 

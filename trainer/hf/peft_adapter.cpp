@@ -21,7 +21,7 @@ using nlohmann::json;
 constexpr const char* kKey = "lora.from_pretrained";
 constexpr const char* kPeftPrefix = "base_model.model.model.";
 
-[[noreturn]] void fail(const std::string& where, const std::string& what,
+[[noreturn]] void failAdapter(const std::string& where, const std::string& what,
                        const std::string& hint = "") {
   throw ConfigError(kKey, where, what, hint);
 }
@@ -136,11 +136,11 @@ namespace {
 json readConfig(const std::string& dir) {
   const std::string path = (fs::path(dir) / kAdapterConfigName).string();
   if (inputPathKind(path, kKey, "the adapter's config (a JSON file)") == PathKind::kMissing)
-    fail(dir, std::string("no ") + kAdapterConfigName,
+    failAdapter(dir, std::string("no ") + kAdapterConfigName,
          "a PEFT adapter directory (peft's save_pretrained) holds adapter_config.json and "
          "adapter_model.safetensors");
   const json j = parseJsonInput(readInputFile(path, "PEFT adapter config"), kKey, path);
-  if (!j.is_object()) fail(path, "expected a JSON object, found " + std::string(j.type_name()));
+  if (!j.is_object()) failAdapter(path, "expected a JSON object, found " + std::string(j.type_name()));
   return j;
 }
 
@@ -149,10 +149,10 @@ void requireField(const json& j, const std::string& path, const char* field, con
                   bool absent_ok, const std::string& why) {
   if (!j.contains(field) || j[field].is_null()) {
     if (absent_ok) return;
-    fail(path, std::string("field \"") + field + "\" is missing, expected " + want.dump());
+    failAdapter(path, std::string("field \"") + field + "\" is missing, expected " + want.dump());
   }
   if (j[field] != want)
-    fail(path, std::string("field \"") + field + "\" is " + shortJson(j[field]) + ", expected " +
+    failAdapter(path, std::string("field \"") + field + "\" is " + shortJson(j[field]) + ", expected " +
                    want.dump() + ": " + why);
 }
 
@@ -167,7 +167,7 @@ void requireOff(const json& j, const std::string& path) {
     if (!j.contains(f) || j[f].is_null() || (j[f].is_object() && j[f].empty()) ||
         (j[f].is_array() && j[f].empty()))
       continue;
-    fail(path,
+    failAdapter(path,
          std::string("field \"") + f + "\" is " + shortJson(j[f]) +
              ": not supported (ftbench adapts every layer with one rank and alpha)",
          "an adapter saved from get_peft_model(model, LoraConfig(r, lora_alpha, target_modules))");
@@ -177,15 +177,15 @@ void requireOff(const json& j, const std::string& path) {
 void checkConfig(const json& j, const std::string& path, const LoraConfig& l) {
   requireField(j, path, "peft_type", "LORA", false, "ftbench loads LoRA adapters");
   if (j.contains("task_type") && !j["task_type"].is_null() && j["task_type"] != "CAUSAL_LM")
-    fail(path, "field \"task_type\" is " + shortJson(j["task_type"]) + ", expected \"CAUSAL_LM\"");
+    failAdapter(path, "field \"task_type\" is " + shortJson(j["task_type"]) + ", expected \"CAUSAL_LM\"");
   if (!j.contains("r") || !j["r"].is_number_integer() || j["r"].get<int64_t>() != l.rank)
-    fail(path,
+    failAdapter(path,
          "field \"r\" is " + (j.contains("r") ? shortJson(j["r"]) : std::string("missing")) +
              ", lora.rank is " + std::to_string(l.rank),
          "set lora.rank to the adapter's r");
   if (!j.contains("lora_alpha") || !j["lora_alpha"].is_number() ||
       j["lora_alpha"].get<double>() != l.alpha)
-    fail(path,
+    failAdapter(path,
          "field \"lora_alpha\" is " +
              (j.contains("lora_alpha") ? shortJson(j["lora_alpha"]) : std::string("missing")) +
              ", lora.alpha is " + number(l.alpha).dump(),
@@ -197,7 +197,7 @@ void checkConfig(const json& j, const std::string& path, const LoraConfig& l) {
     ok = ok && m.is_string() && got.insert(m.get<std::string>()).second;
   const std::set<std::string> want = hfModules(l.targets);
   if (!ok || got != want)
-    fail(path,
+    failAdapter(path,
          "field \"target_modules\" is " + shortJson(tm) +
              ", expected the modules of lora.targets " + joined(want),
          "set lora.targets to the adapter's modules (q k v o gate up down); a regular "
@@ -209,12 +209,12 @@ void checkConfig(const json& j, const std::string& path, const LoraConfig& l) {
 
 PeftAdapter PeftAdapter::open(const std::string& dir, const ModelArgs& a, const LoraConfig& l) {
   if (inputPathKind(dir, kKey, "a PEFT adapter directory") != PathKind::kDirectory)
-    fail(dir, "not a directory", "lora.from_pretrained names a PEFT adapter directory");
+    failAdapter(dir, "not a directory", "lora.from_pretrained names a PEFT adapter directory");
   checkConfig(readConfig(dir), (fs::path(dir) / kAdapterConfigName).string(), l);
   const std::string wpath = (fs::path(dir) / kAdapterWeightsName).string();
   if (inputPathKind(wpath, kKey, "the adapter's weights (a safetensors file)") ==
       PathKind::kMissing)
-    fail(dir, std::string("no ") + kAdapterWeightsName,
+    failAdapter(dir, std::string("no ") + kAdapterWeightsName,
          inputPathKind((fs::path(dir) / "adapter_model.bin").string(), kKey, "a file") !=
                  PathKind::kMissing
              ? "adapter_model.bin (pickle) is not read: save it with safe_serialization=True"
@@ -226,7 +226,7 @@ PeftAdapter PeftAdapter::open(const std::string& dir, const ModelArgs& a, const 
   std::vector<std::string> names;
   for (const auto& [name, st] : have) names.push_back(name);
   if (const int64_t held = layersNamed(names); a.n_layers > held)  // before a per-layer list
-    fail(wpath,
+    failAdapter(wpath,
          "holds the adapters of " +
              (held == 0 ? std::string("no layer") : "layers 0.." + std::to_string(held - 1)) +
              ", but the model has " + std::to_string(a.n_layers) + " layers",
@@ -236,7 +236,7 @@ PeftAdapter PeftAdapter::open(const std::string& dir, const ModelArgs& a, const 
   for (const AdapterParam& p : params) expected.insert(p.peft_name);
   for (const auto& [name, st] : have)
     if (!expected.count(name))
-      fail(wpath,
+      failAdapter(wpath,
            "unexpected tensor '" + shortText(name) + "': not a LoRA adapter of lora.targets " +
                joined(hfModules(l.targets)) + " in this " + std::to_string(a.n_layers) +
                "-layer model",
@@ -247,10 +247,10 @@ PeftAdapter PeftAdapter::open(const std::string& dir, const ModelArgs& a, const 
   for (const AdapterParam& p : params) {
     auto it = have.find(p.peft_name);
     if (it == have.end())
-      fail(wpath, "tensor '" + p.peft_name + "' (shape " + shapeString(p.shape) + ") is missing",
+      failAdapter(wpath, "tensor '" + p.peft_name + "' (shape " + shapeString(p.shape) + ") is missing",
            "the adapter must cover lora.targets in all " + std::to_string(a.n_layers) + " layers");
     if (it->second.shape != p.shape)
-      fail(wpath, "tensor '" + p.peft_name + "': shape " + shapeString(it->second.shape) +
+      failAdapter(wpath, "tensor '" + p.peft_name + "': shape " + shapeString(it->second.shape) +
                       ", expected " + shapeString(p.shape) + " from r = " + std::to_string(l.rank) +
                       " and the model's shapes");
     pa.by_name_[p.name] = p;

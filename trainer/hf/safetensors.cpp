@@ -25,7 +25,7 @@ namespace {
 
 using nlohmann::json;
 
-[[noreturn]] void fail(const std::string& key, const std::string& path, const std::string& what,
+[[noreturn]] void failSafetensors(const std::string& key, const std::string& path, const std::string& what,
                        const std::string& hint = "") {
   throw ConfigError(key, path, what, hint);
 }
@@ -64,20 +64,20 @@ SafetensorsFile::SafetensorsFile(std::string path, std::string key)
     std::string why = fd_ < 0 ? std::strerror(errno) : "not a regular file";
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
-    fail(key_, path_, "cannot open safetensors file: " + why);
+    failSafetensors(key_, path_, "cannot open safetensors file: " + why);
   }
   size_ = st.st_size;
   if (size_ < 8) {
     ::close(fd_);
     fd_ = -1;
-    fail(key_, path_,
+    failSafetensors(key_, path_,
          "truncated: " + std::to_string(size_) + " bytes, shorter than the 8-byte header length");
   }
   void* m = mmap(nullptr, size_t(size_), PROT_READ, MAP_PRIVATE, fd_, 0);
   if (m == MAP_FAILED) {
     ::close(fd_);
     fd_ = -1;
-    fail(key_, path_, std::string("cannot map the file: ") + std::strerror(errno));
+    failSafetensors(key_, path_, std::string("cannot map the file: ") + std::strerror(errno));
   }
   map_ = static_cast<const uint8_t*>(m);
   try {

@@ -609,3 +609,5 @@ torch::Tensor fusedCrossEntropy(const torch::Tensor& logits, const torch::Tensor
 }
 
 }  // namespace ftb
+
+#undef FTB_DISPATCH_FLOAT_BF16

@@ -46,7 +46,6 @@ void testLeak() {
   if (per_step > 0) kept.emplace_back(size_t(per_step), char(1));
 }
 
-std::string mib(double bytes) { return formatFixed(bytes / (1 << 20), 1) + " MiB"; }
 
 }  // namespace
 
@@ -61,7 +60,7 @@ void RssWatch::observe(double since_measured_s, int64_t rss_bytes) {
   if (!(g > next_warn_)) return;
   while (g > next_warn_) next_warn_ += kWarnFraction;
   FTB_WARN("RSS keeps rising after warm-up: "
-           << mib(samples_.front().second) << " -> " << mib(rss) << " (+" << formatFixed(100 * g, 1)
+           << formatMib(samples_.front().second) << " -> " << formatMib(rss) << " (+" << formatFixed(100 * g, 1)
            << " %, " << formatFixed(slopeMibPerS(), 2) << " MiB/s over " << formatFixed(t, 1)
            << " s): memory that is never freed; the peak RSS figure includes it "
               "(rss_growth in the metrics file)");
@@ -116,9 +115,9 @@ void KeptPagesBound::purge(int64_t kept, int64_t step) {
   ++purges_;
   last_purge_step_ = step;
   if (first_purge_step_ < 0) first_purge_step_ = step;
-  FTB_DEBUG("allocator kept " << mib(double(kept)) << " of freed pages at step " << step
+  FTB_DEBUG("allocator kept " << formatMib(double(kept)) << " of freed pages at step " << step
                               << (base_ < 0 ? " (the first return)"
-                                            : " (a step keeps " + mib(double(base_)) + ")")
+                                            : " (a step keeps " + formatMib(double(base_)) + ")")
                               << ": returned them to the OS");
 }
 
@@ -426,8 +425,8 @@ void pipelineRows(std::ostream& os, const TrainConfig& tc, const TrainSummary& s
              formatFixed(s.p2p_bytes_per_step / 1e6, 3) + " MB/step");
   for (size_t st = 0; st < s.stage_peak_rss.size() && st < s.stage_estimate.size(); ++st)
     summaryRow(os, "stage " + std::to_string(st) + " peak RSS",
-               mib(s.stage_peak_rss[st]) + " (max over its ranks); estimate " +
-                   mib(s.stage_estimate[st]) + " (trainer --estimate-memory), " +
+               formatMib(s.stage_peak_rss[st]) + " (max over its ranks); estimate " +
+                   formatMib(s.stage_estimate[st]) + " (trainer --estimate-memory), " +
                    formatFixed(100 * (s.stage_estimate[st] / s.stage_peak_rss[st] - 1), 1) +
                    " % against the measured peak");
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "trainer/model/llama.h"
+#include "tests/unit/trainer/tensor_util.h"
 
 namespace ftb {
 namespace {
@@ -28,10 +29,6 @@ ModelArgs smallArgs() {
   a.rope_theta = 10000.0;
   a.norm_eps = 1e-5;
   return a;
-}
-
-double maxAbsDiff(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max().item<double>();
 }
 
 struct Grads {

@@ -35,6 +35,7 @@
 #include "common/error.h"
 #include "trainer/parallel/dist.h"
 #include "trainer/parallel/hier_comm.h"
+#include "tests/unit/trainer/tensor_util.h"
 
 extern char** environ;
 
@@ -89,10 +90,6 @@ torch::Tensor bitsOf(int rank, int64_t n) {
 bool sameBits(const torch::Tensor& a, const torch::Tensor& b) {
   return a.numel() == b.numel() && torch::equal(a.contiguous().view(-1).view(torch::kInt16),
                                                 b.contiguous().view(-1).view(torch::kInt16));
-}
-
-double maxAbsDiff(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max().item<double>();
 }
 
 // ---------------------------------------------------------------- worker bodies

@@ -13,18 +13,10 @@
 #include "common/run_config.h"
 #include "trainer/hf/pretrained.h"
 #include "trainer/model/llama.h"
+#include "tests/unit/trainer/tensor_util.h"
 
 namespace ftb {
 namespace {
-
-torch::Tensor readTokens(const std::string& path, int64_t batch) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  const int64_t n = int64_t(in.tellg()) / 8;
-  torch::Tensor t = torch::empty({n}, torch::kInt64);
-  in.seekg(0);
-  in.read(static_cast<char*>(t.data_ptr()), n * 8);
-  return t.view({batch, n / batch});
-}
 
 TEST(HfImport, WriteLogitsForPythonReference) {
   const char* dir = std::getenv("FTB_HF_DIR");
