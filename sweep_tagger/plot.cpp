@@ -12,7 +12,6 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -22,6 +21,7 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "common/tag.h"
+#include "sweep_tagger/axes.h"
 #include "sweep_tagger/compare.h"
 
 extern char** environ;
@@ -31,17 +31,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr size_t kMaxTics = 12;  // more x values: gnuplot's own tics
-
-struct Axis {
-  std::string name;
-  std::function<Cell(const RunRow&)> get;
-};
-
-// Axis/legend label of a cell: "-" when missing.
-std::string text(const Cell& c) {
-  std::string t = cellText(c);
-  return t.empty() ? "-" : t;
-}
 
 std::optional<double> num(const Cell& c) {
   if (auto* i = std::get_if<int64_t>(&c)) return double(*i);
@@ -282,52 +271,9 @@ bool draw(const Chart& c, const std::string& dir, double timeout_s, Sink& sink) 
   return true;
 }
 
-// With layout variants (sweep.layout), the layout is one axis and the keys a variant sets
-// (an axis whose value is the same in every run of each variant) are no axes of their own.
-std::vector<Axis> withLayout(std::vector<Axis> varying, const std::vector<const RunRow*>& runs) {
-  const Axis layout{"layout", [](const RunRow& r) {
-                      auto it = r.config.find("sweep.layout");
-                      return it == r.config.end() ? Cell() : it->second;
-                    }};
-  std::set<std::string> variants;
-  for (const RunRow* r : runs) variants.insert(text(layout.get(*r)));
-  if (variants.size() < 2) return varying;
-  std::vector<Axis> kept = {layout};
-  for (const Axis& a : varying) {
-    std::map<std::string, std::set<std::string>> per_variant;
-    for (const RunRow* r : runs) per_variant[text(layout.get(*r))].insert(text(a.get(*r)));
-    const bool implied = std::all_of(per_variant.begin(), per_variant.end(),
-                                     [](const auto& v) { return v.second.size() == 1; });
-    if (!implied) kept.push_back(a);
-  }
-  return kept;
-}
-
-// The axes that vary across `runs`: the sweep's varying config keys, world_size, nodes.
-std::vector<Axis> varyingAxes(const AggregateTable& t, const std::vector<const RunRow*>& runs) {
-  std::vector<Axis> axes;
-  for (const std::string& k : t.varying)
-    axes.push_back({k, [k](const RunRow& r) {
-                      auto it = r.config.find(k);
-                      return it == r.config.end() ? Cell() : it->second;
-                    }});
-  axes.push_back(
-      {"world_size", [](const RunRow& r) { return r.world_size ? Cell(*r.world_size) : Cell(); }});
-  axes.push_back({"nodes", [](const RunRow& r) { return r.nodes ? Cell(*r.nodes) : Cell(); }});
-  std::vector<Axis> varying;
-  for (const Axis& a : axes) {
-    std::set<std::string> values;
-    for (const RunRow* r : runs) values.insert(text(a.get(*r)));
-    if (values.size() > 1) varying.push_back(a);
-  }
-  return withLayout(std::move(varying), runs);
-}
-
 // A run's series name: every varying axis but `skip`, "all runs" when none.
 std::string seriesName(const std::vector<Axis>& varying, const RunRow& r, const std::string& skip) {
-  std::string s;
-  for (const Axis& a : varying)
-    if (a.name != skip) s += (s.empty() ? "" : ", ") + a.name + "=" + text(a.get(r));
+  const std::string s = axesName(varying, r, skip, ", ");
   return s.empty() ? std::string("all runs") : s;
 }
 
@@ -343,14 +289,14 @@ Chart throughputChart(const Axis& a, const std::vector<Axis>& varying,
   std::set<std::string> labels;
   for (const RunRow* r : runs) {
     numeric &= num(a.get(*r)).has_value();
-    labels.insert(text(a.get(*r)));
+    labels.insert(axisText(a.get(*r)));
   }
   if (!numeric) c.xtics.assign(labels.begin(), labels.end());
   for (const RunRow* r : runs) {
     double x =
         numeric ? *num(a.get(*r))
                 : double(std::distance(c.xtics.begin(),
-                                       std::find(c.xtics.begin(), c.xtics.end(), text(a.get(*r)))));
+                                       std::find(c.xtics.begin(), c.xtics.end(), axisText(a.get(*r)))));
     c.series[seriesName(varying, *r, a.name)].push_back(
         {x, r->tokens_median.value_or(*r->tokens_per_s_dataset),
          r->tokens_min.value_or(*r->tokens_per_s_dataset),
