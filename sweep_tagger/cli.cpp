@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -117,6 +119,17 @@ void printTable(const std::vector<PointRow>& rows, bool with_state, std::ostream
          std::to_string(p->nodes) + "x" + std::to_string(p->nproc_per_node),
          p->valid ? "yes" : "NO", state ? toString(*state) : "", rest);
   }
+}
+
+// --price-per-hour: a price > 0 ($ per device-hour); none when not given.
+std::optional<double> pricePerHour(const cxxopts::ParseResult& r) {
+  if (!r.count("price-per-hour")) return std::nullopt;
+  const double usd = r["price-per-hour"].as<double>();
+  if (!(usd > 0) || !std::isfinite(usd))
+    throw ConfigError("--price-per-hour", "command line",
+                      "expected a price > 0 in USD per device-hour, got " + formatDouble(usd),
+                      "--price-per-hour 2.5 prices each device-hour at $2.50");
+  return usd;
 }
 
 }  // namespace
@@ -251,9 +264,17 @@ int aggregateCommand(const std::vector<std::string>& args, std::ostream& out) {
       "reader-timeout", "seconds one run's files may take to read before it is 'corrupt'",
       cxxopts::value<double>()->default_value("60"))(
       "best",
-      "rank configurations by tokens_per_s | cost | memory: winner, runner-up, margin, "
-      "and whether it exceeds the noise (stdout; the table only with --out)",
+      "rank the configurations by tokens_per_s | cost | memory: each with its median, "
+      "spread and runs, and whether it beats the next one beyond the noise (stdout; the "
+      "table only with --out); exit 1 when nothing can be ranked",
       cxxopts::value<std::string>())(
+      "exclude-noisy",
+      "--best without the runs the trainer marked noisy (unless every run is noisy: then "
+      "ranked anyway, and it says so)")(
+      "price-per-hour",
+      "USD per device-hour for the runs recorded without metrics.price_per_hour (a run's "
+      "recorded price wins): --best cost and the $/M tokens column",
+      cxxopts::value<double>())(
       "plot-best-effort", "a gnuplot problem is a warning, not exit 1")("h,help", "this help")(
       "results", "results dir", cxxopts::value<std::string>());
   opts.parse_positional({"results"});
@@ -285,7 +306,12 @@ int aggregateCommand(const std::vector<std::string>& args, std::ostream& out) {
                             : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::optional<BestMetric> best;
   if (r.count("best")) best = parseBestMetric(r["best"].as<std::string>());
+  if (r.count("exclude-noisy") && !best)
+    throw ConfigError("--exclude-noisy", "command line", "it applies to a ranking: --best is missing",
+                      "--best tokens_per_s --exclude-noisy ranks without the noisy runs");
+  const std::optional<double> price = pricePerHour(r);
   AggregateTable table = aggregateRuns(results, ao);
+  if (price) applyPrice(table, *price);
   const std::string text =
       format == "csv" ? toCsv(table) : (format == "md" ? toMarkdown(table) : toJson(table));
   if (r.count("out")) {
@@ -299,8 +325,15 @@ int aggregateCommand(const std::vector<std::string>& args, std::ostream& out) {
   } else if (!best) {
     out << text;
   }
-  if (best) out << bestReport(table, *best);
-  if (!r.count("plot")) return 0;
+  int code = 0;
+  if (best) {
+    BestOptions bo;
+    bo.exclude_noisy = r.count("exclude-noisy") > 0;
+    const BestReport report = bestReport(table, *best, bo);
+    out << report.text;
+    code = report.exit_code;
+  }
+  if (!r.count("plot")) return code;
   std::vector<std::string> warnings, failures;
   std::vector<std::string> files =
       writePlots(table, r["plot"].as<std::string>(), warnings, 120, &failures);
@@ -308,7 +341,7 @@ int aggregateCommand(const std::vector<std::string>& args, std::ostream& out) {
     std::cerr << "sweep_tagger aggregate: warning: " << w << "\n";
   std::cerr << "sweep_tagger aggregate: wrote " << files.size() << " chart files to "
             << r["plot"].as<std::string>() << "\n";
-  if (failures.empty() || r.count("plot-best-effort")) return 0;
+  if (failures.empty() || r.count("plot-best-effort")) return code;
   std::cerr << "sweep_tagger aggregate: " << failures.size()
             << " chart(s) missing or unreadable (gnuplot problems above); exit 1 "
                "(--plot-best-effort: exit 0)\n";
@@ -325,7 +358,8 @@ int runSweepTagger(int argc, char** argv, std::ostream& out, std::ostream& err) 
       "       sweep_tagger aggregate RESULTS_DIR [--format csv|md|json] [--out F] [--plot DIR] "
       "[--jobs N]\n"
       "                              [--stale-seconds S] [--reader-timeout S]\n"
-      "                              [--best tokens_per_s|cost|memory] [--plot-best-effort]\n"
+      "                              [--best tokens_per_s|cost|memory] [--exclude-noisy]\n"
+      "                              [--price-per-hour USD] [--plot-best-effort]\n"
       "       sweep_tagger SUBCOMMAND --help: every option\n";
   if (argc < 2) {
     err << usage;
