@@ -310,7 +310,7 @@ TEST(Ranking, PricePerHourPricesTheRunsWithoutARecordedPrice) {
   EXPECT_PRED2(has, r, "  1. cfga: 1.1111 $/M tokens");
   EXPECT_PRED2(has, r, "  2. cfgb: 1.6667 $/M tokens");
   EXPECT_PRED2(has, r, "cfga beats cfgb by 33.3 %, beyond noise: no overlap of the step bands");
-  EXPECT_PRED2(has, r, "Price: --price-per-hour 3 $ per device-hour for 1 run(s) recorded without "
+  EXPECT_PRED2(has, r, "Price: --price-per-hour 3.0 $ per device-hour for 1 run(s) recorded without "
                        "metrics.price_per_hour; 1 run(s) keep their recorded price.");
 }
 
