@@ -6,11 +6,15 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <sstream>
 #include <tuple>
 
 #include "common/error.h"
 #include "sweep_tagger/cli.h"
+#include "sweep_tagger/plot.h"
 #include "test_util.h"
 
 namespace ftb {
@@ -339,6 +343,42 @@ TEST(Ranking, CommandLineExitCodesAndBadFlags) {
   EXPECT_EQ(tagger({"aggregate", dir.path(), "--exclude-noisy"}, out, err), 2);
   EXPECT_PRED2(has, err, "--exclude-noisy");
   EXPECT_PRED2(has, err, "--best is missing");
+}
+
+// ---- Charts: a categorical axis draws points, noisy points ringed ------------
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST(Charts, LayoutsArePointsWithoutLinesAndNoisyPointsAreMarked) {
+  std::vector<RunRow> rows = {point("a", 0, 1000, "ddp", 1), point("b", 0, 1500, "pp2", 1),
+                              point("c", 0, 1200, "ddp", 2), point("c", 1, 1100, "ddp", 2)};
+  rows[1].noisy = noisyRun("b", 0, 1500).noisy;
+  AggregateTable t = table(rows);
+  t.varying = {"training.micro_batch_size"};
+  test::TempDir dir;
+  std::vector<std::string> warnings;
+  writePlots(t, dir.path(), warnings);
+  const std::string gp = slurp(dir.path() + "/tokens_per_s_vs_layout.gp");
+  const std::string dat = slurp(dir.path() + "/tokens_per_s_vs_layout.dat");
+  EXPECT_PRED2(has, gp, "set xlabel \"layout (sweep layout variant)\"");
+  EXPECT_PRED2(has, gp, " with yerrorbars lt 1 title \"training.micro_batch_size=1\"");
+  EXPECT_FALSE(has(gp, "yerrorlines"));
+  EXPECT_PRED2(has, gp, "using 1:($5 > 0 ? $2 : 1/0) with points pt 6");
+  EXPECT_PRED2(has, gp, "title \"noisy run (interference above metrics.max_interference)");
+  // Categories ddp (0) and pp2 (1); the two series side by side, the noisy one marked.
+  EXPECT_PRED2(has, dat, "# training.micro_batch_size=1  (x, median, min, max, noisy)\n"
+                         "-0.15 1000.0 1000.0 1000.0 0\n0.85 1500.0 1500.0 1500.0 1\n");
+  EXPECT_PRED2(has, dat, "# training.micro_batch_size=2  (x, median, min, max, noisy)\n"
+                         "0.15 1150.0 1100.0 1200.0 0\n");
+  // A numeric axis keeps its lines; without a noisy point there is no ring.
+  const std::string mbs = slurp(dir.path() + "/tokens_per_s_vs_training.micro_batch_size.gp");
+  EXPECT_PRED2(has, mbs, "set xlabel \"training.micro_batch_size (sequences per rank)\"");
+  EXPECT_PRED2(has, mbs, "with yerrorlines");
+  if (std::system("gnuplot --version > /dev/null 2>&1") == 0)
+    EXPECT_TRUE(warnings.empty()) << warnings[0];  // gnuplot takes the scripts
 }
 
 TEST(WorkNote, SaysWhetherTheRowsDoEqualWorkAndWhichMode) {
