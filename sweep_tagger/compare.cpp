@@ -335,6 +335,11 @@ void nameFigures(std::vector<Figure>& ranked, const AggregateTable& t) {
   }
 }
 
+// A comparison's caveat when either side has noisy runs ("" when neither has).
+std::string noisyCaveat(const Figure& a, const Figure& b) {
+  return a.noisy + b.noisy > 0 ? "; noisy runs on either side: the machine may have made it" : "";
+}
+
 // The ranked lines: each configuration, and below it how it compares with the next one.
 std::string rankingLines(const std::vector<Figure>& ranked, const MetricSpec& m) {
   std::string out;
@@ -344,7 +349,8 @@ std::string rankingLines(const std::vector<Figure>& ranked, const MetricSpec& m)
     out += "     vs " + std::to_string(i + 2) + ".: " +
            fmt(marginPercent(ranked[i], ranked[i + 1], m), 1) + " % " +
            (m.higher_better ? "higher, " : "lower, ") +
-           verdict(ranked[i], ranked[i + 1], m, true) + "\n";
+           verdict(ranked[i], ranked[i + 1], m, true) + noisyCaveat(ranked[i], ranked[i + 1]) +
+           "\n";
   }
   return out;
 }
@@ -424,7 +430,7 @@ BestReport bestReport(const AggregateTable& t, BestMetric metric, const BestOpti
   if (ranked.size() >= 2)
     out += ranked[0].label + " beats " + ranked[1].label + " by " +
            fmt(marginPercent(ranked[0], ranked[1], m), 1) + " %, " +
-           verdict(ranked[0], ranked[1], m, false) + ".\n";
+           verdict(ranked[0], ranked[1], m, false) + noisyCaveat(ranked[0], ranked[1]) + ".\n";
   else
     out += "Only one configuration counts: nothing to compare.\n";
   out += noisyNote(ranked, opts.exclude_noisy, drop_noisy) + priceNote(t, ranked, metric) +

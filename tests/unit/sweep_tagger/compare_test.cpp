@@ -243,6 +243,8 @@ TEST(Ranking, ANoisyOnlySetIsRankedWithMarksAndExitZero) {
                             "p10-p90 980.0-1122.0) [noisy: 2 of 2 runs]\n");
   EXPECT_PRED2(has, r.text, "  2. cfgb: 900.0 tokens/s (1 run; steps p10-p90 882.0-918.0) "
                             "[noisy: 1 of 1 run]\n");
+  EXPECT_PRED2(has, r.text, "     vs 2.: 16.7 % higher, beyond noise (no overlap of the step bands "
+                            "p10-p90); noisy runs on either side: the machine may have made it\n");
   EXPECT_PRED2(has, r.text, "The ranking includes 3 noisy run(s), marked [noisy]: the trainer "
                             "found their interference above metrics.max_interference");
   EXPECT_FALSE(has(r.text, "Nothing to rank"));
@@ -377,8 +379,9 @@ TEST(Charts, LayoutsArePointsWithoutLinesAndNoisyPointsAreMarked) {
   const std::string mbs = slurp(dir.path() + "/tokens_per_s_vs_training.micro_batch_size.gp");
   EXPECT_PRED2(has, mbs, "set xlabel \"training.micro_batch_size (sequences per rank)\"");
   EXPECT_PRED2(has, mbs, "with yerrorlines");
-  if (std::system("gnuplot --version > /dev/null 2>&1") == 0)
+  if (std::system("gnuplot --version > /dev/null 2>&1") == 0) {
     EXPECT_TRUE(warnings.empty()) << warnings[0];  // gnuplot takes the scripts
+  }
 }
 
 TEST(WorkNote, SaysWhetherTheRowsDoEqualWorkAndWhichMode) {
