@@ -164,10 +164,10 @@ std::vector<NoiseTest> noiseTests(const Figure& a, const Figure& b, const Metric
   if (a.n >= 2 && b.n >= 2) {
     const double a_worst = m.higher_better ? a.min : a.max;
     const double b_best = m.higher_better ? b.max : b.min;
-    tests.push_back({"the repeats' ranges",
-                     "the repeats' ranges (" + range(a, a.min, a.max) + ", " +
-                         range(b, b.min, b.max) + ")",
-                     beats(a_worst, b_best)});
+    tests.push_back(
+        {"the repeats' ranges",
+         "the repeats' ranges (" + range(a, a.min, a.max) + ", " + range(b, b.min, b.max) + ")",
+         beats(a_worst, b_best)});
   }
   if (a.step_lo && b.step_lo) {
     const double a_step = m.higher_better ? *a.step_lo : *a.step_hi;
@@ -193,7 +193,8 @@ std::string verdict(const Figure& a, const Figure& b, const MetricSpec& m, bool 
     return brief ? std::string("noise not measured (one run each, no per-step figure)")
                  : "noise not measured: one run each and no per-step figure; run the sweep "
                    "with repeats >= 2";
-  return brief ? "beyond noise (no overlap of " + held + ")" : "beyond noise: no overlap of " + held;
+  return brief ? "beyond noise (no overlap of " + held + ")"
+               : "beyond noise: no overlap of " + held;
 }
 
 // How much better `a` is than `b`, in %: a / b - 1, or 1 - a / b for lower-better metrics.
@@ -346,11 +347,10 @@ std::string rankingLines(const std::vector<Figure>& ranked, const MetricSpec& m)
   for (size_t i = 0; i < ranked.size(); ++i) {
     out += "  " + std::to_string(i + 1) + ". " + describeFigure(ranked[i], m) + "\n";
     if (i + 1 == ranked.size()) break;
-    out += "     vs " + std::to_string(i + 2) + ".: " +
-           fmt(marginPercent(ranked[i], ranked[i + 1], m), 1) + " % " +
-           (m.higher_better ? "higher, " : "lower, ") +
-           verdict(ranked[i], ranked[i + 1], m, true) + noisyCaveat(ranked[i], ranked[i + 1]) +
-           "\n";
+    out += "     vs " + std::to_string(i + 2) +
+           ".: " + fmt(marginPercent(ranked[i], ranked[i + 1], m), 1) + " % " +
+           (m.higher_better ? "higher, " : "lower, ") + verdict(ranked[i], ranked[i + 1], m, true) +
+           noisyCaveat(ranked[i], ranked[i + 1]) + "\n";
   }
   return out;
 }
@@ -413,7 +413,8 @@ BestReport bestReport(const AggregateTable& t, BestMetric metric, const BestOpti
       });
   std::vector<Figure> ranked = rankedFigures(t, m, drop_noisy);
   if (ranked.empty() && metric == BestMetric::kCost)
-    throw ConfigError("--best", "command line", "no run that counts has a price: cost cannot be ranked",
+    throw ConfigError("--best", "command line",
+                      "no run that counts has a price: cost cannot be ranked",
                       "set metrics.price_per_hour ($ per device-hour) in the runs' config, or "
                       "pass --price-per-hour USD to aggregate");
   if (ranked.empty())

@@ -142,8 +142,8 @@ std::string datText(const Chart& c, std::vector<std::string>& names) {
     const double offset = c.xtics.empty() ? 0 : categoryOffset(names.size(), c.series.size());
     dat += "# " + name + "  (x, median, min, max, noisy)\n";
     for (const Pt& p : sorted)
-      dat += formatDouble(p.x + offset) + " " + formatDouble(p.y) + " " + formatDouble(p.lo) +
-             " " + formatDouble(p.hi) + " " + (p.noisy ? "1" : "0") + "\n";
+      dat += formatDouble(p.x + offset) + " " + formatDouble(p.y) + " " + formatDouble(p.lo) + " " +
+             formatDouble(p.hi) + " " + (p.noisy ? "1" : "0") + "\n";
     dat += "\n\n";
     names.push_back(name);
   }
@@ -334,10 +334,10 @@ Chart throughputChart(const Axis& a, const std::vector<Axis>& varying,
   }
   if (!numeric) c.xtics.assign(labels.begin(), labels.end());
   for (const RunRow* r : runs) {
-    double x =
-        numeric ? *num(a.get(*r))
-                : double(std::distance(c.xtics.begin(),
-                                       std::find(c.xtics.begin(), c.xtics.end(), axisText(a.get(*r)))));
+    double x = numeric
+                   ? *num(a.get(*r))
+                   : double(std::distance(c.xtics.begin(), std::find(c.xtics.begin(), c.xtics.end(),
+                                                                     axisText(a.get(*r)))));
     c.series[seriesName(varying, *r, a.name)].push_back(
         {x, r->tokens_median.value_or(*r->tokens_per_s_dataset),
          r->tokens_min.value_or(*r->tokens_per_s_dataset),

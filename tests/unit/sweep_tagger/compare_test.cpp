@@ -239,26 +239,31 @@ TEST(Ranking, ANoisyOnlySetIsRankedWithMarksAndExitZero) {
   EXPECT_EQ(t.runs[0].repeats, 2);  // noisy runs count in the repeats
   const BestReport r = bestReport(t, BestMetric::kTokensPerS);
   EXPECT_EQ(r.exit_code, 0);
-  EXPECT_PRED2(has, r.text, "  1. cfga: 1050.0 tokens/s (2 runs, min-max 1000.0-1100.0; steps "
-                            "p10-p90 980.0-1122.0) [noisy: 2 of 2 runs]\n");
-  EXPECT_PRED2(has, r.text, "  2. cfgb: 900.0 tokens/s (1 run; steps p10-p90 882.0-918.0) "
-                            "[noisy: 1 of 1 run]\n");
-  EXPECT_PRED2(has, r.text, "     vs 2.: 16.7 % higher, beyond noise (no overlap of the step bands "
-                            "p10-p90); noisy runs on either side: the machine may have made it\n");
-  EXPECT_PRED2(has, r.text, "The ranking includes 3 noisy run(s), marked [noisy]: the trainer "
-                            "found their interference above metrics.max_interference");
+  EXPECT_PRED2(has, r.text,
+               "  1. cfga: 1050.0 tokens/s (2 runs, min-max 1000.0-1100.0; steps "
+               "p10-p90 980.0-1122.0) [noisy: 2 of 2 runs]\n");
+  EXPECT_PRED2(has, r.text,
+               "  2. cfgb: 900.0 tokens/s (1 run; steps p10-p90 882.0-918.0) "
+               "[noisy: 1 of 1 run]\n");
+  EXPECT_PRED2(has, r.text,
+               "     vs 2.: 16.7 % higher, beyond noise (no overlap of the step bands "
+               "p10-p90); noisy runs on either side: the machine may have made it\n");
+  EXPECT_PRED2(has, r.text,
+               "The ranking includes 3 noisy run(s), marked [noisy]: the trainer "
+               "found their interference above metrics.max_interference");
   EXPECT_FALSE(has(r.text, "Nothing to rank"));
   // Asked to exclude them, it would rank nothing: it says so and ranks them anyway.
   const BestReport x = bestReport(t, BestMetric::kTokensPerS, kExcludeNoisy);
   EXPECT_EQ(x.exit_code, 0);
   EXPECT_PRED2(has, x.text, "  1. cfga: 1050.0 tokens/s (2 runs");
-  EXPECT_PRED2(has, x.text, "--exclude-noisy: every run that counts is noisy, so excluding them "
-                            "would leave nothing: ranked anyway, marked [noisy].");
+  EXPECT_PRED2(has, x.text,
+               "--exclude-noisy: every run that counts is noisy, so excluding them "
+               "would leave nothing: ranked anyway, marked [noisy].");
 }
 
 TEST(Ranking, ExcludeNoisyLeavesTheNoisyRunsOutWithTheirReason) {
-  AggregateTable t = table({noisyRun("a", 0, 5000), run("a", 1, 1000), noisyRun("b", 0, 3000),
-                            run("c", 0, 900)});
+  AggregateTable t =
+      table({noisyRun("a", 0, 5000), run("a", 1, 1000), noisyRun("b", 0, 3000), run("c", 0, 900)});
   const std::string all = bestReport(t, BestMetric::kTokensPerS).text;
   EXPECT_PRED2(has, all, "  1. cfga: 3000.0 tokens/s (2 runs, min-max 1000.0-5000.0");
   EXPECT_PRED2(has, all, "[noisy: 1 of 2 runs]");
@@ -269,10 +274,11 @@ TEST(Ranking, ExcludeNoisyLeavesTheNoisyRunsOutWithTheirReason) {
   EXPECT_PRED2(has, quiet, "  2. cfgc: 900.0 tokens/s (1 run");
   EXPECT_FALSE(has(quiet, "3. "));
   EXPECT_FALSE(has(quiet, "[noisy"));
-  EXPECT_PRED2(has, quiet,
-               "Excluded from the ranking (2):\n"
-               "  - cfga: noisy, left out by --exclude-noisy: interference 31.0 % on rank 0 > 5.0 %\n"
-               "  - cfgb: noisy, left out by --exclude-noisy: interference 31.0 %");
+  EXPECT_PRED2(
+      has, quiet,
+      "Excluded from the ranking (2):\n"
+      "  - cfga: noisy, left out by --exclude-noisy: interference 31.0 % on rank 0 > 5.0 %\n"
+      "  - cfgb: noisy, left out by --exclude-noisy: interference 31.0 %");
 }
 
 TEST(Ranking, NothingRankableExitsOne) {
@@ -316,8 +322,9 @@ TEST(Ranking, PricePerHourPricesTheRunsWithoutARecordedPrice) {
   EXPECT_PRED2(has, r, "  1. cfga: 1.1111 $/M tokens");
   EXPECT_PRED2(has, r, "  2. cfgb: 1.6667 $/M tokens");
   EXPECT_PRED2(has, r, "cfga beats cfgb by 33.3 %, beyond noise: no overlap of the step bands");
-  EXPECT_PRED2(has, r, "Price: --price-per-hour 3.0 $ per device-hour for 1 run(s) recorded without "
-                       "metrics.price_per_hour; 1 run(s) keep their recorded price.");
+  EXPECT_PRED2(has, r,
+               "Price: --price-per-hour 3.0 $ per device-hour for 1 run(s) recorded without "
+               "metrics.price_per_hour; 1 run(s) keep their recorded price.");
 }
 
 int tagger(std::vector<std::string> args, std::string& out_text, std::string& err_text) {
@@ -334,7 +341,8 @@ int tagger(std::vector<std::string> args, std::string& out_text, std::string& er
 TEST(Ranking, CommandLineExitCodesAndBadFlags) {
   test::TempDir dir;  // no run at all
   std::string out, err;
-  EXPECT_EQ(tagger({"aggregate", dir.path(), "--best", "tokens_per_s", "--jobs", "1"}, out, err), 1);
+  EXPECT_EQ(tagger({"aggregate", dir.path(), "--best", "tokens_per_s", "--jobs", "1"}, out, err),
+            1);
   EXPECT_PRED2(has, out, "Nothing to rank: no run completed");
   EXPECT_EQ(tagger({"aggregate", dir.path(), "--best", "cost", "--price-per-hour", "0"}, out, err),
             2);
@@ -371,10 +379,12 @@ TEST(Charts, LayoutsArePointsWithoutLinesAndNoisyPointsAreMarked) {
   EXPECT_PRED2(has, gp, "using 1:($5 > 0 ? $2 : 1/0) with points pt 6");
   EXPECT_PRED2(has, gp, "title \"noisy run (interference above metrics.max_interference)");
   // Categories ddp (0) and pp2 (1); the two series side by side, the noisy one marked.
-  EXPECT_PRED2(has, dat, "# training.micro_batch_size=1  (x, median, min, max, noisy)\n"
-                         "-0.15 1000.0 1000.0 1000.0 0\n0.85 1500.0 1500.0 1500.0 1\n");
-  EXPECT_PRED2(has, dat, "# training.micro_batch_size=2  (x, median, min, max, noisy)\n"
-                         "0.15 1150.0 1100.0 1200.0 0\n");
+  EXPECT_PRED2(has, dat,
+               "# training.micro_batch_size=1  (x, median, min, max, noisy)\n"
+               "-0.15 1000.0 1000.0 1000.0 0\n0.85 1500.0 1500.0 1500.0 1\n");
+  EXPECT_PRED2(has, dat,
+               "# training.micro_batch_size=2  (x, median, min, max, noisy)\n"
+               "0.15 1150.0 1100.0 1200.0 0\n");
   // A numeric axis keeps its lines; without a noisy point there is no ring.
   const std::string mbs = slurp(dir.path() + "/tokens_per_s_vs_training.micro_batch_size.gp");
   EXPECT_PRED2(has, mbs, "set xlabel \"training.micro_batch_size (sequences per rank)\"");
