@@ -65,6 +65,9 @@ struct RunRow {
   std::string host, cpu_model, peak_source, gemm_source;
   // FLOP/s per device (hardware peak, measured GEMM); $ per device-hour
   std::optional<double> peak_flops, gemm_flops, price_per_hour;
+  // price_per_hour came from `aggregate --price-per-hour` (applyPrice, compare.h), not from
+  // the run's metrics.price_per_hour. Set after the readers: not serialized.
+  bool price_from_flag = false;
   // Interference (rank 0's root attributes, trainer/README.md "Interference"): the worst
   // rank's figure; the trainer's reason for marking the run noisy ("" = not noisy), which
   // makes the valid cell "noisy" unless the run is invalid; rank 0's environment

@@ -238,14 +238,19 @@ std::string envWarningNotes(const AggregateTable& t) {
 
 std::string priceNotes(const AggregateTable& t) {
   std::set<std::string> prices;
+  bool flag = false;  // a price from --price-per-hour (a run recorded without one)
   for (const RunRow& r : t.runs)
-    if (r.price_per_hour) prices.insert(formatDouble(*r.price_per_hour));
+    if (r.price_per_hour) {
+      prices.insert(formatDouble(*r.price_per_hour));
+      flag |= r.price_from_flag;
+    }
   std::string used;
   for (const std::string& p : prices) used += (used.empty() ? "" : ", ") + p;
   return "\n¹ M tokens/h: million dataset (non-padding) tokens per hour over all devices "
          "(tokens/s, global, dataset × 3600 / 10⁶).\n"
          "² $/M tokens: US dollars per million dataset tokens = price × world size / "
-         "(M tokens/h), with price = `metrics.price_per_hour` = " +
+         "(M tokens/h), with price = `metrics.price_per_hour`" +
+         (flag ? std::string(" (`--price-per-hour` for the runs without one)") : "") + " = " +
          used + " $ per device-hour" + (prices.size() > 1 ? " (per run: see CSV)" : "") + ".\n";
 }
 

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "common/cli_args.h"
@@ -117,6 +119,17 @@ void printTable(const std::vector<PointRow>& rows, bool with_state, std::ostream
          std::to_string(p->nodes) + "x" + std::to_string(p->nproc_per_node),
          p->valid ? "yes" : "NO", state ? toString(*state) : "", rest);
   }
+}
+
+// --price-per-hour: a price > 0 ($ per device-hour); none when not given.
+std::optional<double> pricePerHour(const cxxopts::ParseResult& r) {
+  if (!r.count("price-per-hour")) return std::nullopt;
+  const double usd = r["price-per-hour"].as<double>();
+  if (!(usd > 0) || !std::isfinite(usd))
+    throw ConfigError("--price-per-hour", "command line",
+                      "expected a price > 0 in USD per device-hour, got " + formatDouble(usd),
+                      "--price-per-hour 2.5 prices each device-hour at $2.50");
+  return usd;
 }
 
 }  // namespace
@@ -237,7 +250,10 @@ int expandCommand(const std::vector<std::string>& args, std::ostream& out) {
   return 0;
 }
 
-int aggregateCommand(const std::vector<std::string>& args, std::ostream& out) {
+namespace {
+
+// The options of `aggregate` (README.md "Aggregation").
+cxxopts::Options aggregateOptions() {
   cxxopts::Options opts("sweep_tagger aggregate",
                         "One row per run directory under RESULTS_DIR (see README.md).");
   opts.add_options()("format", "csv | md | json",
@@ -251,13 +267,66 @@ int aggregateCommand(const std::vector<std::string>& args, std::ostream& out) {
       "reader-timeout", "seconds one run's files may take to read before it is 'corrupt'",
       cxxopts::value<double>()->default_value("60"))(
       "best",
-      "rank configurations by tokens_per_s | cost | memory: winner, runner-up, margin, "
-      "and whether it exceeds the noise (stdout; the table only with --out)",
+      "rank the configurations by tokens_per_s | cost | memory: each with its median, "
+      "spread and runs, and whether it beats the next one beyond the noise (stdout; the "
+      "table only with --out); exit 1 when nothing can be ranked",
       cxxopts::value<std::string>())(
-      "plot-best-effort", "a gnuplot problem is a warning, not exit 1")("h,help", "this help")(
-      "results", "results dir", cxxopts::value<std::string>());
+      "exclude-noisy",
+      "--best without the runs the trainer marked noisy (unless every run is noisy: then "
+      "ranked anyway, and it says so)")(
+      "price-per-hour",
+      "USD per device-hour for the runs recorded without metrics.price_per_hour (a run's "
+      "recorded price wins): --best cost and the $/M tokens column",
+      cxxopts::value<double>())("plot-best-effort", "a gnuplot problem is a warning, not exit 1")(
+      "h,help", "this help")("results", "results dir", cxxopts::value<std::string>());
   opts.parse_positional({"results"});
   opts.positional_help("RESULTS_DIR");
+  return opts;
+}
+
+// The reader settings of --jobs, --stale-seconds and --reader-timeout.
+AggregateOptions readerOptions(const cxxopts::ParseResult& r) {
+  AggregateOptions ao;
+  ao.stale_seconds = r["stale-seconds"].as<double>();
+  ao.reader_timeout_s = r["reader-timeout"].as<double>();
+  if (!(ao.reader_timeout_s > 0))
+    throw ConfigError("--reader-timeout", "command line", "must be > 0 seconds",
+                      "the default, 60 s, suits any healthy file");
+  ao.jobs = r.count("jobs") ? r["jobs"].as<int>()
+                            : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return ao;
+}
+
+// --out F: the table (and for csv its constants) written whole or not at all
+// (writeFileDurably): a killed or failed aggregate never leaves a truncated table.
+void writeTable(const AggregateTable& table, const std::string& format, const std::string& text,
+                const std::filesystem::path& path) {
+  writeFileDurably(path.string(), text);
+  if (format == "csv")
+    writeFileDurably((path.parent_path() / (path.stem().string() + ".constants.csv")).string(),
+                     constantsCsv(table));
+}
+
+// --plot DIR: the charts, their problems on stderr; 1 when a chart is missing or unreadable
+// (0 with best_effort), else 0.
+int drawCharts(const AggregateTable& table, const std::string& dir, bool best_effort) {
+  std::vector<std::string> warnings, failures;
+  std::vector<std::string> files = writePlots(table, dir, warnings, 120, &failures);
+  for (const std::string& w : warnings)
+    std::cerr << "sweep_tagger aggregate: warning: " << w << "\n";
+  std::cerr << "sweep_tagger aggregate: wrote " << files.size() << " chart files to " << dir
+            << "\n";
+  if (failures.empty() || best_effort) return 0;
+  std::cerr << "sweep_tagger aggregate: " << failures.size()
+            << " chart(s) missing or unreadable (gnuplot problems above); exit 1 "
+               "(--plot-best-effort: exit 0)\n";
+  return 1;
+}
+
+}  // namespace
+
+int aggregateCommand(const std::vector<std::string>& args, std::ostream& out) {
+  cxxopts::Options opts = aggregateOptions();
   auto r = parse(opts, args);
   if (r.count("help")) {
     out << opts.help();
@@ -275,44 +344,33 @@ int aggregateCommand(const std::vector<std::string>& args, std::ostream& out) {
   if (format != "csv" && format != "md" && format != "json")
     throw ConfigError("--format", "command line", "expected csv, md or json, got '" + format + "'",
                       "--format md prints a readable table, csv (the default) a file for tools");
-  AggregateOptions ao;
-  ao.stale_seconds = r["stale-seconds"].as<double>();
-  ao.reader_timeout_s = r["reader-timeout"].as<double>();
-  if (!(ao.reader_timeout_s > 0))
-    throw ConfigError("--reader-timeout", "command line", "must be > 0 seconds",
-                      "the default, 60 s, suits any healthy file");
-  ao.jobs = r.count("jobs") ? r["jobs"].as<int>()
-                            : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const AggregateOptions ao = readerOptions(r);
   std::optional<BestMetric> best;
   if (r.count("best")) best = parseBestMetric(r["best"].as<std::string>());
+  if (r.count("exclude-noisy") && !best)
+    throw ConfigError("--exclude-noisy", "command line",
+                      "it applies to a ranking: --best is missing",
+                      "--best tokens_per_s --exclude-noisy ranks without the noisy runs");
+  const std::optional<double> price = pricePerHour(r);
   AggregateTable table = aggregateRuns(results, ao);
+  if (price) applyPrice(table, *price);
   const std::string text =
       format == "csv" ? toCsv(table) : (format == "md" ? toMarkdown(table) : toJson(table));
-  if (r.count("out")) {
-    const std::filesystem::path path = r["out"].as<std::string>();
-    // Each file whole or not at all (writeFileDurably): a killed or failed aggregate never
-    // leaves a truncated table that reads as a complete one.
-    writeFileDurably(path.string(), text);
-    if (format == "csv")
-      writeFileDurably((path.parent_path() / (path.stem().string() + ".constants.csv")).string(),
-                       constantsCsv(table));
-  } else if (!best) {
+  if (r.count("out"))
+    writeTable(table, format, text, r["out"].as<std::string>());
+  else if (!best)
     out << text;
+  int code = 0;
+  if (best) {
+    BestOptions bo;
+    bo.exclude_noisy = r.count("exclude-noisy") > 0;
+    const BestReport report = bestReport(table, *best, bo);
+    out << report.text;
+    code = report.exit_code;
   }
-  if (best) out << bestReport(table, *best);
-  if (!r.count("plot")) return 0;
-  std::vector<std::string> warnings, failures;
-  std::vector<std::string> files =
-      writePlots(table, r["plot"].as<std::string>(), warnings, 120, &failures);
-  for (const std::string& w : warnings)
-    std::cerr << "sweep_tagger aggregate: warning: " << w << "\n";
-  std::cerr << "sweep_tagger aggregate: wrote " << files.size() << " chart files to "
-            << r["plot"].as<std::string>() << "\n";
-  if (failures.empty() || r.count("plot-best-effort")) return 0;
-  std::cerr << "sweep_tagger aggregate: " << failures.size()
-            << " chart(s) missing or unreadable (gnuplot problems above); exit 1 "
-               "(--plot-best-effort: exit 0)\n";
-  return 1;
+  if (!r.count("plot")) return code;
+  return std::max(code,
+                  drawCharts(table, r["plot"].as<std::string>(), r.count("plot-best-effort") > 0));
 }
 
 int runSweepTagger(int argc, char** argv, std::ostream& out, std::ostream& err) {
@@ -325,7 +383,8 @@ int runSweepTagger(int argc, char** argv, std::ostream& out, std::ostream& err) 
       "       sweep_tagger aggregate RESULTS_DIR [--format csv|md|json] [--out F] [--plot DIR] "
       "[--jobs N]\n"
       "                              [--stale-seconds S] [--reader-timeout S]\n"
-      "                              [--best tokens_per_s|cost|memory] [--plot-best-effort]\n"
+      "                              [--best tokens_per_s|cost|memory] [--exclude-noisy]\n"
+      "                              [--price-per-hour USD] [--plot-best-effort]\n"
       "       sweep_tagger SUBCOMMAND --help: every option\n";
   if (argc < 2) {
     err << usage;

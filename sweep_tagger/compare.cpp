@@ -10,7 +10,9 @@
 #include <set>
 #include <vector>
 
+#include "common/config.h"
 #include "common/error.h"
+#include "sweep_tagger/axes.h"
 
 namespace ftb {
 namespace {
@@ -44,10 +46,11 @@ std::vector<std::vector<const RunRow*>> groupsOf(const AggregateTable& t) {
   return groups;
 }
 
-// One configuration's figure for a ranking: over its counted runs.
+// One configuration's figure for a ranking: over its runs in the ranking.
 struct Figure {
-  std::string label;
-  size_t n = 0;
+  std::string label;              // its name in the ranking (groupLabel until nameFigures)
+  const RunRow* first = nullptr;  // its first run in the figure
+  size_t n = 0, noisy = 0;        // runs, and how many of them the trainer marked noisy
   double median = 0, min = 0, max = 0;
   std::optional<double> step_lo, step_hi;  // the step band, in the metric's unit
 };
@@ -57,6 +60,7 @@ struct MetricSpec {
   const char* unit;
   int prec;
   bool higher_better;
+  const char* missing;  // why a run that counts has no figure
   std::function<std::optional<double>(const RunRow&)> value;
   // The step band in the metric's unit from a run's tokens/s band, if the metric has one.
   std::function<std::optional<double>(const RunRow&, double tokens_per_s)> from_tokens;
@@ -70,14 +74,20 @@ MetricSpec metricSpec(BestMetric m) {
           "$/M tokens",
           4,
           false,
+          "no price: neither metrics.price_per_hour in the run nor --price-per-hour",
           [](const RunRow& r) { return r.usd_per_mt; },
           [](const RunRow& r, double tps) -> std::optional<double> {
             if (!r.price_per_hour || !r.world_size || !(tps > 0)) return std::nullopt;
             return *r.price_per_hour * double(*r.world_size) / (tps * 3600 / 1e6);
           }};
     case BestMetric::kMemory:
-      return {"peak memory (RSS MiB, max over ranks)",        "MiB",  1, false,
-              [](const RunRow& r) { return r.peak_mem_mib; }, nullptr};
+      return {"peak memory (RSS MiB, max over ranks)",
+              "MiB",
+              1,
+              false,
+              "no peak memory recorded",
+              [](const RunRow& r) { return r.peak_mem_mib; },
+              nullptr};
     case BestMetric::kTokensPerS:
       break;
   }
@@ -85,19 +95,29 @@ MetricSpec metricSpec(BestMetric m) {
           "tokens/s",
           1,
           true,
+          "no measured step (tokens/s empty)",
           [](const RunRow& r) { return r.tokens_per_s_dataset; },
           [](const RunRow&, double tps) -> std::optional<double> { return tps; }};
 }
 
-std::optional<Figure> figureOf(const std::vector<const RunRow*>& group, const MetricSpec& m) {
+// Why a run is not in a ranking by `m` ("" when it is); drop_noisy: --exclude-noisy.
+std::string unrankedReason(const RunRow& r, const MetricSpec& m, bool drop_noisy) {
+  if (std::string why = exclusionReason(r); !why.empty()) return why;
+  if (drop_noisy && !r.noisy.empty()) return "noisy, left out by --exclude-noisy: " + r.noisy;
+  if (!m.value(r)) return m.missing;
+  return "";
+}
+
+// The group's figure over its runs in the ranking (unrankedReason ""); none when it has none.
+std::optional<Figure> figureOf(const std::vector<const RunRow*>& group, const MetricSpec& m,
+                               bool drop_noisy) {
   Figure f;
   std::vector<double> values;
   for (const RunRow* r : group) {
-    if (!exclusionReason(*r).empty()) continue;
-    std::optional<double> v = m.value(*r);
-    if (!v) continue;
-    values.push_back(*v);
-    if (f.label.empty()) f.label = groupLabel(*r);
+    if (!unrankedReason(*r, m, drop_noisy).empty()) continue;
+    values.push_back(*m.value(*r));
+    f.noisy += !r->noisy.empty();
+    if (!f.first) f.first = r;
     if (!m.from_tokens || !r->step_tokens_p50 || !(*r->step_tokens_p50 > 0)) continue;
     // The run's figure scaled by its step spread: p10/p50 and p90/p50 of the step rate.
     const double tps = *r->tokens_per_s_dataset, p50 = *r->step_tokens_p50;
@@ -108,6 +128,7 @@ std::optional<Figure> figureOf(const std::vector<const RunRow*>& group, const Me
       }
   }
   if (values.empty()) return std::nullopt;
+  f.label = groupLabel(*f.first);
   f.n = values.size();
   f.median = median(values);
   f.min = *std::min_element(values.begin(), values.end());
@@ -120,35 +141,65 @@ std::string describeFigure(const Figure& f, const MetricSpec& m) {
       f.label + ": " + fmt(f.median, m.prec) + " " + m.unit + " (" + std::to_string(f.n) +
       (f.n == 1 ? " run" : " runs, min-max " + fmt(f.min, m.prec) + "-" + fmt(f.max, m.prec));
   if (f.step_lo) s += "; steps p10-p90 " + fmt(*f.step_lo, m.prec) + "-" + fmt(*f.step_hi, m.prec);
-  return s + ")";
+  s += ")";
+  if (f.noisy > 0)
+    s += " [noisy: " + std::to_string(f.noisy) + " of " + std::to_string(f.n) +
+         (f.n == 1 ? " run]" : " runs]");
+  return s;
 }
 
-// The noise verdict of `a` (the winner) over `b`; see compare.h (a) and (b).
-std::string verdict(const Figure& a, const Figure& b, const MetricSpec& m) {
+// One test of the noise rule (compare.h (a), (b)) of `a` over `b`.
+struct NoiseTest {
+  std::string what;    // "the repeats' ranges"
+  std::string detail;  // what with both figures
+  bool held = false;
+};
+
+std::vector<NoiseTest> noiseTests(const Figure& a, const Figure& b, const MetricSpec& m) {
   auto beats = [&](double x, double y) { return m.higher_better ? x > y : x < y; };
-  const double a_worst = m.higher_better ? a.min : a.max, b_best = m.higher_better ? b.max : b.min;
-  std::vector<std::string> held, failed;
+  auto range = [&](const Figure& f, double lo, double hi) {
+    return f.label + " " + fmt(lo, m.prec) + "-" + fmt(hi, m.prec);
+  };
+  std::vector<NoiseTest> tests;
   if (a.n >= 2 && b.n >= 2) {
-    const std::string what = "the repeats' ranges (" + a.label + " " + fmt(a.min, m.prec) + "-" +
-                             fmt(a.max, m.prec) + ", " + b.label + " " + fmt(b.min, m.prec) + "-" +
-                             fmt(b.max, m.prec) + ")";
-    (beats(a_worst, b_best) ? held : failed).push_back(what);
+    const double a_worst = m.higher_better ? a.min : a.max;
+    const double b_best = m.higher_better ? b.max : b.min;
+    tests.push_back(
+        {"the repeats' ranges",
+         "the repeats' ranges (" + range(a, a.min, a.max) + ", " + range(b, b.min, b.max) + ")",
+         beats(a_worst, b_best)});
   }
   if (a.step_lo && b.step_lo) {
     const double a_step = m.higher_better ? *a.step_lo : *a.step_hi;
     const double b_step = m.higher_better ? *b.step_hi : *b.step_lo;
-    const std::string what = "the step bands p10-p90 (" + a.label + " " + fmt(*a.step_lo, m.prec) +
-                             "-" + fmt(*a.step_hi, m.prec) + ", " + b.label + " " +
-                             fmt(*b.step_lo, m.prec) + "-" + fmt(*b.step_hi, m.prec) + ")";
-    (beats(a_step, b_step) ? held : failed).push_back(what);
+    tests.push_back({"the step bands p10-p90",
+                     "the step bands p10-p90 (" + range(a, *a.step_lo, *a.step_hi) + ", " +
+                         range(b, *b.step_lo, *b.step_hi) + ")",
+                     beats(a_step, b_step)});
   }
-  if (!failed.empty()) return "within noise: " + failed[0] + " overlap";
+  return tests;
+}
+
+// The noise verdict of `a` over `b`: in full (every figure), or brief (the tests by name).
+std::string verdict(const Figure& a, const Figure& b, const MetricSpec& m, bool brief) {
+  std::string held;
+  for (const NoiseTest& t : noiseTests(a, b, m)) {
+    if (!t.held)
+      return brief ? "within noise (" + t.what + " overlap)"
+                   : "within noise: " + t.detail + " overlap";
+    held += (held.empty() ? "" : brief ? " and " : "; ") + (brief ? t.what : t.detail);
+  }
   if (held.empty())
-    return "noise not measured: one run each and no per-step figure; run the sweep with "
-           "repeats >= 2";
-  std::string why;
-  for (const std::string& h : held) why += (why.empty() ? "" : "; ") + h;
-  return "beyond noise: no overlap of " + why;
+    return brief ? std::string("noise not measured (one run each, no per-step figure)")
+                 : "noise not measured: one run each and no per-step figure; run the sweep "
+                   "with repeats >= 2";
+  return brief ? "beyond noise (no overlap of " + held + ")"
+               : "beyond noise: no overlap of " + held;
+}
+
+// How much better `a` is than `b`, in %: a / b - 1, or 1 - a / b for lower-better metrics.
+double marginPercent(const Figure& a, const Figure& b, const MetricSpec& m) {
+  return 100 * (m.higher_better ? a.median / b.median - 1 : 1 - a.median / b.median);
 }
 
 }  // namespace
@@ -159,7 +210,6 @@ std::string exclusionReason(const RunRow& r) {
   if (!r.is_valid) return "validity unknown: the run's config is of an older or foreign schema";
   if (!*r.is_valid) return "invalid: the trainer refuses this config on this world size";
   if (!r.tokens_per_s_dataset) return "no measured step (tokens/s empty)";
-  if (!r.noisy.empty()) return "noisy: " + r.noisy;
   return "";
 }
 
@@ -224,7 +274,7 @@ std::string repeatsTable(const AggregateTable& t) {
       "|---|---|--:|--:|--:|--:|--:|\n";
   const MetricSpec m = metricSpec(BestMetric::kTokensPerS);
   for (const auto& g : groups) {
-    std::optional<Figure> f = figureOf(g, m);
+    std::optional<Figure> f = figureOf(g, m, false);
     std::vector<double> p10, p50, p90;  // of the counted runs' padded step rates
     for (const RunRow* r : g)
       if (exclusionReason(*r).empty() && r->step_tokens_p50) {
@@ -258,40 +308,148 @@ BestMetric parseBestMetric(const std::string& name) {
                     "--best tokens_per_s ranks by dataset tokens/s (higher is better)");
 }
 
-std::string bestReport(const AggregateTable& t, BestMetric metric) {
-  const MetricSpec m = metricSpec(metric);
+namespace {
+
+// Every configuration that has the metric, best first (equal medians: table order).
+std::vector<Figure> rankedFigures(const AggregateTable& t, const MetricSpec& m, bool drop_noisy) {
   std::vector<Figure> ranked;
   for (const auto& g : groupsOf(t))
-    if (std::optional<Figure> f = figureOf(g, m)) ranked.push_back(*f);
-  if (ranked.empty() && metric == BestMetric::kCost)
-    throw ConfigError("--best", "command line", "no counted run has a price: cost cannot be ranked",
-                      "set metrics.price_per_hour ($ per device-hour) in the runs' config");
+    if (std::optional<Figure> f = figureOf(g, m, drop_noisy)) ranked.push_back(*f);
   std::stable_sort(ranked.begin(), ranked.end(), [&](const Figure& a, const Figure& b) {
     return m.higher_better ? a.median > b.median : a.median < b.median;
   });
-  std::string out = std::string("Ranking by ") + m.title + ", " +
-                    (m.higher_better ? "higher" : "lower") +
-                    " is better; each configuration's median over its runs:\n";
-  for (size_t i = 0; i < ranked.size(); ++i)
-    out += "  " + std::to_string(i + 1) + ". " + describeFigure(ranked[i], m) + "\n";
-  if (ranked.size() >= 2) {
-    const Figure &a = ranked[0], &b = ranked[1];
-    const double margin = m.higher_better ? a.median / b.median - 1 : 1 - a.median / b.median;
-    out += a.label + " beats " + b.label + " by " + fmt(100 * margin, 1) + " %, " +
-           verdict(a, b, m) + ".\n";
-  } else {
-    out += ranked.empty() ? "No run counts: nothing to rank.\n"
-                          : "Only one configuration counts: nothing to compare.\n";
+  return ranked;
+}
+
+// Names each configuration by the axes that differ between the ranked ones (axes.h); keeps
+// the tag when no axis differs, and adds it in parentheses when two would share a name.
+void nameFigures(std::vector<Figure>& ranked, const AggregateTable& t) {
+  std::vector<const RunRow*> firsts;
+  for (const Figure& f : ranked) firsts.push_back(f.first);
+  const std::vector<Axis> axes = varyingAxes(t, firsts);
+  std::vector<std::string> names;
+  std::map<std::string, int> uses;
+  for (const Figure& f : ranked) ++uses[names.emplace_back(axesName(axes, *f.first, "", " "))];
+  for (size_t i = 0; i < ranked.size(); ++i) {
+    if (names[i].empty()) continue;
+    ranked[i].label = uses[names[i]] > 1 ? names[i] + " (" + ranked[i].label + ")" : names[i];
   }
+}
+
+// A comparison's caveat when either side has noisy runs ("" when neither has).
+std::string noisyCaveat(const Figure& a, const Figure& b) {
+  return a.noisy + b.noisy > 0 ? "; noisy runs on either side: the machine may have made it" : "";
+}
+
+// The ranked lines: each configuration, and below it how it compares with the next one.
+std::string rankingLines(const std::vector<Figure>& ranked, const MetricSpec& m) {
+  std::string out;
+  for (size_t i = 0; i < ranked.size(); ++i) {
+    out += "  " + std::to_string(i + 1) + ". " + describeFigure(ranked[i], m) + "\n";
+    if (i + 1 == ranked.size()) break;
+    out += "     vs " + std::to_string(i + 2) +
+           ".: " + fmt(marginPercent(ranked[i], ranked[i + 1], m), 1) + " % " +
+           (m.higher_better ? "higher, " : "lower, ") + verdict(ranked[i], ranked[i + 1], m, true) +
+           noisyCaveat(ranked[i], ranked[i + 1]) + "\n";
+  }
+  return out;
+}
+
+// What the ranking says about noisy runs ("" when none was ranked nor asked about).
+std::string noisyNote(const std::vector<Figure>& ranked, bool asked, bool dropped) {
+  size_t noisy = 0;
+  for (const Figure& f : ranked) noisy += f.noisy;
+  if (asked && !dropped)
+    return "--exclude-noisy: every run that counts is noisy, so excluding them would leave "
+           "nothing: ranked anyway, marked [noisy]. Their times are not the configurations' "
+           "alone: quiet the machine and run again for a ranking to trust.\n";
+  if (noisy == 0) return "";
+  return "The ranking includes " + std::to_string(noisy) +
+         " noisy run(s), marked [noisy]: the trainer found their interference above "
+         "metrics.max_interference, so their times are not the configurations' alone "
+         "(--exclude-noisy ranks without them).\n";
+}
+
+// Which price the cost ranking used ("" for other metrics or without --price-per-hour).
+std::string priceNote(const AggregateTable& t, const std::vector<Figure>& ranked,
+                      BestMetric metric) {
+  if (metric != BestMetric::kCost) return "";
+  size_t flag = 0, recorded = 0;
+  std::optional<double> usd;
+  for (const RunRow& r : t.runs) {
+    if (!r.usd_per_mt || !exclusionReason(r).empty()) continue;
+    r.price_from_flag ? ++flag : ++recorded;
+    if (r.price_from_flag) usd = *r.price_per_hour;
+  }
+  if (flag == 0 || ranked.empty()) return "";
+  return "Price: --price-per-hour " + formatDouble(*usd) + " $ per device-hour for " +
+         std::to_string(flag) + " run(s) recorded without metrics.price_per_hour; " +
+         std::to_string(recorded) + " run(s) keep their recorded price.\n";
+}
+
+std::string excludedList(const AggregateTable& t, const MetricSpec& m, bool drop_noisy) {
   std::string excluded;
   size_t n = 0;
   for (const RunRow& r : t.runs)
-    if (std::string why = exclusionReason(r); !why.empty()) {
+    if (std::string why = unrankedReason(r, m, drop_noisy); !why.empty()) {
       excluded += "  - " + r.tag + ": " + why + "\n";
       ++n;
     }
-  if (n > 0) out += "Excluded from the ranking (" + std::to_string(n) + "):\n" + excluded;
-  return out;
+  return n ? "Excluded from the ranking (" + std::to_string(n) + "):\n" + excluded : "";
+}
+
+}  // namespace
+
+BestReport bestReport(const AggregateTable& t, BestMetric metric, const BestOptions& opts) {
+  const MetricSpec m = metricSpec(metric);
+  auto counts = [](const RunRow& r) { return exclusionReason(r).empty(); };
+  if (std::none_of(t.runs.begin(), t.runs.end(), counts))
+    return {"Nothing to rank: no run completed with a valid config and a measured step.\n" +
+                excludedList(t, m, false),
+            1};
+  const bool drop_noisy =
+      opts.exclude_noisy && std::any_of(t.runs.begin(), t.runs.end(), [&](const RunRow& r) {
+        return counts(r) && r.noisy.empty();
+      });
+  std::vector<Figure> ranked = rankedFigures(t, m, drop_noisy);
+  if (ranked.empty() && metric == BestMetric::kCost)
+    throw ConfigError("--best", "command line",
+                      "no run that counts has a price: cost cannot be ranked",
+                      "set metrics.price_per_hour ($ per device-hour) in the runs' config, or "
+                      "pass --price-per-hour USD to aggregate");
+  if (ranked.empty())
+    return {std::string("Nothing to rank by ") + m.title + ": no run that counts has it.\n" +
+                excludedList(t, m, drop_noisy),
+            1};
+  nameFigures(ranked, t);
+  std::string out = std::string("Ranking by ") + m.title + ", " +
+                    (m.higher_better ? "higher" : "lower") +
+                    " is better: each configuration's median over its runs, its spread (min-max "
+                    "of its runs) and runs; below it, whether it beats the next one beyond the "
+                    "noise:\n" +
+                    rankingLines(ranked, m);
+  if (ranked.size() >= 2)
+    out += ranked[0].label + " beats " + ranked[1].label + " by " +
+           fmt(marginPercent(ranked[0], ranked[1], m), 1) + " %, " +
+           verdict(ranked[0], ranked[1], m, false) + noisyCaveat(ranked[0], ranked[1]) + ".\n";
+  else
+    out += "Only one configuration counts: nothing to compare.\n";
+  out += noisyNote(ranked, opts.exclude_noisy, drop_noisy) + priceNote(t, ranked, metric) +
+         excludedList(t, m, drop_noisy);
+  return {out, 0};
+}
+
+size_t applyPrice(AggregateTable& t, double usd_per_hour) {
+  size_t priced = 0;
+  for (RunRow& r : t.runs) {
+    if (r.price_per_hour) continue;
+    r.price_per_hour = usd_per_hour;
+    r.price_from_flag = true;
+    if (r.mt_per_hour && *r.mt_per_hour > 0 && r.world_size)
+      r.usd_per_mt = usd_per_hour * double(*r.world_size) / *r.mt_per_hour;
+    ++priced;
+  }
+  return priced;
 }
 
 }  // namespace ftb

@@ -5,23 +5,36 @@
 // - A run counts (exclusionReason() == "") when its status is completed, the trainer
 //   accepts its config (is_valid exactly true: false, unknown and any mark a run carries
 //   instead exclude it) and it has a dataset tokens/s figure. Others are listed with the
-//   reason and left out of the groups and rankings.
+//   reason and left out of the groups and rankings. A run the trainer marked noisy counts
+//   (its interference exceeded metrics.max_interference): rankings mark it.
 // - A group is every run of one config hash (the repeats of a sweep point: sweep.repeat is
 //   not part of the hash); a run without a recorded hash is its own group.
 // - groupRepeats() sets on every row of a group: repeats (runs that count), the median
 //   (middle value, mean of the two middle ones for an even count), min and max of their
 //   tokens_per_s_dataset.
-// - bestReport(): the configurations ranked by the median of a metric over their counted
-//   runs; the winner, the runner-up, the margin and the noise verdict. "beyond noise" when
-//   every test that can be made holds, and at least one can:
-//     (a) repeats: both have >= 2 runs and their min-max ranges do not overlap (the
-//         winner's worst run beats the runner-up's best run);
-//     (b) steps (tokens/s and cost): the winner's step band beats the runner-up's without
-//         overlap. A run's step band is its figure scaled by p10/p50 and p90/p50 of its
-//         per-step padded tokens/s (the timing spread of its steps); a group's band spans
-//         its runs' bands (for cost, turned into $/M tokens).
+// - bestReport(): every configuration that has the metric, ranked by the median of the
+//   metric over its runs, each with its spread (min-max of its runs), its number of runs,
+//   its noisy runs marked, and the noise verdict against the next one below it; then the
+//   winner against the runner-up in full, and every run left out with its reason.
+//   A configuration is named by the sweep axes that differ between the configurations
+//   ranked (axes.h: "layout=pp2 training.micro_batch_size=4"), by its tag when none does,
+//   and by both when two would share a name.
+//   Noisy runs: ranked and marked; with exclude_noisy left out (listed with the reason)
+//   unless every run that counts is noisy: then ranked anyway and the report says so.
+//   exit_code 1 when nothing can be ranked (no run counts, or none has the metric);
+//   ConfigError (exit 2) for cost when runs count but none has a price.
+//   The noise verdict of `a` over `b` (the next one) is "beyond noise" when every test that
+//   can be made holds, and at least one can:
+//     (a) repeats: both have >= 2 runs and their min-max ranges do not overlap (a's worst
+//         run beats b's best run);
+//     (b) steps (tokens/s and cost): a's step band beats b's without overlap. A run's step
+//         band is its figure scaled by p10/p50 and p90/p50 of its per-step padded
+//         tokens/s (the timing spread of its steps); a group's band spans its runs' bands
+//         (for cost, turned into $/M tokens).
 //   Otherwise "within noise" naming the test that failed, or "noise not measured" when no
 //   test applies (one run each, and no per-step figures: memory).
+// - applyPrice(): a run's recorded metrics.price_per_hour wins; the flag's price goes to
+//   the runs recorded without one (price_per_hour, usd_per_mt, price_from_flag).
 #pragma once
 
 #include <string>
@@ -46,7 +59,17 @@ std::string repeatsTable(const AggregateTable& t);
 enum class BestMetric { kTokensPerS, kCost, kMemory };
 // "tokens_per_s" | "cost" | "memory"; ConfigError (exit 2) otherwise.
 BestMetric parseBestMetric(const std::string& name);
-// ConfigError (exit 2) for cost when no counted run has metrics.price_per_hour.
-std::string bestReport(const AggregateTable& t, BestMetric metric);
+struct BestOptions {
+  bool exclude_noisy = false;  // --exclude-noisy
+};
+struct BestReport {
+  std::string text;
+  int exit_code = 0;  // 0, or 1 when nothing can be ranked
+};
+BestReport bestReport(const AggregateTable& t, BestMetric metric, const BestOptions& opts = {});
+
+// Prices the runs without a recorded price at `usd_per_hour` $ per device-hour; returns how
+// many it priced. REQUIRES: usd_per_hour > 0 and finite.
+size_t applyPrice(AggregateTable& t, double usd_per_hour);
 
 }  // namespace ftb

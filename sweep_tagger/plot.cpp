@@ -12,7 +12,6 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -22,6 +21,7 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "common/tag.h"
+#include "sweep_tagger/axes.h"
 #include "sweep_tagger/compare.h"
 
 extern char** environ;
@@ -31,17 +31,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr size_t kMaxTics = 12;  // more x values: gnuplot's own tics
-
-struct Axis {
-  std::string name;
-  std::function<Cell(const RunRow&)> get;
-};
-
-// Axis/legend label of a cell: "-" when missing.
-std::string text(const Cell& c) {
-  std::string t = cellText(c);
-  return t.empty() ? "-" : t;
-}
 
 std::optional<double> num(const Cell& c) {
   if (auto* i = std::get_if<int64_t>(&c)) return double(*i);
@@ -59,9 +48,11 @@ std::string gpQuote(const std::string& s) {
   return q + "\"";
 }
 
-// A chart point: y (a configuration's median over its repeats) with its min-max.
+// A chart point: y (a configuration's median over its repeats) with its min-max; noisy
+// when a run of the configuration was marked noisy by the trainer.
 struct Pt {
   double x, y, lo, hi;
+  bool noisy = false;
   bool operator<(const Pt& o) const { return x < o.x; }
 };
 
@@ -134,16 +125,25 @@ bool runGnuplot(const std::string& script, const std::string& out, double timeou
   return false;
 }
 
-// The .dat file: one gnuplot data block per series (sorted by x). Returns the series names.
+// Where series i of n sits beside its category (categorical x): side by side within
+// +-0.25 of the tic, so the points of one category do not hide each other.
+double categoryOffset(size_t i, size_t n) {
+  if (n < 2) return 0;
+  return (double(i) - double(n - 1) / 2) * std::min(0.3, 0.5 / double(n - 1));
+}
+
+// The .dat file: one gnuplot data block per series (sorted by x; a categorical x is the
+// category's index plus the series' offset). Returns the series names.
 std::string datText(const Chart& c, std::vector<std::string>& names) {
   std::string dat;
   for (const auto& [name, pts] : c.series) {
     std::vector<Pt> sorted = pts;
     std::sort(sorted.begin(), sorted.end());
-    dat += "# " + name + "  (x, median, min, max)\n";
+    const double offset = c.xtics.empty() ? 0 : categoryOffset(names.size(), c.series.size());
+    dat += "# " + name + "  (x, median, min, max, noisy)\n";
     for (const Pt& p : sorted)
-      dat += formatDouble(p.x) + " " + formatDouble(p.y) + " " + formatDouble(p.lo) + " " +
-             formatDouble(p.hi) + "\n";
+      dat += formatDouble(p.x + offset) + " " + formatDouble(p.y) + " " + formatDouble(p.lo) + " " +
+             formatDouble(p.hi) + " " + (p.noisy ? "1" : "0") + "\n";
     dat += "\n\n";
     names.push_back(name);
   }
@@ -186,6 +186,16 @@ std::string xAxis(const Chart& c) {
   return gp.str();
 }
 
+constexpr const char* kNoisyTitle =
+    "noisy run (interference above metrics.max_interference): not the configuration's alone";
+
+bool anyNoisy(const Chart& c) {
+  for (const auto& [name, pts] : c.series)
+    for (const Pt& p : pts)
+      if (p.noisy) return true;
+  return false;
+}
+
 // The .gp script. It writes <out>.png and <out>.svg, `out` defaulting to `base` (run it
 // again by hand: `gnuplot base.gp`); writePlots passes a temporary `out` with -e. Every
 // series has its title in the key, its colour and point symbol, and min-max error bars.
@@ -202,11 +212,17 @@ std::string gpText(const Chart& c, const std::string& base, const std::vector<st
     gp << "set linetype " << i + 1 << " lc rgb \"" << kColours[i] << "\" lw 2 pt " << kPointTypes[i]
        << " ps 1.3\n";
   gp << "set linetype cycle " << n_styles << "\n" << xAxis(c);
+  // Categories (layout names) have no order between them: points, no joining lines.
+  const std::string style = c.xtics.empty() ? " with yerrorlines lt " : " with yerrorbars lt ";
   std::string plot = "plot ";
   for (size_t i = 0; i < names.size(); ++i)
     plot += (i ? ", " : "") + gpQuote(base + ".dat") + " index " + std::to_string(i) +
-            " using 1:2:3:4 with yerrorlines lt " + std::to_string(i % n_styles + 1) + " title " +
+            " using 1:2:3:4" + style + std::to_string(i % n_styles + 1) + " title " +
             gpQuote(names[i]);
+  if (anyNoisy(c))  // a ring around each noisy point: one key entry for all series
+    plot += ", " + gpQuote(base + ".dat") + " index 0:" + std::to_string(names.size() - 1) +
+            " using 1:($5 > 0 ? $2 : 1/0) with points pt 6 ps 3 lw 2 lc rgb \"#000000\" title " +
+            gpQuote(kNoisyTitle);
   gp << "set terminal pngcairo size " << size << " noenhanced\nset output out.\".png\"\n"
      << plot << "\nset terminal svg size " << size << " noenhanced\nset output out.\".svg\"\n"
      << plot << "\nunset output\n";
@@ -282,90 +298,62 @@ bool draw(const Chart& c, const std::string& dir, double timeout_s, Sink& sink) 
   return true;
 }
 
-// With layout variants (sweep.layout), the layout is one axis and the keys a variant sets
-// (an axis whose value is the same in every run of each variant) are no axes of their own.
-std::vector<Axis> withLayout(std::vector<Axis> varying, const std::vector<const RunRow*>& runs) {
-  const Axis layout{"layout", [](const RunRow& r) {
-                      auto it = r.config.find("sweep.layout");
-                      return it == r.config.end() ? Cell() : it->second;
-                    }};
-  std::set<std::string> variants;
-  for (const RunRow* r : runs) variants.insert(text(layout.get(*r)));
-  if (variants.size() < 2) return varying;
-  std::vector<Axis> kept = {layout};
-  for (const Axis& a : varying) {
-    std::map<std::string, std::set<std::string>> per_variant;
-    for (const RunRow* r : runs) per_variant[text(layout.get(*r))].insert(text(a.get(*r)));
-    const bool implied = std::all_of(per_variant.begin(), per_variant.end(),
-                                     [](const auto& v) { return v.second.size() == 1; });
-    if (!implied) kept.push_back(a);
-  }
-  return kept;
-}
-
-// The axes that vary across `runs`: the sweep's varying config keys, world_size, nodes.
-std::vector<Axis> varyingAxes(const AggregateTable& t, const std::vector<const RunRow*>& runs) {
-  std::vector<Axis> axes;
-  for (const std::string& k : t.varying)
-    axes.push_back({k, [k](const RunRow& r) {
-                      auto it = r.config.find(k);
-                      return it == r.config.end() ? Cell() : it->second;
-                    }});
-  axes.push_back(
-      {"world_size", [](const RunRow& r) { return r.world_size ? Cell(*r.world_size) : Cell(); }});
-  axes.push_back({"nodes", [](const RunRow& r) { return r.nodes ? Cell(*r.nodes) : Cell(); }});
-  std::vector<Axis> varying;
-  for (const Axis& a : axes) {
-    std::set<std::string> values;
-    for (const RunRow* r : runs) values.insert(text(a.get(*r)));
-    if (values.size() > 1) varying.push_back(a);
-  }
-  return withLayout(std::move(varying), runs);
-}
-
 // A run's series name: every varying axis but `skip`, "all runs" when none.
 std::string seriesName(const std::vector<Axis>& varying, const RunRow& r, const std::string& skip) {
-  std::string s;
-  for (const Axis& a : varying)
-    if (a.name != skip) s += (s.empty() ? "" : ", ") + a.name + "=" + text(a.get(r));
+  const std::string s = axesName(varying, r, skip, ", ");
   return s.empty() ? std::string("all runs") : s;
 }
 
-// Dataset tokens/s against axis `a` (categorical when a value is not a number).
+// An axis label: the axis and, where it has one, its unit.
+std::string axisLabel(const std::string& name) {
+  static const std::map<std::string, std::string> units = {
+      {"data.seq_len", "tokens per sequence"},
+      {"training.micro_batch_size", "sequences per rank"},
+      {"training.global_batch_size", "sequences per optimizer step"},
+      {"world_size", "ranks"},
+      {"nodes", "hosts"},
+      {"layout", "sweep layout variant"}};
+  auto it = units.find(name);
+  return it == units.end() ? name : name + " (" + it->second + ")";
+}
+
+// Dataset tokens/s against axis `a` (categorical when a value is not a number); a point is
+// noisy when its configuration (groupKey) is in `noisy`.
 Chart throughputChart(const Axis& a, const std::vector<Axis>& varying,
-                      const std::vector<const RunRow*>& runs) {
+                      const std::vector<const RunRow*>& runs, const std::set<std::string>& noisy) {
   Chart c;
   c.file = "tokens_per_s_vs_" + pathSafe(a.name);
   c.title = "dataset tokens/s vs " + a.name + " (median of repeats, bars min-max)";
-  c.xlabel = a.name;
+  c.xlabel = axisLabel(a.name);
   c.ylabel = "tokens/s (dataset, global)";
   bool numeric = true;
   std::set<std::string> labels;
   for (const RunRow* r : runs) {
     numeric &= num(a.get(*r)).has_value();
-    labels.insert(text(a.get(*r)));
+    labels.insert(axisText(a.get(*r)));
   }
   if (!numeric) c.xtics.assign(labels.begin(), labels.end());
   for (const RunRow* r : runs) {
-    double x =
-        numeric ? *num(a.get(*r))
-                : double(std::distance(c.xtics.begin(),
-                                       std::find(c.xtics.begin(), c.xtics.end(), text(a.get(*r)))));
+    double x = numeric
+                   ? *num(a.get(*r))
+                   : double(std::distance(c.xtics.begin(), std::find(c.xtics.begin(), c.xtics.end(),
+                                                                     axisText(a.get(*r)))));
     c.series[seriesName(varying, *r, a.name)].push_back(
         {x, r->tokens_median.value_or(*r->tokens_per_s_dataset),
          r->tokens_min.value_or(*r->tokens_per_s_dataset),
-         r->tokens_max.value_or(*r->tokens_per_s_dataset)});
+         r->tokens_max.value_or(*r->tokens_per_s_dataset), noisy.count(groupKey(*r)) > 0});
   }
   return c;
 }
 
 // Per-device tokens/s relative to the smallest world size of each series.
-Chart scalingChart(const std::vector<Axis>& varying, const std::vector<const RunRow*>& runs) {
+Chart scalingChart(const std::vector<Axis>& varying, const std::vector<const RunRow*>& runs,
+                   const std::set<std::string>& noisy) {
   Chart c;
   c.file = "scaling_efficiency";
   c.title = "scaling efficiency (per-device tokens/s relative to the smallest world size)";
-  c.xlabel = "world_size";
-  c.ylabel = "efficiency";
+  c.xlabel = axisLabel("world_size");
+  c.ylabel = "efficiency (ratio; 1 = linear scaling)";
   std::map<std::string, std::vector<const RunRow*>> groups;
   for (const RunRow* r : runs)
     if (r->world_size) groups[seriesName(varying, *r, "world_size")].push_back(r);
@@ -377,7 +365,7 @@ Chart scalingChart(const std::vector<Axis>& varying, const std::vector<const Run
     if (per_dev <= 0) continue;
     for (const RunRow* r : rs) {
       const double e = tps(r) / double(*r->world_size) / per_dev;
-      c.series[name].push_back({double(*r->world_size), e, e, e});
+      c.series[name].push_back({double(*r->world_size), e, e, e, noisy.count(groupKey(*r)) > 0});
     }
   }
   return c;
@@ -393,10 +381,12 @@ std::vector<std::string> writePlots(const AggregateTable& t, const std::string& 
   if (ec) throw IoError("cannot create plot dir " + dir + ": " + ec.message());
   std::vector<const RunRow*> runs;
   std::set<std::string> groups;  // one point per configuration: its repeats' median
-  for (const RunRow& r : t.runs)
-    if (r.status == RunState::Completed && r.tokens_per_s_dataset &&
-        (r.repeats == 0 || groups.insert(groupKey(r)).second))
-      runs.push_back(&r);
+  std::set<std::string> noisy;   // configurations with a plotted or counted noisy run
+  for (const RunRow& r : t.runs) {
+    if (r.status != RunState::Completed || !r.tokens_per_s_dataset) continue;
+    if (!r.noisy.empty()) noisy.insert(groupKey(r));
+    if (r.repeats == 0 || groups.insert(groupKey(r)).second) runs.push_back(&r);
+  }
   std::vector<std::string> written;
   Sink sink{written, warnings, failures};
   if (runs.empty()) {
@@ -407,9 +397,9 @@ std::vector<std::string> writePlots(const AggregateTable& t, const std::string& 
   bool ws_varies = false;
   for (const Axis& a : varying) {
     ws_varies |= a.name == "world_size";
-    draw(throughputChart(a, varying, runs), dir, gnuplot_timeout_s, sink);
+    draw(throughputChart(a, varying, runs, noisy), dir, gnuplot_timeout_s, sink);
   }
-  if (ws_varies) draw(scalingChart(varying, runs), dir, gnuplot_timeout_s, sink);
+  if (ws_varies) draw(scalingChart(varying, runs, noisy), dir, gnuplot_timeout_s, sink);
   if (varying.empty()) warnings.push_back("no axis varies across the runs: nothing to plot");
   return written;
 }

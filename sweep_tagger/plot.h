@@ -9,7 +9,11 @@
 // throughput relative to the smallest world size of the same combination.
 // Invariant: every series is titled in the key (the canvas grows to fit the titles), with
 // its own colour and point symbol; a configuration with repeats is one point, the median
-// of its counted runs (groupRepeats), with min-max error bars.
+// of its counted runs (groupRepeats), with min-max error bars. A categorical axis (a value
+// that is not a number: layout names) draws points with their bars and no joining lines,
+// the series side by side within +-0.25 of each category. A point whose configuration has
+// a run the trainer marked noisy is ringed (column 5 of the .dat is 1), with one key entry
+// for all rings. Axis labels carry the unit where the axis has one.
 // Only completed runs with a tokens/s value are plotted. Axes whose values span a
 // factor >= 8 are log2-scaled. Returns the image files written;
 // problems (no gnuplot, gnuplot failed, nothing to plot) go to `warnings` and never

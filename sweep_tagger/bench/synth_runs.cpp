@@ -4,10 +4,15 @@
 //
 // Usage: ftb_synth_runs OUT_DIR [--runs N] [--ranks-per-node R] [--nodes K]
 //                       [--steps S] [--states completed,failed,oom,running,...]
+//                       [--repeats N] [--noisy] [--price-per-hour P]
 // Run i has seq_len 256|512|1024|2048 (i % 4), micro batch 1|2|4|8 (i/4 % 4),
 // training.seed i/16 and state states[i % |states|]. failed/oom/running runs stop
 // at S/2 steps; oom: the last rank says oom, the others failed; running: no final
 // status (a run killed with SIGKILL, or still running). Values are deterministic.
+// --repeats N writes each run N times (sweep.repeat 0..N-1: the same config hash, tags
+// .r1, .r2, ...; repeat r > 0 draws other step times); --noisy marks every run noisy as
+// the trainer does (root attributes interference and noisy); --price-per-hour sets
+// metrics.price_per_hour (default 0.5; 0: none recorded).
 #include <cmath>
 #include <iostream>
 #include <random>
@@ -34,7 +39,6 @@ vocab_size = 32000
 max_seq_len = 2048
 [metrics]
 skip_first_steps = 2
-price_per_hour = 0.5
 [output]
 sweep_fmt = "{model.name}.sl{data.seq_len}.mb{training.micro_batch_size}.ws{world_size}.{hash}"
 )";
@@ -98,13 +102,27 @@ StepRow synthRow(SynthStep& st, std::mt19937_64& rng) {
   return row;
 }
 
-void writeRun(const std::string& out, int i, int nodes, int per_node, int steps, RunState state) {
+struct SynthOptions {
+  int nodes = 1, per_node = 2, steps = 100, repeat = 0;
+  bool noisy = false;
+  double price_per_hour = 0.5;
+};
+
+// The trainer's end-of-run marks of a noisy run (trainer/loop/step_log.cpp).
+void markNoisy(MetricsFile& f) {
+  f.setRootAttr("interference", 0.31);
+  f.setRootAttr("noisy", std::string("interference 31.0 % on rank 0 > 5.0 % (synthetic)"));
+}
+
+void writeRun(const std::string& out, int i, const SynthOptions& o, RunState state) {
   const int64_t seq = 256 << (i % 4), mbs = 1 << ((i / 4) % 4);
+  const int nodes = o.nodes, per_node = o.per_node, steps = o.steps;
   const int world = nodes * per_node;
   Config cfg = Config::fromString(
       kModel, "synth",
       {"data.seq_len=" + std::to_string(seq), "training.micro_batch_size=" + std::to_string(mbs),
-       "training.seed=" + std::to_string(i / 16)});
+       "training.seed=" + std::to_string(i / 16), "sweep.repeat=" + std::to_string(o.repeat),
+       "metrics.price_per_hour=" + formatDouble(o.price_per_hour)});
   RunDir rd = prepareRunDir(cfg, world, out, false);
   const int done = state == RunState::Completed ? steps : steps / 2;
   const double peak = 2e13, gemm = 1e13,
@@ -127,12 +145,14 @@ void writeRun(const std::string& out, int i, int nodes, int per_node, int steps,
     info.extra_attrs = {{"gemm_flops", gemm}, {"gemm_source", std::string("synthetic")}};
     MetricsFile f = MetricsFile::create(metricsFilePath(rd.path, rank), info);
     f.declareStepColumns();
-    std::mt19937_64 rng(static_cast<uint64_t>(i) * 1000 + rank);
+    std::mt19937_64 rng(static_cast<uint64_t>(i) * 1000 + rank +
+                        static_cast<uint64_t>(o.repeat) * 1000003);
     SynthStep st;
     st.padded = double(mbs * seq * world);
     st.peak = peak, st.gemm = gemm, st.flops_per_token = flops_per_token;
     st.world = world, st.rank = rank;
     for (int s = 0; s < done; ++s) f.appendStep(synthRow(st, rng));
+    if (o.noisy && rank == 0) markNoisy(f);
     if (state == RunState::Completed) {
       f.setStatus(state, 0, "completed " + std::to_string(done) + " steps");
     } else if (state == RunState::Oom) {
@@ -157,7 +177,11 @@ int main(int argc, char** argv) {
       "ranks-per-node", "ranks per node", cxxopts::value<int>()->default_value("2"))(
       "steps", "steps per completed run", cxxopts::value<int>()->default_value("100"))(
       "states", "comma-separated states, cycled over runs",
-      cxxopts::value<std::string>()->default_value("completed"));
+      cxxopts::value<std::string>()->default_value("completed"))(
+      "repeats", "runs of each configuration (sweep.repeat)",
+      cxxopts::value<int>()->default_value("1"))("noisy", "mark every run noisy")(
+      "price-per-hour", "metrics.price_per_hour (0: none)",
+      cxxopts::value<double>()->default_value("0.5"));
   opts.parse_positional({"out"});
   try {
     auto r = opts.parse(argc, argv);
@@ -168,9 +192,15 @@ int main(int argc, char** argv) {
     std::vector<ftb::RunState> states;
     std::stringstream ss(r["states"].as<std::string>());
     for (std::string s; std::getline(ss, s, ',');) states.push_back(ftb::parseRunState(s));
-    for (int i = 0; i < r["runs"].as<int>(); ++i)
-      ftb::writeRun(r["out"].as<std::string>(), i, r["nodes"].as<int>(),
-                    r["ranks-per-node"].as<int>(), r["steps"].as<int>(), states[i % states.size()]);
+    ftb::SynthOptions o;
+    o.nodes = r["nodes"].as<int>();
+    o.per_node = r["ranks-per-node"].as<int>();
+    o.steps = r["steps"].as<int>();
+    o.noisy = r.count("noisy") > 0;
+    o.price_per_hour = r["price-per-hour"].as<double>();
+    for (o.repeat = 0; o.repeat < r["repeats"].as<int>(); ++o.repeat)  // round robin
+      for (int i = 0; i < r["runs"].as<int>(); ++i)
+        ftb::writeRun(r["out"].as<std::string>(), i, o, states[i % states.size()]);
   } catch (const std::exception& e) {
     std::cerr << "ftb_synth_runs: " << e.what() << "\n";
     return 2;
