@@ -63,6 +63,7 @@ Json pointJson(const SweepPoint& p, const SweepSpec& spec, std::optional<RunStat
   j["args"] = p.args;
   j["base"] = spec.base;
   if (state) j["state"] = toString(*state);
+  if (spec.memory_budget) j["memory_estimate"] = spec.memory_budget->device ? "gpu" : "host";
   return j;
 }
 
@@ -233,7 +234,10 @@ int expandCommand(const std::vector<std::string>& args, std::ostream& out) {
     else if (as_json)
       out << j.dump() << "\n";
   }
-  if (!as_json && !r.count("field")) printTable(rows, pending, out);
+  if (!as_json && !r.count("field")) {
+    if (spec.memory_budget) out << "# memory budget " << describeBudget(*spec.memory_budget) << "\n";
+    printTable(rows, pending, out);
+  }
   return 0;
 }
 

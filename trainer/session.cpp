@@ -354,14 +354,14 @@ RunPeaks measurePeaks(const TrainConfig& tc, const CpuInfo& cpu, const std::stri
 // On a GPU the model lives in the device's memory: the budget is the GPU's (unless
 // parallel.memory_limit_gb says otherwise) and the host's runtime baseline is no part of it.
 std::string memoryVerdict(const TrainConfig& tc, const DistEnv& env) {
-  MemoryEstimate e = estimateMemory(tc);
   MemoryBudget budget = memoryBudget(tc, env.local_world_size);
-  if (const double gpu = deviceTotalMemory(); gpu > 0 && !(tc.comm.memory_limit_bytes > 0)) {
-    e.runtime = 0;
-    budget = {gpu, computeDevice().str() + "'s memory " +
-                       formatFixed(gpu / double(int64_t(1) << 30), 1) + " GiB"};
-  }
-  return memoryFitProblem(tc, e, budget);
+  if (const double gpu = deviceTotalMemory(); gpu > 0 && !(tc.comm.memory_limit_bytes > 0))
+    budget = {gpu,
+              computeDevice().str() + "'s memory " +
+                  formatFixed(gpu / double(int64_t(1) << 30), 1) + " GiB",
+              true};
+  return memoryFitProblem(tc, budget.device ? estimateDeviceMemory(tc) : estimateMemory(tc),
+                          budget);
 }
 
 }  // namespace
