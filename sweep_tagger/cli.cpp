@@ -122,6 +122,26 @@ void printTable(const std::vector<PointRow>& rows, bool with_state, std::ostream
 
 }  // namespace
 
+namespace {
+
+// The points as JSON lines, one field of each (`field` not ""), or the table, headed by the
+// memory budget and which estimate it is compared with.
+void writeListing(const std::vector<PointRow>& rows, const SweepSpec& spec, bool as_json,
+                  const std::string& field, bool with_state, std::ostream& out) {
+  for (const auto& [p, state] : rows) {
+    Json j = pointJson(*p, spec, state);
+    if (!field.empty())
+      out << fieldText(j, field) << "\n";
+    else if (as_json)
+      out << j.dump() << "\n";
+  }
+  if (as_json || !field.empty()) return;
+  if (spec.memory_budget) out << "# memory budget " << describeBudget(*spec.memory_budget) << "\n";
+  printTable(rows, with_state, out);
+}
+
+}  // namespace
+
 std::string shellQuote(const std::string& s) {
   bool safe = !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
     return std::isalnum(static_cast<unsigned char>(c)) ||
@@ -227,17 +247,8 @@ int expandCommand(const std::vector<std::string>& args, std::ostream& out) {
                             std::to_string(points.size()) + " points)");
   }
   const bool as_json = r.count("json") || (r.count("index") && !r.count("field"));
-  for (const auto& [p, state] : rows) {
-    Json j = pointJson(*p, spec, state);
-    if (r.count("field"))
-      out << fieldText(j, r["field"].as<std::string>()) << "\n";
-    else if (as_json)
-      out << j.dump() << "\n";
-  }
-  if (!as_json && !r.count("field")) {
-    if (spec.memory_budget) out << "# memory budget " << describeBudget(*spec.memory_budget) << "\n";
-    printTable(rows, pending, out);
-  }
+  writeListing(rows, spec, as_json, r.count("field") ? r["field"].as<std::string>() : "", pending,
+               out);
   return 0;
 }
 
