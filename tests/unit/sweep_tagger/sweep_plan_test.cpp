@@ -101,7 +101,7 @@ TEST(MemoryBudget, AGpuNameComparesTheGpuEstimate) {
   TrainConfig cuda = tc;
   cuda.training.device = "cuda";
   const MemoryEstimate dev = estimateDeviceMemory(tc);
-  EXPECT_EQ(dev.runtime, 0);
+  EXPECT_EQ(dev.runtime, 0.0);
   EXPECT_DOUBLE_EQ(dev.total(), estimateMemory(cuda).total() - estimateMemory(cuda).runtime);
   EXPECT_LT(dev.total(), estimateMemory(tc).total());
   for (const char* name : {"h100", "h200", "a100-80gb", "l4", "a100-40gb"}) {
