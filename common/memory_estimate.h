@@ -84,8 +84,8 @@ MemoryEstimate estimateStage(const TrainConfig& tc, int64_t stage);
 double nodeMemoryBytes();
 
 struct MemoryBudget {
-  double bytes = 0;    // per rank
-  std::string source;  // "parallel.memory_limit_gb" or "physical memory 15.6 GiB / 2 ranks"
+  double bytes = 0;     // per rank
+  std::string source;   // "parallel.memory_limit_gb" or "physical memory 15.6 GiB / 2 ranks"
   bool device = false;  // a GPU's memory: compare estimateDeviceMemory(), not estimateMemory()
 };
 // parallel.memory_limit_gb when set, else nodeMemoryBytes() shared by the node's ranks.

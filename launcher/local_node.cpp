@@ -261,8 +261,8 @@ NodeInfo localNodeInfo(const LaunchOptions& opts, int node, std::string* program
     GpuSet gpus = opts.gpus_per_node >= 0 ? plannedGpus(opts.gpus_per_node) : detectGpus();
     n.gpus = gpus.ids;
     n.gpu_source = gpus.source;
-    n.nproc = resolveNproc(opts.nproc_per_node, n.cores, static_cast<int>(n.gpus.size()),
-                           gpus.source);
+    n.nproc =
+        resolveNproc(opts.nproc_per_node, n.cores, static_cast<int>(n.gpus.size()), gpus.source);
     requireGpuPerWorker(n.nproc, gpus);
     if (auto a = selectAddress(n.addrs, listInterfaceNames(), opts.iface, opts.network)) {
       n.ip = a->ip;

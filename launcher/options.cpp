@@ -65,9 +65,7 @@ cxxopts::Options makeParser() {
       cxxopts::value<std::string>())(
       "cores-per-node", "Cores used for OMP_NUM_THREADS and nproc=cpu (default: detected)",
       cxxopts::value<int>())(
-      "gpus-per-node",
-      "With --dry-run: plan N GPUs on every node (ids 0..N-1), as sbatch --gpus-per-node "
-      "grants them (default: SLURM's GPU variables, else none)",
+      "gpus-per-node", "With --dry-run: plan N GPUs per node (default: SLURM's GPU variables)",
       cxxopts::value<int>())("bind-cores",
                              "Pin each worker to cores/nproc cores of the launcher's CPU set "
                              "(the default; kept for --no-tune-env)")(

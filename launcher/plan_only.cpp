@@ -98,9 +98,9 @@ Plan planWithoutMpi(const LaunchOptions& opts) {
       auto it = default_nproc.find(n.cores);
       if (it == default_nproc.end())
         it = default_nproc
-                 .emplace(n.cores, resolveNproc(opts.nproc_per_node, n.cores, ngpus,
-                                                gpus.source.empty() ? kPlannedGpuSources
-                                                                    : gpus.source))
+                 .emplace(n.cores,
+                          resolveNproc(opts.nproc_per_node, n.cores, ngpus,
+                                       gpus.source.empty() ? kPlannedGpuSources : gpus.source))
                  .first;
       n.nproc = it->second;
     }

@@ -75,8 +75,10 @@ TEST(Gpus, PlannedGpusComeFromTheFlagThenSlurmNeverFromThisMachine) {
   EXPECT_EQ(g.ids, (std::vector<std::string>{"0", "1", "2"}));
   EXPECT_EQ(g.source, "--gpus-per-node 3: ids 0,1,2 on every node");
   // What SLURM granted the node this runs on (detectGpus rules 1-3) beats the request.
-  g = plannedGpus(-1, envOf({{"SLURM_GPUS_ON_NODE", "2"}, {"SLURM_JOB_GPUS", "4,5"},
-                             {"SLURM_GPUS_PER_NODE", "h100:8"}, {"SLURM_JOB_ID", "7"}}));
+  g = plannedGpus(-1, envOf({{"SLURM_GPUS_ON_NODE", "2"},
+                             {"SLURM_JOB_GPUS", "4,5"},
+                             {"SLURM_GPUS_PER_NODE", "h100:8"},
+                             {"SLURM_JOB_ID", "7"}}));
   EXPECT_EQ(g.ids, (std::vector<std::string>{"4", "5"}));
   EXPECT_EQ(g.source, "SLURM_GPUS_ON_NODE=2, ids 4,5 from SLURM_JOB_GPUS");
   // The job's request alone: [type:]count, several types summed.
