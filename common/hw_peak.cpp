@@ -457,6 +457,7 @@ const std::vector<GpuMemoryEntry>& gpuMemoryTable() {
       {"h200", "NVIDIA H200 141 GB", 141},
       {"gh200", "NVIDIA GH200 96 GB", 96},
       {"a100", "NVIDIA A100 80 GB", 80},
+      {"a100 80gb", "NVIDIA A100 80 GB", 80},
       {"a100 40gb", "NVIDIA A100 40 GB", 40},
       {"l40s", "NVIDIA L40S 48 GB", 48},
       {"l4", "NVIDIA L4 24 GB", 24},

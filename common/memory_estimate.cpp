@@ -231,6 +231,14 @@ MemoryEstimate estimateMemory(const TrainConfig& tc) {
   return worst;
 }
 
+MemoryEstimate estimateDeviceMemory(const TrainConfig& tc) {
+  TrainConfig gpu = tc;
+  if (gpu.training.device.rfind("cuda", 0) != 0) gpu.training.device = "cuda";
+  MemoryEstimate e = estimateMemory(gpu);
+  e.runtime = 0;
+  return e;
+}
+
 std::string formatMemoryEstimate(const TrainConfig& tc, const MemoryEstimate& e,
                                  double limit_bytes) {
   std::ostringstream os;
@@ -326,6 +334,13 @@ MemoryBudget memoryBudget(const TrainConfig& tc, int ranks_on_node) {
   const double node = nodeMemoryBytes();
   return {node / n,
           "this node's memory " + gib(node) + " / " + std::to_string(n) + " rank(s) on it"};
+}
+
+std::string describeBudget(const MemoryBudget& budget) {
+  return gib(budget.bytes) + " per rank (" + budget.source + ")" +
+         (budget.device ? ": device memory (the CUDA allocator's bytes, the GPU's kernels), no "
+                          "host runtime baseline"
+                        : ", host estimate: peak RSS with the host runtime baseline");
 }
 
 std::string memoryFitProblem(const TrainConfig& tc, const MemoryEstimate& e,

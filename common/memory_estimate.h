@@ -72,6 +72,10 @@ inline constexpr double kRuntimeBaselineBytes = 445.0 * (1 << 20);
 // Without a pipeline, the rank's estimate; with one, the estimate of the stage with the
 // largest total (what every rank must be able to hold).
 MemoryEstimate estimateMemory(const TrainConfig& tc);
+// The estimate of a rank on a GPU, whatever tc.training.device says: the device's memory
+// (the CUDA caching allocator's bytes), so the GPU's kernels (training.device taken as
+// "cuda": flash attention, the composed kernels' activations) and no host runtime baseline.
+MemoryEstimate estimateDeviceMemory(const TrainConfig& tc);
 // The estimate for a rank of pipeline stage `stage`. REQUIRES: 0 <= stage < tc.pp.
 MemoryEstimate estimateStage(const TrainConfig& tc, int64_t stage);
 
@@ -80,11 +84,16 @@ MemoryEstimate estimateStage(const TrainConfig& tc, int64_t stage);
 double nodeMemoryBytes();
 
 struct MemoryBudget {
-  double bytes = 0;    // per rank
-  std::string source;  // "parallel.memory_limit_gb" or "physical memory 15.6 GiB / 2 ranks"
+  double bytes = 0;     // per rank
+  std::string source;   // "parallel.memory_limit_gb" or "physical memory 15.6 GiB / 2 ranks"
+  bool device = false;  // a GPU's memory: compare estimateDeviceMemory(), not estimateMemory()
 };
 // parallel.memory_limit_gb when set, else nodeMemoryBytes() shared by the node's ranks.
 MemoryBudget memoryBudget(const TrainConfig& tc, int ranks_on_node);
+
+// "80.00 GiB per rank (SOURCE): device memory ..." (a GPU's budget) or "... (SOURCE), host
+// estimate: ...": the budget and which estimate it is compared with, for listings.
+std::string describeBudget(const MemoryBudget& budget);
 
 // "" when e.total() fits `budget`, else a message naming the total, the budget and
 // the largest term with the keys that shrink it. Pure arithmetic: call it before

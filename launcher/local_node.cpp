@@ -124,6 +124,45 @@ GpuSet detectGpus(const EnvLookup& env, const std::string& dev_dir) {
   return g;
 }
 
+namespace {
+
+// SLURM_GPUS_PER_NODE's count: "8", "h100:8", "gpu:h100:8", "a100:2,v100:1" (summed).
+long gpusPerNodeRequest(const std::string& v) {
+  long total = 0;
+  std::stringstream ss(v);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const std::string n = item.substr(item.rfind(':') + 1);
+    if (n.empty() || n.size() > 6 || n.find_first_not_of("0123456789") != std::string::npos)
+      throw ConfigError("SLURM_GPUS_PER_NODE", "environment",
+                        "'" + v + "' is not a GPU request ([type:]count,...)",
+                        "expected e.g. 8 or h100:8, as sbatch --gpus-per-node sets it");
+    total += std::stol(n);
+  }
+  return std::min<long>(total, kMaxGpusPerNode);
+}
+
+}  // namespace
+
+GpuSet plannedGpus(int gpus_per_node, const EnvLookup& env) {
+  auto get = [&](const char* k) { return env ? env(k) : std::getenv(k); };
+  GpuSet g;
+  long n = gpus_per_node;
+  if (gpus_per_node >= 0) {
+    g.source = "--gpus-per-node " + std::to_string(gpus_per_node);
+  } else if (get("CUDA_VISIBLE_DEVICES") || !envStr(env, "SLURM_JOB_GPUS").empty() ||
+             !envStr(env, "SLURM_STEP_GPUS").empty() ||
+             !envStr(env, "SLURM_GPUS_ON_NODE").empty()) {
+    return detectGpus(env, "");
+  } else if (const std::string req = envStr(env, "SLURM_GPUS_PER_NODE"); !req.empty()) {
+    n = gpusPerNodeRequest(req);
+    g.source = "SLURM_GPUS_PER_NODE=" + req;
+  }
+  for (long i = 0; i < n; ++i) g.ids.push_back(std::to_string(i));
+  if (!g.source.empty()) g.source += ": ids " + joinIds(g.ids) + " on every node";
+  return g;
+}
+
 void requireGpuPerWorker(int nproc, const GpuSet& gpus) {
   const int n = static_cast<int>(gpus.ids.size());
   if (n == 0 || nproc <= n) return;
@@ -219,10 +258,11 @@ NodeInfo localNodeInfo(const LaunchOptions& opts, int node, std::string* program
   fillTuning(opts, n);
   n.addrs = listInterfaces();
   try {
-    GpuSet gpus = detectGpus();
+    GpuSet gpus = opts.gpus_per_node >= 0 ? plannedGpus(opts.gpus_per_node) : detectGpus();
     n.gpus = gpus.ids;
     n.gpu_source = gpus.source;
-    n.nproc = resolveNproc(opts.nproc_per_node, n.cores, static_cast<int>(n.gpus.size()));
+    n.nproc =
+        resolveNproc(opts.nproc_per_node, n.cores, static_cast<int>(n.gpus.size()), gpus.source);
     requireGpuPerWorker(n.nproc, gpus);
     if (auto a = selectAddress(n.addrs, listInterfaceNames(), opts.iface, opts.network)) {
       n.ip = a->ip;

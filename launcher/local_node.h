@@ -30,6 +30,23 @@ struct GpuSet {
 // `env` null = the process environment. Malformed SLURM_GPUS_ON_NODE: ConfigError.
 GpuSet detectGpus(const EnvLookup& env = nullptr, const std::string& dev_dir = "/dev");
 
+// The GPUs a dry run plans for every node (the nodes are not asked), first match wins:
+//  1. `gpus_per_node` >= 0 (--gpus-per-node N): ids 0..N-1.
+//  2. Any of CUDA_VISIBLE_DEVICES (set, even empty), SLURM_JOB_GPUS, SLURM_STEP_GPUS,
+//     SLURM_GPUS_ON_NODE: detectGpus() rules 1-3 (what SLURM granted the node this runs on,
+//     taken as every node's).
+//  3. SLURM_GPUS_PER_NODE ("[type:]N", several comma-separated types summed): the job's
+//     request, ids 0..N-1.
+//  4. None: no ids and source "" (this machine's /dev/nvidiaN never count: the plan is for
+//     other nodes).
+// `env` null = the process environment. Malformed SLURM_GPUS_PER_NODE or
+// SLURM_GPUS_ON_NODE: ConfigError naming the variable.
+GpuSet plannedGpus(int gpus_per_node, const EnvLookup& env = nullptr);
+// The variables plannedGpus() reads, for messages when it found none.
+inline constexpr const char* kPlannedGpuSources =
+    "no --gpus-per-node, SLURM_GPUS_ON_NODE, SLURM_JOB_GPUS, CUDA_VISIBLE_DEVICES or "
+    "SLURM_GPUS_PER_NODE";
+
 // Refuses more workers than GPUs on a node that has GPUs (two workers would share a GPU):
 // ConfigError("--nproc-per-node") naming the counts, the GPU source and the fixes.
 void requireGpuPerWorker(int nproc, const GpuSet& gpus);

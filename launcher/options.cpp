@@ -64,6 +64,8 @@ cxxopts::Options makeParser() {
       "hosts", "Plan a dry run without MPI: 'n[01-02]:2,n03:1' (host[:nproc],...)",
       cxxopts::value<std::string>())(
       "cores-per-node", "Cores used for OMP_NUM_THREADS and nproc=cpu (default: detected)",
+      cxxopts::value<int>())(
+      "gpus-per-node", "With --dry-run: plan N GPUs per node (default: SLURM's GPU variables)",
       cxxopts::value<int>())("bind-cores",
                              "Pin each worker to cores/nproc cores of the launcher's CPU set "
                              "(the default; kept for --no-tune-env)")(
@@ -174,6 +176,7 @@ void readOptions(const cxxopts::ParseResult& r, LaunchOptions& out) {
     out.env_all = e == "all";
   }
   if (r.count("cores-per-node")) out.cores_per_node = r["cores-per-node"].as<int>();
+  if (r.count("gpus-per-node")) out.gpus_per_node = r["gpus-per-node"].as<int>();
   out.bind_cores = r.count("bind-cores") > 0;
   out.tune_env = r.count("no-tune-env") == 0;
 }
@@ -241,11 +244,17 @@ void readRendezvous(const cxxopts::ParseResult& r, LaunchOptions& out) {
 
 std::string usage() { return makeParser().help(); }
 
-int resolveNproc(const std::string& spec, int cores, int gpus) {
+int resolveNproc(const std::string& spec, int cores, int gpus, const std::string& gpu_source) {
   if (spec == "cpu") return cores;
   if (spec == "auto") return gpus > 0 ? gpus : cores;
   if (spec == "gpu") {
-    if (gpus <= 0) bad("--nproc-per-node", "'gpu' requested but this node has no GPU");
+    if (gpus <= 0)
+      bad("--nproc-per-node",
+          "'gpu' requested but the node has no GPU" +
+              (gpu_source.empty() ? std::string() : " (" + gpu_source + ")"),
+          "to plan a GPU job from a machine without one, add --gpus-per-node N to --dry-run "
+          "(one worker per GPU); on the nodes, ask SLURM for GPUs (sbatch --gpus-per-node), "
+          "or use --nproc-per-node cpu");
     return gpus;
   }
   static const std::regex kNumber("[0-9]+");
@@ -289,13 +298,16 @@ void validateOptions(const cxxopts::ParseResult& r, const LaunchOptions& out) {
   if (r.count("hosts") && !out.dry_run)
     bad("--hosts", "only valid with --dry-run", "real runs take nodes from mpirun/srun");
   if (r.count("hosts") && out.hosts.empty()) bad("--hosts", "host list is empty");
-  for (const char* f : {"full", "summary", "env"})
+  for (const char* f : {"full", "summary", "env", "gpus-per-node"})
     if (r.count(f) && !out.dry_run)
       bad(std::string("--") + f, "only valid with --dry-run", "add --dry-run");
   if (out.full && out.summary) bad("--full", "give either --full or --summary, not both");
   if (r.count("cores-per-node") && out.cores_per_node < 1)
     bad("--cores-per-node", "must be >= 1, got " + std::to_string(out.cores_per_node));
   if (r.count("log-dir") && out.log_dir.empty()) bad("--log-dir", "directory is empty");
+  if (r.count("gpus-per-node") && (out.gpus_per_node < 0 || out.gpus_per_node > kMaxGpusPerNode))
+    bad("--gpus-per-node", "must be in 0.." + std::to_string(kMaxGpusPerNode) + ", got " +
+                               std::to_string(out.gpus_per_node));
 }
 
 }  // namespace

@@ -40,6 +40,7 @@ struct LaunchOptions {
   bool env_all = false;              // --env all: dry run prints the inherited environment
   std::string hosts;                 // --hosts spec for plan-only dry runs
   int cores_per_node = 0;            // 0 = detect (affinity mask)
+  int gpus_per_node = -1;            // --gpus-per-node (dry runs only): ids 0..N-1; -1 = detect
   bool bind_cores = false;           // pin local rank r to its share (also with --no-tune-env)
   bool tune_env = true;              // --no-tune-env: keep the caller's environment untouched
   std::vector<std::string> program;  // PROGRAM ARGS...; never empty after parsing
@@ -53,8 +54,12 @@ struct LaunchOptions {
 LaunchOptions parseOptions(int argc, const char* const* argv);
 std::string usage();
 
+// Most GPUs --gpus-per-node accepts on one node.
+inline constexpr int kMaxGpusPerNode = 1024;
+
 // Numeric value of --nproc-per-node for a node with `cores` cores and `gpus` GPUs.
-// Throws ConfigError for "gpu" without GPUs.
-int resolveNproc(const std::string& spec, int cores, int gpus);
+// Throws ConfigError for "gpu" without GPUs, naming `gpu_source` (where the node's GPUs
+// were looked for) and --gpus-per-node in the hint.
+int resolveNproc(const std::string& spec, int cores, int gpus, const std::string& gpu_source = "");
 
 }  // namespace ftb::launcher

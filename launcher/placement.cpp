@@ -313,11 +313,17 @@ EnvVars contractEnv(const Plan& plan, int node, int local_rank, int attempt) {
   for (auto& c : tunedEnv(n, local_rank)) v.emplace_back(c.name, c.value);
   if (!n.iface.empty() && !n.preset.count("GLOO_SOCKET_IFNAME"))
     v.emplace_back("GLOO_SOCKET_IFNAME", n.iface);
-  // One GPU per worker: the nodes refused more workers than GPUs (requireGpuPerWorker).
-  if (static_cast<size_t>(local_rank) < n.gpus.size())
-    v.emplace_back("CUDA_VISIBLE_DEVICES", n.gpus[local_rank]);
+  if (std::string gpus = visibleGpus(n); !gpus.empty())
+    v.emplace_back("CUDA_VISIBLE_DEVICES", std::move(gpus));
   std::sort(v.begin(), v.end());
   return v;
+}
+
+std::string visibleGpus(const NodeInfo& n) {
+  std::string out;
+  for (size_t i = 0; i < n.gpus.size() && i < static_cast<size_t>(std::max(0, n.nproc)); ++i)
+    out += (out.empty() ? "" : ",") + n.gpus[i];
+  return out;
 }
 
 bool isStrippedVar(const std::string& s) {

@@ -129,8 +129,13 @@ std::vector<HostCount> parseHostsSpec(const std::string& spec);
 
 using EnvVars = std::vector<std::pair<std::string, std::string>>;
 
+// CUDA_VISIBLE_DEVICES of every worker on `n`: its first nproc GPU ids, "0,1" ("" without
+// GPUs). torchrun's convention: local rank r uses device cuda:LOCAL_RANK, the r-th of them
+// (n.gpus[r]); the nodes refuse more workers than GPUs (requireGpuPerWorker).
+std::string visibleGpus(const NodeInfo& n);
+
 // The variables the launcher sets for worker `local_rank` on `node`, sorted by name: the
-// torchrun contract, GLOO_SOCKET_IFNAME/CUDA_VISIBLE_DEVICES, and tunedEnv().
+// torchrun contract, GLOO_SOCKET_IFNAME, CUDA_VISIBLE_DEVICES (visibleGpus) and tunedEnv().
 EnvVars contractEnv(const Plan& plan, int node, int local_rank, int attempt);
 
 // True for variables that must not leak into workers: OMPI_*, PMIX_*, PMI_*, and the

@@ -25,37 +25,55 @@ bool isPlanOnly(const LaunchOptions& opts) {
          (!opts.hosts.empty() || !env("SLURM_JOB_NODELIST").empty());
 }
 
-Plan planWithoutMpi(const LaunchOptions& opts) {
-  Plan plan;
-  std::vector<HostCount> hosts;
+namespace {
+
+// The node list and any per-node counts: --hosts, else SLURM_JOB_NODELIST with
+// SLURM_TASKS_PER_NODE (unless --nproc-per-node was given). Sets plan.source.
+std::vector<HostCount> plannedHosts(const LaunchOptions& opts, Plan& plan) {
   if (!opts.hosts.empty()) {
     plan.source = "--hosts";
-    hosts = parseHostsSpec(opts.hosts);
-  } else {
-    plan.source = "SLURM_JOB_NODELIST";
-    for (auto& h : expandHostlist(env("SLURM_JOB_NODELIST"), "SLURM_JOB_NODELIST"))
-      hosts.push_back({h, 0});
-    std::string tpn = env("SLURM_TASKS_PER_NODE");
-    if (!opts.nproc_given && !tpn.empty()) {
-      auto counts = expandTasksPerNode(tpn);
-      if (counts.size() != hosts.size())
-        throw ConfigError("SLURM_TASKS_PER_NODE", "environment",
-                          "'" + tpn + "' gives " + std::to_string(counts.size()) + " counts for " +
-                              std::to_string(hosts.size()) + " nodes in '" +
-                              env("SLURM_JOB_NODELIST") + "'");
-      for (size_t i = 0; i < hosts.size(); ++i) hosts[i].nproc = counts[i];
-    }
+    return parseHostsSpec(opts.hosts);
   }
-  std::vector<int> cores(hosts.size(), static_cast<int>(allowedCpus().size()));
+  plan.source = "SLURM_JOB_NODELIST";
+  std::vector<HostCount> hosts;
+  for (auto& h : expandHostlist(env("SLURM_JOB_NODELIST"), "SLURM_JOB_NODELIST"))
+    hosts.push_back({h, 0});
+  std::string tpn = env("SLURM_TASKS_PER_NODE");
+  if (!opts.nproc_given && !tpn.empty()) {
+    auto counts = expandTasksPerNode(tpn);
+    if (counts.size() != hosts.size())
+      throw ConfigError("SLURM_TASKS_PER_NODE", "environment",
+                        "'" + tpn + "' gives " + std::to_string(counts.size()) + " counts for " +
+                            std::to_string(hosts.size()) + " nodes in '" +
+                            env("SLURM_JOB_NODELIST") + "'");
+    for (size_t i = 0; i < hosts.size(); ++i) hosts[i].nproc = counts[i];
+  }
+  return hosts;
+}
+
+// Cores per node (see planWithoutMpi).
+std::vector<int> plannedCores(const LaunchOptions& opts, const Plan& plan, size_t nodes) {
+  std::vector<int> cores(nodes, static_cast<int>(allowedCpus().size()));
   std::string cpn = env("SLURM_JOB_CPUS_PER_NODE"), cpt = env("SLURM_CPUS_PER_TASK");
   if (opts.cores_per_node > 0) {
-    cores.assign(hosts.size(), opts.cores_per_node);
+    cores.assign(nodes, opts.cores_per_node);
   } else if (plan.source == "SLURM_JOB_NODELIST" && parsedCount(cpt) > 0) {
-    cores.assign(hosts.size(), static_cast<int>(parsedCount(cpt)));
+    cores.assign(nodes, static_cast<int>(parsedCount(cpt)));
   } else if (plan.source == "SLURM_JOB_NODELIST" && !cpn.empty()) {
     auto c = expandTasksPerNode(cpn, "SLURM_JOB_CPUS_PER_NODE");
-    if (c.size() == hosts.size()) cores = c;
+    if (c.size() == nodes) cores = c;
   }
+  return cores;
+}
+
+}  // namespace
+
+Plan planWithoutMpi(const LaunchOptions& opts) {
+  Plan plan;
+  std::vector<HostCount> hosts = plannedHosts(opts, plan);
+  std::vector<int> cores = plannedCores(opts, plan, hosts.size());
+  const GpuSet gpus = plannedGpus(opts.gpus_per_node);
+  const int ngpus = static_cast<int>(gpus.ids.size());
   std::map<std::string, std::string> preset;
   for (const char* k : kPresetVars)
     if (const char* v = std::getenv(k)) preset[k] = v;
@@ -64,6 +82,8 @@ Plan planWithoutMpi(const LaunchOptions& opts) {
   NodeInfo shape;
   shape.tune_env = opts.tune_env;
   shape.bind_cores = opts.bind_cores;
+  shape.gpus = gpus.ids;
+  shape.gpu_source = gpus.source;
   std::map<int, int> default_nproc;  // cores -> resolved --nproc-per-node (regex once)
   int64_t world = 0;
   plan.nodes.reserve(hosts.size());
@@ -77,9 +97,14 @@ Plan planWithoutMpi(const LaunchOptions& opts) {
     } else {
       auto it = default_nproc.find(n.cores);
       if (it == default_nproc.end())
-        it = default_nproc.emplace(n.cores, resolveNproc(opts.nproc_per_node, n.cores, 0)).first;
+        it = default_nproc
+                 .emplace(n.cores,
+                          resolveNproc(opts.nproc_per_node, n.cores, ngpus,
+                                       gpus.source.empty() ? kPlannedGpuSources : gpus.source))
+                 .first;
       n.nproc = it->second;
     }
+    requireGpuPerWorker(n.nproc, gpus);
     n.iface = opts.iface;  // same interface name on every node, if given
     n.preset = preset;
     world += n.nproc;

@@ -16,9 +16,11 @@ bool isPlanOnly(const LaunchOptions& opts);
 // REQUIRES: isPlanOnly(opts). Node list from --hosts, else SLURM_JOB_NODELIST with
 // counts from --nproc-per-node when given, else SLURM_TASKS_PER_NODE. Cores per node:
 // --cores-per-node, else SLURM_CPUS_PER_TASK (one launcher task per node), else
-// SLURM_JOB_CPUS_PER_NODE, else this machine's. MASTER_ADDR is the first host; MASTER_PORT
-// is --master-port, else slurmJobPort(SLURM_JOB_ID) (the trainer's rule,
-// common/dist_env.h), else 29500. Throws ConfigError for malformed lists or mismatched
+// SLURM_JOB_CPUS_PER_NODE, else this machine's. GPUs per node: plannedGpus()
+// (--gpus-per-node, else SLURM's GPU variables; launcher/local_node.h), the same on every
+// node; --nproc-per-node gpu without any is a ConfigError naming --gpus-per-node. MASTER_ADDR is
+// the first host; MASTER_PORT is --master-port, else slurmJobPort(SLURM_JOB_ID) (the trainer's
+// rule, common/dist_env.h), else 29500. Throws ConfigError for malformed lists or mismatched
 // lengths.
 Plan planWithoutMpi(const LaunchOptions& opts);
 

@@ -142,6 +142,9 @@ void writeWorker(std::ostream& o, const Plan& plan, const NodeInfo& n, int lr,
   }
   o << "\n";
   if (!replaced.empty()) o << "  replaces inherited:" << replaced << "\n";
+  if (static_cast<size_t>(lr) < n.gpus.size())
+    o << "  gpu: " << n.gpus[lr] << " = cuda:" << lr << " (LOCAL_RANK=" << lr
+      << " of CUDA_VISIBLE_DEVICES=" << visibleGpus(n) << ")\n";
   std::vector<int> cpus = workerCpus(n, lr);
   if (!cpus.empty()) {
     o << "  cpus: " << cpuList(cpus);

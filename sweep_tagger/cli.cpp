@@ -65,6 +65,7 @@ Json pointJson(const SweepPoint& p, const SweepSpec& spec, std::optional<RunStat
   j["args"] = p.args;
   j["base"] = spec.base;
   if (state) j["state"] = toString(*state);
+  if (spec.memory_budget) j["memory_estimate"] = spec.memory_budget->device ? "gpu" : "host";
   return j;
 }
 
@@ -130,6 +131,26 @@ std::optional<double> pricePerHour(const cxxopts::ParseResult& r) {
                       "expected a price > 0 in USD per device-hour, got " + formatDouble(usd),
                       "--price-per-hour 2.5 prices each device-hour at $2.50");
   return usd;
+}
+
+}  // namespace
+
+namespace {
+
+// The points as JSON lines, one field of each (`field` not ""), or the table, headed by the
+// memory budget and which estimate it is compared with.
+void writeListing(const std::vector<PointRow>& rows, const SweepSpec& spec, bool as_json,
+                  const std::string& field, bool with_state, std::ostream& out) {
+  for (const auto& [p, state] : rows) {
+    Json j = pointJson(*p, spec, state);
+    if (!field.empty())
+      out << fieldText(j, field) << "\n";
+    else if (as_json)
+      out << j.dump() << "\n";
+  }
+  if (as_json || !field.empty()) return;
+  if (spec.memory_budget) out << "# memory budget " << describeBudget(*spec.memory_budget) << "\n";
+  printTable(rows, with_state, out);
 }
 
 }  // namespace
@@ -239,14 +260,8 @@ int expandCommand(const std::vector<std::string>& args, std::ostream& out) {
                             std::to_string(points.size()) + " points)");
   }
   const bool as_json = r.count("json") || (r.count("index") && !r.count("field"));
-  for (const auto& [p, state] : rows) {
-    Json j = pointJson(*p, spec, state);
-    if (r.count("field"))
-      out << fieldText(j, r["field"].as<std::string>()) << "\n";
-    else if (as_json)
-      out << j.dump() << "\n";
-  }
-  if (!as_json && !r.count("field")) printTable(rows, pending, out);
+  writeListing(rows, spec, as_json, r.count("field") ? r["field"].as<std::string>() : "", pending,
+               out);
   return 0;
 }
 

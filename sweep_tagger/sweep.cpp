@@ -166,7 +166,9 @@ std::string describe(const KeyValues& kv) {
 // "" when the point fits spec.memory_budget (or there is none), else why not.
 std::string overBudget(const SweepSpec& spec, const TrainConfig& tc) {
   if (!spec.memory_budget) return "";
-  const std::string problem = memoryFitProblem(tc, estimateMemory(tc), *spec.memory_budget);
+  const MemoryBudget& b = *spec.memory_budget;
+  const std::string problem =
+      memoryFitProblem(tc, b.device ? estimateDeviceMemory(tc) : estimateMemory(tc), b);
   return problem.empty() ? "" : "over the memory budget: " + problem;
 }
 
@@ -174,7 +176,8 @@ std::string overBudget(const SweepSpec& spec, const TrainConfig& tc) {
 
 MemoryBudget parseMemoryBudget(const std::string& text) {
   if (const GpuMemoryEntry* e = findGpuMemory(text))
-    return {e->gib * double(1 << 30), std::string("--memory-budget ") + e->type + ": " + e->label};
+    return {e->gib * double(1 << 30),
+            std::string("--memory-budget ") + e->type + ": " + e->label + ", GPU estimate", true};
   static const std::vector<std::pair<std::string, double>> kUnits = {{"TiB", 1024.0 * (1 << 30)},
                                                                      {"GiB", double(1 << 30)},
                                                                      {"MiB", double(1 << 20)},

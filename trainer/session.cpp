@@ -161,6 +161,21 @@ std::string placeTensors(const Config& cfg, const TrainConfig& tc, const DistEnv
   return d.device;
 }
 
+// --max-micro-batch runs its tries on this machine, as world_size local ranks: a device
+// the last of them cannot have (training.device = "cuda" without a GPU) is refused before
+// the first try (exit 2), so no scratch directory is made.
+void requireTryDevice(const Config& cfg, const TrainConfig& tc) {
+  const int last = static_cast<int>(tc.layout.world_size) - 1;
+  const DeviceChoice d =
+      resolveDevice(tc.training.device, tc.comm.backend, last, visibleCudaDevices());
+  if (!d.problem.empty())
+    throw ConfigError(d.problem_key, cfg.where(d.problem_key),
+                      "--max-micro-batch measures its tries on this machine (" +
+                          std::to_string(last + 1) + " local rank(s)): " + d.problem,
+                      "run --max-micro-batch on a machine with the GPUs the run will have, or "
+                      "size it without measuring: trainer --estimate-memory");
+}
+
 // --estimate-memory, --print-config, --generate-data: answer and return 0; nullopt
 // when the session is a training run.
 std::optional<int> runInfoCommand(const SessionOptions& opts, const Config& cfg,
@@ -173,9 +188,11 @@ std::optional<int> runInfoCommand(const SessionOptions& opts, const Config& cfg,
     std::cout << cfg.toToml();
     return 0;
   }
-  if (opts.max_micro_batch)
+  if (opts.max_micro_batch) {
+    requireTryDevice(cfg, tc);
     return runMaxMicroBatch({opts.config_path, opts.overrides, opts.safety_margin}, tc,
                             static_cast<int>(tc.layout.world_size));
+  }
   if (!opts.generate_data.empty()) {
     writeSyntheticDataset(tc, opts.generate_data);
     FTB_INFO("wrote " << tc.data.num_samples << " documents to " << opts.generate_data);
@@ -337,14 +354,14 @@ RunPeaks measurePeaks(const TrainConfig& tc, const CpuInfo& cpu, const std::stri
 // On a GPU the model lives in the device's memory: the budget is the GPU's (unless
 // parallel.memory_limit_gb says otherwise) and the host's runtime baseline is no part of it.
 std::string memoryVerdict(const TrainConfig& tc, const DistEnv& env) {
-  MemoryEstimate e = estimateMemory(tc);
   MemoryBudget budget = memoryBudget(tc, env.local_world_size);
-  if (const double gpu = deviceTotalMemory(); gpu > 0 && !(tc.comm.memory_limit_bytes > 0)) {
-    e.runtime = 0;
-    budget = {gpu, computeDevice().str() + "'s memory " +
-                       formatFixed(gpu / double(int64_t(1) << 30), 1) + " GiB"};
-  }
-  return memoryFitProblem(tc, e, budget);
+  if (const double gpu = deviceTotalMemory(); gpu > 0 && !(tc.comm.memory_limit_bytes > 0))
+    budget = {gpu,
+              computeDevice().str() + "'s memory " +
+                  formatFixed(gpu / double(int64_t(1) << 30), 1) + " GiB",
+              true};
+  return memoryFitProblem(tc, budget.device ? estimateDeviceMemory(tc) : estimateMemory(tc),
+                          budget);
 }
 
 }  // namespace

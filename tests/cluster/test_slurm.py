@@ -686,3 +686,46 @@ def test_time_limit_notice_to_the_steps_only_requeues_mid_run(cluster, tmp_path)
     for f in files:
         with h5py.File(f, "r") as h:
             assert h.attrs["resume_count"] == (0 if in_set_up else 1), dict(h.attrs)
+
+
+GPU_SBATCH = REPO / "slurm" / "train_gpu.sbatch"
+
+
+def test_gpu_sbatch_directives_and_a_dry_run_in_the_allocation(cluster, tmp_path):
+    """slurm/train_gpu.sbatch on a cluster without GPUs (no GresTypes): sbatch --test-only
+    refuses only its --gpus-per-node (GRES the cluster lacks); without that line the other
+    directives (--ntasks-per-node=1, --exclusive, --time, ...) are accepted. That copy then
+    runs on both nodes with the launchers in a dry run told 2 GPUs per node: one launcher
+    per node, one worker per GPU (NPROC=gpu), local rank r on cuda:r."""
+    p = run(["sbatch", "--test-only", "-N2", GPU_SBATCH])
+    assert p.returncode != 0, p.stderr
+    assert "gres" in p.stderr.lower(), p.stderr
+    script = GPU_SBATCH.read_text()
+    assert "#SBATCH --gpus-per-node=8\n" in script
+    no_gres = tmp_path / "train_gpu_no_gres.sbatch"
+    no_gres.write_text(script.replace("#SBATCH --gpus-per-node=8\n", ""))
+    p = run(["sbatch", "--test-only", "-N2", no_gres])
+    assert p.returncode == 0 and "to start at" in p.stderr, p.stderr
+    results = tmp_path / "res"
+    env = clean_env(CONFIG=TINY, RESULTS=results,
+                    FTB_LAUNCHER_ARGS="--dry-run --gpus-per-node 2")
+    job = sbatch(["-N2", no_gres], env, results)
+    log = results / "logs" / f"ftb-train-gpu-{job}.out"
+    rec = wait_job(job, 120, log)[0]
+    out = log.read_text()
+    assert rec["JobState"] == "COMPLETED" and rec["ExitCode"] == "0:0", tail(log)
+    assert "(2 node(s) x gpu)" in out, out
+    assert "2 node(s), 4 worker(s)" in out, out
+    for rank in range(4):
+        assert re.search(rf"^rank {rank}  node {rank // 2}  host \S+  local {rank % 2}/2$", out,
+                         re.M), out
+    assert out.count("  gpu: 1 = cuda:1 (LOCAL_RANK=1 of CUDA_VISIBLE_DEVICES=0,1)") == 2, out
+
+
+def test_gpu_sbatch_outside_the_repository_exits_2(tmp_path):
+    """The script finds train.sbatch under FTB_ROOT, else the submit directory: neither
+    holding it is refused with the fix."""
+    p = run(["bash", GPU_SBATCH], env=clean_env(FTB_ROOT=tmp_path))
+    assert p.returncode == 2, p.stderr
+    assert f"no slurm/train.sbatch under {tmp_path}" in p.stderr, p.stderr
+    assert "submit from the repository root, or set FTB_ROOT" in p.stderr, p.stderr

@@ -32,6 +32,23 @@ CASES = {
         ["--dry-run", "--nproc-per-node", "1", "--run-id", "g6", "--", "/bin/true"],
         {"SLURM_JOB_NODELIST": "n[1-3]", "SLURM_TASKS_PER_NODE": "4(x3)",
          "SLURM_JOB_CPUS_PER_NODE": "4(x3)"}),
+    # A GPU job planned from a machine without one: one worker per GPU on each node.
+    "hosts_gpus_per_node": (
+        ["--dry-run", "--hosts", "gpu[01-02]", "--gpus-per-node", "8", "--nproc-per-node", "gpu",
+         "--run-id", "g7", "--cores-per-node", "64", "--", "/bin/true"], {}),
+    # Inside an sbatch GPU job (--gpus-per-node=h100:4 --ntasks-per-node=1): SLURM's GRES
+    # variables on the batch node stand for every node's.
+    "slurm_gres_env": (
+        ["--dry-run", "--nproc-per-node", "gpu", "--", "/bin/true"],
+        {"SLURM_JOB_NODELIST": "g[1-2]", "SLURM_TASKS_PER_NODE": "1(x2)",
+         "SLURM_JOB_CPUS_PER_NODE": "16(x2)", "SLURM_JOB_ID": "4343", "SLURM_GPUS_ON_NODE": "4",
+         "SLURM_JOB_GPUS": "0,1,2,3", "CUDA_VISIBLE_DEVICES": "0,1,2,3",
+         "SLURM_GPUS_PER_NODE": "h100:4"}),
+    # Only the job's request (SLURM_GPUS_PER_NODE), e.g. copied from the sbatch line.
+    "slurm_gpus_per_node_request": (
+        ["--dry-run", "--nproc-per-node", "gpu", "--run-id", "g8", "--cores-per-node", "8", "--",
+         "/bin/true"],
+        {"SLURM_JOB_NODELIST": "g[1-2]", "SLURM_GPUS_PER_NODE": "a100:2"}),
 }
 
 
@@ -76,6 +93,41 @@ def test_dry_run_single_node_real_rendezvous(launcher, tmp_path):
     assert not marker.exists(), "--dry-run must not start anything"
 
 
+def test_gpu_plan_maps_each_rank_to_a_gpu(launcher):
+    """--nproc-per-node gpu with --gpus-per-node 8: 8 ranks per node, local rank r on GPU r,
+    every worker seeing the node's 8 GPUs (torchrun's cuda:LOCAL_RANK)."""
+    args, env = CASES["hosts_gpus_per_node"]
+    p = dry_run(launcher, args, env)
+    assert p.returncode == 0, p.stderr
+    out = p.stdout
+    assert "2 node(s), 16 worker(s)" in out
+    rows = [l.split() for l in out.splitlines() if l.startswith(("0 ", "1 "))]
+    assert [(r[1], r[4], r[5], r[6]) for r in rows] == [("gpu01", "8", "8", "0-7"),
+                                                       ("gpu02", "8", "8", "8-15")]
+    assert "GPUs 8: --gpus-per-node 8: ids 0,1,2,3,4,5,6,7 on every node" in out
+    for rank in range(16):
+        local = rank % 8
+        block = out.split(f"\nrank {rank}  node {rank // 8}  host gpu0{rank // 8 + 1}  "
+                          f"local {local}/8\n")[1].split("\n\n")[0]
+        assert f" LOCAL_RANK={local} " in block
+        assert " CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 " in block
+        assert (f"  gpu: {local} = cuda:{local} (LOCAL_RANK={local} of "
+                "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7)") in block
+
+
+@pytest.mark.parametrize("args,env", [
+    (["--hosts", "gpu[01-02]"], {}),
+    ([], {"SLURM_JOB_NODELIST": "g[1-2]", "SLURM_JOB_ID": "7"}),
+], ids=["hosts", "slurm_without_gres"])
+def test_nproc_gpu_without_gpu_information_exits_2_naming_gpus_per_node(launcher, args, env):
+    p = dry_run(launcher, ["--dry-run", *args, "--nproc-per-node", "gpu", "--", "/bin/true"], env)
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert "key '--nproc-per-node'" in p.stderr and "'gpu' requested but the node has no GPU" \
+        in p.stderr, p.stderr
+    assert "add --gpus-per-node N to --dry-run" in p.stderr, p.stderr
+    assert p.stdout == ""
+
+
 # (args, extra env, expected message fragment)
 BAD = {
     "unparsable_hostlist": (["--dry-run", "--hosts", "n[01-"], {}, "unbalanced"),
@@ -106,6 +158,9 @@ BAD = {
     "more_workers_than_gpus": (["--nproc-per-node", "2"], {"CUDA_VISIBLE_DEVICES": "0"},
                                "2 workers on a node with 1 GPU(s) (ids 0 from "
                                "CUDA_VISIBLE_DEVICES=0): workers would share a GPU"),
+    "gpus_per_node_without_dry_run": (["--gpus-per-node", "8"], {}, "only valid with --dry-run"),
+    "plan_more_workers_than_gpus": (["--dry-run", "--hosts", "g1:3", "--gpus-per-node", "2"], {},
+                                    "3 workers on a node with 2 GPU(s) (--gpus-per-node 2"),
     "more_workers_than_slurm_gpus": (["--nproc-per-node", "3"],
                                      {"SLURM_JOB_ID": "5", "SLURM_GPUS_ON_NODE": "2",
                                       "CUDA_VISIBLE_DEVICES": "0,1"},

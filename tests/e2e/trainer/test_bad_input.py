@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from trainer_util import ROOT, TRAINER, base_env
+from trainer_util import ROOT, TRAINER, base_env, gpus_visible
 
 
 def run(tmp_path, toml_text, *overrides, world=None):
@@ -129,13 +129,6 @@ def test_planning_and_generate_flags_refuse_bad_values(tmp_path, args, needles):
     for needle in needles:
         assert needle in p.stderr, (needle, p.stderr)
     assert not (tmp_path / "x.txt").exists(), "nothing written"
-
-
-def gpus_visible():
-    try:
-        return subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=20).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
 
 
 @pytest.mark.skipif(gpus_visible(), reason="a GPU is visible: these are the errors of a machine without one")

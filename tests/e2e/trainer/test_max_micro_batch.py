@@ -4,7 +4,9 @@ not to. About a minute: each try is a real 3-step run of the tiny model."""
 import re
 import subprocess
 
-from trainer_util import TINY, TRAINER, base_env
+import pytest
+
+from trainer_util import TINY, TRAINER, base_env, gpus_visible
 
 TRY = re.compile(r"try micro-batch (\d+): estimate ([\d.]+) MiB, measured peak RSS ([\d.]+) MiB "
                  r"\(max over ranks\) -> (fits|exceeds)")
@@ -32,3 +34,21 @@ def test_safety_margin_outside_0_1_is_refused():
                         "--safety-margin", "1.5"], env=base_env(), capture_output=True,
                        text=True, timeout=60)
     assert p.returncode == 2 and "--safety-margin" in p.stderr, p.stderr
+
+
+@pytest.mark.skipif(gpus_visible(), reason="a GPU is visible: this is the error of a machine without one")
+@pytest.mark.parametrize("world", ["1", "2"])
+def test_a_gpu_config_without_a_gpu_exits_2_before_any_try(tmp_path, world):
+    """The tries would run here: training.device = "cuda" on a machine without a GPU is
+    refused at once, naming the key and what was found, and leaves no scratch directory."""
+    args = ["--max-micro-batch", "--world-size", world, 'training.device="cuda"',
+            f"output.dir={tmp_path}"]
+    p = subprocess.run([str(TRAINER), "--config", str(TINY), *args], env=base_env(),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, f"{p.stdout}\n{p.stderr}"
+    assert "key 'training.device'" in p.stderr, p.stderr
+    assert "--max-micro-batch measures its tries on this machine" in p.stderr, p.stderr
+    assert "0 CUDA device(s) are visible" in p.stderr, p.stderr
+    assert "hint: " in p.stderr, p.stderr
+    assert "try micro-batch" not in p.stdout, p.stdout
+    assert not list(tmp_path.glob(".max_micro_batch.*")), "no scratch directory"

@@ -24,6 +24,14 @@ ONE_BLAS = "training.fp32_gemm=\"aten\""
 REQUEUE_EXIT = 75
 
 
+def gpus_visible():
+    """True when nvidia-smi lists a GPU: the tests of a machine without one skip."""
+    try:
+        return subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

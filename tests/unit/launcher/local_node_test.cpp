@@ -69,6 +69,31 @@ TEST(Gpus, ScheduledGrantBeatsWhatTheMachineShows) {
   EXPECT_THROW(detectGpus(envOf({{"SLURM_GPUS_ON_NODE", "two"}}), dev), ConfigError);
 }
 
+TEST(Gpus, PlannedGpusComeFromTheFlagThenSlurmNeverFromThisMachine) {
+  // --gpus-per-node wins over every variable.
+  GpuSet g = plannedGpus(3, envOf({{"CUDA_VISIBLE_DEVICES", "5"}, {"SLURM_GPUS_PER_NODE", "8"}}));
+  EXPECT_EQ(g.ids, (std::vector<std::string>{"0", "1", "2"}));
+  EXPECT_EQ(g.source, "--gpus-per-node 3: ids 0,1,2 on every node");
+  // What SLURM granted the node this runs on (detectGpus rules 1-3) beats the request.
+  g = plannedGpus(-1, envOf({{"SLURM_GPUS_ON_NODE", "2"},
+                             {"SLURM_JOB_GPUS", "4,5"},
+                             {"SLURM_GPUS_PER_NODE", "h100:8"},
+                             {"SLURM_JOB_ID", "7"}}));
+  EXPECT_EQ(g.ids, (std::vector<std::string>{"4", "5"}));
+  EXPECT_EQ(g.source, "SLURM_GPUS_ON_NODE=2, ids 4,5 from SLURM_JOB_GPUS");
+  // The job's request alone: [type:]count, several types summed.
+  g = plannedGpus(-1, envOf({{"SLURM_GPUS_PER_NODE", "h100:4"}}));
+  EXPECT_EQ(g.ids.size(), 4u);
+  EXPECT_EQ(g.source, "SLURM_GPUS_PER_NODE=h100:4: ids 0,1,2,3 on every node");
+  EXPECT_EQ(plannedGpus(-1, envOf({{"SLURM_GPUS_PER_NODE", "a100:2,gpu:v100:1"}})).ids.size(), 3u);
+  EXPECT_THROW(plannedGpus(-1, envOf({{"SLURM_GPUS_PER_NODE", "h100:x"}})), ConfigError);
+  // Nothing: no GPU, and no /dev/nvidiaN of this machine (the plan is for other nodes).
+  g = plannedGpus(-1, envOf({}));
+  EXPECT_TRUE(g.ids.empty());
+  EXPECT_EQ(g.source, "");
+  EXPECT_TRUE(plannedGpus(0, envOf({{"SLURM_GPUS_PER_NODE", "8"}})).ids.empty());
+}
+
 TEST(Gpus, MoreWorkersThanGpusIsRefused) {
   GpuSet two{{"0", "1"}, "ids 0,1 from CUDA_VISIBLE_DEVICES=0,1"};
   EXPECT_NO_THROW(requireGpuPerWorker(2, two));

@@ -87,6 +87,29 @@ TEST(Options, ResolveNproc) {
   EXPECT_THROW(resolveNproc("0", 8, 0), ConfigError);
 }
 
+TEST(Options, GpuWithoutGpusNamesWhereItLookedAndGpusPerNode) {
+  try {
+    resolveNproc("gpu", 8, 0, "no GPU variable");
+    FAIL();
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(e.exitCode(), 2);
+    EXPECT_NE(what.find("'gpu' requested but the node has no GPU (no GPU variable)"),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("--gpus-per-node N"), std::string::npos) << what;
+  }
+}
+
+TEST(Options, GpusPerNodeOnlyInDryRuns) {
+  EXPECT_EQ(parse({"--dry-run", "--gpus-per-node", "8", "--", "true"}).gpus_per_node, 8);
+  EXPECT_EQ(parse({"--dry-run", "--", "true"}).gpus_per_node, -1);
+  EXPECT_EQ(exitCodeOf({"--gpus-per-node", "8", "--", "true"}), 2);  // needs --dry-run
+  EXPECT_EQ(exitCodeOf({"--dry-run", "--gpus-per-node", "-1", "--", "true"}), 2);
+  EXPECT_EQ(exitCodeOf({"--dry-run", "--gpus-per-node", "1025", "--", "true"}), 2);
+  EXPECT_EQ(exitCodeOf({"--dry-run", "--gpus-per-node", "many", "--", "true"}), 2);
+}
+
 TEST(Options, HelpNeedsNoProgram) { EXPECT_TRUE(parse({"--help"}).help); }
 
 }  // namespace

@@ -57,7 +57,7 @@ TEST(Placement, ContractEnvironment) {
   EXPECT_EQ(asMap(contractEnv(p, 2, 0, 0))["OMP_NUM_THREADS"], "8");
 }
 
-TEST(Placement, InheritedOmpAndGlooWinAndGpusAreSplit) {
+TEST(Placement, InheritedOmpAndGlooWinAndGpusFollowLocalRank) {
   Plan p = threeNodes();
   p.nodes[0].preset["OMP_NUM_THREADS"] = "3";
   p.nodes[0].iface = "eth1";
@@ -66,7 +66,12 @@ TEST(Placement, InheritedOmpAndGlooWinAndGpusAreSplit) {
   EXPECT_EQ(env.count("OMP_NUM_THREADS"), 0u);  // inherited value stays
   EXPECT_EQ(threadsFor(p.nodes[0]), "3");
   EXPECT_EQ(env["GLOO_SOCKET_IFNAME"], "eth1");
-  EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], "5");
+  // torchrun's convention: every local worker sees the node's GPUs it uses, and takes
+  // cuda:LOCAL_RANK (here GPU 5 for local rank 1).
+  EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], "4,5");
+  EXPECT_EQ(asMap(contractEnv(p, 0, 0, 0))["CUDA_VISIBLE_DEVICES"], "4,5");
+  p.nodes[0].gpus = {"4", "5", "6"};  // more GPUs than workers: only those used are visible
+  EXPECT_EQ(visibleGpus(p.nodes[0]), "4,5");
   p.nodes[0].preset["GLOO_SOCKET_IFNAME"] = "ib0";
   EXPECT_EQ(asMap(contractEnv(p, 0, 0, 0)).count("GLOO_SOCKET_IFNAME"), 0u);
 }

@@ -91,6 +91,52 @@ TEST(MemoryBudget, SizesAndDeviceTypesParseOthersExitTwo) {
   EXPECT_EQ(tiny.str().find("true"), std::string::npos) << tiny.str();
 }
 
+TEST(MemoryBudget, AGpuNameComparesTheGpuEstimate) {
+  SweepSpec spec = loadSweep(kThreeAxis);
+  const std::vector<SweepPoint> free = expandSweep(spec);
+  const SweepPoint& p = free.at(0);
+  ASSERT_TRUE(p.valid) << p.reason;
+  const TrainConfig tc = TrainConfig::fromConfig(Config::load(spec.base, p.args), p.world_size);
+  // The GPU estimate: the GPU's kernels, no host runtime baseline.
+  TrainConfig cuda = tc;
+  cuda.training.device = "cuda";
+  const MemoryEstimate dev = estimateDeviceMemory(tc);
+  EXPECT_EQ(dev.runtime, 0.0);
+  const MemoryEstimate on_cuda = estimateMemory(cuda);
+  EXPECT_NEAR(dev.total(), on_cuda.total() - on_cuda.runtime, 1e-9 * on_cuda.total());
+  EXPECT_LT(dev.total(), estimateMemory(tc).total());
+  for (const char* name : {"h100", "h200", "a100-80gb", "l4", "a100-40gb"}) {
+    const MemoryBudget b = parseMemoryBudget(name);
+    EXPECT_TRUE(b.device) << name;
+    EXPECT_NE(b.source.find("GPU estimate"), std::string::npos) << b.source;
+  }
+  EXPECT_FALSE(parseMemoryBudget("80GiB").device);
+  // A budget between the two estimates of point 0: a GPU's fits it, the host's does not.
+  const double between = (dev.total() + estimateMemory(tc).total()) / 2;
+  spec.memory_budget = MemoryBudget{between, "--memory-budget test", true};
+  EXPECT_TRUE(expandSweep(spec).at(0).valid);
+  spec.memory_budget->device = false;
+  EXPECT_FALSE(expandSweep(spec).at(0).valid);
+  spec.memory_budget = MemoryBudget{dev.total() / 2, "--memory-budget test", true};
+  const std::string reason = expandSweep(spec).at(0).reason;
+  EXPECT_EQ(reason.rfind("over the memory budget: estimated memory per rank ", 0), 0u) << reason;
+  EXPECT_NE(reason.find("(--memory-budget test)"), std::string::npos) << reason;
+  // The listing says which device the estimate is for: the table's first line, and a
+  // field of every JSON point.
+  std::ostringstream table, json;
+  expandCommand({kThreeAxis, "--memory-budget", "l4"}, table);
+  EXPECT_EQ(table.str().rfind("# memory budget 24.00 GiB per rank (--memory-budget l4: NVIDIA L4 "
+                              "24 GB, GPU estimate): device memory",
+                              0),
+            0u)
+      << table.str();
+  expandCommand({kThreeAxis, "--memory-budget", "l4", "--index", "0"}, json);
+  EXPECT_EQ(nlohmann::json::parse(json.str())["memory_estimate"], "gpu") << json.str();
+  std::ostringstream host;
+  expandCommand({kThreeAxis, "--memory-budget", "1GiB", "--index", "0"}, host);
+  EXPECT_EQ(nlohmann::json::parse(host.str())["memory_estimate"], "host") << host.str();
+}
+
 std::string writeSweep(const test::TempDir& dir, const std::string& body) {
   std::string path = dir.path() + "/sweep.toml";
   test::writeFile(path, "base = \"" + test::dataDir() + "/base.toml\"\n" + body);
