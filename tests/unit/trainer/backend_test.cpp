@@ -18,7 +18,9 @@ TEST(ResolveBackend, ExplicitNamesAreKept) {
 }
 
 TEST(ResolveBackend, AutoWithCudaTensorsNeedsNcclCompiledIn) {
-  if (!ncclCompiledIn()) EXPECT_EQ(resolveBackend("auto", true), BackendKind::kGloo);
+  if (!ncclCompiledIn()) {
+    EXPECT_EQ(resolveBackend("auto", true), BackendKind::kGloo);
+  }
 }
 
 TEST(ResolveDevice, AutoPicksTheGpuWhenOneIsPresent) {

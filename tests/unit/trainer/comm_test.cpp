@@ -470,11 +470,15 @@ void checkP2PFault(Distributed& d, P2PLink& link, int rank, const std::string& f
       EXPECT_NE(w.find("4004 bytes"), std::string::npos) << w;  // this rank's
       EXPECT_NE(w.find("308 bytes"), std::string::npos) << w;   // the peer's
     }
-    if (fault == "hung") EXPECT_NE(w.find("2 s"), std::string::npos) << w;
+    if (fault == "hung") {
+      EXPECT_NE(w.find("2 s"), std::string::npos) << w;
+    }
   }
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   EXPECT_LT(secs, fault == "hung" ? 10.0 : 1.5) << fault;
-  if (fault == "hung") EXPECT_GT(secs, 1.9) << "a live peer was declared failed early";
+  if (fault == "hung") {
+    EXPECT_GT(secs, 1.9) << "a live peer was declared failed early";
+  }
   (void)d;
 }
 
