@@ -300,7 +300,8 @@ double cgroupLimitBytes() {
 }
 
 // The term of `e` that dominates, and what shrinks it.
-std::pair<std::string, double> largestTerm(const MemoryEstimate& e, std::string& hint) {
+std::pair<std::string, double> largestTerm(const MemoryEstimate& e, const TrainConfig& tc,
+                                           std::string& hint) {
   const double act = e.checkpointing ? e.activations_checkpointed : e.activations_full;
   std::vector<std::pair<std::string, double>> terms = {
       {"parameters", e.parameters},
@@ -316,6 +317,8 @@ std::pair<std::string, double> largestTerm(const MemoryEstimate& e, std::string&
                "training.activation_checkpointing = \"full\""
              : "a smaller model (model.*), or shard it: parallel.dp_shard with "
                "parallel.zero_stage, or parallel.tp";
+  if (it->first == "parameters" && tc.lora.enabled() && tc.lora.base_dtype == DType::kFp32)
+    hint = "store the frozen base in bf16 (lora.base_dtype = \"bf16\" halves it), " + hint;
   return *it;
 }
 
@@ -347,7 +350,7 @@ std::string memoryFitProblem(const TrainConfig& tc, const MemoryEstimate& e,
                              const MemoryBudget& budget) {
   if (!(e.total() > budget.bytes)) return "";
   std::string hint;
-  auto [name, bytes] = largestTerm(e, hint);
+  auto [name, bytes] = largestTerm(e, tc, hint);
   return "estimated memory per rank " + gib(e.total()) + " exceeds " + gib(budget.bytes) + " (" +
          budget.source + "); largest term: " + name + " " + gib(bytes) + " (micro-batch " +
          std::to_string(tc.training.micro_batch_size) + " x seq " +

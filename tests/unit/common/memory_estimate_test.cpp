@@ -46,6 +46,26 @@ TEST(MemoryEstimate, Zero3On8RanksIs16PsiOverN) {
     EXPECT_NE(table.find(row), std::string::npos) << row << "\n" << table;
 }
 
+// A LoRA run whose fp32 frozen base is the largest term: the hint names lora.base_dtype
+// (a bf16 base halves it); a bf16 base gets the general hint.
+TEST(MemoryEstimate, LoraFp32BaseOverBudgetHintsTheBaseDtype) {
+  MemoryBudget budget;
+  budget.bytes = 8.0 * (1 << 30);
+  budget.source = "test";
+  for (const char* dtype : {"fp32", "bf16"}) {
+    TrainConfig tc = TrainConfig::fromConfig(
+        Config::load(kTinyRun, {"model.name=\"llama-2-7b\"", "data.seq_len=256",
+                                "training.micro_batch_size=1", "lora.rank=8", "lora.alpha=16",
+                                "training.activation_checkpointing=\"full\"",
+                                std::string("lora.base_dtype=\"") + dtype + "\""}),
+        1);
+    const std::string why = memoryFitProblem(tc, estimateMemory(tc), budget);
+    EXPECT_NE(why.find("largest term: parameters"), std::string::npos) << why;
+    const bool hinted = why.find("lora.base_dtype = \"bf16\"") != std::string::npos;
+    EXPECT_EQ(hinted, std::string(dtype) == "fp32") << why;
+  }
+}
+
 TEST(MemoryEstimate, TensorParallel8SplitsMatricesNotNorms) {
   TrainConfig tc = llama7b({"parallel.tp=8"}, 8);
   MemoryEstimate e = estimateMemory(tc);
