@@ -7,17 +7,16 @@ namespace {
 
 using nlohmann::json;
 
-// The parser's message with its "last read: '<token>'" cut: the token of a 20 MB string
-// is the whole string.
+// The parser's message with the token it quotes cut by shortText: the token of a 20 MB
+// string ("last read: '...'") or of a 2 MB number ("number overflow parsing '...'") is all
+// of it. The token runs from the first quote to the quote before "; expected " or the last.
 std::string withShortToken(const std::string& msg) {
-  const std::string mark = "; last read: '";
-  const size_t b = msg.find(mark);
+  const size_t b = msg.find('\'');
   if (b == std::string::npos) return msg;
-  const size_t from = b + mark.size();
   size_t e = msg.rfind("'; expected ");
-  if (e == std::string::npos || e < from) e = msg.size() - 1;  // the closing quote
-  if (e < from) return msg;
-  return msg.substr(0, from) + shortText(msg.substr(from, e - from)) + msg.substr(e);
+  if (e == std::string::npos || e <= b) e = msg.rfind('\'');
+  if (e <= b) return msg;
+  return msg.substr(0, b + 1) + shortText(msg.substr(b + 1, e - b - 1)) + msg.substr(e);
 }
 
 std::string quoted(const std::string& s) {
@@ -76,7 +75,8 @@ size_t jsonTooDeepAt(std::string_view text, int max_depth) {
   return std::string_view::npos;
 }
 
-json parseJsonInput(std::string_view text, const std::string& key, const std::string& path) {
+json parseJsonInput(std::string_view text, const std::string& key, const std::string& path,
+                    const std::string& hint) {
   if (const size_t at = jsonTooDeepAt(text, kMaxJsonDepth); at != std::string_view::npos)
     throw ConfigError(key, path,
                       "JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
@@ -86,7 +86,7 @@ json parseJsonInput(std::string_view text, const std::string& key, const std::st
   try {
     return json::parse(text);
   } catch (const json::exception& e) {
-    throw ConfigError(key, path, "invalid JSON: " + withShortToken(e.what()));
+    throw ConfigError(key, path, "invalid JSON: " + withShortToken(e.what()), hint);
   }
 }
 

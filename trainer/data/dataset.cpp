@@ -13,6 +13,7 @@
 #include <random>
 
 #include "common/error.h"
+#include "common/json_input.h"
 #include "common/log.h"
 #include "trainer/data/text_dataset.h"
 
@@ -171,12 +172,8 @@ std::unique_ptr<Dataset> loadJsonl(const TrainConfig& c) {
   for (int64_t lineno = 1; readJsonlLine(in, line, c.data.data_source, lineno); ++lineno) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     std::string where = c.data.data_source + ":" + std::to_string(lineno);
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const std::exception& e) {
-      throw ConfigError("data.source", where, std::string("invalid JSON: ") + e.what());
-    }
+    nlohmann::json j = parseJsonInput(line, "data.source", where,
+                                            "one JSON object per line: {\"input_ids\": [1, 2, 3]}");
     if (!j.is_object() || !j.contains("input_ids") || !j["input_ids"].is_array())
       throw ConfigError("data.source", where, "expected an object with an \"input_ids\" array");
     std::vector<int32_t> ids;

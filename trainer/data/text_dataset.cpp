@@ -13,6 +13,7 @@
 
 #include "common/checkpoint_manifest.h"
 #include "common/error.h"
+#include "common/json_input.h"
 #include "common/log.h"
 #include "common/sha256.h"
 #include "trainer/data/tokenizer.h"
@@ -80,12 +81,8 @@ TokenizedDocs tokenize(const TrainConfig& c) {
   for (int64_t lineno = 1; readJsonlLine(in, line, c.data.data_source, lineno); ++lineno) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = c.data.data_source + ":" + std::to_string(lineno);
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const std::exception& e) {
-      throw ConfigError("data.source", where, std::string("invalid JSON: ") + e.what());
-    }
+    nlohmann::json j = parseJsonInput(line, "data.source", where,
+                                            "one JSON object per line: {\"text\": \"...\"}");
     if (!j.is_object()) throw ConfigError("data.source", where, "expected a JSON object");
     std::vector<int32_t> ids;
     if (tok->bos() >= 0) ids.push_back(tok->bos());

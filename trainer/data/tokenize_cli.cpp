@@ -11,6 +11,7 @@
 
 #include "common/cli_args.h"
 #include "common/error.h"
+#include "common/json_input.h"
 #include "common/files.h"
 #include "common/log.h"
 #include "trainer/data/text_dataset.h"
@@ -26,13 +27,8 @@ struct TokenizeOptions {
 
 // The text field of one line, or a ConfigError naming IN:line.
 std::string lineText(const std::string& line, const std::string& field, const std::string& where) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(line);
-  } catch (const nlohmann::json::exception& e) {
-    throw ConfigError("IN.jsonl", where, std::string("invalid JSON: ") + e.what(),
-                      "one JSON object per line, e.g. {\"" + field + "\": \"...\"}");
-  }
+  nlohmann::json j = parseJsonInput(
+      line, "IN.jsonl", where, "one JSON object per line, e.g. {\"" + field + "\": \"...\"}");
   if (!j.is_object()) throw ConfigError("IN.jsonl", where, "expected a JSON object");
   auto it = j.find(field);
   if (it == j.end() || !it->is_string())

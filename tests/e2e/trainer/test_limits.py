@@ -17,8 +17,10 @@ import resource
 import subprocess
 import time
 
+import pytest
+
 from test_hf_model import write_tokens
-from trainer_util import ONE_BLAS, TINY, TRAINER, base_env
+from trainer_util import ONE_BLAS, TINY, TRAINER, base_env, run_trainer
 
 SWEEP_TAGGER = TRAINER.parents[1] / "sweep_tagger" / "sweep_tagger"
 PP2 = ["parallel.pp=2"]
@@ -151,3 +153,17 @@ def test_address_space_just_below_the_need_ends_as_oom_within_a_minute(tmp_path)
         assert p.returncode == 5, f"limit {limit >> 20} MiB: rc {p.returncode}\n{p.stderr}"
         assert "out of memory" in p.stderr.lower() or "cannot map" in p.stderr, p.stderr
         assert took < 60, f"limit {limit >> 20} MiB: {took:.0f} s"
+
+
+@pytest.mark.parametrize("junk", ["number", "nesting"])
+def test_a_jsonl_line_quotes_a_huge_token_short_and_bounds_nesting(tmp_path, junk):
+    """A 2 MB number or 100,000 nested arrays on line 2 of an input_ids JSONL: exit 2 naming
+    file:line in a message of a few hundred bytes (the token cut to a prefix with its length;
+    the nesting refused before the JSON library recurses), nothing written."""
+    src = tmp_path / "ids.jsonl"
+    bad = "7" * 2_000_000 if junk == "number" else "[" * 100_000
+    src.write_text('{"input_ids": [1, 2, 3, 4, 5]}\n{"input_ids": [1, ' + bad + "]}\n")
+    p = run_trainer(tmp_path / "out", f'data.source="{src}"', "data.seq_len=4", check=False)
+    assert p.returncode == 2 and f"{src}:2" in p.stderr, p.stderr[-2000:]
+    assert len(p.stderr) < 2000, f"{len(p.stderr)} bytes: {p.stderr[:500]}"
+    assert not (tmp_path / "out").exists()
