@@ -96,6 +96,7 @@ def repeats(tmp_path_factory):
             "beyond": tagger("aggregate", d / "res", "--best", "tokens_per_s").stdout}
 
 
+@pytest.mark.timing  # measured speeds against the noise of repeats: runs alone (tests/conftest.py)
 def test_repeats_run_round_robin_each_in_its_own_directory(repeats):
     order = re.findall(r"^sweep: point (\d+): (\S+)", repeats["out"], re.M)
     tags = [t for _, t in order]
@@ -110,6 +111,7 @@ def test_repeats_run_round_robin_each_in_its_own_directory(repeats):
     assert "sweep: 0 pending point(s)" in repeats["rerun"], repeats["rerun"]
 
 
+@pytest.mark.timing
 def test_aggregate_shows_median_and_spread_per_configuration(repeats):
     csv = pd.read_csv(pd.io.common.StringIO(tagger("aggregate", repeats["dir"]).stdout))
     first = csv[csv["repeats"] == 3].iloc[0]
@@ -133,6 +135,7 @@ def test_aggregate_shows_median_and_spread_per_configuration(repeats):
                      table), table
 
 
+@pytest.mark.timing
 def test_best_is_within_noise_for_identical_configurations(repeats):
     r = repeats["within"]
     # Named by the axis that differs between them (not by tag hashes).
@@ -141,6 +144,7 @@ def test_best_is_within_noise_for_identical_configurations(repeats):
     assert "beyond noise" not in r
 
 
+@pytest.mark.timing
 def test_best_is_beyond_noise_for_a_clearly_faster_configuration(repeats):
     r = repeats["beyond"]
     first = re.search(r"^  1\. (.+?): ([\d.]+) tokens/s \(2 runs", r, re.M)
@@ -154,6 +158,7 @@ def test_best_is_beyond_noise_for_a_clearly_faster_configuration(repeats):
     assert len(re.findall(r"^  \d\. ", r, re.M)) == 3  # every configuration, in order
 
 
+@pytest.mark.timing
 def test_a_run_that_does_not_count_is_excluded_with_its_reason(repeats, tmp_path):
     res = tmp_path / "res"
     res.mkdir()
