@@ -86,6 +86,27 @@ ConfigError cliError(const cxxopts::Options& cli, const cxxopts::exceptions::exc
   return ConfigError("", "command line", e.what(), help);
 }
 
+std::optional<cxxopts::ParseResult> parseSubcommand(cxxopts::Options& cli,
+                                                    const std::string& command,
+                                                    const std::vector<std::string>& args,
+                                                    std::ostream& out) {
+  std::vector<std::string> words{command};
+  words.insert(words.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& w : words) argv.push_back(w.data());
+  cxxopts::ParseResult r;
+  try {
+    r = cli.parse(int(argv.size()), argv.data());
+  } catch (const cxxopts::exceptions::exception& e) {
+    throw cliError(cli, e, words);
+  }
+  if (r.count("help")) {
+    out << cli.help();
+    return std::nullopt;
+  }
+  return r;
+}
+
 std::string optionHint(const cxxopts::Options& cli, const std::string& flag) {
   const std::string help = "see " + cli.program() + " --help";
   for (const CliOption& o : cliOptions(cli))

@@ -36,6 +36,14 @@ std::vector<std::string> torchtitanOverrides(const std::vector<std::string>& arg
 ConfigError cliError(const cxxopts::Options& cli, const cxxopts::exceptions::exception& e,
                      const std::vector<std::string>& words);
 
+// The arguments of a subcommand (`command`: "trainer export") parsed by `cli`, whose
+// options include "help": nullopt once --help has printed cli.help() to `out` (exit 0);
+// a parse error throws cliError's ConfigError. The result owns its values.
+std::optional<cxxopts::ParseResult> parseSubcommand(cxxopts::Options& cli,
+                                                    const std::string& command,
+                                                    const std::vector<std::string>& args,
+                                                    std::ostream& out = std::cout);
+
 // The hint for a bad value of `flag` ("--x") that has none of its own: "--x: <its help
 // line> (see <program> --help)"; "see <program> --help" for a flag `cli` does not know.
 std::string optionHint(const cxxopts::Options& cli, const std::string& flag);

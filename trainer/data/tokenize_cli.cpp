@@ -113,23 +113,12 @@ cxxopts::Options tokenizeCli() {
 
 int tokenizeMain(const std::vector<std::string>& args) {
   cxxopts::Options cli = tokenizeCli();
-  std::vector<std::string> words{"trainer tokenize"};
-  words.insert(words.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& w : words) argv.push_back(w.data());
   const char* usage = "trainer tokenize --tokenizer PATH IN.jsonl OUT.jsonl";
   return guardedCli(cli,
                     [&]() -> std::optional<int> {
-                      cxxopts::ParseResult r;
-                      try {
-                        r = cli.parse(int(argv.size()), argv.data());
-                      } catch (const cxxopts::exceptions::exception& e) {
-                        throw cliError(cli, e, words);
-                      }
-                      if (r.count("help")) {
-                        std::cout << cli.help();
-                        return 0;
-                      }
+                      const auto parsed = parseSubcommand(cli, "trainer tokenize", args);
+                      if (!parsed) return 0;
+                      const cxxopts::ParseResult& r = *parsed;
                       if (!r.count("tokenizer"))
                         throw ConfigError("--tokenizer", "command line", "missing", usage);
                       const auto files = r.count("files")

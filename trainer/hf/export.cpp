@@ -420,22 +420,11 @@ int exportMain(const std::vector<std::string>& args) {
       "dtype of the written weights: run (the run's training.dtype, from its run.toml "
       "beside the checkpoint; else fp32), fp32, bf16, fp16",
       cxxopts::value<std::string>()->default_value("run"))("h,help", "show help");
-  std::vector<std::string> words{"trainer export"};
-  words.insert(words.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& w : words) argv.push_back(w.data());
   return guardedCli(cli,
                     [&]() -> std::optional<int> {
-                      cxxopts::ParseResult r;
-                      try {
-                        r = cli.parse(int(argv.size()), argv.data());
-                      } catch (const cxxopts::exceptions::exception& e) {
-                        throw cliError(cli, e, words);
-                      }
-                      if (r.count("help")) {
-                        std::cout << cli.help();
-                        return 0;
-                      }
+                      const auto parsed = parseSubcommand(cli, "trainer export", args);
+                      if (!parsed) return 0;
+                      const cxxopts::ParseResult& r = *parsed;
                       for (const char* k : {"checkpoint", "out"})
                         if (!r.count(k))
                           throw ConfigError(std::string("--") + k, "command line", "missing",
