@@ -74,16 +74,6 @@ double timeGemm(torch::ScalarType dtype, int64_t n, int reps) {
   return 2.0 * double(n) * double(n) * double(n) / best;
 }
 
-// Seconds of one n^3 product after a warm-up one.
-double timeOneProduct(torch::ScalarType dtype, int64_t n) {
-  torch::NoGradGuard no_grad;
-  torch::Tensor a = torch::randn({n, n}).to(dtype), b = torch::randn({n, n}).to(dtype);
-  torch::Tensor c = torch::matmul(a, b);
-  const double t0 = nowSeconds();
-  c = torch::matmul(a, b);
-  return nowSeconds() - t0;
-}
-
 }  // namespace
 
 int64_t fitGemmSize(torch::ScalarType dtype, int64_t max_n, double budget_s) {
@@ -92,7 +82,9 @@ int64_t fitGemmSize(torch::ScalarType dtype, int64_t max_n, double budget_s) {
   const double n = measureWithDeadline(
       what, gemmMeasureBytes(dtype, max_n, false), kMeasureDeadlineS, [&] {
         int64_t fit = std::min(kFitGemmMinN, max_n);
-        while (fit * 2 <= max_n && 8 * timeOneProduct(dtype, fit) <= budget_s) fit *= 2;
+        // One timed product after a warm-up one: its seconds are 2 fit^3 / its FLOP/s.
+        auto seconds = [&](double m) { return 2 * m * m * m / timeGemm(dtype, int64_t(m), 1); };
+        while (fit * 2 <= max_n && 8 * seconds(double(fit)) <= budget_s) fit *= 2;
         return double(fit);
       });
   return static_cast<int64_t>(n);
