@@ -165,6 +165,22 @@ void modelStates(const TrainConfig& tc, const Counts& c, double L, MemoryEstimat
   if (tc.lora.enabled()) loraModelStates(tc, c, L, e);
 }
 
+// training.optimizer_in_backward (DDP, trainer/parallel/ddp.h): no gradient buffers. A
+// parameter's gradient lives from its accumulation to its bucket's hand-over: the largest
+// tensor's alone in a world of one; across ranks the bucket being filled, plus two staging
+// buffers of the largest bucket (communication buffers).
+void optimizerInBackward(const TrainConfig& tc, const StageShare& sh, MemoryEstimate& e) {
+  if (!tc.training.optimizer_in_backward) return;
+  const ModelArgs& m = tc.model;
+  const double t = double(tc.layout.tp), D = m.dim;
+  const double table = (sh.embed || sh.head) ? double(m.vocab_size) * D / t : 0.0;
+  const double largest = 4 * std::max({table, double(m.ffn_dim) * D / t, D * D / t});
+  const double bucket = std::max(largest, std::min(tc.comm.bucket_bytes, e.gradients));
+  const bool alone = tc.layout.dpSize() == 1;
+  e.gradients = std::min(e.gradients, alone ? largest : bucket);
+  if (!alone) e.comm_buffers += 2 * std::min(bucket, 4.0 * double(e.params_local));
+}
+
 // Activations of one micro-batch: per block ≈ 16·BTD + 4·BTF values in the compute
 // dtype, the fp32 softmax output B·H·T² (plus its compute-dtype copy when that is
 // not fp32; on a GPU, whose attention is flash SDPA, one fp32 value per row) and, in
@@ -218,6 +234,7 @@ MemoryEstimate estimateStage(const TrainConfig& tc, int64_t stage) {
   e.runtime = kRuntimeBaselineBytes;
   e.checkpointing = tc.training.activation_checkpointing > 0 || tc.layout.effectiveZeroStage() == 3;
   modelStates(tc, c, sh.blocks, e);
+  optimizerInBackward(tc, sh, e);
   activations(tc, c, sh, e);
   return e;
 }

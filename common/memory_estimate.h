@@ -7,9 +7,11 @@
 // configs). Terms:
 //   parameters   fp32 model/master weights (stages 0-2: the full tp slice; stage 3:
 //                the 1/N shard)
-//   gradients    fp32 (stage 0: full tp slice; stage 1: full tp slice + this rank's
-//                shard; stage 2: the shard + the root unit's and one block's full
-//                gradients, the units still in backward; stage 3: the shard)
+//   gradients    fp32 (stage 0: full tp slice, with training.optimizer_in_backward only
+//                the largest tensor's, or across ranks one DDP bucket's; stage 1: full
+//                tp slice + this rank's shard; stage 2: the shard + the root unit's and
+//                one block's full gradients, the units still in backward; stage 3: the
+//                shard)
 //   gathered     stage 3 only: the fp32 root unit and its gradients for the whole
 //                step, plus one block gathered in the compute dtype and its gradients
 //   optimizer    AdamW m and v (8 bytes/param) or Adafactor row/col moments

@@ -367,6 +367,33 @@ void checkLayoutFits(const Config& cfg, const TrainConfig& c) {
              "use optimizer = \"adamw\" with ZeRO, or zero_stage = 0");
 }
 
+// training.optimizer_in_backward steps each parameter the moment its gradient is final:
+// there must be one backward per step, no norm over all gradients before the update, and a
+// gradient sync that knows when a gradient is final (DDP; trainer/parallel/grad_sync.h).
+// REQUIRES: grad_accum_steps resolved.
+void checkOptimizerInBackward(const Config& cfg, const TrainConfig& c) {
+  if (!c.training.optimizer_in_backward) return;
+  const std::string why = "training.optimizer_in_backward steps each parameter inside backward, ";
+  if (c.training.grad_accum_steps > 1)
+    cfg.fail("training.grad_accum_steps",
+             why + "so a step has one backward; grad_accum_steps is " +
+                 num(c.training.grad_accum_steps),
+             "raise training.micro_batch_size instead, or turn optimizer_in_backward off");
+  if (c.training.max_grad_norm > 0)
+    cfg.fail("training.max_grad_norm",
+             why + "before the global gradient norm exists; clipping by it (max_grad_norm = " +
+                 num(c.training.max_grad_norm) + ") cannot be applied",
+             "set training.max_grad_norm = 0 (the grad_norm column is still recorded)");
+  if (c.layout.pp > 1)
+    cfg.fail("parallel.pp", why + "but a pipeline stage runs several backwards per step",
+             "use parallel.pp = 1 with optimizer_in_backward");
+  if (c.layout.effectiveZeroStage() != 0)
+    cfg.fail("parallel.zero_stage",
+             why + "which DDP's buckets support; ZeRO stage " +
+                 num(c.layout.effectiveZeroStage()) + " does not yet",
+             "use parallel.zero_stage = 0 (DDP) with optimizer_in_backward");
+}
+
 // parallel.pp_microbatches, when > 0, is grad_accum_steps: the step's micro-batches are
 // the pipeline's. `accum` comes from grad_accum_steps or global_batch_size; a value set
 // there that differs is a contradiction.
@@ -435,6 +462,7 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size, Checks ch
   resolveLayout(cfg, c.layout, world_size);
   checkLayoutFits(cfg, c);
   c.training.grad_accum_steps = gradAccumFor(cfg, c);
+  checkOptimizerInBackward(cfg, c);
   resolvePipeline(cfg, c);
   checkComm(cfg, c.comm, checks);
   refusePlannedKeys(cfg);

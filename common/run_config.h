@@ -78,6 +78,9 @@ struct TrainingConfig {
   std::string attention;  // "fused_softmax" | "sdpa" (trainer/model/llama.h)
   std::string device;     // "auto" | "cpu" | "cuda" | "cuda:N" (checked syntax)
   std::string optimizer;  // "adamw" | "adafactor"
+  // Each parameter stepped as soon as its gradient is final, inside backward, and the
+  // gradient freed (trainer/parallel/grad_sync.h applyInBackward).
+  bool optimizer_in_backward = false;
   DType dtype = DType::kFp32;
   // training.activation_checkpointing: 0 = none; n = every n-th block recomputes its
   // activations in backward ("full" = 1). Not checkpoint saves: CheckpointConfig::interval.

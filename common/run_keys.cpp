@@ -315,6 +315,12 @@ void trainingOptimizerRows(std::vector<KeyRow>& t) {
   t.push_back(member(oneOf(spec("training.optimizer", kString, s("adamw"), "the optimizer"),
                            {"adamw", "adafactor"}),
                      M(training.optimizer)));
+  t.push_back(member(
+      addedLater(spec("training.optimizer_in_backward", kBool, b(false),
+                      "step each parameter inside backward as soon as its gradient is final, "
+                      "then free the gradient (no stored gradients; needs grad_accum_steps = 1, "
+                      "max_grad_norm = 0, no pipeline, DDP or ZeRO-3)")),
+      M(training.optimizer_in_backward)));
   t.push_back(member(ranged(spec("training.beta1", kFloat, f(0.9), "Adam beta1"), halfOpen(0, 1)),
                      M(training.beta1)));
   t.push_back(member(ranged(spec("training.beta2", kFloat, f(0.95), "Adam beta2"), halfOpen(0, 1)),

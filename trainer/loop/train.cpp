@@ -97,6 +97,7 @@ double forwardBackward(const TrainContext& ctx, int64_t step, PhaseTimer& timer,
   }
   timer.end(r.data);
   const double positions = globalPositions(ctx.world, mine.positions, ctx.runner.sampleCopies());
+  if (tc.training.optimizer_in_backward) ctx.opt.startStep();  // updates come during backward
   ctx.sync.beginStep();  // ZeRO-3: all-gather of the root unit
   timer.end(r.comm);
   const FwdBwdStats st = ctx.runner.run(mine, positions);  // every micro-batch (step_runner.h)
@@ -141,7 +142,7 @@ Agreement syncAndUpdate(const TrainContext& ctx, int64_t step, double positions,
   r.dataset = g.dataset / tp;
   r.grad_norm = std::sqrt(g.grad_sq);
   r.lr = lrAt(tc, step);
-  {
+  if (!tc.training.optimizer_in_backward) {  // else every parameter was stepped in backward
     RECORD_USER_SCOPE("optimizer");
     std::vector<torch::Tensor> grads = ctx.sync.gradients();
     if (tc.training.max_grad_norm > 0 && r.grad_norm > tc.training.max_grad_norm)
@@ -233,6 +234,19 @@ void recordTransports(const Distributed& dist, MetricsFile& metrics) {
   if (dist.env.rank == 0) FTB_INFO("collectives: " << all);
 }
 
+// training.optimizer_in_backward: the gradient sync hands each final gradient to the
+// optimizer at the learning rate of the step running (`step`, read at each call).
+void armInBackward(const TrainConfig& tc, GradSync& sync, Optimizer& opt, const int64_t& step) {
+  if (!tc.training.optimizer_in_backward) return;
+  auto apply = [&tc, &opt, &step](size_t i, const torch::Tensor& g) {
+    opt.update(i, g, lrAt(tc, step));
+  };
+  if (!sync.applyInBackward(apply))
+    throw std::logic_error(
+        "training.optimizer_in_backward: this layout's gradient sync cannot step inside "
+        "backward (run_config.cpp checkOptimizerInBackward should have refused it)");
+}
+
 }  // namespace
 
 TrainSummary train(const TrainConfig& tc, const Dataset& ds, Distributed& dist,
@@ -258,6 +272,7 @@ TrainSummary train(const TrainConfig& tc, const Dataset& ds, Distributed& dist,
   if (!hooks) hooks = &no_hooks;
   seedDefaultGenerator(tc.training.seed);
   TrainState state;
+  armInBackward(tc, *pm.sync, *opt, state.step);
   hooks->onStart(ctx, state);  // a resume restores the generator's state saved with the step
 
   installStopSignalHandlers();  // from here on, a signal stops every rank after one step

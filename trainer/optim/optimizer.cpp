@@ -47,20 +47,28 @@ class AdamW final : public Optimizer {
       runs_.push_back(std::move(r));
     }
   }
+  void startStep() override {
+    ++t_;
+    bc1_ = 1.0 - std::pow(o_.beta1, double(t_));
+    bc2_ = 1.0 - std::pow(o_.beta2, double(t_));
+  }
+  void update(size_t i, const torch::Tensor& g, double lr) override {
+    torch::NoGradGuard no_grad;
+    updateSpan(params_[i], g, m_[i], v_[i], lr, bc1_, bc2_, false);
+  }
   void step(const std::vector<torch::Tensor>& grads, double lr, bool zero_grads) override {
     torch::NoGradGuard no_grad;
-    ++t_;
-    const double bc1 = 1.0 - std::pow(o_.beta1, double(t_));
-    const double bc2 = 1.0 - std::pow(o_.beta2, double(t_));
+    startStep();
+    const double bc1 = bc1_, bc2 = bc2_;
     for (const Run& r : runs_) {
       torch::Tensor p = flatSpan(params_, r.idx), g = flatSpan(grads, r.idx);
       if (p.defined() && g.defined()) {
-        update(p, g, r.m, r.v, lr, bc1, bc2, zero_grads);
+        updateSpan(p, g, r.m, r.v, lr, bc1, bc2, zero_grads);
         continue;
       }
       for (size_t i : r.idx)  // parameters moved, or gradients elsewhere / missing
         if (grads[i].defined())
-          update(params_[i], grads[i], m_[i], v_[i], lr, bc1, bc2, zero_grads);
+          updateSpan(params_[i], grads[i], m_[i], v_[i], lr, bc1, bc2, zero_grads);
     }
   }
   int64_t stateBytes() const override {
@@ -80,8 +88,8 @@ class AdamW final : public Optimizer {
     torch::Tensor m, v;       // flat moments; m_[i], v_[i] are views of them
   };
   // zero_grad: g is zero on return (in the fused pass where it can be).
-  void update(const torch::Tensor& p, const torch::Tensor& g, const torch::Tensor& m,
-              const torch::Tensor& v, double lr, double bc1, double bc2, bool zero_grad) const {
+  void updateSpan(const torch::Tensor& p, const torch::Tensor& g, const torch::Tensor& m,
+                  const torch::Tensor& v, double lr, double bc1, double bc2, bool zero_grad) const {
     if (fusable(p) && fusable(g) && fusable(m) && fusable(v) && g.numel() == p.numel()) {
       kernels::AdamWScalars s{float(o_.beta1),  float(1.0 - o_.beta1),
                               float(o_.beta2),  float(1.0 - o_.beta2),
@@ -112,6 +120,7 @@ class AdamW final : public Optimizer {
   std::vector<Run> runs_;
   OptimizerOptions o_;
   int64_t t_ = 0;
+  double bc1_ = 1, bc2_ = 1;  // bias corrections of step t_ (startStep)
 };
 
 class Adafactor final : public Optimizer {
@@ -130,30 +139,37 @@ class Adafactor final : public Optimizer {
       }
     }
   }
+  void startStep() override {
+    ++t_;
+    rho_ = 1.0 - std::pow(double(t_), -0.8);
+  }
+  void update(size_t i, const torch::Tensor& g, double lr) override {
+    torch::NoGradGuard no_grad;
+    constexpr double kEps1 = 1e-30, kClip = 1.0;
+    torch::Tensor& p = params_[i];
+    torch::Tensor g2 = g.pow(2).add_(kEps1);
+    torch::Tensor vhat;
+    if (p.dim() == 2) {
+      row_[i].mul_(rho_).add_(g2.mean(1), 1.0 - rho_);
+      col_[i].mul_(rho_).add_(g2.mean(0), 1.0 - rho_);
+      // V ~ outer(R, C) / mean(R): the rank-1 estimate of the second moment.
+      vhat = torch::outer(row_[i], col_[i]) / row_[i].mean();
+    } else {
+      full_[i].mul_(rho_).add_(g2, 1.0 - rho_);
+      vhat = full_[i];
+    }
+    torch::Tensor u = g * vhat.rsqrt();
+    double rms = u.pow(2).mean().sqrt().item<double>();
+    u.div_(std::max(1.0, rms / kClip));
+    if (o_.weight_decay != 0) p.mul_(1.0 - lr * o_.weight_decay);
+    p.add_(u, -lr);
+  }
   void step(const std::vector<torch::Tensor>& grads, double lr, bool zero_grads) override {
     torch::NoGradGuard no_grad;
-    ++t_;
-    double rho = 1.0 - std::pow(double(t_), -0.8);
-    constexpr double kEps1 = 1e-30, kClip = 1.0;
+    startStep();
     for (size_t i = 0; i < params_.size(); ++i) {
-      torch::Tensor& p = params_[i];
       if (!grads[i].defined()) continue;
-      torch::Tensor g2 = grads[i].pow(2).add_(kEps1);
-      torch::Tensor vhat;
-      if (p.dim() == 2) {
-        row_[i].mul_(rho).add_(g2.mean(1), 1.0 - rho);
-        col_[i].mul_(rho).add_(g2.mean(0), 1.0 - rho);
-        // V ~ outer(R, C) / mean(R): the rank-1 estimate of the second moment.
-        vhat = torch::outer(row_[i], col_[i]) / row_[i].mean();
-      } else {
-        full_[i].mul_(rho).add_(g2, 1.0 - rho);
-        vhat = full_[i];
-      }
-      torch::Tensor u = grads[i] * vhat.rsqrt();
-      double rms = u.pow(2).mean().sqrt().item<double>();
-      u.div_(std::max(1.0, rms / kClip));
-      if (o_.weight_decay != 0) p.mul_(1.0 - lr * o_.weight_decay);
-      p.add_(u, -lr);
+      update(i, grads[i], lr);
       if (zero_grads) grads[i].zero_();
     }
   }
@@ -175,6 +191,7 @@ class Adafactor final : public Optimizer {
   std::vector<torch::Tensor> params_, row_, col_, full_;
   OptimizerOptions o_;
   int64_t t_ = 0;
+  double rho_ = 0;  // decay rate of step t_ (startStep)
 };
 
 }  // namespace

@@ -13,6 +13,10 @@
 //   means), unfactored for others, no first moment, update clipped to RMS <= 1,
 //   decay rate 1 - t^-0.8 (Shazeer & Stern 2018), eps1 = 1e-30.
 // - stateBytes() is the optimizer state actually allocated (for memory reports).
+// - The step in pieces (training.optimizer_in_backward, grad_sync.h applyInBackward):
+//   startStep() once, then update(i, g, lr) once per parameter i that has a gradient, in any
+//   order, equals step(grads, lr) with the same gradients (the same element-wise math, per
+//   parameter instead of per flat run). update leaves g unchanged.
 #pragma once
 
 #include <torch/torch.h>
@@ -28,6 +32,8 @@ class Optimizer {
   virtual ~Optimizer() = default;
   virtual void step(const std::vector<torch::Tensor>& grads, double lr,
                     bool zero_grads = false) = 0;
+  virtual void startStep() = 0;
+  virtual void update(size_t i, const torch::Tensor& g, double lr) = 0;
   virtual int64_t stateBytes() const = 0;
   // Checkpointing: the state tensors of parameter i by name ("exp_avg", "exp_avg_sq";
   // Adafactor "row", "col", "sq"), aliasing the live state (writes restore it), and the

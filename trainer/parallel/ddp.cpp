@@ -1,5 +1,7 @@
 #include "trainer/parallel/ddp.h"
 
+#include <algorithm>
+
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
@@ -9,10 +11,14 @@
 namespace ftb {
 
 DdpSync::DdpSync(const std::vector<ModelParam>& params, Comm& comm, int64_t tp,
-                 int64_t bucket_bytes)
-    : model_params_(params), norm_weights_(tpNormWeights(params, tp)), comm_(comm) {
+                 int64_t bucket_bytes, bool in_backward)
+    : model_params_(params),
+      norm_weights_(tpNormWeights(params, tp)),
+      comm_(comm),
+      in_backward_(in_backward) {
   for (const auto& p : params) params_.push_back(p.tensor);
   bucket_of_.resize(params_.size());
+  handed_.assign(params_.size(), 0);
   int64_t bytes = 0;
   for (size_t k = params_.size(); k-- > 0;) {
     int64_t b = params_[k].numel() * 4;
@@ -25,26 +31,44 @@ DdpSync::DdpSync(const std::vector<ModelParam>& params, Comm& comm, int64_t tp,
     bytes += b;
   }
   torch::NoGradGuard no_grad;
+  int64_t largest = 0;
   for (auto& bucket : buckets_) {
-    int64_t n = 0;
-    for (size_t k : bucket.params) n += params_[k].numel();
-    const torch::Device dev = params_[bucket.params[0]].device();
-    // On the CPU peers on this host read the gradients in place (local_comm.h).
-    bucket.flat =
-        dev.is_cpu() ? zerosForPeers(n) : torch::zeros({n}, torch::TensorOptions().device(dev));
-    torch::Tensor values = torch::empty(
-        {n}, torch::TensorOptions().device(dev));  // the parameters move into one buffer too
-    int64_t off = 0;
-    for (size_t k : bucket.params) {
-      torch::Tensor& p = params_[k];
-      p.mutable_grad() = bucket.flat.narrow(0, off, p.numel()).view(p.sizes());
-      torch::Tensor view = values.narrow(0, off, p.numel()).view(p.sizes());
-      view.copy_(p);
-      p.set_data(view);
-      off += p.numel();
-    }
+    for (size_t k : bucket.params) bucket.numel += params_[k].numel();
+    largest = std::max(largest, bucket.numel);
+    placeBucket(bucket);
   }
-  if (comm_.size() == 1) return;  // nothing to overlap
+  if (in_backward_ && comm_.size() > 1)
+    for (int i = 0; i < 2; ++i) staging_.push_back(gradBuffer(largest, params_[0].device()));
+  if (comm_.size() > 1 || in_backward_) hookAccumulators();  // else nothing to overlap
+}
+
+DdpSync::~DdpSync() = default;
+
+// A flat fp32 gradient buffer of n elements; on the CPU one that peers on this host read
+// in place (local_comm.h).
+torch::Tensor DdpSync::gradBuffer(int64_t n, torch::Device dev) {
+  return dev.is_cpu() ? zerosForPeers(n) : torch::zeros({n}, torch::TensorOptions().device(dev));
+}
+
+// The bucket's parameters move into one flat buffer of values, and (without in_backward)
+// their .grad become views of one flat gradient buffer, in the same order.
+void DdpSync::placeBucket(Bucket& bucket) {
+  const torch::Device dev = params_[bucket.params[0]].device();
+  if (!in_backward_) bucket.flat = gradBuffer(bucket.numel, dev);
+  torch::Tensor values = torch::empty({bucket.numel}, torch::TensorOptions().device(dev));
+  int64_t off = 0;
+  for (size_t k : bucket.params) {
+    torch::Tensor& p = params_[k];
+    if (bucket.flat.defined())
+      p.mutable_grad() = bucket.flat.narrow(0, off, p.numel()).view(p.sizes());
+    torch::Tensor view = values.narrow(0, off, p.numel()).view(p.sizes());
+    view.copy_(p);
+    p.set_data(view);
+    off += p.numel();
+  }
+}
+
+void DdpSync::hookAccumulators() {
   for (size_t k = 0; k < params_.size(); ++k) {
     std::shared_ptr<torch::autograd::Node> acc =
         torch::autograd::impl::grad_accumulator(params_[k]);
@@ -58,47 +82,114 @@ DdpSync::DdpSync(const std::vector<ModelParam>& params, Comm& comm, int64_t tp,
   }
 }
 
-DdpSync::~DdpSync() = default;
+bool DdpSync::applyInBackward(ApplyGrad apply) {
+  if (!in_backward_) return false;
+  apply_ = std::move(apply);
+  return true;
+}
 
 void DdpSync::beforeBackward(bool last) {
-  armed_ = last && comm_.size() > 1;
+  armed_ = last && (comm_.size() > 1 || in_backward_);
   if (!armed_) return;
   next_launch_ = 0;
+  handed_sq_ = 0;
+  std::fill(handed_.begin(), handed_.end(), 0);
   for (auto& b : buckets_) b.pending = b.params.size();
 }
 
 void DdpSync::markReady(size_t param) {
+  if (in_backward_ && comm_.size() == 1) {  // final already: hand it over, free it
+    torch::Tensor& g = params_[param].mutable_grad();
+    handOver(param, g);
+    g.reset();
+    handed_[param] = 1;
+    return;
+  }
   Bucket& b = buckets_[bucket_of_[param]];
   if (b.pending > 0 && --b.pending == 0) launchReady();
 }
 
+void DdpSync::handOver(size_t param, const torch::Tensor& g) {
+  handed_sq_ += gradSquaredNorm(
+      {g}, norm_weights_.empty() ? std::vector<torch::Tensor>{}
+                                 : std::vector<torch::Tensor>{norm_weights_[param]});
+  apply_(param, g);
+}
+
 void DdpSync::launchReady() {
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
-    Bucket& b = buckets_[next_launch_++];
-    b.work = comm_.allReduceSumAsync(b.flat);
+    const size_t b = next_launch_++;
+    if (in_backward_) {
+      launchStaged(b);
+      continue;
+    }
+    buckets_[b].work = comm_.allReduceSumAsync(buckets_[b].flat);
   }
+}
+
+void DdpSync::launchStaged(size_t bucket) {
+  torch::NoGradGuard no_grad;
+  Bucket& b = buckets_[bucket];
+  b.flat = staging_[bucket % 2].narrow(0, 0, b.numel);  // free: bucket - 2 was handed over
+  int64_t off = 0;
+  for (size_t k : b.params) {
+    torch::Tensor& g = params_[k].mutable_grad();
+    torch::Tensor dst = b.flat.narrow(0, off, params_[k].numel());
+    if (g.defined())
+      dst.copy_(g.reshape({-1}));
+    else
+      dst.zero_();  // no gradient this step: reduced as zeros, as the buffers hold them
+    g.reset();
+    off += params_[k].numel();
+  }
+  b.work = comm_.allReduceSumAsync(b.flat);
+  if (bucket > 0) completeStaged(bucket - 1);
+}
+
+void DdpSync::completeStaged(size_t bucket) {
+  Bucket& b = buckets_[bucket];
+  if (!b.work) return;
+  b.work->wait();
+  b.work.reset();
+  int64_t off = 0;
+  for (size_t k : b.params) {
+    handOver(k, b.flat.narrow(0, off, params_[k].numel()).view(params_[k].sizes()));
+    off += params_[k].numel();
+  }
+  b.flat = torch::Tensor();
 }
 
 void DdpSync::finishGradients() {
   if (!armed_) return;  // world of one, or no backward this step
   armed_ = false;
+  if (in_backward_ && comm_.size() == 1) {  // parameters without a gradient: zeros
+    for (size_t k = 0; k < params_.size(); ++k)
+      if (!handed_[k]) handOver(k, torch::zeros_like(params_[k]));
+    return;
+  }
   for (auto& b : buckets_) b.pending = 0;  // a parameter without gradient keeps its zeros
   launchReady();
-  for (auto& b : buckets_) {
-    b.work->wait();
-    b.work.reset();
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    if (in_backward_) {
+      completeStaged(b);
+      continue;
+    }
+    buckets_[b].work->wait();
+    buckets_[b].work.reset();
   }
 }
 
 std::vector<torch::Tensor> DdpSync::gradients() const {
   std::vector<torch::Tensor> g;
+  if (in_backward_) return g;  // handed to the optimizer during backward, and freed
   for (const auto& p : params_) g.push_back(p.grad());
   return g;
 }
 
 // Replicas hold equal copies of the reduced gradient: each contributes 1/dp.
 double DdpSync::localSquaredNorm() const {
-  return gradSquaredNorm(gradients(), norm_weights_) / double(comm_.size());
+  const double sq = in_backward_ ? handed_sq_ : gradSquaredNorm(gradients(), norm_weights_);
+  return sq / double(comm_.size());
 }
 
 std::vector<FlatLayout> DdpSync::optimizerLayout() const { return wholeLayouts(model_params_); }

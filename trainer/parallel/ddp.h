@@ -22,6 +22,13 @@
 // - finishGradients() launches buckets whose parameters got no gradient (zeros) and
 //   waits on every bucket in launch order. Buckets launch in index order on every
 //   rank, so collectives match.
+// - Optimizer step inside backward (in_backward, then applyInBackward): no gradient
+//   buffers are kept. Autograd allocates each parameter's .grad; in a world of one it is
+//   handed to the optimizer in the parameter's own hook and freed there. Across ranks a
+//   complete bucket's gradients are copied into one of two staging buffers (largest
+//   bucket's size) and freed, its all-reduce starts, and the bucket before it is waited on
+//   and handed over: at most two buckets of gradients exist at once. The step's
+//   micro-batches must be one (no accumulation across backwards: the config checks).
 // Invariant: bucket layouts are identical on every rank of the group (same model
 // slice: the dp group shares a tp rank).
 #pragma once
@@ -40,7 +47,7 @@ class DdpSync final : public GradSync {
  public:
   // params: the model's parameters (forward order); comm: the data-parallel group.
   DdpSync(const std::vector<ModelParam>& params, Comm& comm, int64_t tp,
-          int64_t bucket_bytes = 25 << 20);
+          int64_t bucket_bytes = 25 << 20, bool in_backward = false);
   ~DdpSync() override;
   void beforeBackward(bool last) override;
   void finishGradients() override;
@@ -49,6 +56,7 @@ class DdpSync final : public GradSync {
   double localSquaredNorm() const override;
   bool optimizerZeroesGrads() const override { return true; }
   void afterOptimizer() override {}  // the optimizer zeroed the buckets
+  bool applyInBackward(ApplyGrad apply) override;
   std::vector<FlatLayout> optimizerLayout() const override;
 
   int64_t numBuckets() const { return static_cast<int64_t>(buckets_.size()); }
@@ -56,13 +64,22 @@ class DdpSync final : public GradSync {
  private:
   std::vector<ModelParam> model_params_;
   struct Bucket {
-    torch::Tensor flat;          // fp32; the parameters' .grad are views of it
+    torch::Tensor flat;          // fp32; the parameters' .grad are views of it (else undefined)
     std::vector<size_t> params;  // indices into params_
-    size_t pending = 0;          // parameters not yet ready this step
+    int64_t numel = 0;
+    size_t pending = 0;  // parameters not yet ready this step
     std::unique_ptr<PendingWork> work;
   };
   void markReady(size_t param);
   void launchReady();  // launches consecutive complete buckets from next_launch_
+  // Optimizer step inside backward: the bucket's gradients into its staging buffer
+  // (zeros for a parameter without one), then freed; its all-reduce started.
+  void launchStaged(size_t bucket);
+  void completeStaged(size_t bucket);  // waits its all-reduce, hands its gradients over
+  void handOver(size_t param, const torch::Tensor& g);
+  void hookAccumulators();
+  void placeBucket(Bucket& bucket);
+  static torch::Tensor gradBuffer(int64_t n, torch::Device dev);
 
   std::vector<torch::Tensor> params_;
   std::vector<torch::Tensor> norm_weights_;
@@ -72,6 +89,11 @@ class DdpSync final : public GradSync {
   Comm& comm_;
   bool armed_ = false;  // the current backward is the step's last micro-batch
   size_t next_launch_ = 0;
+  bool in_backward_ = false;
+  ApplyGrad apply_;                     // set by applyInBackward
+  std::vector<torch::Tensor> staging_;  // two buffers, world > 1 with in_backward_
+  std::vector<char> handed_;            // world of one: parameter handed over this step
+  double handed_sq_ = 0;                // Σ of the handed gradients' weighted squares
 };
 
 }  // namespace ftb

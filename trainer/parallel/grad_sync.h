@@ -17,6 +17,12 @@
 //   afterOptimizer()                 refresh the materialised parameters from the
 //                                    optimizer's (ZeRO-1/2 all-gather); zero gradients
 //                                    unless the optimizer did
+// With the optimizer step inside backward (training.optimizer_in_backward), after
+// applyInBackward(apply) the strategy hands each optimizer parameter's final gradient to
+// `apply` as soon as it is final (after its bucket's all-reduce, its shard's
+// reduce-scatter), during the backward of the step's last micro-batch or at the latest in
+// finishGradients(), and frees it at once; localSquaredNorm() then counts the gradients
+// handed over this step, gradients() is empty, and the loop calls no optimizer step.
 // Tensor parallelism composes with every strategy: parameters the model marks
 // tp-replicated (ModelParam::tpReplicated) count 1/tp in localSquaredNorm(), because
 // every rank of a tp group holds the same copy.
@@ -27,6 +33,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <vector>
 
 #include "trainer/model/llama.h"
@@ -61,6 +68,16 @@ class GradSync {
   // After optimizerParams() were overwritten outside a step (checkpoint restore):
   // make the model's materialised parameters equal them again. Collective.
   virtual void paramsLoaded() {}
+  // apply(i, g): optimizer parameter i's final gradient g (valid during the call only).
+  using ApplyGrad = std::function<void(size_t i, const torch::Tensor& g)>;
+  // Arms the optimizer step inside backward (see above) for every later step. Returns
+  // false, changing nothing, where this strategy cannot (the run's config checks refuse
+  // those layouts first: common/run_config.cpp). REQUIRES: before the first step; the
+  // strategy was built for it where it asks (DdpSync's in_backward).
+  virtual bool applyInBackward(ApplyGrad apply) {
+    (void)apply;
+    return false;
+  }
   // One FlatLayout per optimizerParams() entry, same order.
   virtual std::vector<FlatLayout> optimizerLayout() const = 0;
 

@@ -60,7 +60,8 @@ ParallelModel parallelize(const TrainConfig& tc, Mesh& mesh) {
       params.insert(params.end(), p.begin(), p.end());
     }
     pm.sync = std::make_unique<DdpSync>(trainableOnly(params), *mesh.dp_comm, tc.layout.tp,
-                                        static_cast<int64_t>(tc.comm.bucket_bytes));
+                                        static_cast<int64_t>(tc.comm.bucket_bytes),
+                                        tc.training.optimizer_in_backward);
     pm.sync->setFrozen(frozenOnly(params));
     if (mesh.tied_comm) pm.sync = tieStages(std::move(pm.sync), params, mesh);
   } else {

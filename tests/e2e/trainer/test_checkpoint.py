@@ -23,6 +23,8 @@ from trainer_util import REQUEUE_EXIT, TINY, TRAINER, assert_close, base_env, fi
 COMMON = ("metrics.log_every=1", "data.seq_len=128", "training.fp32_gemm=\"aten\"")
 LAYOUTS = {
     "dp2": (2, ("training.micro_batch_size=1",)),
+    "dp2_optimizer_in_backward": (2, ("training.micro_batch_size=1", "training.max_grad_norm=0",
+                                      "training.optimizer_in_backward=true")),
     "zero3_w2": (2, ("training.micro_batch_size=1", "parallel.dp_shard=2", "parallel.zero_stage=3")),
     "tp2": (2, ("training.micro_batch_size=2", "parallel.tp=2")),
     "pp2": (2, ("training.micro_batch_size=1", "parallel.pp=2", "parallel.pp_microbatches=2")),

@@ -103,6 +103,22 @@ TEST(TrainConfig, LocalCollectivesIsAutoOrOff) {
       {"parallel.local_collectives", "expected one of \"auto\" | \"off\"", "got \"shm\""});
 }
 
+// training.optimizer_in_backward: one backward per step, no clipping by the global norm, no
+// pipeline, DDP only; each refusal names the key that conflicts and the technique (exit 2).
+TEST(TrainConfig, OptimizerInBackwardRefusesWhatItCannotHold) {
+  const std::string on = "training.optimizer_in_backward=true", no_clip = "training.max_grad_norm=0";
+  EXPECT_TRUE(load({on, no_clip}, 1).training.optimizer_in_backward);
+  EXPECT_TRUE(load({on, no_clip, "parallel.tp=2"}, 4).training.optimizer_in_backward);
+  expectConfigError([&] { load({on}, 1); },
+                    {"training.max_grad_norm", "optimizer_in_backward", "max_grad_norm = 0"});
+  expectConfigError([&] { load({on, no_clip, "training.grad_accum_steps=2"}, 1); },
+                    {"training.grad_accum_steps", "one backward", "micro_batch_size"});
+  expectConfigError([&] { load({on, no_clip, "parallel.pp=2"}, 2); },
+                    {"parallel.pp", "optimizer_in_backward"});
+  expectConfigError([&] { load({on, no_clip, "parallel.dp_shard=2", "parallel.zero_stage=3"}, 2); },
+                    {"parallel.zero_stage", "optimizer_in_backward", "zero_stage = 0"});
+}
+
 TEST(TrainConfig, KvHeadsMustDivideHeads) {
   expectConfigError(
       [] {
