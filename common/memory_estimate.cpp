@@ -253,6 +253,7 @@ MemoryEstimate estimateDeviceMemory(const TrainConfig& tc) {
   if (gpu.training.device.rfind("cuda", 0) != 0) gpu.training.device = "cuda";
   MemoryEstimate e = estimateMemory(gpu);
   e.runtime = 0;
+  e.device = true;
   return e;
 }
 
@@ -270,6 +271,8 @@ std::string formatMemoryEstimate(const TrainConfig& tc, const MemoryEstimate& e,
        << pipeScheduleName(tc.pipeline.schedule) << ", " << tc.training.grad_accum_steps
        << " micro-batches): " << e.blocks_in_flight << " block activations and "
        << e.logits_in_flight << " logits in flight\n";
+  os << (e.device ? "  GPU memory: the CUDA caching allocator's bytes, no host runtime\n"
+                   : "  host memory: peak RSS, with the process's runtime baseline\n");
   os << "  parameters on this tp rank: " << e.params_local << "\n";
   auto row = [&os](const std::string& k, double v) {
     os << "  " << std::left << std::setw(34) << k << std::right << std::setw(14) << gib(v) << "\n";
@@ -348,6 +351,8 @@ double nodeMemoryBytes() {
 }
 
 MemoryBudget memoryBudget(const TrainConfig& tc, int ranks_on_node) {
+  if (tc.training.device_memory_limit_bytes > 0)
+    return {tc.training.device_memory_limit_bytes, "training.device_memory_limit_gb", true};
   if (tc.comm.memory_limit_bytes > 0)
     return {tc.comm.memory_limit_bytes, "parallel.memory_limit_gb"};
   const int n = std::max(1, ranks_on_node);

@@ -57,6 +57,7 @@ struct MemoryEstimate {
   double activations_full = 0, activations_checkpointed = 0;  // of everything in flight
   double comm_buffers = 0, runtime = 0;
   bool checkpointing = false;  // which activation figure the total uses
+  bool device = false;         // a GPU's memory (estimateDeviceMemory), else the host's RSS
 
   double modelStates() const { return parameters + gradients + optimizer; }
   double total() const {
@@ -90,7 +91,8 @@ struct MemoryBudget {
   std::string source;   // "parallel.memory_limit_gb" or "physical memory 15.6 GiB / 2 ranks"
   bool device = false;  // a GPU's memory: compare estimateDeviceMemory(), not estimateMemory()
 };
-// parallel.memory_limit_gb when set, else nodeMemoryBytes() shared by the node's ranks.
+// training.device_memory_limit_gb when set (a GPU's budget), else parallel.memory_limit_gb,
+// else nodeMemoryBytes() shared by the node's ranks.
 MemoryBudget memoryBudget(const TrainConfig& tc, int ranks_on_node);
 
 // "80.00 GiB per rank (SOURCE): device memory ..." (a GPU's budget) or "... (SOURCE), host

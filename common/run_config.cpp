@@ -250,6 +250,10 @@ void checkTraining(const Config& cfg, const TrainingConfig& c) {
     cfg.fail("training.device",
              "expected \"auto\", \"cpu\", \"cuda\" or \"cuda:N\", got \"" + c.device + "\"",
              "the device ranks put the model and batches on");
+  if (c.device_memory_limit_bytes > 0 && c.device == "cpu")
+    cfg.failEither("training.device_memory_limit_gb", "training.device",
+                   "caps a GPU's caching allocator, but training.device is \"cpu\"",
+                   "for a host memory limit use parallel.memory_limit_gb");
 }
 
 }  // namespace

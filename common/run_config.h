@@ -77,6 +77,8 @@ struct TrainingConfig {
   std::string fp32_gemm;  // "auto" | "aten" | "openblas" (trainer/model/linear.h)
   std::string attention;  // "fused_softmax" | "sdpa" (trainer/model/llama.h)
   std::string device;     // "auto" | "cpu" | "cuda" | "cuda:N" (checked syntax)
+  // training.device_memory_limit_gb in bytes: the CUDA caching allocator's cap; 0 = none.
+  double device_memory_limit_bytes = 0;
   std::string optimizer;  // "adamw" | "adafactor"
   // Each parameter stepped as soon as its gradient is final, inside backward, and the
   // gradient freed (trainer/parallel/grad_sync.h applyInBackward).

@@ -367,6 +367,13 @@ void trainingComputeRows(std::vector<KeyRow>& t) {
                           "\"nccl\", else cpu) | \"cpu\" | \"cuda\" (cuda:LOCAL_RANK) | \"cuda:N\"",
                           kNoTag),
                      M(training.device)));
+  t.push_back(converted(
+      addedLater(ranged(spec("training.device_memory_limit_gb", kFloat, f(0.0),
+                             "cap the GPU's caching allocator at this many GB (GiB) per process, "
+                             "so a large GPU answers for a smaller card; beyond it the run ends "
+                             "as oom. 0 = the whole device. GPU runs only"),
+                        atLeast(0))),
+      M(training.device_memory_limit_bytes), gib));
 }
 
 void parallelRows(std::vector<KeyRow>& t) {

@@ -15,6 +15,9 @@ Checks (each prints PASS or FAIL with its figures; the report goes to --report):
   hf_import   an HF export loaded with model.from_pretrained straight onto the GPU: losses
               equal the same import on the CPU within 1e-4
   lora        LoRA (rank 8, every projection, dropout 0.1) on the GPU equals the CPU within 1e-4
+  memory      training.optimizer_in_backward equals the ordinary step on the GPU (1e-6), and
+              training.device_memory_limit_gb caps the allocator: D2048 fits 40 GB, ends as
+              oom (exit 5, /status) under 4 GB
   large       a D2048 model (16 layers, GQA) in bf16 at micro-batch 2, 4 and 8: tokens/s, MFU
               against the GPU's dense bf16 peak, GEMM efficiency, and the CUDA caching
               allocator's peaks against the memory estimator (--estimate-memory without its
@@ -258,6 +261,37 @@ class Check:
                  for t in self.table)
         self.record("large bf16", ok, text)
 
+    def memory(self):
+        """The optimizer step inside backward equals the ordinary step on the device, and
+        training.device_memory_limit_gb caps the caching allocator: the D2048 model fits 40 GB
+        (reserved peak below the cap) and ends as oom (exit 5, /status oom) under 4 GB."""
+        ov = ["training.max_grad_norm=0", "checkpoint.interval=0"]
+        ref, _ = self.run("gpu_step", [self.dev(), *ov])
+        oib, _ = self.run("gpu_in_backward", [self.dev(), *ov, "training.optimizer_in_backward=true"])
+        err = rel_err(losses(oib), losses(ref))
+        self.record("optimizer in backward", err <= 1e-6,
+                    f"tiny, AdamW, 20 steps: max relative loss difference {err:.2e} against the "
+                    "ordinary step (bound 1e-6)")
+        if self.args.device == "cpu":
+            self.record("device memory cap", True, "skipped: --device cpu (a GPU's allocator)")
+            return
+        big = [self.dev(), *LARGE, "training.max_steps=4", "metrics.skip_first_steps=1",
+               "checkpoint.save_final=false", *self.args.large_overrides.split()]
+        fits, _ = self.run("cap_40", big + ["training.device_memory_limit_gb=40"], timeout=600)
+        with h5py.File(fits / "metrics" / "rank_00000.h5", "r") as f:
+            reserved = float(f.attrs.get("device_peak_reserved_bytes", -1))
+        out = self.work / "cap_4"
+        shutil.rmtree(out, ignore_errors=True)
+        p = subprocess.run(self.cmd(out, big + ["training.device_memory_limit_gb=4"]),
+                           env=self.env(), capture_output=True, text=True, timeout=600)
+        (self.work / "cap_4.log").write_text(p.stdout + p.stderr)
+        with h5py.File(out / "metrics" / "rank_00000.h5", "r") as f:
+            st = dict(f["status"].attrs)
+        ok = 0 < reserved <= 40 * 2**30 and p.returncode == 5 and st.get("state") == "oom"
+        self.record("device memory cap", ok,
+                    f"D2048 under 40 GB: reserved peak {mib(reserved)}; under 4 GB: exit "
+                    f"{p.returncode}, status {st.get('state')}: {str(st.get('message'))[:160]}")
+
     # ------------------------------------------------------------------ report
 
     def report(self):
@@ -352,7 +386,7 @@ def main():
     args = ap.parse_args()
     Path(args.work).mkdir(parents=True, exist_ok=True)
     c = Check(args)
-    names = ["parity", "layouts", "nccl", "checkpoint", "hf_import", "lora", "large"]
+    names = ["parity", "layouts", "nccl", "checkpoint", "hf_import", "lora", "memory", "large"]
     for n in (args.only.split(",") if args.only else names):
         t0 = time.time()
         c.attempt(n, getattr(c, n))

@@ -158,6 +158,15 @@ std::string placeTensors(const Config& cfg, const TrainConfig& tc, const DistEnv
                           d.device + ")",
                       "use parallel.pp = 1 on GPUs, or training.device = \"cpu\"");
   useComputeDevice(torch::Device(d.device));
+  const double cap = tc.training.device_memory_limit_bytes;
+  if (cap > 0 && !capDeviceMemory(cap))
+    throw ConfigError(
+        "training.device_memory_limit_gb", cfg.where("training.device_memory_limit_gb"),
+        d.cuda ? "is larger than " + d.device + "'s " +
+                     formatFixed(deviceTotalMemory() / double(int64_t(1) << 30), 1) + " GiB"
+               : "caps a GPU's caching allocator, but training.device resolves to " + d.device,
+        d.cuda ? "a cap answers for a smaller card: set it below the device's memory"
+               : "for a host memory limit use parallel.memory_limit_gb");
   return d.device;
 }
 
@@ -181,7 +190,12 @@ void requireTryDevice(const Config& cfg, const TrainConfig& tc) {
 std::optional<int> runInfoCommand(const SessionOptions& opts, const Config& cfg,
                                   const TrainConfig& tc) {
   if (opts.estimate_memory) {
-    std::cout << formatMemoryEstimate(tc, estimateMemory(tc), tc.comm.memory_limit_bytes);
+    // A GPU run (training.device "cuda...", or "auto" where one is visible): its device memory.
+    const bool gpu = tc.training.device.rfind("cuda", 0) == 0 ||
+                     (tc.training.device == "auto" && visibleCudaDevices() > 0);
+    const double cap = tc.training.device_memory_limit_bytes;
+    std::cout << formatMemoryEstimate(tc, gpu ? estimateDeviceMemory(tc) : estimateMemory(tc),
+                                      gpu && cap > 0 ? cap : tc.comm.memory_limit_bytes);
     return 0;
   }
   if (opts.print_config) {
@@ -355,7 +369,8 @@ RunPeaks measurePeaks(const TrainConfig& tc, const CpuInfo& cpu, const std::stri
 // parallel.memory_limit_gb says otherwise) and the host's runtime baseline is no part of it.
 std::string memoryVerdict(const TrainConfig& tc, const DistEnv& env) {
   MemoryBudget budget = memoryBudget(tc, env.local_world_size);
-  if (const double gpu = deviceTotalMemory(); gpu > 0 && !(tc.comm.memory_limit_bytes > 0))
+  if (const double gpu = deviceTotalMemory();
+      gpu > 0 && !budget.device && !(tc.comm.memory_limit_bytes > 0))
     budget = {gpu,
               computeDevice().str() + "'s memory " +
                   formatFixed(gpu / double(int64_t(1) << 30), 1) + " GiB",

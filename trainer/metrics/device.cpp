@@ -2,6 +2,7 @@
 
 #include <ATen/DeviceAccelerator.h>
 #include <cuda_runtime_api.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <torch/cuda.h>
 
 #include <mutex>
@@ -47,6 +48,15 @@ double deviceTotalMemory() {
   const torch::Device d = computeDevice();
   if (!d.is_cuda()) return 0;
   return double(at::accelerator::getMemoryInfo(d.index()).second);
+}
+
+bool capDeviceMemory(double bytes) {
+  const double total = deviceTotalMemory();
+  if (!(total > 0) || bytes > total) return false;
+  const torch::Device d = computeDevice();
+  c10::cuda::CUDACachingAllocator::setMemoryFraction(bytes / total,
+                                                     d.index() < 0 ? 0 : d.index());
+  return true;
 }
 
 int visibleCudaDevices() { return static_cast<int>(torch::cuda::device_count()); }

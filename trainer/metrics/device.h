@@ -35,6 +35,12 @@ DeviceMemoryPeaks deviceMemoryPeaks();
 // The compute device's total memory in bytes (cudaMemGetInfo); 0 on the CPU.
 double deviceTotalMemory();
 
+// training.device_memory_limit_gb: caps the CUDA caching allocator of the compute device at
+// `bytes` for this process (setMemoryFraction of the device's total); an allocation past it
+// raises CUDA's out-of-memory error. Returns false, capping nothing, when the compute device
+// is not a GPU or has less than `bytes`. REQUIRES: bytes > 0; after useComputeDevice.
+bool capDeviceMemory(double bytes);
+
 int visibleCudaDevices();
 std::string cudaDeviceName(int index);
 

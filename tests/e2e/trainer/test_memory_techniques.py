@@ -10,8 +10,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from trainer_util import ROOT, TINY, TRAINER, assert_close, base_env, losses, metrics, \
-    run_ranks, run_trainer, steps
+from trainer_util import ROOT, TINY, TRAINER, assert_close, base_env, gpus_visible, losses, \
+    metrics, run_ranks, run_trainer, steps
 
 IN_BACKWARD = "training.optimizer_in_backward=true"
 NO_CLIP = "training.max_grad_norm=0"  # clipping by the global norm cannot run inside backward
@@ -78,3 +78,35 @@ def test_in_backward_refuses_what_it_cannot_hold(tmp_path, override, key):
     assert p.returncode == 2, p.stderr
     assert key in p.stderr and "optimizer_in_backward" in p.stderr, p.stderr
     assert not (tmp_path / "run").exists()
+
+
+# ---- training.device_memory_limit_gb: a GPU's caching allocator capped (GPU runs:
+# scripts/gpu_check.sh); what a machine without a GPU can check ----
+
+@pytest.mark.parametrize("device,says", [("cpu", "training.device is \"cpu\""),
+                                         ("auto", "resolves to cpu")])
+def test_device_memory_cap_is_refused_on_the_cpu(tmp_path, device, says):
+    if device == "auto" and gpus_visible():
+        pytest.skip("a GPU is visible: \"auto\" resolves to it")
+    p = subprocess.run([str(TRAINER), "--config", str(TINY), "--output-dir", str(tmp_path / "run"),
+                        "--no-sweep-dir", f"training.device=\"{device}\"",
+                        "training.device_memory_limit_gb=24"],
+                       env=base_env(), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, p.stderr
+    assert "training.device_memory_limit_gb" in p.stderr and says in p.stderr, p.stderr
+    assert "parallel.memory_limit_gb" in p.stderr  # the hint: the host's limit
+    assert not (tmp_path / "run").exists()
+
+
+def test_estimate_for_a_capped_gpu_is_device_memory(tmp_path):
+    """Planning a 24 GB card from a machine without one: the table is the GPU's memory, and the
+    cap is the budget it is checked against."""
+    common = [str(TRAINER), "--config", str(TINY), "--estimate-memory",
+              "training.device=\"cuda\"", "model.name=\"llama-2-7b\"", "data.seq_len=4096",
+              "training.micro_batch_size=1", "training.dtype=\"bf16\""]
+    out = subprocess.run(common + ["training.device_memory_limit_gb=24"], env=base_env(),
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "GPU memory: the CUDA caching allocator's bytes" in out.stdout
+    assert "runtime baseline                       0.000 GiB" in out.stdout
+    assert "memory_limit 24.00 GiB: does NOT fit" in out.stdout, out.stdout

@@ -66,6 +66,40 @@ TEST(MemoryEstimate, LoraFp32BaseOverBudgetHintsTheBaseDtype) {
   }
 }
 
+// training.optimizer_in_backward on Llama-2-7B: no gradient for the whole model; in a world
+// of one the largest tensor's (the embedding table, 4·V·D bytes), under DDP one 25 MiB bucket
+// at most plus two staging buffers of it (communication buffers).
+TEST(MemoryEstimate, OptimizerInBackwardHoldsOneTensorsOrOneBucketsGradients) {
+  const std::vector<std::string> oib = {"training.optimizer_in_backward=true",
+                                        "training.max_grad_norm=0"};
+  TrainConfig tc = llama7b(oib, 1);
+  MemoryEstimate e = estimateMemory(tc);
+  EXPECT_DOUBLE_EQ(e.gradients, 4.0 * 32000 * 4096);
+  EXPECT_DOUBLE_EQ(e.parameters, 4 * kPsi);
+  EXPECT_DOUBLE_EQ(e.comm_buffers, 0);
+  MemoryEstimate ddp = estimateMemory(llama7b(oib, 2));
+  const double table = 4.0 * 32000 * 4096;  // a single tensor larger than a 25 MiB bucket
+  EXPECT_DOUBLE_EQ(ddp.gradients, table);
+  EXPECT_DOUBLE_EQ(ddp.comm_buffers, 2 * table);
+  EXPECT_LT(ddp.total(), estimateMemory(llama7b({}, 2)).total() - 4 * kPsi + 4 * table);
+}
+
+// training.device_memory_limit_gb is the budget (a GPU's: compared with the device estimate),
+// before parallel.memory_limit_gb; --estimate-memory says which memory a table is of.
+TEST(MemoryEstimate, DeviceMemoryCapIsAGpuBudget) {
+  TrainConfig tc = llama7b({"training.device_memory_limit_gb=24", "parallel.memory_limit_gb=8"}, 1);
+  const MemoryBudget b = memoryBudget(tc, 1);
+  EXPECT_DOUBLE_EQ(b.bytes, 24.0 * (1 << 30));
+  EXPECT_TRUE(b.device);
+  EXPECT_EQ(b.source, "training.device_memory_limit_gb");
+  const MemoryEstimate gpu = estimateDeviceMemory(tc), host = estimateMemory(tc);
+  EXPECT_TRUE(gpu.device);
+  EXPECT_FALSE(host.device);
+  EXPECT_EQ(gpu.runtime, 0);
+  EXPECT_NE(formatMemoryEstimate(tc, gpu, b.bytes).find("GPU memory"), std::string::npos);
+  EXPECT_NE(formatMemoryEstimate(tc, host, 0).find("host memory: peak RSS"), std::string::npos);
+}
+
 TEST(MemoryEstimate, TensorParallel8SplitsMatricesNotNorms) {
   TrainConfig tc = llama7b({"parallel.tp=8"}, 8);
   MemoryEstimate e = estimateMemory(tc);
