@@ -155,10 +155,12 @@ void checkManifestState(const Manifest& m, const std::string& dir, const std::st
 }
 
 void checkManifestTensor(const std::string& name, const CkptTensor& t, const std::string& mpath) {
-  static const std::set<std::string> kDtypes = {"float32", "float64", "int64", "uint8"};
+  static const std::set<std::string> kDtypes = {"float32", "float64", "bfloat16", "int64",
+                                                "uint8"};
   if (!kDtypes.count(t.dtype))
     throw CheckpointError(mpath, "tensor '" + name + "' has dtype '" + t.dtype +
-                                     "'; a checkpoint holds float32, float64, int64 or uint8");
+                                     "'; a checkpoint holds float32, float64, bfloat16, int64 "
+                                     "or uint8");
   for (int64_t d : t.shape)
     if (d < 0) throw CheckpointError(mpath, "tensor '" + name + "' has a negative dimension");
   std::set<std::string> datasets;

@@ -40,7 +40,8 @@ struct CkptSlice {
 
 struct CkptTensor {
   std::vector<int64_t> shape;  // global shape
-  std::string dtype;           // "float32", "float64", "int64", "uint8"
+  // "float32", "float64", "bfloat16" (stored widened to float32), "int64", "uint8"
+  std::string dtype;
   std::vector<CkptSlice> slices;
 };
 
@@ -107,7 +108,7 @@ std::vector<std::string> listCheckpointDirs(const std::string& ckpt_dir);
 // (distinct ranks 0..world-1); every files[].name a plain file name (no '/', '.', '..'),
 // never a symlink or other non-regular file inside `dir`; state.step >= 0 and equal to
 // the step in dir's name "step_N" (when it has one), no negative state; each tensor a
-// known dtype (float32, float64, int64, uint8), no negative dimension, its slices naming
+// known dtype (float32, float64, bfloat16, int64, uint8), no negative dimension, its slices naming
 // its own datasets ("/<name>/<k>", as writeShardFile does) once each.
 // Throws CheckpointError naming the manifest (or the offending file) and what is wrong.
 void checkManifestStructure(const Manifest& m, const std::string& dir, const std::string& mpath);

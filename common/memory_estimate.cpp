@@ -140,8 +140,13 @@ void modelStates(const TrainConfig& tc, const Counts& c, double L, MemoryEstimat
   e.optimizer =
       tc.training.optimizer == "adafactor" ? 4.0 * 2 * std::sqrt(P) * L : 8.0 * opt_params;
   if (stage == 0) {
-    e.parameters = 4 * P;
-    e.gradients = 4 * P;
+    // training.master_weights = "none": bf16 weights and gradients (the norms' fp32 is
+    // negligible), and with bf16_update = "kahan" a bf16 compensation buffer per weight.
+    const bool bf16_weights = tc.training.master_weights == "none";
+    const double w = bf16_weights ? 2.0 : 4.0;
+    e.parameters = w * P;
+    e.gradients = w * P;
+    if (bf16_weights && tc.training.bf16_update == "kahan") e.optimizer += 2 * P;
     e.comm_buffers = 0;  // gradients are views of the all-reduce buckets (trainer/parallel/ddp.h)
   } else if (stage == 1) {
     e.parameters = 4 * P;
@@ -174,11 +179,12 @@ void optimizerInBackward(const TrainConfig& tc, const StageShare& sh, MemoryEsti
   const ModelArgs& m = tc.model;
   const double t = double(tc.layout.tp), D = m.dim;
   const double table = (sh.embed || sh.head) ? double(m.vocab_size) * D / t : 0.0;
-  const double largest = 4 * std::max({table, double(m.ffn_dim) * D / t, D * D / t});
+  const double w = tc.training.master_weights == "none" ? 2.0 : 4.0;  // gradient bytes
+  const double largest = w * std::max({table, double(m.ffn_dim) * D / t, D * D / t});
   const double bucket = std::max(largest, std::min(tc.comm.bucket_bytes, e.gradients));
   const bool alone = tc.layout.dpSize() == 1;
   e.gradients = std::min(e.gradients, alone ? largest : bucket);
-  if (!alone) e.comm_buffers += 2 * std::min(bucket, 4.0 * double(e.params_local));
+  if (!alone) e.comm_buffers += 2 * std::min(bucket, w * double(e.params_local));
 }
 
 // Activations of one micro-batch: per block ≈ 16·BTD + 4·BTF values in the compute
@@ -198,7 +204,8 @@ void activations(const TrainConfig& tc, const Counts& c, const StageShare& sh, M
   const double scores = flash ? 4.0 * B * H * T : (4.0 + (low ? elt : 0.0)) * B * H * T * T;
   // A weight stored in another dtype than the compute dtype is cast on use, and the cast
   // saved for backward (fp32 masters in bf16; a bf16 LoRA base in fp32).
-  const bool bf16_base = tc.lora.enabled() && tc.lora.base_dtype == DType::kBf16;
+  const bool bf16_base = (tc.lora.enabled() && tc.lora.base_dtype == DType::kBf16) ||
+                         tc.training.master_weights == "none";
   const double casts = low != bf16_base ? elt * c.block : 0.0;
   // On a GPU the fused CPU kernels run as composed ATen ops, which keep fp32 intermediates
   // for backward: kGpuActivationScale times the CPU kernels' activations (measured: see there).
@@ -265,6 +272,10 @@ std::string formatMemoryEstimate(const TrainConfig& tc, const MemoryEstimate& e,
      << " = dp_replicate " << tc.layout.dp_replicate << " x dp_shard " << tc.layout.dp_shard
      << " x tp " << tc.layout.tp << ", zero_stage " << stage << ", "
      << (tc.training.dtype == DType::kBf16 ? "bf16" : "fp32") << ", " << tc.training.optimizer
+     << (tc.training.master_weights == "none" ? " (bf16 weights, " + tc.training.bf16_update +
+                                                     " update, no fp32 masters)"
+                                               : "")
+     << (tc.training.optimizer_in_backward ? ", optimizer step inside backward" : "")
      << ", micro-batch " << tc.training.micro_batch_size << " x seq " << tc.data.seq_len << "\n";
   if (e.pp_stage >= 0)
     os << "  pipeline stage " << e.pp_stage << " of pp " << tc.layout.pp << " ("

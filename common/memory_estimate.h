@@ -6,7 +6,8 @@
 // it (README "Memory" benchmark: within ~10 % of measured peak RSS on the tested
 // configs). Terms:
 //   parameters   fp32 model/master weights (stages 0-2: the full tp slice; stage 3:
-//                the 1/N shard)
+//                the 1/N shard); bf16 weights and gradients with training.master_weights
+//                = "none" (stage 0), plus 2 bytes per weight of Kahan compensation
 //   gradients    fp32 (stage 0: full tp slice, with training.optimizer_in_backward only
 //                the largest tensor's, or across ranks one DDP bucket's; stage 1: full
 //                tp slice + this rank's shard; stage 2: the shard + the root unit's and

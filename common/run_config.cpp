@@ -398,6 +398,32 @@ void checkOptimizerInBackward(const Config& cfg, const TrainConfig& c) {
              "use parallel.zero_stage = 0 (DDP) with optimizer_in_backward");
 }
 
+// training.master_weights = "none": bf16 weights need bf16 compute, and the layouts whose
+// gradient sync keeps the weights as they are (DDP, tp; not ZeRO's fp32 shards).
+void checkMasterWeights(const Config& cfg, const TrainConfig& c) {
+  const TrainingConfig& t = c.training;
+  if (t.master_weights != "none") {
+    if (t.bf16_update != "stochastic")
+      cfg.failEither("training.bf16_update", "training.master_weights",
+                     "applies to bf16 weights, but master_weights is \"" + t.master_weights + "\"",
+                     "set training.master_weights = \"none\", or leave bf16_update unset");
+    return;
+  }
+  const std::string why = "master_weights = \"none\" keeps the weights in bf16";
+  if (t.dtype != DType::kBf16)
+    cfg.failEither("training.master_weights", "training.dtype",
+                   why + ", but training.dtype is fp32", "set training.dtype = \"bf16\"");
+  if (c.layout.effectiveZeroStage() != 0)
+    cfg.fail("parallel.zero_stage", why + "; ZeRO's shards are fp32 masters",
+             "use parallel.zero_stage = 0, or master_weights = \"fp32\"");
+  if (c.layout.pp > 1)
+    cfg.fail("parallel.pp", why + "; pipeline stages do not support it yet",
+             "use parallel.pp = 1, or master_weights = \"fp32\"");
+  if (c.lora.enabled())
+    cfg.fail("training.master_weights", why + "; with LoRA the adapters train in fp32",
+             "keep the frozen base small with lora.base_dtype = \"bf16\" instead");
+}
+
 // parallel.pp_microbatches, when > 0, is grad_accum_steps: the step's micro-batches are
 // the pipeline's. `accum` comes from grad_accum_steps or global_batch_size; a value set
 // there that differs is a contradiction.
@@ -467,6 +493,7 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size, Checks ch
   checkLayoutFits(cfg, c);
   c.training.grad_accum_steps = gradAccumFor(cfg, c);
   checkOptimizerInBackward(cfg, c);
+  checkMasterWeights(cfg, c);
   resolvePipeline(cfg, c);
   checkComm(cfg, c.comm, checks);
   refusePlannedKeys(cfg);

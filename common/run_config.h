@@ -83,6 +83,9 @@ struct TrainingConfig {
   // Each parameter stepped as soon as its gradient is final, inside backward, and the
   // gradient freed (trainer/parallel/grad_sync.h applyInBackward).
   bool optimizer_in_backward = false;
+  // "fp32" | "none": bf16 weight matrices without an fp32 copy, updated in bf16 by
+  // bf16_update = "stochastic" | "kahan" | "nearest" (trainer/optim/optimizer.h).
+  std::string master_weights, bf16_update;
   DType dtype = DType::kFp32;
   // training.activation_checkpointing: 0 = none; n = every n-th block recomputes its
   // activations in backward ("full" = 1). Not checkpoint saves: CheckpointConfig::interval.

@@ -321,6 +321,20 @@ void trainingOptimizerRows(std::vector<KeyRow>& t) {
                       "then free the gradient (no stored gradients; needs grad_accum_steps = 1, "
                       "max_grad_norm = 0, no pipeline, DDP or ZeRO-3)")),
       M(training.optimizer_in_backward)));
+  t.push_back(member(
+      addedLater(oneOf(spec("training.master_weights", kString, s("fp32"),
+                            "\"fp32\": fp32 weights the optimizer updates, cast to the compute "
+                            "dtype on use | \"none\": the weight matrices are bf16 and updated "
+                            "in bf16 (training.bf16_update), no fp32 copy; needs dtype = bf16"),
+                       {"fp32", "none"})),
+      M(training.master_weights)));
+  t.push_back(member(
+      addedLater(oneOf(spec("training.bf16_update", kString, s("stochastic"),
+                            "with master_weights = \"none\", how an update reaches a bf16 "
+                            "weight: \"stochastic\" rounding, \"kahan\" (a bf16 compensation "
+                            "buffer per weight) or \"nearest\""),
+                       {"stochastic", "kahan", "nearest"})),
+      M(training.bf16_update)));
   t.push_back(member(ranged(spec("training.beta1", kFloat, f(0.9), "Adam beta1"), halfOpen(0, 1)),
                      M(training.beta1)));
   t.push_back(member(ranged(spec("training.beta2", kFloat, f(0.95), "Adam beta2"), halfOpen(0, 1)),

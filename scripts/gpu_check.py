@@ -17,7 +17,8 @@ Checks (each prints PASS or FAIL with its figures; the report goes to --report):
   lora        LoRA (rank 8, every projection, dropout 0.1) on the GPU equals the CPU within 1e-4
   memory      training.optimizer_in_backward equals the ordinary step on the GPU (1e-6), and
               training.device_memory_limit_gb caps the allocator: D2048 fits 40 GB, ends as
-              oom (exit 5, /status) under 4 GB
+              oom (exit 5, /status) under 4 GB; bf16 weights without fp32 masters
+              (stochastic, Kahan) against fp32 masters over 200 steps of D512/L8
   large       a D2048 model (16 layers, GQA) in bf16 at micro-batch 2, 4 and 8: tokens/s, MFU
               against the GPU's dense bf16 peak, GEMM efficiency, and the CUDA caching
               allocator's peaks against the memory estimator (--estimate-memory without its
@@ -275,6 +276,7 @@ class Check:
         if self.args.device == "cpu":
             self.record("device memory cap", True, "skipped: --device cpu (a GPU's allocator)")
             return
+        self.bf16_weights()
         big = [self.dev(), *LARGE, "training.max_steps=4", "metrics.skip_first_steps=1",
                "checkpoint.save_final=false", *self.args.large_overrides.split()]
         fits, _ = self.run("cap_40", big + ["training.device_memory_limit_gb=40"], timeout=600)
@@ -291,6 +293,25 @@ class Check:
         self.record("device memory cap", ok,
                     f"D2048 under 40 GB: reserved peak {mib(reserved)}; under 4 GB: exit "
                     f"{p.returncode}, status {st.get('state')}: {str(st.get('message'))[:160]}")
+
+    def bf16_weights(self):
+        """D512/L8 (configs/runs/bench-d512.toml), bf16, 200 steps: bf16 weights without fp32
+        masters (stochastic rounding, Kahan) against fp32 masters."""
+        d512 = ROOT / "configs" / "runs" / "bench-d512.toml"
+        ov = [self.dev(), 'training.dtype="bf16"', "training.max_steps=200", "metrics.log_every=20",
+              "checkpoint.interval=0", "checkpoint.save_final=false"]
+        ref, _ = self.run("d512_masters", ov, config=d512)
+        parts, ok = [], True
+        for name, extra in (("stochastic", []), ("kahan", ['training.bf16_update="kahan"'])):
+            out, _ = self.run(f"d512_{name}", ov + ['training.master_weights="none"', *extra],
+                              config=d512)
+            err = rel_err(losses(out), losses(ref))
+            tail_gap = float(np.mean(losses(out)[-20:]) - np.mean(losses(ref)[-20:]))
+            ok = ok and err <= 2e-2
+            parts.append(f"{name}: max relative difference {err:.2e}, mean of the last 20 losses "
+                         f"{tail_gap:+.4f} against fp32 masters")
+        self.record("bf16 weights D512 200 steps", ok,
+                    "; ".join(parts) + f" (bound 2e-2); fp32 masters end at {losses(ref)[-1]:.4f}")
 
     # ------------------------------------------------------------------ report
 

@@ -81,6 +81,7 @@ std::vector<std::pair<std::string, CkptSlice>> writeShardFile(
       if (k == 0) h5::createGroup(f, s.name);
       const std::string ds = s.name + "/" + std::to_string(k);
       torch::Tensor data = s.data.to(torch::kCPU).contiguous();  // a GPU tensor is copied out
+      if (data.scalar_type() == torch::kBFloat16) data = data.to(torch::kFloat32);  // exact
       std::vector<hsize_t> d = storedDims(s.box.size);
       h5::H5Handle space(h5::check(H5Screate_simple(int(d.size()), d.data(), nullptr), f,
                                    "H5Screate_simple " + ds),
@@ -120,6 +121,12 @@ void checkShardFile(const std::string& dir, const Manifest& m, const std::string
 }
 
 void ShardReader::read(const CkptSlice& s, const Box& part, torch::Tensor& dst) {
+  if (dst.scalar_type() == torch::kBFloat16) {  // stored widened to float32 (exact)
+    torch::Tensor wide = torch::empty(dst.sizes(), dst.options().dtype(torch::kFloat32));
+    read(s, part, wide);
+    dst.copy_(wide);
+    return;
+  }
   auto it = files_.find(s.file);
   if (it == files_.end()) {
     const std::string p = (std::filesystem::path(dir_) / s.file).string();

@@ -4,7 +4,9 @@
 //   / attrs            format ("ftbench-checkpoint-shard"), rank, step
 //   /<global name>/<k> one dataset per slice this rank writes (k = 0, 1, ... when a rank
 //                      holds several boxes of one tensor, as ZeRO shards do), the box's
-//                      shape, contiguous, with int64 attrs `offset` and `global_shape`.
+//                      shape, contiguous, with int64 attrs `offset` and `global_shape`;
+//                      a bf16 tensor (bf16 weights without masters) is stored widened
+//                      to float32, exactly, and narrowed back when read.
 // Contract: writeShardFile creates `path` (truncating), writes every slice and closes it
 // (not fsynced: the caller fsyncs it, overlapping the checksum); it returns the manifest
 // entries (file name = basename of path).

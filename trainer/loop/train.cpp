@@ -258,8 +258,10 @@ TrainSummary train(const TrainConfig& tc, const Dataset& ds, Distributed& dist,
   ParallelModel pm = parallelize(tc, mesh);
   if (!tc.from_pretrained.empty()) hf::loadPretrained(tc, mesh, *pm.sync);
   if (!tc.lora.from_pretrained.empty()) hf::loadAdapter(tc, mesh, *pm.sync);  // hf/peft_adapter.h
-  OptimizerOptions oo{tc.training.optimizer, tc.training.beta1, tc.training.beta2, tc.training.eps,
-                      tc.training.weight_decay};
+  OptimizerOptions oo{tc.training.optimizer,   tc.training.beta1,
+                      tc.training.beta2,       tc.training.eps,
+                      tc.training.weight_decay, tc.training.bf16_update,
+                      static_cast<uint64_t>(tc.training.seed)};
   std::unique_ptr<Optimizer> opt = makeOptimizer(pm.sync->optimizerParams(), oo);
   const FlopsCount flops = trainingFlops(tc.model, tc.lora, tc.data.seq_len);
   if (world.rank() == 0)

@@ -57,10 +57,11 @@ constexpr LoraTargetSpec kTargetSpecs[] = {{"attention.wq", false},    {"attenti
                                            {"feed_forward.w1", false}, {"feed_forward.w3", false},
                                            {"feed_forward.w2", true}};
 
-// Storage of a frozen base matrix (lora.base_dtype); norms stay fp32.
+// Storage of a weight matrix: bf16 for a bf16 frozen base (lora.base_dtype) or bf16 weights
+// without masters (training.master_weights = "none"), else fp32; norms stay fp32.
 torch::ScalarType baseDtype(const ModelOptions& opt) {
-  return opt.lora.enabled() && opt.lora.base_dtype == DType::kBf16 ? torch::kBFloat16
-                                                                   : torch::kFloat32;
+  const bool bf16_base = opt.lora.enabled() && opt.lora.base_dtype == DType::kBf16;
+  return bf16_base || opt.bf16_weights ? torch::kBFloat16 : torch::kFloat32;
 }
 
 }  // namespace

@@ -96,6 +96,8 @@ struct ModelOptions {
   // Where parameters live. Each is drawn on the CPU (initParam), then moved here, so a
   // model starts from the same values on every device.
   torch::Device device = torch::kCPU;
+  // training.master_weights = "none": weight matrices are stored and trained in bf16.
+  bool bf16_weights = false;
 };
 
 class TransformerBlockImpl : public torch::nn::Module {

@@ -19,6 +19,89 @@ void atenFusedAdamW(const torch::Tensor& p, const torch::Tensor& g, const torch:
 
 namespace {
 
+// ---- Bf16 weights (optimizer.h): the fp32 result of an update stored into a bf16 weight ----
+
+constexpr int64_t kRoundChunk = int64_t(1) << 16;  // elements per pass: temporaries stay small
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ULL;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+
+// 16 pseudo-random bits for elements [begin, begin + n) of a tensor: xorshift32 rounds over
+// (index + key), a function of `key` and the index only. Bitwise ops only: no overflow.
+torch::Tensor roundingNoise(int64_t begin, int64_t n, uint64_t key, const torch::Tensor& like) {
+  const int32_t k = int32_t(key & 0x7FFFFFFF) | 1;
+  torch::Tensor h = torch::arange(begin, begin + n, like.options().dtype(torch::kInt32));
+  h.bitwise_xor_(k);
+  for (int round = 0; round < 2; ++round) {
+    h.bitwise_xor_(h.bitwise_left_shift(13).bitwise_and_(int32_t(0x7FFFFFFF)));
+    h.bitwise_xor_(h.bitwise_right_shift(17).bitwise_and_(int32_t(0x7FFF)));
+    h.bitwise_xor_(h.bitwise_left_shift(5).bitwise_and_(int32_t(0x7FFFFFFF)));
+    h.bitwise_xor_(int32_t((key >> 32) & 0x7FFFFFFF));
+  }
+  return h.bitwise_and_(0xFFFF);
+}
+
+// Stores fp32 `x` into bf16 `p` (flat, contiguous, one chunk): adds noise below bf16's last
+// bit and truncates, so a value rounds up with probability equal to the fraction dropped
+// (sign and magnitude are separate in IEEE bits, so this holds for negative values too).
+void storeStochastic(const torch::Tensor& p, const torch::Tensor& x, int64_t begin, uint64_t key) {
+  torch::Tensor bits = x.view(torch::kInt32).add(roundingNoise(begin, x.numel(), key, x));
+  p.copy_(bits.bitwise_and_(int32_t(0xFFFF0000)).view(torch::kFloat32));  // exact: low bits 0
+}
+
+// Kahan: y = the update plus what rounding lost before; p += y in bf16; comp keeps the rest.
+void storeKahan(const torch::Tensor& p, const torch::Tensor& x, const torch::Tensor& comp) {
+  const torch::Tensor old = p.to(torch::kFloat32);
+  const torch::Tensor y = (x - old).add_(comp.to(torch::kFloat32));
+  const torch::Tensor t = (old + y).to(torch::kBFloat16);
+  comp.copy_(y.sub_(t.to(torch::kFloat32).sub_(old)));
+  p.copy_(t);
+}
+
+class Bf16Store {
+ public:
+  // One compensation buffer per bf16 parameter with "kahan" (allocated here, so a checkpoint
+  // restores into it).
+  Bf16Store(const std::vector<torch::Tensor>& params, const OptimizerOptions& o)
+      : mode_(o.bf16_update), seed_(o.seed) {
+    for (const torch::Tensor& p : params)
+      comp_.push_back(mode_ == "kahan" && p.scalar_type() == torch::kBFloat16
+                          ? torch::zeros_like(p)
+                          : torch::Tensor());
+  }
+  // REQUIRES: p bf16, x fp32 of p's shape: the updated value of parameter i at step t.
+  void store(size_t i, const torch::Tensor& p, const torch::Tensor& x, int64_t t) const {
+    if (mode_ == "nearest") return void(p.copy_(x));
+    const torch::Tensor pf = p.view(-1), xf = x.contiguous().view(-1);
+    const uint64_t key = splitmix64(seed_ ^ splitmix64(uint64_t(t) * 0x100000001B3ULL + i));
+    for (int64_t b = 0; b < pf.numel(); b += kRoundChunk) {
+      const int64_t n = std::min(kRoundChunk, pf.numel() - b);
+      if (mode_ == "kahan")
+        storeKahan(pf.narrow(0, b, n), xf.narrow(0, b, n), comp_[i].view(-1).narrow(0, b, n));
+      else
+        storeStochastic(pf.narrow(0, b, n), xf.narrow(0, b, n), b, key);
+    }
+  }
+  const torch::Tensor& comp(size_t i) const { return comp_[i]; }
+  int64_t bytes() const {
+    int64_t b = 0;
+    for (const torch::Tensor& c : comp_)
+      if (c.defined()) b += c.numel() * int64_t(c.element_size());
+    return b;
+  }
+
+ private:
+  std::string mode_;
+  uint64_t seed_;
+  std::vector<torch::Tensor> comp_;
+};
+
+bool isBf16(const torch::Tensor& t) { return t.scalar_type() == torch::kBFloat16; }
+
 bool fusable(const torch::Tensor& t) {
   return t.scalar_type() == torch::kFloat32 && t.is_contiguous() && t.device().is_cpu();
 }
@@ -29,15 +112,15 @@ bool fusable(const torch::Tensor& t) {
 class AdamW final : public Optimizer {
  public:
   AdamW(std::vector<torch::Tensor> params, const OptimizerOptions& o)
-      : params_(std::move(params)), o_(o) {
+      : params_(std::move(params)), o_(o), bf16_(params_, o) {
     torch::NoGradGuard no_grad;
     m_.resize(params_.size());
     v_.resize(params_.size());
     for (std::vector<size_t>& idx : adjacentRuns(params_)) {
       int64_t total = 0;
       for (size_t i : idx) total += params_[i].numel();
-      Run r{idx, torch::zeros({total}, params_[idx[0]].options()),
-            torch::zeros({total}, params_[idx[0]].options())};
+      const torch::TensorOptions fp32 = params_[idx[0]].options().dtype(torch::kFloat32);
+      Run r{idx, torch::zeros({total}, fp32), torch::zeros({total}, fp32)};
       int64_t off = 0;
       for (size_t i : idx) {
         m_[i] = r.m.narrow(0, off, params_[i].numel()).view(params_[i].sizes());
@@ -54,13 +137,25 @@ class AdamW final : public Optimizer {
   }
   void update(size_t i, const torch::Tensor& g, double lr) override {
     torch::NoGradGuard no_grad;
-    updateSpan(params_[i], g, m_[i], v_[i], lr, bc1_, bc2_, false);
+    const torch::Tensor& p = params_[i];
+    if (!isBf16(p)) return updateSpan(p, g, m_[i], v_[i], lr, bc1_, bc2_, false);
+    torch::Tensor x = p.to(torch::kFloat32);  // Bf16 weights (optimizer.h)
+    updateSpan(x, g.to(torch::kFloat32).contiguous(), m_[i], v_[i], lr, bc1_, bc2_, false);
+    bf16_.store(i, p, x, t_);
   }
   void step(const std::vector<torch::Tensor>& grads, double lr, bool zero_grads) override {
     torch::NoGradGuard no_grad;
     startStep();
     const double bc1 = bc1_, bc2 = bc2_;
     for (const Run& r : runs_) {
+      if (isBf16(params_[r.idx[0]])) {  // per parameter, through an fp32 copy
+        for (size_t i : r.idx)
+          if (grads[i].defined()) {
+            update(i, grads[i], lr);
+            if (zero_grads) grads[i].zero_();
+          }
+        continue;
+      }
       torch::Tensor p = flatSpan(params_, r.idx), g = flatSpan(grads, r.idx);
       if (p.defined() && g.defined()) {
         updateSpan(p, g, r.m, r.v, lr, bc1, bc2, zero_grads);
@@ -72,12 +167,15 @@ class AdamW final : public Optimizer {
     }
   }
   int64_t stateBytes() const override {
-    int64_t b = 0;
+    int64_t b = bf16_.bytes();
     for (auto& t : m_) b += 2 * t.numel() * t.element_size();
     return b;
   }
   std::vector<std::pair<std::string, torch::Tensor>> state(size_t i) const override {
-    return {{"exp_avg", m_[i]}, {"exp_avg_sq", v_[i]}};
+    std::vector<std::pair<std::string, torch::Tensor>> s = {{"exp_avg", m_[i]},
+                                                            {"exp_avg_sq", v_[i]}};
+    if (bf16_.comp(i).defined()) s.emplace_back("kahan_comp", bf16_.comp(i));
+    return s;
   }
   int64_t stepCount() const override { return t_; }
   void setStepCount(int64_t t) override { t_ = t; }
@@ -119,6 +217,7 @@ class AdamW final : public Optimizer {
   std::vector<torch::Tensor> params_, m_, v_;
   std::vector<Run> runs_;
   OptimizerOptions o_;
+  Bf16Store bf16_;
   int64_t t_ = 0;
   double bc1_ = 1, bc2_ = 1;  // bias corrections of step t_ (startStep)
 };
@@ -126,16 +225,17 @@ class AdamW final : public Optimizer {
 class Adafactor final : public Optimizer {
  public:
   Adafactor(std::vector<torch::Tensor> params, const OptimizerOptions& o)
-      : params_(std::move(params)), o_(o) {
+      : params_(std::move(params)), o_(o), bf16_(params_, o) {
     for (auto& p : params_) {
+      const torch::TensorOptions fp32 = p.options().dtype(torch::kFloat32);
       if (p.dim() == 2) {
-        row_.push_back(torch::zeros({p.size(0)}, p.options()));
-        col_.push_back(torch::zeros({p.size(1)}, p.options()));
+        row_.push_back(torch::zeros({p.size(0)}, fp32));
+        col_.push_back(torch::zeros({p.size(1)}, fp32));
         full_.emplace_back();
       } else {
         row_.emplace_back();
         col_.emplace_back();
-        full_.push_back(torch::zeros_like(p));
+        full_.push_back(torch::zeros(p.sizes(), fp32));
       }
     }
   }
@@ -145,8 +245,14 @@ class Adafactor final : public Optimizer {
   }
   void update(size_t i, const torch::Tensor& g, double lr) override {
     torch::NoGradGuard no_grad;
+    if (!isBf16(params_[i])) return updateTensor(i, params_[i], g, lr);
+    torch::Tensor x = params_[i].to(torch::kFloat32);  // Bf16 weights (optimizer.h)
+    updateTensor(i, x, g.to(torch::kFloat32), lr);
+    bf16_.store(i, params_[i], x, t_);
+  }
+  // One step of parameter i held (or copied) in fp32 as p.
+  void updateTensor(size_t i, const torch::Tensor& p, const torch::Tensor& g, double lr) {
     constexpr double kEps1 = 1e-30, kClip = 1.0;
-    torch::Tensor& p = params_[i];
     torch::Tensor g2 = g.pow(2).add_(kEps1);
     torch::Tensor vhat;
     if (p.dim() == 2) {
@@ -174,15 +280,20 @@ class Adafactor final : public Optimizer {
     }
   }
   int64_t stateBytes() const override {
-    int64_t b = 0;
+    int64_t b = bf16_.bytes();
     for (size_t i = 0; i < params_.size(); ++i)
       for (const torch::Tensor* t : {&row_[i], &col_[i], &full_[i]})
         if (t->defined()) b += t->numel() * t->element_size();
     return b;
   }
   std::vector<std::pair<std::string, torch::Tensor>> state(size_t i) const override {
-    if (full_[i].defined()) return {{"sq", full_[i]}};
-    return {{"row", row_[i]}, {"col", col_[i]}};
+    std::vector<std::pair<std::string, torch::Tensor>> s;
+    if (full_[i].defined())
+      s = {{"sq", full_[i]}};
+    else
+      s = {{"row", row_[i]}, {"col", col_[i]}};
+    if (bf16_.comp(i).defined()) s.emplace_back("kahan_comp", bf16_.comp(i));
+    return s;
   }
   int64_t stepCount() const override { return t_; }
   void setStepCount(int64_t t) override { t_ = t; }
@@ -190,6 +301,7 @@ class Adafactor final : public Optimizer {
  private:
   std::vector<torch::Tensor> params_, row_, col_, full_;
   OptimizerOptions o_;
+  Bf16Store bf16_;
   int64_t t_ = 0;
   double rho_ = 0;  // decay rate of step t_ (startStep)
 };

@@ -13,6 +13,12 @@
 //   means), unfactored for others, no first moment, update clipped to RMS <= 1,
 //   decay rate 1 - t^-0.8 (Shazeer & Stern 2018), eps1 = 1e-30.
 // - stateBytes() is the optimizer state actually allocated (for memory reports).
+// - Bf16 weights (a bf16 parameter: training.master_weights = "none"): the update is computed
+//   in fp32 on a copy of the parameter (moments and factored state are fp32) and stored back
+//   to bf16 by OptimizerOptions::bf16_update: "nearest" rounding; "stochastic" rounding, up
+//   with probability equal to the dropped fraction, from noise that is a hash of (seed, step,
+//   parameter, element), so a resume draws the same; or "kahan": a bf16 compensation buffer
+//   per parameter keeps what rounding lost and adds it to the next update (state "kahan_comp").
 // - The step in pieces (training.optimizer_in_backward, grad_sync.h applyInBackward):
 //   startStep() once, then update(i, g, lr) once per parameter i that has a gradient, in any
 //   order, equals step(grads, lr) with the same gradients (the same element-wise math, per
@@ -46,6 +52,10 @@ class Optimizer {
 struct OptimizerOptions {
   std::string kind = "adamw";
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.0;
+  // bf16 parameters (training.master_weights = "none"): how the update reaches them,
+  // "stochastic" | "kahan" | "nearest" (Bf16 weights above); seed keys the rounding noise.
+  std::string bf16_update = "stochastic";
+  uint64_t seed = 0;
 };
 
 // One AdamW step of p from g through ATen's fused kernel (torch.optim.AdamW(fused=True); on a

@@ -21,8 +21,10 @@ DdpSync::DdpSync(const std::vector<ModelParam>& params, Comm& comm, int64_t tp,
   handed_.assign(params_.size(), 0);
   int64_t bytes = 0;
   for (size_t k = params_.size(); k-- > 0;) {
-    int64_t b = params_[k].numel() * 4;
-    if (buckets_.empty() || bytes + b > bucket_bytes) {
+    const int64_t b = params_[k].numel() * int64_t(params_[k].element_size());
+    const bool other_dtype = !buckets_.empty() &&
+                             params_[buckets_.back().params[0]].scalar_type() != params_[k].scalar_type();
+    if (buckets_.empty() || bytes + b > bucket_bytes || other_dtype) {
       buckets_.emplace_back();
       bytes = 0;
     }
@@ -31,31 +33,35 @@ DdpSync::DdpSync(const std::vector<ModelParam>& params, Comm& comm, int64_t tp,
     bytes += b;
   }
   torch::NoGradGuard no_grad;
-  int64_t largest = 0;
+  int64_t largest = 0;  // bytes
   for (auto& bucket : buckets_) {
     for (size_t k : bucket.params) bucket.numel += params_[k].numel();
-    largest = std::max(largest, bucket.numel);
+    largest = std::max(largest, bucket.numel * int64_t(params_[bucket.params[0]].element_size()));
     placeBucket(bucket);
   }
-  if (in_backward_ && comm_.size() > 1)
-    for (int i = 0; i < 2; ++i) staging_.push_back(gradBuffer(largest, params_[0].device()));
+  if (in_backward_ && comm_.size() > 1)  // byte buffers: a bucket views its dtype in them
+    for (int i = 0; i < 2; ++i)
+      staging_.push_back(gradBuffer(largest, params_[0].device(), torch::kUInt8));
   if (comm_.size() > 1 || in_backward_) hookAccumulators();  // else nothing to overlap
 }
 
 DdpSync::~DdpSync() = default;
 
-// A flat fp32 gradient buffer of n elements; on the CPU one that peers on this host read
-// in place (local_comm.h).
-torch::Tensor DdpSync::gradBuffer(int64_t n, torch::Device dev) {
-  return dev.is_cpu() ? zerosForPeers(n) : torch::zeros({n}, torch::TensorOptions().device(dev));
+// A flat gradient buffer of n elements; on the CPU one that peers on this host read in place
+// (local_comm.h).
+torch::Tensor DdpSync::gradBuffer(int64_t n, torch::Device dev, torch::ScalarType dtype) {
+  return dev.is_cpu() ? zerosForPeers(n, dtype)
+                      : torch::zeros({n}, torch::TensorOptions().device(dev).dtype(dtype));
 }
 
 // The bucket's parameters move into one flat buffer of values, and (without in_backward)
 // their .grad become views of one flat gradient buffer, in the same order.
 void DdpSync::placeBucket(Bucket& bucket) {
   const torch::Device dev = params_[bucket.params[0]].device();
-  if (!in_backward_) bucket.flat = gradBuffer(bucket.numel, dev);
-  torch::Tensor values = torch::empty({bucket.numel}, torch::TensorOptions().device(dev));
+  const torch::ScalarType dtype = params_[bucket.params[0]].scalar_type();
+  if (!in_backward_) bucket.flat = gradBuffer(bucket.numel, dev, dtype);
+  torch::Tensor values =
+      torch::empty({bucket.numel}, torch::TensorOptions().device(dev).dtype(dtype));
   int64_t off = 0;
   for (size_t k : bucket.params) {
     torch::Tensor& p = params_[k];
@@ -130,7 +136,10 @@ void DdpSync::launchReady() {
 void DdpSync::launchStaged(size_t bucket) {
   torch::NoGradGuard no_grad;
   Bucket& b = buckets_[bucket];
-  b.flat = staging_[bucket % 2].narrow(0, 0, b.numel);  // free: bucket - 2 was handed over
+  const torch::ScalarType dtype = params_[b.params[0]].scalar_type();
+  b.flat = staging_[bucket % 2]  // free: bucket - 2 was handed over
+               .narrow(0, 0, b.numel * int64_t(c10::elementSize(dtype)))
+               .view(dtype);
   int64_t off = 0;
   for (size_t k : b.params) {
     torch::Tensor& g = params_[k].mutable_grad();

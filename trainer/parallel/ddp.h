@@ -4,8 +4,9 @@
 // Contract (GradSync): after finishGradients(), every parameter's .grad() holds the sum
 // over the data-parallel group of the local gradients (the trainer scales the loss by
 // the global token count, so the sum is the global mean).
-// - Buckets of ~bucket_bytes fp32 are formed in reverse forward order (about the order
-//   backward produces gradients). Each bucket is one flat buffer and the parameters'
+// - Buckets of ~bucket_bytes are formed in reverse forward order (about the order
+//   backward produces gradients); a bucket holds parameters of one dtype (fp32, or bf16
+//   weights without masters), and its gradients are of that dtype. Each bucket is one flat buffer and the parameters'
 //   .grad are views into it (allocated once, zeroed after each optimizer step), so
 //   autograd accumulates straight into the buffer that is reduced: no copies. The
 //   parameters' values are likewise views of one flat buffer per bucket, in the same
@@ -79,7 +80,7 @@ class DdpSync final : public GradSync {
   void handOver(size_t param, const torch::Tensor& g);
   void hookAccumulators();
   void placeBucket(Bucket& bucket);
-  static torch::Tensor gradBuffer(int64_t n, torch::Device dev);
+  static torch::Tensor gradBuffer(int64_t n, torch::Device dev, torch::ScalarType dtype);
 
   std::vector<torch::Tensor> params_;
   std::vector<torch::Tensor> norm_weights_;

@@ -289,13 +289,14 @@ void LocalComm::allGather(torch::Tensor& out, const torch::Tensor& in) {
 
 }  // namespace
 
-torch::Tensor zerosForPeers(int64_t numel) {
+torch::Tensor zerosForPeers(int64_t numel, torch::ScalarType dtype) {
   constexpr size_t kHuge = size_t(2) << 20;
-  const size_t bytes = (size_t(std::max<int64_t>(numel, 1)) * 4 + kHuge - 1) / kHuge * kHuge;
+  const size_t elt = c10::elementSize(dtype);
+  const size_t bytes = (size_t(std::max<int64_t>(numel, 1)) * elt + kHuge - 1) / kHuge * kHuge;
   // Over-map by one huge page and trim, so the buffer starts on a 2 MiB boundary.
   void* raw =
       mmap(nullptr, bytes + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (raw == MAP_FAILED) return torch::zeros({numel});
+  if (raw == MAP_FAILED) return torch::zeros({numel}, torch::TensorOptions().dtype(dtype));
   const uintptr_t base = reinterpret_cast<uintptr_t>(raw);
   const uintptr_t start = (base + kHuge - 1) / kHuge * kHuge;
   if (start > base) munmap(raw, start - base);
@@ -305,7 +306,7 @@ torch::Tensor zerosForPeers(int64_t numel) {
   madvise(p, bytes, MADV_HUGEPAGE);  // advice only: without THP the buffer still works
   return torch::from_blob(
       p, {numel}, [bytes](void* q) { munmap(q, bytes); },
-      torch::TensorOptions().dtype(torch::kFloat32));
+      torch::TensorOptions().dtype(dtype));
 }
 
 std::unique_ptr<Comm> makeLocalComm(std::unique_ptr<Comm> backend, c10d::Store& store,

@@ -46,8 +46,12 @@ std::unique_ptr<GradSync> tieStages(std::unique_ptr<GradSync> sync,
 ParallelModel parallelize(const TrainConfig& tc, Mesh& mesh) {
   const torch::ScalarType dtype =
       tc.training.dtype == DType::kBf16 ? torch::kBFloat16 : torch::kFloat32;
-  const ModelOptions opt{dtype, tc.training.activation_checkpointing,
-                         static_cast<uint64_t>(tc.training.seed), tc.lora, computeDevice()};
+  const ModelOptions opt{dtype,
+                         tc.training.activation_checkpointing,
+                         static_cast<uint64_t>(tc.training.seed),
+                         tc.lora,
+                         computeDevice(),
+                         tc.training.master_weights == "none"};
   const std::vector<ModelPart> parts = stageParts(tc, mesh.pp_rank);
   std::vector<Transformer> chunks;
   ParallelModel pm;

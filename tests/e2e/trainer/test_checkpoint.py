@@ -25,6 +25,13 @@ LAYOUTS = {
     "dp2": (2, ("training.micro_batch_size=1",)),
     "dp2_optimizer_in_backward": (2, ("training.micro_batch_size=1", "training.max_grad_norm=0",
                                       "training.optimizer_in_backward=true")),
+    # bf16 weights without masters: stochastic rounding's noise and Kahan's compensation
+    # buffers are part of the state a resume restores
+    "dp2_bf16_weights": (2, ("training.micro_batch_size=1", "training.dtype=\"bf16\"",
+                             "training.master_weights=\"none\"")),
+    "dp2_bf16_weights_kahan": (2, ("training.micro_batch_size=1", "training.dtype=\"bf16\"",
+                                   "training.master_weights=\"none\"",
+                                   "training.bf16_update=\"kahan\"")),
     "zero3_w2": (2, ("training.micro_batch_size=1", "parallel.dp_shard=2", "parallel.zero_stage=3")),
     "tp2": (2, ("training.micro_batch_size=2", "parallel.tp=2")),
     "pp2": (2, ("training.micro_batch_size=1", "parallel.pp=2", "parallel.pp_microbatches=2")),
