@@ -447,6 +447,11 @@ RunRow summarizeRun(const std::string& results_dir, const std::string& run_dir,
   return row;
 }
 
+bool experimentKey(const std::string& key) {
+  const KeySpec* spec = trainerSchema().find(key);
+  return !spec || spec->affects_experiment;
+}
+
 AggregateTable aggregateRuns(const std::string& results_dir, const AggregateOptions& opts) {
   AggregateTable t;
   t.results_dir = results_dir;
@@ -478,10 +483,8 @@ AggregateTable aggregateRuns(const std::string& results_dir, const AggregateOpti
     with_config += !r.config.empty();
     for (const auto& [k, v] : r.config) keys.insert(k);
   }
-  const Schema& schema = trainerSchema();
   for (const std::string& k : keys) {
-    const KeySpec* spec = schema.find(k);
-    if (spec && !spec->affects_experiment) continue;
+    if (!experimentKey(k)) continue;
     std::optional<Cell> first;
     bool varies = false;
     for (const RunRow& r : t.runs) {

@@ -46,6 +46,8 @@ using Cell = std::variant<std::monostate, int64_t, double, bool, std::string>;
 
 // A cell as CSV/plain text: shortest round-trip numbers, "" when missing or not finite.
 std::string cellText(const Cell& c);
+// A cell of a markdown table: line breaks as spaces, '|' escaped.
+std::string markdownCell(std::string s);
 
 struct RunRow {
   std::string tag;  // run dir relative to results_dir
@@ -114,6 +116,10 @@ struct AggregateTable {
 std::vector<std::string> findRunDirs(const std::string& results_dir);
 RunRow summarizeRun(const std::string& results_dir, const std::string& run_dir,
                     const AggregateOptions& opts);
+// A key of the experiment: not one the schema marks as outside it (output dirs, logging,
+// sweep labels, price); a key the schema does not know (an older schema's) counts. The
+// table's varying and constant keys are these.
+bool experimentKey(const std::string& key);
 AggregateTable aggregateRuns(const std::string& results_dir, const AggregateOptions& opts);
 
 // ---- Output ------------------------------------------------------------------

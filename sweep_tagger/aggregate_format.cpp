@@ -65,15 +65,15 @@ std::string fixed(const Cell& c, int prec, double scale = 1) {
   return buf;
 }
 
-std::string mdEscape(std::string s) {
+}  // namespace
+
+std::string markdownCell(std::string s) {
   for (char& c : s)
     if (c == '\n' || c == '\r') c = ' ';
   std::string out;
   for (char c : s) out += c == '|' ? std::string("\\|") : std::string(1, c);
   return out;
 }
-
-}  // namespace
 
 // CSV/plain text of a cell: shortest round-trip numbers, "" when missing.
 std::string cellText(const Cell& c) {
@@ -218,7 +218,7 @@ std::string constantsBlock(const AggregateTable& t) {
   std::string out = "Constant (identical in every run):\n\n";
   for (const auto& [k, v] : t.constant) {
     if (k.rfind("model.", 0) == 0 && k != "model.name") continue;
-    out += "- `" + k + "` = " + mdEscape(cellText(v)) + "\n";
+    out += "- `" + k + "` = " + markdownCell(cellText(v)) + "\n";
   }
   return out + "\n";
 }
@@ -298,7 +298,7 @@ std::string toMarkdown(const AggregateTable& t) {
   if (any_note) head.push_back("note");
   auto line = [&out](const std::vector<std::string>& cells) {
     out += "|";
-    for (const std::string& c : cells) out += " " + mdEscape(c) + " |";
+    for (const std::string& c : cells) out += " " + markdownCell(c) + " |";
     out += "\n";
   };
   line(head);

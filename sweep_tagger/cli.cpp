@@ -292,6 +292,14 @@ cxxopts::Options aggregateOptions() {
       "price-per-hour",
       "USD per device-hour for the runs recorded without metrics.price_per_hour (a run's "
       "recorded price wins): --best cost and the $/M tokens column",
+      cxxopts::value<double>())(
+      "compare",
+      "each configuration against the same one in REF.csv (an earlier aggregate --format csv "
+      "--out REF.csv): medians, change and whether it is beyond the noise of both, the keys "
+      "that differ (stdout; the table only with --out)",
+      cxxopts::value<std::string>())(
+      "fail-on-regression",
+      "with --compare: exit 1 when a configuration regressed beyond noise by more than PCT %",
       cxxopts::value<double>())("plot-best-effort", "a gnuplot problem is a warning, not exit 1")(
       "h,help", "this help")("results", "results dir", cxxopts::value<std::string>());
   opts.parse_positional({"results"});
@@ -338,6 +346,47 @@ int drawCharts(const AggregateTable& table, const std::string& dir, bool best_ef
   return 1;
 }
 
+// --compare REF.csv read (none when not given), and --fail-on-regression PCT checked.
+std::optional<ReferenceTable> referenceTable(const cxxopts::ParseResult& r, CompareOptions& co) {
+  if (r.count("fail-on-regression")) {
+    const double pct = r["fail-on-regression"].as<double>();
+    if (!r.count("compare"))
+      throw ConfigError("--fail-on-regression", "command line",
+                        "it applies to a comparison: --compare REF.csv is missing",
+                        "--compare REF.csv --fail-on-regression 10 exits 1 when a configuration "
+                        "is more than 10 % slower than in REF.csv, beyond noise");
+    if (!(pct >= 0) || !std::isfinite(pct))
+      throw ConfigError("--fail-on-regression", "command line",
+                        "expected a percentage >= 0, got " + formatDouble(pct),
+                        "--fail-on-regression 10 fails on a regression beyond noise of more "
+                        "than 10 %; 0 on any regression beyond noise");
+    co.fail_pct = pct;
+  }
+  if (!r.count("compare")) return std::nullopt;
+  return readReferenceCsv(r["compare"].as<std::string>());
+}
+
+// The reports of --best and --compare on stdout; their exit code (0 without either).
+int printReports(const AggregateTable& table, const cxxopts::ParseResult& r,
+                 const std::optional<BestMetric>& best,
+                 const std::optional<ReferenceTable>& reference, const CompareOptions& co,
+                 std::ostream& out) {
+  int code = 0;
+  if (best) {
+    BestOptions bo;
+    bo.exclude_noisy = r.count("exclude-noisy") > 0;
+    const BestReport report = bestReport(table, *best, bo);
+    out << report.text;
+    code = report.exit_code;
+  }
+  if (reference) {
+    const CompareReport report = compareReport(*reference, table, co);
+    out << (best ? "\n" : "") << report.text;
+    code = std::max(code, report.exit_code);
+  }
+  return code;
+}
+
 }  // namespace
 
 int aggregateCommand(const std::vector<std::string>& args, std::ostream& out) {
@@ -367,22 +416,17 @@ int aggregateCommand(const std::vector<std::string>& args, std::ostream& out) {
                       "it applies to a ranking: --best is missing",
                       "--best tokens_per_s --exclude-noisy ranks without the noisy runs");
   const std::optional<double> price = pricePerHour(r);
+  CompareOptions co;
+  const std::optional<ReferenceTable> reference = referenceTable(r, co);
   AggregateTable table = aggregateRuns(results, ao);
   if (price) applyPrice(table, *price);
   const std::string text =
       format == "csv" ? toCsv(table) : (format == "md" ? toMarkdown(table) : toJson(table));
   if (r.count("out"))
     writeTable(table, format, text, r["out"].as<std::string>());
-  else if (!best)
+  else if (!best && !reference)
     out << text;
-  int code = 0;
-  if (best) {
-    BestOptions bo;
-    bo.exclude_noisy = r.count("exclude-noisy") > 0;
-    const BestReport report = bestReport(table, *best, bo);
-    out << report.text;
-    code = report.exit_code;
-  }
+  const int code = printReports(table, r, best, reference, co, out);
   if (!r.count("plot")) return code;
   return std::max(code,
                   drawCharts(table, r["plot"].as<std::string>(), r.count("plot-best-effort") > 0));
@@ -400,6 +444,7 @@ int runSweepTagger(int argc, char** argv, std::ostream& out, std::ostream& err) 
       "                              [--stale-seconds S] [--reader-timeout S]\n"
       "                              [--best tokens_per_s|cost|memory] [--exclude-noisy]\n"
       "                              [--price-per-hour USD] [--plot-best-effort]\n"
+      "                              [--compare REF.csv [--fail-on-regression PCT]]\n"
       "       sweep_tagger SUBCOMMAND --help: every option\n";
   if (argc < 2) {
     err << usage;

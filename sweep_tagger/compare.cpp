@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -450,6 +451,230 @@ size_t applyPrice(AggregateTable& t, double usd_per_hour) {
     ++priced;
   }
   return priced;
+}
+
+namespace {
+
+// ---- aggregate --compare REF.csv (compare.h compareReport) ----
+
+// One configuration of one side of a comparison: its runs (a group) and its figure.
+struct CmpConfig {
+  std::vector<const RunRow*> runs;
+  std::optional<Figure> fig;
+  std::string name;  // the ranking's naming (nameFigures)
+  bool matched = false;
+};
+
+std::vector<CmpConfig> cmpConfigs(const AggregateTable& t, const MetricSpec& m) {
+  std::vector<CmpConfig> out;
+  std::vector<Figure> names;
+  for (auto& g : groupsOf(t)) {
+    out.push_back({g, figureOf(g, m, false), "", false});
+    Figure f;
+    f.label = groupLabel(*g[0]);
+    f.first = g[0];
+    names.push_back(f);
+  }
+  nameFigures(names, t);
+  for (size_t i = 0; i < out.size(); ++i) out[i].name = names[i].label;
+  return out;
+}
+
+// A key's value in a run: its text, "" when not set, none when unknown (a reference run
+// whose constants were not read).
+std::optional<std::string> cmpValue(const RunRow& r, const std::string& key, bool all_known) {
+  auto it = r.config.find(key);
+  if (it != r.config.end()) return cellText(it->second);
+  if (all_known) return std::string();
+  return std::nullopt;
+}
+
+// "key: ref -> new" for every experiment key known on both sides that differs, then host
+// and cpu_model when both are recorded and differ.
+std::vector<std::string> cmpDiffs(const RunRow& ref, bool ref_known, const RunRow& now) {
+  std::set<std::string> keys;
+  for (const RunRow* r : {&ref, &now})
+    for (const auto& [k, v] : r->config)
+      if (experimentKey(k)) keys.insert(k);
+  std::vector<std::string> out;
+  auto shown = [](const std::string& v) { return v.empty() ? std::string("-") : v; };
+  for (const std::string& k : keys) {
+    const std::optional<std::string> a = cmpValue(ref, k, ref_known);
+    const std::string b = cmpValue(now, k, true).value_or("");
+    if (a && *a != b) out.push_back(k + ": " + shown(*a) + " -> " + shown(b));
+  }
+  if (!ref.host.empty() && !now.host.empty() && ref.host != now.host)
+    out.push_back("host: " + ref.host + " -> " + now.host);
+  if (!ref.cpu_model.empty() && !now.cpu_model.empty() && ref.cpu_model != now.cpu_model)
+    out.push_back("cpu_model: " + ref.cpu_model + " -> " + now.cpu_model);
+  return out;
+}
+
+// The sweep point of a run: world size, nodes, layout and the values of `keys`; none when
+// a value is unknown.
+std::optional<std::string> cmpPoint(const RunRow& r, const std::vector<std::string>& keys,
+                                    bool all_known) {
+  std::string p = cellText(r.world_size ? Cell(*r.world_size) : Cell()) + "\n" +
+                  cellText(r.nodes ? Cell(*r.nodes) : Cell()) + "\n" +
+                  cmpValue(r, "sweep.layout", true).value_or("");
+  for (const std::string& k : keys) {
+    const std::optional<std::string> v = cmpValue(r, k, all_known);
+    if (!v) return std::nullopt;
+    p += "\n" + *v;
+  }
+  return p;
+}
+
+// A matched pair: the reference configuration (index) of each new one, or none.
+std::vector<std::optional<size_t>> cmpMatch(std::vector<CmpConfig>& ref, bool ref_known,
+                                            std::vector<CmpConfig>& now,
+                                            const std::vector<std::string>& now_varying) {
+  std::vector<std::optional<size_t>> match(now.size());
+  std::map<std::string, size_t> by_hash;
+  for (size_t i = 0; i < ref.size(); ++i)
+    if (!ref[i].runs[0]->config_hash.empty()) by_hash.emplace(ref[i].runs[0]->config_hash, i);
+  for (size_t j = 0; j < now.size(); ++j) {
+    auto it = by_hash.find(now[j].runs[0]->config_hash);
+    if (now[j].runs[0]->config_hash.empty() || it == by_hash.end() || ref[it->second].matched)
+      continue;
+    match[j] = it->second;
+    ref[it->second].matched = now[j].matched = true;
+  }
+  for (size_t j = 0; j < now.size(); ++j) {
+    if (now[j].matched) continue;
+    const std::optional<std::string> point = cmpPoint(*now[j].runs[0], now_varying, true);
+    size_t fewest = SIZE_MAX;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      if (ref[i].matched || cmpPoint(*ref[i].runs[0], now_varying, ref_known) != point) continue;
+      const size_t n = cmpDiffs(*ref[i].runs[0], ref_known, *now[j].runs[0]).size();
+      if (n < fewest) fewest = n, match[j] = i;
+    }
+    if (match[j]) ref[*match[j]].matched = now[j].matched = true;
+  }
+  return match;
+}
+
+// One row of the comparison.
+struct CmpRow {
+  std::string name, ref, now, change, verdict, rule, diffs;
+  double change_pct = 0;
+  bool regression = false;
+};
+
+std::string cmpFigureText(const std::optional<Figure>& f, const MetricSpec& m) {
+  if (!f) return "no run counts";
+  return fmt(f->median, m.prec) + " (" + std::to_string(f->n) + (f->n == 1 ? " run)" : " runs)");
+}
+
+// The verdict of `now` against `ref` by the noise rule (compare.h), with the rule applied.
+void cmpVerdict(const Figure& ref, const Figure& now, const MetricSpec& m, CmpRow& row) {
+  row.change_pct = 100 * (now.median / ref.median - 1);
+  row.change = (row.change_pct >= 0 ? "+" : "") + fmt(row.change_pct, 1);
+  const bool better = m.higher_better ? now.median >= ref.median : now.median <= ref.median;
+  const Figure& a = better ? now : ref;
+  const Figure& b = better ? ref : now;
+  const std::vector<NoiseTest> tests = noiseTests(a, b, m);
+  const bool beyond = !tests.empty() && std::all_of(tests.begin(), tests.end(),
+                                                    [](const NoiseTest& t) { return t.held; });
+  row.rule = verdict(a, b, m, true);
+  row.regression = beyond && !better;
+  row.verdict = !beyond ? row.rule.substr(0, row.rule.find(" (")) : better ? "improvement"
+                                                                           : "regression";
+  std::string single;
+  if (ref.n < 2) single = "ref";
+  if (now.n < 2) single += single.empty() ? "new" : " and new";
+  if (!single.empty())
+    row.rule += "; no repeats in " + single + ": spread unknown, the ranges not tested";
+  row.rule += noisyCaveat(ref, now);
+}
+
+CmpRow cmpRow(const CmpConfig* ref, bool ref_known, const CmpConfig* now, const MetricSpec& m) {
+  CmpRow row;
+  row.name = now ? now->name : ref->name;
+  row.ref = ref ? cmpFigureText(ref->fig, m) : "";
+  row.now = now ? cmpFigureText(now->fig, m) : "";
+  if (!ref || !now) {
+    row.verdict = ref ? "only in ref" : "only in new";
+    return row;
+  }
+  std::string diffs;
+  for (const std::string& d : cmpDiffs(*ref->runs[0], ref_known, *now->runs[0]))
+    diffs += (diffs.empty() ? "" : "; ") + d;
+  row.diffs = diffs;
+  if (ref->fig && now->fig && ref->fig->median > 0)
+    cmpVerdict(*ref->fig, *now->fig, m, row);
+  else if (ref->fig && now->fig)
+    row.verdict = "not compared: the reference median is 0";
+  else
+    row.verdict = std::string("not compared: no run counts in ") + (ref->fig ? "new" : "ref");
+  return row;
+}
+
+std::string cmpTable(const std::vector<CmpRow>& rows, const MetricSpec& m) {
+  std::string out = std::string("| configuration | ref median ") + m.unit + " (runs) | new median " +
+                    m.unit + " (runs) | change % | verdict | noise rule applied | differing keys "
+                    "(ref -> new) |\n|---|--:|--:|--:|---|---|---|\n";
+  for (const CmpRow& r : rows)
+    out += "| " + markdownCell(r.name) + " | " + r.ref + " | " + r.now + " | " + r.change + " | " +
+           r.verdict + " | " + r.rule + " | " + markdownCell(r.diffs) + " |\n";
+  return out;
+}
+
+// The closing lines: regressions, --fail-on-regression, and what could not be compared.
+std::string cmpSummary(const std::vector<CmpRow>& rows, const ReferenceTable& ref,
+                       const CompareOptions& opts, int& exit_code) {
+  std::string regressed, failed, out;
+  size_t both = 0;
+  for (const CmpRow& r : rows) {
+    both += !r.ref.empty() && !r.now.empty();
+    if (!r.regression) continue;
+    const std::string item = r.name + " (" + fmt(-r.change_pct, 1) + " % lower)";
+    regressed += (regressed.empty() ? "" : ", ") + item;
+    if (opts.fail_pct && -r.change_pct > *opts.fail_pct)
+      failed += (failed.empty() ? "" : ", ") + item;
+  }
+  if (both == 0)
+    out += "No configuration is in both tables: nothing compared (the names above show each "
+           "side's configurations).\n";
+  out += regressed.empty() ? "No regression beyond noise.\n"
+                           : "Regressions beyond noise: " + regressed + ".\n";
+  if (!ref.constants_known)
+    out += ref.constants_path + " not found: the keys equal in every reference run are "
+           "unknown, so only the keys that varied there (its columns) are compared; "
+           "`aggregate --out REF.csv` writes both files.\n";
+  if (!opts.fail_pct) return out;
+  const std::string flag = "--fail-on-regression " + formatDouble(*opts.fail_pct) + ": ";
+  if (failed.empty()) return out + flag + "no configuration regressed beyond noise by more " +
+                             "than " + formatDouble(*opts.fail_pct) + " %.\n";
+  exit_code = 1;
+  return out + flag + "regressed beyond noise by more than " + formatDouble(*opts.fail_pct) +
+         " %: " + failed + ": exit 1.\n";
+}
+
+}  // namespace
+
+CompareReport compareReport(const ReferenceTable& ref, const AggregateTable& now,
+                            const CompareOptions& opts) {
+  const MetricSpec m = metricSpec(BestMetric::kTokensPerS);
+  std::vector<CmpConfig> ref_cfgs = cmpConfigs(ref.table, m), now_cfgs = cmpConfigs(now, m);
+  const std::vector<std::optional<size_t>> match =
+      cmpMatch(ref_cfgs, ref.constants_known, now_cfgs, now.varying);
+  std::vector<CmpRow> rows;
+  for (size_t j = 0; j < now_cfgs.size(); ++j)
+    rows.push_back(cmpRow(match[j] ? &ref_cfgs[*match[j]] : nullptr, ref.constants_known,
+                          &now_cfgs[j], m));
+  for (const CmpConfig& c : ref_cfgs)
+    if (!c.matched) rows.push_back(cmpRow(&c, ref.constants_known, nullptr, m));
+  CompareReport report;
+  report.text = std::string("Comparison with ") + ref.path + " by " + m.title + ", " +
+                (m.higher_better ? "higher" : "lower") +
+                " is better: each configuration's median over its runs that count, in the "
+                "reference and here; a regression or improvement is a change beyond the noise "
+                "of both (the ranking's rule: the repeats' min-max ranges and the step bands "
+                "p10-p90 do not overlap):\n\n" +
+                cmpTable(rows, m) + "\n";
+  report.text += cmpSummary(rows, ref, opts, report.exit_code);
+  return report;
 }
 
 }  // namespace ftb

@@ -35,11 +35,31 @@
 //   test applies (one run each, and no per-step figures: memory).
 // - applyPrice(): a run's recorded metrics.price_per_hour wins; the flag's price goes to
 //   the runs recorded without one (price_per_hour, usd_per_mt, price_from_flag).
+// - compareReport(ref, now): each configuration of `now` against the same configuration of
+//   the reference table (reference.h), by dataset tokens/s. Configurations are the groups
+//   above (config hash). The same configuration: first the same config hash; then, for
+//   the rest, the same world size, nodes, layout and values of the keys that vary across
+//   `now`'s runs (its sweep point), the reference configuration with the fewest differing
+//   keys winning (then table order). A reference value that is unknown (a key constant in
+//   the reference, without its .constants.csv) matches nothing.
+//   Differing keys: every experiment key (aggregate.h) whose value is known on both sides
+//   and differs ("-" = not set), then host and cpu_model when both are recorded.
+//   Verdict: "regression" / "improvement" when the change of the medians passes the noise
+//   rule above, applied to the better side over the worse one (every test that can be
+//   made holds, and at least one can); else "within noise" or "noise not measured"; a side
+//   with one run has no measured spread: the row says so (the ranges test is not made);
+//   noisy runs on either side add the rankings' caveat.
+//   "only in ref" / "only in new" for unmatched ones; "not compared" when a side has no
+//   run that counts.
+//   exit_code 1 when fail_pct is set and a regression exceeds fail_pct % (the report names
+//   each); else 0.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "sweep_tagger/aggregate.h"
+#include "sweep_tagger/reference.h"
 
 namespace ftb {
 
@@ -71,5 +91,15 @@ BestReport bestReport(const AggregateTable& t, BestMetric metric, const BestOpti
 // Prices the runs without a recorded price at `usd_per_hour` $ per device-hour; returns how
 // many it priced. REQUIRES: usd_per_hour > 0 and finite.
 size_t applyPrice(AggregateTable& t, double usd_per_hour);
+
+struct CompareOptions {
+  std::optional<double> fail_pct;  // --fail-on-regression PCT; REQUIRES: >= 0 and finite
+};
+struct CompareReport {
+  std::string text;
+  int exit_code = 0;  // 0, or 1 for a regression beyond fail_pct
+};
+CompareReport compareReport(const ReferenceTable& ref, const AggregateTable& now,
+                            const CompareOptions& opts = {});
 
 }  // namespace ftb

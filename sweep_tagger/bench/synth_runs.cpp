@@ -5,6 +5,7 @@
 // Usage: ftb_synth_runs OUT_DIR [--runs N] [--ranks-per-node R] [--nodes K]
 //                       [--steps S] [--states completed,failed,oom,running,...]
 //                       [--repeats N] [--noisy] [--price-per-hour P]
+//                       [--speed F] [--set key=value ...]
 // Run i has seq_len 256|512|1024|2048 (i % 4), micro batch 1|2|4|8 (i/4 % 4),
 // training.seed i/16 and state states[i % |states|]. failed/oom/running runs stop
 // at S/2 steps; oom: the last rank says oom, the others failed; running: no final
@@ -12,11 +13,14 @@
 // --repeats N writes each run N times (sweep.repeat 0..N-1: the same config hash, tags
 // .r1, .r2, ...; repeat r > 0 draws other step times); --noisy marks every run noisy as
 // the trainer does (root attributes interference and noisy); --price-per-hour sets
-// metrics.price_per_hour (default 0.5; 0: none recorded).
+// metrics.price_per_hour (default 0.5; 0: none recorded); --speed F divides every step
+// time by F (0.8: tokens/s 20 % lower, the same draws); --set adds config overrides (a
+// key of the experiment changes the config hash and the tag).
 #include <cmath>
 #include <iostream>
 #include <random>
 #include <sstream>
+#include <vector>
 
 #include "common/cli_args.h"  // cxxopts, as in every ftbench program
 #include "common/config.h"
@@ -50,12 +54,14 @@ struct SynthStep {
   int64_t step = 0;
   double t = 0, padded = 0, peak = 0, gemm = 0, flops_per_token = 0;
   int world = 1, rank = 0;
+  double speed = 1;  // step times divided by it
 };
 StepRow synthRow(SynthStep& st, std::mt19937_64& rng) {
   std::uniform_real_distribution<double> noise(0.9, 1.1);
-  const double base = 1e-5 * st.padded / st.world + 0.01;
+  const double base = (1e-5 * st.padded / st.world + 0.01) / st.speed;
   const double fwd = base * 0.3 * noise(rng), bwd = base * 0.55 * noise(rng);
-  const double opt = base * 0.1 * noise(rng), comm = base * 0.04 * noise(rng), data = 0.001;
+  const double opt = base * 0.1 * noise(rng), comm = base * 0.04 * noise(rng);
+  const double data = 0.001 / st.speed;
   const double total = data + fwd + bwd + opt + comm;
   st.t += total;
   const double dataset = std::floor(st.padded * 0.8 * noise(rng)), tps = st.padded / total;
@@ -105,7 +111,8 @@ StepRow synthRow(SynthStep& st, std::mt19937_64& rng) {
 struct SynthOptions {
   int nodes = 1, per_node = 2, steps = 100, repeat = 0;
   bool noisy = false;
-  double price_per_hour = 0.5;
+  double price_per_hour = 0.5, speed = 1;
+  std::vector<std::string> sets;  // --set key=value
 };
 
 // The trainer's end-of-run marks of a noisy run (trainer/loop/step_log.cpp).
@@ -118,11 +125,12 @@ void writeRun(const std::string& out, int i, const SynthOptions& o, RunState sta
   const int64_t seq = 256 << (i % 4), mbs = 1 << ((i / 4) % 4);
   const int nodes = o.nodes, per_node = o.per_node, steps = o.steps;
   const int world = nodes * per_node;
-  Config cfg = Config::fromString(
-      kModel, "synth",
-      {"data.seq_len=" + std::to_string(seq), "training.micro_batch_size=" + std::to_string(mbs),
-       "training.seed=" + std::to_string(i / 16), "sweep.repeat=" + std::to_string(o.repeat),
-       "metrics.price_per_hour=" + formatDouble(o.price_per_hour)});
+  std::vector<std::string> overrides = {
+      "data.seq_len=" + std::to_string(seq), "training.micro_batch_size=" + std::to_string(mbs),
+      "training.seed=" + std::to_string(i / 16), "sweep.repeat=" + std::to_string(o.repeat),
+      "metrics.price_per_hour=" + formatDouble(o.price_per_hour)};
+  overrides.insert(overrides.end(), o.sets.begin(), o.sets.end());
+  Config cfg = Config::fromString(kModel, "synth", overrides);
   RunDir rd = prepareRunDir(cfg, world, out, false);
   const int done = state == RunState::Completed ? steps : steps / 2;
   const double peak = 2e13, gemm = 1e13,
@@ -151,6 +159,7 @@ void writeRun(const std::string& out, int i, const SynthOptions& o, RunState sta
     st.padded = double(mbs * seq * world);
     st.peak = peak, st.gemm = gemm, st.flops_per_token = flops_per_token;
     st.world = world, st.rank = rank;
+    st.speed = o.speed;
     for (int s = 0; s < done; ++s) f.appendStep(synthRow(st, rng));
     if (o.noisy && rank == 0) markNoisy(f);
     if (state == RunState::Completed) {
@@ -181,7 +190,11 @@ int main(int argc, char** argv) {
       "repeats", "runs of each configuration (sweep.repeat)",
       cxxopts::value<int>()->default_value("1"))("noisy", "mark every run noisy")(
       "price-per-hour", "metrics.price_per_hour (0: none)",
-      cxxopts::value<double>()->default_value("0.5"));
+      cxxopts::value<double>()->default_value("0.5"))(
+      "speed", "step times divided by F (0.8: tokens/s 20 % lower)",
+      cxxopts::value<double>()->default_value("1"))(
+      "set", "config override key=value (repeatable)",
+      cxxopts::value<std::vector<std::string>>());
   opts.parse_positional({"out"});
   try {
     auto r = opts.parse(argc, argv);
@@ -198,6 +211,9 @@ int main(int argc, char** argv) {
     o.steps = r["steps"].as<int>();
     o.noisy = r.count("noisy") > 0;
     o.price_per_hour = r["price-per-hour"].as<double>();
+    o.speed = r["speed"].as<double>();
+    if (!(o.speed > 0)) throw std::invalid_argument("--speed must be > 0");
+    if (r.count("set")) o.sets = r["set"].as<std::vector<std::string>>();
     for (o.repeat = 0; o.repeat < r["repeats"].as<int>(); ++o.repeat)  // round robin
       for (int i = 0; i < r["runs"].as<int>(); ++i)
         ftb::writeRun(r["out"].as<std::string>(), i, o, states[i % states.size()]);

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <regex>
 #include <sstream>
 #include <tuple>
 
@@ -353,6 +354,150 @@ TEST(Ranking, CommandLineExitCodesAndBadFlags) {
   EXPECT_EQ(tagger({"aggregate", dir.path(), "--exclude-noisy"}, out, err), 2);
   EXPECT_PRED2(has, err, "--exclude-noisy");
   EXPECT_PRED2(has, err, "--best is missing");
+}
+
+// ---- Comparison with a reference table: --compare REF.csv --------------------
+
+// `t` written as REF.csv (and, with constants, REF.constants.csv) in `dir`, read back.
+ReferenceTable asReference(const AggregateTable& t, const std::string& dir, bool constants = true) {
+  test::writeFile(dir + "/REF.csv", toCsv(t));
+  if (constants) test::writeFile(dir + "/REF.constants.csv", constantsCsv(t));
+  return readReferenceCsv(dir + "/REF.csv");
+}
+
+// Configurations a and b (seq_len 256, 512; training.seed `seed`), three repeats each at
+// `scale` x 1000 and 2000 tokens/s; config hashes a<suffix>, b<suffix>.
+AggregateTable twoConfigs(double scale, int64_t seed = 0, const std::string& suffix = "") {
+  std::vector<RunRow> rows;
+  for (int rep = 0; rep < 3; ++rep)
+    for (auto [name, seq, tps] : {std::tuple{"a", 256, 1000.0}, std::tuple{"b", 512, 2000.0}}) {
+      RunRow r = run(name + suffix, rep, scale * (tps + 20 * rep));
+      r.config["data.seq_len"] = int64_t{seq};
+      r.config["training.seed"] = seed;
+      r.host = "node1";
+      rows.push_back(r);
+    }
+  AggregateTable t = table(rows);
+  t.varying = {"data.seq_len"};
+  t.constant["training.seed"] = seed;
+  return t;
+}
+
+TEST(CompareReference, TheSameRunsAreWithinNoiseAndReadBackWhole) {
+  test::TempDir dir;
+  const AggregateTable now = twoConfigs(1);
+  const ReferenceTable ref = asReference(now, dir.path());
+  ASSERT_EQ(ref.table.runs.size(), 6u);
+  EXPECT_TRUE(ref.constants_known);
+  EXPECT_EQ(ref.table.varying, std::vector<std::string>{"data.seq_len"});
+  const RunRow& r = ref.table.runs[1];
+  EXPECT_EQ(r.config_hash, now.runs[1].config_hash);
+  EXPECT_EQ(*r.tokens_per_s_dataset, *now.runs[1].tokens_per_s_dataset);
+  EXPECT_EQ(*r.step_tokens_p90, *now.runs[1].step_tokens_p90);
+  EXPECT_TRUE(*r.is_valid);
+  EXPECT_EQ(r.repeats, 3);
+  const CompareReport rep = compareReport(ref, now, {5.0});
+  EXPECT_EQ(rep.exit_code, 0);
+  EXPECT_PRED2(has, rep.text,
+               "| data.seq_len=256 | 1020.0 (3 runs) | 1020.0 (3 runs) | +0.0 | within noise | "
+               "within noise (the repeats' ranges overlap) |  |");
+  EXPECT_PRED2(has, rep.text, "No regression beyond noise.");
+  EXPECT_PRED2(has, rep.text, "--fail-on-regression 5.0: no configuration regressed");
+}
+
+TEST(CompareReference, ATwentyPercentRegressionIsFlaggedAndFailsAboveThePercentage) {
+  test::TempDir dir;
+  const ReferenceTable ref = asReference(twoConfigs(1), dir.path());
+  const AggregateTable slow = twoConfigs(0.8);
+  CompareReport rep = compareReport(ref, slow, {10.0});
+  EXPECT_EQ(rep.exit_code, 1);
+  EXPECT_PRED2(has, rep.text,
+               "| data.seq_len=512 | 2020.0 (3 runs) | 1616.0 (3 runs) | -20.0 | regression | "
+               "beyond noise (no overlap of the repeats' ranges and the step bands p10-p90) |");
+  EXPECT_PRED2(has, rep.text,
+               "--fail-on-regression 10.0: regressed beyond noise by more than 10.0 %: "
+               "data.seq_len=256 (20.0 % lower), data.seq_len=512 (20.0 % lower): exit 1.");
+  EXPECT_EQ(compareReport(ref, slow, {25.0}).exit_code, 0);
+  rep = compareReport(ref, slow);  // without the flag: reported, exit 0
+  EXPECT_EQ(rep.exit_code, 0);
+  EXPECT_PRED2(has, rep.text, "Regressions beyond noise: data.seq_len=256 (20.0 % lower)");
+  rep = compareReport(ref, twoConfigs(1.2), {0.0});
+  EXPECT_EQ(rep.exit_code, 0);
+  EXPECT_PRED2(has, rep.text, "| +20.0 | improvement |");
+}
+
+TEST(CompareReference, AKeyThatDiffersIsListedAndTheSweepPointMatches) {
+  test::TempDir dir;
+  AggregateTable old = twoConfigs(1, 1, "-old");
+  old.runs.push_back(run("c-old", 0, 500));  // a configuration of the reference alone
+  old.runs.back().config["data.seq_len"] = int64_t{1024};
+  old.runs.back().config["training.seed"] = int64_t{1};
+  const AggregateTable now = twoConfigs(1, 2);
+  CompareReport rep = compareReport(asReference(old, dir.path()), now);
+  EXPECT_PRED2(has, rep.text, "| within noise (the repeats' ranges overlap) | training.seed: 1 -> 2 |");
+  EXPECT_PRED2(has, rep.text, "| data.seq_len=1024 | 500.0 (1 run) |  |  | only in ref |");
+  // Without REF.constants.csv the seed is unknown: not listed, and the report says why.
+  test::TempDir bare;
+  rep = compareReport(asReference(old, bare.path(), false), now);
+  EXPECT_FALSE(has(rep.text, "training.seed:"));
+  EXPECT_PRED2(has, rep.text, "REF.constants.csv not found: the keys equal in every reference");
+}
+
+TEST(CompareReference, OneRunASideHasNoMeasuredSpread) {
+  test::TempDir dir;
+  const ReferenceTable ref = asReference(table({run("a", 0, 1000)}), dir.path());
+  const CompareReport rep = compareReport(ref, table({run("a", 0, 700, 0.02)}), {10.0});
+  EXPECT_EQ(rep.exit_code, 1);  // the step bands alone: apart
+  EXPECT_PRED2(has, rep.text,
+               "| -30.0 | regression | beyond noise (no overlap of the step bands p10-p90); no "
+               "repeats in ref and new: spread unknown, the ranges not tested |");
+}
+
+TEST(CompareReference, RefusalsNameTheFileTheLineAndTheColumn) {
+  test::TempDir dir;
+  const std::string good = toCsv(twoConfigs(1));
+  auto refusal = [&](const std::string& text) -> std::string {
+    test::writeFile(dir.path() + "/R.csv", text);
+    try {
+      readReferenceCsv(dir.path() + "/R.csv");
+    } catch (const ConfigError& e) {
+      return e.what();
+    }
+    return "accepted";
+  };
+  std::string header = good.substr(0, good.find('\n'));
+  const std::string no_hash = std::regex_replace(header, std::regex(",config_hash"), "") + "\n";
+  EXPECT_PRED2(has, refusal(no_hash), "R.csv:1: key 'config_hash': the header has no column");
+  EXPECT_PRED2(has, refusal(header + "\n\"a,\nb\",completed\n"), "R.csv:2: expected ");
+  // A quoted field with a comma, a quote and a line break is one field; lines still count.
+  const std::string row = good.substr(header.size() + 1, good.find('\n', header.size() + 1) -
+                                                             header.size());
+  const std::string quoted = "\"x,\"\"y\"\"\nz\"" + row.substr(row.find(','));
+  EXPECT_EQ(refusal(header + "\n" + quoted + row), "accepted");
+  EXPECT_PRED2(has, refusal(header + "\n" + quoted + std::regex_replace(row, std::regex(
+                                                          ",completed,"), ",done,")),
+               "R.csv:4: key 'status': unknown run state 'done'");
+  EXPECT_PRED2(has, refusal(""), "R.csv:1: the file is empty");
+}
+
+TEST(CompareReference, CommandLineFlags) {
+  test::TempDir dir;  // no run: every reference configuration is only in ref
+  const ReferenceTable ref = asReference(twoConfigs(1), dir.path());
+  std::string out, err;
+  EXPECT_EQ(tagger({"aggregate", dir.path(), "--compare", ref.path, "--fail-on-regression", "5",
+                    "--jobs", "1"},
+                   out, err),
+            0);
+  EXPECT_PRED2(has, out, "| only in ref |");
+  EXPECT_PRED2(has, out, "No configuration is in both tables");
+  EXPECT_EQ(tagger({"aggregate", dir.path(), "--fail-on-regression", "5"}, out, err), 2);
+  EXPECT_PRED2(has, err, "--compare REF.csv is missing");
+  EXPECT_EQ(tagger({"aggregate", dir.path(), "--compare", ref.path, "--fail-on-regression", "-1"},
+                   out, err),
+            2);
+  EXPECT_PRED2(has, err, "expected a percentage >= 0, got -1.0");
+  EXPECT_EQ(tagger({"aggregate", dir.path(), "--compare", dir.path() + "/none.csv"}, out, err), 2);
+  EXPECT_PRED2(has, err, "none.csv: key '--compare': the reference table is missing");
 }
 
 // ---- Charts: a categorical axis draws points, noisy points ringed ------------
