@@ -9,8 +9,11 @@
    torch here) and whose embedding and lm_head are bf16-rounded.
 3. The tiny model trains with an NF4 base close to a bf16 base (bound below), under DDP,
    ZeRO-2 and a 2-stage pipeline as at world 1, and its adapter exports and loads in PEFT.
-4. Layouts that would split the packed base (tp, ZeRO-3) exit 2 naming the key.
+4. Layouts that would split the packed base (tp, ZeRO-3) exit 2 naming the key; in a sweep
+   grid "nf4" is a value like the others, its tp 2 point invalid with that refusal, and the
+   "fp32" points keep the tags they had before the key existed.
 """
+import json
 import os
 import subprocess
 
@@ -20,7 +23,7 @@ import torch
 
 from hf_util import LazyModule, make_hf_dir
 from test_hf_model import SEQ, TESTS_BIN, reference_logits, write_tokens
-from trainer_util import TINY, TRAINER, assert_close, base_env, losses, run_ranks, run_trainer, steps
+from trainer_util import BUILD, TINY, TRAINER, assert_close, base_env, losses, run_ranks, run_trainer, steps
 
 peft = LazyModule("peft")
 transformers = LazyModule("transformers")
@@ -137,3 +140,26 @@ def test_layouts_that_split_the_packed_base_exit_2(tmp_path, layout, key):
                        env=base_env(), capture_output=True, text=True, timeout=60)
     assert p.returncode == 2, p.stdout + p.stderr
     assert "lora.base_dtype" in p.stderr and key in p.stderr and "hint" in p.stderr.lower(), p.stderr
+
+
+def expand(tmp_path, grid):
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text(f'base = "{TINY}"\nnproc_per_node = 2\n[grid]\n"lora.rank" = [4]\n'
+                     f'"parallel.tp" = [1, 2]\n{grid}')
+    p = subprocess.run([str(BUILD / "sweep_tagger" / "sweep_tagger"), "expand", str(sweep),
+                        "--json"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    return [json.loads(line) for line in p.stdout.splitlines()]
+
+
+def test_sweep_grid_takes_nf4_and_fp32_points_keep_their_tags(tmp_path):
+    points = expand(tmp_path, '"lora.base_dtype" = ["fp32", "bf16", "nf4"]\n')
+    old = {p["overrides"]["parallel.tp"]: p["tag"] for p in expand(tmp_path, "")}
+    assert len(points) == 6 and len({p["tag"] for p in points}) == 6
+    for p in points:
+        base, tp = p["overrides"]["lora.base_dtype"], p["overrides"]["parallel.tp"]
+        assert p["valid"] == (base != "nf4" or tp == 1), p
+        if base == "fp32":
+            assert p["tag"] == old[tp]
+        if not p["valid"]:
+            assert "lora.base_dtype" in p["reason"] and "tensor parallelism" in p["reason"]
