@@ -80,19 +80,44 @@ double loraBlockParams(const ModelArgs& m, const LoraConfig& lora, int64_t tp) {
   return sum;
 }
 
-// LoRA's model states: the frozen base P in lora.base_dtype (no gradient, no optimizer
-// state; ZeRO-3 shards it, stages 1-2 hold it whole as DDP does), the adapters Pa as full
+// Bytes per NF4 weight: a 4-bit code plus its block's fp32 absmax (trainer/kernels/nf4.h).
+constexpr double kNf4BytesPerWeight = 0.5 + 4.0 / 64;
+
+// The frozen base's bytes on this rank before ZeRO-3 sharding: P in lora.base_dtype, or
+// with "nf4" the block matrices in NF4, their norms in fp32 and the root (embedding, output)
+// in bf16 (its norm fp32).
+double loraBaseBytes(const TrainConfig& tc, const Counts& c, double L) {
+  if (tc.lora.base_dtype != BaseDType::kNf4)
+    return (tc.lora.base_dtype == BaseDType::kBf16 ? 2.0 : 4.0) * (L * c.block + c.root);
+  const double matrices = c.block - c.block_replicated;
+  return L * (kNf4BytesPerWeight * matrices + 4 * c.block_replicated) +
+         2 * (c.root - c.root_replicated) + 4 * c.root_replicated;
+}
+
+// The NF4 projection's scratch: its largest block matrix dequantized (fp32) beside the int32
+// code indices it is looked up from, 8 bytes per weight (trainer/kernels/nf4.cpp).
+double nf4Scratch(const TrainConfig& tc) {
+  if (!tc.lora.enabled() || tc.lora.base_dtype != BaseDType::kNf4) return 0;
+  const ModelArgs& m = tc.model;
+  const double largest = double(std::max({m.ffn_dim, m.n_heads * m.headDim()})) * double(m.dim);
+  return 8.0 * largest / double(tc.layout.tp);
+}
+
+// LoRA's model states: the frozen base (loraBaseBytes; no gradient, no optimizer state;
+// ZeRO-3 shards it, stages 1-2 hold it whole as DDP does), the adapters Pa as full
 // finetuning holds its weights. Stage 3 gathers a block's base in the compute dtype and
 // the root in its storage dtype.
 void loraModelStates(const TrainConfig& tc, const Counts& c, double L, MemoryEstimate& e) {
-  const double P = L * c.block + c.root, N = double(tc.layout.dp_shard);
+  const double N = double(tc.layout.dp_shard);
   const double pa_block = loraBlockParams(tc.model, tc.lora, tc.layout.tp), Pa = L * pa_block;
-  const double b = tc.lora.base_dtype == DType::kBf16 ? 2.0 : 4.0;
+  const double b = tc.lora.base_dtype == BaseDType::kBf16 ? 2.0 : 4.0,
+               base = loraBaseBytes(tc, c, L);
   const double elt = tc.training.dtype == DType::kBf16 ? 2.0 : 4.0;
   const int stage = static_cast<int>(tc.layout.effectiveZeroStage());
   e.optimizer = tc.training.optimizer == "adafactor" ? 4.0 * 2 * std::sqrt(Pa / L) * L
                                                      : 8.0 * (stage >= 1 ? Pa / N : Pa);
-  e.parameters = (stage == 3 ? (b * P + 4 * Pa) / N : b * P + 4 * Pa);
+  e.parameters = (stage == 3 ? (base + 4 * Pa) / N : base + 4 * Pa);
+  e.scratch = nf4Scratch(tc);
   e.gradients = stage == 0   ? 4 * Pa
                 : stage == 1 ? 4 * Pa + 4 * Pa / N
                 : stage == 2 ? 4 * Pa / N + 4 * pa_block
@@ -204,9 +229,11 @@ void activations(const TrainConfig& tc, const Counts& c, const StageShare& sh, M
   const double scores = flash ? 4.0 * B * H * T : (4.0 + (low ? elt : 0.0)) * B * H * T * T;
   // A weight stored in another dtype than the compute dtype is cast on use, and the cast
   // saved for backward (fp32 masters in bf16; a bf16 LoRA base in fp32).
-  const bool bf16_base = (tc.lora.enabled() && tc.lora.base_dtype == DType::kBf16) ||
+  // An NF4 base is dequantized again in backward: nothing of it is saved.
+  const bool bf16_base = (tc.lora.enabled() && tc.lora.base_dtype == BaseDType::kBf16) ||
                          tc.training.master_weights == "none";
-  const double casts = low != bf16_base ? elt * c.block : 0.0;
+  const bool nf4_base = tc.lora.enabled() && tc.lora.base_dtype == BaseDType::kNf4;
+  const double casts = low != bf16_base && !nf4_base ? elt * c.block : 0.0;
   // On a GPU the fused CPU kernels run as composed ATen ops, which keep fp32 intermediates
   // for backward: kGpuActivationScale times the CPU kernels' activations (measured: see there).
   const double scale = flash ? kGpuActivationScale : 1.0;
@@ -293,6 +320,7 @@ std::string formatMemoryEstimate(const TrainConfig& tc, const MemoryEstimate& e,
   row("optimizer state", e.optimizer);
   row("model states (sum of the above)", e.modelStates());
   if (e.gathered > 0) row("gathered units (ZeRO-3)", e.gathered);
+  if (e.scratch > 0) row("NF4 dequantization scratch", e.scratch);
   row("activations (no checkpointing)", e.activations_full);
   row("activations (checkpointing)", e.activations_checkpointed);
   row("communication buffers", e.comm_buffers);
@@ -348,8 +376,13 @@ std::pair<std::string, double> largestTerm(const MemoryEstimate& e, const TrainC
                "training.activation_checkpointing = \"full\""
              : "a smaller model (model.*), or shard it: parallel.dp_shard with "
                "parallel.zero_stage, or parallel.tp";
-  if (it->first == "parameters" && tc.lora.enabled() && tc.lora.base_dtype == DType::kFp32)
+  if (it->first == "parameters" && tc.lora.enabled() && tc.lora.base_dtype == BaseDType::kFp32)
     hint = "store the frozen base in bf16 (lora.base_dtype = \"bf16\" halves it), " + hint;
+  if (it->first == "parameters" && tc.lora.enabled() && tc.lora.base_dtype == BaseDType::kBf16)
+    hint =
+        "store the frozen base's block matrices in NF4 (lora.base_dtype = \"nf4\": 0.56 "
+        "bytes per weight), " +
+        hint;
   return *it;
 }
 

@@ -57,12 +57,13 @@ struct MemoryEstimate {
   double parameters = 0, gradients = 0, optimizer = 0, gathered = 0;
   double activations_full = 0, activations_checkpointed = 0;  // of everything in flight
   double comm_buffers = 0, runtime = 0;
+  double scratch = 0;          // an NF4 base's one dequantized matrix (lora.base_dtype = "nf4")
   bool checkpointing = false;  // which activation figure the total uses
   bool device = false;         // a GPU's memory (estimateDeviceMemory), else the host's RSS
 
   double modelStates() const { return parameters + gradients + optimizer; }
   double total() const {
-    return modelStates() + gathered +
+    return modelStates() + gathered + scratch +
            (checkpointing ? activations_checkpointed : activations_full) + comm_buffers + runtime;
   }
 };

@@ -266,15 +266,32 @@ bool LoraConfig::hasTarget(const std::string& t) const {
 
 namespace {
 
+// An NF4 base is held whole by every rank: its packed blocks are not split over tp ranks
+// nor sharded into ZeRO-3's flat units.
+void checkNf4Layout(const Config& cfg, const LayoutConfig& layout) {
+  if (layout.tp > 1)
+    cfg.failEither("lora.base_dtype", "parallel.tp",
+                   "an NF4 base (\"nf4\") is held whole by every rank; tensor parallelism would "
+                   "split its packed blocks",
+                   "parallel.tp = 1 (DDP or ZeRO-1/2 over the ranks), or lora.base_dtype = "
+                   "\"bf16\"");
+  if (layout.effectiveZeroStage() == 3)
+    cfg.failEither("lora.base_dtype", "parallel.zero_stage",
+                   "an NF4 base (\"nf4\") is held whole by every rank; ZeRO-3 would shard it",
+                   "parallel.zero_stage = 1 or 2 (they shard the adapters' optimizer state), or "
+                   "lora.base_dtype = \"bf16\"");
+}
+
 // [lora]: an adapter or a frozen base's dtype needs adapters; dropout is not split over tp.
 void checkLora(const Config& cfg, const LoraConfig& c, const LayoutConfig& layout) {
   if (!c.enabled() && !c.from_pretrained.empty())
     cfg.fail("lora.from_pretrained",
              "a PEFT adapter needs lora.rank > 0 (it is 0: full finetuning)",
              "set lora.rank to the adapter's r (adapter_config.json)");
-  if (!c.enabled() && c.base_dtype != DType::kFp32)
+  if (!c.enabled() && c.base_dtype != BaseDType::kFp32)
     cfg.fail("lora.base_dtype", "a frozen base needs lora.rank > 0 (it is 0: every weight trains)",
              "set lora.rank, or leave lora.base_dtype = \"fp32\"");
+  if (c.enabled() && c.base_dtype == BaseDType::kNf4) checkNf4Layout(cfg, layout);
   if (c.enabled() && c.dropout > 0 && layout.tp > 1)
     cfg.failEither(
         "lora.dropout", "parallel.tp",

@@ -40,6 +40,10 @@ struct ModelArgs {
 };
 
 enum class DType { kFp32, kBf16 };
+// Storage of LoRA's frozen base matrices (lora.base_dtype): a dtype of its own, so code that
+// reads a compute dtype (DType) never meets NF4. kNf4: the block projections as 4-bit NF4
+// (trainer/kernels/nf4.h), the embedding and output projection in bf16.
+enum class BaseDType { kFp32, kBf16, kNf4 };
 
 // [checkpoint] (trainer/README.md "Checkpoints").
 struct CheckpointConfig {
@@ -100,8 +104,8 @@ struct LoraConfig {
   double alpha = 0, dropout = 0;
   // Subset of kLoraTargets, in that order ("q,v" is PEFT's default for Llama).
   std::vector<std::string> targets;
-  DType base_dtype = DType::kFp32;  // storage of the frozen base weights
-  std::string from_pretrained;      // a PEFT adapter directory to start from, "" = none
+  BaseDType base_dtype = BaseDType::kFp32;  // storage of the frozen base weights
+  std::string from_pretrained;              // a PEFT adapter directory to start from, "" = none
   bool enabled() const { return rank > 0; }
   bool hasTarget(const std::string& t) const;
 };

@@ -112,6 +112,10 @@ KeyRow byHand(KeySpec k, const char* read_by) { return KeyRow{std::move(k), "", 
 DType dtypeOf(const Config& cfg, const std::string& key) {
   return cfg.getString(key) == "bf16" ? DType::kBf16 : DType::kFp32;
 }
+BaseDType baseDtypeOf(const Config& cfg, const std::string& key) {
+  const std::string& v = cfg.getString(key);
+  return v == "nf4" ? BaseDType::kNf4 : v == "bf16" ? BaseDType::kBf16 : BaseDType::kFp32;
+}
 double mib(const Config& cfg, const std::string& key) {
   return cfg.getFloat(key) * double(1 << 20);
 }
@@ -499,14 +503,16 @@ void loraRows(std::vector<KeyRow>& t) {
                         M(lora.targets), loraTargetsOf));
   KeySpec base = addedLater(oneOf(spec("lora.base_dtype", kString, s("fp32"),
                                        "storage of the frozen base weights (adapters and their "
-                                       "optimizer state stay fp32)"),
-                                  {"fp32", "bf16"}));
+                                       "optimizer state stay fp32): \"nf4\" = QLoRA's 4-bit "
+                                       "NormalFloat block projections, embedding and output "
+                                       "in bf16"),
+                                  {"fp32", "bf16", "nf4"}));
   base.derive = [](const Config& cfg) -> std::optional<Value> {
     if (cfg.getInt("lora.rank") == 0) return std::nullopt;
     return cfg.entries().at("training.dtype").value;
   };
   base.derive_doc = "training.dtype's with lora.rank > 0";
-  t.push_back(converted(std::move(base), M(lora.base_dtype), dtypeOf));
+  t.push_back(converted(std::move(base), M(lora.base_dtype), baseDtypeOf));
   t.push_back(member(addedLater(spec("lora.from_pretrained", kString, s(""),
                                      "PEFT adapter directory (adapter_config.json, "
                                      "adapter_model.safetensors) to start from; \"\" = fresh "

@@ -25,6 +25,8 @@
 #             tiny model, alternating rounds, with the tiny model's PyTorch eager step
 #   gloo      torch 2.x Gloo's own collectives (bf16 all-reduce, reduce_scatter_tensor) against
 #             the forms Comm uses on Gloo, 2 ranks over TCP loopback
+#   nf4       peak RSS of LoRA over an NF4 base (lora.base_dtype) against a bf16 base, world 1,
+#             274 M model, and the --estimate-memory figure of each
 #   lora      LoRA (rank 16, all seven targets) against full finetuning, D512/L8 and the 274 M
 #             model, 1 rank: tokens/s, peak RSS, step breakdown; and ftbench against HF TRL's
 #             SFTTrainer (peft for LoRA) on the same HF model directory and prompt/completion
@@ -44,8 +46,8 @@
 #             thread each, on 10,000 multilingual texts and one small tokenizer per family
 #             (GPT-2, Llama 3, Qwen 2, SmolLM2, Mistral, Llama 2): tokens/s and the same ids;
 #             FTB_TOK_ROUNDS alternating rounds (default 3), the best of each reported
-# Usage: scripts/bench.sh [trainer|eager|dpscale|memory|launcher|aggregate|data|hfload|textdata|ckpt|port|gloo|lora|pipeline|tokenizer ...]
-#        (default: all but hfload, ckpt, port, lora, pipeline and tokenizer)
+# Usage: scripts/bench.sh [trainer|eager|dpscale|memory|launcher|aggregate|data|hfload|textdata|ckpt|port|gloo|lora|nf4|pipeline|tokenizer ...]
+#        (default: all but hfload, ckpt, port, lora, nf4, pipeline and tokenizer)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -248,6 +250,28 @@ bench_memory() {
   "$PY" scripts/bench_memory_report.py "$runs" > "$OUT/memory.md"
   drop_checkpoints "$runs"
   cat "$OUT/memory.md"
+}
+
+# QLoRA: peak RSS of one rank of the memory model with LoRA r8 on all seven targets over a
+# bf16 base against an NF4 one (lora.base_dtype), in fp32 and in bf16 compute, and the
+# estimate of each.
+bench_nf4() {
+  local runs=$OUT/runs/nf4
+  rm -rf "$runs"
+  mkdir -p "$runs"
+  local keys=(lora.rank=8 lora.targets='"all"' checkpoint.save_final=false)
+  for dtype in fp32 bf16; do
+    for base in bf16 nf4; do
+      echo "bench: nf4, world 1, LoRA rank 8, training.dtype $dtype, base $base"
+      local run=(--config configs/runs/bench-memory.toml "${keys[@]}"
+                 training.dtype="\"$dtype\"" lora.base_dtype="\"$base\"")
+      OMP_NUM_THREADS=1 "$BUILD/trainer/trainer" "${run[@]}" --output-dir "$runs/$dtype.$base" \
+        --no-sweep-dir >"$runs/$dtype.$base.log" 2>&1
+      "$BUILD/trainer/trainer" "${run[@]}" --estimate-memory >"$runs/$dtype.$base/estimate.txt"
+    done
+  done
+  "$PY" scripts/bench_memory_report.py --nf4 "$runs" > "$OUT/nf4.md"
+  cat "$OUT/nf4.md"
 }
 
 bench_data() {
@@ -578,6 +602,7 @@ for b in "${which[@]}"; do
     eager) bench_eager ;;
     dpscale) bench_dpscale ;;
     memory) bench_memory ;;
+    nf4) bench_nf4 ;;
     data) bench_data ;;
     hfload) bench_hfload ;;
     textdata) bench_textdata ;;
@@ -589,6 +614,6 @@ for b in "${which[@]}"; do
     tokenizer) bench_tokenizer ;;
     launcher) scripts/bench_launcher.sh ;;
     aggregate) if [ -x scripts/bench_aggregate.sh ]; then scripts/bench_aggregate.sh; else echo "bench: aggregate benchmark not available yet" >&2; fi ;;
-    *) echo "bench: unknown benchmark '$b'; expected trainer, eager, dpscale, memory, launcher, aggregate, data, hfload, textdata, ckpt, port, gloo, lora, pipeline or tokenizer (see the list at the top of scripts/bench.sh)" >&2; exit 2 ;;
+    *) echo "bench: unknown benchmark '$b'; expected trainer, eager, dpscale, memory, launcher, aggregate, data, hfload, textdata, ckpt, port, gloo, lora, nf4, pipeline or tokenizer (see the list at the top of scripts/bench.sh)" >&2; exit 2 ;;
   esac
 done

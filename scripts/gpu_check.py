@@ -19,6 +19,8 @@ Checks (each prints PASS or FAIL with its figures; the report goes to --report):
               training.device_memory_limit_gb caps the allocator: D2048 fits 40 GB, ends as
               oom (exit 5, /status) under 4 GB; bf16 weights without fp32 masters
               (stochastic, Kahan) against fp32 masters over 200 steps of D512/L8
+  nf4         LoRA on an NF4 base (lora.base_dtype = "nf4": quantized and dequantized with ATen
+              ops on the device) on the GPU equals the CPU within 1e-4
   large       a D2048 model (16 layers, GQA) in bf16 at micro-batch 2, 4 and 8: tokens/s, MFU
               against the GPU's dense bf16 peak, GEMM efficiency, and the CUDA caching
               allocator's peaks against the memory estimator (--estimate-memory without its
@@ -223,6 +225,14 @@ class Check:
                     f"max relative loss difference {err:.2e} (bound 1e-4), loss "
                     f"{fmt(losses(gpu)[[0, -1]])}")
 
+    def nf4(self):
+        ov = ["lora.rank=8", 'lora.targets="all"', 'lora.base_dtype="nf4"', "training.lr=1e-2",
+              'training.fp32_gemm="aten"']
+        _, gpu, err = self.on_both("nf4", ov)
+        self.record("nf4", err <= 1e-4,
+                    f"rank 8 on every projection of an NF4 base: max relative loss difference "
+                    f"{err:.2e} (bound 1e-4), loss {fmt(losses(gpu)[[0, -1]])}")
+
     def large(self):
         """The D2048 model at micro-batch 2, 4 and 8: one table row each."""
         self.table = []
@@ -407,7 +417,8 @@ def main():
     args = ap.parse_args()
     Path(args.work).mkdir(parents=True, exist_ok=True)
     c = Check(args)
-    names = ["parity", "layouts", "nccl", "checkpoint", "hf_import", "lora", "memory", "large"]
+    names = ["parity", "layouts", "nccl", "checkpoint", "hf_import", "lora", "nf4", "memory",
+             "large"]
     for n in (args.only.split(",") if args.only else names):
         t0 = time.time()
         c.attempt(n, getattr(c, n))

@@ -74,9 +74,18 @@ std::vector<StatePiece> collectModelState(const GradSync& sync, int64_t tp_rank,
   std::vector<StatePiece> out;
   auto add = [&](const std::vector<torch::Tensor>& params, const std::vector<FlatLayout>& lay) {
     std::vector<std::vector<Entry>> entries = entriesOf(lay, tp_rank, tp);
-    for (size_t i = 0; i < params.size(); ++i)
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (lay[i].params.size() == 1 && lay[i].params[0].nf4.defined()) {  // quantized on store
+        TORCH_CHECK(tp == 1, "internal: an NF4 base under tensor parallelism");
+        Nf4Tensor q = lay[i].params[0].nf4;  // shares the model's storage
+        const Box whole{std::vector<int64_t>(q.shape.size(), 0), q.shape};
+        out.push_back({"model." + lay[i].params[0].name, q.shape, whole, torch::Tensor(), false,
+                       [q](const torch::Tensor& src) mutable { nf4Requantize(q, src); }});
+        continue;
+      }
       for (const Entry& e : entries[i])
         out.push_back({"model." + e.name, e.global_shape, e.box, viewOf(params[i].data(), e)});
+    }
   };
   add(sync.optimizerParams(), sync.optimizerLayout());
   add(sync.frozenParams(), sync.frozenLayout());

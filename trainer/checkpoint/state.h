@@ -12,6 +12,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,9 @@ struct StatePiece {
   Box box;                // this piece inside the global tensor
   torch::Tensor view;     // shape box.size, aliases the live state
   bool per_rank = false;  // rank-private (RNG): never deduplicated across ranks
+  // A state that is no plain tensor (an NF4 base matrix): `view` is undefined and
+  // store(src) writes src (shape box.size, any float dtype) into it, quantizing.
+  std::function<void(const torch::Tensor&)> store;
 };
 
 // REQUIRES: opt was built over sync.optimizerParams(). `tp_rank` of `tp` places
@@ -37,7 +41,8 @@ std::vector<StatePiece> collectState(const GradSync& sync, Optimizer& opt, int64
 
 // The "model.*" pieces of collectState alone (no optimizer), plus the frozen weights
 // (LoRA's base, which checkpoints leave out): the live weights as boxes of the global
-// tensors, for filling them from another source (HF import, hf/).
+// tensors, for filling them from another source (HF import, hf/). An NF4 base matrix is
+// one whole piece with `store` (REQUIRES: tp == 1 for it; TrainConfig refuses NF4 with tp).
 std::vector<StatePiece> collectModelState(const GradSync& sync, int64_t tp_rank, int64_t tp);
 
 // Dtype names used in the manifest and the HDF5 files.

@@ -188,7 +188,10 @@ PretrainedModel::LoadStats PretrainedModel::load(std::vector<ckpt::StatePiece>& 
     torch::Tensor src = file->view(hp.hf_name);
     for (size_t d = 0; d < p.box.offset.size(); ++d)
       src = src.narrow(int64_t(d), p.box.offset[d], p.box.size[d]);
-    p.view.copy_(src);  // converts bf16 / fp16 to the master dtype
+    if (p.store)
+      p.store(src);  // an NF4 base matrix, quantized as it is read
+    else
+      p.view.copy_(src);  // converts bf16 / fp16 to the master dtype
     st.bytes += src.numel() * src.element_size();
     st.peak_rss = std::max(st.peak_rss, currentRssBytes());  // the file's pages still resident
     file->release(hp.hf_name);

@@ -55,7 +55,31 @@ class BlasLinear : public torch::autograd::Function<BlasLinear> {
   }
 };
 
+// y = x · deq(W)ᵀ for a frozen NF4 W; backward gx = gy · deq(W), dequantized again.
+class Nf4Linear : public torch::autograd::Function<Nf4Linear> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& codes, const torch::Tensor& absmax,
+                               const std::vector<int64_t>& shape) {
+    ctx->save_for_backward({codes, absmax});
+    ctx->saved_data["shape"] = shape;
+    return projection(x, nf4Dequantize({codes, absmax, shape}, x.scalar_type()));
+  }
+
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const Nf4Tensor w{saved[0], saved[1], ctx->saved_data["shape"].toIntVector()};
+    torch::Tensor gx = torch::matmul(grads[0], nf4Dequantize(w, grads[0].scalar_type()));
+    return {gx, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
 }  // namespace
+
+torch::Tensor nf4Projection(const torch::Tensor& x, const Nf4Tensor& w) {
+  return Nf4Linear::apply(x, w.codes, w.absmax, w.shape);
+}
 
 void setFp32Gemm(Fp32Gemm route) {
   TORCH_CHECK(route == Fp32Gemm::kAten || kernels::openblas(), "OpenBLAS is not loadable");

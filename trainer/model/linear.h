@@ -14,6 +14,8 @@
 
 #include <string>
 
+#include "trainer/kernels/nf4.h"
+
 namespace ftb {
 
 enum class Fp32Gemm { kAten, kOpenBlas };
@@ -27,6 +29,13 @@ std::string fp32GemmName(Fp32Gemm route);  // "ATen (MKL)" or OpenBLAS's own des
 bool fp32OnOpenBlas(const torch::Tensor& a, const torch::Tensor& b);
 
 torch::Tensor projection(const torch::Tensor& x, const torch::Tensor& weight);
+
+// x [..., K] times an NF4 weight w [N, K] (lora.base_dtype = "nf4") -> [..., N] in x's
+// dtype, differentiable in x only (the weight is frozen: no gradient). Forward dequantizes
+// w to x's dtype for the product (projection()) and drops it; backward dequantizes it again
+// for grad_x = grad_y · w. Saved for backward: the packed tensors only, so one dequantized
+// matrix exists at a time. REQUIRES: w.shape is [N, K] with K = x.size(-1), on x's device.
+torch::Tensor nf4Projection(const torch::Tensor& x, const Nf4Tensor& w);
 
 // training.fp32_gemm resolved: "aten", "openblas", or "auto" = whichever of the two ran an
 // n×n×n GEMM faster here and now (both timed when OpenBLAS loads; 0 = not measured).

@@ -57,11 +57,15 @@ constexpr LoraTargetSpec kTargetSpecs[] = {{"attention.wq", false},    {"attenti
                                            {"feed_forward.w1", false}, {"feed_forward.w3", false},
                                            {"feed_forward.w2", true}};
 
-// Storage of a weight matrix: bf16 for a bf16 frozen base (lora.base_dtype) or bf16 weights
-// without masters (training.master_weights = "none"), else fp32; norms stay fp32.
+// Storage of a weight matrix: bf16 for a bf16 or NF4 frozen base (lora.base_dtype; NF4 holds
+// the block projections in 4 bits, nf4Base, and the embedding and output in bf16) or bf16
+// weights without masters (training.master_weights = "none"), else fp32; norms stay fp32.
 torch::ScalarType baseDtype(const ModelOptions& opt) {
-  const bool bf16_base = opt.lora.enabled() && opt.lora.base_dtype == DType::kBf16;
-  return bf16_base || opt.bf16_weights ? torch::kBFloat16 : torch::kFloat32;
+  const bool low_base = opt.lora.enabled() && opt.lora.base_dtype != BaseDType::kFp32;
+  return low_base || opt.bf16_weights ? torch::kBFloat16 : torch::kFloat32;
+}
+bool nf4Base(const ModelOptions& opt) {
+  return opt.lora.enabled() && opt.lora.base_dtype == BaseDType::kNf4;
 }
 
 }  // namespace
@@ -118,24 +122,34 @@ TransformerBlockImpl::TransformerBlockImpl(const ModelArgs& a, const TpContext& 
   const int64_t D = a.dim, hd = a.headDim();
   const bool frozen = opt.lora.enabled();
   using Fill = ParamInit::Fill;
-  // Registered under short names (libtorch forbids dots); seeded by the full name.
+  nf4_.resize(kLoraTargets.size());
+  // Registered under short names (libtorch forbids dots); seeded by the full name. Target
+  // `t`'s matrix (kTargetSpecs index) of an NF4 base is quantized as soon as it is drawn:
+  // the codes are the parameter, the block absmax a buffer "<name>_absmax".
   auto add = [&](const char* name, const std::string& full, std::vector<int64_t> shape, int dim,
-                 Fill fill) {
-    torch::Tensor t = initParam({pre + full, shape, dim, fill}, tp, opt.seed);
-    t = t.to(opt.device, fill == Fill::kNormal ? baseDtype(opt) : t.scalar_type());
-    t = register_parameter(name, t, /*requires_grad=*/!frozen);
-    params_.push_back({pre + full, t, dim, !frozen});
-    return t;
+                 Fill fill, int t = -1) {
+    torch::Tensor w = initParam({pre + full, shape, dim, fill}, tp, opt.seed);
+    Nf4Tensor q;
+    if (t >= 0 && nf4Base(opt)) {
+      q = nf4_[t] = nf4Quantize(w.to(opt.device));
+      w = q.codes;
+      register_buffer(std::string(name) + "_absmax", q.absmax);
+    } else {
+      w = w.to(opt.device, fill == Fill::kNormal ? baseDtype(opt) : w.scalar_type());
+    }
+    w = register_parameter(name, w, /*requires_grad=*/!frozen);
+    params_.push_back({pre + full, w, dim, !frozen, q});
+    return w;
   };
   attention_norm = add("attention_norm", "attention_norm.weight", {D}, -1, Fill::kOnes);
-  wq = add("wq", "attention.wq.weight", {a.n_heads * hd, D}, 0, Fill::kNormal);
-  wk = add("wk", "attention.wk.weight", {a.n_kv_heads * hd, D}, 0, Fill::kNormal);
-  wv = add("wv", "attention.wv.weight", {a.n_kv_heads * hd, D}, 0, Fill::kNormal);
-  wo = add("wo", "attention.wo.weight", {D, a.n_heads * hd}, 1, Fill::kNormal);
+  wq = add("wq", "attention.wq.weight", {a.n_heads * hd, D}, 0, Fill::kNormal, 0);
+  wk = add("wk", "attention.wk.weight", {a.n_kv_heads * hd, D}, 0, Fill::kNormal, 1);
+  wv = add("wv", "attention.wv.weight", {a.n_kv_heads * hd, D}, 0, Fill::kNormal, 2);
+  wo = add("wo", "attention.wo.weight", {D, a.n_heads * hd}, 1, Fill::kNormal, 3);
   ffn_norm = add("ffn_norm", "ffn_norm.weight", {D}, -1, Fill::kOnes);
-  w1 = add("w1", "feed_forward.w1.weight", {a.ffn_dim, D}, 0, Fill::kNormal);
-  w2 = add("w2", "feed_forward.w2.weight", {D, a.ffn_dim}, 1, Fill::kNormal);
-  w3 = add("w3", "feed_forward.w3.weight", {a.ffn_dim, D}, 0, Fill::kNormal);
+  w1 = add("w1", "feed_forward.w1.weight", {a.ffn_dim, D}, 0, Fill::kNormal, 4);
+  w2 = add("w2", "feed_forward.w2.weight", {D, a.ffn_dim}, 1, Fill::kNormal, 6);
+  w3 = add("w3", "feed_forward.w3.weight", {a.ffn_dim, D}, 0, Fill::kNormal, 5);
   adapters_.resize(kLoraTargets.size());
   if (frozen) {
     lora_scale_ = opt.lora.alpha / static_cast<double>(opt.lora.rank);
@@ -175,9 +189,14 @@ std::vector<torch::Tensor> TransformerBlockImpl::trainableTensors() const {
   return v;
 }
 
+torch::Tensor TransformerBlockImpl::baseProjection(const torch::Tensor& x,
+                                                   const torch::Tensor& weight, size_t t) const {
+  return nf4_[t].defined() ? nf4Projection(x, nf4_[t]) : proj(x, weight);
+}
+
 torch::Tensor TransformerBlockImpl::linear(const torch::Tensor& x, const torch::Tensor& lora_x,
                                            const torch::Tensor& weight, size_t t) const {
-  torch::Tensor y = proj(x, weight);
+  torch::Tensor y = baseProjection(x, weight, t);
   if (!adapters_[t].defined()) return y;
   const uint64_t seed = mask_seed_ != nullptr ? *mask_seed_ : 0;
   return y + loraDelta(lora_x, adapters_[t], lora_scale_, lora_dropout_, seed, tp_);
@@ -216,7 +235,7 @@ torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x, const RopeTa
   torch::Tensor attn = causalAttention(q, k, v).transpose(1, 2).reshape({B, T, -1});
   // Row-parallel adapters add their (already reduced) delta after the base's reduction.
   auto rowParallel = [&](const torch::Tensor& in, const torch::Tensor& weight, size_t t) {
-    torch::Tensor y = reduceFromTp(proj(in, weight), tp_);
+    torch::Tensor y = reduceFromTp(baseProjection(in, weight, t), tp_);
     if (!adapters_[t].defined()) return y;
     const uint64_t seed = mask_seed_ != nullptr ? *mask_seed_ : 0;
     return y + loraDelta(in, adapters_[t], lora_scale_, lora_dropout_, seed, tp_);

@@ -31,6 +31,7 @@
 
 #include "common/run_config.h"
 #include "trainer/comm/tp.h"
+#include "trainer/kernels/nf4.h"
 #include "trainer/model/lora.h"
 
 namespace ftb {
@@ -67,11 +68,15 @@ torch::Tensor causalAttention(const torch::Tensor& q, const torch::Tensor& k,
 // across tensor-parallel ranks, -1 when every tp rank holds the same full tensor
 // (norm weights): those count once, not tp times, in the global gradient norm.
 // Invariant: trainable == tensor.requires_grad(); with LoRA only the adapters train.
+// An NF4 base matrix (lora.base_dtype = "nf4"): `nf4` is defined, `tensor` is its packed
+// codes (nf4.codes) and nf4.shape the weight's shape; writing the weight goes through
+// nf4Requantize (kernels/nf4.h), never through `tensor`.
 struct ModelParam {
   std::string name;  // torchtitan name, e.g. "layers.3.attention.wq.weight"
   torch::Tensor tensor;
   int shard_dim = -1;
   bool trainable = true;
+  Nf4Tensor nf4;
   bool tpReplicated() const { return shard_dim < 0; }
 };
 std::vector<ModelParam> trainableOnly(const std::vector<ModelParam>& params);
@@ -119,10 +124,13 @@ class TransformerBlockImpl : public torch::nn::Module {
   // W x (+ the LoRA delta of target t, from the input before copyToTp when column-parallel).
   torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& lora_x,
                        const torch::Tensor& weight, size_t t) const;
+  // W x alone, W being target t's base weight (dequantized on use when it is NF4).
+  torch::Tensor baseProjection(const torch::Tensor& x, const torch::Tensor& weight, size_t t) const;
   void addAdapters(const ModelArgs& a, const std::string& pre, const ModelOptions& opt);
 
   std::vector<ModelParam> params_;
   std::vector<LoraAdapter> adapters_;  // by kLoraTargets index; undefined = no adapter
+  std::vector<Nf4Tensor> nf4_;         // by kLoraTargets index; undefined = not NF4
   double lora_scale_ = 0, lora_dropout_ = 0;
   const uint64_t* mask_seed_ = nullptr;
   int64_t n_local_heads_, n_local_kv_heads_, head_dim_;

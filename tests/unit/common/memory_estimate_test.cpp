@@ -47,7 +47,7 @@ TEST(MemoryEstimate, Zero3On8RanksIs16PsiOverN) {
 }
 
 // A LoRA run whose fp32 frozen base is the largest term: the hint names lora.base_dtype
-// (a bf16 base halves it); a bf16 base gets the general hint.
+// (a bf16 base halves it); a bf16 base's hint names "nf4".
 TEST(MemoryEstimate, LoraFp32BaseOverBudgetHintsTheBaseDtype) {
   MemoryBudget budget;
   budget.bytes = 8.0 * (1 << 30);
@@ -63,6 +63,8 @@ TEST(MemoryEstimate, LoraFp32BaseOverBudgetHintsTheBaseDtype) {
     EXPECT_NE(why.find("largest term: parameters"), std::string::npos) << why;
     const bool hinted = why.find("lora.base_dtype = \"bf16\"") != std::string::npos;
     EXPECT_EQ(hinted, std::string(dtype) == "fp32") << why;
+    const bool nf4 = why.find("lora.base_dtype = \"nf4\"") != std::string::npos;
+    EXPECT_EQ(nf4, std::string(dtype) == "bf16") << why;
   }
 }
 
@@ -121,6 +123,29 @@ TEST(MemoryEstimate, Llama7BOn24GiBFitsWithBf16WeightsAdafactorInBackward) {
   EXPECT_NE(why.find("exceeds 24.00 GiB (training.device_memory_limit_gb)"), std::string::npos)
       << why;
   EXPECT_NE(why.find("largest term: optimizer state"), std::string::npos) << why;
+}
+
+// An NF4 base: 0.5 + 4/64 bytes per block-matrix weight, fp32 norms, the embedding and
+// output in bf16, plus one dequantized matrix (fp32 + int32 indices) of scratch; no weight
+// cast saved for backward.
+TEST(MemoryEstimate, LoraNf4BaseCountsPackedBlocksAndScratch) {
+  auto lora = [](const char* dtype) {
+    return TrainConfig::fromConfig(
+        Config::load(kTinyRun, {"model.name=\"llama-2-7b\"", "data.seq_len=256",
+                                "training.micro_batch_size=1", "lora.rank=8", "lora.alpha=16",
+                                std::string("lora.base_dtype=\"") + dtype + "\""}),
+        1);
+  };
+  const MemoryEstimate nf4 = estimateMemory(lora("nf4")), bf16 = estimateMemory(lora("bf16"));
+  const double matrices = 32 * (4.0 * 4096 * 4096 + 3.0 * 4096 * 11008);
+  const double norms = 32 * 2 * 4096 + 4096, tables = 2.0 * 32000 * 4096;
+  const double adapters = 4.0 * loraParams(lora("nf4").model, lora("nf4").lora);
+  EXPECT_DOUBLE_EQ(nf4.parameters, (0.5 + 4.0 / 64) * matrices + 4 * norms + 2 * tables + adapters);
+  EXPECT_DOUBLE_EQ(bf16.parameters, 2 * (matrices + norms + tables) + adapters);
+  EXPECT_DOUBLE_EQ(nf4.scratch, 8.0 * 11008 * 4096);
+  EXPECT_EQ(bf16.scratch, 0);
+  EXPECT_NE(formatMemoryEstimate(lora("nf4"), nf4, 0).find("NF4 dequantization scratch"),
+            std::string::npos);
 }
 
 TEST(MemoryEstimate, TensorParallel8SplitsMatricesNotNorms) {

@@ -66,6 +66,18 @@ TEST(ConfigHash, ChangesWithEveryExperimentKeyAndWorldSize) {
   EXPECT_NE(h, hashOf(model, 2, {"data.source=\"x\""}));
 }
 
+// lora.base_dtype hashes only away from its default (training.dtype's with adapters): an
+// fp32 LoRA run keeps its tag when "fp32" is written out; "nf4" and "bf16" change it.
+TEST(ConfigHash, LoraBaseDtypeHashesOnlyAwayFromItsDefault) {
+  const std::string model = kModelToml;
+  const std::string h = hashOf(model, 2, {"lora.rank=4"});
+  EXPECT_EQ(h, hashOf(model, 2, {"lora.rank=4", "lora.base_dtype=\"fp32\""}));
+  EXPECT_NE(h, hashOf(model, 2, {"lora.rank=4", "lora.base_dtype=\"nf4\""}));
+  EXPECT_NE(h, hashOf(model, 2, {"lora.rank=4", "lora.base_dtype=\"bf16\""}));
+  EXPECT_NE(hashOf(model, 2, {"lora.rank=4", "lora.base_dtype=\"nf4\""}),
+            hashOf(model, 2, {"lora.rank=4", "lora.base_dtype=\"bf16\""}));
+}
+
 // fairseq2's SweepTagger joins keys and values without separators, so
 // {"a": "bc"} and {"ab": "c"} hash the same. Length prefixes keep them apart.
 TEST(ConfigHash, NoConcatenationAmbiguity) {
