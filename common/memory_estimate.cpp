@@ -198,9 +198,15 @@ void modelStates(const TrainConfig& tc, const Counts& c, double L, MemoryEstimat
 // training.optimizer_in_backward (DDP, trainer/parallel/ddp.h): no gradient buffers. A
 // parameter's gradient lives from its accumulation to its bucket's hand-over: the largest
 // tensor's alone in a world of one; across ranks the bucket being filled, plus two staging
-// buffers of the largest bucket (communication buffers).
-void optimizerInBackward(const TrainConfig& tc, const StageShare& sh, MemoryEstimate& e) {
+// buffers of the largest bucket (communication buffers). ZeRO-3 (zero.h): no shard
+// gradients; a unit's reduce-scattered shard lives until its update.
+void optimizerInBackward(const TrainConfig& tc, const StageShare& sh, const Counts& c,
+                         MemoryEstimate& e) {
   if (!tc.training.optimizer_in_backward) return;
+  if (tc.layout.effectiveZeroStage() == 3) {
+    e.gradients = 4 * std::max(c.block, c.root) / double(tc.layout.dp_shard);
+    return;
+  }
   const ModelArgs& m = tc.model;
   const double t = double(tc.layout.tp), D = m.dim;
   const double table = (sh.embed || sh.head) ? double(m.vocab_size) * D / t : 0.0;
@@ -268,7 +274,7 @@ MemoryEstimate estimateStage(const TrainConfig& tc, int64_t stage) {
   e.runtime = kRuntimeBaselineBytes;
   e.checkpointing = tc.training.activation_checkpointing > 0 || tc.layout.effectiveZeroStage() == 3;
   modelStates(tc, c, sh.blocks, e);
-  optimizerInBackward(tc, sh, e);
+  optimizerInBackward(tc, sh, c, e);
   activations(tc, c, sh, e);
   return e;
 }

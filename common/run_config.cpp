@@ -390,7 +390,8 @@ void checkLayoutFits(const Config& cfg, const TrainConfig& c) {
 
 // training.optimizer_in_backward steps each parameter the moment its gradient is final:
 // there must be one backward per step, no norm over all gradients before the update, and a
-// gradient sync that knows when a gradient is final (DDP; trainer/parallel/grad_sync.h).
+// gradient sync that knows when a gradient is final (DDP, ZeRO-3 without replicas;
+// trainer/parallel/grad_sync.h).
 // REQUIRES: grad_accum_steps resolved.
 void checkOptimizerInBackward(const Config& cfg, const TrainConfig& c) {
   if (!c.training.optimizer_in_backward) return;
@@ -408,11 +409,16 @@ void checkOptimizerInBackward(const Config& cfg, const TrainConfig& c) {
   if (c.layout.pp > 1)
     cfg.fail("parallel.pp", why + "but a pipeline stage runs several backwards per step",
              "use parallel.pp = 1 with optimizer_in_backward");
-  if (c.layout.effectiveZeroStage() != 0)
+  const int64_t stage = c.layout.effectiveZeroStage();
+  if (stage == 1 || stage == 2)
     cfg.fail("parallel.zero_stage",
-             why + "which DDP's buckets support; ZeRO stage " +
-                 num(c.layout.effectiveZeroStage()) + " does not yet",
-             "use parallel.zero_stage = 0 (DDP) with optimizer_in_backward");
+             why + "which DDP and ZeRO-3 support; ZeRO stage " + num(stage) + " does not",
+             "use parallel.zero_stage = 0 (DDP) or 3 with optimizer_in_backward");
+  if (stage == 3 && c.layout.dp_replicate > 1)
+    cfg.fail("parallel.dp_replicate",
+             why + "but replicas (HSDP, dp_replicate = " + num(c.layout.dp_replicate) +
+                 ") all-reduce their shard gradients only after backward",
+             "set parallel.dp_replicate = 1 (shard over every data-parallel rank)");
 }
 
 // training.master_weights = "none": bf16 weights need bf16 compute, and the layouts whose

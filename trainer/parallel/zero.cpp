@@ -59,6 +59,9 @@ class FlatUnit : public UnitHooks {
     for (auto& p : params_) p.set_data(torch::empty({0}, p.options().dtype(gather_dtype_)));
   }
   void consumeGrads(const std::vector<torch::Tensor>& grads) override { scatterAdd(grads, true); }
+  // The optimizer step inside backward (stage 3): each reduce-scattered shard gradient goes to
+  // `fn` instead of accumulating into grad(), which then never exists.
+  void setOnFinal(std::function<void(const torch::Tensor&)> fn) { on_final_ = std::move(fn); }
 
   // Stages 1-2 and the root unit: reduce the parameters' accumulated .grad.
   void reduceParamGrads(bool scatter) {
@@ -120,6 +123,8 @@ class FlatUnit : public UnitHooks {
     if (scatter) {
       torch::Tensor mine = torch::empty({shard_numel_}, on());
       shard_.reduceScatterSum(mine, flat);
+      flat = torch::Tensor();  // the full gradient is freed before the optimizer runs
+      if (on_final_) return on_final_(mine);
       grad().add_(mine);
     } else {
       shard_.allReduceSum(flat);
@@ -139,6 +144,7 @@ class FlatUnit : public UnitHooks {
   torch::ScalarType gather_dtype_;
   torch::Device device_ = torch::kCPU;  // the parameters' device: every flat buffer lives there
   torch::Tensor full_, master_, grad_;
+  std::function<void(const torch::Tensor&)> on_final_;
 
   torch::TensorOptions on() const { return torch::TensorOptions().device(device_); }
 };
@@ -249,8 +255,25 @@ class Zero3Sync final : public ZeroSync, public BlockExecutor {
       : ZeroSync(shard, replicate, compute_dtype, tp, /*persistent=*/false) {}
   BlockExecutor* blockExecutor() override { return this; }
   void beginStep() override {
+    handed_sq_ = 0;
     root_->materialize();
     for (auto& u : frozen_root_) u->materialize();
+  }
+  // Each unit's shard gradient is final once reduce-scattered (a block's in its backward, the
+  // root's in finishGradients): handed over there. Not with replicas (HSDP), whose all-reduce
+  // across replicas comes after backward.
+  bool applyInBackward(ApplyGrad apply) override {
+    if (replicate_.size() > 1) return false;
+    apply_ = std::move(apply);
+    const std::vector<FlatUnit*> units = trainableUnits();
+    for (size_t i = 0; i < units.size(); ++i)
+      units[i]->setOnFinal([this, i](const torch::Tensor& g) {
+        handed_sq_ += gradSquaredNorm({g}, norm_weights_.empty()
+                                               ? std::vector<torch::Tensor>{}
+                                               : std::vector<torch::Tensor>{norm_weights_[i]});
+        apply_(i, g);
+      });
+    return true;
   }
   // Block gradients were reduce-scattered in backward (UnitHooks::consumeGrads).
   void finishGradients() override {
@@ -352,6 +375,7 @@ std::vector<FlatLayout> ZeroSync::optimizerLayout() const {
 
 std::vector<torch::Tensor> ZeroSync::gradients() const {
   std::vector<torch::Tensor> v;
+  if (apply_) return v;  // handed to the optimizer in backward, never stored
   for (FlatUnit* u : trainableUnits()) v.push_back(u->grad());
   return v;
 }
@@ -370,6 +394,7 @@ std::vector<FlatLayout> ZeroSync::frozenLayout() const {
 
 // Shards are disjoint across the shard group; replicas (HSDP) hold equal copies.
 double ZeroSync::localSquaredNorm() const {
+  if (apply_) return handed_sq_;  // stage 3 inside backward: no replicas
   return gradSquaredNorm(gradients(), norm_weights_) / double(replicate_.size());
 }
 
@@ -379,6 +404,7 @@ void ZeroSync::finishReplicas() {
 }
 
 void ZeroSync::zeroGrads() {
+  if (apply_) return;  // no gradient buffers inside backward
   for (FlatUnit* u : trainableUnits()) u->grad().zero_();
 }
 

@@ -21,6 +21,8 @@
 // parameters are this rank's flat fp32 shards, one per unit (blocks, then the root).
 // Invariant: after afterOptimizer(), every rank's materialised parameters (stages 1-2)
 // are identical across the shard group.
+// With the optimizer step inside backward (stage 3 without replicas), a unit's shard
+// gradient goes to the optimizer as soon as it is reduce-scattered and is never stored.
 // Frozen parameters (LoRA's base) are in no trainable unit: no gradient, no master, no
 // optimizer state. Stages 1-2 leave them whole in the model; stage 3 shards them in
 // frozen units of their own dtype, gathered and released with their block (or the root).
@@ -77,6 +79,8 @@ class ZeroSync : public GradSync {
   std::vector<std::unique_ptr<FlatUnit>> blocks_;
   std::unique_ptr<FlatUnit> root_;
   std::vector<torch::Tensor> norm_weights_;  // per trainable unit, when tp > 1
+  ApplyGrad apply_;         // the optimizer step inside backward (stage 3: applyInBackward)
+  double handed_sq_ = 0;    // Σ of the handed shard gradients' weighted squares this step
   // Stage 3 with frozen weights (LoRA): their flat shards, and which block or the root
   // gathers each (groups_ by layer; frozen_root_).
   std::vector<std::unique_ptr<FlatUnit>> frozen_units_;

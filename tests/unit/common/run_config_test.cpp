@@ -115,8 +115,16 @@ TEST(TrainConfig, OptimizerInBackwardRefusesWhatItCannotHold) {
                     {"training.grad_accum_steps", "one backward", "micro_batch_size"});
   expectConfigError([&] { load({on, no_clip, "parallel.pp=2"}, 2); },
                     {"parallel.pp", "optimizer_in_backward"});
-  expectConfigError([&] { load({on, no_clip, "parallel.dp_shard=2", "parallel.zero_stage=3"}, 2); },
+  EXPECT_TRUE(load({on, no_clip, "parallel.dp_shard=2", "parallel.zero_stage=3"}, 2)
+                  .training.optimizer_in_backward);
+  expectConfigError([&] { load({on, no_clip, "parallel.dp_shard=2", "parallel.zero_stage=2"}, 2); },
                     {"parallel.zero_stage", "optimizer_in_backward", "zero_stage = 0"});
+  expectConfigError(
+      [&] {
+        load({on, no_clip, "parallel.dp_shard=2", "parallel.dp_replicate=2", "parallel.zero_stage=3"},
+             4);
+      },
+      {"parallel.dp_replicate", "HSDP"});
 }
 
 TEST(TrainConfig, KvHeadsMustDivideHeads) {
