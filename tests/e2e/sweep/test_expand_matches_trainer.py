@@ -66,3 +66,41 @@ def test_expand_valid_flag_and_reason_equal_the_trainers_acceptance(tmp_path):
                    "splits tensors across ranks"):
         assert needle in reasons, needle
     assert 0 < valid < len(points)
+
+
+# The memory techniques' keys in a sweep grid: every combination is a point, and expand's
+# verdict is the trainer's (bf16 weights need bf16 compute and refuse ZeRO; the optimizer step
+# inside backward needs max_grad_norm = 0 and refuses ZeRO-2).
+MEMORY_SWEEP = """
+base = "{base}"
+[grid]
+"training.optimizer_in_backward" = [false, true]
+"training.max_grad_norm" = [0.0, 1.0]
+"training.master_weights" = ["fp32", "none"]
+"training.dtype" = ["fp32", "bf16"]
+"parallel.zero_stage" = [0, 2, 3]
+"parallel.dp_shard" = [2]
+nproc_per_node = [2]
+"""
+
+
+def test_memory_technique_keys_expand_as_the_trainer_accepts(tmp_path):
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text(MEMORY_SWEEP.format(base=REPO / "configs" / "runs" / "tiny.toml"))
+    p = subprocess.run([str(SWEEP_TAGGER), "expand", str(sweep), "--json"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    points = [json.loads(line) for line in p.stdout.splitlines()]
+    assert len(points) == 2 * 2 * 2 * 2 * 3
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        refusals = list(pool.map(trainer_refusal, points))
+    for point, refusal in zip(points, refusals):
+        assert point["valid"] == (refusal == ""), (point["args"], point["reason"], refusal)
+        assert point["reason"].strip() == refusal, point["args"]
+    reasons = " ".join(pt["reason"] for pt in points)
+    for needle in ("max_grad_norm = 0", "but training.dtype is fp32", "ZeRO's shards are fp32",
+                   "ZeRO stage 2 does not"):
+        assert needle in reasons, needle
+    assert any(pt["valid"] for pt in points if "training.optimizer_in_backward=true" in pt["args"])
+    # distinct points have distinct tags
+    assert len({pt["tag"] for pt in points}) == len(points)

@@ -78,6 +78,23 @@ TEST(ConfigHash, LoraBaseDtypeHashesOnlyAwayFromItsDefault) {
             hashOf(model, 2, {"lora.rank=4", "lora.base_dtype=\"bf16\""}));
 }
 
+// The memory techniques' keys hash only away from their defaults: a run directory named
+// before they existed keeps its tag when a default is written out, and each other value is
+// its own experiment.
+TEST(ConfigHash, MemoryTechniqueKeysHashOnlyAwayFromTheirDefaults) {
+  const std::string model = kModelToml;
+  const std::string h = hashOf(model, 2);
+  const std::vector<std::pair<std::string, std::string>> keys = {
+      {"training.optimizer_in_backward=false", "training.optimizer_in_backward=true"},
+      {"training.master_weights=\"fp32\"", "training.master_weights=\"none\""},
+      {"training.bf16_update=\"stochastic\"", "training.bf16_update=\"kahan\""},
+      {"training.device_memory_limit_gb=0", "training.device_memory_limit_gb=24"}};
+  for (const auto& [at_default, away] : keys) {
+    EXPECT_EQ(h, hashOf(model, 2, {at_default})) << at_default;
+    EXPECT_NE(h, hashOf(model, 2, {away})) << away;
+  }
+}
+
 // fairseq2's SweepTagger joins keys and values without separators, so
 // {"a": "bc"} and {"ab": "c"} hash the same. Length prefixes keep them apart.
 TEST(ConfigHash, NoConcatenationAmbiguity) {
