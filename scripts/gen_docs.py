@@ -11,7 +11,8 @@ A generated block is the lines between
 
 where PROGRAM is trainer, launcher or sweep_tagger, run from the build directory
 ($FTB_BUILD_DIR, default build/release) with ARGS, its stdout (trailing newlines dropped)
-being the block's content. tests/e2e/docs/test_generated_blocks.py checks every block.
+being the block's content (run in the repository root, so ARGS may name configs/...).
+tests/e2e/docs/test_generated_blocks.py checks every block.
 """
 import re
 import shlex
@@ -79,7 +80,8 @@ def generate(command):
     exe = PROGRAMS[words[0]]
     if not exe.exists():
         raise FileNotFoundError(f"{exe} is not built (scripts/build.sh, or set FTB_BUILD_DIR)")
-    p = subprocess.run([str(exe), *words[1:]], capture_output=True, text=True, timeout=120)
+    p = subprocess.run([str(exe), *words[1:]], capture_output=True, text=True, timeout=120,
+                       cwd=ROOT)  # relative paths in ARGS are the repository's
     if p.returncode != 0:
         raise CommandFailed(command, p.returncode, p.stderr)
     return p.stdout.rstrip("\n").split("\n")

@@ -45,6 +45,9 @@ cxxopts::Options trainerCli() {
       "write the synthetic dataset of this config to PATH (.jsonl or .bin) and exit",
       cxxopts::value<std::string>())(
       "estimate-memory", "print the per-rank memory estimate for this config and layout and exit")(
+      "fit",
+      "with --estimate-memory: which combinations of bf16 weights, optimizer, the step inside "
+      "backward and activation checkpointing fit the budget, and at which largest micro-batch")(
       "world-size",
       "world size to plan for with --estimate-memory or --max-micro-batch "
       "(default: the environment's)",
@@ -111,6 +114,10 @@ int trainerMain(int argc, char** argv) {
     if (args.count("no-sweep-dir")) opts.overrides.push_back("output.no_sweep_dir=true");
     opts.print_config = args.count("print-config") > 0;
     opts.estimate_memory = args.count("estimate-memory") > 0;
+    opts.fit = args.count("fit") > 0;
+    if (opts.fit && !opts.estimate_memory)
+      throw ConfigError("--fit", "command line", "lists what fits with --estimate-memory only",
+                        "trainer --config RUN.toml --estimate-memory --fit");
     if (args.count("world-size")) {
       opts.world_size = args["world-size"].as<int>();
       if (opts.world_size < 1)  // 0 would mean "not given" below: plan for the environment's

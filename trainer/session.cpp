@@ -21,6 +21,7 @@
 #include "common/h5_metrics.h"
 #include "common/log.h"
 #include "common/memory_estimate.h"
+#include "common/memory_fit.h"
 #include "common/own_dir.h"
 #include "common/pipeline_limits.h"
 #include "common/run_config.h"
@@ -185,6 +186,16 @@ void requireTryDevice(const Config& cfg, const TrainConfig& tc) {
                       "size it without measuring: trainer --estimate-memory");
 }
 
+// The budget --fit lists against: the run's own (memoryBudget: the host's memory shared by
+// the ranks); for a GPU run the card's, which training.device_memory_limit_gb must state.
+MemoryBudget fitBudget(const Config& cfg, const TrainConfig& tc, bool gpu) {
+  MemoryBudget budget = memoryBudget(tc, int(tc.layout.world_size));
+  if (!gpu || budget.device) return budget;
+  throw ConfigError("training.device_memory_limit_gb", cfg.where("training.device_memory_limit_gb"),
+                    "--fit for a GPU run lists against the card's memory, which is not set",
+                    "set training.device_memory_limit_gb to the card's memory (24 for a 24 GB card)");
+}
+
 // --estimate-memory, --print-config, --generate-data: answer and return 0; nullopt
 // when the session is a training run.
 std::optional<int> runInfoCommand(const SessionOptions& opts, const Config& cfg,
@@ -194,6 +205,11 @@ std::optional<int> runInfoCommand(const SessionOptions& opts, const Config& cfg,
     const bool gpu = tc.training.device.rfind("cuda", 0) == 0 ||
                      (tc.training.device == "auto" && visibleCudaDevices() > 0);
     const double cap = tc.training.device_memory_limit_bytes;
+    if (opts.fit) {
+      const MemoryBudget budget = fitBudget(cfg, tc, gpu);
+      std::cout << formatFitTable(tc, fitTable(cfg, int(tc.layout.world_size), budget), budget);
+      return 0;
+    }
     std::cout << formatMemoryEstimate(tc, gpu ? estimateDeviceMemory(tc) : estimateMemory(tc),
                                       gpu && cap > 0 ? cap : tc.comm.memory_limit_bytes);
     return 0;

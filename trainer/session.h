@@ -23,6 +23,7 @@ struct SessionOptions {
   bool print_config = false;
   std::string generate_data;  // non-empty: write the synthetic dataset and exit
   bool estimate_memory = false;
+  bool fit = false;  // with estimate_memory: the table of memory techniques (common/memory_fit.h)
   int world_size = 0;  // > 0: plan for this world size (--estimate-memory, --max-micro-batch)
   bool max_micro_batch = false;  // search the largest fitting micro-batch (max_micro_batch.h)
   double safety_margin = 0.10;   // of the budget, for --max-micro-batch

@@ -162,3 +162,22 @@ def test_bf16_weights_refuse_what_they_cannot_hold(tmp_path, override, key):
     assert p.returncode == 2, p.stderr
     assert key in p.stderr and "master_weights" in p.stderr, p.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_fit_table_lists_what_fits_a_24_gib_card():
+    """`--estimate-memory --fit`: the 7 B shape on a 24 GiB card; the first (smallest) row is
+    bf16 weights, Adafactor inside backward, checkpointed, and it fits."""
+    base = [str(TRAINER), "--config", str(TINY), "model.name=\"llama-2-7b\"", "data.seq_len=4096",
+            "training.device=\"cuda\""]
+    out = subprocess.run(base + ["training.device_memory_limit_gb=24", "--estimate-memory", "--fit"],
+                         env=base_env(), capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    rows = [ln.split() for ln in out.stdout.splitlines()[2:]]
+    assert len(rows) == 16
+    assert rows[0][:6] == ["bf16,", "no", "masters", "adafactor", "inside", "backward"], rows[0]
+    assert rows[0][-1].isdigit() and int(rows[0][-1]) >= 1
+    # without the card's memory a GPU plan cannot be listed; --fit alone is refused
+    for extra, key in ((["--estimate-memory", "--fit"], "training.device_memory_limit_gb"),
+                       (["--fit"], "--fit")):
+        p = subprocess.run(base + extra, env=base_env(), capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2 and key in p.stderr, p.stderr

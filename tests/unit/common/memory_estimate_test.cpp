@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "common/memory_fit.h"
 
 namespace ftb {
 namespace {
@@ -146,6 +147,36 @@ TEST(MemoryEstimate, LoraNf4BaseCountsPackedBlocksAndScratch) {
   EXPECT_EQ(bf16.scratch, 0);
   EXPECT_NE(formatMemoryEstimate(lora("nf4"), nf4, 0).find("NF4 dequantization scratch"),
             std::string::npos);
+}
+
+// --estimate-memory --fit on the 7 B shape and a 24 GiB card: the recipe above is the smallest
+// row and fits at a micro-batch of at least 1; AdamW with stored gradients does not fit; rows
+// grow in memory; under ZeRO-3 the bf16-weights rows are left out (the trainer refuses them).
+TEST(MemoryFit, Llama7BOn24GiBListsTheRecipeFirst) {
+  const Config cfg = Config::load(
+      kTinyRun, {"model.name=\"llama-2-7b\"", "data.seq_len=4096", "training.device=\"cuda\"",
+                 "training.device_memory_limit_gb=24"});
+  const TrainConfig tc = TrainConfig::fromConfig(cfg, 1);
+  const MemoryBudget budget = memoryBudget(tc, 1);
+  const std::vector<FitRow> rows = fitTable(cfg, 1, budget);
+  ASSERT_EQ(rows.size(), 16u);
+  EXPECT_EQ(rows[0].weights, "bf16, no masters");
+  EXPECT_EQ(rows[0].optimizer, "adafactor");
+  EXPECT_EQ(rows[0].step, "inside backward");
+  EXPECT_EQ(rows[0].activations, "checkpointed");
+  EXPECT_GE(rows[0].largest_micro_batch, 1);
+  for (size_t i = 1; i < rows.size(); ++i) EXPECT_LE(rows[i - 1].bytes_at_one, rows[i].bytes_at_one);
+  for (const FitRow& r : rows)
+    if (r.optimizer == "adamw" && r.step == "after backward") {
+      EXPECT_EQ(r.largest_micro_batch, 0);
+      EXPECT_FALSE(r.largest_term.empty());
+    }
+  const std::string table = formatFitTable(tc, rows, budget);
+  EXPECT_NE(table.find("largest micro-batch that fits"), std::string::npos) << table;
+  const Config z3 = Config::load(kTinyRun, {"model.name=\"llama-2-7b\"", "parallel.dp_shard=8",
+                                            "parallel.zero_stage=3"});
+  for (const FitRow& r : fitTable(z3, 8, memoryBudget(TrainConfig::fromConfig(z3, 8), 8)))
+    EXPECT_NE(r.weights, "bf16, no masters");
 }
 
 TEST(MemoryEstimate, TensorParallel8SplitsMatricesNotNorms) {
