@@ -260,7 +260,9 @@ void activations(const TrainConfig& tc, const Counts& c, const StageShare& sh, M
   const double every =
       tc.training.activation_checkpointing > 0 ? double(tc.training.activation_checkpointing) : 1.0;
   const double ckpt = n * std::ceil(L / every) / L;
-  e.activations_checkpointed = ckpt * elt * B * T * D + (n - ckpt) * per_block + per_block + logits;
+  // training.activation_offload = "host": the checkpointed inputs live in host memory.
+  const double kept = tc.training.activation_offload == "host" ? 0.0 : ckpt * elt * B * T * D;
+  e.activations_checkpointed = kept + (n - ckpt) * per_block + per_block + logits;
   e.comm_buffers += sh.transfers * elt * B * T * D;
 }
 

@@ -250,6 +250,10 @@ void checkTraining(const Config& cfg, const TrainingConfig& c) {
     cfg.fail("training.device",
              "expected \"auto\", \"cpu\", \"cuda\" or \"cuda:N\", got \"" + c.device + "\"",
              "the device ranks put the model and batches on");
+  if (c.activation_offload == "host" && c.device == "cpu")
+    cfg.failEither("training.activation_offload", "training.device",
+                   "moves a GPU's activations to host memory, but training.device is \"cpu\"",
+                   "leave training.activation_offload = \"none\" on the CPU");
   if (c.device_memory_limit_bytes > 0 && c.device == "cpu")
     cfg.failEither("training.device_memory_limit_gb", "training.device",
                    "caps a GPU's caching allocator, but training.device is \"cpu\"",
@@ -447,6 +451,17 @@ void checkMasterWeights(const Config& cfg, const TrainConfig& c) {
              "keep the frozen base small with lora.base_dtype = \"bf16\" instead");
 }
 
+// training.activation_offload = "host" offloads what checkpointed blocks keep: there must be
+// some (activation checkpointing, or ZeRO-3, which recomputes every block).
+void checkActivationOffload(const Config& cfg, const TrainConfig& c) {
+  if (c.training.activation_offload != "host" || c.training.activation_checkpointing > 0 ||
+      c.layout.effectiveZeroStage() == 3)
+    return;
+  cfg.failEither("training.activation_offload", "training.activation_checkpointing",
+                 "offloads the inputs checkpointed blocks keep, and no block is checkpointed",
+                 "set training.activation_checkpointing = \"full\" (or \"every_N\")");
+}
+
 // parallel.pp_microbatches, when > 0, is grad_accum_steps: the step's micro-batches are
 // the pipeline's. `accum` comes from grad_accum_steps or global_batch_size; a value set
 // there that differs is a contradiction.
@@ -517,6 +532,7 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size, Checks ch
   c.training.grad_accum_steps = gradAccumFor(cfg, c);
   checkOptimizerInBackward(cfg, c);
   checkMasterWeights(cfg, c);
+  checkActivationOffload(cfg, c);
   resolvePipeline(cfg, c);
   checkComm(cfg, c.comm, checks);
   refusePlannedKeys(cfg);

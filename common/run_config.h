@@ -90,6 +90,7 @@ struct TrainingConfig {
   // "fp32" | "none": bf16 weight matrices without an fp32 copy, updated in bf16 by
   // bf16_update = "stochastic" | "kahan" | "nearest" (trainer/optim/optimizer.h).
   std::string master_weights, bf16_update;
+  std::string activation_offload;  // "none" | "host" (trainer/model/activation_checkpoint.h)
   DType dtype = DType::kFp32;
   // training.activation_checkpointing: 0 = none; n = every n-th block recomputes its
   // activations in backward ("full" = 1). Not checkpoint saves: CheckpointConfig::interval.

@@ -359,6 +359,13 @@ void trainingComputeRows(std::vector<KeyRow>& t) {
                              "activations in backward"),
                         M(training.activation_checkpointing), checkpointingOf));
   t.push_back(member(
+      addedLater(oneOf(spec("training.activation_offload", kString, s("none"),
+                            "\"host\": the input each checkpointed block keeps for backward goes "
+                            "to pinned host memory on a side stream and comes back for its "
+                            "recompute (GPU runs with activation checkpointing) | \"none\""),
+                       {"none", "host"})),
+      M(training.activation_offload)));
+  t.push_back(member(
       ranged(spec("training.threads", kInt, i(0), "intra-op threads; 0 = OMP_NUM_THREADS or 1"),
              atLeast(0)),
       M(training.threads)));

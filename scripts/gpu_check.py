@@ -18,7 +18,8 @@ Checks (each prints PASS or FAIL with its figures; the report goes to --report):
   memory      training.optimizer_in_backward equals the ordinary step on the GPU (1e-6), and
               training.device_memory_limit_gb caps the allocator: D2048 fits 40 GB, ends as
               oom (exit 5, /status) under 4 GB; bf16 weights without fp32 masters
-              (stochastic, Kahan) against fp32 masters over 200 steps of D512/L8
+              (stochastic, Kahan) against fp32 masters over 200 steps of D512/L8;
+              training.activation_offload = "host" keeps the losses and lowers the D2048 peak
   nf4         LoRA on an NF4 base (lora.base_dtype = "nf4": quantized and dequantized with ATen
               ops on the device) on the GPU equals the CPU within 1e-4
   large       a D2048 model (16 layers, GQA) in bf16 at micro-batch 2, 4 and 8: tokens/s, MFU
@@ -287,6 +288,7 @@ class Check:
             self.record("device memory cap", True, "skipped: --device cpu (a GPU's allocator)")
             return
         self.bf16_weights()
+        self.activation_offload()
         big = [self.dev(), *LARGE, "training.max_steps=4", "metrics.skip_first_steps=1",
                "checkpoint.save_final=false", *self.args.large_overrides.split()]
         fits, _ = self.run("cap_40", big + ["training.device_memory_limit_gb=40"], timeout=600)
@@ -303,6 +305,28 @@ class Check:
         self.record("device memory cap", ok,
                     f"D2048 under 40 GB: reserved peak {mib(reserved)}; under 4 GB: exit "
                     f"{p.returncode}, status {st.get('state')}: {str(st.get('message'))[:160]}")
+
+    def activation_offload(self):
+        """training.activation_offload = "host": the same losses as keeping the checkpointed
+        inputs on the GPU, and D2048 at micro-batch 8 with the allocator peak lower by about the
+        inputs' bytes (16 blocks x 8 x 2048 x 2048 bf16 = 1 GiB)."""
+        ck = [self.dev(), 'training.activation_checkpointing="full"', "checkpoint.interval=0"]
+        kept, _ = self.run("gpu_ckpt_kept", ck)
+        moved, _ = self.run("gpu_ckpt_offload", ck + ['training.activation_offload="host"'])
+        err = rel_err(losses(moved), losses(kept))
+        big = [self.dev(), *LARGE, "training.micro_batch_size=8", "training.max_steps=4",
+               "metrics.skip_first_steps=1", "checkpoint.save_final=false",
+               'training.activation_checkpointing="full"']
+        peaks = {}
+        for name, extra in (("kept", []), ("offload", ['training.activation_offload="host"'])):
+            out, _ = self.run(f"large_ckpt_{name}", big + extra, timeout=600)
+            with h5py.File(out / "metrics" / "rank_00000.h5", "r") as f:
+                peaks[name] = float(f.attrs.get("device_peak_allocated_bytes", -1))
+        drop = peaks["kept"] - peaks["offload"]
+        self.record("activation offload", err == 0 and drop > 0.5 * 2**30,
+                    f"tiny: max relative loss difference {err:.2e} (expected 0: the same bits); "
+                    f"D2048 mb 8 allocator peak {mib(peaks['kept'])} kept, "
+                    f"{mib(peaks['offload'])} offloaded (drop {mib(drop)}, the inputs are 1024 MiB)")
 
     def bf16_weights(self):
         """D512/L8 (configs/runs/bench-d512.toml), bf16, 200 steps: bf16 weights without fp32

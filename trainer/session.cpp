@@ -159,6 +159,11 @@ std::string placeTensors(const Config& cfg, const TrainConfig& tc, const DistEnv
                           d.device + ")",
                       "use parallel.pp = 1 on GPUs, or training.device = \"cpu\"");
   useComputeDevice(torch::Device(d.device));
+  if (tc.training.activation_offload == "host" && !d.cuda)
+    throw ConfigError("training.activation_offload", cfg.where("training.activation_offload"),
+                      "moves a GPU's activations to host memory, but training.device resolves "
+                      "to " + d.device,
+                      "leave training.activation_offload = \"none\" on the CPU");
   const double cap = tc.training.device_memory_limit_bytes;
   if (cap > 0 && !capDeviceMemory(cap))
     throw ConfigError(

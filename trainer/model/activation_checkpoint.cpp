@@ -1,9 +1,54 @@
 #include "trainer/model/activation_checkpoint.h"
 
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+
 #include "trainer/model/llama.h"
 
 namespace ftb {
 namespace {
+
+std::atomic<bool> g_activation_offload{false};
+
+// The side stream offload copies run on, one per device (a pool stream, fixed per process).
+c10::cuda::CUDAStream offloadStream(c10::DeviceIndex device) {
+  static std::mutex mu;
+  static std::map<c10::DeviceIndex, c10::cuda::CUDAStream> streams;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = streams.find(device);
+  if (it == streams.end())
+    it = streams.emplace(device, c10::cuda::getStreamFromPool(false, device)).first;
+  return it->second;
+}
+
+// x (CUDA) into pinned host memory on the side stream, after the work that produced x; x's
+// memory is not reused by the caching allocator before the copy is done (recordStream).
+torch::Tensor offloadToHost(const torch::Tensor& x) {
+  torch::Tensor host =
+      torch::empty(x.sizes(), x.options().device(torch::kCPU).pinned_memory(true));
+  const c10::cuda::CUDAStream side = offloadStream(x.device().index());
+  at::cuda::CUDAEvent produced;
+  produced.record(c10::cuda::getCurrentCUDAStream(x.device().index()));
+  produced.block(side);
+  {
+    c10::cuda::CUDAStreamGuard guard(side);
+    host.copy_(x, /*non_blocking=*/true);
+  }
+  c10::cuda::CUDACachingAllocator::recordStream(x.storage().data_ptr(), side);
+  return host;
+}
+
+// The offloaded input back on `device`, once the side stream's copies are done.
+torch::Tensor fetchFromHost(const torch::Tensor& host, c10::DeviceIndex device) {
+  offloadStream(device).synchronize();
+  return host.to(torch::Device(torch::kCUDA, device), /*non_blocking=*/true);
+}
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
@@ -24,7 +69,12 @@ struct BlockFn : public torch::autograd::Function<BlockFn> {
     ctx->saved_data["hooks"] = reinterpret_cast<int64_t>(hooks);
     ctx->saved_data["dtype"] = static_cast<int64_t>(computeDtype());
     if (hooks && !params.empty()) ctx->saved_data["anchor"] = true;
-    ctx->save_for_backward({x});
+    if (g_activation_offload.load() && x.is_cuda()) {
+      ctx->saved_data["offloaded"] = offloadToHost(x);
+      ctx->saved_data["device"] = static_cast<int64_t>(x.device().index());
+    } else {
+      ctx->save_for_backward({x});
+    }
     torch::NoGradGuard no_grad;
     if (hooks) hooks->materialize();
     torch::Tensor y = block->forward(x, *rope);
@@ -39,7 +89,11 @@ struct BlockFn : public torch::autograd::Function<BlockFn> {
     ComputeDtypeGuard dtype(static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt()));
     // x needs no gradient when nothing before the block trains (LoRA's block 0).
     const bool need_x = ctx->needs_input_grad(0);
-    torch::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(need_x);
+    torch::Tensor x = ctx->saved_data.count("offloaded")
+                          ? fetchFromHost(ctx->saved_data["offloaded"].toTensor(),
+                                          c10::DeviceIndex(ctx->saved_data["device"].toInt()))
+                          : ctx->get_saved_variables()[0];
+    x = x.detach().requires_grad_(need_x);
     if (hooks) hooks->materialize();
     std::vector<torch::Tensor> params = block->trainableTensors();
     torch::Tensor y;
@@ -71,6 +125,8 @@ struct BlockFn : public torch::autograd::Function<BlockFn> {
 };
 
 }  // namespace
+
+void setActivationOffload(bool on) { g_activation_offload.store(on); }
 
 torch::Tensor checkpointedBlock(TransformerBlockImpl& block, const torch::Tensor& x,
                                 const RopeTables& rope, UnitHooks* hooks) {

@@ -11,6 +11,11 @@
 //   before the recompute, hooks->release() after each; the parameter gradients go to
 //   hooks->consumeGrads() (in block->trainableTensors() order) instead of .grad.
 // Frozen parameters (LoRA's base) get no gradient either way.
+// - Activation offload (setActivationOffload(true), training.activation_offload = "host"):
+//   a CUDA input x is copied to pinned host memory on a side stream (ordered after the
+//   stream that produced it) instead of being kept on the device, and copied back at the start
+//   of its block's backward (after that side stream's copies are done), before the
+//   recompute. Gradients are the same bits. A CPU input is kept as without offload.
 // REQUIRES: block, rope and hooks outlive the backward pass.
 #pragma once
 
@@ -33,5 +38,8 @@ class UnitHooks {
 
 torch::Tensor checkpointedBlock(TransformerBlockImpl& block, const torch::Tensor& x,
                                 const RopeTables& rope, UnitHooks* hooks);
+
+// Process-wide, set once before the first forward (parallelize, from the config).
+void setActivationOffload(bool on);
 
 }  // namespace ftb

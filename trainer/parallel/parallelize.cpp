@@ -1,6 +1,7 @@
 #include "trainer/parallel/parallelize.h"
 
 #include "trainer/metrics/device.h"
+#include "trainer/model/activation_checkpoint.h"
 #include "trainer/parallel/ddp.h"
 #include "trainer/parallel/pipeline.h"
 #include "trainer/parallel/tied_embedding.h"
@@ -44,6 +45,7 @@ std::unique_ptr<GradSync> tieStages(std::unique_ptr<GradSync> sync,
 }  // namespace
 
 ParallelModel parallelize(const TrainConfig& tc, Mesh& mesh) {
+  setActivationOffload(tc.training.activation_offload == "host");
   const torch::ScalarType dtype =
       tc.training.dtype == DType::kBf16 ? torch::kBFloat16 : torch::kFloat32;
   const ModelOptions opt{dtype,

@@ -181,3 +181,20 @@ def test_fit_table_lists_what_fits_a_24_gib_card():
                        (["--fit"], "--fit")):
         p = subprocess.run(base + extra, env=base_env(), capture_output=True, text=True, timeout=60)
         assert p.returncode == 2 and key in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("device,says", [("cpu", "training.device is \"cpu\""),
+                                         ("auto", "resolves to cpu")])
+def test_activation_offload_is_refused_on_the_cpu(tmp_path, device, says):
+    """Offload moves a GPU's checkpointed inputs to host memory (scripts/gpu_check.sh checks it
+    on a GPU); on the CPU there is nothing to move to: exit 2 before anything is written."""
+    if device == "auto" and gpus_visible():
+        pytest.skip("a GPU is visible: \"auto\" resolves to it")
+    p = subprocess.run([str(TRAINER), "--config", str(TINY), "--output-dir", str(tmp_path / "run"),
+                        "--no-sweep-dir", f"training.device=\"{device}\"",
+                        "training.activation_checkpointing=\"full\"",
+                        "training.activation_offload=\"host\""],
+                       env=base_env(), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, p.stderr
+    assert "training.activation_offload" in p.stderr and says in p.stderr, p.stderr
+    assert not (tmp_path / "run").exists()

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "common/error.h"
 #include "common/memory_fit.h"
 
 namespace ftb {
@@ -24,6 +25,17 @@ TrainConfig llama7b(std::vector<std::string> overrides, int world) {
 }
 
 constexpr double kPsi = 6738415616.0;  // Llama-2-7B parameters
+
+// `fn` throws a ConfigError whose message names `key`.
+template <class F>
+void expectConfigErrorAbout(F fn, const std::string& key) {
+  try {
+    fn();
+    ADD_FAILURE() << "no ConfigError naming " << key;
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+  }
+}
 
 TEST(MemoryEstimate, Zero3On8RanksIs16PsiOverN) {
   TrainConfig tc = llama7b({"parallel.dp_shard=8", "parallel.zero_stage=3"}, 8);
@@ -124,6 +136,26 @@ TEST(MemoryEstimate, Llama7BOn24GiBFitsWithBf16WeightsAdafactorInBackward) {
   EXPECT_NE(why.find("exceeds 24.00 GiB (training.device_memory_limit_gb)"), std::string::npos)
       << why;
   EXPECT_NE(why.find("largest term: optimizer state"), std::string::npos) << why;
+}
+
+// training.activation_offload = "host": the inputs checkpointed blocks keep (L of them, one
+// [B, T, D] each in the compute dtype) leave the device estimate; nothing else changes.
+TEST(MemoryEstimate, ActivationOffloadMovesTheCheckpointedInputsToTheHost) {
+  const std::vector<std::string> ckpt = {"training.device=\"cuda\"",
+                                         "training.activation_checkpointing=\"full\""};
+  std::vector<std::string> off = ckpt;
+  off.push_back("training.activation_offload=\"host\"");
+  const MemoryEstimate kept = estimateDeviceMemory(llama7b(ckpt, 1));
+  const MemoryEstimate moved = estimateDeviceMemory(llama7b(off, 1));
+  EXPECT_DOUBLE_EQ(kept.activations_checkpointed - moved.activations_checkpointed,
+                   32 * 2.0 * 4096 * 4096);
+  EXPECT_DOUBLE_EQ(kept.modelStates(), moved.modelStates());
+  expectConfigErrorAbout([] { llama7b({"training.activation_offload=\"host\""}, 1); },
+                         "training.activation_checkpointing");
+  expectConfigErrorAbout(
+      [] { llama7b({"training.activation_offload=\"host\"", "training.device=\"cpu\"",
+                    "training.activation_checkpointing=\"full\""}, 1); },
+      "training.device");
 }
 
 // An NF4 base: 0.5 + 4/64 bytes per block-matrix weight, fp32 norms, the embedding and
