@@ -271,6 +271,14 @@ int logitsMain(const std::vector<std::string>& args) {
                       if (r.count("adapter")) o.adapter = r["adapter"].as<std::string>();
                       const ModelArgs a = logitsModelArgs(o.model);
                       o.ids = logitsInput(r, a);
+                      if (const int64_t sw = hfSlidingWindow(o.model);
+                          sw > 0 && int64_t(o.ids[0].size()) > sw)
+                        throw ConfigError("--model", o.model + "/config.json",
+                                          "sliding_window " + std::to_string(sw) +
+                                              " is shorter than the " +
+                                              std::to_string(o.ids[0].size()) + " tokens given",
+                                          "at most sliding_window tokens (the model attends to "
+                                          "all of them)");
                       writeLogits(o, a);
                       return 0;
                     })

@@ -10,8 +10,8 @@
 // predicting token t+1 from position t). The input is --ids "1,2,3" (B = 1), --ids-file F.jsonl
 // (one {"input_ids": [...]} per line, all of one length), or --text with --tokenizer (encode()
 // without BOS/EOS). OUT is written to OUT.tmp.<pid> and renamed only when complete. Bad input
-// (missing directory, empty ids, ids outside [0, vocab), T > max_seq_len, unreadable file,
-// unknown flag) is a ConfigError naming the flag or file (exit 2) and nothing is written.
+// (missing directory, empty ids, ids outside [0, vocab), T > max_seq_len or > a Mistral's
+// sliding_window, unreadable file, unknown flag) is a ConfigError naming the flag or file (exit 2) and nothing is written.
 // A trainer checkpoint is read after `trainer export` made it an HF directory.
 #pragma once
 

@@ -104,3 +104,14 @@ def test_bad_input_exits_2_and_writes_nothing(args, names, tmp_path):
     assert p.returncode == 2, p.stdout + p.stderr
     assert names in p.stderr, p.stderr
     assert list(out.parent.iterdir()) == []
+
+
+def test_more_tokens_than_a_mistral_sliding_window_exit_2(tmp_path):
+    make_hf_dir(tmp_path / "m", seed=2, arch="MistralForCausalLM", keep_values=False,
+                sliding_window=4)
+    out = tmp_path / "o" / "l.safetensors"
+    out.parent.mkdir()
+    p = logits_cmd("--model", tmp_path / "m", "--ids", "1,2,3,4,5", "--out", out)
+    assert p.returncode == 2 and "sliding_window 4" in p.stderr, p.stderr
+    assert list(out.parent.iterdir()) == []
+    assert logits_cmd("--model", tmp_path / "m", "--ids", "1,2,3,4", "--out", out).returncode == 0
