@@ -2,8 +2,9 @@
 
 A small Llama directory (hf_util.make_hf_dir) and a PEFT adapter saved by PEFT itself: the
 logits trainer logits writes equal transformers' LlamaForCausalLM (and PeftModel) within 1e-5
-in fp32, its per-token loss equals torch's cross_entropy of predicting token t+1, and bad input
-exits 2 naming the flag or file, writing nothing.
+in fp32, its per-token loss equals torch's cross_entropy of predicting token t+1, --text is
+encoded as `tokenizers` encodes it, and bad input exits 2 naming the flag or file, writing
+nothing.
 """
 import json
 import subprocess
@@ -115,3 +116,21 @@ def test_more_tokens_than_a_mistral_sliding_window_exit_2(tmp_path):
     assert p.returncode == 2 and "sliding_window 4" in p.stderr, p.stderr
     assert list(out.parent.iterdir()) == []
     assert logits_cmd("--model", tmp_path / "m", "--ids", "1,2,3,4", "--out", out).returncode == 0
+
+
+def test_text_is_encoded_by_the_tokenizer(tmp_path):
+    tf = pytest.importorskip("tokenizer_families")
+    j = tf.make_tokenizer("gpt2", tf.corpus(300), vocab=400)
+    hf_tok = tf.write_tokenizer(j, "gpt2", tmp_path / "tok")
+    make_hf_dir(tmp_path / "m", seed=4, keep_values=False, vocab_size=512)
+    text = "the cat was on the mat, and it is 42"
+    out = tmp_path / "l.safetensors"
+    p = logits_cmd("--model", tmp_path / "m", "--text", text, "--tokenizer",
+                   tmp_path / "tok" / "tokenizer.json", "--out", out)
+    assert p.returncode == 0, p.stderr
+    got = safetensors_numpy.load_file(str(out))
+    ids = hf_tok.encode(text, add_special_tokens=False).ids
+    assert got["input_ids"].tolist() == [ids]
+    with torch.no_grad():
+        want = hf_llama(tmp_path / "m")(torch.tensor([ids])).logits
+    assert np.abs(got["logits"] - want.numpy()).max() <= 1e-5
