@@ -44,7 +44,7 @@ BUILD = Path(os.environ.get("FTB_BUILD_DIR", ROOT / "build" / "release"))
 PROGRAMS = {"trainer": BUILD / "trainer" / "trainer", "launcher": BUILD / "launcher" / "launcher",
             "sweep_tagger": BUILD / "sweep_tagger" / "sweep_tagger"}
 # Subcommands with a --help of their own.
-SUBCOMMANDS = {"trainer": ["export"], "launcher": ["ctl"],
+SUBCOMMANDS = {"trainer": ["export", "logits"], "launcher": ["ctl"],
                "sweep_tagger": ["tag", "expand", "aggregate"]}
 SOURCE_SUFFIXES = (".h", ".cpp", ".py", ".sh", ".sbatch")
 # Outputs a checkout does not hold (paths under them name what a run or build writes); under

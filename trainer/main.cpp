@@ -12,6 +12,7 @@
 #include "common/step_columns.h"
 #include "trainer/data/tokenize_cli.h"
 #include "trainer/hf/export.h"
+#include "trainer/hf/logits.h"
 #include "trainer/session.h"
 
 namespace {
@@ -35,6 +36,7 @@ cxxopts::Options trainerCli() {
       "  trainer --config configs/runs/tiny.toml [key=value ...]\n"
       "  trainer export --checkpoint STEP_DIR --out HF_DIR (trainer export --help)\n"
       "  trainer tokenize --tokenizer PATH IN.jsonl OUT.jsonl (trainer tokenize --help)\n"
+      "  trainer logits --model HF_DIR --ids 1,2,3 --out F.safetensors (trainer logits --help)\n"
       "  overrides also as --key VALUE or --key=VALUE (torchtitan style),\n"
       "  e.g. --training.lr 1e-3");
   cli.add_options()("config", "run config (TOML)", cxxopts::value<std::string>())(
@@ -75,6 +77,8 @@ int trainerMain(int argc, char** argv) {
     return hf::exportMain(std::vector<std::string>(argv + 2, argv + argc));
   if (argc > 1 && std::string(argv[1]) == "tokenize")  // trainer tokenize --tokenizer T IN OUT
     return tokenizeMain(std::vector<std::string>(argv + 2, argv + argc));
+  if (argc > 1 && std::string(argv[1]) == "logits")  // trainer logits --model D --ids ... --out F
+    return hf::logitsMain(std::vector<std::string>(argv + 2, argv + argc));
   cxxopts::Options cli = trainerCli();
   SessionOptions opts;
   const std::optional<int> exit_code = guardedCli(cli, [&]() -> std::optional<int> {
