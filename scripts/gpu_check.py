@@ -22,6 +22,9 @@ Checks (each prints PASS or FAIL with its figures; the report goes to --report):
               training.activation_offload = "host" keeps the losses and lowers the D2048 peak
   nf4         LoRA on an NF4 base (lora.base_dtype = "nf4": quantized and dequantized with ATen
               ops on the device) on the GPU equals the CPU within 1e-4
+  seven_b     a Llama-2-7B shape at seq 4096 under a 24 GB cap (bf16 weights, Adafactor inside
+              backward, checkpointing, offload): 10 steps, allocator peak against the estimate
+              (10 %); AdamW with stored gradients ends as oom; QLoRA (NF4) under 12 GB runs
   large       a D2048 model (16 layers, GQA) in bf16 at micro-batch 2, 4 and 8: tokens/s, MFU
               against the GPU's dense bf16 peak, GEMM efficiency, and the CUDA caching
               allocator's peaks against the memory estimator (--estimate-memory without its
@@ -306,6 +309,44 @@ class Check:
                     f"D2048 under 40 GB: reserved peak {mib(reserved)}; under 4 GB: exit "
                     f"{p.returncode}, status {st.get('state')}: {str(st.get('message'))[:160]}")
 
+    def seven_b(self):
+        """A Llama-2-7B shape, seq 4096, micro-batch 1, under a 24 GB cap: bf16 weights without
+        masters, Adafactor inside backward, full checkpointing and activation offload run 10 steps,
+        the allocator peak within 10 % of the estimate; the same with AdamW and stored gradients
+        ends as oom (exit 5, /status oom); QLoRA (NF4 base, rank 16) under a 12 GB cap runs."""
+        if self.args.device == "cpu":
+            self.record("7B under 24 GB", True, "skipped: --device cpu")
+            return
+        shape = [self.dev(), 'model.name="llama-2-7b"', "data.seq_len=4096", "data.num_samples=64",
+                 "training.micro_batch_size=1", 'training.dtype="bf16"', "training.max_steps=10",
+                 "metrics.skip_first_steps=2", "checkpoint.interval=0", "checkpoint.save_final=false",
+                 'training.activation_checkpointing="full"']
+        recipe = shape + ["training.device_memory_limit_gb=24", 'training.master_weights="none"',
+                          'training.optimizer="adafactor"', "training.optimizer_in_backward=true",
+                          "training.max_grad_norm=0", 'training.activation_offload="host"']
+        est = subprocess.run(self.cmd(self.work / "est7b", recipe) + ["--estimate-memory"],
+                             env=self.env(), capture_output=True, text=True, timeout=120)
+        out, _ = self.run("seven_b", recipe, timeout=900)
+        with h5py.File(out / "metrics" / "rank_00000.h5", "r") as f:
+            peak = float(f.attrs.get("device_peak_allocated_bytes", -1))
+            tps = float(np.median(f["steps"]["tokens_per_s_padded"][2:]))
+        estimate = estimated_device_bytes(est.stdout)
+        adam = [a for a in recipe if "optimizer" not in a and "max_grad_norm" not in a]
+        bad = self.work / "seven_b_adamw"
+        shutil.rmtree(bad, ignore_errors=True)
+        p = subprocess.run(self.cmd(bad, adam), env=self.env(), capture_output=True, text=True,
+                           timeout=600)
+        with h5py.File(bad / "metrics" / "rank_00000.h5", "r") as f:
+            st = dict(f["status"].attrs)
+        qlora = shape + ["training.device_memory_limit_gb=12", "lora.rank=16", "lora.alpha=32",
+                         'lora.targets="all"', 'lora.base_dtype="nf4"']
+        self.run("seven_b_qlora", qlora, timeout=900)
+        ok = abs(estimate - peak) <= 0.10 * peak and p.returncode == 5 and st.get("state") == "oom"
+        self.record("7B under 24 GB", ok,
+                    f"recipe: 10 steps, {tps:.0f} tokens/s, allocator peak {mib(peak)}, estimate "
+                    f"{mib(estimate)} ({ratio(estimate, peak)}); AdamW with stored gradients: exit "
+                    f"{p.returncode}, status {st.get('state')}; QLoRA under 12 GB: completed")
+
     def activation_offload(self):
         """training.activation_offload = "host": the same losses as keeping the checkpointed
         inputs on the GPU, and D2048 at micro-batch 8 with the allocator peak lower by about the
@@ -442,7 +483,7 @@ def main():
     Path(args.work).mkdir(parents=True, exist_ok=True)
     c = Check(args)
     names = ["parity", "layouts", "nccl", "checkpoint", "hf_import", "lora", "nf4", "memory",
-             "large"]
+             "seven_b", "large"]
     for n in (args.only.split(",") if args.only else names):
         t0 = time.time()
         c.attempt(n, getattr(c, n))
