@@ -530,10 +530,13 @@ def test_own_notice_from_the_time_limit_stops_a_run_in_start_up(cluster, tmp_pat
     """The script's own notice (time left <= stop grace + 30 s, checked every 10 s) fires
     while attempt 0 is still in its set-up (a 25 s hook; -t 1 and FTB_STOP_GRACE=40: due at
     once): the stop is recorded before the launch step exists and the job requeues; attempt 1
-    (no delay, a 12-step run) completes within its own minute."""
+    (no delay, a 12-step run) completes. After its sleep, attempt 0's hook raises the job's
+    time limit to 3 minutes, so attempt 1's own notice is not due at once too: with 60 s it
+    had to finish within the watcher's first 10 s, which a loaded machine does not."""
     results = tmp_path / "ownnotice"
     hook = tmp_path / "setup.sh"
-    hook.write_text('[[ ${SLURM_RESTART_COUNT:-0} == 0 ]] && sleep 25\ntrue\n')
+    hook.write_text('if [[ ${SLURM_RESTART_COUNT:-0} == 0 ]]; then\n  sleep 25\n'
+                    '  scontrol update JobId="$SLURM_JOB_ID" TimeLimit=3\nfi\ntrue\n')
     env = clean_env(CONFIG=TINY, RESULTS=results, NPROC=1, FTB_SETUP=hook, FTB_STOP_GRACE=40)
     job = sbatch(["-N2", "-t", "1", "slurm/train.sbatch", "training.max_steps=12"], env, results)
     log = results / "logs" / f"ftb-train-{job}.out"
