@@ -116,9 +116,7 @@ void DdpSync::markReady(size_t param) {
 }
 
 void DdpSync::handOver(size_t param, const torch::Tensor& g) {
-  handed_sq_ += gradSquaredNorm(
-      {g}, norm_weights_.empty() ? std::vector<torch::Tensor>{}
-                                 : std::vector<torch::Tensor>{norm_weights_[param]});
+  handed_sq_ += paramSquaredNorm(g, norm_weights_, param);
   apply_(param, g);
 }
 

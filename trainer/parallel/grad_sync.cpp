@@ -1,5 +1,7 @@
 #include "trainer/parallel/grad_sync.h"
 
+#include "trainer/kernels/tensor_runs.h"
+
 namespace ftb {
 
 std::vector<torch::Tensor> tpNormWeights(const std::vector<ModelParam>& params, int64_t tp) {
@@ -9,6 +11,12 @@ std::vector<torch::Tensor> tpNormWeights(const std::vector<ModelParam>& params, 
     w.push_back(p.tpReplicated() ? torch::full({}, 1.0 / double(tp), torch::kFloat64)
                                  : torch::Tensor());
   return w;
+}
+
+double paramSquaredNorm(const torch::Tensor& g, const std::vector<torch::Tensor>& weights,
+                        size_t i) {
+  if (weights.empty()) return gradSquaredNorm({g});
+  return gradSquaredNorm({g}, {weights[i]});
 }
 
 std::vector<FlatLayout> wholeLayouts(const std::vector<ModelParam>& params) {

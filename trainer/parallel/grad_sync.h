@@ -100,4 +100,9 @@ std::vector<FlatLayout> wholeLayouts(const std::vector<ModelParam>& params);
 // when tp == 1. (Built from ModelParam::tpReplicated.)
 std::vector<torch::Tensor> tpNormWeights(const std::vector<ModelParam>& params, int64_t tp);
 
+// Optimizer parameter i's weighted ||g||² with `weights` from tpNormWeights (empty: weight 1):
+// one term of localSquaredNorm, for a gradient handed over on its own (applyInBackward).
+double paramSquaredNorm(const torch::Tensor& g, const std::vector<torch::Tensor>& weights,
+                        size_t i);
+
 }  // namespace ftb

@@ -268,9 +268,7 @@ class Zero3Sync final : public ZeroSync, public BlockExecutor {
     const std::vector<FlatUnit*> units = trainableUnits();
     for (size_t i = 0; i < units.size(); ++i)
       units[i]->setOnFinal([this, i](const torch::Tensor& g) {
-        handed_sq_ += gradSquaredNorm({g}, norm_weights_.empty()
-                                               ? std::vector<torch::Tensor>{}
-                                               : std::vector<torch::Tensor>{norm_weights_[i]});
+        handed_sq_ += paramSquaredNorm(g, norm_weights_, i);
         apply_(i, g);
       });
     return true;
