@@ -87,6 +87,16 @@ class Check:
                                f"\n{tail(p.stdout + p.stderr)}")
         return out, p.stdout + p.stderr
 
+    def run_status(self, name, overrides, timeout=600):
+        """A run expected to end otherwise than completed: its exit code and /status attrs."""
+        out = self.work / name
+        shutil.rmtree(out, ignore_errors=True)
+        p = subprocess.run(self.cmd(out, overrides), env=self.env(), capture_output=True,
+                           text=True, timeout=timeout)
+        (self.work / f"{name}.log").write_text(p.stdout + p.stderr)
+        with h5py.File(out / "metrics" / "rank_00000.h5", "r") as f:
+            return p.returncode, dict(f["status"].attrs)
+
     def run_world(self, name, world, overrides, timeout=180):
         """`world` ranks started by hand with the torchrun variables (one machine)."""
         out = self.work / name
@@ -297,17 +307,11 @@ class Check:
         fits, _ = self.run("cap_40", big + ["training.device_memory_limit_gb=40"], timeout=600)
         with h5py.File(fits / "metrics" / "rank_00000.h5", "r") as f:
             reserved = float(f.attrs.get("device_peak_reserved_bytes", -1))
-        out = self.work / "cap_4"
-        shutil.rmtree(out, ignore_errors=True)
-        p = subprocess.run(self.cmd(out, big + ["training.device_memory_limit_gb=4"]),
-                           env=self.env(), capture_output=True, text=True, timeout=600)
-        (self.work / "cap_4.log").write_text(p.stdout + p.stderr)
-        with h5py.File(out / "metrics" / "rank_00000.h5", "r") as f:
-            st = dict(f["status"].attrs)
-        ok = 0 < reserved <= 40 * 2**30 and p.returncode == 5 and st.get("state") == "oom"
+        rc, st = self.run_status("cap_4", big + ["training.device_memory_limit_gb=4"])
+        ok = 0 < reserved <= 40 * 2**30 and rc == 5 and st.get("state") == "oom"
         self.record("device memory cap", ok,
                     f"D2048 under 40 GB: reserved peak {mib(reserved)}; under 4 GB: exit "
-                    f"{p.returncode}, status {st.get('state')}: {str(st.get('message'))[:160]}")
+                    f"{rc}, status {st.get('state')}: {str(st.get('message'))[:160]}")
 
     def seven_b(self):
         """A Llama-2-7B shape, seq 4096, micro-batch 1, under a 24 GB cap: bf16 weights without
@@ -332,20 +336,15 @@ class Check:
             tps = float(np.median(f["steps"]["tokens_per_s_padded"][2:]))
         estimate = estimated_device_bytes(est.stdout)
         adam = [a for a in recipe if "optimizer" not in a and "max_grad_norm" not in a]
-        bad = self.work / "seven_b_adamw"
-        shutil.rmtree(bad, ignore_errors=True)
-        p = subprocess.run(self.cmd(bad, adam), env=self.env(), capture_output=True, text=True,
-                           timeout=600)
-        with h5py.File(bad / "metrics" / "rank_00000.h5", "r") as f:
-            st = dict(f["status"].attrs)
+        rc, st = self.run_status("seven_b_adamw", adam)
         qlora = shape + ["training.device_memory_limit_gb=12", "lora.rank=16", "lora.alpha=32",
                          'lora.targets="all"', 'lora.base_dtype="nf4"']
         self.run("seven_b_qlora", qlora, timeout=900)
-        ok = abs(estimate - peak) <= 0.10 * peak and p.returncode == 5 and st.get("state") == "oom"
+        ok = abs(estimate - peak) <= 0.10 * peak and rc == 5 and st.get("state") == "oom"
         self.record("7B under 24 GB", ok,
                     f"recipe: 10 steps, {tps:.0f} tokens/s, allocator peak {mib(peak)}, estimate "
                     f"{mib(estimate)} ({ratio(estimate, peak)}); AdamW with stored gradients: exit "
-                    f"{p.returncode}, status {st.get('state')}; QLoRA under 12 GB: completed")
+                    f"{rc}, status {st.get('state')}; QLoRA under 12 GB: completed")
 
     def activation_offload(self):
         """training.activation_offload = "host": the same losses as keeping the checkpointed
