@@ -44,21 +44,27 @@ def trainer_refusal(point):
     return re.sub(r"^\[rank 0/\d+ [^\]]*\] ", "", p.stderr.strip())
 
 
-def test_expand_valid_flag_and_reason_equal_the_trainers_acceptance(tmp_path):
+def expand_against_the_trainer(tmp_path, sweep_text):
+    """The points `expand` makes of sweep_text over tiny.toml, each checked against the
+    trainer: valid iff the trainer accepts it, and an invalid point's reason its refusal."""
     sweep = tmp_path / "sweep.toml"
-    sweep.write_text(SWEEP.format(base=REPO / "configs" / "runs" / "tiny.toml"))
+    sweep.write_text(sweep_text.format(base=REPO / "configs" / "runs" / "tiny.toml"))
     p = subprocess.run([str(SWEEP_TAGGER), "expand", str(sweep), "--json"],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     points = [json.loads(line) for line in p.stdout.splitlines()]
-    assert len(points) == 4 * 2 * 2 * 2 * 2
-    valid = 0
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         refusals = list(pool.map(trainer_refusal, points))
     for point, refusal in zip(points, refusals):
         assert point["valid"] == (refusal == ""), (point["args"], point["reason"], refusal)
         assert point["reason"].strip() == refusal, point["args"]
-        valid += point["valid"]
+    return points
+
+
+def test_expand_valid_flag_and_reason_equal_the_trainers_acceptance(tmp_path):
+    points = expand_against_the_trainer(tmp_path, SWEEP)
+    assert len(points) == 4 * 2 * 2 * 2 * 2
+    valid = sum(point["valid"] for point in points)
     # Both outcomes occur, for each reason the grid was built to hit.
     reasons = " ".join(pt["reason"] for pt in points)
     for needle in ("does not divide world_size", "does not divide n_heads(4)",
@@ -85,18 +91,8 @@ nproc_per_node = [2]
 
 
 def test_memory_technique_keys_expand_as_the_trainer_accepts(tmp_path):
-    sweep = tmp_path / "sweep.toml"
-    sweep.write_text(MEMORY_SWEEP.format(base=REPO / "configs" / "runs" / "tiny.toml"))
-    p = subprocess.run([str(SWEEP_TAGGER), "expand", str(sweep), "--json"],
-                       capture_output=True, text=True, timeout=60)
-    assert p.returncode == 0, p.stderr
-    points = [json.loads(line) for line in p.stdout.splitlines()]
+    points = expand_against_the_trainer(tmp_path, MEMORY_SWEEP)
     assert len(points) == 2 * 2 * 2 * 2 * 3
-    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        refusals = list(pool.map(trainer_refusal, points))
-    for point, refusal in zip(points, refusals):
-        assert point["valid"] == (refusal == ""), (point["args"], point["reason"], refusal)
-        assert point["reason"].strip() == refusal, point["args"]
     reasons = " ".join(pt["reason"] for pt in points)
     for needle in ("max_grad_norm = 0", "but training.dtype is fp32", "ZeRO's shards are fp32",
                    "ZeRO stage 2 does not"):
