@@ -26,6 +26,7 @@ struct StageShare {
   bool embed = true, head = true;
   double blocks_in_flight = 0, logits_in_flight = 1;  // most alive at once
   double transfers = 0;  // [B, T, D] pipeline transfer buffers alive during a step
+  double weight_blocks = 0;  // zb_h1: blocks whose weight pass is pending (pipeline_limits.h)
 };
 
 StageShare stageShare(const TrainConfig& tc, int64_t stage) {
@@ -43,6 +44,7 @@ StageShare stageShare(const TrainConfig& tc, int64_t stage) {
   sh.blocks_in_flight = f.blocks;
   sh.logits_in_flight = f.heads;
   sh.transfers = f.transfers;
+  sh.weight_blocks = f.weight_blocks;
   return sh;
 }
 
@@ -141,6 +143,25 @@ double loraActivationDelta(const TrainConfig& tc, double elt) {
   if (!l.hasTarget("gate") && !l.hasTarget("up")) delta -= elt * BT * D;
   if (!l.hasTarget("down")) delta -= elt * BT * F;
   return delta + double(l.targets.size()) * 2 * elt * BT * r;
+}
+
+// What one block's pending weight pass keeps (zb_h1, trainer/model/linear.h
+// WeightGradStore): for each trainable projection (every one in full finetuning, the
+// adapted ones with LoRA) its input and its output's gradient, in the compute dtype; q/k/v
+// share their input, as gate/up do. LoRA's rank-r terms are left out.
+double weightPassBytes(const TrainConfig& tc, double elt) {
+  const ModelArgs& m = tc.model;
+  const double BT = double(tc.training.micro_batch_size) * double(tc.data.seq_len);
+  const double t = double(tc.layout.tp), D = m.dim, F = double(m.ffn_dim) / t;
+  const double Q = double(m.n_heads * m.headDim()) / t, KV = double(m.n_kv_heads * m.headDim()) / t;
+  auto on = [&](const char* target) { return !tc.lora.enabled() || tc.lora.hasTarget(target); };
+  double values = 0;
+  if (on("q") || on("k") || on("v")) values += D;  // shared input
+  if (on("gate") || on("up")) values += D;
+  values += (on("o") ? Q + D : 0) + (on("down") ? F + D : 0);  // inputs and output gradients
+  values += (on("q") ? Q : 0) + (on("k") ? KV : 0) + (on("v") ? KV : 0) + (on("gate") ? F : 0) +
+            (on("up") ? F : 0);
+  return elt * BT * values;
 }
 
 std::string gib(double b) {
@@ -263,6 +284,7 @@ void activations(const TrainConfig& tc, const Counts& c, const StageShare& sh, M
   // training.activation_offload = "host": the checkpointed inputs live in host memory.
   const double kept = tc.training.activation_offload == "host" ? 0.0 : ckpt * elt * B * T * D;
   e.activations_checkpointed = kept + (n - ckpt) * per_block + per_block + logits;
+  e.weight_passes = sh.weight_blocks * weightPassBytes(tc, elt);
   e.comm_buffers += sh.transfers * elt * B * T * D;
 }
 
@@ -329,6 +351,7 @@ std::string formatMemoryEstimate(const TrainConfig& tc, const MemoryEstimate& e,
   row("model states (sum of the above)", e.modelStates());
   if (e.gathered > 0) row("gathered units (ZeRO-3)", e.gathered);
   if (e.scratch > 0) row("NF4 dequantization scratch", e.scratch);
+  if (e.weight_passes > 0) row("pending weight passes (zb_h1)", e.weight_passes);
   row("activations (no checkpointing)", e.activations_full);
   row("activations (checkpointing)", e.activations_checkpointed);
   row("communication buffers", e.comm_buffers);

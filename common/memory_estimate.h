@@ -58,12 +58,13 @@ struct MemoryEstimate {
   double activations_full = 0, activations_checkpointed = 0;  // of everything in flight
   double comm_buffers = 0, runtime = 0;
   double scratch = 0;          // an NF4 base's one dequantized matrix (lora.base_dtype = "nf4")
+  double weight_passes = 0;    // zb_h1: the inputs and output gradients its deferred passes keep
   bool checkpointing = false;  // which activation figure the total uses
   bool device = false;         // a GPU's memory (estimateDeviceMemory), else the host's RSS
 
   double modelStates() const { return parameters + gradients + optimizer; }
   double total() const {
-    return modelStates() + gathered + scratch +
+    return modelStates() + gathered + scratch + weight_passes +
            (checkpointing ? activations_checkpointed : activations_full) + comm_buffers + runtime;
   }
 };

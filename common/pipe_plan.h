@@ -8,15 +8,19 @@
 
 namespace ftb {
 
-enum class PipeSchedule { kGpipe, k1F1B, kInterleaved1F1B };
+// kZbH1: zero-bubble H1 (Qi et al., "Zero Bubble Pipeline Parallelism", 2023): 1F1B with
+// each backward split into the input-gradient pass and the weight-gradient pass, the weight
+// passes of stage s deferred by s micro-batches into the bubble; one chunk per stage.
+enum class PipeSchedule { kGpipe, k1F1B, kInterleaved1F1B, kZbH1 };
 
-const char* pipeScheduleName(PipeSchedule s);  // "gpipe" | "1f1b" | "interleaved_1f1b"
+// "gpipe" | "1f1b" | "interleaved_1f1b" | "zb_h1"
+const char* pipeScheduleName(PipeSchedule s);
 
 // Terms: p = stages (ranks along the pipeline, parallel.pp), v = virtual_stages (model
 // chunks per stage), S = p·v model chunks in model order, m = microbatches per optimizer
 // step (= training.grad_accum_steps). Chunk c of stage s is model chunk c·p + s.
 // Invariant (after TrainConfig::fromConfig): split has p·v entries >= 1 summing to
-// model.n_layers; 1F1B and interleaved have m >= p, interleaved m % p == 0.
+// model.n_layers; 1F1B, zb_h1 and interleaved have m >= p, interleaved m % p == 0; zb_h1 v = 1.
 struct PipePlan {
   PipeSchedule schedule = PipeSchedule::k1F1B;
   int64_t stages = 1, virtual_stages = 1, microbatches = 1;

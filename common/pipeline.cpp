@@ -16,6 +16,8 @@ const char* pipeScheduleName(PipeSchedule s) {
       return "1f1b";
     case PipeSchedule::kInterleaved1F1B:
       return "interleaved_1f1b";
+    case PipeSchedule::kZbH1:
+      return "zb_h1";
   }
   return "?";
 }
@@ -99,6 +101,8 @@ std::string describe(const PipeAction& a) {
       return "send gradients" + mb + " to" + peer;
     case PipeAction::kRecvGrad:
       return "receive gradients" + mb + " from" + peer;
+    case PipeAction::kWeight:
+      return "weight gradients" + mb;
   }
   return "?";
 }
@@ -113,6 +117,29 @@ namespace {
 
 PipeAction fwd(int64_t mb, int64_t chunk) { return {PipeAction::kForward, mb, chunk, -1}; }
 PipeAction bwd(int64_t mb, int64_t chunk) { return {PipeAction::kBackward, mb, chunk, -1}; }
+PipeAction wgt(int64_t mb, int64_t chunk) { return {PipeAction::kWeight, mb, chunk, -1}; }
+
+// ZB-H1: 1F1B's forwards and (input-gradient) backwards; stage s defers each weight pass
+// by s backwards and runs the deferred ones after its last backward. So stage s holds at
+// most p − s micro-batches' activations (as 1F1B) and s pending weight passes: no stage
+// holds more than stage 0 does in 1F1B.
+std::vector<PipeAction> zbH1Order(const PipePlan& plan, int64_t stage) {
+  const int64_t p = plan.stages, m = plan.microbatches, warmup = std::min(p - stage - 1, m);
+  std::vector<PipeAction> out;
+  int64_t next_weight = 0;
+  auto backward = [&](int64_t mb) {
+    out.push_back(bwd(mb, 0));
+    if (mb - next_weight >= stage) out.push_back(wgt(next_weight++, 0));
+  };
+  for (int64_t i = 0; i < warmup; ++i) out.push_back(fwd(i, 0));
+  for (int64_t i = 0; i < m - warmup; ++i) {
+    out.push_back(fwd(warmup + i, 0));
+    backward(i);
+  }
+  for (int64_t i = m - warmup; i < m; ++i) backward(i);
+  while (next_weight < m) out.push_back(wgt(next_weight++, 0));
+  return out;
+}
 
 // Interleaved 1F1B (Megatron): forward step k runs micro-batch (k / pv)·p + k % p on
 // chunk (k / p) % v; backward step k the same micro-batch on chunk v − 1 − (k / p) % v.
@@ -157,6 +184,9 @@ std::vector<PipeAction> computeOrder(const PipePlan& plan, int64_t stage) {
     case PipeSchedule::kInterleaved1F1B:
       out = interleavedOrder(plan, stage);
       break;
+    case PipeSchedule::kZbH1:
+      out = zbH1Order(plan, stage);
+      break;
   }
   return out;
 }
@@ -166,6 +196,10 @@ std::vector<PipeAction> withTransfers(const PipePlan& plan, int64_t stage,
   const int64_t p = plan.stages, last = p * plan.virtual_stages - 1;
   std::vector<PipeAction> out;
   for (const PipeAction& a : compute) {
+    if (a.kind == PipeAction::kWeight) {  // local: consumes and produces no message
+      out.push_back(a);
+      continue;
+    }
     const int64_t k = plan.modelChunk(stage, a.chunk);
     const bool f = a.kind == PipeAction::kForward;
     // Receive what this compute consumes, compute, send what it produced.
@@ -187,8 +221,20 @@ std::vector<std::vector<PipeAction>> pipeActions(const PipePlan& plan) {
 
 double theoreticalBubble(const PipePlan& plan) {
   const double p = double(plan.stages), m = double(plan.microbatches);
+  if (plan.schedule == PipeSchedule::kZbH1) return (p - 1) / (3 * m + p - 1);
   const double b = (p - 1) / (m + p - 1);
   return plan.schedule == PipeSchedule::kInterleaved1F1B ? b / double(plan.virtual_stages) : b;
+}
+
+std::string theoreticalBubbleFormula(const PipePlan& plan) {
+  switch (plan.schedule) {
+    case PipeSchedule::kInterleaved1F1B:
+      return "(p-1)/(m+p-1)/v";
+    case PipeSchedule::kZbH1:
+      return "(p-1)/(3m+p-1)";
+    default:
+      return "(p-1)/(m+p-1)";
+  }
 }
 
 double pipelineIdleFraction(double span, double waited, double makespan) {
@@ -196,7 +242,7 @@ double pipelineIdleFraction(double span, double waited, double makespan) {
 }
 
 PipeSimulation simulatePipeline(const std::vector<std::vector<PipeAction>>& actions,
-                                double compute_time) {
+                                PipeTimes times) {
   const int64_t p = int64_t(actions.size());
   PipeSimulation sim;
   sim.peak_in_flight.assign(p, 0);
@@ -222,9 +268,11 @@ PipeSimulation simulatePipeline(const std::vector<std::vector<PipeAction>>& acti
           if (it == sent.end()) break;
           sim.waited[s] += std::max(0.0, it->second - clock[s]);
           clock[s] = std::max(clock[s], it->second);
+        } else if (a.kind == PipeAction::kWeight) {
+          clock[s] += times.weight;
         } else {
-          clock[s] += compute_time;
           const bool f = a.kind == PipeAction::kForward;
+          clock[s] += f ? times.forward : times.backward;
           in_flight[s] += f ? 1 : -1;
           (f ? sim.forwards : sim.backwards)[s] += 1;
           sim.peak_in_flight[s] = std::max(sim.peak_in_flight[s], in_flight[s]);

@@ -47,11 +47,13 @@ std::vector<int64_t> interleavedSplit(int64_t n_layers, int64_t stages, int64_t 
                                       const LayerCosts& costs);
 
 // What a stage does, in order. Compute: kForward / kBackward of micro-batch `mb` on its
-// local chunk `chunk`. Communication with stage `peer`: activations go forward
-// (kSendAct, kRecvAct), their gradients backward (kSendGrad, kRecvGrad); each message is
-// identified by (kind, mb, model chunk of the receiver).
+// local chunk `chunk`; kBackward computes the gradient of the chunk's input and, except in
+// zb_h1, its weights' gradients too; zb_h1's kWeight computes the projection weights'
+// gradients of an earlier kBackward of the same (mb, chunk). Communication with stage
+// `peer`: activations go forward (kSendAct, kRecvAct), their gradients backward (kSendGrad,
+// kRecvGrad); each message is identified by (kind, mb, model chunk of the receiver).
 struct PipeAction {
-  enum Kind { kForward, kBackward, kSendAct, kRecvAct, kSendGrad, kRecvGrad };
+  enum Kind { kForward, kBackward, kSendAct, kRecvAct, kSendGrad, kRecvGrad, kWeight };
   Kind kind = kForward;
   int64_t mb = 0, chunk = 0;  // chunk: the local chunk index on this stage
   int64_t peer = -1;          // the other stage of a send/recv
@@ -77,8 +79,11 @@ std::vector<PipeAction> withTransfers(const PipePlan& plan, int64_t stage,
                                       const std::vector<PipeAction>& compute);
 
 // Theory: the fraction of a step's stage time spent idle in the pipeline bubble,
-// (p−1)/(m+p−1) for GPipe and 1F1B, divided by v for interleaved 1F1B.
+// (p−1)/(m+p−1) for GPipe and 1F1B, divided by v for interleaved 1F1B, and for zb_h1
+// (p−1)/(3m+p−1): its bubble (p−1)(F+B−W) with the forward F, the input-gradient pass B and
+// the weight pass W equally long (each a third of a micro-batch's compute).
 double theoreticalBubble(const PipePlan& plan);
+std::string theoreticalBubbleFormula(const PipePlan& plan);  // "(p-1)/(m+p-1)", ...
 
 // The measured counterpart, the same on every stage: the fraction of the pipeline's
 // makespan this stage is idle, (makespan − busy) / makespan with busy = span − waited.
@@ -89,8 +94,14 @@ double theoreticalBubble(const PipePlan& plan);
 // 0 when makespan <= 0. REQUIRES: 0 <= waited <= span <= makespan.
 double pipelineIdleFraction(double span, double waited, double makespan);
 
+// How long each compute action takes in simulatePipeline.
+struct PipeTimes {
+  double forward = 1, backward = 1, weight = 1;  // kForward, kBackward, kWeight
+};
+
 // Executes every stage's list with buffered sends and blocking receives, each compute
-// action taking `compute_time` (messages arrive when sent).
+// action taking its PipeTimes entry (messages arrive when sent). forwards and backwards
+// count kForward and kBackward; a kWeight adds to the stage's busy time only.
 struct PipeSimulation {
   std::string deadlock;                 // "" when every stage finished; else who waits for what
   double makespan = 0;                  // the last stage's finish time
@@ -99,6 +110,6 @@ struct PipeSimulation {
   std::vector<double> finish, waited;        // per stage: its last action's end, receive waits
 };
 PipeSimulation simulatePipeline(const std::vector<std::vector<PipeAction>>& actions,
-                                double compute_time = 1.0);
+                                PipeTimes times = {});
 
 }  // namespace ftb

@@ -15,6 +15,7 @@ std::string num(int64_t v) { return std::to_string(v); }
 PipeSchedule scheduleOf(const std::string& name) {
   if (name == "gpipe") return PipeSchedule::kGpipe;
   if (name == "1f1b") return PipeSchedule::k1F1B;
+  if (name == "zb_h1") return PipeSchedule::kZbH1;
   return PipeSchedule::kInterleaved1F1B;  // the schema allows no other name
 }
 
@@ -135,6 +136,14 @@ void checkPipeSupport(const Config& cfg, const TrainConfig& c) {
                        num(c.layout.pp) + "), pp_virtual_stages(" + num(c.pipeline.virtual_stages) +
                        ")",
                    "use parallel.pp = 2 with pp_schedule \"1f1b\" or \"gpipe\", or zero_stage = 0");
+  // zb_h1's weight passes run after later micro-batches' backwards; ZeRO-2 and 3 reduce a
+  // unit's gradients as soon as one backward has produced them all.
+  if (c.pipeline.schedule == PipeSchedule::kZbH1 && c.layout.effectiveZeroStage() >= 2)
+    cfg.failEither("parallel.pp_schedule", "parallel.zero_stage",
+                   "pp_schedule \"zb_h1\" with zero_stage(" + num(c.layout.zero_stage) +
+                       ") is not supported: zb_h1 computes the weight gradients after the "
+                       "backward, which ZeRO-2/3 reduce-scatter as soon as it ends",
+                   "use parallel.zero_stage = 0 or 1 with zb_h1, or pp_schedule = \"1f1b\"");
   // Recomputed blocks read the model's rope tables of the latest forward (llama.h); a
   // pipeline runs several forwards before a backward, so their lengths must agree.
   if (c.data.pad_longest &&

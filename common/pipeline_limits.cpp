@@ -42,6 +42,7 @@ PipeInFlight walkInFlight(const PipePlan& plan, int64_t stage) {
   double alive = 0, heads = 0;
   for (const PipeAction& a : computeOrder(plan, stage)) {
     const int64_t k = plan.modelChunk(stage, a.chunk);
+    if (a.kind == PipeAction::kWeight) continue;  // no block activations of its own
     const double sign = a.kind == PipeAction::kForward ? 1.0 : -1.0;
     alive += sign * double(plan.split[k]);
     if (k == last) heads += sign;
@@ -83,6 +84,11 @@ PipeInFlight pipeInFlight(const PipePlan& plan, int64_t stage) {
       plan.schedule == PipeSchedule::kGpipe ? double(m) : double(std::min(p - stage, m));
   r.blocks = n * double(plan.split[k0]);
   r.heads = k0 == last ? n : 0.0;
+  // zb_h1: before each steady-state backward, p − s forwards alive and s weight passes
+  // pending (zbH1Order), at most the m − (p − s) micro-batches that follow the warm-up.
+  if (plan.schedule == PipeSchedule::kZbH1)
+    r.weight_blocks = double(std::min(stage, std::max<int64_t>(0, m - (p - stage)))) *
+                      double(plan.split[k0]);
   return r;
 }
 

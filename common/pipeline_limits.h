@@ -39,8 +39,12 @@ PipeBoundProblem pipeMicrobatchProblem(const TrainConfig& tc, int64_t dataset_sa
                                        const std::string& dataset);
 void checkPipeMicrobatchBound(const Config& cfg, const TrainConfig& tc);
 
+// A stage's most activations alive at once: `blocks` of its chunks' blocks and `heads` head
+// micro-batches; `transfers`: its [B, T, D] transfer buffers per step; `weight_blocks`:
+// blocks whose weight pass is pending beside them (zb_h1: stage s defers s micro-batches of
+// its chunk's weight passes, each keeping its projections' inputs and output gradients).
 struct PipeInFlight {
-  double blocks = 0, heads = 0, transfers = 0;
+  double blocks = 0, heads = 0, transfers = 0, weight_blocks = 0;
 };
 PipeInFlight pipeInFlight(const PipePlan& plan, int64_t stage);
 

@@ -456,8 +456,9 @@ void pipelineRows(std::vector<KeyRow>& t) {
   const char* plan = "resolvePipeline (pipeline_config.cpp): builds TrainConfig::pipeline";
   t.push_back(byHand(addedLater(oneOf(spec("parallel.pp_schedule", kString, s("1f1b"),
                                            "pipeline schedule (interleaved_1f1b with "
-                                           "parallel.pp_virtual_stages)"),
-                                      {"gpipe", "1f1b", "interleaved_1f1b"})),
+                                           "parallel.pp_virtual_stages; zb_h1: zero-bubble "
+                                           "H1, weight gradients in the bubble)"),
+                                      {"gpipe", "1f1b", "interleaved_1f1b", "zb_h1"})),
                      plan));
   t.push_back(byHand(addedLater(ranged(spec("parallel.pp_virtual_stages", kInt, i(1),
                                             "model chunks per stage; > 1 only with pp_schedule "

@@ -411,8 +411,7 @@ void measuredRows(std::ostream& os, const TrainConfig& tc, const TrainSummary& s
 // The measured bubble beside the schedule's theory, and the activation traffic.
 void pipelineRows(std::ostream& os, const TrainConfig& tc, const TrainSummary& s) {
   const PipePlan& plan = tc.pipeline;
-  const std::string formula =
-      plan.schedule == PipeSchedule::kInterleaved1F1B ? "(p-1)/(m+p-1)/v" : "(p-1)/(m+p-1)";
+  const std::string formula = theoreticalBubbleFormula(plan);
   summaryRow(os, "pipeline bubble",
              formatFixed(100 * s.bubble_frac_min, 1) + " - " +
                  formatFixed(100 * s.bubble_frac_max, 1) +

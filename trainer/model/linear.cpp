@@ -75,7 +75,104 @@ class Nf4Linear : public torch::autograd::Function<Nf4Linear> {
   }
 };
 
+std::atomic<WeightGradStore*> g_store{nullptr};
+
+// gy [M, N] · w [N, K] -> [M, K]; on OpenBLAS as BlasLinear's backward, else as ATen's mm
+// backward computes it.
+torch::Tensor inputGrad(const torch::Tensor& gy, const torch::Tensor& w) {
+  if (!fp32OnOpenBlas(gy, w)) return gy.mm(w);
+  const int64_t M = gy.size(0), N = gy.size(1), K = w.size(1);
+  torch::Tensor wc = w.contiguous(), gx = torch::empty({M, K}, gy.options());
+  kernels::openblas()->sgemm(false, false, M, K, N, 1.f, gy.data_ptr<float>(), N,
+                             wc.data_ptr<float>(), K, 0.f, gx.data_ptr<float>(), K);
+  return gx;
+}
+
+// gyᵀ [N, M] · x [M, K] -> [N, K], as BlasLinear's backward or ATen's mm backward (xᵀ·gy,
+// transposed) computes it.
+torch::Tensor weightGrad(const torch::Tensor& gy, const torch::Tensor& x) {
+  if (!fp32OnOpenBlas(gy, x)) return x.t().mm(gy).t();
+  const int64_t M = x.size(0), K = x.size(1), N = gy.size(1);
+  torch::Tensor gw = torch::empty({N, K}, gy.options());
+  kernels::openblas()->sgemm(true, false, N, K, M, 1.f, gy.data_ptr<float>(), N,
+                             x.data_ptr<float>(), K, 0.f, gw.data_ptr<float>(), K);
+  return gw;
+}
+
+// The weight a deferred projection hands its gradient to, passed to DeferredLinear::apply
+// as a non-tensor so that autograd makes no edge to its graph.
+struct DeferredWeight {
+  torch::Tensor weight;
+};
+
+// y = x · wᵀ whose backward computes grad_x only and leaves the weight's part in a store.
+// `w` is the weight detached (no edge to its graph). `anchor`: an empty tensor that requires
+// grad, so the backward runs even when x needs no gradient (LoRA's block 0).
+class DeferredLinear : public torch::autograd::Function<DeferredLinear> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& w, const torch::Tensor& anchor,
+                               const DeferredWeight& weight, WeightGradStore* store) {
+    (void)anchor;
+    const int64_t K = w.size(1);
+    torch::Tensor x2 = x.reshape({-1, K}).contiguous();
+    ctx->save_for_backward({x2, w});
+    ctx->saved_data["weight"] = weight.weight;
+    ctx->saved_data["store"] = reinterpret_cast<int64_t>(store);
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape.back() = w.size(0);
+    return projection(x2, w).view(shape);  // no graph: autograd is off inside forward
+  }
+
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const torch::Tensor &x2 = saved[0], &w = saved[1];
+    torch::Tensor gy = grads[0].reshape({-1, w.size(0)}).contiguous(), gx;
+    if (ctx->needs_input_grad(0)) {
+      std::vector<int64_t> shape = grads[0].sizes().vec();
+      shape.back() = w.size(1);
+      gx = inputGrad(gy, w).view(shape);
+    }
+    auto* store = reinterpret_cast<WeightGradStore*>(ctx->saved_data["store"].toInt());
+    store->push({x2, gy, ctx->saved_data["weight"].toTensor()});
+    return {gx, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
 }  // namespace
+
+void WeightGradStore::apply() {
+  for (Entry& e : entries_) {
+    torch::Tensor gw;
+    {
+      torch::NoGradGuard no_grad;
+      gw = weightGrad(e.grad_y, e.x);
+    }
+    e.x.reset();
+    e.grad_y.reset();
+    torch::autograd::backward({e.weight}, {gw});
+    e.weight.reset();
+  }
+  entries_.clear();
+}
+
+ActiveWeightGradStore::ActiveWeightGradStore(WeightGradStore* store) { g_store.store(store); }
+ActiveWeightGradStore::~ActiveWeightGradStore() { g_store.store(nullptr); }
+bool weightGradsDeferred() { return g_store.load() != nullptr; }
+
+const torch::Tensor& weightGradAnchor() {
+  static const torch::Tensor anchor = torch::empty({0}).requires_grad_(true);
+  return anchor;
+}
+
+torch::Tensor blockProjection(const torch::Tensor& x, const torch::Tensor& weight) {
+  WeightGradStore* store = g_store.load();
+  if (!store || !weight.requires_grad() || !torch::GradMode::is_enabled() || weight.dim() != 2)
+    return projection(x, weight);
+  return DeferredLinear::apply(x, weight.detach(), weightGradAnchor(), DeferredWeight{weight},
+                               store);
+}
 
 torch::Tensor nf4Projection(const torch::Tensor& x, const Nf4Tensor& w) {
   return Nf4Linear::apply(x, w.codes, w.absmax, w.shape);

@@ -30,6 +30,54 @@ bool fp32OnOpenBlas(const torch::Tensor& a, const torch::Tensor& b);
 
 torch::Tensor projection(const torch::Tensor& x, const torch::Tensor& weight);
 
+// Weight gradients computed apart from the backward (parallel.pp_schedule = "zb_h1"): a
+// transformer block's projections (blockProjection) made while a store is active
+// (ActiveWeightGradStore) compute only grad_x in their backward and leave (x, grad_y, weight)
+// in that store; apply() later computes each grad_w = grad_yᵀ·x and hands it to the weight's
+// autograd graph (its cast to the compute dtype, then its gradient accumulator and that
+// accumulator's hooks: grad_sync.h's strategies see an ordinary gradient). grad_w equals the
+// ordinary backward's to fp32 rounding, and entries are applied in the order the backward
+// left them.
+// Invariant: the backward of a deferred projection never reaches its weight's graph, so the
+// weight's gradient accumulator runs only in apply().
+class WeightGradStore {
+ public:
+  struct Entry {
+    torch::Tensor x, grad_y;  // [M, K] and [M, N]
+    torch::Tensor weight;     // as the projection used it (a cast keeps its graph)
+  };
+  void push(Entry e) { entries_.push_back(std::move(e)); }
+  bool empty() const { return entries_.empty(); }
+  // Computes and accumulates every entry's weight gradient, then empties the store.
+  void apply();
+
+ private:
+  std::vector<Entry> entries_;
+};
+
+// While alive, blockProjection defers its weight gradients to `store` (nullptr: none). The
+// store is read when a projection runs forward (a recompute included), so the guard spans
+// the forward and the backward of what it defers. Not nested; process-wide, as the autograd
+// engine may run a backward on its own thread.
+class ActiveWeightGradStore {
+ public:
+  explicit ActiveWeightGradStore(WeightGradStore* store);
+  ~ActiveWeightGradStore();
+  ActiveWeightGradStore(const ActiveWeightGradStore&) = delete;
+  ActiveWeightGradStore& operator=(const ActiveWeightGradStore&) = delete;
+};
+bool weightGradsDeferred();  // a store is active
+// An empty tensor that requires grad, an input of every deferred projection: a
+// differentiation over chosen inputs (autograd::grad) that must run the deferred
+// projections' backward, even those on no path to its inputs, lists it among them (its
+// gradient is undefined).
+const torch::Tensor& weightGradAnchor();
+
+// projection(x, weight) for a transformer block's projection (and its LoRA adapters):
+// the same values, with the weight gradient deferred to the active store when there is one,
+// grad mode is on and the weight requires a gradient.
+torch::Tensor blockProjection(const torch::Tensor& x, const torch::Tensor& weight);
+
 // x [..., K] times an NF4 weight w [N, K] (lora.base_dtype = "nf4") -> [..., N] in x's
 // dtype, differentiable in x only (the weight is frozen: no gradient). Forward dequantizes
 // w to x's dtype for the product (projection()) and drops it; backward dequantizes it again

@@ -23,6 +23,11 @@ torch::Tensor proj(const torch::Tensor& x, const torch::Tensor& weight) {
   return projection(x, w(weight));
 }
 
+// A block's projection: its weight gradient may be deferred (zb_h1, linear.h).
+torch::Tensor blockProj(const torch::Tensor& x, const torch::Tensor& weight) {
+  return blockProjection(x, w(weight));
+}
+
 // The full tensor of `p` drawn from its own generator, then this tp rank's slice.
 torch::Tensor initParam(const ParamInit& p, const TpContext& tp, uint64_t seed) {
   torch::NoGradGuard no_grad;
@@ -191,7 +196,7 @@ std::vector<torch::Tensor> TransformerBlockImpl::trainableTensors() const {
 
 torch::Tensor TransformerBlockImpl::baseProjection(const torch::Tensor& x,
                                                    const torch::Tensor& weight, size_t t) const {
-  return nf4_[t].defined() ? nf4Projection(x, nf4_[t]) : proj(x, weight);
+  return nf4_[t].defined() ? nf4Projection(x, nf4_[t]) : blockProj(x, weight);
 }
 
 torch::Tensor TransformerBlockImpl::linear(const torch::Tensor& x, const torch::Tensor& lora_x,

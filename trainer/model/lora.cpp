@@ -34,9 +34,9 @@ std::string loraBName(const std::string& prefix) { return prefix + ".lora_B.weig
 torch::Tensor loraDelta(const torch::Tensor& x, const LoraAdapter& ad, double scale, double dropout,
                         uint64_t mask_seed, const TpContext& tp) {
   torch::Tensor in = (dropout > 0 && mask_seed != 0) ? dropped(x, dropout, mask_seed, ad.name) : x;
-  torch::Tensor z = projection(in, cast(ad.a, x)) * scale;
+  torch::Tensor z = blockProjection(in, cast(ad.a, x)) * scale;
   z = ad.row_parallel ? reduceFromTp(z, tp) : copyToTp(z, tp);
-  return projection(z, cast(ad.b, x));
+  return blockProjection(z, cast(ad.b, x));
 }
 
 }  // namespace ftb

@@ -81,7 +81,7 @@ void DdpSync::hookAccumulators() {
     acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
         [this, k](const torch::autograd::variable_list& outputs,
                   const torch::autograd::variable_list&) {
-          if (armed_) markReady(k);
+          if (armed_ && !held_) markReady(k);
           return outputs;
         }));
     accumulators_.push_back(std::move(acc));
@@ -95,6 +95,7 @@ bool DdpSync::applyInBackward(ApplyGrad apply) {
 }
 
 void DdpSync::beforeBackward(bool last) {
+  held_ = false;
   armed_ = last && (comm_.size() > 1 || in_backward_);
   if (!armed_) return;
   next_launch_ = 0;

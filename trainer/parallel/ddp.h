@@ -14,7 +14,8 @@
 //   the gradient norm and clipping are one op per bucket, and the optimizer zeroes the
 //   buckets in its update pass (optimizerZeroesGrads).
 // - A post-hook on each parameter's gradient accumulator marks it ready during the
-//   backward of the step's last micro-batch (beforeBackward(true)); when a bucket's
+//   backward of the step's last micro-batch (beforeBackward(true); with zb_h1 also in
+//   that micro-batch's weight pass, not in the earlier ones: beforeWeightPass); when a bucket's
 //   parameters are all ready and every earlier bucket has been launched, its all-reduce
 //   starts (Comm::allReduceSumAsync): on Gloo asynchronously, while backward continues;
 //   between ranks of one host (parallel/local_comm.h) it runs to completion right there,
@@ -51,6 +52,7 @@ class DdpSync final : public GradSync {
           int64_t bucket_bytes = 25 << 20, bool in_backward = false);
   ~DdpSync() override;
   void beforeBackward(bool last) override;
+  void beforeWeightPass(bool final) override { held_ = !final; }
   void finishGradients() override;
   std::vector<torch::Tensor> optimizerParams() const override { return params_; }
   std::vector<torch::Tensor> gradients() const override;
@@ -89,6 +91,7 @@ class DdpSync final : public GradSync {
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // keep hooks alive
   Comm& comm_;
   bool armed_ = false;  // the current backward is the step's last micro-batch
+  bool held_ = false;   // a non-final weight pass (zb_h1) runs: its gradients are not final
   size_t next_launch_ = 0;
   bool in_backward_ = false;
   ApplyGrad apply_;                     // set by applyInBackward

@@ -5,6 +5,11 @@
 //   beginStep()                      once, before the first micro-batch
 //   beforeBackward(last)             before each micro-batch's backward; last = the
 //                                    step's final micro-batch
+//   beforeWeightPass(final)          zb_h1 only: before each weight pass (the projection
+//                                    weights' gradients of an earlier backward,
+//                                    linear.h WeightGradStore); final = the pass of the
+//                                    step's final micro-batch, which comes after the other
+//                                    passes and after its own backward
 //   finishGradients()                after the final backward: when it returns, every
 //                                    reduction has completed and gradients() holds
 //                                    the global gradient (sum over data-parallel ranks
@@ -55,6 +60,12 @@ class GradSync {
   virtual ~GradSync() = default;
   virtual void beginStep() {}
   virtual void beforeBackward(bool last) { (void)last; }
+  // The gradients a non-final weight pass produces are not final even after
+  // beforeBackward(true): a strategy that reacts to final gradients holds back until the
+  // final pass or the next beforeBackward. Only strategies whose gradients are final when
+  // every micro-batch's contributions are in may be used with weight passes (the run's
+  // config refuses zb_h1 with ZeRO-2/3: common/pipeline_config.cpp).
+  virtual void beforeWeightPass(bool final) { (void)final; }
   virtual void finishGradients() = 0;
   // The tensors the optimizer updates, fixed for the run (ZeRO: this rank's fp32
   // master shards; else the model parameters), and their gradients (same order).

@@ -7,6 +7,7 @@
 #include "trainer/comm/comm.h"
 #include "trainer/comm/phase_timer.h"
 #include "trainer/metrics/perf.h"
+#include "trainer/model/linear.h"
 
 namespace ftb {
 
@@ -30,8 +31,10 @@ class PipelineRunner final : public StepRunner {
         dim_(dim),
         dtype_(dtype),
         actions_(withTransfers(plan, stage, computeOrder(plan, stage))) {
-    for (const PipeAction& a : actions_)
+    for (const PipeAction& a : actions_) {
       if (a.kind == PipeAction::kBackward) ++backwards_;
+      if (a.kind == PipeAction::kWeight) ++weights_;
+    }
   }
 
   FwdBwdStats run(const StepBatches& mine, double positions) override;
@@ -58,13 +61,20 @@ class PipelineRunner final : public StepRunner {
   void postReceives(const StepBatches& mine);
   void forward(const PipeAction& a, const Batch& b, FwdBwdStats& st);
   void backward(const PipeAction& a, double positions, bool last);
+  void weightPass(const PipeAction& a, bool final);
   void send(const PipeAction& a);
+  // zb_h1: the store the slot's projections defer their weight gradients to, active
+  // during its forward and backward (trainer/model/linear.h); other schedules: none.
+  WeightGradStore* storeOf(const PipeAction& a) {
+    return weights_ > 0 ? &slots_[{a.mb, a.chunk}].weight_grads : nullptr;
+  }
 
   struct Slot {             // one (micro-batch, local chunk)
     torch::Tensor input;    // received activations (a leaf whose grad goes back), or undefined
     torch::Tensor output;   // activations sent on, or the loss sum on the last model chunk
     torch::Tensor grad_in;  // received gradient of output
     std::unique_ptr<PendingWork> act_work, grad_work;
+    WeightGradStore weight_grads;  // zb_h1: from its backward to its weight pass
   };
 
   PipePlan plan_;
@@ -75,7 +85,7 @@ class PipelineRunner final : public StepRunner {
   int64_t tp_, dim_;
   torch::ScalarType dtype_;
   std::vector<PipeAction> actions_;
-  int64_t backwards_ = 0;
+  int64_t backwards_ = 0, weights_ = 0;
   std::map<std::pair<int64_t, int64_t>, Slot> slots_;
   std::vector<std::unique_ptr<PendingWork>> sends_;
 };
@@ -101,6 +111,7 @@ void PipelineRunner::forward(const PipeAction& a, const Batch& b, FwdBwdStats& s
   torch::Tensor in = b.inputs;
   if (!model->part().embed) in = s.input.requires_grad_(true);
   RECORD_USER_SCOPE("forward");
+  ActiveWeightGradStore deferring(storeOf(a));
   torch::Tensor out = model->forwardPart(in);
   if (model->part().head) {
     out = model->lossSum(out, b.targets, b.mask);
@@ -115,12 +126,19 @@ void PipelineRunner::backward(const PipeAction& a, double positions, bool last) 
   Slot& s = slots_[{a.mb, a.chunk}];
   sync_.beforeBackward(last);
   RECORD_USER_SCOPE("backward");
+  ActiveWeightGradStore deferring(storeOf(a));
   if (chunks_[a.chunk]->part().head)
     (s.output / positions).backward();
   else
     s.output.backward(s.grad_in);
   s.output = torch::Tensor();
   s.grad_in = torch::Tensor();
+}
+
+void PipelineRunner::weightPass(const PipeAction& a, bool final) {
+  sync_.beforeWeightPass(final);
+  RECORD_USER_SCOPE("weight_gradients");
+  slots_[{a.mb, a.chunk}].weight_grads.apply();
 }
 
 void PipelineRunner::send(const PipeAction& a) {
@@ -140,7 +158,7 @@ FwdBwdStats PipelineRunner::run(const StepBatches& mine, double positions) {
   std::vector<int64_t> sent0;
   for (auto& [peer, l] : links_) sent0.push_back(l->bytesSent());
   postReceives(mine);
-  int64_t done_backwards = 0;
+  int64_t done_backwards = 0, done_weights = 0;
   PhaseTimer timer;
   for (const PipeAction& a : actions_) {
     switch (a.kind) {
@@ -157,6 +175,10 @@ FwdBwdStats PipelineRunner::run(const StepBatches& mine, double positions) {
         break;
       case PipeAction::kBackward:
         backward(a, positions, ++done_backwards == backwards_);
+        timer.endSplit(st.bwd_s, st.comm_s);
+        break;
+      case PipeAction::kWeight:
+        weightPass(a, ++done_weights == weights_);
         timer.endSplit(st.bwd_s, st.comm_s);
         break;
       default:

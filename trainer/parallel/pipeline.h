@@ -16,6 +16,10 @@
 //   it (that wait is the bubble time), the sends before run() returns. Waits are bounded
 //   by parallel.timeout_seconds and name the peer (comm/p2p.h).
 // - Messages are tagged (kind, micro-batch, receiving model chunk), unique within a step.
+// - zb_h1: each (micro-batch, chunk) has a WeightGradStore (model/linear.h), active during
+//   its forward and backward, so its blocks' projections leave their weight gradients there;
+//   its kWeight action applies them (GradSync::beforeWeightPass first). The head's output
+//   projection, the norms and the embedding get their gradients in the backward.
 #pragma once
 
 #include <map>

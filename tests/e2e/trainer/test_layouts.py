@@ -42,6 +42,14 @@ LAYOUTS = {
     "pp2_interleaved": (2, ["model.n_layers=4", "training.micro_batch_size=2", "parallel.pp=2",
                             "parallel.pp_microbatches=2", "parallel.pp_schedule=interleaved_1f1b",
                             "parallel.pp_virtual_stages=2"]),
+    # Zero-bubble H1: stage 1 defers each weight pass by one backward; with dp the DDP
+    # buckets wait for the final weight pass, and recomputed blocks leave theirs too.
+    "pp2_zb_h1": (2, ["training.micro_batch_size=1", "parallel.pp=2", "parallel.pp_microbatches=4",
+                      "parallel.pp_schedule=zb_h1"]),
+    "pp2_zb_h1_dp2_checkpointing": (4, ["training.micro_batch_size=1", "parallel.pp=2",
+                                        "parallel.pp_microbatches=2", "parallel.pp_schedule=zb_h1",
+                                        "parallel.bucket_mb=0.05",
+                                        "training.activation_checkpointing=\"full\""]),
     "pp4": (4, ["model.n_layers=4", "training.micro_batch_size=1", "parallel.pp=4",
                 "parallel.pp_microbatches=4"]),
     "pp2_zero1": (4, ["training.micro_batch_size=1", "parallel.pp=2", "parallel.pp_microbatches=2",
@@ -81,6 +89,13 @@ LORA_LAYOUTS = {
                                  "parallel.pp=2", "parallel.pp_microbatches=2",
                                  "parallel.pp_schedule=interleaved_1f1b",
                                  "parallel.pp_virtual_stages=2"]),
+    # Block 0's adapters see an input that needs no gradient, also when recomputed.
+    "lora_pp2_zb_h1": (2, ["training.micro_batch_size=1", "parallel.pp=2",
+                           "parallel.pp_microbatches=4", "parallel.pp_schedule=zb_h1"]),
+    "lora_pp2_zb_h1_checkpointing": (2, ["training.micro_batch_size=1", "parallel.pp=2",
+                                         "parallel.pp_microbatches=4",
+                                         "parallel.pp_schedule=zb_h1",
+                                         "training.activation_checkpointing=\"full\""]),
     "lora_pp2_zero3": (4, ["training.micro_batch_size=1", "parallel.pp=2",
                            "parallel.pp_microbatches=2", "parallel.dp_shard=2",
                            "parallel.zero_stage=3"]),

@@ -24,11 +24,12 @@ COMMON = ["training.micro_batch_size=1", "parallel.pp=2", "parallel.pp_microbatc
 @pytest.mark.parametrize("schedule,extra,theory", [
     ("1f1b", [], 1 / 9),
     ("interleaved_1f1b", ["model.n_layers=4", "parallel.pp_virtual_stages=2"], 1 / 18),
+    ("zb_h1", [], 1 / 25),
 ])
 def test_bubble_and_traffic_in_hdf5_and_summary(tmp_path, schedule, extra, theory):
     outs = run_ranks(tmp_path, 2, *COMMON, f"parallel.pp_schedule={schedule}", *extra)
     # Bytes each way per micro-batch crossing: B 1 x T 64 x dim 64 fp32 = 16384.
-    crossings = 1 if schedule == "1f1b" else 3  # model chunks - 1 boundaries
+    crossings = 3 if schedule == "interleaved_1f1b" else 1  # model chunks - 1 boundaries
     sent = {0: 0, 1: 0}
     makespan = {}
     for rank in range(2):

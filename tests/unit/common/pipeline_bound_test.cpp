@@ -23,14 +23,24 @@ namespace {
 
 const char* const kTinyRun = FTB_SOURCE_DIR "/configs/runs/tiny.toml";
 
-// What the estimator computed before (memory_estimate.cpp's stageShare, per action).
+// What the estimator computed before (memory_estimate.cpp's stageShare, per action), and
+// zb_h1's pending weight passes beside the most activations: the pending ones before a
+// backward that starts with the most blocks alive.
 PipeInFlight walked(const PipePlan& plan, int64_t stage) {
   const int64_t last = plan.stages * plan.virtual_stages - 1;
   PipeInFlight r;
-  double alive = 0, heads = 0;
+  double alive = 0, heads = 0, pending = 0;
   const std::vector<PipeAction> order = computeOrder(plan, stage);
   for (const PipeAction& a : order) {
     const int64_t k = plan.modelChunk(stage, a.chunk);
+    if (a.kind == PipeAction::kWeight) {
+      pending -= double(plan.split[k]);
+      continue;
+    }
+    if (a.kind == PipeAction::kBackward && alive == r.blocks)
+      r.weight_blocks = std::max(r.weight_blocks, pending);
+    if (a.kind == PipeAction::kBackward && plan.schedule == PipeSchedule::kZbH1)
+      pending += double(plan.split[k]);
     const double sign = a.kind == PipeAction::kForward ? 1.0 : -1.0;
     alive += sign * double(plan.split[k]);
     if (k == last) heads += sign;
@@ -38,19 +48,21 @@ PipeInFlight walked(const PipePlan& plan, int64_t stage) {
     r.heads = std::max(r.heads, heads);
   }
   for (const PipeAction& a : withTransfers(plan, stage, order))
-    if (a.kind != PipeAction::kForward && a.kind != PipeAction::kBackward) r.transfers += 1;
+    if (a.kind != PipeAction::kForward && a.kind != PipeAction::kBackward &&
+        a.kind != PipeAction::kWeight)
+      r.transfers += 1;
   return r;
 }
 
 TEST(PipeInFlight, EqualsWalkingTheScheduleForSmallCounts) {
   std::mt19937 rng(5);
   int compared = 0;
-  for (PipeSchedule s :
-       {PipeSchedule::kGpipe, PipeSchedule::k1F1B, PipeSchedule::kInterleaved1F1B}) {
+  for (PipeSchedule s : {PipeSchedule::kGpipe, PipeSchedule::k1F1B,
+                         PipeSchedule::kInterleaved1F1B, PipeSchedule::kZbH1}) {
     for (int64_t p = 1; p <= 5; ++p) {
       for (int64_t v = 1; v <= (s == PipeSchedule::kInterleaved1F1B ? 4 : 1); ++v) {
         for (int64_t m = 1; m <= 4 * p * v + 6; ++m) {
-          if (s == PipeSchedule::k1F1B && m < p) continue;
+          if ((s == PipeSchedule::k1F1B || s == PipeSchedule::kZbH1) && m < p) continue;
           if (s == PipeSchedule::kInterleaved1F1B && (p < 2 || v < 2 || m % p != 0)) continue;
           PipePlan plan;
           plan.schedule = s, plan.stages = p, plan.virtual_stages = v, plan.microbatches = m;
@@ -63,6 +75,7 @@ TEST(PipeInFlight, EqualsWalkingTheScheduleForSmallCounts) {
             EXPECT_EQ(got.blocks, want.blocks) << at;
             EXPECT_EQ(got.heads, want.heads) << at;
             EXPECT_EQ(got.transfers, want.transfers) << at;
+            EXPECT_EQ(got.weight_blocks, want.weight_blocks) << at;
             ++compared;
           }
         }

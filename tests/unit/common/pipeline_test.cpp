@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 #include <string>
 #include <tuple>
@@ -80,6 +81,7 @@ std::vector<Case> cases() {
     for (int64_t m : {1, 2, 4, 8}) {
       out.push_back({PipeSchedule::kGpipe, p, 1, m});
       if (m >= p) out.push_back({PipeSchedule::k1F1B, p, 1, m});
+      if (m >= p) out.push_back({PipeSchedule::kZbH1, p, 1, m});
       if (p > 1 && m % p == 0) {
         out.push_back({PipeSchedule::kInterleaved1F1B, p, 2, m});
         out.push_back({PipeSchedule::kInterleaved1F1B, p, 3, m});
@@ -95,16 +97,23 @@ std::string name(const Case& c) {
 }
 
 // Every (micro-batch, chunk) forwarded once and backwarded once on every stage, the
-// backward after the forward.
+// backward after the forward; zb_h1 also runs its weight pass once, after its backward, in
+// micro-batch order, the final micro-batch's last.
 TEST(PipeSchedule, EveryMicroBatchRunsForwardThenBackwardOncePerChunk) {
   for (const Case& c : cases()) {
     const PipePlan plan = planFor(c);
+    const bool zb = c.schedule == PipeSchedule::kZbH1;
     for (int64_t s = 0; s < c.p; ++s) {
       std::set<std::pair<int64_t, int64_t>> fwd, bwd;
+      std::vector<int64_t> weights;
       for (const PipeAction& a : computeOrder(plan, s)) {
         auto key = std::make_pair(a.mb, a.chunk);
         if (a.kind == PipeAction::kForward) {
           EXPECT_TRUE(fwd.insert(key).second) << name(c) << " stage " << s << " " << describe(a);
+        } else if (a.kind == PipeAction::kWeight) {
+          EXPECT_TRUE(zb) << name(c) << " " << describe(a);
+          EXPECT_TRUE(bwd.count(key)) << name(c) << " weight pass before backward: " << describe(a);
+          weights.push_back(a.mb);
         } else {
           ASSERT_EQ(a.kind, PipeAction::kBackward);
           EXPECT_TRUE(fwd.count(key)) << name(c) << " backward before forward: " << describe(a);
@@ -113,7 +122,32 @@ TEST(PipeSchedule, EveryMicroBatchRunsForwardThenBackwardOncePerChunk) {
       }
       EXPECT_EQ(int64_t(fwd.size()), c.m * c.v) << name(c);
       EXPECT_EQ(int64_t(bwd.size()), c.m * c.v) << name(c);
+      std::vector<int64_t> in_order(zb ? c.m : 0);
+      for (int64_t i = 0; i < int64_t(in_order.size()); ++i) in_order[i] = i;
+      EXPECT_EQ(weights, in_order) << name(c) << " stage " << s;
     }
+  }
+}
+
+// ZB-H1's deferral: stage s runs each weight pass s backwards after its own, so it holds
+// 1F1B's p − s micro-batches of activations and s pending weight passes, and the last
+// action of every stage is the final micro-batch's weight pass.
+TEST(PipeSchedule, ZbH1DefersStageSWeightPassesBySBackwards) {
+  const PipePlan plan = planFor({PipeSchedule::kZbH1, 4, 1, 8});
+  for (int64_t s = 0; s < 4; ++s) {
+    const std::vector<PipeAction> order = computeOrder(plan, s);
+    int64_t backwards = 0, most_pending = 0;
+    for (const PipeAction& a : order) {
+      if (a.kind == PipeAction::kBackward) ++backwards;
+      if (a.kind == PipeAction::kWeight) {
+        if (a.mb + s < 8) EXPECT_EQ(backwards, a.mb + s + 1) << "stage " << s << " " << describe(a);
+        most_pending = std::max(most_pending, backwards - a.mb - 1);
+      }
+    }
+    EXPECT_EQ(most_pending, s);
+    EXPECT_EQ(order.back(), (PipeAction{PipeAction::kWeight, 7, 0, -1})) << "stage " << s;
+    const PipeSimulation sim = simulatePipeline(pipeActions(plan));
+    EXPECT_EQ(sim.peak_in_flight[s], 4 - s);
   }
 }
 
@@ -141,14 +175,26 @@ TEST(PipeSchedule, EveryTransferPairsWithItsNeighbour) {
 
 // Executed with blocking receives, every schedule finishes (no stage waits forever), and
 // the bubble of GPipe and 1F1B is exactly the theory when forward and backward take the
-// same time; interleaving shrinks it.
+// same time; interleaving shrinks it; zb_h1's is its theory when the forward, the
+// input-gradient pass and the weight pass take the same time, a third of 1F1B's with its
+// backward twice as long (B + W).
 TEST(PipeSchedule, SimulatedRunsFinishWithTheTheoreticalBubble) {
   for (const Case& c : cases()) {
     const PipePlan plan = planFor(c);
-    const PipeSimulation sim = simulatePipeline(pipeActions(plan), 1.0 / double(c.v));
+    const double t = 1.0 / double(c.v);
+    const PipeSimulation sim = simulatePipeline(pipeActions(plan), {t, t, t});
     ASSERT_EQ(sim.deadlock, "") << name(c);
-    const double busy = 2.0 * double(c.m);  // per stage: m·v chunks, forward and backward
+    const bool zb = c.schedule == PipeSchedule::kZbH1;
+    // per stage: m·v chunks, forward and backward (and zb_h1's weight passes)
+    const double busy = (zb ? 3.0 : 2.0) * double(c.m);
     const double bubble = 1.0 - busy / sim.makespan;
+    if (zb) {
+      PipePlan f1b = plan;
+      f1b.schedule = PipeSchedule::k1F1B;
+      const PipeSimulation base = simulatePipeline(pipeActions(f1b), {1, 2, 0});
+      EXPECT_NEAR(1.0 - busy / base.makespan, theoreticalBubble(f1b), 1e-12) << name(c);
+      EXPECT_NEAR(base.makespan - busy, 3 * (sim.makespan - busy), 1e-9) << name(c);
+    }
     if (c.schedule != PipeSchedule::kInterleaved1F1B) {
       EXPECT_NEAR(bubble, theoreticalBubble(plan), 1e-12) << name(c);
     } else {
@@ -178,8 +224,9 @@ TEST(PipeSchedule, EveryStageIdlesTheTheoreticalFractionOfTheMakespan) {
       EXPECT_NEAR(pipelineIdleFraction(sim.finish[s], sim.waited[s], sim.makespan),
                   theoreticalBubble(plan), 1e-12)
           << name(c) << ", stage " << s;
+    // zb_h1's last stage ends last (its deferred weight passes): its span is the makespan.
     const int64_t last = c.p - 1;
-    if (c.p > 1)
+    if (c.p > 1 && c.schedule != PipeSchedule::kZbH1)
       EXPECT_LT(sim.waited[last] / sim.finish[last], theoreticalBubble(plan) - 0.01) << name(c);
   }
   EXPECT_EQ(pipelineIdleFraction(0, 0, 0), 0.0);
@@ -222,6 +269,8 @@ TEST(PipeSchedule, TheoryFormulas) {
   EXPECT_DOUBLE_EQ(theoreticalBubble(planFor({PipeSchedule::kInterleaved1F1B, 2, 2, 8})),
                    1.0 / 18.0);
   EXPECT_DOUBLE_EQ(theoreticalBubble(planFor({PipeSchedule::k1F1B, 1, 1, 8})), 0.0);
+  EXPECT_DOUBLE_EQ(theoreticalBubble(planFor({PipeSchedule::kZbH1, 4, 1, 8})), 3.0 / 27.0);
+  EXPECT_EQ(theoreticalBubbleFormula(planFor({PipeSchedule::kZbH1, 4, 1, 8})), "(p-1)/(3m+p-1)");
 }
 
 // ---- validation of the keys (TrainConfig::fromConfig, shared with sweep_tagger expand)
@@ -244,6 +293,19 @@ void expectRefusal(const std::vector<std::string>& overrides, int world,
 TEST(PipeConfig, MoreStagesThanBlocksIsRefused) {
   expectRefusal({"parallel.pp=8"}, 8,
                 {"key 'parallel.pp'", "pp(8) exceeds model.n_layers(4)", "at most 4"});
+}
+
+TEST(PipeConfig, ZeroBubbleWithReduceScatteringZeroOrChunksIsRefused) {
+  expectRefusal({"parallel.pp=2", "parallel.pp_microbatches=2", "parallel.pp_schedule=zb_h1",
+                 "parallel.dp_shard=2", "parallel.zero_stage=2"},
+                4, {"\"zb_h1\" with zero_stage(2)", "zero_stage = 0 or 1"});
+  expectRefusal({"parallel.pp=2", "parallel.pp_microbatches=2", "parallel.pp_schedule=zb_h1",
+                 "parallel.pp_virtual_stages=2"},
+                2, {"pp_virtual_stages(2) > 1 needs pp_schedule \"interleaved_1f1b\""});
+  EXPECT_EQ(refusal({"parallel.pp=2", "parallel.pp_microbatches=2", "parallel.pp_schedule=zb_h1",
+                     "parallel.dp_shard=2", "parallel.zero_stage=1"},
+                    4),
+            "");
 }
 
 TEST(PipeConfig, TooFewMicroBatchesForTheScheduleIsRefused) {

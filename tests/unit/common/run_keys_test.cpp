@@ -87,7 +87,7 @@ TEST(ConfigKeys, AStringOutsideItsChoicesIsRefusedWithTheList) {
 TEST(ConfigKeys, HelpConfigShowsTheChoices) {
   const std::string md = schemaMarkdown(trainerSchema());
   EXPECT_NE(md.find("| `parallel.pp_schedule` | string: \"gpipe\" \\| \"1f1b\" \\| "
-                    "\"interleaved_1f1b\" |"),
+                    "\"interleaved_1f1b\" \\| \"zb_h1\" |"),
             std::string::npos)
       << md;
 }

@@ -47,6 +47,46 @@ TEST(Projection, Bf16StaysOnAten) {
   EXPECT_TRUE(torch::equal(y, torch::matmul(x, w.to(torch::kBFloat16).t())));
 }
 
+// A weight gradient deferred to a WeightGradStore: the backward leaves the weight's .grad
+// untouched (and runs no hook of its accumulator), apply() then accumulates what the
+// ordinary backward would, on each route and through a bf16 cast to an fp32 master.
+TEST(Projection, DeferredWeightGradientEqualsTheOrdinaryOne) {
+  RouteGuard guard;
+  for (Fp32Gemm route : {Fp32Gemm::kAten, Fp32Gemm::kOpenBlas}) {
+    if (route == Fp32Gemm::kOpenBlas && !kernels::openblas()) continue;
+    setFp32Gemm(route);
+    for (bool bf16 : {false, true}) {
+      torch::manual_seed(11);
+      const torch::Tensor x0 = torch::randn({2, 5, 24}), w0 = torch::randn({40, 24});
+      const torch::Tensor weights = torch::linspace(-1, 1, 40);
+      auto loss = [&](const torch::Tensor& y) { return (y.to(torch::kFloat32) * weights).sum(); };
+      auto cast = [&](const torch::Tensor& t) { return bf16 ? t.to(torch::kBFloat16) : t; };
+      torch::Tensor xr = x0.clone().requires_grad_(true), wr = w0.clone().requires_grad_(true);
+      loss(projection(cast(xr), cast(wr))).backward();
+
+      torch::Tensor x = x0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true);
+      int hooks = 0;
+      w.register_hook([&hooks](const torch::Tensor&) { ++hooks; });
+      WeightGradStore store;
+      {
+        ActiveWeightGradStore active(&store);
+        EXPECT_TRUE(weightGradsDeferred());
+        loss(blockProjection(cast(x), cast(w))).backward();
+      }
+      EXPECT_FALSE(weightGradsDeferred());
+      EXPECT_FALSE(w.grad().defined());
+      EXPECT_EQ(hooks, 0);
+      ASSERT_FALSE(store.empty());
+      EXPECT_TRUE(torch::equal(x.grad(), xr.grad())) << "bf16 " << bf16;
+      store.apply();
+      EXPECT_TRUE(store.empty());
+      EXPECT_EQ(hooks, 1);
+      ASSERT_TRUE(w.grad().defined());
+      EXPECT_LT(relErr(w.grad(), wr.grad()), bf16 ? 1e-2 : 1e-6) << "bf16 " << bf16;
+    }
+  }
+}
+
 TEST(Projection, RouteNamesSayWhichBlas) {
   EXPECT_NE(fp32GemmName(Fp32Gemm::kAten).find("ATen"), std::string::npos);
   if (kernels::openblas()) {
