@@ -475,7 +475,8 @@ bench_lora() {
 
 # pp 2 on one host, m = 8 micro-batches of 1 sample: the bubble each rank measured (time
 # blocked receiving from the neighbour stage, and idle time over the pipeline's makespan)
-# against the schedule's theory, 1F1B and interleaved (v = 2). Two vocabularies: 512, where
+# against the schedule's theory, 1F1B, interleaved (v = 2) and zero-bubble H1. Two
+# vocabularies: 512, where
 # the output layer is a small part of the last chunk (the theory's equal chunks), and
 # Llama-2's 32000, where it is as heavy as 4.5 blocks.
 bench_pipeline_bubble() {
@@ -486,9 +487,9 @@ bench_pipeline_bubble() {
     training.micro_batch_size=1 parallel.pp=2 parallel.pp_microbatches=8
     checkpoint.save_final=false)
   for vocab in 512 32000; do
-    for sched in 1f1b interleaved_1f1b; do
+    for sched in 1f1b interleaved_1f1b zb_h1; do
       local v=1
-      [ "$sched" = 1f1b ] || v=2
+      [ "$sched" = interleaved_1f1b ] && v=2
       echo "bench: D512/L8/T512 fp32, vocabulary $vocab, pp 2, m 8: $sched"
       cut -d' ' -f1-3 /proc/loadavg >"$runs/$sched.v$vocab.loadavg"
       launch 2 "$runs/$sched.v$vocab.log" -- "$BUILD/trainer/trainer" "${common[@]}" \

@@ -83,13 +83,16 @@ def bubble_section(runs):
           "leaves it out. The target (within 5 points of the "
           "theory) is judged on *idle*. *Compute* is the stage's forward + backward time per "
           "step: the theory assumes equal stages and equal chunks, and a stage with less "
-          "compute than its neighbour idles at least the difference.\n")
+          "compute than its neighbour idles at least the difference. zb_h1's theory (p-1)/(3m+p-1) "
+          "also assumes its three passes equally long; here the input-gradient pass holds the "
+          "attention's backward and the output layer's whole backward, the weight pass only the "
+          "blocks' projection weight GEMMs.\n")
     print("| vocabulary | schedule | stage | blocked | idle | theory | "
           "idle within 5 points | compute s/step | step p50 s | interference | load before |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     misses = []
     for vocab in (512, 32000):
-        for sched in ("1f1b", "interleaved_1f1b"):
+        for sched in ("1f1b", "interleaved_1f1b", "zb_h1"):
             run = bub / f"{sched}.v{vocab}"
             if not rank_files(run):
                 print(f"| {vocab} | {sched} | run missing: see {run}.log | | | | | | | |")
