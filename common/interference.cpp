@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -110,7 +111,7 @@ InterferenceFigures interferenceBetween(const SchedSample& a, const SchedSample&
   InterferenceFigures f;
   f.wall_s = b.wall_s - a.wall_s;
   if (!(f.wall_s > 0) || b.threads.empty()) {
-    f.wait_frac = f.steal_frac = f.other_load = f.interference = kNaN;
+    f.wait_frac = f.steal_frac = f.other_load = f.interference = f.cpu_thread_s = kNaN;
     f.nivcsw = a.nivcsw >= 0 && b.nivcsw >= 0 ? double(b.nivcsw - a.nivcsw) : kNaN;
     return f;
   }
@@ -122,6 +123,8 @@ InterferenceFigures interferenceBetween(const SchedSample& a, const SchedSample&
     run_ns += std::max<int64_t>(0, t.run_ns - base.run_ns);
   }
   f.wait_thread_s = double(wait_ns) * 1e-9;
+  f.cpu_thread_s = a.cpu_ns >= 0 && b.cpu_ns >= a.cpu_ns ? double(b.cpu_ns - a.cpu_ns) * 1e-9
+                                                        : double(run_ns) * 1e-9;
   f.wait_frac = f.wait_thread_s / (f.wall_s * std::max(compute_threads, 1));
   if (a.ticks_ok && b.ticks_ok && b.ticks.total >= a.ticks.total) {
     const double dtotal = double(b.ticks.total - a.ticks.total);
@@ -144,15 +147,17 @@ void InterferenceTotal::add(const InterferenceFigures& f) {
   load_w_ += (std::isnan(f.other_load) ? 0 : f.other_load) * f.wall_s;
   nivcsw_ += std::isnan(f.nivcsw) ? 0 : f.nivcsw;
   wait_thread_s_ += f.wait_thread_s;
+  cpu_thread_s_ += f.cpu_thread_s;
 }
 
 InterferenceFigures InterferenceTotal::figures() const {
   InterferenceFigures f;
   if (wall_s_ <= 0) {
-    f.wait_frac = f.steal_frac = f.other_load = f.nivcsw = f.interference = kNaN;
+    f.wait_frac = f.steal_frac = f.other_load = f.nivcsw = f.interference = f.cpu_thread_s = kNaN;
     return f;
   }
   f.wall_s = wall_s_;
+  f.cpu_thread_s = cpu_thread_s_;
   f.wait_frac = wait_w_ / wall_s_;
   f.steal_frac = steal_w_ / wall_s_;
   f.other_load = load_w_ / wall_s_;
@@ -175,6 +180,9 @@ SchedSample InterferenceSampler::sample() const {
   s.ticks_ok = !cpus_.empty() && parseProcStat(procStatCpuLines(), cpus_, s.ticks);
   rusage ru{};
   if (getrusage(RUSAGE_SELF, &ru) == 0) s.nivcsw = ru.ru_nivcsw;
+  timespec cpu{};
+  if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu) == 0)
+    s.cpu_ns = int64_t(cpu.tv_sec) * 1'000'000'000 + cpu.tv_nsec;
   s.wall_s = steadyNow();
   return s;
 }

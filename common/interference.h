@@ -21,6 +21,12 @@
 //                 kept busy (cores, 0..bound CPUs; tick resolution 1/CLK_TCK, so coarse
 //                 for one short step, exact over a run).
 // - nivcsw      = Δ involuntary context switches (count).
+// - cpu_thread_s = Δ CPU time of the process, all its threads (thread-seconds,
+//                 CLOCK_PROCESS_CPUTIME_ID: exact, where schedstat's field 1 advances in
+//                 whole scheduler ticks on some kernels, and under contention charges
+//                 whichever task a tick finds running); without that clock, Σ over threads of
+//                 Δ schedstat run time. The rank's own CPU time, which other processes on its
+//                 CPUs do not stretch (they stretch the wall time); NaN when neither reads.
 // - interference = min(1, wait_frac + steal_frac): the fraction of the interval the
 //                 rank's compute threads were runnable but not running, as seen by this
 //                 kernel's scheduler (wait) and by the hypervisor's (steal).
@@ -54,12 +60,14 @@ struct SchedSample {
   bool ticks_ok = false;
   CpuTicks ticks;       // bound CPUs
   int64_t nivcsw = -1;  // -1: unknown
+  int64_t cpu_ns = -1;  // the process's CPU time (CLOCK_PROCESS_CPUTIME_ID); -1: unknown
 };
 
 struct InterferenceFigures {
   double wait_frac = 0, steal_frac = 0, other_load = 0, nivcsw = 0, interference = 0;
   double wall_s = 0;         // the interval
   double wait_thread_s = 0;  // Σ run-queue wait (thread-seconds)
+  double cpu_thread_s = 0;   // Σ time on a CPU (thread-seconds)
 };
 
 // REQUIRES: b taken after a; compute_threads >= 1; tick_hz > 0.
@@ -76,7 +84,8 @@ class InterferenceTotal {
   bool empty() const { return wall_s_ <= 0; }
 
  private:
-  double wall_s_ = 0, wait_w_ = 0, steal_w_ = 0, load_w_ = 0, nivcsw_ = 0, wait_thread_s_ = 0;
+  double wall_s_ = 0, wait_w_ = 0, steal_w_ = 0, load_w_ = 0, nivcsw_ = 0, wait_thread_s_ = 0,
+         cpu_thread_s_ = 0;
 };
 
 class InterferenceSampler {

@@ -98,6 +98,15 @@ constexpr std::array<StepColumn, kStepColumnCount> kColumns = {{
     {C::kInvoluntarySwitches, "involuntary_switches", "1", kFloat, kNaN,
      "involuntary context switches of this rank's process in the interval (getrusage); NaN "
      "when getrusage fails (rank)"},
+    {C::kCpuThreadS, "cpu_thread_s", "s", kFloat, kNaN,
+     "CPU time of this rank's process, all its threads, in the interval "
+     "(CLOCK_PROCESS_CPUTIME_ID: thread-seconds); NaN where it cannot be read (rank)"},
+    {C::kTokensPerCpuS, "tokens_per_cpu_s", "tokens/s", kFloat, kNaN,
+     "tokens_padded / world size / (cpu_thread_s / intra-op threads): this rank's share of the "
+     "step's tokens per second of its own CPU time per compute thread. Near "
+     "tokens_per_s_per_device on an idle machine (above it by the time the rank sleeps in "
+     "waits), and near that idle figure when other processes share its CPUs, which stretch "
+     "the wall time but not the CPU time; NaN where cpu_thread_s is (rank)"},
 }};
 
 constexpr bool idsInTableOrder() {

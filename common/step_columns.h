@@ -58,6 +58,8 @@ enum class StepCol : uint8_t {
   kCpuStealFrac,
   kOtherLoadCpus,
   kInvoluntarySwitches,
+  kCpuThreadS,
+  kTokensPerCpuS,
   kCount  // not a column
 };
 inline constexpr size_t kStepColumnCount = static_cast<size_t>(StepCol::kCount);

@@ -400,6 +400,7 @@ void readRankAttributes(const std::vector<RankFile>& ranks, RunRow& row, std::st
                                                std::holds_alternative<double>(it->second) &&
                                                std::isfinite(std::get<double>(it->second)))
     row.interference = std::get<double>(it->second);
+  row.tokens_per_cpu_s = positive("tokens_per_cpu_s");
   row.noisy = text("noisy");
   row.env_warnings = text("env_warnings");
 }

@@ -76,6 +76,10 @@ struct RunRow {
   // warnings (env_warnings, one per line: threads, BLAS, a busy machine at start-up).
   std::optional<double> interference;
   std::string noisy, env_warnings;
+  // Global padded tokens per second of each rank's own CPU time per compute thread (rank 0's
+  // tokens_per_cpu_s attribute: common/step_columns.cpp), the figure other processes on
+  // the run's CPUs do not lower; absent in runs recorded before it or without schedstat.
+  std::optional<double> tokens_per_cpu_s;
   // What trains (rank 0's trainable_params and flops_formula attributes; absent in runs
   // recorded before LoRA, which trained every parameter).
   std::optional<int64_t> trainable_params;

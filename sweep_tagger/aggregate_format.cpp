@@ -140,6 +140,7 @@ std::vector<std::pair<std::string, Cell>> rowCells(const RunRow& r,
                      {"price_per_hour", opt(r.price_per_hour)},
                      {"is_valid", validCell(r)},
                      {"interference", opt(r.interference)},
+                     {"tokens_per_cpu_s", opt(r.tokens_per_cpu_s)},
                      {"noisy", r.noisy},
                      {"env_warnings", r.env_warnings},
                      {"host", r.host},
@@ -294,7 +295,8 @@ std::string toMarkdown(const AggregateTable& t) {
         "peak RSS MiB (max rank)", "loss first→last (nats/token)"})
     head.push_back(h);
   if (any_price) head.insert(head.end(), {"M tokens/h global¹", "$/M tokens²"});
-  head.insert(head.end(), {"valid", "interference % (worst rank)"});
+  head.insert(head.end(),
+              {"tokens/s per CPU-s (padded, global)", "valid", "interference % (worst rank)"});
   if (any_note) head.push_back("note");
   auto line = [&out](const std::vector<std::string>& cells) {
     out += "|";
@@ -328,7 +330,8 @@ std::string toMarkdown(const AggregateTable& t) {
               o(r.mfu, 2, 100), o(r.gemm_efficiency, 2, 100), o(r.step_time_p50_s, 4),
               o(r.step_time_p90_s, 4), shares, o(r.peak_mem_mib, 1), loss});
     if (any_price) c.insert(c.end(), {o(r.mt_per_hour, 3), o(r.usd_per_mt, 4)});
-    c.insert(c.end(), {cellText(validCell(r)), o(r.interference, 1, 100)});
+    c.insert(c.end(),
+             {o(r.tokens_per_cpu_s, 1), cellText(validCell(r)), o(r.interference, 1, 100)});
     if (any_note) c.push_back(r.status != RunState::Completed ? r.message : r.noisy);
     line(c);
   }
@@ -405,6 +408,7 @@ RunRow rowFromJsonLine(const std::string& line) {
   if (j["is_valid"].is_boolean()) r.is_valid = j["is_valid"].get<bool>();
   if (j["is_valid"].is_string()) r.is_valid = true;  // "noisy": valid, marked noisy
   r.interference = d("interference");
+  r.tokens_per_cpu_s = d("tokens_per_cpu_s");
   r.noisy = str("noisy");
   r.env_warnings = str("env_warnings");
   r.config_hash = str("config_hash");

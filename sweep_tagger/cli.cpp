@@ -442,7 +442,7 @@ int runSweepTagger(int argc, char** argv, std::ostream& out, std::ostream& err) 
       "       sweep_tagger aggregate RESULTS_DIR [--format csv|md|json] [--out F] [--plot DIR] "
       "[--jobs N]\n"
       "                              [--stale-seconds S] [--reader-timeout S]\n"
-      "                              [--best tokens_per_s|cost|memory] [--exclude-noisy]\n"
+      "                              [--best tokens_per_s|cost|memory|tokens_per_cpu_s] [--exclude-noisy]\n"
       "                              [--price-per-hour USD] [--plot-best-effort]\n"
       "                              [--compare REF.csv [--fail-on-regression PCT]]\n"
       "       sweep_tagger SUBCOMMAND --help: every option\n";

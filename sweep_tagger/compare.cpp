@@ -89,6 +89,15 @@ MetricSpec metricSpec(BestMetric m) {
               "no peak memory recorded",
               [](const RunRow& r) { return r.peak_mem_mib; },
               nullptr};
+    case BestMetric::kTokensPerCpuS:
+      return {"padded tokens per CPU-second (global: each rank's tokens over its own CPU time "
+              "per compute thread, which other processes on its CPUs do not stretch)",
+              "tokens/CPU-s",
+              1,
+              true,
+              "no CPU-time figure (recorded before tokens_per_cpu_s, or /proc unreadable)",
+              [](const RunRow& r) { return r.tokens_per_cpu_s; },
+              nullptr};
     case BestMetric::kTokensPerS:
       break;
   }
@@ -304,8 +313,9 @@ BestMetric parseBestMetric(const std::string& name) {
   if (name == "tokens_per_s") return BestMetric::kTokensPerS;
   if (name == "cost") return BestMetric::kCost;
   if (name == "memory") return BestMetric::kMemory;
+  if (name == "tokens_per_cpu_s") return BestMetric::kTokensPerCpuS;
   throw ConfigError("--best", "command line",
-                    "expected tokens_per_s, cost or memory, got '" + name + "'",
+                    "expected tokens_per_s, cost, memory or tokens_per_cpu_s, got '" + name + "'",
                     "--best tokens_per_s ranks by dataset tokens/s (higher is better)");
 }
 
@@ -357,7 +367,8 @@ std::string rankingLines(const std::vector<Figure>& ranked, const MetricSpec& m)
 }
 
 // What the ranking says about noisy runs ("" when none was ranked nor asked about).
-std::string noisyNote(const std::vector<Figure>& ranked, bool asked, bool dropped) {
+std::string noisyNote(const std::vector<Figure>& ranked, bool asked, bool dropped,
+                      BestMetric metric) {
   size_t noisy = 0;
   for (const Figure& f : ranked) noisy += f.noisy;
   if (asked && !dropped)
@@ -368,7 +379,12 @@ std::string noisyNote(const std::vector<Figure>& ranked, bool asked, bool droppe
   return "The ranking includes " + std::to_string(noisy) +
          " noisy run(s), marked [noisy]: the trainer found their interference above "
          "metrics.max_interference, so their times are not the configurations' alone "
-         "(--exclude-noisy ranks without them).\n";
+         "(--exclude-noisy ranks without them" +
+         (metric == BestMetric::kTokensPerCpuS
+              ? "; tokens per CPU-second leave out the CPU time other processes took, not "
+                "the caches and memory bandwidth they shared).\n"
+              : "; --best tokens_per_cpu_s ranks by each run's own CPU time, which other "
+                "processes on its CPUs do not stretch).\n");
 }
 
 // Which price the cost ranking used ("" for other metrics or without --price-per-hour).
@@ -435,7 +451,7 @@ BestReport bestReport(const AggregateTable& t, BestMetric metric, const BestOpti
            verdict(ranked[0], ranked[1], m, false) + noisyCaveat(ranked[0], ranked[1]) + ".\n";
   else
     out += "Only one configuration counts: nothing to compare.\n";
-  out += noisyNote(ranked, opts.exclude_noisy, drop_noisy) + priceNote(t, ranked, metric) +
+  out += noisyNote(ranked, opts.exclude_noisy, drop_noisy, metric) + priceNote(t, ranked, metric) +
          excludedList(t, m, drop_noisy);
   return {out, 0};
 }

@@ -76,8 +76,8 @@ void groupRepeats(AggregateTable& t);
 std::string workNote(const AggregateTable& t);
 std::string repeatsTable(const AggregateTable& t);
 
-enum class BestMetric { kTokensPerS, kCost, kMemory };
-// "tokens_per_s" | "cost" | "memory"; ConfigError (exit 2) otherwise.
+enum class BestMetric { kTokensPerS, kCost, kMemory, kTokensPerCpuS };
+// "tokens_per_s" | "cost" | "memory" | "tokens_per_cpu_s"; ConfigError (exit 2) otherwise.
 BestMetric parseBestMetric(const std::string& name);
 struct BestOptions {
   bool exclude_noisy = false;  // --exclude-noisy

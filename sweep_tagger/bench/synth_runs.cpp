@@ -103,7 +103,9 @@ StepRow synthRow(SynthStep& st, std::mt19937_64& rng) {
       .set(C::kRunqueueWaitFrac, wait)
       .set(C::kCpuStealFrac, steal)
       .set(C::kOtherLoadCpus, other_load)
-      .set(C::kInvoluntarySwitches, switches);
+      .set(C::kInvoluntarySwitches, switches)
+      .set(C::kCpuThreadS, total - comm)  // one compute thread, asleep while it waits
+      .set(C::kTokensPerCpuS, st.padded / st.world / (total - comm));
   ++st.step;
   return row;
 }

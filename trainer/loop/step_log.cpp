@@ -187,6 +187,11 @@ void StepLog::record(int64_t step, const StepRecord& r) {
     printProgress(step, r, tps_padded, tps_dataset, mfu, gemm_eff);
 }
 
+double StepLog::tokensPerCpuS(double padded, double cpu_thread_s) const {
+  if (!(cpu_thread_s > 0)) return std::nan("");
+  return padded / double(world_) / (cpu_thread_s / double(interference_.computeThreads()));
+}
+
 void StepLog::appendRow(int64_t step, const StepRecord& r, const InterferenceFigures& itf,
                         double mfu, double gemm_eff, int64_t rss) {
   using C = StepCol;
@@ -221,7 +226,9 @@ void StepLog::appendRow(int64_t step, const StepRecord& r, const InterferenceFig
       .set(C::kRunqueueWaitFrac, itf.wait_frac)
       .set(C::kCpuStealFrac, itf.steal_frac)
       .set(C::kOtherLoadCpus, itf.other_load)
-      .set(C::kInvoluntarySwitches, itf.nivcsw);
+      .set(C::kInvoluntarySwitches, itf.nivcsw)
+      .set(C::kCpuThreadS, itf.cpu_thread_s)
+      .set(C::kTokensPerCpuS, tokensPerCpuS(r.padded, itf.cpu_thread_s));
   metrics_.appendStep(row);
 }
 
@@ -274,12 +281,18 @@ void StepLog::finishInterference(Comm& world, TrainSummary& s) {
       (interf_measured_.empty() ? interf_all_ : interf_measured_).figures();
   constexpr double kNone = -1;  // not measured on that rank
   auto known = [](double v) { return std::isnan(v) ? kNone : v; };
+  const double own_per_cpu =
+      interf_measured_.empty() ? std::nan("") : tokensPerCpuS(acc_.padded, mine.cpu_thread_s);
   torch::Tensor row =
       torch::tensor({known(mine.interference), known(mine.wait_frac), known(mine.steal_frac),
-                     known(mine.other_load), known(mine.nivcsw), mine.wall_s},
+                     known(mine.other_load), known(mine.nivcsw), mine.wall_s, known(own_per_cpu)},
                     torch::kFloat64);
-  torch::Tensor all = torch::zeros({world_, 6}, torch::kFloat64);
+  torch::Tensor all = torch::zeros({world_, 7}, torch::kFloat64);
   world.allGather(all, row);
+  torch::Tensor per_cpu = all.select(1, 6);
+  s.tokens_per_cpu_s = (per_cpu < 0).any().item<bool>() ? std::nan("") : per_cpu.sum().item<double>();
+  metrics_.setRootAttr("tokens_per_cpu_s", s.tokens_per_cpu_s);
+  metrics_.setRootAttr("tokens_per_cpu_s_own", own_per_cpu);
   const int64_t worst = all.select(1, 0).argmax().item<int64_t>();
   auto at = [&](int col) {
     const double v = all[worst][col].item<double>();
@@ -383,6 +396,12 @@ void measuredRows(std::ostream& os, const TrainConfig& tc, const TrainSummary& s
   summaryRow(os, "tokens/s (padded, global)", formatFixed(s.tokens_per_s_padded, 1));
   summaryRow(os, "tokens/s (dataset, global)", formatFixed(s.tokens_per_s_dataset, 1));
   summaryRow(os, "tokens/s per device", formatFixed(s.tokens_per_s_padded / world, 1));
+  summaryRow(os, "tokens per CPU-second (padded, global)",
+             std::isnan(s.tokens_per_cpu_s)
+                 ? std::string("not reported: /proc/self/task/*/schedstat unreadable")
+                 : formatFixed(s.tokens_per_cpu_s, 1) +
+                       " (per second of each rank's own CPU time per compute thread: other "
+                       "processes on its CPUs stretch tokens/s, not this)");
   summaryRow(os, "MFU (hardware peak)",
              !peaks.check.ok ? "not reported: " + peaks.check.message
              : std::isnan(s.mfu)

@@ -84,6 +84,9 @@ struct TrainSummary {
   InterferenceFigures interference;
   int interference_rank = -1;
   std::string interference_text;  // describeInterference() of those figures
+  // Global padded tokens per second of CPU time per compute thread over the measured steps:
+  // the sum over ranks of each one's tokens_per_cpu_s; NaN where a rank could not read it.
+  double tokens_per_cpu_s = std::nan("");
   std::string noisy;
 };
 
@@ -158,6 +161,9 @@ class StepLog {
   void finishPipeline(Comm& world, TrainSummary& s);
   void pipelineMemory(TrainSummary& s);
   void finishInterference(Comm& world, TrainSummary& s);
+  // tokens_padded / world / (cpu_thread_s / intra-op threads) (common/step_columns.cpp
+  // tokens_per_cpu_s); NaN without a CPU time.
+  double tokensPerCpuS(double padded, double cpu_thread_s) const;
 
   const TrainConfig& tc_;
   MetricsFile& metrics_;

@@ -33,7 +33,7 @@ DOCUMENTED = ["tag", "status", "world_size", "nodes", "ranks", "steps_done", "re
               "tokens_per_s_dataset_per_device", "tokens_per_s_padded_per_device", "mfu",
               "gemm_efficiency", "step_time_p50_s", "step_time_p90_s", "data_frac", "forward_frac",
               "backward_frac", "optimizer_frac", "comm_frac", "peak_mem_mib", "first_loss",
-              "last_loss", "mt_per_hour", "usd_per_mt", "is_valid", "interference", "noisy",
+              "last_loss", "mt_per_hour", "usd_per_mt", "is_valid", "interference", "tokens_per_cpu_s", "noisy",
               "env_warnings", "peak_flops", "peak_source",
               "gemm_flops", "gemm_source", "traces", "message"]
 

@@ -109,3 +109,49 @@ def test_busy_loop_on_the_runs_cpu_marks_it_noisy_and_an_idle_cpu_does_not(tmp_p
                     f"marked noisy; the 'not marked' half needs an idle CPU")
     assert quiet["interference"] <= THRESHOLD
     assert noisy["interference"] > 5 * quiet["interference"], (quiet, noisy)
+
+
+def tokens_on(cpu, out_dir):
+    """tokens/s and tokens per CPU-second (root attrs over the measured steps) of a run of
+    tiny at seq 256 x micro-batch 4 (steps of ~70 ms: many scheduler slices each) on `cpu`."""
+    cmd = [TASKSET, "-c", str(cpu), str(TRAINER), "--config", str(TINY), "--output-dir",
+           str(out_dir), "--no-sweep-dir", ONE_BLAS, "data.seq_len=256",
+           "training.micro_batch_size=4", "training.max_steps=30", "checkpoint.save_final=false"]
+    p = subprocess.run(cmd, env=base_env(), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, f"trainer failed ({p.returncode}):\n{p.stdout}\n{p.stderr}"
+    assert "tokens per CPU-second (padded, global)" in p.stdout + p.stderr
+    with metrics(out_dir) as f:
+        skip = int(f.attrs["skip_first_steps"]) if "skip_first_steps" in f.attrs else 2
+        wall = float(np.median(f["steps/tokens_per_s_padded"][skip:]))
+        return wall, float(f.attrs["tokens_per_cpu_s"]), float(f.attrs["interference"])
+
+
+def test_tokens_per_cpu_second_keeps_most_of_what_busy_loops_take_from_tokens_per_s(tmp_path):
+    """Two busy loops on the run's CPU take two thirds of it: tokens/s falls to a half or
+    less. tokens_per_cpu_s (the run's own CPU time) keeps at least 0.6 of the quiet run's.
+    Measured on a 2-vCPU test machine (Zen 3), three pairs: the CPU-time figure moved by
+    -28 % to +3 % while tokens/s fell by 61-78 %: the time the loops took is corrected, the
+    slower CPU time of a shared core (caches, the sibling hyperthread, switches every few
+    ms) is not, so the issue's 15 % does not hold here (trainer/docs/metrics.md)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    busy = cpu_busy(cpus)
+    cpu = min(cpus, key=lambda c: busy[c])
+    quiet_wall, quiet_cpu, quiet_itf = tokens_on(cpu, tmp_path / "quiet")
+    loops = [subprocess.Popen([TASKSET, "-c", str(cpu), sys.executable, "-c", "while True: pass"])
+             for _ in range(2)]
+    try:
+        time.sleep(0.3)
+        wall, per_cpu, itf = tokens_on(cpu, tmp_path / "busy")
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()
+    if quiet_itf > THRESHOLD:
+        pytest.skip(f"CPU {cpu} was not idle during the quiet run (interference "
+                    f"{quiet_itf:.1%}): no quiet figure to compare with")
+    figures = (f"tokens/s {quiet_wall:.0f} -> {wall:.0f}; tokens per CPU-second "
+               f"{quiet_cpu:.0f} -> {per_cpu:.0f}; interference {quiet_itf:.1%} -> {itf:.1%}")
+    assert itf > 0.4, figures  # three runnable tasks on one CPU: ~0.67
+    assert wall <= 0.5 * quiet_wall, figures
+    assert per_cpu >= 0.6 * quiet_cpu, figures
+    assert per_cpu / quiet_cpu - 1 > 2 * (wall / quiet_wall - 1), figures  # most of it kept

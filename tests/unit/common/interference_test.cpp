@@ -72,17 +72,26 @@ TEST(Interference, IntervalFigures) {
   EXPECT_NEAR(f.other_load, 0.5, 1e-12);
   EXPECT_EQ(f.nivcsw, 6);
   EXPECT_NEAR(f.interference, 0.2 + 0.02, 1e-12);
+  // own CPU time without the process clock: thread 1 ran 1.5 s, thread 2 0.5 s (from 0),
+  // thread 3 is gone; with it, its difference.
+  EXPECT_NEAR(f.cpu_thread_s, 2.0, 1e-12);
+  SchedSample ac = a, bc = b;
+  ac.cpu_ns = 5'000'000'000, bc.cpu_ns = 6'750'000'000;
+  EXPECT_NEAR(interferenceBetween(ac, bc, 2, 100.0).cpu_thread_s, 1.75, 1e-12);
 
   InterferenceTotal total;
+  total.add(f);
   total.add(f);
   const InterferenceFigures g = total.figures();
   EXPECT_NEAR(g.interference, f.interference, 1e-12);
   EXPECT_NEAR(g.other_load, f.other_load, 1e-12);
+  EXPECT_NEAR(g.cpu_thread_s, 4.0, 1e-12);  // summed over the intervals
 }
 
 TEST(Interference, UnreadableSourcesAreNaN) {
   SchedSample a = at(1, {{1, {0, 0, 0}}}, {}, 0), b = at(2, {}, {}, 0);
   EXPECT_TRUE(std::isnan(interferenceBetween(a, b, 1, 100).interference));
+  EXPECT_TRUE(std::isnan(interferenceBetween(a, b, 1, 100).cpu_thread_s));
   b.threads = {{1, {1, 0, 1}}};
   b.ticks_ok = false;
   const InterferenceFigures f = interferenceBetween(a, b, 1, 100);
@@ -135,6 +144,9 @@ TEST(Interference, LiveSampleSeesACompetingThreadOnTheSameCpu) {
   // Both threads are runnable all the time on one CPU: together they wait ~the interval.
   EXPECT_GT(f.wait_thread_s, 0.3 * f.wall_s) << describeInterference(f, 1);
   EXPECT_GT(f.interference, 0.3) << describeInterference(f, 1);
+  // Two threads sharing one CPU: the process's CPU time is about the interval, not twice it.
+  EXPECT_GT(f.cpu_thread_s, 0.8 * f.wall_s);
+  EXPECT_LT(f.cpu_thread_s, 1.2 * f.wall_s);
 }
 
 }  // namespace

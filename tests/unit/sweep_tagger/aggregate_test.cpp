@@ -106,6 +106,7 @@ TEST(Aggregate, NoisyRunIsMarkedInTheValidColumnWithItsReason) {
   {
     h5::H5Handle f = h5::openFile(metricsFilePath(dir, 0), true, false);
     h5::writeAttrDouble(f.get(), "interference", 0.42);
+    h5::writeAttrDouble(f.get(), "tokens_per_cpu_s", 1234.5);
     h5::writeAttrString(f.get(), "noisy", "interference 42.0 % on rank 0 > 5.0 %");
     h5::writeAttrString(f.get(), "env_warnings", "machine was busy: GEMM low\nthreads > CPUs");
   }
@@ -115,12 +116,15 @@ TEST(Aggregate, NoisyRunIsMarkedInTheValidColumnWithItsReason) {
   EXPECT_EQ(r.status, RunState::Completed);
   EXPECT_EQ(r.is_valid, true);
   EXPECT_DOUBLE_EQ(*r.interference, 0.42);
+  EXPECT_DOUBLE_EQ(*r.tokens_per_cpu_s, 1234.5);
   EXPECT_EQ(r.noisy, "interference 42.0 % on rank 0 > 5.0 %");
   const std::string csv = toCsv(t);
-  EXPECT_NE(csv.find(",noisy,0.42,interference 42.0 % on rank 0 > 5.0 %,"), std::string::npos)
+  EXPECT_NE(csv.find(",noisy,0.42,1234.5,interference 42.0 % on rank 0 > 5.0 %,"),
+            std::string::npos)
       << csv;
   const std::string md = toMarkdown(t);
-  EXPECT_NE(md.find("| noisy | 42.0 | interference 42.0 % on rank 0 > 5.0 % |"), std::string::npos)
+  EXPECT_NE(md.find("| 1234.5 | noisy | 42.0 | interference 42.0 % on rank 0 > 5.0 % |"),
+            std::string::npos)
       << md;
   EXPECT_NE(md.find("Environment warnings (rank 0, at start-up):\n- " + r.tag +
                     ":\n  - machine was busy: GEMM low\n  - threads > CPUs\n"),
@@ -130,6 +134,7 @@ TEST(Aggregate, NoisyRunIsMarkedInTheValidColumnWithItsReason) {
       summarize(tmp.path(), makeRun(tmp.path(), runConfig({"data.seq_len=64"}), 1, {"completed"}));
   EXPECT_TRUE(quiet.noisy.empty());
   EXPECT_FALSE(quiet.interference.has_value());  // a file without the attribute
+  EXPECT_FALSE(quiet.tokens_per_cpu_s.has_value());
 }
 
 TEST(Aggregate, CompletedRunMatchesTrainerFormulas) {
@@ -257,7 +262,7 @@ TEST_F(AggregateTableTest, FormatsParseAndQuote) {
             "step_time_p50_s,step_time_p90_s,data_frac,forward_frac,backward_frac,optimizer_frac,"
             "comm_frac,"
             "peak_mem_mib,first_loss,last_loss,mt_per_hour,usd_per_mt,price_per_hour,is_valid,"
-            "interference,noisy,env_warnings,host,cpu_model,peak_flops,peak_source,gemm_flops,"
+            "interference,tokens_per_cpu_s,noisy,env_warnings,host,cpu_model,peak_flops,peak_source,gemm_flops,"
             "gemm_source,traces,method,trainable_params,flops_formula,layout,repeat,"
             "config_hash,global_batch_seqs,global_batch_tokens,batch_mode,"
             "step_tokens_per_s_padded_p10,step_tokens_per_s_padded_p50,"

@@ -132,12 +132,13 @@ TEST(Best, FailedAndInvalidRunsAreExcludedWithTheirReason) {
 
 TEST(Best, MetricNamesAndCostWithoutPriceExitTwo) {
   EXPECT_EQ(parseBestMetric("memory"), BestMetric::kMemory);
+  EXPECT_EQ(parseBestMetric("tokens_per_cpu_s"), BestMetric::kTokensPerCpuS);
   try {
     parseBestMetric("speed");
     FAIL() << "no error";
   } catch (const ConfigError& e) {
     EXPECT_EQ(e.exitCode(), 2);
-    EXPECT_PRED2(has, e.what(), "expected tokens_per_s, cost or memory, got 'speed'");
+    EXPECT_PRED2(has, e.what(), "expected tokens_per_s, cost, memory or tokens_per_cpu_s, got 'speed'");
   }
   RunRow a = run("a", 0, 1000);
   a.usd_per_mt.reset();
@@ -260,6 +261,22 @@ TEST(Ranking, ANoisyOnlySetIsRankedWithMarksAndExitZero) {
   EXPECT_PRED2(has, x.text,
                "--exclude-noisy: every run that counts is noisy, so excluding them "
                "would leave nothing: ranked anyway, marked [noisy].");
+}
+
+// Noisy runs whose wall figures the machine inverted: ranked by tokens per CPU-second (the
+// runs' own CPU time), the order is the configurations' again; the wall ranking points there.
+TEST(Ranking, NoisyRunsRankByTokensPerCpuSecond) {
+  RunRow a = noisyRun("a", 0, 600), b = noisyRun("b", 0, 900), old = run("c", 0, 800);
+  a.tokens_per_cpu_s = 1200, b.tokens_per_cpu_s = 1000;  // a lost more CPU to the others
+  const BestReport wall = bestReport(table({a, b, old}), BestMetric::kTokensPerS);
+  EXPECT_PRED2(has, wall.text, "  1. cfgb: 900.0 tokens/s");
+  EXPECT_PRED2(has, wall.text, "--best tokens_per_cpu_s ranks by each run's own CPU time");
+  const BestReport cpu = bestReport(table({a, b, old}), BestMetric::kTokensPerCpuS);
+  EXPECT_EQ(cpu.exit_code, 0);
+  EXPECT_PRED2(has, cpu.text, "Ranking by padded tokens per CPU-second");
+  EXPECT_PRED2(has, cpu.text, "  1. cfga: 1200.0 tokens/CPU-s (1 run) [noisy: 1 of 1 run]\n");
+  EXPECT_PRED2(has, cpu.text, "  2. cfgb: 1000.0 tokens/CPU-s (1 run) [noisy: 1 of 1 run]\n");
+  EXPECT_PRED2(has, cpu.text, "cfgc: no CPU-time figure");  // recorded before the figure
 }
 
 TEST(Ranking, ExcludeNoisyLeavesTheNoisyRunsOutWithTheirReason) {
