@@ -131,8 +131,8 @@ def test_tokens_per_cpu_second_keeps_most_of_what_busy_loops_take_from_tokens_pe
     less. tokens_per_cpu_s (the run's own CPU time) keeps at least 0.6 of the quiet run's.
     Measured on a 2-vCPU test machine (Zen 3), three pairs: the CPU-time figure moved by
     -28 % to +3 % while tokens/s fell by 61-78 %: the time the loops took is corrected, the
-    slower CPU time of a shared core (caches, the sibling hyperthread, switches every few
-    ms) is not, so the issue's 15 % does not hold here (trainer/docs/metrics.md)."""
+    slower CPU time of a shared core (caches, switches every few ms, a core the hypervisor
+    may share) is not, so a bound of 15 % does not hold here (trainer/docs/metrics.md)."""
     cpus = sorted(os.sched_getaffinity(0))
     busy = cpu_busy(cpus)
     cpu = min(cpus, key=lambda c: busy[c])
