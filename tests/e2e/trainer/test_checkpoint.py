@@ -37,6 +37,9 @@ LAYOUTS = {
     "pp2": (2, ("training.micro_batch_size=1", "parallel.pp=2", "parallel.pp_microbatches=2")),
     "pp2_tied": (2, ("training.micro_batch_size=1", "parallel.pp=2", "parallel.pp_microbatches=2",
                      "model.tie_embeddings=true")),
+    # zero-bubble: the stop lands after a step's final weight pass
+    "pp2_zb_h1": (2, ("training.micro_batch_size=1", "parallel.pp=2", "parallel.pp_microbatches=2",
+                      "parallel.pp_schedule=zb_h1")),
 }
 
 
