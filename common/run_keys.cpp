@@ -265,7 +265,7 @@ void dataRows(std::vector<KeyRow>& t) {
   t.push_back(member(spec("data.tokenizer", kString, s(""),
                           "tokenizer for a .jsonl of texts: a tokenizer.json (HF tokenizers) or a "
                           "sentencepiece tokenizer.model; \"\" = <model.from_pretrained>/"
-                          "tokenizer.json, else its tokenizer.model, if set, else the .jsonl "
+                          "tokenizer.json, else its tokenizer.model, when there, else the .jsonl "
                           "holds input_ids (as it may anyway: its first record says)"),
                      M(data.tokenizer)));
   t.push_back(

@@ -255,7 +255,9 @@ struct TokenRecord {
 };
 TokenRecord tokenRecord(const nlohmann::json& j, int64_t vocab, const std::string& where) {
   if (!j.is_object() || !j.contains("input_ids") || !j["input_ids"].is_array())
-    throw ConfigError("data.source", where, "expected an object with an \"input_ids\" array");
+    throw ConfigError("data.source", where, "expected an object with an \"input_ids\" array",
+                      "a record of text or messages needs a tokenizer: set data.tokenizer, or "
+                      "use a model.from_pretrained directory that holds one");
   const std::vector<int64_t> ids = intArray(j, "input_ids", where);
   for (int64_t id : ids) checkId(id, vocab, where);
   const std::vector<int64_t> labels = sideArray(j, "labels", ids.size(), where);
