@@ -143,7 +143,8 @@ TEST(ChatTemplate, MalformedMessagesNameTheLineAndTheMessage) {
             std::string::npos);
   EXPECT_NE(messagesError(J::array()).find("an empty list"), std::string::npos);
   EXPECT_NE(messagesError("hi").find("\"messages\" is a JSON string"), std::string::npos);
-  EXPECT_NE(messagesError(J::array({"hi"})).find("messages[0] is a JSON string"), std::string::npos);
+  EXPECT_NE(messagesError(J::array({"hi"})).find("messages[0] is a JSON string"),
+            std::string::npos);
 }
 
 }  // namespace
