@@ -38,18 +38,19 @@ bool differsFromDefault(const Config& cfg, const std::string& key) {
 
 // The JSONL text dataset keys: the tokenizer (data.tokenizer, else, for a .jsonl
 // data.source, <model.from_pretrained>/tokenizer.json when it exists, as HF's AutoTokenizer
-// prefers it, else <model.from_pretrained>/tokenizer.model) and the fields. A token-file
-// source (.bin) with model.from_pretrained stays a token dataset.
+// prefers it, else <model.from_pretrained>/tokenizer.model when it exists; neither: the
+// .jsonl holds input_ids) and the fields. A token-file source (.bin) with
+// model.from_pretrained stays a token dataset.
 // REQUIRES: c.data_source set.
 void textDataConfig(const Config& cfg, DataConfig& c, Checks checks) {
   namespace fs = std::filesystem;
   if (c.tokenizer.empty() && cfg.has("model.from_pretrained") &&
       fs::path(c.data_source).extension() == ".jsonl") {
     const fs::path dir = cfg.getString("model.from_pretrained");
-    std::error_code ec;  // a symlink loop is "not there" here; the check below names it
-    c.tokenizer = (fs::is_regular_file(dir / "tokenizer.json", ec) ? dir / "tokenizer.json"
-                                                                   : dir / "tokenizer.model")
-                      .string();
+    std::error_code ec;  // a symlink loop is "not there" here
+    for (const char* name : {"tokenizer.json", "tokenizer.model"})
+      if (c.tokenizer.empty() && fs::is_regular_file(dir / name, ec))
+        c.tokenizer = (dir / name).string();
   }
   if (c.prompt_field.empty() != c.completion_field.empty())
     cfg.fail(c.prompt_field.empty() ? "data.prompt_field" : "data.completion_field",

@@ -69,6 +69,7 @@ struct DataConfig {
   std::string bin_dtype;
   // JSONL text datasets: tokenizer path ("" = the .jsonl holds input_ids) and fields
   std::string tokenizer, text_field, prompt_field, completion_field;
+  std::string chat_template;  // "messages" records: "auto", "llama3" or "chatml"
 };
 
 // [training], except training.global_batch_size (it needs the layout:

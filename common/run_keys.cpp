@@ -265,8 +265,8 @@ void dataRows(std::vector<KeyRow>& t) {
   t.push_back(member(spec("data.tokenizer", kString, s(""),
                           "tokenizer for a .jsonl of texts: a tokenizer.json (HF tokenizers) or a "
                           "sentencepiece tokenizer.model; \"\" = <model.from_pretrained>/"
-                          "tokenizer.json, else its tokenizer.model, if set, else the .jsonl "
-                          "holds input_ids"),
+                          "tokenizer.json, else its tokenizer.model, when there, else the .jsonl "
+                          "holds input_ids (as it may anyway: its first record says)"),
                      M(data.tokenizer)));
   t.push_back(
       member(spec("data.text_field", kString, s("text"), "JSONL field with the text to train on"),
@@ -277,6 +277,13 @@ void dataRows(std::vector<KeyRow>& t) {
                      M(data.prompt_field)));
   t.push_back(member(spec("data.completion_field", kString, s(""), "JSONL completion field"),
                      M(data.completion_field)));
+  t.push_back(member(
+      addedLater(oneOf(spec("data.chat_template", kString, s("auto"),
+                            "format of JSONL \"messages\" records: \"auto\" = the chat "
+                            "template of the tokenizer's directory when it is Llama 3's or "
+                            "ChatML; \"llama3\" or \"chatml\" = that format"),
+                       {"auto", "llama3", "chatml"})),
+      M(data.chat_template)));
 }
 
 void trainingBatchRows(std::vector<KeyRow>& t) {

@@ -17,6 +17,8 @@ BpeModel::BpeModel(std::vector<std::pair<std::string, int32_t>> vocab,
     vocab_[strings_.back()] = id;
     if (id > max_id_) max_id_ = id;
   }
+  pieces_.resize(size_t(max_id_ + 1));
+  for (const auto& [token, id] : vocab_) pieces_[size_t(id)] = token;
   auto need = [&](const std::string& t, const std::string& what) {
     const int32_t i = id(t);
     if (i < 0) throw std::invalid_argument(what + " \"" + t + "\" is not in model.vocab");

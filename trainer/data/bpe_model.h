@@ -45,6 +45,9 @@ class BpeModel : public TokenModel {
 
   void tokenize(std::string_view word, std::vector<int32_t>& out) const override;
   int32_t id(std::string_view token) const override;
+  std::string_view piece(int32_t id) const override {
+    return id >= 0 && size_t(id) < pieces_.size() ? pieces_[size_t(id)] : std::string_view();
+  }
   int32_t maxId() const override { return max_id_; }
 
  private:
@@ -62,6 +65,7 @@ class BpeModel : public TokenModel {
 
   std::deque<std::string> strings_;  // owns the keys of vocab_ and cache_ (stable addresses)
   std::unordered_map<std::string_view, int32_t> vocab_;
+  std::vector<std::string_view> pieces_;  // by id ("" for an id the vocabulary skips)
   std::unordered_map<uint64_t, Merge> merges_;  // (a << 32 | b) -> rank, merged id
   BpeOptions opt_;
   int32_t unk_id_ = -1, max_id_ = -1;

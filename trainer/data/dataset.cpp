@@ -56,22 +56,29 @@ class SyntheticDataset final : public Dataset {
   int64_t n_, seed_, vocab_, min_len_, max_len_;
 };
 
-// Invariant: targets_ is empty (every id a target) or has one flag vector per
-// document, each empty or as long as the document.
+// Documents with their target flags and labels, as the Dataset accessors give them.
+// Invariant: targets (labels) is empty or has one vector per document, each empty or as long
+// as the document.
+struct Docs {
+  std::vector<std::vector<int32_t>> ids;
+  std::vector<std::vector<uint8_t>> targets;
+  std::vector<std::vector<int32_t>> labels;
+};
+
 class InMemoryDataset final : public Dataset {
  public:
-  explicit InMemoryDataset(std::vector<std::vector<int32_t>> docs,
-                           std::vector<std::vector<uint8_t>> targets = {})
-      : docs_(std::move(docs)), targets_(std::move(targets)) {}
-  int64_t size() const override { return static_cast<int64_t>(docs_.size()); }
-  std::vector<int32_t> document(int64_t index) const override { return docs_[index % size()]; }
+  explicit InMemoryDataset(Docs d) : d_(std::move(d)) {}
+  int64_t size() const override { return static_cast<int64_t>(d_.ids.size()); }
+  std::vector<int32_t> document(int64_t index) const override { return d_.ids[index % size()]; }
   std::vector<uint8_t> targets(int64_t index) const override {
-    return targets_.empty() ? std::vector<uint8_t>{} : targets_[index % size()];
+    return d_.targets.empty() ? std::vector<uint8_t>{} : d_.targets[index % size()];
+  }
+  std::vector<int32_t> labels(int64_t index) const override {
+    return d_.labels.empty() ? std::vector<int32_t>{} : d_.labels[index % size()];
   }
 
  private:
-  std::vector<std::vector<int32_t>> docs_;
-  std::vector<std::vector<uint8_t>> targets_;
+  Docs d_;
 };
 
 // Loss positions of a document cut to seq_len+1 ids with target flags `tg`.
@@ -84,71 +91,86 @@ int64_t lossPositions(const std::vector<int32_t>& ids, const std::vector<uint8_t
   return k;
 }
 
+// Adds one document to `d`, cut to seq_len+1 ids unless packing (packing cuts the stream);
+// false, adding nothing, when it then has no loss target.
+bool addDocument(const TrainConfig& c, Docs& d, std::vector<int32_t> ids, std::vector<uint8_t> tg,
+                 std::vector<int32_t> labels) {
+  const size_t keep = size_t(c.data.seq_len + 1);
+  if (!c.data.pack && ids.size() > keep) {
+    ids.resize(keep);
+    if (tg.size() > keep) tg.resize(keep);
+    if (labels.size() > keep) labels.resize(keep);
+  }
+  if (!c.data.pack && lossPositions(ids, tg, c.data.seq_len) == 0) return false;
+  d.ids.push_back(std::move(ids));
+  d.targets.push_back(std::move(tg));
+  d.labels.push_back(std::move(labels));
+  return true;
+}
+
+// The dataset of `d`, `dropped` of whose `total` documents had no loss target (a warning).
+std::unique_ptr<Dataset> inMemory(const TrainConfig& c, Docs d, int64_t dropped, int64_t total) {
+  if (dropped > 0)
+    FTB_WARN(c.data.data_source << ": " << dropped << " of " << total
+                                << " documents have no loss target within seq_len("
+                                << c.data.seq_len << ") and are skipped");
+  if (d.ids.empty())
+    throw ConfigError(
+        "data.source", c.data.data_source,
+        "no document has a loss target within seq_len(" + std::to_string(c.data.seq_len) + ")",
+        "raise data.seq_len, or shorten the prompts (what is masked: prompts, the turns that are "
+        "not the assistant's, labels of -100)");
+  const auto none = [](const auto& v) {
+    return std::all_of(v.begin(), v.end(), [](const auto& x) { return x.empty(); });
+  };
+  if (none(d.targets)) d.targets.clear();
+  if (none(d.labels)) d.labels.clear();
+  return std::make_unique<InMemoryDataset>(std::move(d));
+}
+
 // Every document of `ds` concatenated and cut into windows of seq_len+1 ids with
 // stride seq_len (each id after the first is a target in exactly one window); windows
 // without a loss target are dropped.
 std::unique_ptr<Dataset> pack(const Dataset& ds, int64_t seq_len) {
-  std::vector<int32_t> stream;
+  std::vector<int32_t> stream, labels;
   std::vector<uint8_t> flags;
-  bool masked = false;
+  bool masked = false, labelled = false;
   for (int64_t i = 0; i < ds.size(); ++i) {
-    std::vector<int32_t> d = ds.document(i);
+    std::vector<int32_t> d = ds.document(i), lb = ds.labels(i);
     std::vector<uint8_t> tg = ds.targets(i);
     masked = masked || !tg.empty();
+    if (!lb.empty() && !labelled) labels = stream, labelled = true;  // the ids so far
     if (tg.empty()) tg.assign(d.size(), 1);
+    if (labelled)
+      labels.insert(labels.end(), lb.empty() ? d.begin() : lb.begin(),
+                    lb.empty() ? d.end() : lb.end());
     stream.insert(stream.end(), d.begin(), d.end());
     flags.insert(flags.end(), tg.begin(), tg.end());
   }
-  std::vector<std::vector<int32_t>> docs;
-  std::vector<std::vector<uint8_t>> targets;
+  Docs out;
   const int64_t n = int64_t(stream.size());
   for (int64_t s = 0; s + 1 < n; s += seq_len) {
     const int64_t e = std::min(n, s + seq_len + 1);
     std::vector<int32_t> w(stream.begin() + s, stream.begin() + e);
     std::vector<uint8_t> f(flags.begin() + s, flags.begin() + e);
     if (lossPositions(w, f, seq_len) == 0) continue;
-    docs.push_back(std::move(w));
-    if (masked) targets.push_back(std::move(f));
+    out.ids.push_back(std::move(w));
+    if (masked) out.targets.push_back(std::move(f));
+    if (labelled) out.labels.emplace_back(labels.begin() + s, labels.begin() + e);
   }
-  if (docs.empty())
+  if (out.ids.empty())
     throw ConfigError("data.padding", "\"packing\"", "packing left no window with a loss target");
-  return std::make_unique<InMemoryDataset>(std::move(docs), std::move(targets));
+  return std::make_unique<InMemoryDataset>(std::move(out));
 }
 
-// Tokenized text documents, cut to seq_len+1 ids; documents without a loss target
-// within seq_len (a prompt that fills it) are dropped, with a warning.
+// Tokenized text documents (text_dataset.h), each as addDocument keeps it.
 std::unique_ptr<Dataset> loadText(const TrainConfig& c) {
   TokenizedDocs t = loadTextJsonl(c);
-  std::vector<std::vector<int32_t>> docs;
-  std::vector<std::vector<uint8_t>> targets;
-  const bool masked = !c.data.prompt_field.empty();
+  Docs d;
   int64_t dropped = 0;
-  for (size_t i = 0; i < t.ids.size(); ++i) {
-    std::vector<int32_t>& ids = t.ids[i];
-    if (!c.data.pack && int64_t(ids.size()) > c.data.seq_len + 1)
-      ids.resize(size_t(c.data.seq_len + 1));
-    std::vector<uint8_t> tg;
-    if (masked) {
-      tg.assign(ids.size(), 1);
-      std::fill(tg.begin(), tg.begin() + std::min<int64_t>(t.prompt[i], int64_t(ids.size())), 0);
-    }
-    if (!c.data.pack && lossPositions(ids, tg, c.data.seq_len) == 0) {
-      ++dropped;
-      continue;
-    }
-    docs.push_back(std::move(ids));
-    if (masked) targets.push_back(std::move(tg));
-  }
-  if (dropped > 0)
-    FTB_WARN(c.data.data_source << ": " << dropped << " of " << t.ids.size()
-                                << " documents have no loss target within seq_len("
-                                << c.data.seq_len << ") and are skipped");
-  if (docs.empty())
-    throw ConfigError(
-        "data.source", c.data.data_source,
-        "no document has a loss target within seq_len(" + std::to_string(c.data.seq_len) + ")",
-        "raise data.seq_len, or shorten the prompts");
-  return std::make_unique<InMemoryDataset>(std::move(docs), std::move(targets));
+  for (size_t i = 0; i < t.ids.size(); ++i)
+    dropped += !addDocument(c, d, std::move(t.ids[i]), std::move(t.targets[i]), {});
+  return inMemory(c, std::move(d), dropped, int64_t(t.ids.size()));
 }
 
 bool endsWith(const std::string& s, const std::string& suffix) {
@@ -164,32 +186,141 @@ void checkId(int64_t id, int64_t vocab, const std::string& where) {
                       "the file was tokenized for a different vocabulary");
 }
 
+// The integers of record `j`'s array `name` (which the caller checked is there).
+std::vector<int64_t> intArray(const nlohmann::json& j, const char* name, const std::string& where) {
+  const nlohmann::json& a = j[name];
+  if (!a.is_array())
+    throw ConfigError(
+        "data.source", where,
+        std::string("\"") + name + "\" is a JSON " + a.type_name() + ", expected a list");
+  std::vector<int64_t> out;
+  out.reserve(a.size());
+  for (const auto& v : a) {
+    if (!v.is_number_integer())
+      throw ConfigError(
+          "data.source", where,
+          std::string("non-integer ") + (std::string(name) == "input_ids"
+                                             ? "token id"
+                                             : "value in \"" + std::string(name) + "\""));
+    out.push_back(v.get<int64_t>());
+  }
+  return out;
+}
+
+// The optional array `name` of record `j`: empty when absent, else as long as input_ids (n).
+std::vector<int64_t> sideArray(const nlohmann::json& j, const char* name, size_t n,
+                               const std::string& where) {
+  if (!j.contains(name)) return {};
+  std::vector<int64_t> a = intArray(j, name, where);
+  if (a.size() != n)
+    throw ConfigError("data.source", where,
+                      std::string("\"") + name + "\" has " + std::to_string(a.size()) +
+                          " entries, \"input_ids\" " + std::to_string(n),
+                      std::string("one entry per input id: ") +
+                          (std::string(name) == "labels"
+                               ? "labels[i] is the target at position i, -100 where there is none"
+                               : "attention_mask[i] is 1 for a token, 0 for padding"));
+  return a;
+}
+
+// [first, last] of the ones of an attention mask of n entries (all when it is empty): padding
+// only before and after them. first > last when every entry is 0.
+std::pair<size_t, size_t> unpadded(const std::vector<int64_t>& mask, size_t n,
+                                   const std::string& where) {
+  if (mask.empty()) return {0, n - 1};
+  size_t first = n, last = 0;
+  for (size_t k = 0; k < n; ++k) {
+    if (mask[k] != 0 && mask[k] != 1)
+      throw ConfigError("data.source", where,
+                        "attention_mask[" + std::to_string(k) + "] = " + std::to_string(mask[k]) +
+                            ", expected 0 (padding) or 1");
+    if (mask[k] == 1) first = std::min(first, k), last = k;
+  }
+  for (size_t k = first; k < last; ++k)
+    if (mask[k] == 0)
+      throw ConfigError("data.source", where,
+                        "attention_mask[" + std::to_string(k) +
+                            "] is 0 between ones: padding must come before or after the tokens",
+                        "the trainer drops padded positions, and a gap inside a sequence would "
+                        "move the positions of the tokens after it; split the record in two");
+  return {first, last};
+}
+
+// One record of a token-id file: {"input_ids": [...]} with optional "labels" and
+// "attention_mask" (dataset.h says what they mean); the ids of padding are removed, a label of
+// -100 clears the target flag, and labels equal to the ids are left out.
+struct TokenRecord {
+  std::vector<int32_t> ids, labels;
+  std::vector<uint8_t> targets;
+};
+TokenRecord tokenRecord(const nlohmann::json& j, int64_t vocab, const std::string& where) {
+  if (!j.is_object() || !j.contains("input_ids") || !j["input_ids"].is_array())
+    throw ConfigError("data.source", where, "expected an object with an \"input_ids\" array",
+                      "a record of text or messages needs a tokenizer: set data.tokenizer, or "
+                      "use a model.from_pretrained directory that holds one");
+  const std::vector<int64_t> ids = intArray(j, "input_ids", where);
+  for (int64_t id : ids) checkId(id, vocab, where);
+  const std::vector<int64_t> labels = sideArray(j, "labels", ids.size(), where);
+  for (size_t k = 0; k < labels.size(); ++k)
+    if (labels[k] != -100 && (labels[k] < 0 || labels[k] >= vocab))
+      throw ConfigError("data.source", where,
+                        "labels[" + std::to_string(k) + "] = " + std::to_string(labels[k]) +
+                            ": expected -100 (not a target) or a token id in [0, vocab_size(" +
+                            std::to_string(vocab) + "))");
+  TokenRecord r;
+  if (ids.empty()) return r;
+  const auto [first, last] =
+      unpadded(sideArray(j, "attention_mask", ids.size(), where), ids.size(), where);
+  bool differ = false;
+  for (size_t k = first; k <= last && first <= last; ++k) {
+    r.ids.push_back(int32_t(ids[k]));
+    if (labels.empty()) continue;
+    r.targets.push_back(labels[k] != -100);
+    r.labels.push_back(int32_t(labels[k] == -100 ? ids[k] : labels[k]));
+    differ = differ || (labels[k] != -100 && labels[k] != ids[k]);
+  }
+  if (!differ) r.labels.clear();
+  return r;
+}
+
 std::unique_ptr<Dataset> loadJsonl(const TrainConfig& c) {
   std::ifstream in(c.data.data_source);
   if (!in) throw ConfigError("data.source", c.data.data_source, "cannot open data file");
-  std::vector<std::vector<int32_t>> docs;
+  Docs d;
+  int64_t total = 0, dropped = 0;
   std::string line;
   for (int64_t lineno = 1; readJsonlLine(in, line, c.data.data_source, lineno); ++lineno) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     std::string where = c.data.data_source + ":" + std::to_string(lineno);
     nlohmann::json j = parseJsonInput(line, "data.source", where,
-                                            "one JSON object per line: {\"input_ids\": [1, 2, 3]}");
-    if (!j.is_object() || !j.contains("input_ids") || !j["input_ids"].is_array())
-      throw ConfigError("data.source", where, "expected an object with an \"input_ids\" array");
-    std::vector<int32_t> ids;
-    for (const auto& v : j["input_ids"]) {
-      if (!v.is_number_integer()) throw ConfigError("data.source", where, "non-integer token id");
-      int64_t id = v.get<int64_t>();
-      checkId(id, c.model.vocab_size, where);
-      if (c.data.pack || static_cast<int64_t>(ids.size()) <= c.data.seq_len)
-        ids.push_back(static_cast<int32_t>(id));
-    }
-    if (ids.size() < 2) continue;  // nothing to predict
-    docs.push_back(std::move(ids));
+                                      "one JSON object per line: {\"input_ids\": [1, 2, 3]}");
+    TokenRecord r = tokenRecord(j, c.model.vocab_size, where);
+    if (r.ids.size() < 2) continue;  // nothing to predict
+    ++total;
+    dropped += !addDocument(c, d, std::move(r.ids), std::move(r.targets), std::move(r.labels));
   }
-  if (docs.empty())
+  if (total == 0)
     throw ConfigError("data.source", c.data.data_source, "no document with at least 2 tokens");
-  return std::make_unique<InMemoryDataset>(std::move(docs));
+  return inMemory(c, std::move(d), dropped, total);
+}
+
+// True when the first record of the .jsonl holds "input_ids" and no text field: a file of
+// token ids, whatever tokenizer is configured (one from model.from_pretrained included).
+bool holdsTokenIds(const TrainConfig& c) {
+  std::ifstream in(c.data.data_source);
+  std::string line;
+  for (int64_t lineno = 1; readJsonlLine(in, line, c.data.data_source, lineno); ++lineno) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    try {
+      const nlohmann::json j = parseJsonInput(line, "data.source", c.data.data_source);
+      return j.is_object() && j.contains("input_ids") && !j.contains(c.data.text_field) &&
+             !j.contains("messages") &&
+             (c.data.prompt_field.empty() || !j.contains(c.data.prompt_field));
+    } catch (const ConfigError&) {
+      return false;  // the text reader names the line
+    }
+  }
+  return false;
 }
 
 // A .bin token file, window by window: document(i) reads its seq_len+1 ids with pread, so
@@ -269,8 +400,13 @@ class BinDataset final : public Dataset {
 
 std::unique_ptr<Dataset> loadSource(const TrainConfig& c) {
   if (c.data.data_source == "synthetic") return std::make_unique<SyntheticDataset>(c);
-  if (endsWith(c.data.data_source, ".jsonl"))
-    return c.data.tokenizer.empty() ? loadJsonl(c) : loadText(c);
+  if (endsWith(c.data.data_source, ".jsonl")) {
+    if (c.data.tokenizer.empty()) return loadJsonl(c);
+    if (!holdsTokenIds(c)) return loadText(c);
+    FTB_INFO(c.data.data_source << " holds input_ids: read as token ids, without "
+                                << c.data.tokenizer);
+    return loadJsonl(c);
+  }
   if (endsWith(c.data.data_source, ".bin"))
     return c.data.bin_dtype == "uint32" ? std::unique_ptr<Dataset>(new BinDataset<uint32_t>(c))
                                         : std::unique_ptr<Dataset>(new BinDataset<uint16_t>(c));
@@ -297,7 +433,7 @@ std::unique_ptr<Dataset> makeDataset(const TrainConfig& c, bool announce) {
     }
     FTB_INFO("data " << c.data.data_source << ": " << ds->size() << " samples, " << positions
                      << " training positions, " << positions - loss
-                     << " of them masked prompt positions" << (c.data.pack ? " (packed)" : ""));
+                     << " of them masked (not loss targets)" << (c.data.pack ? " (packed)" : ""));
   }
   return ds;
 }
@@ -328,12 +464,13 @@ StepBatches rankBatches(const Dataset& ds, const TrainConfig& tc, int64_t step, 
 
 Batch makeBatch(const Dataset& ds, int64_t first, int64_t count, int64_t seq_len, bool pad_longest,
                 int64_t pad_id) {
-  std::vector<std::vector<int32_t>> docs;
+  std::vector<std::vector<int32_t>> docs, labels;
   std::vector<std::vector<uint8_t>> tgs;
   int64_t T = pad_longest ? 1 : seq_len;
   for (int64_t i = 0; i < count; ++i) {
     docs.push_back(ds.document(first + i));
     tgs.push_back(ds.targets(first + i));
+    labels.push_back(ds.labels(first + i));
     if (static_cast<int64_t>(docs.back().size()) > seq_len + 1) docs.back().resize(seq_len + 1);
     if (pad_longest) T = std::max<int64_t>(T, static_cast<int64_t>(docs.back().size()) - 1);
   }
@@ -348,7 +485,7 @@ Batch makeBatch(const Dataset& ds, int64_t first, int64_t count, int64_t seq_len
     int64_t n = static_cast<int64_t>(docs[i].size()) - 1;
     for (int64_t t = 0; t < n; ++t) {
       in[i][t] = docs[i][t];
-      tg[i][t] = docs[i][t + 1];
+      tg[i][t] = labels[i].empty() ? docs[i][t + 1] : labels[i][size_t(t + 1)];
       mk[i][t] = tgs[i].empty() || tgs[i][size_t(t + 1)] != 0;
       b.loss_tokens += mk[i][t];
     }

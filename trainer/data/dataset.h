@@ -12,11 +12,15 @@
 // - Token files: `.bin` is a flat stream of uint16/uint32 ids cut into windows of
 //   seq_len+1 tokens (stride seq_len), read window by window (memory does not grow with
 //   the file; every id is checked at open in one streaming pass); `.jsonl` holds one
-//   {"input_ids": [...]} per line, each truncated to seq_len+1. Bad files throw
+//   {"input_ids": [...]} per line, each truncated to seq_len+1, with optional "labels"
+//   (HF's convention: labels[k] is the target of the position that predicts ids[k], -100 =
+//   not a target) and "attention_mask" (0 = padding: those ids are removed, so they are
+//   neither targets nor counted; zeros only before and after the ones). Bad files throw
 //   ConfigError with file:line.
-// - Text files (c.tokenizer set): a `.jsonl` of texts or prompt/completion pairs,
-//   tokenized with sentencepiece (trainer/data/text_dataset.h); prompt tokens are not
-//   loss targets. A document with no loss target within seq_len is dropped.
+// - Text files (c.tokenizer set, and the first record is not one of token ids): a `.jsonl`
+//   of texts, prompt/completion pairs or conversations, tokenized with data.tokenizer
+//   (trainer/data/text_dataset.h); prompt tokens and non-assistant turns are not loss targets.
+// - A document with no loss target within seq_len is dropped (a warning counts them).
 // - Packing (data.padding = "packing"): the documents, in order, are concatenated into
 //   one stream cut like a `.bin` file; a window with no loss target is dropped.
 //   Attention is not reset at document boundaries (as in the .bin source).
@@ -45,6 +49,12 @@ class Dataset {
     (void)index;
     return {};
   }
+  // What each id's position learns to predict where it is not the id itself: empty = the
+  // ids; else one per id (labels[k] is the target where flag k of targets() is set).
+  virtual std::vector<int32_t> labels(int64_t index) const {
+    (void)index;
+    return {};
+  }
   // Training positions and loss positions of all documents at `seq_len`, when known
   // without reading every document (a .bin file's windows); nullopt: count them.
   struct PositionCounts {
@@ -56,16 +66,16 @@ class Dataset {
   }
 };
 
-// `announce`: log the dataset's size and masked prompt positions (rank 0).
+// `announce`: log the dataset's size and masked positions (rank 0).
 std::unique_ptr<Dataset> makeDataset(const TrainConfig& c, bool announce = false);
 
 struct Batch {
   torch::Tensor inputs;        // [B,T] int64, pad_id on padding
-  torch::Tensor targets;       // [B,T] int64
+  torch::Tensor targets;       // [B,T] int64 (the labels where a document has them)
   torch::Tensor mask;          // [B,T] bool, true where the target counts in the loss
   int64_t padded_tokens = 0;   // B*T
   int64_t dataset_tokens = 0;  // real (non-padding) positions
-  int64_t loss_tokens = 0;     // mask.sum(): dataset_tokens less masked prompt targets
+  int64_t loss_tokens = 0;     // mask.sum(): dataset_tokens less the masked targets
 };
 
 // Builds the batch for global sample indices [first, first+count). T is seq_len

@@ -4,11 +4,13 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "common/checkpoint_manifest.h"
@@ -16,6 +18,7 @@
 #include "common/json_input.h"
 #include "common/log.h"
 #include "common/sha256.h"
+#include "trainer/data/chat_template.h"
 #include "trainer/data/tokenizer.h"
 
 namespace ftb {
@@ -43,8 +46,11 @@ std::string fileSha256(const std::string& path, const std::string& key) {
 bool promptMode(const TrainConfig& c) { return !c.data.prompt_field.empty(); }
 
 std::string fieldsKey(const TrainConfig& c) {
-  return promptMode(c) ? "prompt:" + c.data.prompt_field + "\ncompletion:" + c.data.completion_field
-                       : "text:" + c.data.text_field;
+  if (promptMode(c))
+    return "prompt:" + c.data.prompt_field + "\ncompletion:" + c.data.completion_field;
+  // The default template adds nothing: caches written before chat records stay valid.
+  return "text:" + c.data.text_field +
+         (c.data.chat_template == "auto" ? "" : "\nchat:" + c.data.chat_template);
 }
 
 // The field `name` (config key `key`) of line `where` as a string.
@@ -57,7 +63,8 @@ std::string field(const nlohmann::json& j, const std::string& name, const std::s
     throw ConfigError(key, where,
                       "no \"" + name + "\" field in this line (fields: " +
                           (present.empty() ? "none" : present) + ")",
-                      "set " + key + " to the field that holds the text");
+                      "set " + key + " to the field that holds the text" +
+                          (key == "data.text_field" ? ", or give a \"messages\" list" : ""));
   }
   if (!it->is_string())
     throw ConfigError(key, where,
@@ -65,15 +72,69 @@ std::string field(const nlohmann::json& j, const std::string& name, const std::s
   return it->get<std::string>();
 }
 
+// Target flags of a document of n ids whose first `masked` ids are not targets.
+std::vector<uint8_t> leadingMasked(size_t n, int64_t masked) {
+  std::vector<uint8_t> tg(n, 1);
+  std::fill(tg.begin(), tg.begin() + std::min<int64_t>(masked, int64_t(n)), 0);
+  return tg;
+}
+
+// k when `tg` is k zeros then ones (or empty: 0), else -1.
+int64_t leadingMaskedCount(const std::vector<uint8_t>& tg) {
+  const size_t k = size_t(std::find(tg.begin(), tg.end(), uint8_t(1)) - tg.begin());
+  return std::find(tg.begin() + k, tg.end(), uint8_t(0)) == tg.end() ? int64_t(k) : -1;
+}
+
+// Turns the records of the dataset into ids and target flags; the chat template is
+// resolved at the first conversation.
+class RecordTokenizer {
+ public:
+  explicit RecordTokenizer(const TrainConfig& c) : c_(c) {
+    tok_ = loadTextTokenizer(c.data.tokenizer, "data.tokenizer");
+    if (tok_->vocabSize() > c.model.vocab_size)
+      throw ConfigError("data.tokenizer", c.data.tokenizer,
+                        "the tokenizer has " + std::to_string(tok_->vocabSize()) +
+                            " token ids, more than model.vocab_size(" +
+                            std::to_string(c.model.vocab_size) + ")",
+                        "use the model's own tokenizer or a model with a larger vocabulary");
+  }
+
+  // One record (a JSON object) of line `where`.
+  void add(const nlohmann::json& j, const std::string& where, TokenizedDocs& d) {
+    if (!promptMode(c_) && !j.contains(c_.data.text_field) && j.contains("messages")) {
+      if (!chat_) chat_ = resolveChatTemplate(c_.data.chat_template, c_.data.tokenizer);
+      ChatDoc doc = encodeChat(*tok_, c_.data.tokenizer, *chat_, parseMessages(j, where));
+      d.ids.push_back(std::move(doc.ids));
+      d.targets.push_back(std::move(doc.targets));
+      return;
+    }
+    std::vector<int32_t> ids;
+    if (tok_->bos() >= 0) ids.push_back(tok_->bos());
+    int64_t prompt = -1;
+    std::string text;
+    if (promptMode(c_)) {
+      std::string p = field(j, c_.data.prompt_field, "data.prompt_field", where);
+      text = p + field(j, c_.data.completion_field, "data.completion_field", where);
+      prompt = int64_t(ids.size()) + int64_t(tok_->encode(p).size());
+    } else {
+      text = field(j, c_.data.text_field, "data.text_field", where);
+    }
+    std::vector<int32_t> body = tok_->encode(text);
+    ids.insert(ids.end(), body.begin(), body.end());
+    if (tok_->eos() >= 0) ids.push_back(tok_->eos());
+    d.targets.push_back(prompt < 0 ? std::vector<uint8_t>{} : leadingMasked(ids.size(), prompt));
+    d.ids.push_back(std::move(ids));
+  }
+
+ private:
+  const TrainConfig& c_;
+  std::unique_ptr<TextTokenizer> tok_;
+  std::optional<ChatTemplate> chat_;
+};
+
 // Parses and tokenizes every line of the dataset.
 TokenizedDocs tokenize(const TrainConfig& c) {
-  std::unique_ptr<TextTokenizer> tok = loadTextTokenizer(c.data.tokenizer, "data.tokenizer");
-  if (tok->vocabSize() > c.model.vocab_size)
-    throw ConfigError("data.tokenizer", c.data.tokenizer,
-                      "the tokenizer has " + std::to_string(tok->vocabSize()) +
-                          " token ids, more than model.vocab_size(" +
-                          std::to_string(c.model.vocab_size) + ")",
-                      "use the model's own tokenizer or a model with a larger vocabulary");
+  RecordTokenizer records(c);
   std::ifstream in(c.data.data_source);
   if (!in) throw ConfigError("data.source", c.data.data_source, "cannot open data file");
   TokenizedDocs d;
@@ -81,25 +142,10 @@ TokenizedDocs tokenize(const TrainConfig& c) {
   for (int64_t lineno = 1; readJsonlLine(in, line, c.data.data_source, lineno); ++lineno) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = c.data.data_source + ":" + std::to_string(lineno);
-    nlohmann::json j = parseJsonInput(line, "data.source", where,
-                                            "one JSON object per line: {\"text\": \"...\"}");
+    nlohmann::json j =
+        parseJsonInput(line, "data.source", where, "one JSON object per line: {\"text\": \"...\"}");
     if (!j.is_object()) throw ConfigError("data.source", where, "expected a JSON object");
-    std::vector<int32_t> ids;
-    if (tok->bos() >= 0) ids.push_back(tok->bos());
-    int64_t prompt = 0;
-    std::string text;
-    if (promptMode(c)) {
-      std::string p = field(j, c.data.prompt_field, "data.prompt_field", where);
-      text = p + field(j, c.data.completion_field, "data.completion_field", where);
-      prompt = int64_t(ids.size()) + int64_t(tok->encode(p).size());
-    } else {
-      text = field(j, c.data.text_field, "data.text_field", where);
-    }
-    std::vector<int32_t> body = tok->encode(text);
-    ids.insert(ids.end(), body.begin(), body.end());
-    if (tok->eos() >= 0) ids.push_back(tok->eos());
-    d.ids.push_back(std::move(ids));
-    d.prompt.push_back(prompt);
+    records.add(j, where, d);
   }
   if (d.ids.empty())
     throw ConfigError("data.source", c.data.data_source, "empty file: no JSON line to train on",
@@ -114,13 +160,17 @@ void put(std::string& out, T v) {
   out.append(reinterpret_cast<const char*>(&v), sizeof(v));
 }
 
+// Per document: uint64 length, int64 k (>= 0: the first k ids are not targets, the others
+// are; -1: a flag byte per id follows the ids), the int32 ids.
 std::string serialize(const TokenizedDocs& d) {
   std::string out(kCacheMagic, sizeof(kCacheMagic));
   put<uint64_t>(out, d.ids.size());
   for (size_t i = 0; i < d.ids.size(); ++i) {
+    const int64_t k = leadingMaskedCount(d.targets[i]);
     put<uint64_t>(out, d.ids[i].size());
-    put<int64_t>(out, d.prompt[i]);
+    put<int64_t>(out, k);
     out.append(reinterpret_cast<const char*>(d.ids[i].data()), d.ids[i].size() * sizeof(int32_t));
+    if (k < 0) out.append(reinterpret_cast<const char*>(d.targets[i].data()), d.targets[i].size());
   }
   return out;
 }
@@ -144,8 +194,11 @@ bool readCache(const std::string& path, TokenizedDocs& d) {
     std::vector<int32_t> ids(len);
     if (!in.read(reinterpret_cast<char*>(ids.data()), std::streamsize(len * sizeof(int32_t))))
       return false;
+    std::vector<uint8_t> tg(prompt < 0 ? len : 0);
+    if (prompt < 0 && !in.read(reinterpret_cast<char*>(tg.data()), std::streamsize(len)))
+      return false;
+    d.targets.push_back(prompt > 0 ? leadingMasked(len, prompt) : std::move(tg));
     d.ids.push_back(std::move(ids));
-    d.prompt.push_back(prompt);
   }
   return in.peek() == std::char_traits<char>::eof();
 }
@@ -184,11 +237,16 @@ class DataLock {
 }  // namespace
 
 // A tokenizer.json takes its EOS (and maybe BOS) from the tokenizer_config.json beside it
-// (trainer/data/tokenizer_json.h): its bytes are part of the tokenizer; "" when none.
+// (trainer/data/tokenizer_json.h), and a chat template from it or chat_template.jinja
+// (trainer/data/chat_template.h): their bytes are part of the tokenizer; "" when none.
 std::string tokenizerConfigSha256(const std::string& tokenizer) {
   if (!isTokenizerJson(tokenizer)) return "";
-  const fs::path cfg = fs::path(tokenizer).parent_path() / "tokenizer_config.json";
-  return fs::is_regular_file(cfg) ? fileSha256(cfg.string(), "data.tokenizer") : "";
+  std::string out;
+  for (const char* name : {"tokenizer_config.json", "chat_template.jinja"}) {
+    const fs::path p = fs::path(tokenizer).parent_path() / name;
+    if (fs::is_regular_file(p)) out += fileSha256(p.string(), "data.tokenizer");
+  }
+  return out;
 }
 
 std::string tokenCachePath(const TrainConfig& c) {

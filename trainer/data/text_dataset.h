@@ -11,11 +11,17 @@
 //   first 1 + |encode(prompt)| ids (bos and the prompt, counted as TRL's SFTTrainer
 //   counts them) are not loss targets: the |encode(prompt)| positions that predict a
 //   prompt token are masked, as by SFTTrainer's completion-only collator.
+// - Without data.prompt_field, a line holding "messages" and not the text field is a
+//   conversation (trainer/data/chat_template.h): the chat template's text of it tokenized
+//   whole (no BOS/EOS added: the template has them), and only the ids whose text overlaps an
+//   assistant message's content and end-of-turn token are loss targets. The template
+//   (data.chat_template) is resolved at the first such line.
 // - Bad input throws ConfigError (exit 2) naming `file:line` and the key of the field:
-//   an invalid JSON line, a missing or non-string field, an empty file.
+//   an invalid JSON line, a missing or non-string field, an empty file, a malformed message.
 // - The token ids are cached beside the dataset in `<file>.tok-<key>.bin`, key = hash
-//   of (tokenizer bytes, those of the tokenizer_config.json beside a tokenizer.json, dataset
-//   bytes, fields, format). It is written once, by whichever process first takes an flock
+//   of (tokenizer bytes, those of the tokenizer_config.json and chat_template.jinja beside a
+//   tokenizer, dataset bytes, fields, data.chat_template, format). It is written once, by
+//   whichever process first takes an flock
 //   on the dataset file (tmp + fsync + rename); the others wait for the lock (at most
 //   parallel.timeout_seconds) and read it. A directory that cannot be written means no
 //   cache (a warning), not a failure.
@@ -32,7 +38,9 @@ namespace ftb {
 
 struct TokenizedDocs {
   std::vector<std::vector<int32_t>> ids;  // untruncated, in file order
-  std::vector<int64_t> prompt;            // leading ids of ids[i] that are not targets
+  // Per document, which ids are loss targets: empty = all; else one flag per id (flag k for
+  // ids[k]; flag 0 is unused), as Dataset::targets().
+  std::vector<std::vector<uint8_t>> targets;
   std::string cache_path;                 // "" when not cached
   bool cache_hit = false;
 };

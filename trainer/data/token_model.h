@@ -15,6 +15,8 @@ class TokenModel {
   virtual void tokenize(std::string_view word, std::vector<int32_t>& out) const = 0;
   // Id of `token` in the vocabulary, -1 when absent.
   virtual int32_t id(std::string_view token) const = 0;
+  // The vocabulary string of `id`; "" when the vocabulary has no such id.
+  virtual std::string_view piece(int32_t id) const = 0;
   virtual int32_t maxId() const = 0;
 };
 

@@ -8,12 +8,14 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "common/cli_args.h"
 #include "common/error.h"
-#include "common/json_input.h"
 #include "common/files.h"
+#include "common/json_input.h"
 #include "common/log.h"
+#include "trainer/data/chat_template.h"
 #include "trainer/data/text_dataset.h"
 #include "trainer/data/tokenizer.h"
 
@@ -21,15 +23,12 @@ namespace ftb {
 namespace {
 
 struct TokenizeOptions {
-  std::string tokenizer, text_field, in, out;
+  std::string tokenizer, text_field, in, out, chat_template;
   bool bos_eos = false;
 };
 
-// The text field of one line, or a ConfigError naming IN:line.
-std::string lineText(const std::string& line, const std::string& field, const std::string& where) {
-  nlohmann::json j = parseJsonInput(
-      line, "IN.jsonl", where, "one JSON object per line, e.g. {\"" + field + "\": \"...\"}");
-  if (!j.is_object()) throw ConfigError("IN.jsonl", where, "expected a JSON object");
+// The text field of record `j` of one line, or a ConfigError naming IN:line.
+std::string lineText(const nlohmann::json& j, const std::string& field, const std::string& where) {
   auto it = j.find(field);
   if (it == j.end() || !it->is_string())
     throw ConfigError(
@@ -40,11 +39,58 @@ std::string lineText(const std::string& line, const std::string& field, const st
   return it->get<std::string>();
 }
 
-void appendIds(const std::vector<int32_t>& ids, std::string& out) {
+// One output line: {"input_ids": [...]}, with "labels" (the id where `targets` flags it, else
+// -100) when targets is not null.
+void appendIds(const std::vector<int32_t>& ids, const std::vector<uint8_t>* targets,
+               std::string& out) {
   out += "{\"input_ids\": [";
   for (size_t i = 0; i < ids.size(); ++i) (i ? out += ", " : out) += std::to_string(ids[i]);
+  if (targets != nullptr) {
+    out += "], \"labels\": [";
+    for (size_t i = 0; i < ids.size(); ++i)
+      (i ? out += ", " : out) += (*targets)[i] ? std::to_string(ids[i]) : "-100";
+  }
   out += "]}\n";
 }
+
+// Encodes the records of IN; the chat template is resolved at the first conversation.
+class LineEncoder {
+ public:
+  LineEncoder(const TokenizeOptions& o, const TextTokenizer& tok) : o_(o), tok_(tok) {}
+  // The output line of `line` into `buf`; the time spent in the tokenizer is added to
+  // `encode_s` and its ids to `tokens`.
+  void encode(const std::string& line, const std::string& where, std::string& buf, double& encode_s,
+              int64_t& tokens) {
+    nlohmann::json j =
+        parseJsonInput(line, "IN.jsonl", where,
+                       "one JSON object per line, e.g. {\"" + o_.text_field + "\": \"...\"}");
+    if (!j.is_object()) throw ConfigError("IN.jsonl", where, "expected a JSON object");
+    buf.clear();
+    if (!j.contains(o_.text_field) && j.contains("messages")) {
+      const std::vector<ChatMessage> messages = parseMessages(j, where);
+      if (!chat_) chat_ = resolveChatTemplate(o_.chat_template, o_.tokenizer);
+      const auto t0 = std::chrono::steady_clock::now();
+      const ChatDoc d = encodeChat(tok_, o_.tokenizer, *chat_, messages);
+      encode_s += secondsSince(t0);
+      tokens += int64_t(d.ids.size());
+      appendIds(d.ids, &d.targets, buf);
+      return;
+    }
+    const std::string text = lineText(j, o_.text_field, where);
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<int32_t> ids = tok_.encode(text);  // timed alone: no JSON, no I/O
+    encode_s += secondsSince(t0);
+    tokens += int64_t(ids.size());
+    if (o_.bos_eos && tok_.bos() >= 0) ids.insert(ids.begin(), tok_.bos());
+    if (o_.bos_eos && tok_.eos() >= 0) ids.push_back(tok_.eos());
+    appendIds(ids, nullptr, buf);
+  }
+
+ private:
+  const TokenizeOptions& o_;
+  const TextTokenizer& tok_;
+  std::optional<ChatTemplate> chat_;
+};
 
 // Writes OUT through a temporary file beside it, renamed into place once complete, and
 // prints the counts and the time spent in encode() alone to stderr.
@@ -61,19 +107,11 @@ void tokenizeFile(const TokenizeOptions& o) {
   if (!out) throw IoError(tmp + ": cannot create: " + std::strerror(errno));
   try {
     std::string line, buf;
+    LineEncoder encoder(o, *tok);
     for (int64_t lineno = 1; readJsonlLine(in, line, o.in, lineno); ++lineno) {
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      const std::string where = o.in + ":" + std::to_string(lineno);
-      const std::string text = lineText(line, o.text_field, where);
-      const auto t0 = std::chrono::steady_clock::now();
-      std::vector<int32_t> ids = tok->encode(text);  // timed alone: no JSON, no I/O
-      encode_s += secondsSince(t0);
+      encoder.encode(line, o.in + ":" + std::to_string(lineno), buf, encode_s, tokens);
       ++texts;
-      tokens += int64_t(ids.size());
-      if (o.bos_eos && tok->bos() >= 0) ids.insert(ids.begin(), tok->bos());
-      if (o.bos_eos && tok->eos() >= 0) ids.push_back(tok->eos());
-      buf.clear();
-      appendIds(ids, buf);
       if (!out.write(buf.data(), std::streamsize(buf.size())))
         throw IoError(tmp + ": write failed: " + std::strerror(errno));
     }
@@ -95,13 +133,17 @@ void tokenizeFile(const TokenizeOptions& o) {
 cxxopts::Options tokenizeCli() {
   cxxopts::Options cli(
       "trainer tokenize",
-      "Write the token ids of each JSONL line's text as {\"input_ids\": [...]}.\n"
-      "  trainer tokenize --tokenizer PATH [--text-field F] [--add-bos-eos] IN.jsonl OUT.jsonl");
+      "Write the token ids of each JSONL line's text as {\"input_ids\": [...]}, of a\n"
+      "\"messages\" line as {\"input_ids\": [...], \"labels\": [...]}.\n"
+      "  trainer tokenize --tokenizer PATH [--text-field F] [--add-bos-eos]\n"
+      "                   [--chat-template auto|llama3|chatml] IN.jsonl OUT.jsonl");
   cli.add_options()("tokenizer", "a tokenizer.json (HF tokenizers) or a sentencepiece .model",
                     cxxopts::value<std::string>())(
       "text-field", "JSONL field with the text",
       cxxopts::value<std::string>()->default_value("text"))(
       "add-bos-eos", "add BOS and EOS as the trainer's dataset does (default: neither)")(
+      "chat-template", "format of \"messages\" lines, as data.chat_template",
+      cxxopts::value<std::string>()->default_value("auto"))(
       "files", "IN.jsonl OUT.jsonl", cxxopts::value<std::vector<std::string>>())("h,help",
                                                                                  "show help");
   cli.parse_positional({"files"});
@@ -129,8 +171,16 @@ int tokenizeMain(const std::vector<std::string>& args) {
                                           "expected two files, got " + std::to_string(files.size()),
                                           usage);
                       TokenizeOptions o{r["tokenizer"].as<std::string>(),
-                                        r["text-field"].as<std::string>(), files[0], files[1],
+                                        r["text-field"].as<std::string>(),
+                                        files[0],
+                                        files[1],
+                                        r["chat-template"].as<std::string>(),
                                         r.count("add-bos-eos") > 0};
+                      if (o.chat_template != "auto" && o.chat_template != "llama3" &&
+                          o.chat_template != "chatml")
+                        throw ConfigError("--chat-template", "command line",
+                                          "unknown value \"" + o.chat_template + "\"",
+                                          "expected auto, llama3 or chatml");
                       tokenizeFile(o);
                       return 0;
                     })

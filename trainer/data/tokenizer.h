@@ -25,6 +25,16 @@ class TextTokenizer {
  public:
   virtual ~TextTokenizer() = default;
   virtual std::vector<int32_t> encode(std::string_view text) const = 0;
+  // encode(text) into `ids`, and into `ends` for each id the byte offset in `text` where the
+  // text it stands for ends: token k stands for bytes [ends[k-1], ends[k]) (from 0 for the
+  // first); non-decreasing, at most text.size(). Exact where the tokenizer's normalizer leaves
+  // the text as it is. false, writing nothing, when this tokenizer cannot tell: only
+  // tokenizer.json files whose pre-tokenizer is byte-level (PreTokenizer::byteLevelCover) can.
+  virtual bool encodeWithEnds(std::string_view text, std::vector<int32_t>& ids,
+                              std::vector<size_t>& ends) const {
+    (void)text, (void)ids, (void)ends;
+    return false;
+  }
   virtual int32_t vocabSize() const = 0;
   virtual int32_t bos() const = 0;  // -1 when the tokenizer adds none
   virtual int32_t eos() const = 0;  // -1 when the tokenizer has none

@@ -133,8 +133,9 @@ void templateBosEos(const json& pp, const std::string& where, int32_t& bos, int3
     eos = templateTokenId(pp, special(seq + 1), where);
 }
 
-// tokenizer_config.json's value for `key` (a string or {"content": ...}); "" when absent.
-std::string configToken(const json& cfg, const char* key) {
+}  // namespace
+
+std::string tokenizerConfigToken(const json& cfg, const char* key) {
   if (!cfg.is_object() || !cfg.contains(key)) return "";
   const json& v = cfg[key];
   if (v.is_string()) return v.get<std::string>();
@@ -143,12 +144,10 @@ std::string configToken(const json& cfg, const char* key) {
   return "";
 }
 
-json readJsonFile(const std::string& path) {
+json readJsonFileOrDiscarded(const std::string& path) {
   std::ifstream in(path);
   return json::parse(in, nullptr, /*allow_exceptions=*/false);
 }
-
-}  // namespace
 
 std::unique_ptr<TokenizerJson> TokenizerJson::load(const std::string& path,
                                                    const std::string& key) {
@@ -214,10 +213,10 @@ void TokenizerJson::loadBosEos(const json& post_processor) {
   templateBosEos(post_processor, "post_processor", bos_, eos_);
   const fs::path cfg_path = fs::path(path_).parent_path() / "tokenizer_config.json";
   if (!fs::is_regular_file(cfg_path)) return;
-  const json cfg = readJsonFile(cfg_path.string());
+  const json cfg = readJsonFileOrDiscarded(cfg_path.string());
   if (bos_ < 0 && cfg.is_object() && cfg.value("add_bos_token", false) == true)
-    bos_ = tokenId(configToken(cfg, "bos_token"));
-  if (eos_ < 0) eos_ = tokenId(configToken(cfg, "eos_token"));
+    bos_ = tokenId(tokenizerConfigToken(cfg, "bos_token"));
+  if (eos_ < 0) eos_ = tokenId(tokenizerConfigToken(cfg, "eos_token"));
 }
 
 void TokenizerJson::encodeText(std::string_view text, bool at_start,
@@ -228,16 +227,44 @@ void TokenizerJson::encodeText(std::string_view text, bool at_start,
 }
 
 std::vector<int32_t> TokenizerJson::encode(std::string_view text) const {
-  if (!validUtf8(text)) throw ConfigError(path_ + ": cannot encode a text that is not UTF-8");
   std::vector<int32_t> out;
+  encodeInto(text, out, nullptr);
+  return out;
+}
+
+bool TokenizerJson::encodeWithEnds(std::string_view text, std::vector<int32_t>& ids,
+                                   std::vector<size_t>& ends) const {
+  if (!pre_tokenizer_.byteLevelCover()) return false;
+  std::vector<int32_t> out;
+  std::vector<size_t> e;
+  encodeInto(text, out, &e);
+  ids = std::move(out);
+  ends = std::move(e);
+  return true;
+}
+
+void TokenizerJson::modelEnds(const std::vector<int32_t>& out, size_t at, size_t limit,
+                              std::vector<size_t>& ends) const {
+  for (size_t k = ends.size(); k < out.size(); ++k) {
+    for (char c : model_->piece(out[k])) at += (uint8_t(c) & 0xC0) != 0x80;  // characters
+    ends.push_back(std::max(ends.empty() ? 0 : ends.back(), std::min(at, limit)));
+  }
+}
+
+void TokenizerJson::encodeInto(std::string_view text, std::vector<int32_t>& out,
+                               std::vector<size_t>* ends) const {
+  if (!validUtf8(text)) throw ConfigError(path_ + ": cannot encode a text that is not UTF-8");
   try {
     raw_added_.split(text, [&](std::string_view piece, int32_t id, size_t offset) {
+      const size_t limit = offset + piece.size();
       if (id >= 0) {
         out.push_back(id);
+        if (ends) ends->push_back(limit);
         return;
       }
       if (normalizer_.empty() && normalized_added_.empty()) {
         encodeText(piece, offset == 0, out);
+        if (ends) modelEnds(out, offset, limit, *ends);
         return;
       }
       std::string norm(piece);
@@ -247,13 +274,14 @@ std::vector<int32_t> TokenizerJson::encode(std::string_view text) const {
           out.push_back(nid);
         else
           encodeText(p, offset == 0 && noffset == 0, out);
+        if (ends && nid >= 0) ends->push_back(std::min(offset + noffset + p.size(), limit));
+        if (ends && nid < 0) modelEnds(out, offset + noffset, limit, *ends);
       });
     });
   } catch (const std::runtime_error& e) {
     throw ConfigError(path_ + ": cannot encode a text of " + std::to_string(text.size()) +
                       " bytes: " + e.what());
   }
-  return out;
 }
 
 }  // namespace ftb

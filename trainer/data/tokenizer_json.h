@@ -15,6 +15,9 @@
 //   ("single"; also inside a Sequence of processors), else tokenizer_config.json's bos_token
 //   beside the file when its add_bos_token is true; -1 otherwise. eos(): the template's token
 //   after the text, else tokenizer_config.json's eos_token; -1 otherwise.
+// - encodeWithEnds() (the text each token stands for, as HF's offsets, for chat masks) works
+//   for byte-level pre-tokenizers only (GPT-2, Llama 3, Qwen, SmolLM2 files); where the
+//   normalizer changes a piece of text, the ends inside it are approximate, clamped to it.
 // - vocabSize(): one past the largest id of the vocabulary and the added tokens.
 // - load() throws ConfigError (exit 2) naming `key`, the file and the JSON path of what it
 //   cannot use (a WordPiece or WordLevel model, an unsupported normalizer or pre-tokenizer type
@@ -33,12 +36,20 @@
 
 namespace ftb {
 
+// tokenizer_config.json's value for `key` (a string or {"content": ...}); "" when absent.
+std::string tokenizerConfigToken(const nlohmann::json& cfg, const char* key);
+// The JSON of the file at `path`; a discarded value (is_discarded()) when it cannot be read or
+// parsed.
+nlohmann::json readJsonFileOrDiscarded(const std::string& path);
+
 class TokenizerJson : public TextTokenizer {
  public:
   // REQUIRES: `key` is the config key or flag that named `path` (for messages).
   static std::unique_ptr<TokenizerJson> load(const std::string& path, const std::string& key);
 
   std::vector<int32_t> encode(std::string_view text) const override;
+  bool encodeWithEnds(std::string_view text, std::vector<int32_t>& ids,
+                      std::vector<size_t>& ends) const override;
   int32_t vocabSize() const override { return vocab_size_; }
   int32_t bos() const override { return bos_; }
   int32_t eos() const override { return eos_; }
@@ -51,6 +62,13 @@ class TokenizerJson : public TextTokenizer {
   int32_t tokenId(const std::string& token) const;
   // Appends the ids of one piece of text that holds no added token.
   void encodeText(std::string_view text, bool at_start, std::vector<int32_t>& out) const;
+  // encode(), and when `ends` is not null the end of each id's text (encodeWithEnds).
+  void encodeInto(std::string_view text, std::vector<int32_t>& out,
+                  std::vector<size_t>* ends) const;
+  // Appends the ends of the model's ids out[ends.size()...], whose text starts at byte `at`
+  // and lies before byte `limit` (byte-level: one byte per character of each token).
+  void modelEnds(const std::vector<int32_t>& out, size_t at, size_t limit,
+                 std::vector<size_t>& ends) const;
 
   std::string path_;
   TextNormalizer normalizer_;

@@ -384,6 +384,16 @@ PreTokenizer PreTokenizer::parse(const json& j, const std::string& where) {
   return p;
 }
 
+bool PreTokenizer::byteLevelCover() const {
+  bool byte_level = false;
+  for (const auto& st : steps_) {
+    if (st->kind == PreStep::kMetaspace || st->add_prefix_space) return false;
+    if (st->kind == PreStep::kSplit && st->behavior == PreStep::kRemoved) return false;
+    byte_level = byte_level || st->kind == PreStep::kByteLevel;
+  }
+  return byte_level;
+}
+
 void PreTokenizer::apply(TextPiece piece, std::vector<TextPiece>& out) const {
   if (piece.text.empty()) return;
   if (steps_.empty()) {

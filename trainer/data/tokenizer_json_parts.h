@@ -51,6 +51,11 @@ class PreTokenizer {
   static PreTokenizer parse(const nlohmann::json& j, const std::string& where);
   // Appends the pre-tokens of `piece` to out (none is empty).
   void apply(TextPiece piece, std::vector<TextPiece>& out) const;
+  // True when the pre-tokens of any text are the ByteLevel form of consecutive stretches
+  // that cover it (one character per byte): a ByteLevel step without add_prefix_space, and
+  // no Metaspace step or Split that removes text. Then a token of the model stands for as
+  // many bytes of the text as its vocabulary string has characters.
+  bool byteLevelCover() const;
 
   struct Step;
 

@@ -30,6 +30,10 @@ class UnigramModel : public TokenModel {
 
   void tokenize(std::string_view word, std::vector<int32_t>& out) const override;
   int32_t id(std::string_view token) const override;
+  std::string_view piece(int32_t id) const override {
+    return id >= 0 && size_t(id) < strings_.size() ? std::string_view(strings_[size_t(id)])
+                                                   : std::string_view();
+  }
   int32_t maxId() const override { return int32_t(scores_.size()) - 1; }
 
  private:

@@ -155,16 +155,18 @@ std::string runTokenizer(const std::optional<Config>& run) {
 }
 
 // The tokenizer goes with the weights, as in a model directory: a sentencepiece model as
-// tokenizer.model; a tokenizer.json as tokenizer.json, with the tokenizer_config.json beside
-// it (its eos_token) when there is one.
+// tokenizer.model; a tokenizer.json as tokenizer.json, with the tokenizer_config.json (its
+// eos_token, its chat template) and chat_template.jinja beside it when they are there.
 void copyTokenizer(const std::string& tokenizer, const fs::path& dir) {
   std::vector<std::pair<fs::path, std::string>> files;
   if (!isTokenizerJson(tokenizer)) {
     files.emplace_back(tokenizer, "tokenizer.model");
   } else {
     files.emplace_back(tokenizer, "tokenizer.json");
-    const fs::path cfg = fs::path(tokenizer).parent_path() / "tokenizer_config.json";
-    if (fs::is_regular_file(cfg)) files.emplace_back(cfg, "tokenizer_config.json");
+    for (const char* name : {"tokenizer_config.json", "chat_template.jinja"}) {
+      const fs::path p = fs::path(tokenizer).parent_path() / name;
+      if (fs::is_regular_file(p)) files.emplace_back(p, name);
+    }
   }
   for (const auto& [from, name] : files) {
     fs::copy_file(from, dir / name);

@@ -9,14 +9,14 @@ import json
 import random
 import re
 import shutil
-import struct
 import subprocess
 
 import numpy as np
 import pytest
 
 from hf_util import make_hf_dir
-from trainer_util import TINY, TRAINER, base_env, losses, run_ranks, run_trainer
+from trainer_util import (TINY, TRAINER, base_env, losses, read_token_cache, run_ranks,
+                          run_trainer)
 
 pytestmark = pytest.mark.skipif(shutil.which("spm_train") is None,
                                 reason="Debian package sentencepiece (scripts/setup.sh)")
@@ -48,18 +48,9 @@ def spm_encode(model, texts, extra=""):
 
 def read_cache(jsonl):
     """The trainer's token cache beside `jsonl`: [(ids, prompt_len)] (text_dataset.cpp)."""
-    caches = list(jsonl.parent.glob(jsonl.name + ".tok-*.bin"))
-    assert len(caches) == 1, caches
-    raw = caches[0].read_bytes()
-    assert raw[:8] == b"FTBTOK01"
-    (n,), off, docs = struct.unpack_from("<Q", raw, 8), 16, []
-    for _ in range(n):
-        length, prompt = struct.unpack_from("<Qq", raw, off)
-        off += 16
-        docs.append((list(struct.unpack_from(f"<{length}i", raw, off)), prompt))
-        off += 4 * length
-    assert off == len(raw)
-    return docs
+    docs = read_token_cache(jsonl)
+    assert all(masked >= 0 for _, masked, _ in docs), "text and prompt masks are prefixes"
+    return [(ids, masked) for ids, masked, _ in docs]
 
 
 def write_pairs(path, lines, n=60):

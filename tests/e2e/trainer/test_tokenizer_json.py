@@ -10,7 +10,6 @@ input exits 2 naming the file and the line or the JSON path.
 """
 import json
 import shutil
-import struct
 import subprocess
 
 import pytest
@@ -19,7 +18,7 @@ tokenizers = pytest.importorskip("tokenizers")
 
 import tokenizer_families as tf  # noqa: E402
 from hf_util import make_hf_dir  # noqa: E402
-from trainer_util import TRAINER, base_env, losses, run_trainer  # noqa: E402
+from trainer_util import TRAINER, base_env, losses, read_token_cache, run_trainer  # noqa: E402
 
 N_TEXTS = 10000
 
@@ -134,15 +133,7 @@ def test_add_bos_eos_follows_the_template_and_tokenizer_config(tmp_path, familie
 
 
 def read_cache(jsonl):
-    caches = list(jsonl.parent.glob(jsonl.name + ".tok-*.bin"))
-    assert len(caches) == 1, caches
-    raw = caches[0].read_bytes()
-    (n,), off, docs = struct.unpack_from("<Q", raw, 8), 16, []
-    for _ in range(n):
-        length, _prompt = struct.unpack_from("<Qq", raw, off)
-        docs.append(list(struct.unpack_from(f"<{length}i", raw, off + 16)))
-        off += 16 + 4 * length
-    return docs
+    return [ids for ids, _, _ in read_token_cache(jsonl)]
 
 
 def test_a_run_trains_on_a_tokenizer_json_dataset(tmp_path, families, texts):

@@ -1,6 +1,7 @@
 """Helpers for trainer end-to-end tests: run real trainer processes, read their HDF5."""
 import os
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -88,6 +89,36 @@ def metrics(out_dir, rank=0):
 def losses(out_dir, rank=0):
     with metrics(out_dir, rank) as f:
         return np.array(f["steps/loss"][:])
+
+
+def read_token_cache(jsonl):
+    """The trainer's token cache beside a JSONL text dataset (trainer/docs/data.md): one
+    (ids, masked, flags) per document: masked = k >= 0 when the first k ids are not loss
+    targets and the others are (flags None), else -1 and flags[i] = 1 where ids[i] is one."""
+    caches = list(Path(jsonl).parent.glob(Path(jsonl).name + ".tok-*.bin"))
+    assert len(caches) == 1, caches
+    raw = caches[0].read_bytes()
+    assert raw[:8] == b"FTBTOK01"
+    (n,), off, docs = struct.unpack_from("<Q", raw, 8), 16, []
+    for _ in range(n):
+        length, masked = struct.unpack_from("<Qq", raw, off)
+        off += 16
+        ids = list(struct.unpack_from(f"<{length}i", raw, off))
+        off += 4 * length
+        flags = None
+        if masked < 0:
+            flags = list(raw[off:off + length])
+            off += length
+        docs.append((ids, masked, flags))
+    assert off == len(raw)
+    return docs
+
+
+def read_token_targets(jsonl):
+    """(ids, flags) of each document of the token cache: flags[i] = 1 where ids[i] is a loss
+    target (flags[0] is never used: the first id has nothing before it)."""
+    return [(ids, flags if masked < 0 else [0] * masked + [1] * (len(ids) - masked))
+            for ids, masked, flags in read_token_cache(jsonl)]
 
 
 def assert_close(a, b, rel):

@@ -354,6 +354,64 @@ TEST(TokenFiles, JsonlTruncatesAndSkipsShortDocuments) {
   EXPECT_EQ(countPositions(*ds, 0, 2, c.data.seq_len), c.data.seq_len + 1);
 }
 
+// HF's labels (-100 = not a target, otherwise what the position before learns to predict) and
+// attention_mask (0 = padding, removed): the documents, targets and batches they give, alone
+// and packed.
+TEST(TokenFiles, LabelsAndAttentionMaskOfHfRecords) {
+  TempDir dir;
+  std::string path = dir.file("hf.jsonl");
+  std::ofstream(path)
+      << "{\"input_ids\": [0, 5, 6, 7, 8, 0], \"attention_mask\": [0, 1, 1, 1, 1, 0], "
+         "\"labels\": [-100, -100, 6, 9, 8, -100]}\n"
+      << "{\"input_ids\": [3, 4, 5], \"labels\": [-100, -100, -100]}\n"  // no target
+      << "{\"input_ids\": [3, 4, 5, 0], \"attention_mask\": [1, 1, 1, 0]}\n"
+      << "{\"input_ids\": [1, 2], \"labels\": [1, 2], \"attention_mask\": [1, 1]}\n";
+  TrainConfig c = tinyConfig();
+  c.data.data_source = path;
+  auto ds = makeDataset(c);
+  ASSERT_EQ(ds->size(), 3) << "the record without a target is dropped";
+  EXPECT_EQ(ds->document(0), (std::vector<int32_t>{5, 6, 7, 8}));
+  EXPECT_EQ(ds->targets(0), (std::vector<uint8_t>{0, 1, 1, 1}));
+  EXPECT_EQ(ds->labels(0), (std::vector<int32_t>{5, 6, 9, 8}));
+  EXPECT_EQ(ds->document(1), (std::vector<int32_t>{3, 4, 5}));
+  EXPECT_TRUE(ds->targets(1).empty());
+  EXPECT_TRUE(ds->labels(1).empty());
+  EXPECT_TRUE(ds->labels(2).empty()) << "labels equal to the ids are not kept";
+  Batch b = makeBatch(*ds, 0, 3, c.data.seq_len, /*pad_longest=*/true, 0);
+  auto t = [](std::vector<int64_t> v) { return torch::tensor(v).view({3, 3}); };
+  EXPECT_TRUE(torch::equal(b.inputs, t({5, 6, 7, 3, 4, 0, 1, 0, 0})));
+  EXPECT_TRUE(torch::equal(b.targets, t({6, 9, 8, 4, 5, 0, 2, 0, 0})));
+  EXPECT_TRUE(torch::equal(b.mask, t({1, 1, 1, 1, 1, 0, 1, 0, 0}).to(torch::kBool)));
+  EXPECT_EQ(b.dataset_tokens, 6);
+  EXPECT_EQ(b.loss_tokens, 6);
+  // Packed: the stream of every record (the one without a target too), labels and flags with it.
+  c.data.pack = true;
+  auto packed = makeDataset(c);
+  ASSERT_EQ(packed->size(), 1);
+  EXPECT_EQ(packed->document(0), (std::vector<int32_t>{5, 6, 7, 8, 3, 4, 5, 3, 4, 5, 1, 2}));
+  EXPECT_EQ(packed->labels(0), (std::vector<int32_t>{5, 6, 9, 8, 3, 4, 5, 3, 4, 5, 1, 2}));
+  EXPECT_EQ(packed->targets(0), (std::vector<uint8_t>{0, 1, 1, 1, 0, 0, 0, 1, 1, 1, 1, 1}));
+}
+
+TEST(TokenFiles, MalformedLabelsAndAttentionMaskNameFileAndLine) {
+  const std::string ok = "{\"input_ids\": [1, 2, 3]}\n";
+  expectJsonlError(ok + "{\"input_ids\": [1, 2, 3], \"labels\": [1, 2]}\n", 2,
+                   "\"labels\" has 2 entries, \"input_ids\" 3");
+  expectJsonlError(
+      ok + "{\"input_ids\": [1, 2, 3], \"labels\": [1, -1, 3]}\n", 2,
+      "labels[1] = -1: expected -100 (not a target) or a token id in [0, vocab_size(512))");
+  expectJsonlError("{\"input_ids\": [1, 2, 3], \"labels\": \"1 2 3\"}\n", 1,
+                   "\"labels\" is a JSON string, expected a list");
+  expectJsonlError("{\"input_ids\": [1, 2, 3], \"attention_mask\": [1, 2, 1]}\n", 1,
+                   "attention_mask[1] = 2, expected 0 (padding) or 1");
+  expectJsonlError("{\"input_ids\": [1, 2, 3], \"attention_mask\": [1, 1]}\n", 1,
+                   "\"attention_mask\" has 2 entries");
+  expectJsonlError("{\"input_ids\": [1, 2, 3, 4], \"attention_mask\": [1, 0, 1, 1]}\n", 1,
+                   "attention_mask[1] is 0 between ones");
+  expectJsonlError("{\"input_ids\": [1, 2], \"labels\": [1, 2.5]}\n", 1,
+                   "non-integer value in \"labels\"");
+}
+
 // FNV-1a over a tensor's shape and bytes.
 uint64_t fnv(uint64_t h, const void* p, size_t n) {
   const auto* b = static_cast<const unsigned char*>(p);
