@@ -14,6 +14,28 @@ namespace {
 
 std::atomic<Fp32Gemm> g_route{Fp32Gemm::kAten};
 
+// gy [M, N] · w [N, K] -> [M, K]; on OpenBLAS as BlasLinear's backward, else as ATen's mm
+// backward computes it.
+torch::Tensor inputGrad(const torch::Tensor& gy, const torch::Tensor& w) {
+  if (!fp32OnOpenBlas(gy, w)) return gy.mm(w);
+  const int64_t M = gy.size(0), N = gy.size(1), K = w.size(1);
+  torch::Tensor wc = w.contiguous(), gx = torch::empty({M, K}, gy.options());
+  kernels::openblas()->sgemm(false, false, M, K, N, 1.f, gy.data_ptr<float>(), N,
+                             wc.data_ptr<float>(), K, 0.f, gx.data_ptr<float>(), K);
+  return gx;
+}
+
+// gyᵀ [N, M] · x [M, K] -> [N, K], as BlasLinear's backward or ATen's mm backward (xᵀ·gy,
+// transposed) computes it.
+torch::Tensor weightGrad(const torch::Tensor& gy, const torch::Tensor& x) {
+  if (!fp32OnOpenBlas(gy, x)) return x.t().mm(gy).t();
+  const int64_t M = x.size(0), K = x.size(1), N = gy.size(1);
+  torch::Tensor gw = torch::empty({N, K}, gy.options());
+  kernels::openblas()->sgemm(true, false, N, K, M, 1.f, gy.data_ptr<float>(), N,
+                             x.data_ptr<float>(), K, 0.f, gw.data_ptr<float>(), K);
+  return gw;
+}
+
 // y[M,N] = x[M,K] · W[N,K]ᵀ on OpenBLAS; backward gx = gy · W, gW = gyᵀ · x.
 class BlasLinear : public torch::autograd::Function<BlasLinear> {
  public:
@@ -38,17 +60,8 @@ class BlasLinear : public torch::autograd::Function<BlasLinear> {
     const int64_t M = x2.size(0), K = x2.size(1), N = w.size(0);
     torch::Tensor gy = grads[0].reshape({M, N}).contiguous();
     torch::Tensor gx, gw;
-    const kernels::OpenBlas* blas = kernels::openblas();
-    if (ctx->needs_input_grad(0)) {
-      gx = torch::empty({M, K}, gy.options());
-      blas->sgemm(false, false, M, K, N, 1.f, gy.data_ptr<float>(), N, w.data_ptr<float>(), K, 0.f,
-                  gx.data_ptr<float>(), K);
-    }
-    if (ctx->needs_input_grad(1)) {
-      gw = torch::empty({N, K}, gy.options());
-      blas->sgemm(true, false, N, K, M, 1.f, gy.data_ptr<float>(), N, x2.data_ptr<float>(), K, 0.f,
-                  gw.data_ptr<float>(), K);
-    }
+    if (ctx->needs_input_grad(0)) gx = inputGrad(gy, w);
+    if (ctx->needs_input_grad(1)) gw = weightGrad(gy, x2);
     std::vector<int64_t> shape = grads[0].sizes().vec();
     shape.back() = K;
     return {gx.defined() ? gx.view(shape) : gx, gw};
@@ -76,28 +89,6 @@ class Nf4Linear : public torch::autograd::Function<Nf4Linear> {
 };
 
 std::atomic<WeightGradStore*> g_store{nullptr};
-
-// gy [M, N] · w [N, K] -> [M, K]; on OpenBLAS as BlasLinear's backward, else as ATen's mm
-// backward computes it.
-torch::Tensor inputGrad(const torch::Tensor& gy, const torch::Tensor& w) {
-  if (!fp32OnOpenBlas(gy, w)) return gy.mm(w);
-  const int64_t M = gy.size(0), N = gy.size(1), K = w.size(1);
-  torch::Tensor wc = w.contiguous(), gx = torch::empty({M, K}, gy.options());
-  kernels::openblas()->sgemm(false, false, M, K, N, 1.f, gy.data_ptr<float>(), N,
-                             wc.data_ptr<float>(), K, 0.f, gx.data_ptr<float>(), K);
-  return gx;
-}
-
-// gyᵀ [N, M] · x [M, K] -> [N, K], as BlasLinear's backward or ATen's mm backward (xᵀ·gy,
-// transposed) computes it.
-torch::Tensor weightGrad(const torch::Tensor& gy, const torch::Tensor& x) {
-  if (!fp32OnOpenBlas(gy, x)) return x.t().mm(gy).t();
-  const int64_t M = x.size(0), K = x.size(1), N = gy.size(1);
-  torch::Tensor gw = torch::empty({N, K}, gy.options());
-  kernels::openblas()->sgemm(true, false, N, K, M, 1.f, gy.data_ptr<float>(), N,
-                             x.data_ptr<float>(), K, 0.f, gw.data_ptr<float>(), K);
-  return gw;
-}
 
 // The weight a deferred projection hands its gradient to, passed to DeferredLinear::apply
 // as a non-tensor so that autograd makes no edge to its graph.
