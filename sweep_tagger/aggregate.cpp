@@ -474,6 +474,13 @@ AggregateTable aggregateRuns(const std::string& results_dir, const AggregateOpti
                 " s (--reader-timeout): a damaged file";
     t.runs.push_back(std::move(r));
   }
+  return tableOf(results_dir, std::move(t.runs));
+}
+
+AggregateTable tableOf(const std::string& results_dir, std::vector<RunRow> rows) {
+  AggregateTable t;
+  t.results_dir = results_dir;
+  t.runs = std::move(rows);
   std::sort(t.runs.begin(), t.runs.end(),
             [](const RunRow& a, const RunRow& b) { return naturalLess(a.tag, b.tag); });
 

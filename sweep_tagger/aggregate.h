@@ -125,6 +125,9 @@ RunRow summarizeRun(const std::string& results_dir, const std::string& run_dir,
 // table's varying and constant keys are these.
 bool experimentKey(const std::string& key);
 AggregateTable aggregateRuns(const std::string& results_dir, const AggregateOptions& opts);
+// The table of `rows` (summarizeRun's): sorted by tag, varying and constant keys found,
+// repeats grouped (groupRepeats). aggregateRuns() ends with it.
+AggregateTable tableOf(const std::string& results_dir, std::vector<RunRow> rows);
 
 // ---- Output ------------------------------------------------------------------
 // Column order: tag, status, <varying keys>, world_size, nodes, ranks, steps_done, resumes,

@@ -22,6 +22,7 @@
 #include "sweep_tagger/compare.h"
 #include "sweep_tagger/plot.h"
 #include "sweep_tagger/sweep.h"
+#include "sweep_tagger/tune.h"
 
 namespace ftb {
 namespace {
@@ -432,6 +433,71 @@ int aggregateCommand(const std::vector<std::string>& args, std::ostream& out) {
                   drawCharts(table, r["plot"].as<std::string>(), r.count("plot-best-effort") > 0));
 }
 
+namespace {
+
+// The build holding launcher/ and trainer/: $FTB_BUILD_DIR, else the one this binary is in.
+std::string defaultBuildDir() {
+  if (const char* d = std::getenv("FTB_BUILD_DIR"); d && *d)
+    return std::filesystem::absolute(d).lexically_normal().string();
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? "build/release" : self.parent_path().parent_path().string();
+}
+
+double positiveFlag(const cxxopts::ParseResult& r, const std::string& name, double scale) {
+  const double v = r[name].as<double>();
+  if (!(v > 0) || !std::isfinite(v))
+    throw ConfigError("--" + name, "command line", "expected a number > 0", "--" + name + " 1.5");
+  return v * scale;
+}
+
+}  // namespace
+
+int tuneCommand(const std::vector<std::string>& args, std::ostream& out) {
+  cxxopts::Options opts("sweep_tagger tune",
+                        "The fastest configuration of a search space (a sweep file with "
+                        "[machines] and [tune]) with a fraction of an exhaustive sweep's runs.");
+  opts.add_options()("budget-minutes", "no run starts after this much machine time",
+                     cxxopts::value<double>())(
+      "dry-run", "prune and order the points by the model; run nothing but the probe")(
+      "gemm-tflops", "GEMM rate per rank (TFLOP/s) instead of the probe's",
+      cxxopts::value<double>())("link-GBps",
+                                "all-reduce bus bandwidth (GB/s) instead of the probe's",
+                                cxxopts::value<double>())(
+      "out", "report, winner.toml, winner.sh (default RESULTS_DIR/tune)",
+      cxxopts::value<std::string>())("build-dir",
+                                     "build with launcher/ and trainer/ (default $FTB_BUILD_DIR, "
+                                     "else this binary's)",
+                                     cxxopts::value<std::string>())("h,help", "this help")(
+      "space", "search space TOML", cxxopts::value<std::string>())(
+      "results", "results dir", cxxopts::value<std::string>())(
+      "overrides", "key=value for every point", cxxopts::value<std::vector<std::string>>());
+  opts.parse_positional({"space", "results", "overrides"});
+  opts.positional_help("SPACE.toml RESULTS_DIR [key=value ...]");
+  auto r = parse(opts, args);
+  if (r.count("help")) {
+    out << opts.help();
+    return 0;
+  }
+  if (!r.count("space") || !r.count("results"))
+    throw ConfigError("", "command line", "missing SPACE.toml or RESULTS_DIR",
+                      "sweep_tagger tune SPACE.toml RESULTS_DIR (sweep_tagger tune --help)");
+  TuneOptions o;
+  o.space = r["space"].as<std::string>();
+  o.results_dir = std::filesystem::absolute(r["results"].as<std::string>()).lexically_normal().string();
+  if (r.count("overrides")) o.overrides = r["overrides"].as<std::vector<std::string>>();
+  if (r.count("budget-minutes")) o.budget_minutes = positiveFlag(r, "budget-minutes", 1);
+  if (r.count("gemm-tflops")) o.gemm_flops = positiveFlag(r, "gemm-tflops", 1e12);
+  if (r.count("link-GBps")) o.busbw_Bps = positiveFlag(r, "link-GBps", 1e9);
+  if (r.count("out")) o.out_dir = r["out"].as<std::string>();
+  o.dry_run = r.count("dry-run") > 0;
+  o.build_dir = r.count("build-dir") ? std::filesystem::absolute(r["build-dir"].as<std::string>()).string()
+                                     : defaultBuildDir();
+  const TuneResult res = runTune(o);
+  out << res.report;
+  return res.exit_code;
+}
+
 int runSweepTagger(int argc, char** argv, std::ostream& out, std::ostream& err) {
   const std::string usage =
       "usage: sweep_tagger tag --config X.toml [key=value ...] [--world-size N] [--nodes N] "
@@ -445,6 +511,9 @@ int runSweepTagger(int argc, char** argv, std::ostream& out, std::ostream& err) 
       "                              [--best tokens_per_s|cost|memory|tokens_per_cpu_s] [--exclude-noisy]\n"
       "                              [--price-per-hour USD] [--plot-best-effort]\n"
       "                              [--compare REF.csv [--fail-on-regression PCT]]\n"
+      "       sweep_tagger tune SPACE.toml RESULTS_DIR [key=value ...] [--budget-minutes M] "
+      "[--dry-run]\n"
+      "                         [--gemm-tflops X] [--link-GBps Y] [--out DIR]\n"
       "       sweep_tagger SUBCOMMAND --help: every option\n";
   if (argc < 2) {
     err << usage;
@@ -460,6 +529,8 @@ int runSweepTagger(int argc, char** argv, std::ostream& out, std::ostream& err) 
       code = expandCommand(args, out);
     } else if (cmd == "aggregate") {
       code = aggregateCommand(args, out);
+    } else if (cmd == "tune") {
+      code = tuneCommand(args, out);
     } else if (cmd == "-h" || cmd == "--help") {
       out << usage;
     } else {

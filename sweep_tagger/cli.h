@@ -12,6 +12,7 @@ namespace ftb {
 int tagCommand(const std::vector<std::string>& args, std::ostream& out);
 int expandCommand(const std::vector<std::string>& args, std::ostream& out);
 int aggregateCommand(const std::vector<std::string>& args, std::ostream& out);
+int tuneCommand(const std::vector<std::string>& args, std::ostream& out);
 
 // Dispatches argv[1]; prints usage for no/unknown subcommand (exit 2). Output that cannot
 // be written to `out` (stdout on a full disk) is an error: exit 4, saying so on `err`.

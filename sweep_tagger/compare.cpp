@@ -439,6 +439,14 @@ BestReport bestReport(const AggregateTable& t, BestMetric metric, const BestOpti
                 excludedList(t, m, drop_noisy),
             1};
   nameFigures(ranked, t);
+  BestReport report;
+  for (const Figure& f : ranked) report.ranked.push_back(groupKey(*f.first));
+  if (ranked.size() >= 2) {
+    const std::vector<NoiseTest> tests = noiseTests(ranked[0], ranked[1], m);
+    report.winner_beyond_noise =
+        !tests.empty() &&
+        std::all_of(tests.begin(), tests.end(), [](const NoiseTest& n) { return n.held; });
+  }
   std::string out = std::string("Ranking by ") + m.title + ", " +
                     (m.higher_better ? "higher" : "lower") +
                     " is better: each configuration's median over its runs, its spread (min-max "
@@ -453,7 +461,8 @@ BestReport bestReport(const AggregateTable& t, BestMetric metric, const BestOpti
     out += "Only one configuration counts: nothing to compare.\n";
   out += noisyNote(ranked, opts.exclude_noisy, drop_noisy, metric) + priceNote(t, ranked, metric) +
          excludedList(t, m, drop_noisy);
-  return {out, 0};
+  report.text = out;
+  return report;
 }
 
 size_t applyPrice(AggregateTable& t, double usd_per_hour) {

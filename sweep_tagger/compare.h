@@ -57,6 +57,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "sweep_tagger/aggregate.h"
 #include "sweep_tagger/reference.h"
@@ -85,6 +86,8 @@ struct BestOptions {
 struct BestReport {
   std::string text;
   int exit_code = 0;  // 0, or 1 when nothing can be ranked
+  std::vector<std::string> ranked;  // groupKey() of each configuration ranked, best first
+  bool winner_beyond_noise = false;  // ranked[0] beats ranked[1] beyond the noise
 };
 BestReport bestReport(const AggregateTable& t, BestMetric metric, const BestOptions& opts = {});
 

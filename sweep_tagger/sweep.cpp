@@ -204,6 +204,15 @@ MemoryBudget parseMemoryBudget(const std::string& text) {
                     "device types: " + types);
 }
 
+SweepPoint repeatOf(const SweepPoint& p, int repeat) {
+  SweepPoint r = p;
+  r.repeat = repeat;
+  r.tag = p.tag + ".r" + std::to_string(repeat);
+  if (!p.legacy_tag.empty()) r.legacy_tag = p.legacy_tag + ".r" + std::to_string(repeat);
+  r.args.push_back("sweep.repeat=" + std::to_string(repeat));
+  return r;
+}
+
 RunState pointState(const std::string& results_dir, const SweepPoint& p) {
   const std::string dir = (fs::path(results_dir) / p.tag).string();
   const RunState state = runState(dir);
@@ -274,10 +283,14 @@ SweepSpec loadSweep(const std::string& path) {
       spec.global_batch_size = positiveInt(node, key, at);
     } else if (key == "layout") {
       readLayouts(path, node, spec);
+    } else if (key == "machines" || key == "tune") {
+      if (!node.is_table()) throw ConfigError(key, at, "must be a table", "write [" + key + "]");
+      // read by `sweep_tagger tune` (tune_space.h); a sweep runs the grid without them
     } else {
       throw ConfigError(key, at, "unknown sweep key",
                         "a sweep has base, fmt, nodes, nproc_per_node, repeats, "
-                        "global_batch_size, [grid], [layout.NAME], [[exclude]], [[include]]");
+                        "global_batch_size, [grid], [layout.NAME], [[exclude]], [[include]], and "
+                        "for tune [machines] and [tune]");
     }
   }
   checkLayoutRefs(spec, layout_refs);

@@ -20,6 +20,7 @@
 //   "parallel.dp_shard" = 2
 //   "parallel.zero_stage" = 3
 //   (and in [grid]: layout = ["ddp", "zero3"]: one axis over whole variants)
+//   [machines], [tune]              read by `sweep_tagger tune` alone (tune_space.h)
 // Keys are trainer config keys, `nodes`, `nproc_per_node` or `layout`; exclude rules may
 // also test `world_size` and any resolved key not on an axis.
 //
@@ -117,6 +118,10 @@ inline constexpr int64_t kMaxSweepPoints = 10000;
 SweepSpec loadSweep(const std::string& path);
 // All points, or those with index <= `last` (fewer when the sweep has fewer).
 std::vector<SweepPoint> expandSweep(const SweepSpec& spec, std::optional<int> last = {});
+
+// Repeat `repeat` (>= 1) of a repeat-0 point: the same hash, tag + ".r<repeat>", args +
+// sweep.repeat=<repeat> (what expandSweep lists for `repeats`, for one point alone).
+SweepPoint repeatOf(const SweepPoint& p, int repeat);
 
 // runState() of the point's run directory under `results_dir`: <results_dir>/<tag>, or
 // for a multi-node point with no such directory, the legacy_tag directory when its run
