@@ -473,9 +473,10 @@ void Config::set(const std::string& key, Value v, const std::string& origin) {
   entries_[key] = Entry{checkValue(*schema_, key, rawOf(v), origin), origin};
 }
 
-std::string Config::toToml() const {
+std::string Config::toToml(bool set_only) const {
   std::string root, tables, current_table;
   for (const auto& [key, entry] : entries_) {
+    if (set_only && entry.origin == "default") continue;
     size_t dot = key.find('.');
     std::string line_value = " = " + valueToString(entry.value) + "\n";
     if (dot == std::string::npos) {

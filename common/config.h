@@ -154,8 +154,10 @@ class Config {
   const std::string& sourcePath() const { return source_path_; }
 
   // Resolved config as TOML, keys grouped by table and sorted. Round-trips through
-  // fromString() to an equal Config.
-  std::string toToml() const;
+  // fromString() to an equal Config. set_only: only the keys the files, presets and
+  // overrides set (not defaults, nor values derived from other keys, which depend on the
+  // world size): loaded on any world, it resolves as this config would there.
+  std::string toToml(bool set_only = false) const;
 
  private:
   const Schema* schema_ = nullptr;

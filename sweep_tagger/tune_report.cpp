@@ -147,7 +147,7 @@ std::string writeWinner(const TuneState& s) {
   const std::string out = fs::absolute(s.opts.out_dir).lexically_normal().string();
   writeFileDurably(out + "/winner.toml",
                    "# The winner of sweep_tagger tune " + s.opts.space + ": " + w.name + "\n" +
-                       Config::load(s.space.sweep.base, args).toToml());
+                       Config::load(s.space.sweep.base, args).toToml(true));
   const std::string n = std::to_string(w.point.nproc_per_node), k = std::to_string(w.point.nodes);
   const std::string node = s.opts.build_dir + "/launcher/launcher --nproc-per-node " + n + " -- " +
                            s.opts.build_dir + "/trainer/trainer --config " + out + "/winner.toml";

@@ -34,7 +34,15 @@ void readMachines(const std::string& path, const toml::table& t, TuneSpace& s) {
     if (k == "memory") {
       if (!node.is_string())
         throw ConfigError(key, at, "must be a string", "memory = \"24GiB\" or \"h100\"");
-      s.sweep.memory_budget = parseMemoryBudget(node.as_string()->get());
+      try {
+        s.sweep.memory_budget = parseMemoryBudget(node.as_string()->get());
+      } catch (const ConfigError& e) {  // the same check, named by the file's key and line
+        const std::string msg = e.what(), hint = msg.substr(msg.find("hint: ") + 6);
+        throw ConfigError(key, at,
+                          "expected a size per rank (24GiB, 80GB, 512MiB, bytes) or a device "
+                          "type, got '" + node.as_string()->get() + "'",
+                          msg.find("hint: ") == std::string::npos ? "" : hint);
+      }
     } else if (k == "price_per_hour") {
       s.price_per_hour = numberAbove(node, key, at, 0);
     } else if (k == "launch") {
