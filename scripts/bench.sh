@@ -42,12 +42,16 @@
 #             changes. (3) link: a 1 MiB transfer's round trip between two ranks of this
 #             host through local memory and through Gloo. FTB_PP_PARTS="bubble", "link" or
 #             "net" reruns one part
+#   tune      `sweep_tagger tune` against the exhaustive sweep of the same space
+#             (FTB_TUNE_SPACE, default configs/tune/d512_local.toml: D512/L8 world 2, DDP /
+#             ZeRO-1 / ZeRO-3 / TP 2 / PP 2 x micro-batch x activation checkpointing, 30
+#             points): both winners, the machine time of each, the step-time model's error
 #   tokenizer the tokenizer.json encoder (`trainer tokenize`) against HF tokenizers (Rust), one
 #             thread each, on 10,000 multilingual texts and one small tokenizer per family
 #             (GPT-2, Llama 3, Qwen 2, SmolLM2, Mistral, Llama 2): tokens/s and the same ids;
 #             FTB_TOK_ROUNDS alternating rounds (default 3), the best of each reported
-# Usage: scripts/bench.sh [trainer|eager|dpscale|memory|launcher|aggregate|data|hfload|textdata|ckpt|port|gloo|lora|nf4|pipeline|tokenizer ...]
-#        (default: all but hfload, ckpt, port, lora, nf4, pipeline and tokenizer)
+# Usage: scripts/bench.sh [trainer|eager|dpscale|memory|launcher|aggregate|data|hfload|textdata|ckpt|port|gloo|lora|nf4|pipeline|tokenizer|tune ...]
+#        (default: all but hfload, ckpt, port, lora, nf4, pipeline, tokenizer and tune)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -597,6 +601,37 @@ bench_tokenizer() {
   cat "$OUT/tokenizer.md"
 }
 
+# The exhaustive sweep of a space (scripts/sweep.sh, every point once), then `sweep_tagger
+# tune` of it, each alone on the machine and timed; scripts/bench_tune_report.py compares.
+bench_tune() {
+  local runs=$OUT/runs/tune space=${FTB_TUNE_SPACE:-configs/tune/d512_local.toml} t0
+  rm -rf "$runs"
+  mkdir -p "$runs"
+  echo "$space" >"$runs/space"
+  date -u +%Y-%m-%d >"$runs/date"
+  "$PY" -c 'import sys; sys.path.insert(0, "scripts"); import bench_common; print(bench_common.cpu_model())' >"$runs/cpu"
+  nproc >"$runs/nproc"
+  settle
+  cut -d' ' -f1-3 /proc/loadavg >"$runs/load.exhaustive"
+  echo "bench: tune: the exhaustive sweep of $space"
+  t0=$(date +%s.%N)
+  FTB_BUILD_DIR=$BUILD scripts/sweep.sh "$space" "$runs/exhaustive" >"$runs/exhaustive.log" 2>&1 ||
+    echo "bench: tune: the exhaustive sweep had failed points (log $runs/exhaustive.log)" >&2
+  awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN { print a - b }' >"$runs/exhaustive.wall"
+  "$BUILD/sweep_tagger/sweep_tagger" aggregate "$runs/exhaustive" >"$runs/exhaustive.csv"
+  "$BUILD/sweep_tagger/sweep_tagger" aggregate "$runs/exhaustive" --best tokens_per_s >"$runs/exhaustive.best" || true
+  settle
+  cut -d' ' -f1-3 /proc/loadavg >"$runs/load.tune"
+  echo "bench: tune: sweep_tagger tune $space"
+  t0=$(date +%s.%N)
+  FTB_BUILD_DIR=$BUILD "$BUILD/sweep_tagger/sweep_tagger" tune "$space" "$runs/tune" >"$runs/tune.out" 2>"$runs/tune.log" ||
+    echo "bench: tune: sweep_tagger tune exited non-zero (log $runs/tune.log)" >&2
+  awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN { print a - b }' >"$runs/tune.wall"
+  cut -d' ' -f1-3 /proc/loadavg >"$runs/load.after"
+  "$PY" scripts/bench_tune_report.py "$runs" >"$OUT/tune.md"
+  cat "$OUT/tune.md"
+}
+
 for b in "${which[@]}"; do
   case "$b" in
     trainer) bench_trainer ;;
@@ -613,8 +648,9 @@ for b in "${which[@]}"; do
     gloo) "$PY" scripts/bench_gloo.py > "$OUT/gloo.md" && cat "$OUT/gloo.md" ;;
     pipeline) bench_pipeline ;;
     tokenizer) bench_tokenizer ;;
+    tune) bench_tune ;;
     launcher) scripts/bench_launcher.sh ;;
     aggregate) if [ -x scripts/bench_aggregate.sh ]; then scripts/bench_aggregate.sh; else echo "bench: aggregate benchmark not available yet" >&2; fi ;;
-    *) echo "bench: unknown benchmark '$b'; expected trainer, eager, dpscale, memory, launcher, aggregate, data, hfload, textdata, ckpt, port, gloo, lora, nf4, pipeline or tokenizer (see the list at the top of scripts/bench.sh)" >&2; exit 2 ;;
+    *) echo "bench: unknown benchmark '$b'; expected trainer, eager, dpscale, memory, launcher, aggregate, data, hfload, textdata, ckpt, port, gloo, lora, nf4, pipeline, tokenizer or tune (see the list at the top of scripts/bench.sh)" >&2; exit 2 ;;
   esac
 done

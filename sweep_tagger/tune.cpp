@@ -180,8 +180,8 @@ void predict(TuneState& s) {
   for (TuneCandidate& c : s.cands)
     if (c.fate.empty() && c.predictedTokensPerS() * s.space.settings.model_keep < best)
       c.fate = "set aside by the model: predicted " +
-               formatFixed(best / c.predictedTokensPerS(), 2) + "x slower than the best (" +
-               c.pred.largestTerm() + " the largest term)";
+               formatFixed(best / c.predictedTokensPerS(), 2) +
+               "x slower than the best (largest term: " + c.pred.largestTerm() + ")";
 }
 
 // Wall seconds of earlier tunes' runs, by tag (RESULTS_DIR/.tune/walls.tsv).

@@ -67,7 +67,7 @@ void readMachines(const std::string& path, const toml::table& t, TuneSpace& s) {
 void readSettings(const std::string& path, const toml::table& t, TuneSettings& s) {
   for (const auto& [k, node] : t) {
     const std::string key = "tune." + std::string(k.str()), at = tomlLineOf(path, node);
-    if (k == "first_steps") s.first_steps = intAtLeast(node, key, at, 2);
+    if (k == "first_steps") s.first_steps = intAtLeast(node, key, at, 1);
     else if (k == "skip_steps") s.skip_steps = intAtLeast(node, key, at, 0);
     else if (k == "eta") s.eta = intAtLeast(node, key, at, 2);
     else if (k == "final_steps") s.final_steps = intAtLeast(node, key, at, 2);
@@ -95,12 +95,12 @@ TuneSpace loadTuneSpace(const std::string& path, const std::vector<std::string>&
   if (st.final_steps == 0)
     st.final_steps = Config::load(s.sweep.base, s.sweep.overrides).getInt("training.max_steps");
   const std::string at = path + " [tune]";
-  if (st.skip_steps + 1 >= st.first_steps)
+  if (st.skip_steps >= st.first_steps)
     throw ConfigError("tune.first_steps", at,
                       "first_steps = " + std::to_string(st.first_steps) +
-                          " leaves fewer than 2 measured steps after skip_steps = " +
+                          " leaves no measured step after skip_steps = " +
                           std::to_string(st.skip_steps),
-                      "first_steps >= skip_steps + 2");
+                      "first_steps >= skip_steps + 1");
   if (st.final_steps < st.first_steps)
     throw ConfigError("tune.final_steps", at,
                       "final_steps = " + std::to_string(st.final_steps) +

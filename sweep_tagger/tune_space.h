@@ -10,7 +10,8 @@
 //                             #   node's command (launcher ... -- trainer ...). Default
 //                             #   ["{node}"]: one launcher on this machine.
 //   [tune]
-//   first_steps = 4           # steps of a first-round run (the first skip_steps unmeasured)
+//   first_steps = 4           # steps of a first-round run (the first skip_steps unmeasured,
+//                             #   at least one measured)
 //   skip_steps = 1            # metrics.skip_first_steps of every tune run
 //   eta = 3                   # each round keeps the best 1/eta and gives them eta× the steps
 //   final_steps = 8           # steps of the last round (default: the base's max_steps)

@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""Markdown report of `scripts/bench.sh tune`: `sweep_tagger tune` against the exhaustive sweep
+of the same space, both run on this machine one after the other.
+
+RUNS holds exhaustive/ (scripts/sweep.sh, every point once), exhaustive.csv and
+exhaustive.best (`aggregate`, `aggregate --best tokens_per_s`), tune/ (the tune's run
+directories and tune/tune/report.md), and the wall times, load averages and CPU model.
+
+Targets: tune's winner is the exhaustive sweep's first, or within that sweep's noise of it
+(the two configurations' step bands p10-p90 of the exhaustive runs overlap: the rule of
+`aggregate --best`); tune's machine time <= 35 % of the exhaustive sweep's; the step-time
+model's median error on the measured points <= 25 %.
+Usage: bench_tune_report.py RUNS TITLE
+"""
+import csv
+import re
+import sys
+from pathlib import Path
+
+AXES = ("layout", "training.micro_batch_size", "training.activation_checkpointing")
+
+
+def text(p):
+    return Path(p).read_text().strip() if Path(p).exists() else ""
+
+
+def point_of(row):
+    return tuple(row.get(k, "") for k in AXES)
+
+
+def point_of_name(name):
+    """`layout=ddp training.micro_batch_size=4 training.activation_checkpointing="none"`."""
+    kv = dict(re.findall(r'([\w.]+)=("[^"]*"|\S+)', name))
+    return tuple(kv.get(k, "").strip('"') for k in AXES)
+
+
+def band(row):
+    tps, p50 = float(row["tokens_per_s_dataset"]), float(row["step_tokens_per_s_padded_p50"])
+    return (tps * float(row["step_tokens_per_s_padded_p10"]) / p50,
+            tps * float(row["step_tokens_per_s_padded_p90"]) / p50)
+
+
+def label(p):
+    return f"{p[0]} mb {p[1]} ac {p[2]}"
+
+
+def main(runs, title):
+    runs = Path(runs)
+    rows = [r for r in csv.DictReader(open(runs / "exhaustive.csv"))
+            if r["status"] == "completed" and r["tokens_per_s_dataset"]]
+    ranked = sorted(rows, key=lambda r: -float(r["tokens_per_s_dataset"]))
+    report = text(runs / "tune" / "tune" / "report.md")
+    m = re.search(r"^## Winner\n\n(.*?) \(", report, re.M)
+    winner = point_of_name(m.group(1)) if m else None
+    by_point = {point_of(r): r for r in ranked}
+    ex_wall, tune_wall = float(text(runs / "exhaustive.wall")), float(text(runs / "tune.wall"))
+    err = re.search(r"Median \|predicted / measured - 1\| over (\d+) measured point\(s\): "
+                    r"([\d.]+) % with the compute scale fitted on the other points \(leave one "
+                    r"out\); ([\d.]+) % with compute at the GEMM rate", report)
+    machine = re.search(r"^(\d+) run\(s\) started.*?([\d.]+) machine-minutes", report, re.M)
+
+    out = [f"# {title}", "",
+           f"`scripts/bench.sh tune`, {text(runs / 'date')}. CPU: {text(runs / 'cpu')}, "
+           f"{text(runs / 'nproc')} cores. Load average (1, 5, 15 min) before the exhaustive sweep "
+           f"{text(runs / 'load.exhaustive')}, before the tune {text(runs / 'load.tune')}, after "
+           f"{text(runs / 'load.after')}. Space: `{text(runs / 'space')}` "
+           f"({len(rows)} points completed in the exhaustive sweep). Both ran alone on the "
+           "machine, one after the other; the run directories are under "
+           "results/bench/runs/tune/.", "",
+           "## The exhaustive sweep (scripts/sweep.sh: every point once)", "",
+           "| rank | configuration | dataset tokens/s | steps p10-p90 tokens/s | noisy |",
+           "|---|---|---|---|---|"]
+    for i, r in enumerate(ranked, 1):
+        lo, hi = band(r)
+        out.append(f"| {i} | {label(point_of(r))} | {float(r['tokens_per_s_dataset']):.1f} | "
+                   f"{lo:.1f}-{hi:.1f} | {'yes' if r['is_valid'] == 'noisy' else ''} |")
+    first = point_of(ranked[0])
+    out += ["", f"Machine time: {ex_wall / 60:.1f} min (wall time of scripts/sweep.sh on one "
+            "machine).", "", "## sweep_tagger tune", ""]
+    if winner is None:
+        out.append("No winner: see results/bench/runs/tune/tune/tune/report.md.")
+    else:
+        at = [point_of(r) for r in ranked].index(winner) + 1 if winner in by_point else None
+        if winner == first:
+            verdict = "the exhaustive sweep's first: met"
+        elif at is None:
+            verdict = "not measured by the exhaustive sweep: not met"
+        else:
+            (wlo, whi), (flo, fhi) = band(by_point[winner]), band(ranked[0])
+            within = whi >= flo
+            verdict = (f"the exhaustive sweep's #{at}; its step band {wlo:.1f}-{whi:.1f} and the "
+                       f"first's {flo:.1f}-{fhi:.1f} " +
+                       ("overlap: within that sweep's noise, met" if within
+                        else "do not overlap: beyond noise, not met"))
+        out.append(f"Winner: {label(winner)}: {verdict}.")
+    ratio = tune_wall / ex_wall
+    out += ["", f"Machine time: {tune_wall / 60:.1f} min (wall time of `sweep_tagger tune`, the "
+            f"probe included; its own count: {machine.group(2) if machine else '?'} "
+            f"machine-minutes over {machine.group(1) if machine else '?'} runs) = "
+            f"**{100 * ratio:.0f} %** of the exhaustive sweep's (target <= 35 %: "
+            f"{'met' if ratio <= 0.35 else 'not met'})."]
+    if err:
+        e = float(err.group(2))
+        out += ["", f"The step-time model's median error over {err.group(1)} measured points: "
+                f"**{e:.1f} %** with its compute scale fitted on the other points (target <= 25 %: "
+                f"{'met' if e <= 25 else 'not met'}); {err.group(3)} % with compute at the "
+                "measured GEMM rate."]
+    # Its headings one level below this report's.
+    nested = re.sub(r"^(#+) ", lambda h: "#" * min(6, len(h.group(1)) + 2) + " ", report, flags=re.M)
+    out += ["", "The tune's report, as it printed it:", "", "<details><summary>report.md</summary>",
+            "", nested, "", "</details>"]
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "Autotune against the exhaustive sweep")
