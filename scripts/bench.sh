@@ -42,10 +42,12 @@
 #             changes. (3) link: a 1 MiB transfer's round trip between two ranks of this
 #             host through local memory and through Gloo. FTB_PP_PARTS="bubble", "link" or
 #             "net" reruns one part
-#   tune      `sweep_tagger tune` against the exhaustive sweep of the same space
-#             (FTB_TUNE_SPACE, default configs/tune/d512_local.toml: D512/L8 world 2, DDP /
-#             ZeRO-1 / ZeRO-3 / TP 2 / PP 2 x micro-batch x activation checkpointing, 30
-#             points): both winners, the machine time of each, the step-time model's error
+#   tune      `sweep_tagger tune` against the exhaustive sweep of the same space: (local)
+#             configs/tune/d512_local.toml, D512/L8 on 2 local ranks, DDP / ZeRO-1 / ZeRO-3 /
+#             TP 2 / PP 2 x micro-batch x activation checkpointing, 30 points; (net)
+#             configs/tune/d512_two_hosts.toml on two netns hosts at 100 Mbit/s (needs root):
+#             both winners, the machine time of each, the step-time model's error.
+#             FTB_TUNE_PARTS="local" or "net" reruns one part
 #   tokenizer the tokenizer.json encoder (`trainer tokenize`) against HF tokenizers (Rust), one
 #             thread each, on 10,000 multilingual texts and one small tokenizer per family
 #             (GPT-2, Llama 3, Qwen 2, SmolLM2, Mistral, Llama 2): tokens/s and the same ids;
@@ -602,9 +604,9 @@ bench_tokenizer() {
 }
 
 # The exhaustive sweep of a space (scripts/sweep.sh, every point once), then `sweep_tagger
-# tune` of it, each alone on the machine and timed; scripts/bench_tune_report.py compares.
-bench_tune() {
-  local runs=$OUT/runs/tune space=${FTB_TUNE_SPACE:-configs/tune/d512_local.toml} t0
+# tune` of it, each alone on the machine and timed, into RUNS.
+tune_part() {  # tune_part RUNS SPACE EXHAUSTIVE (a function: EXHAUSTIVE SPACE RESULTS)
+  local runs=$1 space=$2 exhaustive=$3 t0
   rm -rf "$runs"
   mkdir -p "$runs"
   echo "$space" >"$runs/space"
@@ -615,11 +617,10 @@ bench_tune() {
   cut -d' ' -f1-3 /proc/loadavg >"$runs/load.exhaustive"
   echo "bench: tune: the exhaustive sweep of $space"
   t0=$(date +%s.%N)
-  FTB_BUILD_DIR=$BUILD scripts/sweep.sh "$space" "$runs/exhaustive" >"$runs/exhaustive.log" 2>&1 ||
+  "$exhaustive" "$space" "$runs/exhaustive" >"$runs/exhaustive.log" 2>&1 ||
     echo "bench: tune: the exhaustive sweep had failed points (log $runs/exhaustive.log)" >&2
   awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN { print a - b }' >"$runs/exhaustive.wall"
   "$BUILD/sweep_tagger/sweep_tagger" aggregate "$runs/exhaustive" >"$runs/exhaustive.csv"
-  "$BUILD/sweep_tagger/sweep_tagger" aggregate "$runs/exhaustive" --best tokens_per_s >"$runs/exhaustive.best" || true
   settle
   cut -d' ' -f1-3 /proc/loadavg >"$runs/load.tune"
   echo "bench: tune: sweep_tagger tune $space"
@@ -628,7 +629,59 @@ bench_tune() {
     echo "bench: tune: sweep_tagger tune exited non-zero (log $runs/tune.log)" >&2
   awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN { print a - b }' >"$runs/tune.wall"
   cut -d' ' -f1-3 /proc/loadavg >"$runs/load.after"
-  "$PY" scripts/bench_tune_report.py "$runs" >"$OUT/tune.md"
+}
+
+tune_sweep() {  # tune_sweep SPACE RESULTS: scripts/sweep.sh (points of one node)
+  FTB_BUILD_DIR=$BUILD scripts/sweep.sh "$1" "$2"
+}
+
+# Every point of SPACE once, each through mpirun on the hosts ftbtn1 and ftbtn2 (one launcher
+# each), as the space's [machines] launch starts tune's runs.
+tune_sweep_two_hosts() {  # tune_sweep_two_hosts SPACE RESULTS
+  local tagger=$BUILD/sweep_tagger/sweep_tagger n i rc=0
+  n=$("$tagger" expand "$1" --json | wc -l)
+  for ((i = 0; i < n; i++)); do
+    local args=() node
+    mapfile -t args < <("$tagger" expand "$1" --index "$i" --json |
+      "$PY" -c 'import json, sys; p = json.load(sys.stdin); print("\n".join([p["base"]] + p["args"]))')
+    node=("$BUILD/launcher/launcher" --nproc-per-node 1 -- "$BUILD/trainer/trainer"
+      --config "${args[0]}" "${args[@]:1}" "output.dir=$2")
+    settle
+    timeout -k 10 1800 tests/cluster/netns.sh mpirun --hostfile configs/tune/two_hosts.hostfile \
+      -np 1 --host ftbtn1 "${node[@]}" : -np 1 --host ftbtn2 "${node[@]}" || rc=1
+  done
+  return $rc
+}
+
+# The same across two netns hosts whose link tc shapes to 100 Mbit/s.
+tune_net() {  # tune_net RUNS
+  local runs=$1 netns=$ROOT/tests/cluster/netns.sh
+  export FTB_NETNS_PREFIX=ftbtn FTB_NETNS_BRIDGE=ftbtn0 FTB_NETNS_NET=10.78.0
+  mkdir -p "$runs"
+  if ! "$netns" check 2>"$runs/skipped"; then return 0; fi
+  command -v mpirun >/dev/null || { echo "mpirun (OpenMPI) is not installed" >"$runs/skipped"; return 0; }
+  rm -f "$runs/skipped"
+  trap '"$ROOT/tests/cluster/netns.sh" down' EXIT
+  "$netns" up 2
+  "$netns" shape 100mbit
+  tune_part "$runs" configs/tune/d512_two_hosts.toml tune_sweep_two_hosts
+  "$netns" shape off
+  "$netns" down
+  trap - EXIT
+}
+
+# FTB_TUNE_PARTS="local net" (the default): two local ranks (configs/tune/d512_local.toml),
+# two shaped netns hosts (configs/tune/d512_two_hosts.toml); naming one reruns it alone.
+bench_tune() {
+  local root=$OUT/runs/tune part
+  for part in ${FTB_TUNE_PARTS:-local net}; do
+    case $part in
+      local) tune_part "$root/local" configs/tune/d512_local.toml tune_sweep ;;
+      net) tune_net "$root/net" ;;
+      *) echo "bench: FTB_TUNE_PARTS: unknown part '$part'; expected local or net" >&2; exit 2 ;;
+    esac
+  done
+  "$PY" scripts/bench_tune_report.py "$root" >"$OUT/tune.md"
   cat "$OUT/tune.md"
 }
 

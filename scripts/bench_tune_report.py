@@ -10,7 +10,7 @@ Targets: tune's winner is the exhaustive sweep's first, or within that sweep's n
 (the two configurations' step bands p10-p90 of the exhaustive runs overlap: the rule of
 `aggregate --best`); tune's machine time <= 35 % of the exhaustive sweep's; the step-time
 model's median error on the measured points <= 25 %.
-Usage: bench_tune_report.py RUNS TITLE
+Usage: bench_tune_report.py ROOT (a part per subdirectory: local/, net/)
 """
 import csv
 import re
@@ -44,7 +44,7 @@ def label(p):
     return f"{p[0]} mb {p[1]} ac {p[2]}"
 
 
-def main(runs, title):
+def part(runs, title):
     runs = Path(runs)
     rows = [r for r in csv.DictReader(open(runs / "exhaustive.csv"))
             if r["status"] == "completed" and r["tokens_per_s_dataset"]]
@@ -59,7 +59,7 @@ def main(runs, title):
                     r"out\); ([\d.]+) % with compute at the GEMM rate", report)
     machine = re.search(r"^(\d+) run\(s\) started.*?([\d.]+) machine-minutes", report, re.M)
 
-    out = [f"# {title}", "",
+    out = [f"## {title}", "",
            f"`scripts/bench.sh tune`, {text(runs / 'date')}. CPU: {text(runs / 'cpu')}, "
            f"{text(runs / 'nproc')} cores. Load average (1, 5, 15 min) before the exhaustive sweep "
            f"{text(runs / 'load.exhaustive')}, before the tune {text(runs / 'load.tune')}, after "
@@ -67,7 +67,7 @@ def main(runs, title):
            f"({len(rows)} points completed in the exhaustive sweep). Both ran alone on the "
            "machine, one after the other; the run directories are under "
            "results/bench/runs/tune/.", "",
-           "## The exhaustive sweep (scripts/sweep.sh: every point once)", "",
+           "### The exhaustive sweep (scripts/sweep.sh: every point once)", "",
            "| rank | configuration | dataset tokens/s | steps p10-p90 tokens/s | noisy |",
            "|---|---|---|---|---|"]
     for i, r in enumerate(ranked, 1):
@@ -76,7 +76,7 @@ def main(runs, title):
                    f"{lo:.1f}-{hi:.1f} | {'yes' if r['is_valid'] == 'noisy' else ''} |")
     first = point_of(ranked[0])
     out += ["", f"Machine time: {ex_wall / 60:.1f} min (wall time of scripts/sweep.sh on one "
-            "machine).", "", "## sweep_tagger tune", ""]
+            "machine).", "", "### sweep_tagger tune", ""]
     if winner is None:
         out.append("No winner: see results/bench/runs/tune/tune/tune/report.md.")
     else:
@@ -106,11 +106,28 @@ def main(runs, title):
                 f"{'met' if e <= 25 else 'not met'}); {err.group(3)} % with compute at the "
                 "measured GEMM rate."]
     # Its headings one level below this report's.
-    nested = re.sub(r"^(#+) ", lambda h: "#" * min(6, len(h.group(1)) + 2) + " ", report, flags=re.M)
+    nested = re.sub(r"^(#+) ", lambda h: "#" * min(6, len(h.group(1)) + 3) + " ", report, flags=re.M)
     out += ["", "The tune's report, as it printed it:", "", "<details><summary>report.md</summary>",
             "", nested, "", "</details>"]
+    return "\n".join(out)
+
+
+PARTS = {"local": "Two ranks of this machine",
+         "net": "Two netns hosts, one rank each, link shaped to 100 Mbit/s"}
+
+
+def main(root):
+    root = Path(root)
+    out = ["# Autotune against the exhaustive sweep", "",
+           "`sweep_tagger tune` and the exhaustive sweep of the same space, each alone on the "
+           "machine, one after the other (sweep_tagger/docs/tune.md)."]
+    for name, title in PARTS.items():
+        if (root / name / "skipped").exists():
+            out += ["", f"## {title}", "", "Skipped: " + text(root / name / "skipped")]
+        elif (root / name / "exhaustive.csv").exists():
+            out += ["", part(root / name, title)]
     print("\n".join(out))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "Autotune against the exhaustive sweep")
+    main(sys.argv[1])

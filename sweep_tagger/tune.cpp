@@ -32,6 +32,10 @@ std::string candidateName(const SweepSpec& spec, const SweepPoint& p) {
     if (name == p.layout) variant = &kv;
   if (!p.layout.empty()) words.push_back("layout=" + p.layout);
   for (const auto& [k, v] : p.overrides) {
+    const bool constant = std::any_of(spec.grid.begin(), spec.grid.end(), [&](const auto& a) {
+      return a.first == k && a.second.size() == 1;
+    });
+    if (constant) continue;  // a one-value axis names no point
     const bool from_variant = variant && std::any_of(variant->begin(), variant->end(),
                                                      [&](const auto& e) { return e.first == k; });
     if (!from_variant) words.push_back(overrideArg(k, v));
