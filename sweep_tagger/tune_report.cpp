@@ -78,7 +78,9 @@ std::string figuresSection(const TuneState& s) {
   for (const auto& [w, c] : worlds)
     out += "- " + w + ": GEMM " + f1(c->fig.gemm_flops / 1e9) + " GFLOP/s per rank (" +
            c->fig.gemm_source + "); all-reduce bus bandwidth " +
-           (c->fig.busbw_Bps > 0 ? f2(c->fig.busbw_Bps / 1e9) + " GB/s" : std::string("-")) +
+           (c->fig.busbw_Bps >= 1e9   ? f2(c->fig.busbw_Bps / 1e9) + " GB/s"
+            : c->fig.busbw_Bps > 0 ? f1(c->fig.busbw_Bps / 1e6) + " MB/s"
+                                   : std::string("-")) +
            " (" + c->fig.link_source + ")\n";
   const TuneSettings& st = s.space.settings;
   out += "- rounds: first " + std::to_string(st.first_steps) + " steps (" +
