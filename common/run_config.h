@@ -172,6 +172,7 @@ struct MetricsConfig {
   double peak_tflops = 0, price_per_hour = 0;
   std::vector<int64_t> profile_steps;  // {} or {first, last}: steps traced (0-based)
   double max_interference = 0;         // above it a run is `noisy` (common/interference.h)
+  bool link_probe = false;  // time the all-reduce bus bandwidth at start (common/link_bandwidth.h)
 };
 
 // [output]

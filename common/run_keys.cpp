@@ -595,6 +595,13 @@ void metricsRows(std::vector<KeyRow>& t) {
                           "<run_dir>/traces/; [] = off",
                           kNoTag),
                      M(metrics.profile_steps)));
+  t.push_back(member(addedLater(spec("metrics.link_probe", kBool, b(true),
+                                     "with world size > 1, time the all-reduce bus bandwidth "
+                                     "of the run's collectives before the first step (root "
+                                     "attrs link_*; 1 and 16 MiB, well under a second on one "
+                                     "host); false = skip it",
+                                     kNoTag)),
+                     M(metrics.link_probe)));
 }
 
 void outputRows(std::vector<KeyRow>& t) {

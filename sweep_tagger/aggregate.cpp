@@ -396,6 +396,7 @@ void readRankAttributes(const std::vector<RankFile>& ranks, RunRow& row, std::st
   };
   row.peak_flops = positive("peak_flops");
   row.gemm_flops = positive("gemm_flops");
+  if (std::optional<double> busbw = positive("link_busbw_Bps")) row.link_busbw_gbps = *busbw / 1e9;
   if (auto it = d0.attrs.find("interference"); it != d0.attrs.end() &&
                                                std::holds_alternative<double>(it->second) &&
                                                std::isfinite(std::get<double>(it->second)))

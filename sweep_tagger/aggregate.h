@@ -67,6 +67,9 @@ struct RunRow {
   std::string host, cpu_model, peak_source, gemm_source;
   // FLOP/s per device (hardware peak, measured GEMM); $ per device-hour
   std::optional<double> peak_flops, gemm_flops, price_per_hour;
+  // The all-reduce bus bandwidth rank 0 measured at start (attribute link_busbw_Bps), in GB/s
+  // (1e9 bytes/s); absent for world 1, runs without the probe and runs recorded before it.
+  std::optional<double> link_busbw_gbps;
   // price_per_hour came from `aggregate --price-per-hour` (applyPrice, compare.h), not from
   // the run's metrics.price_per_hour. Set after the readers: not serialized.
   bool price_from_flag = false;
@@ -137,9 +140,9 @@ AggregateTable tableOf(const std::string& results_dir, std::vector<RunRow> rows)
 // optimizer_frac, comm_frac, peak_mem_mib, first_loss, last_loss, mt_per_hour,
 // usd_per_mt, price_per_hour, is_valid ("noisy" for a valid run the trainer marked noisy),
 // interference, noisy, env_warnings, host, cpu_model, peak_flops, peak_source,
-// gemm_flops, gemm_source, traces, message.
+// gemm_flops, gemm_source, link_busbw_GBps, traces, message.
 // usd_per_mt, price_per_hour, is_valid, host, cpu_model, peak_flops, peak_source,
-// gemm_flops, gemm_source, traces, method ("full" | "lora rN", from lora.rank),
+// gemm_flops, gemm_source, link_busbw_GBps, traces, method ("full" | "lora rN", from lora.rank),
 // trainable_params, flops_formula, layout, repeat, config_hash, global_batch_seqs,
 // global_batch_tokens, batch_mode, step_tokens_per_s_padded_p10, step_tokens_per_s_padded_p50,
 // step_tokens_per_s_padded_p90, repeats, tokens_per_s_median, tokens_per_s_min, tokens_per_s_max,

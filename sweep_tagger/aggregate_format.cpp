@@ -149,6 +149,7 @@ std::vector<std::pair<std::string, Cell>> rowCells(const RunRow& r,
                      {"peak_source", r.peak_source},
                      {"gemm_flops", opt(r.gemm_flops)},
                      {"gemm_source", r.gemm_source},
+                     {"link_busbw_GBps", opt(r.link_busbw_gbps)},
                      {"traces", r.traces}});
   // ---- Comparisons (compare.h) ----
   auto label = [&r](const char* key) {
@@ -276,9 +277,10 @@ std::string globalBatchText(const RunRow& r) {
 
 std::string toMarkdown(const AggregateTable& t) {
   std::string out = constantsBlock(t) + workNote(t);
-  bool any_price = false, any_note = false;
+  bool any_price = false, any_note = false, any_link = false;
   for (const RunRow& r : t.runs) {
     any_price |= r.usd_per_mt.has_value();
+    any_link |= r.link_busbw_gbps.has_value();
     any_note |= r.status != RunState::Completed || !r.noisy.empty();
   }
   bool any_layout = false;
@@ -297,6 +299,7 @@ std::string toMarkdown(const AggregateTable& t) {
   if (any_price) head.insert(head.end(), {"M tokens/h global¹", "$/M tokens²"});
   head.insert(head.end(),
               {"tokens/s per CPU-s (padded, global)", "valid", "interference % (worst rank)"});
+  if (any_link) head.push_back("link busbw GB/s (all-reduce)");
   if (any_note) head.push_back("note");
   auto line = [&out](const std::vector<std::string>& cells) {
     out += "|";
@@ -332,6 +335,7 @@ std::string toMarkdown(const AggregateTable& t) {
     if (any_price) c.insert(c.end(), {o(r.mt_per_hour, 3), o(r.usd_per_mt, 4)});
     c.insert(c.end(),
              {o(r.tokens_per_cpu_s, 1), cellText(validCell(r)), o(r.interference, 1, 100)});
+    if (any_link) c.push_back(o(r.link_busbw_gbps, 2));
     if (any_note) c.push_back(r.status != RunState::Completed ? r.message : r.noisy);
     line(c);
   }
@@ -398,6 +402,7 @@ RunRow rowFromJsonLine(const std::string& line) {
   r.price_per_hour = d("price_per_hour");
   r.peak_flops = d("peak_flops");
   r.gemm_flops = d("gemm_flops");
+  r.link_busbw_gbps = d("link_busbw_GBps");
   auto str = [&](const char* k) { return j[k].is_string() ? j[k].get<std::string>() : ""; };
   r.host = str("host");
   r.cpu_model = str("cpu_model");

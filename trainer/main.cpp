@@ -28,6 +28,22 @@ void readMaxMicroBatchOptions(const cxxopts::ParseResult& args, ftb::SessionOpti
                            "e.g. --max-micro-batch --safety-margin 0.1");
 }
 
+// --probe measures and exits: a flag that asks for another answer (or plans another world
+// size) cannot go with it.
+void readProbeOption(const cxxopts::ParseResult& args, ftb::SessionOptions& opts) {
+  opts.probe = args.count("probe") > 0;
+  if (!opts.probe) return;
+  for (const char* flag : {"print-config", "estimate-memory", "fit", "max-micro-batch",
+                           "safety-margin", "world-size", "generate-data"})
+    if (args.count(flag))
+      throw ftb::ConfigError("--probe", "command line",
+                             std::string("cannot be combined with --") + flag +
+                                 ": --probe measures the GEMM and the link of this config's "
+                                 "run, prints one JSON line and exits",
+                             "run them one at a time, e.g. launcher --nproc-per-node 2 -- trainer "
+                             "--config X.toml --probe");
+}
+
 // The trainer's command line: its flags, and key=value overrides as positional words.
 cxxopts::Options trainerCli() {
   cxxopts::Options cli(
@@ -60,8 +76,11 @@ cxxopts::Options trainerCli() {
       "safety-margin",
       "with --max-micro-batch: fraction of the budget a run must leave free "
       "(default 0.10)",
-      cxxopts::value<double>())("overrides", "key=value overrides",
-                                cxxopts::value<std::vector<std::string>>())(
+      cxxopts::value<double>())(
+      "probe",
+      "measure the GEMM and the all-reduce bus bandwidth this config's run would get (under "
+      "the launcher like a run), print one JSON line on rank 0 and exit; writes no run "
+      "directory")("overrides", "key=value overrides", cxxopts::value<std::vector<std::string>>())(
       "help-config", "print every config key (type, default, meaning) as a markdown table")(
       "help-metrics",
       "print every per-step column of the metrics file (/steps: units, type, meaning) as a "
@@ -130,6 +149,7 @@ int trainerMain(int argc, char** argv) {
                           "the number of ranks to plan for, e.g. --world-size 8");
     }
     readMaxMicroBatchOptions(args, opts);
+    readProbeOption(args, opts);
     if (args.count("generate-data")) opts.generate_data = args["generate-data"].as<std::string>();
     return std::nullopt;
   });

@@ -19,6 +19,7 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "common/h5_metrics.h"
+#include "common/link_bandwidth.h"
 #include "common/log.h"
 #include "common/memory_estimate.h"
 #include "common/memory_fit.h"
@@ -43,6 +44,7 @@
 #include "trainer/model/llama.h"
 #include "trainer/parallel/backend.h"
 #include "trainer/parallel/dist.h"
+#include "trainer/parallel/link_probe.h"
 
 namespace ftb {
 namespace {
@@ -400,6 +402,29 @@ std::string memoryVerdict(const TrainConfig& tc, const DistEnv& env) {
                           budget);
 }
 
+// The process group of the run: parallel.backend, parallel.local_collectives, and every wait
+// bounded by parallel.timeout_seconds.
+Distributed joinProcessGroup(const TrainConfig& tc, const DistEnv& env) {
+  return initDistributed(
+      env, std::chrono::milliseconds(static_cast<int64_t>(tc.comm.timeout_seconds * 1000)),
+      tc.comm.backend, tc.comm.local_collectives);
+}
+
+// The bytes of one fp32 all-reduce of every trainable parameter's gradient: the link
+// probe's sizes are capped by it (a small model's gradients never fill 16 MiB).
+int64_t gradientBytes(const TrainConfig& tc) {
+  return trainingFlops(tc.model, tc.lora, tc.data.seq_len).trainable_params * 4;
+}
+
+// The run's link figure (parallel/link_probe.h) over the world group, the Comm DDP's
+// gradients use where the data-parallel group is every rank. Collective. World 1 or
+// metrics.link_probe = false: NaN figures, and link_source says which.
+LinkFigure measureLink(const TrainConfig& tc, Distributed& dist) {
+  if (dist.env.world_size == 1) return unmeasuredLink(kNoLinkSource);
+  if (!tc.metrics.link_probe) return unmeasuredLink("not measured (metrics.link_probe = false)");
+  return probeLink(*dist.world, worldTransport(dist), dist.env.nodes, gradientBytes(tc));
+}
+
 }  // namespace
 
 namespace {
@@ -446,9 +471,7 @@ void connect(Setup& s) {
                       p.hint);
   checkStop("data");
   at::set_num_threads(threadsFor(tc));
-  s.dist.emplace(initDistributed(
-      s.env, std::chrono::milliseconds(static_cast<int64_t>(tc.comm.timeout_seconds * 1000)),
-      tc.comm.backend, tc.comm.local_collectives));
+  s.dist.emplace(joinProcessGroup(tc, s.env));
   s.dist->pp_local_p2p = tc.comm.pp_local_p2p;
   checkStop("process group");
   // Which checkpoint to resume from is decided (and a bad or incompatible one refused)
@@ -471,6 +494,7 @@ struct OpenRun {
   std::string dir;
   CpuInfo cpu;
   RunPeaks peaks;
+  LinkFigure link;
   RunInfo info;
 };
 
@@ -482,7 +506,10 @@ OpenRun openRun(Setup& s, std::optional<RunLock>& lock, std::optional<MetricsFil
   r.cpu = detectCpu();
   r.peaks = s.no_fit.empty() ? measurePeaks(s.tc, r.cpu, s.device, s.plan, *s.dist)
                              : unmeasuredPeaks("not measured (run refused)");
+  r.link =
+      s.no_fit.empty() ? measureLink(s.tc, *s.dist) : unmeasuredLink("not measured (run refused)");
   r.info = runInfo(*s.cfg, s.tc, s.env, r.dir, s.device, r.cpu, r.peaks);
+  for (auto& a : linkAttrs(r.link)) r.info.extra_attrs.push_back(a);
   for (auto& a : checkEnvironment(s.tc, r.cpu, r.peaks, s.env.rank))
     r.info.extra_attrs.push_back(a);
   const std::string mpath = metricsFilePath(r.dir, s.env.rank);
@@ -518,6 +545,31 @@ int trainAndFinish(Setup& s, OpenRun& r, MetricsFile& metrics, StopWatchdog& wat
   return finishRun(metrics, tc, sum, r.peaks, r.dir, s.env.rank, ckpt.lastSaved());
 }
 
+// trainer --probe: the process group and the GEMM a run of this config would get, and the
+// link figure over its world group; rank 0 prints probeJsonLine (common/link_bandwidth.h).
+// No data is read and no run directory, metrics file or checkpoint is written.
+int runProbe(Setup& s) {
+  const TrainConfig& tc = s.tc;
+  at::set_num_threads(threadsFor(tc));
+  s.dist.emplace(joinProcessGroup(tc, s.env));
+  checkStop("process group");
+  const RunPeaks peaks = measurePeaks(tc, detectCpu(), s.device, std::nullopt, *s.dist);
+  checkStop("GEMM");
+  ProbeReport rep;
+  rep.link = probeLink(*s.dist->world, worldTransport(*s.dist), s.env.nodes, gradientBytes(tc));
+  torch::Tensor lowest = torch::tensor({-peaks.gemm_start}, torch::kFloat64);
+  s.dist->world->allReduceMax(lowest);  // the slowest rank's GEMM, negated
+  rep.world = s.env.world_size;
+  rep.nodes = s.env.nodes;
+  rep.threads = at::get_num_threads();
+  rep.dtype = tc.training.dtype == DType::kBf16 ? "bf16" : "fp32";
+  rep.gemm_flops = peaks.gemm_start;
+  rep.gemm_flops_min = -lowest.item<double>();
+  rep.gemm_n = peaks.gemm_n;
+  if (s.env.rank == 0) std::cout << probeJsonLine(rep) << std::endl;
+  return 0;
+}
+
 }  // namespace
 
 // config -> (info command) -> data and process group -> run dir and metrics file ->
@@ -530,6 +582,7 @@ int runSession(const SessionOptions& opts) {
   try {
     Setup s;
     if (std::optional<int> rc = configure(opts, s, watchdog)) return *rc;
+    if (opts.probe) return runProbe(s);
     connect(s);
     OpenRun r = openRun(s, lock, metrics);
     return trainAndFinish(s, r, *metrics, watchdog);

@@ -27,6 +27,9 @@ struct SessionOptions {
   int world_size = 0;  // > 0: plan for this world size (--estimate-memory, --max-micro-batch)
   bool max_micro_batch = false;  // search the largest fitting micro-batch (max_micro_batch.h)
   double safety_margin = 0.10;   // of the budget, for --max-micro-batch
+  // --probe: measure the GEMM and the link this config's run would get, print one JSON line
+  // on rank 0 and exit 0 (trainer/docs/run.md § Probe); no run directory is written.
+  bool probe = false;
 };
 
 int runSession(const SessionOptions& opts);

@@ -35,7 +35,7 @@ DOCUMENTED = ["tag", "status", "world_size", "nodes", "ranks", "steps_done", "re
               "backward_frac", "optimizer_frac", "comm_frac", "peak_mem_mib", "first_loss",
               "last_loss", "mt_per_hour", "usd_per_mt", "is_valid", "interference", "tokens_per_cpu_s", "noisy",
               "env_warnings", "peak_flops", "peak_source",
-              "gemm_flops", "gemm_source", "traces", "message"]
+              "gemm_flops", "gemm_source", "link_busbw_GBps", "traces", "message"]
 
 # ftb_synth_runs run i: seq_len 256 << (i % 4), micro batch 1 << (i // 4 % 4).
 EXPECTED = {"sl256.mb1": "completed", "sl512.mb1": "failed", "sl1024.mb1": "oom",

@@ -263,7 +263,7 @@ TEST_F(AggregateTableTest, FormatsParseAndQuote) {
             "comm_frac,"
             "peak_mem_mib,first_loss,last_loss,mt_per_hour,usd_per_mt,price_per_hour,is_valid,"
             "interference,tokens_per_cpu_s,noisy,env_warnings,host,cpu_model,peak_flops,peak_source,gemm_flops,"
-            "gemm_source,traces,method,trainable_params,flops_formula,layout,repeat,"
+            "gemm_source,link_busbw_GBps,traces,method,trainable_params,flops_formula,layout,repeat,"
             "config_hash,global_batch_seqs,global_batch_tokens,batch_mode,"
             "step_tokens_per_s_padded_p10,step_tokens_per_s_padded_p50,"
             "step_tokens_per_s_padded_p90,repeats,tokens_per_s_median,tokens_per_s_min,"
