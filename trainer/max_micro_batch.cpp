@@ -115,7 +115,8 @@ std::vector<std::string> tryArgs(const MaxMicroBatchOptions& o, int64_t mb,
         std::string("training.stop_after_seconds=0"), std::string("parallel.memory_limit_gb=0"),
         std::string("checkpoint.save_final=false"), std::string("checkpoint.interval=0"),
         std::string("checkpoint.resume=never"), "metrics.log_every=" + std::to_string(o.try_steps),
-        "output.dir=" + dir, std::string("output.no_sweep_dir=true")})
+        std::string("metrics.link_probe=false"), "output.dir=" + dir,
+        std::string("output.no_sweep_dir=true")})
     a.push_back(kv);
   return a;
 }
