@@ -59,7 +59,7 @@ def part(runs, title):
                     r"out\); ([\d.]+) % with compute at the GEMM rate", report)
     machine = re.search(r"^(\d+) run\(s\) started.*?([\d.]+) machine-minutes", report, re.M)
 
-    out = [f"## {title}", "",
+    out = [f"#### {title}", "",
            f"`scripts/bench.sh tune`, {text(runs / 'date')}. CPU: {text(runs / 'cpu')}, "
            f"{text(runs / 'nproc')} cores. Load average (1, 5, 15 min) before the exhaustive sweep "
            f"{text(runs / 'load.exhaustive')}, before the tune {text(runs / 'load.tune')}, after "
@@ -67,7 +67,7 @@ def part(runs, title):
            f"({len(rows)} points completed in the exhaustive sweep). Both ran alone on the "
            "machine, one after the other; the run directories are under "
            "results/bench/runs/tune/.", "",
-           "### The exhaustive sweep (scripts/sweep.sh: every point once)", "",
+           "##### The exhaustive sweep (scripts/sweep.sh: every point once)", "",
            "| rank | configuration | dataset tokens/s | steps p10-p90 tokens/s | noisy |",
            "|---|---|---|---|---|"]
     for i, r in enumerate(ranked, 1):
@@ -76,9 +76,9 @@ def part(runs, title):
                    f"{lo:.1f}-{hi:.1f} | {'yes' if r['is_valid'] == 'noisy' else ''} |")
     first = point_of(ranked[0])
     out += ["", f"Machine time: {ex_wall / 60:.1f} min (wall time of scripts/sweep.sh on one "
-            "machine).", "", "### sweep_tagger tune", ""]
+            "machine).", "", "##### sweep_tagger tune", ""]
     if winner is None:
-        out.append("No winner: see results/bench/runs/tune/tune/tune/report.md.")
+        out.append(f"No winner: see {runs}/tune/tune/report.md.")
     else:
         at = [point_of(r) for r in ranked].index(winner) + 1 if winner in by_point else None
         if winner == first:
@@ -105,10 +105,9 @@ def part(runs, title):
                 f"**{e:.1f} %** with its compute scale fitted on the other points (target <= 25 %: "
                 f"{'met' if e <= 25 else 'not met'}); {err.group(3)} % with compute at the "
                 "measured GEMM rate."]
-    # Its headings one level below this report's.
-    nested = re.sub(r"^(#+) ", lambda h: "#" * min(6, len(h.group(1)) + 3) + " ", report, flags=re.M)
-    out += ["", "The tune's report, as it printed it:", "", "<details><summary>report.md</summary>",
-            "", nested, "", "</details>"]
+    out += ["", "The tune's own report (results/bench/runs/tune/*/tune/tune/report.md):", "",
+            "<details><summary>report.md</summary>", "", "```markdown", report, "```", "",
+            "</details>"]
     return "\n".join(out)
 
 
@@ -123,7 +122,7 @@ def main(root):
            "machine, one after the other (sweep_tagger/docs/tune.md)."]
     for name, title in PARTS.items():
         if (root / name / "skipped").exists():
-            out += ["", f"## {title}", "", "Skipped: " + text(root / name / "skipped")]
+            out += ["", f"#### {title}", "", "Skipped: " + text(root / name / "skipped")]
         elif (root / name / "exhaustive.csv").exists():
             out += ["", part(root / name, title)]
     print("\n".join(out))

@@ -417,7 +417,7 @@ TEST(Sweep, ErrorsNameTheFileLineAndKey) {
             "config error: " + f +
                 ":2: key 'colour': unknown sweep key\n  hint: a sweep has "
                 "base, fmt, nodes, nproc_per_node, repeats, global_batch_size, [grid], "
-                "[layout.NAME], [[exclude]], [[include]]");
+                "[layout.NAME], [[exclude]], [[include]], and for tune [machines] and [tune]");
   EXPECT_EQ(errorOf([&] { loadSweep(dir.path() + "/missing.toml"); })
                 .rfind("config error: " + dir.path() +
                            "/missing.toml: cannot read sweep file\n  hint: no such file",
