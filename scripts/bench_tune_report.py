@@ -93,6 +93,8 @@ def part(runs, title):
                        ("overlap: within that sweep's noise, met" if within
                         else "do not overlap: beyond noise, not met"))
         out.append(f"Winner: {label(winner)}: {verdict}.")
+    if text(runs / "tune.rerun"):
+        out += ["", text(runs / "tune.rerun")]
     ratio = tune_wall / ex_wall
     out += ["", f"Machine time: {tune_wall / 60:.1f} min (wall time of `sweep_tagger tune`, the "
             f"probe included; its own count: {machine.group(2) if machine else '?'} "

@@ -234,6 +234,12 @@ bool runPoint(TuneState& s, TuneCandidate& c, const SweepPoint& p, int round, in
   }
   s.machine_s += run.wall_s * double(p.nodes);
   run.row = summarizeRun(s.opts.results_dir, dir, {});
+  if (run.reused && !run.row.config_hash.empty() && run.row.config_hash != p.hash)
+    throw ConfigError("fmt", s.opts.space,
+                      "run directory " + dir + " holds another configuration (config hash " +
+                          run.row.config_hash + ", this round's point " + p.hash +
+                          "): the sweep's fmt does not tell tune's rounds apart",
+                      "put {hash} (or {training.max_steps}) in fmt");
   if (run.row.status != RunState::Completed || !run.row.tokens_per_s_dataset)
     c.fate = "failed in round " + std::to_string(round) + ": " + toString(run.row.status) +
              (run.row.message.empty() ? "" : " (" + run.row.message + ")") + ", run " + p.tag;
