@@ -334,13 +334,11 @@ std::vector<const TuneRun*> TuneCandidate::lastRound() const {
   return out;
 }
 
-namespace {
 double medianOf(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  return n == 0 ? NAN : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
-}  // namespace
 
 std::optional<double> TuneCandidate::measuredStepS() const {
   std::vector<double> v;

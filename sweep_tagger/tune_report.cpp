@@ -24,12 +24,6 @@ std::string secs(double v) {
 }
 std::string f1(double v) { return std::isfinite(v) ? formatFixed(v, 1) : "-"; }
 
-double medianOf(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n == 0 ? NAN : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 // compute_scale that makes c's prediction equal its measured step (NaN when unmeasured or
 // communication alone exceeds the measurement).
 double scaleOf(const TuneCandidate& c) {

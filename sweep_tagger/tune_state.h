@@ -54,6 +54,9 @@ struct TuneState {
   int winner = -1;         // index into cands
 };
 
+// The middle value (mean of the two middle ones for an even count); NaN when empty.
+double medianOf(std::vector<double> v);
+
 // The report, winner.toml and winner.sh under the out dir; returns the report text.
 std::string writeTuneReport(const TuneState& s);
 
