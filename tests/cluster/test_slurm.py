@@ -418,12 +418,14 @@ def test_time_limit_notice_usr1_stops_the_run(cluster, tmp_path):
     if not files:
         # slurmctld's limit check can fire within a second of the start: the stop then lands
         # during set-up, before any metrics file exists. The workers exit 128 + the signal:
-        # 138 when their own USR1 handler was installed (they say so), 143 when the launcher's
-        # TERM reached them first.
+        # 138 when their own USR1 handler was installed (they say so) or when USR1 reached them
+        # before it was (the signal's default action: they print nothing, not even a step),
+        # 143 when the launcher's TERM reached them first.
         code = re.search(r"launcher exit code (\d+)", out)
         assert code and code.group(1) in ("138", "143"), out[-3000:]
         if code.group(1) == "138":
-            assert "stopped by signal User defined signal 1 during set-up" in out, out[-3000:]
+            assert ("stopped by signal User defined signal 1" in out or
+                    not re.search(r"^\[\d+\] ", out, re.M)), out[-3000:]
         return
     assert len(files) == 2
     for f in files:
