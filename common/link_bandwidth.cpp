@@ -36,13 +36,6 @@ int linkProbeReps(double warmup_s) {
   return static_cast<int>(std::clamp(n, 1.0, double(kLinkProbeMaxReps)));
 }
 
-double medianOf(std::vector<double> v) {
-  if (v.empty()) return std::numeric_limits<double>::quiet_NaN();
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
-}
-
 std::string linkSource(const std::string& transport, int ranks, int nodes) {
   return transport + ", " + std::to_string(ranks) + (ranks == 1 ? " rank, " : " ranks, ") +
          std::to_string(nodes) + (nodes == 1 ? " node" : " nodes");

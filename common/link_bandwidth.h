@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/h5_metrics.h"
+#include "common/median.h"
 
 namespace ftb {
 
@@ -42,8 +43,6 @@ std::vector<int64_t> linkProbeSizes(int64_t grad_bytes);
 // Timed repetitions after a warm-up of `warmup_s`: floor(kLinkProbeBudgetS / warmup_s) within
 // [1, kLinkProbeMaxReps]; kLinkProbeMaxReps for warmup_s <= 0, 1 for NaN.
 int linkProbeReps(double warmup_s);
-// The median of `v` (the mean of the middle two for an even count); NaN when empty.
-double medianOf(std::vector<double> v);
 
 struct LinkFigure {
   bool measured = false;

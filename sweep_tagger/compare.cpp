@@ -13,6 +13,7 @@
 
 #include "common/config.h"
 #include "common/error.h"
+#include "common/median.h"
 #include "sweep_tagger/axes.h"
 
 namespace ftb {
@@ -27,12 +28,6 @@ std::string fmt(double v, int prec) {
 std::string configText(const RunRow& r, const std::string& key) {
   auto it = r.config.find(key);
   return it == r.config.end() ? "" : cellText(it->second);
-}
-
-double median(std::vector<double> v) {  // REQUIRES: !v.empty()
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 // Groups of runs by groupKey, in table order of their first run.
@@ -140,7 +135,7 @@ std::optional<Figure> figureOf(const std::vector<const RunRow*>& group, const Me
   if (values.empty()) return std::nullopt;
   f.label = groupLabel(*f.first);
   f.n = values.size();
-  f.median = median(values);
+  f.median = medianOf(values);
   f.min = *std::min_element(values.begin(), values.end());
   f.max = *std::max_element(values.begin(), values.end());
   return f;
@@ -242,7 +237,7 @@ void groupRepeats(AggregateTable& t) {
     auto it = values.find(groupKey(r));
     if (it == values.end()) continue;
     r.repeats = static_cast<int64_t>(it->second.size());
-    r.tokens_median = median(it->second);
+    r.tokens_median = medianOf(it->second);
     r.tokens_min = *std::min_element(it->second.begin(), it->second.end());
     r.tokens_max = *std::max_element(it->second.begin(), it->second.end());
   }
@@ -299,7 +294,7 @@ std::string repeatsTable(const AggregateTable& t) {
              fmt(f->median > 0 ? 100 * (f->max - f->min) / f->median : 0, 1) + " | " +
              (p50.empty()
                   ? ""
-                  : fmt(*std::min_element(p10.begin(), p10.end()), 1) + "/" + fmt(median(p50), 1) +
+                  : fmt(*std::min_element(p10.begin(), p10.end()), 1) + "/" + fmt(medianOf(p50), 1) +
                         "/" + fmt(*std::max_element(p90.begin(), p90.end()), 1)) +
              " |";
     else

@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -16,12 +15,12 @@
 #include <optional>
 #include <set>
 #include <sstream>
-#include <thread>
 
 #include "common/error.h"
 #include "common/files.h"
 #include "common/tag.h"
 #include "sweep_tagger/axes.h"
+#include "sweep_tagger/child_process.h"
 #include "sweep_tagger/compare.h"
 
 extern char** environ;
@@ -73,18 +72,10 @@ constexpr const char* kColours[] = {"#0072b2", "#d55e00", "#009e73", "#cc79a7", 
                                     "#e69f00", "#56b4e9", "#8c564b", "#7f3c8d", "#3b6e22"};
 constexpr int kPointTypes[] = {7, 5, 9, 11, 13, 6, 4, 8, 10, 12};
 
-// Reaps `pid`, waiting at most `timeout_s`; past it kills it (SIGKILL) and reaps it.
-// Returns false on the timeout.
+// Reaps `pid`, waiting at most `timeout_s` (reapWithin); past it kills it (SIGKILL) and
+// reaps it. Returns false on the timeout.
 bool waitWithDeadline(pid_t pid, int& status, double timeout_s) {
-  using Clock = std::chrono::steady_clock;
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(timeout_s));
-  while (true) {
-    pid_t r = waitpid(pid, &status, WNOHANG);
-    if (r == pid || (r < 0 && errno != EINTR)) return true;
-    if (Clock::now() >= deadline) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  if (reapWithin(pid, timeout_s, status)) return true;
   kill(pid, SIGKILL);
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }

@@ -15,7 +15,7 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "sweep_tagger/compare.h"
-#include "sweep_tagger/tune_run.h"
+#include "sweep_tagger/child_process.h"
 #include "sweep_tagger/tune_state.h"
 
 namespace ftb {
@@ -188,7 +188,7 @@ void predict(TuneState& s) {
                "x slower than the best (largest term: " + c.pred.largestTerm() + ")";
 }
 
-// Wall seconds of earlier tunes' runs, by tag (RESULTS_DIR/.tune/walls.tsv).
+// Wall seconds of earlier tunes' runs, by tag (RESULTS_DIR/.tune/walls.tsv); read once per tune.
 std::map<std::string, double> recordedWalls(const TuneState& s) {
   std::map<std::string, double> walls;
   std::ifstream in(tuneDir(s) + "/walls.tsv");
@@ -215,7 +215,8 @@ bool runPoint(TuneState& s, TuneCandidate& c, const SweepPoint& p, int round, in
   const std::string dir = s.opts.results_dir + "/" + p.tag;
   if (pointState(s.opts.results_dir, p) == RunState::Completed) {
     run.reused = true;
-    run.wall_s = recordedWalls(s)[p.tag];
+    const auto w = s.walls.find(p.tag);
+    run.wall_s = w == s.walls.end() ? 0 : w->second;
     ++s.runs_reused;
   } else {
     if (overBudget(s)) return false;
@@ -334,12 +335,6 @@ std::vector<const TuneRun*> TuneCandidate::lastRound() const {
   return out;
 }
 
-double medianOf(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n == 0 ? NAN : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 std::optional<double> TuneCandidate::measuredStepS() const {
   std::vector<double> v;
   for (const TuneRun* r : lastRound()) v.push_back(*r->row.step_time_p50_s);
@@ -357,6 +352,7 @@ TuneResult runTune(const TuneOptions& o) {
   s.opts = o;
   if (s.opts.out_dir.empty()) s.opts.out_dir = o.results_dir + "/tune";
   s.space = loadTuneSpace(o.space, o.overrides);
+  s.walls = recordedWalls(s);
   buildCandidates(s);
   predict(s);
   if (!o.dry_run) {

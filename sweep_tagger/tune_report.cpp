@@ -44,7 +44,7 @@ ModelError modelError(const TuneState& s) {
   std::vector<const TuneCandidate*> measured;
   std::vector<double> scales;
   for (const TuneCandidate& c : s.cands)
-    if (std::isfinite(scaleOf(c))) measured.push_back(&c), scales.push_back(scaleOf(c));
+    if (const double k = scaleOf(c); std::isfinite(k)) measured.push_back(&c), scales.push_back(k);
   e.scale = medianOf(scales);
   for (size_t i = 0; i < measured.size(); ++i) {
     const TuneCandidate& c = *measured[i];

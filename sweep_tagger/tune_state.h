@@ -2,10 +2,12 @@
 // (tune_report.cpp). Internal to the two.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "common/median.h"
 #include "common/run_config.h"
 #include "common/step_time_model.h"
 #include "sweep_tagger/aggregate.h"
@@ -47,15 +49,13 @@ struct TuneState {
   TuneSpace space;
   std::vector<TuneCandidate> cands;     // in prediction order after planning
   double machine_s = 0;                 // wall × nodes of every run counted
+  std::map<std::string, double> walls;  // earlier tunes' run wall times by tag (walls.tsv)
   int runs_started = 0, runs_reused = 0;
   int last_round = -1;
   bool budget_spent = false;
   std::string ranking;     // bestReport text of the final table
   int winner = -1;         // index into cands
 };
-
-// The middle value (mean of the two middle ones for an even count); NaN when empty.
-double medianOf(std::vector<double> v);
 
 // The report, winner.toml and winner.sh under the out dir; returns the report text.
 std::string writeTuneReport(const TuneState& s);

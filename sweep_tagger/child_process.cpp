@@ -1,4 +1,4 @@
-#include "sweep_tagger/tune_run.h"
+#include "sweep_tagger/child_process.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -22,18 +22,6 @@ double now() {
       .count();
 }
 
-// Waits for `pid` until `deadline` (steady seconds): its wait status, or nullopt-like -1.
-int waitUntil(pid_t pid, double deadline, bool& exited) {
-  int status = 0;
-  for (;;) {
-    const pid_t r = waitpid(pid, &status, WNOHANG);
-    if (r == pid) return exited = true, status;
-    if (r < 0 && errno != EINTR) return exited = true, 0;
-    if (now() >= deadline) return exited = false, 0;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-}
-
 int exitCodeOf(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
@@ -41,6 +29,17 @@ int exitCodeOf(int status) {
 }
 
 }  // namespace
+
+bool reapWithin(pid_t pid, double timeout_s, int& status) {
+  const double deadline = now() + timeout_s;
+  for (;;) {
+    const pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) return true;
+    if (r < 0 && errno != EINTR) return status = 0, true;
+    if (now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
 
 CommandResult runCommand(const std::vector<std::string>& argv, const std::string& log_path,
                          double timeout_s, double grace_s) {
@@ -64,15 +63,15 @@ CommandResult runCommand(const std::vector<std::string>& argv, const std::string
     res.spawn_error = "cannot start " + argv[0] + ": " + std::strerror(rc);
     return res;
   }
-  bool exited = false;
-  int status = waitUntil(pid, start + timeout_s, exited);
+  int status = 0;
+  bool exited = reapWithin(pid, timeout_s, status);
   if (!exited) {
     res.timed_out = true;
     kill(pid, SIGTERM);
-    status = waitUntil(pid, now() + grace_s, exited);
+    exited = reapWithin(pid, grace_s, status);
     if (!exited) {
       kill(pid, SIGKILL);
-      status = waitUntil(pid, now() + 60, exited);
+      exited = reapWithin(pid, 60, status);
     }
   }
   res.exit_code = exited ? exitCodeOf(status) : -1;
