@@ -114,8 +114,10 @@ def test_tune_runs_ordinary_runs_writes_the_winner_and_resumes(tmp_path):
     assert m, p.stdout
     assert (m.group(2), m.group(3)) == (best["layout"], best["training.micro_batch_size"])
     winner = res / "tune" / "winner.toml"
+    # The world size comes from the launcher (winner.sh): a ZeRO or TP winner needs 2 ranks.
+    world = {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"}
     cfg = subprocess.run([str(TRAINER), "--config", str(winner), "--print-config"],
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=60, env={**os.environ, **world})
     assert cfg.returncode == 0, cfg.stderr
     assert f"micro_batch_size = {m.group(3)}" in cfg.stdout
     assert "--nproc-per-node 2" in (res / "tune" / "winner.sh").read_text()
