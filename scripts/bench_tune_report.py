@@ -115,6 +115,50 @@ def part(runs, title):
     return "\n".join(out)
 
 
+PIPELINE_NAMES = {"pp 2": "pp2", "DDP": "ddp", "ZeRO-3": "zero3", "tp 2": "tp2"}
+
+
+def model_order(report):
+    """Layouts in the tune report's prediction order (its table of every point, before any run)."""
+    order = []
+    for name in re.findall(r"^\| \d+ \| (layout=\S+[^|]*) \|", report, re.M):
+        layout = point_of_name(name)[0]
+        if layout not in order:
+            order.append(layout)
+    return order
+
+
+def pipeline_order():
+    """results/bench/pipeline.md's ranking at 100 Mbit/s (fastest first), as layout names."""
+    m = re.search(r"^\| 100 Mbit/s \| [^|]+ \| [^|]+ \| ([^|]+) \|$", text("results/bench/pipeline.md"),
+                  re.M)
+    if not m:
+        return []
+    return [PIPELINE_NAMES.get(re.sub(r" \(.*", "", w.strip()), w.strip())
+            for w in m.group(1).split("),")]
+
+
+def winner_layout(runs):
+    m = re.search(r"^## Winner\n\n(.*?) \(", text(Path(runs) / "tune" / "tune" / "report.md"), re.M)
+    return point_of_name(m.group(1))[0] if m else None
+
+
+def net_verdict(root):
+    """Acceptance 2: over the shaped link the winner changes as the pipeline benchmark predicts,
+    and the model's ordering says so before any run."""
+    net, local = winner_layout(root / "net"), winner_layout(root / "local")
+    order = model_order(text(root / "net" / "tune" / "tune" / "report.md"))
+    expected = pipeline_order()
+    if not net or not expected:
+        return "No verdict: the net part's winner or results/bench/pipeline.md's 100 Mbit/s row is missing."
+    met = net == expected[0] and net != local and order[:1] == [net]
+    return (f"Across the shaped link the winner's layout is {net} (two local ranks: {local}); "
+            f"results/bench/pipeline.md's 100 Mbit/s ranking puts {', '.join(expected)} in that order; "
+            f"the model's order before any run (layouts by their best prediction): "
+            f"{', '.join(order)}. The winner changes as the pipeline benchmark predicts and the "
+            f"model put it first: {'met' if met else 'not met'}.")
+
+
 PARTS = {"local": "Two ranks of this machine",
          "net": "Two netns hosts, one rank each, link shaped to 100 Mbit/s"}
 
@@ -129,6 +173,8 @@ def main(root):
             out += ["", f"#### {title}", "", "Skipped: " + text(root / name / "skipped")]
         elif (root / name / "exhaustive.csv").exists():
             out += ["", part(root / name, title)]
+            if name == "net":
+                out += ["", net_verdict(root)]
     print("\n".join(out))
 
 

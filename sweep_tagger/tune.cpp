@@ -270,14 +270,14 @@ void rounds(TuneState& s) {
     if (steps >= st.final_steps) return;
     std::vector<TuneCandidate*> a = alive(s);
     std::stable_sort(a.begin(), a.end(), [](TuneCandidate* x, TuneCandidate* y) {
-      return *x->measuredTokensPerS() > *y->measuredTokensPerS();
+      return *x->screenTokensPerS() > *y->screenTokensPerS();
     });
     const size_t keep = std::max<size_t>(std::min<size_t>(2, a.size()),
                                          (a.size() + st.eta - 1) / st.eta);
     for (size_t i = keep; i < a.size(); ++i)
       a[i]->fate = "dropped after round " + std::to_string(round) + ": " +
-                   formatFixed(*a[i]->measuredTokensPerS(), 1) + " tokens/s, " +
-                   formatFixed(100 * (1 - *a[i]->measuredTokensPerS() / *a[0]->measuredTokensPerS()), 1) +
+                   formatFixed(*a[i]->screenTokensPerS(), 1) + " tokens/s at its fastest steps, " +
+                   formatFixed(100 * (1 - *a[i]->screenTokensPerS() / *a[0]->screenTokensPerS()), 1) +
                    " % below the round's best";
     steps = std::min(st.final_steps, steps * st.eta);
   }
@@ -344,6 +344,16 @@ std::optional<double> TuneCandidate::measuredStepS() const {
 std::optional<double> TuneCandidate::measuredTokensPerS() const {
   std::vector<double> v;
   for (const TuneRun* r : lastRound()) v.push_back(*r->row.tokens_per_s_dataset);
+  return v.empty() ? std::nullopt : std::optional<double>(medianOf(v));
+}
+
+std::optional<double> TuneCandidate::screenTokensPerS() const {
+  std::vector<double> v;
+  for (const TuneRun* r : lastRound()) {
+    const RunRow& w = r->row;
+    const bool steps = w.step_tokens_p50 && w.step_tokens_p90 && *w.step_tokens_p50 > 0;
+    v.push_back(*w.tokens_per_s_dataset * (steps ? *w.step_tokens_p90 / *w.step_tokens_p50 : 1.0));
+  }
   return v.empty() ? std::nullopt : std::optional<double>(medianOf(v));
 }
 

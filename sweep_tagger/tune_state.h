@@ -41,7 +41,12 @@ struct TuneCandidate {
   // Its runs of the highest round it reached that completed with a figure.
   std::vector<const TuneRun*> lastRound() const;
   std::optional<double> measuredStepS() const;  // median step p50 of lastRound()
-  std::optional<double> measuredTokensPerS() const;
+  std::optional<double> measuredTokensPerS() const;  // median dataset tokens/s of lastRound()
+  // What the halving rounds rank by: dataset tokens/s scaled to the run's fastest measured
+  // steps (x its steps' p90 / p50 tokens/s), median over lastRound(). Interference on a
+  // shared machine only slows a step, so a short run's fastest steps tell its speed better
+  // than its median; the final ranking uses the medians, as `aggregate --best` does.
+  std::optional<double> screenTokensPerS() const;
 };
 
 struct TuneState {
