@@ -629,6 +629,7 @@ tune_part() {  # tune_part RUNS SPACE EXHAUSTIVE (a function: EXHAUSTIVE SPACE R
     echo "bench: tune: sweep_tagger tune exited non-zero (log $runs/tune.log)" >&2
   awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN { print a - b }' >"$runs/tune.wall"
   cut -d' ' -f1-3 /proc/loadavg >"$runs/load.after"
+  "$BUILD/sweep_tagger/sweep_tagger" aggregate "$runs/tune" --out "$runs/tune.csv"
 }
 
 tune_sweep() {  # tune_sweep SPACE RESULTS: scripts/sweep.sh (points of one node)

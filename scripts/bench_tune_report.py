@@ -40,8 +40,53 @@ def band(row):
             tps * float(row["step_tokens_per_s_padded_p90"]) / p50)
 
 
+def stability(runs, ranked):
+    """Each configuration of tune's final round against its exhaustive-sweep run: the same
+    machine, the same day, another run. Where the exhaustive figure falls outside the range of
+    tune's runs of it, one run's step band understates the run-to-run noise."""
+    path = Path(runs) / "tune.csv"
+    if not path.exists():
+        return []
+    # aggregate leaves a key every run shares out of the table, in tune.constants.csv
+    const = {r["key"]: r["value"] for r in csv.DictReader(open(path.with_suffix(".constants.csv")))}
+    rows = [{**const, **r} for r in csv.DictReader(open(path))
+            if r["status"] == "completed" and r["tokens_per_s_dataset"]]
+    final = max((int(r["steps_done"]) for r in rows), default=0)
+    by_point = {}
+    for r in rows:
+        if int(r["steps_done"]) == final:
+            by_point.setdefault(point_of(r), []).append(float(r["tokens_per_s_dataset"]))
+    # the axes the exhaustive table has (aggregate leaves out a key all its runs share)
+    axes = [i for i, k in enumerate(AXES) if ranked and k in ranked[0]]
+    ex = {point_of(r): r for r in ranked}
+    by_point = {tuple(v if i in axes else "" for i, v in enumerate(p)): t for p, t in by_point.items()}
+    out = ["##### The same configurations run again",
+           "",
+           "Tune's final-round runs of a configuration against that configuration's run in the "
+           "exhaustive sweep (the same machine, one after the other; tune's runs leave out "
+           "[tune] skip_steps first steps, the exhaustive runs the base's "
+           "metrics.skip_first_steps):",
+           "",
+           "| configuration | exhaustive: tokens/s (steps p10-p90) | tune's final runs: tokens/s | "
+           "exhaustive figure within tune's runs' range |",
+           "|---|---|---|---|"]
+    outside = 0
+    for p, tps in sorted(by_point.items(), key=lambda kv: -max(kv[1])):
+        if p not in ex:
+            continue
+        e = float(ex[p]["tokens_per_s_dataset"])
+        lo, hi = band(ex[p])
+        inside = min(tps) <= e <= max(tps)
+        outside += not inside
+        out.append(f"| {label(p)} | {e:.1f} ({lo:.1f}-{hi:.1f}) | "
+                   f"{', '.join(f'{t:.1f}' for t in tps)} | {'yes' if inside else 'no'} |")
+    out += ["", f"{outside} of {len(out) - 6} exhaustive figures fall outside the range of "
+            "tune's own runs of the same configuration."]
+    return out
+
+
 def label(p):
-    return f"{p[0]} mb {p[1]} ac {p[2]}"
+    return f"{p[0]} mb {p[1]}" + (f" ac {p[2]}" if p[2] else "")
 
 
 def part(runs, title):
@@ -93,6 +138,7 @@ def part(runs, title):
                        ("overlap: within that sweep's noise, met" if within
                         else "do not overlap: beyond noise, not met"))
         out.append(f"Winner: {label(winner)}: {verdict}.")
+    out += [""] + stability(runs, ranked) if stability(runs, ranked) else []
     if text(runs / "tune.rerun"):
         out += ["", text(runs / "tune.rerun")]
     ratio = tune_wall / ex_wall
