@@ -51,15 +51,16 @@ def stability(runs, ranked):
     const = {r["key"]: r["value"] for r in csv.DictReader(open(path.with_suffix(".constants.csv")))}
     rows = [{**const, **r} for r in csv.DictReader(open(path))
             if r["status"] == "completed" and r["tokens_per_s_dataset"]]
+    # a configuration by the axes the exhaustive table has (it leaves out a key all its runs share)
+    def key(r):
+        return tuple(r.get(k, "") if ranked and k in ranked[0] else "" for k in AXES)
+
     final = max((int(r["steps_done"]) for r in rows), default=0)
     by_point = {}
     for r in rows:
         if int(r["steps_done"]) == final:
-            by_point.setdefault(point_of(r), []).append(float(r["tokens_per_s_dataset"]))
-    # the axes the exhaustive table has (aggregate leaves out a key all its runs share)
-    axes = [i for i, k in enumerate(AXES) if ranked and k in ranked[0]]
-    ex = {point_of(r): r for r in ranked}
-    by_point = {tuple(v if i in axes else "" for i, v in enumerate(p)): t for p, t in by_point.items()}
+            by_point.setdefault(key(r), []).append(float(r["tokens_per_s_dataset"]))
+    ex = {key(r): r for r in ranked}
     out = ["##### The same configurations run again",
            "",
            "Tune's final-round runs of a configuration against that configuration's run in the "
@@ -85,6 +86,12 @@ def stability(runs, ranked):
     return out
 
 
+def winner_of(report):
+    """The winning point of a tune report.md (its "## Winner" line), or None."""
+    m = re.search(r"^## Winner\n\n(.*?) \(", report, re.M)
+    return point_of_name(m.group(1)) if m else None
+
+
 def label(p):
     return f"{p[0]} mb {p[1]}" + (f" ac {p[2]}" if p[2] else "")
 
@@ -95,8 +102,7 @@ def part(runs, title):
             if r["status"] == "completed" and r["tokens_per_s_dataset"]]
     ranked = sorted(rows, key=lambda r: -float(r["tokens_per_s_dataset"]))
     report = text(runs / "tune" / "tune" / "report.md")
-    m = re.search(r"^## Winner\n\n(.*?) \(", report, re.M)
-    winner = point_of_name(m.group(1)) if m else None
+    winner = winner_of(report)
     by_point = {point_of(r): r for r in ranked}
     ex_wall, tune_wall = float(text(runs / "exhaustive.wall")), float(text(runs / "tune.wall"))
     err = re.search(r"Median \|predicted / measured - 1\| over (\d+) measured point\(s\): "
@@ -138,7 +144,8 @@ def part(runs, title):
                        ("overlap: within that sweep's noise, met" if within
                         else "do not overlap: beyond noise, not met"))
         out.append(f"Winner: {label(winner)}: {verdict}.")
-    out += [""] + stability(runs, ranked) if stability(runs, ranked) else []
+    same = stability(runs, ranked)
+    out += [""] + same if same else []
     if text(runs / "tune.rerun"):
         out += ["", text(runs / "tune.rerun")]
     ratio = tune_wall / ex_wall
@@ -185,8 +192,8 @@ def pipeline_order():
 
 
 def winner_layout(runs):
-    m = re.search(r"^## Winner\n\n(.*?) \(", text(Path(runs) / "tune" / "tune" / "report.md"), re.M)
-    return point_of_name(m.group(1))[0] if m else None
+    w = winner_of(text(Path(runs) / "tune" / "tune" / "report.md"))
+    return w[0] if w else None
 
 
 def net_verdict(root):
