@@ -239,6 +239,16 @@ std::vector<std::vector<HfParam>> planShards(const std::vector<HfParam>& params,
   return shards;
 }
 
+// Checkpointer::load of `pieces` (any saved layout); its CheckpointError is a ConfigError on
+// --checkpoint.
+void loadPieces(const ResumePoint& rp, std::vector<ckpt::StatePiece>& pieces) {
+  try {
+    Checkpointer::load(rp, pieces);
+  } catch (const CheckpointError& e) {
+    throw ConfigError("--checkpoint", "command line", e.what());
+  }
+}
+
 // One global tensor, assembled from whatever slices the checkpoint holds.
 torch::Tensor readTensor(const ResumePoint& rp, const HfParam& p) {
   const std::string name = "model." + p.name;
@@ -254,11 +264,7 @@ torch::Tensor readTensor(const ResumePoint& rp, const HfParam& p) {
                                         p.shape,
                                         {std::vector<int64_t>(p.shape.size(), 0), p.shape},
                                         torch::empty(p.shape, torch::kFloat32)}};
-  try {
-    Checkpointer::load(rp, pieces);
-  } catch (const CheckpointError& e) {
-    throw ConfigError("--checkpoint", "command line", e.what());
-  }
+  loadPieces(rp, pieces);
   return pieces[0].view;
 }
 
@@ -343,12 +349,8 @@ int exportAdapter(const ExportOptions& o) {
 
 }  // namespace
 
-int exportCheckpoint(const ExportOptions& o) {
-  if (o.adapter) return exportAdapter(o);
-  if (fs::exists(o.out))
-    throw ConfigError("--out", "command line", o.out + " already exists",
-                      "export into a new directory (nothing is overwritten)");
-  ResumePoint rp = resolveCheckpoint(o.checkpoint);
+CheckpointModel openCheckpointModel(const std::string& path) {
+  ResumePoint rp = resolveCheckpoint(path);
   const ModelArgs a = modelOf(rp);
   if (!rp.manifest.tensors.count("model.tok_embeddings.weight") &&
       rp.manifest.tensors.count("model.layers.0.attention.wq.lora_A.weight") +
@@ -356,10 +358,8 @@ int exportCheckpoint(const ExportOptions& o) {
           0)
     throw ConfigError("--checkpoint", rp.dir + "/" + kManifestName,
                       "a LoRA checkpoint: it holds the adapters, not the base weights",
-                      "trainer export --adapter writes its PEFT adapter directory");
-  const RunConfig run = runConfig(rp);
-  const ExportDtype dt =
-      o.dtype == "run" ? runDtype(run) : dtypeNamed(o.dtype, "--dtype " + o.dtype);
+                      "trainer export --adapter writes its PEFT adapter directory (trainer "
+                      "logits: --model BASE_DIR --adapter that directory)");
   const int64_t held = std::count_if(rp.manifest.tensors.begin(), rp.manifest.tensors.end(),
                                      [](const auto& t) { return t.first.rfind("model.", 0) == 0; });
   if (hfParamCount(a) > held)  // before a list of that size is built
@@ -367,6 +367,30 @@ int exportCheckpoint(const ExportOptions& o) {
                       "model.n_layers = " + std::to_string(a.n_layers) +
                           " makes more tensors than the " + std::to_string(held) +
                           " model tensors the checkpoint holds");
+  const json sw =
+      sourceArchitecture(sourceConfig(runConfig(rp).cfg)).value("sliding_window", json());
+  const int64_t window = sw.is_number_integer() ? std::max<int64_t>(sw.get<int64_t>(), 0) : 0;
+  return CheckpointModel{std::move(rp), a, window};
+}
+
+void loadCheckpointModel(const CheckpointModel& c, std::vector<ckpt::StatePiece>& pieces) {
+  std::vector<ckpt::StatePiece> base;  // aliasing the same tensors
+  for (const ckpt::StatePiece& p : pieces)
+    if (p.name.find(".lora_") == std::string::npos) base.push_back(p);
+  loadPieces(c.rp, base);
+}
+
+int exportCheckpoint(const ExportOptions& o) {
+  if (o.adapter) return exportAdapter(o);
+  if (fs::exists(o.out))
+    throw ConfigError("--out", "command line", o.out + " already exists",
+                      "export into a new directory (nothing is overwritten)");
+  CheckpointModel c = openCheckpointModel(o.checkpoint);
+  ResumePoint& rp = c.rp;
+  const ModelArgs& a = c.args;
+  const RunConfig run = runConfig(rp);
+  const ExportDtype dt =
+      o.dtype == "run" ? runDtype(run) : dtypeNamed(o.dtype, "--dtype " + o.dtype);
   const std::vector<std::vector<HfParam>> shards =
       planShards(hfParams(a), o.max_shard_bytes, dt.type);
   const fs::path tmp = o.out + ".tmp";

@@ -21,11 +21,22 @@
 // the run.toml beside it), the base model from model.from_pretrained; a checkpoint without adapters
 // -> ConfigError. A full export of a LoRA checkpoint is refused (ConfigError) with a hint to
 // --adapter.
+//
+// openCheckpointModel(path) resolves and verifies a full model's checkpoint as
+// exportCheckpoint does (the same ConfigErrors, on --checkpoint; a LoRA checkpoint is refused
+// with a hint to export its adapter) without writing anything; loadCheckpointModel fills a
+// whole model's "model.<name>" pieces with its fp32 master weights, the values
+// `trainer export --dtype fp32` writes (LoRA adapter pieces are left alone, as
+// PretrainedModel::load leaves them).
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "common/run_config.h"
+#include "trainer/checkpoint/checkpointer.h"
+#include "trainer/checkpoint/state.h"
 
 namespace ftb::hf {
 
@@ -35,6 +46,14 @@ struct ExportOptions {
   int64_t max_shard_bytes = int64_t{5} << 30;  // HF save_pretrained's default is 5 GB
   bool adapter = false;  // --adapter: a LoRA checkpoint's adapters as a PEFT directory
 };
+
+struct CheckpointModel {
+  ResumePoint rp;          // the step_N directory and its verified manifest
+  ModelArgs args;          // from the manifest's model.* keys
+  int64_t sliding_window;  // the Mistral's the run started from (its config.json), else 0
+};
+CheckpointModel openCheckpointModel(const std::string& path);
+void loadCheckpointModel(const CheckpointModel& c, std::vector<ckpt::StatePiece>& pieces);
 
 // Returns the number of files written (safetensors shards).
 int exportCheckpoint(const ExportOptions& opts);
