@@ -2,18 +2,21 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
+#include "common/checkpoint_manifest.h"
 #include "common/cli_args.h"
 #include "common/error.h"
 #include "common/files.h"
 #include "common/hf_config.h"
 #include "common/json_input.h"
 #include "trainer/data/tokenizer.h"
+#include "trainer/hf/export.h"
 #include "trainer/hf/peft_adapter.h"
 #include "trainer/hf/pretrained.h"
 #include "trainer/hf/safetensors.h"
@@ -24,19 +27,27 @@ namespace {
 
 namespace lfs = std::filesystem;
 constexpr const char* kLogitsUsage =
-    "trainer logits --model HF_DIR [--adapter PEFT_DIR] (--ids \"1,2,3\" | --ids-file F.jsonl | "
-    "--text \"...\" --tokenizer PATH) --out OUT.safetensors";
+    "trainer logits (--model HF_DIR | --checkpoint STEP_DIR) [--adapter PEFT_DIR] (--ids \"1,2,3\" "
+    "| --ids-file F.jsonl | --text \"...\" --tokenizer PATH) [--dtype fp32|bf16] "
+    "--out OUT.safetensors";
 
 struct LogitsOptions {
-  std::string model, adapter, out;
-  std::vector<std::vector<int64_t>> ids;  // [B][T]
+  std::string model, adapter, out;            // model: --model ("" with --checkpoint)
+  std::optional<CheckpointModel> checkpoint;  // --checkpoint
+  ModelArgs args;                             // of either
+  int64_t sliding_window = 0;                 // 0: none
+  std::string source_flag, source_where;      // "--model", its config.json (for messages)
+  torch::ScalarType dtype = torch::kFloat32;  // --dtype: the compute dtype
+  std::vector<std::vector<int64_t>> ids;      // [B][T_b], T_b >= 1
 };
 
 ModelArgs logitsModelArgs(const std::string& dir) {
-  if (!lfs::is_directory(dir))
-    throw ConfigError("--model", dir, "not a directory",
-                      "a Hugging Face Llama directory (config.json + model.safetensors); for a "
-                      "trainer checkpoint run `trainer export` first");
+  if (!lfs::is_directory(dir) || !lfs::exists(lfs::path(dir) / kHfConfigName))
+    throw ConfigError("--model", dir, lfs::is_directory(dir) ? "no config.json" : "not a directory",
+                      lfs::exists(lfs::path(dir) / kManifestName)
+                          ? "a trainer checkpoint: pass it as --checkpoint STEP_DIR"
+                          : "a Hugging Face Llama directory (config.json + model.safetensors); a "
+                            "trainer checkpoint goes to --checkpoint STEP_DIR");
   const std::map<std::string, Value> k = hfModelKeys(dir);
   ModelArgs a;
   a.name = lfs::path(dir).filename().string();
@@ -53,6 +64,35 @@ ModelArgs logitsModelArgs(const std::string& dir) {
   return a;
 }
 
+// --model HF_DIR or --checkpoint STEP_DIR (exactly one): sets o's model or checkpoint, its
+// shape and its sliding window.
+void logitsSource(const cxxopts::ParseResult& r, LogitsOptions& o) {
+  const int given = int(r.count("model") + r.count("checkpoint"));
+  if (given != 1)
+    throw ConfigError("--model / --checkpoint", "command line",
+                      "expected exactly one, got " + std::to_string(given), kLogitsUsage);
+  if (r.count("model")) {
+    o.model = r["model"].as<std::string>();
+    o.args = logitsModelArgs(o.model);
+    o.sliding_window = hfSlidingWindow(o.model);
+    o.source_flag = "--model";
+    o.source_where = (lfs::path(o.model) / kHfConfigName).string();
+  } else {
+    o.checkpoint.emplace(openCheckpointModel(r["checkpoint"].as<std::string>()));
+    o.args = o.checkpoint->args;
+    o.sliding_window = o.checkpoint->sliding_window;
+    o.source_flag = "--checkpoint";
+    o.source_where = o.checkpoint->rp.dir;
+  }
+}
+
+torch::ScalarType logitsDtype(const std::string& name) {
+  if (name == "fp32") return torch::kFloat32;
+  if (name == "bf16") return torch::kBFloat16;
+  throw ConfigError("--dtype", "command line", "unknown dtype \"" + name + "\"",
+                    "fp32 (the default) or bf16");
+}
+
 // "q_proj" of "self_attn.q_proj" (PEFT lists target modules by their last name).
 std::string logitsModuleTail(const std::string& module) {
   return module.substr(module.rfind('.') + 1);
@@ -65,14 +105,15 @@ LoraConfig logitsLoraConfig(const std::string& dir) {
   if (!lfs::is_directory(dir) || !lfs::exists(path))
     throw ConfigError("--adapter", dir, std::string("no ") + kAdapterConfigName,
                       "a PEFT adapter directory (adapter_config.json + adapter_model.safetensors)");
-  const nlohmann::json j = parseJsonInput(readInputFile(path, "PEFT adapter config"), "--adapter",
-                                          path);
+  const nlohmann::json j =
+      parseJsonInput(readInputFile(path, "PEFT adapter config"), "--adapter", path);
   LoraConfig l;
   if (j.is_object() && j.value("r", nlohmann::json()).is_number_integer())
     l.rank = j["r"].get<int64_t>();
   if (j.is_object() && j.value("lora_alpha", nlohmann::json()).is_number())
     l.alpha = j["lora_alpha"].get<double>();
-  const nlohmann::json tm = j.is_object() ? j.value("target_modules", nlohmann::json()) : nlohmann::json();
+  const nlohmann::json tm =
+      j.is_object() ? j.value("target_modules", nlohmann::json()) : nlohmann::json();
   for (const LoraTarget& t : loraTargets())
     for (const nlohmann::json& m : tm.is_array() ? tm : nlohmann::json::array())
       if (m.is_string() && logitsModuleTail(t.hf) == logitsModuleTail(m.get<std::string>()))
@@ -129,23 +170,29 @@ std::vector<std::vector<int64_t>> logitsReadIdsFile(const std::string& path) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = path + ":" + std::to_string(lineno);
     const nlohmann::json j = parseJsonInput(line, "--ids-file", where);
-    const nlohmann::json ids = j.is_object() ? j.value("input_ids", nlohmann::json()) : nlohmann::json();
+    const nlohmann::json ids =
+        j.is_object() ? j.value("input_ids", nlohmann::json()) : nlohmann::json();
     std::vector<int64_t> row;
     for (const nlohmann::json& v : ids.is_array() ? ids : nlohmann::json::array()) {
       if (!v.is_number_integer())
-        throw ConfigError("--ids-file", where, "input_ids holds " + v.dump() + ", expected integers");
+        throw ConfigError("--ids-file", where,
+                          "input_ids holds " + v.dump() + ", expected integers");
       row.push_back(v.get<int64_t>());
     }
     if (!ids.is_array())
       throw ConfigError("--ids-file", where, "expected {\"input_ids\": [...]}",
                         "what `trainer tokenize` writes");
+    if (row.empty())
+      throw ConfigError("--ids-file", where, "input_ids is empty", "give at least one token id");
     rows.push_back(std::move(row));
   }
   return rows;
 }
 
-// The batch from --ids, --ids-file or --text (exactly one), checked against the model.
-std::vector<std::vector<int64_t>> logitsInput(const cxxopts::ParseResult& r, const ModelArgs& a) {
+// The batch from --ids, --ids-file or --text (exactly one), checked against o.args and
+// o.sliding_window.
+std::vector<std::vector<int64_t>> logitsInput(const cxxopts::ParseResult& r,
+                                              const LogitsOptions& o) {
   const int given = int(r.count("ids") + r.count("ids-file") + r.count("text"));
   if (given != 1)
     throw ConfigError("--ids / --ids-file / --text", "command line",
@@ -168,87 +215,127 @@ std::vector<std::vector<int64_t>> logitsInput(const cxxopts::ParseResult& r, con
   if (rows.empty() || rows[0].empty())
     throw ConfigError(flag, "command line", "no token ids", "give at least one token id");
   for (const std::vector<int64_t>& row : rows) {
-    if (row.size() != rows[0].size())
-      throw ConfigError(flag, "input", "sequences of " + std::to_string(rows[0].size()) + " and " +
-                        std::to_string(row.size()) + " tokens", "every line must have one length");
-    if (int64_t(row.size()) > a.max_seq_len)
-      throw ConfigError(flag, "input", std::to_string(row.size()) + " tokens, more than the " +
-                        "model's max_position_embeddings " + std::to_string(a.max_seq_len));
+    if (int64_t(row.size()) > o.args.max_seq_len)
+      throw ConfigError(flag, "input",
+                        std::to_string(row.size()) + " tokens, more than the " +
+                            "model's max_position_embeddings " +
+                            std::to_string(o.args.max_seq_len));
+    if (o.sliding_window > 0 && int64_t(row.size()) > o.sliding_window)
+      throw ConfigError(o.source_flag, o.source_where,
+                        "sliding_window " + std::to_string(o.sliding_window) +
+                            " is shorter than the " + std::to_string(row.size()) + " tokens given",
+                        "at most sliding_window tokens (the model attends to all of them)");
     for (int64_t id : row)
-      if (id < 0 || id >= a.vocab_size)
-        throw ConfigError(flag, "input", "token id " + std::to_string(id) + " outside [0, " +
-                          std::to_string(a.vocab_size) + ")", "ids of this model's vocabulary");
+      if (id < 0 || id >= o.args.vocab_size)
+        throw ConfigError(flag, "input",
+                          "token id " + std::to_string(id) + " outside [0, " +
+                              std::to_string(o.args.vocab_size) + ")",
+                          "ids of this model's vocabulary");
   }
   return rows;
 }
 
-// Builds the model from --model (and --adapter), loads its weights, returns it in eval.
-Transformer logitsModel(const LogitsOptions& o, const ModelArgs& a) {
+// Builds the model of --model or --checkpoint (and --adapter) in o.dtype, loads its weights,
+// returns it in eval.
+Transformer logitsModel(const LogitsOptions& o) {
   torch::NoGradGuard no_grad;
   ModelOptions mo;
+  mo.compute_dtype = o.dtype;
   if (!o.adapter.empty()) mo.lora = logitsLoraConfig(o.adapter);
-  const PretrainedModel pm = PretrainedModel::open(o.model, a);
+  std::optional<PretrainedModel> pm;
+  if (!o.checkpoint) pm.emplace(PretrainedModel::open(o.model, o.args));
   std::optional<PeftAdapter> adapter;
-  if (!o.adapter.empty()) adapter.emplace(PeftAdapter::open(o.adapter, a, mo.lora));
-  Transformer m(a, TpContext{}, mo);
+  if (!o.adapter.empty()) adapter.emplace(PeftAdapter::open(o.adapter, o.args, mo.lora));
+  Transformer m(o.args, TpContext{}, mo);
   std::vector<ckpt::StatePiece> pieces = logitsPieces(m);
-  pm.load(pieces);
+  if (pm)
+    pm->load(pieces);
+  else
+    loadCheckpointModel(*o.checkpoint, pieces);
   if (adapter) adapter->load(pieces);
   m->eval();
   return m;
 }
 
-// Forward without gradient; writes input_ids, logits, loss to o.out via a temp file.
-void writeLogits(const LogitsOptions& o, const ModelArgs& a) {
-  Transformer m = logitsModel(o, a);
-  const int64_t B = int64_t(o.ids.size()), T = int64_t(o.ids[0].size());
-  torch::Tensor ids = torch::empty({B, T}, torch::kInt64);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < T; ++t) ids[b][t] = o.ids[size_t(b)][size_t(t)];
+// What OUT holds: [B, T] with T the longest row, each row right-padded (id 0, mask 0).
+struct LogitsTensors {
+  torch::Tensor ids, mask;  // int64 [B, T]; mask 1 at a row's own tokens
+  torch::Tensor logits;     // [B, T, V] in o.dtype, 0 at padding
+  torch::Tensor loss;       // fp32 [B, T-1], 0 where token t+1 is padding
+};
+
+// Each row runs alone (batch 1, its own length), so its logits are those of --ids with that
+// row, bit for bit; the loss is computed from them in fp32.
+LogitsTensors runLogits(Transformer& m, const LogitsOptions& o) {
   torch::NoGradGuard no_grad;
-  const torch::Tensor logits = m->forward(ids).to(torch::kFloat32).contiguous();
-  torch::Tensor loss = torch::zeros({B, T - 1}, torch::kFloat32);
-  if (T > 1)
-    loss = torch::nn::functional::cross_entropy(
-               logits.narrow(1, 0, T - 1).reshape({-1, a.vocab_size}),
-               ids.narrow(1, 1, T - 1).reshape({-1}),
-               torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone))
-               .reshape({B, T - 1})
-               .contiguous();
-  const std::string tmp = o.out + ".tmp." + std::to_string(::getpid());
+  int64_t T = 0;
+  for (const std::vector<int64_t>& row : o.ids) T = std::max(T, int64_t(row.size()));
+  const int64_t B = int64_t(o.ids.size());
+  LogitsTensors r{torch::zeros({B, T}, torch::kInt64), torch::zeros({B, T}, torch::kInt64),
+                  torch::zeros({B, T, o.args.vocab_size}, o.dtype),
+                  torch::zeros({B, T - 1}, torch::kFloat32)};
+  for (int64_t b = 0; b < B; ++b) {
+    const std::vector<int64_t>& row = o.ids[size_t(b)];
+    const int64_t L = int64_t(row.size());
+    const torch::Tensor ids =
+        torch::from_blob(const_cast<int64_t*>(row.data()), {L}, torch::kInt64).clone();
+    const torch::Tensor logits = m->forward(ids.unsqueeze(0))[0];  // [L, V]
+    r.ids[b].narrow(0, 0, L).copy_(ids);
+    r.mask[b].narrow(0, 0, L).fill_(1);
+    r.logits[b].narrow(0, 0, L).copy_(logits);
+    if (L > 1)
+      r.loss[b]
+          .narrow(0, 0, L - 1)
+          .copy_(torch::nn::functional::cross_entropy(
+              logits.narrow(0, 0, L - 1).to(torch::kFloat32), ids.narrow(0, 1, L - 1),
+              torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone)));
+  }
+  return r;
+}
+
+// input_ids, attention_mask, logits, loss to `out`, through out.tmp.<pid>.
+void writeLogitsFile(const std::string& out, const LogitsTensors& t) {
+  const int64_t B = t.ids.size(0), T = t.ids.size(1);
+  const std::string tmp = out + ".tmp." + std::to_string(::getpid());
   try {
-    SafetensorsWriter w(tmp, {StTensor{"input_ids", "I64", {B, T}, 0, 0},
-                              StTensor{"logits", "F32", {B, T, a.vocab_size}, 0, 0},
-                              StTensor{"loss", "F32", {B, T - 1}, 0, 0}});
-    w.write(ids);
-    w.write(logits);
-    w.write(loss);
+    SafetensorsWriter w(
+        tmp, {StTensor{"input_ids", "I64", {B, T}, 0, 0},
+              StTensor{"attention_mask", "I64", {B, T}, 0, 0},
+              StTensor{"logits", stDtypeOf(t.logits.scalar_type()), t.logits.sizes().vec(), 0, 0},
+              StTensor{"loss", "F32", {B, T - 1}, 0, 0}});
+    for (const torch::Tensor& x : {t.ids, t.mask, t.logits, t.loss}) w.write(x);
     w.close();
-    renameDurably(tmp, o.out);
+    renameDurably(tmp, out);
   } catch (...) {
     std::error_code ec;
     lfs::remove(tmp, ec);
     throw;
   }
-  std::cerr << "trainer logits: " << B << " x " << T << " tokens, vocab " << a.vocab_size
-            << "; wrote " << o.out << "\n";
 }
 
 cxxopts::Options logitsCli() {
   cxxopts::Options cli("trainer logits",
-                       "Write the logits and per-token loss of a Hugging Face Llama directory "
-                       "(with or without a PEFT adapter) as safetensors.\n  " +
+                       "Write the logits and per-token loss of a Hugging Face Llama directory or "
+                       "a trainer checkpoint (with or without a PEFT adapter) as safetensors.\n  " +
                            std::string(kLogitsUsage));
   cli.add_options()("model", "a Hugging Face Llama directory (config.json + safetensors)",
                     cxxopts::value<std::string>())(
-      "adapter", "a PEFT LoRA adapter directory applied on --model", cxxopts::value<std::string>())(
+      "checkpoint",
+      "a full model's trainer checkpoint: a step_N directory, or a checkpoints directory (its "
+      "newest usable step); instead of --model",
+      cxxopts::value<std::string>())("adapter",
+                                     "a PEFT LoRA adapter directory applied on the model",
+                                     cxxopts::value<std::string>())(
       "ids", "comma-separated token ids of one sequence", cxxopts::value<std::string>())(
-      "ids-file", "JSONL, one {\"input_ids\": [...]} per line, all of one length",
+      "ids-file",
+      "JSONL, one {\"input_ids\": [...]} per line; lines of different lengths are right-padded",
       cxxopts::value<std::string>())("text", "a text, encoded with --tokenizer (no BOS/EOS)",
                                      cxxopts::value<std::string>())(
       "tokenizer", "a tokenizer.json or sentencepiece .model (with --text)",
-      cxxopts::value<std::string>())("out", "the safetensors file to write",
-                                     cxxopts::value<std::string>())("h,help", "show help");
+      cxxopts::value<std::string>())(
+      "dtype", "compute dtype, as a training run's training.dtype: fp32 or bf16",
+      cxxopts::value<std::string>()->default_value("fp32"))(
+      "out", "the safetensors file to write", cxxopts::value<std::string>())("h,help", "show help");
   return cli;
 }
 
@@ -261,25 +348,21 @@ int logitsMain(const std::vector<std::string>& args) {
                       const auto parsed = parseSubcommand(cli, "trainer logits", args);
                       if (!parsed) return 0;
                       const cxxopts::ParseResult& r = *parsed;
-                      for (const char* k : {"model", "out"})
-                        if (!r.count(k))
-                          throw ConfigError(std::string("--") + k, "command line", "missing",
-                                            kLogitsUsage);
+                      if (!r.count("out"))
+                        throw ConfigError("--out", "command line", "missing", kLogitsUsage);
                       LogitsOptions o;
-                      o.model = r["model"].as<std::string>();
                       o.out = r["out"].as<std::string>();
+                      o.dtype = logitsDtype(r["dtype"].as<std::string>());
                       if (r.count("adapter")) o.adapter = r["adapter"].as<std::string>();
-                      const ModelArgs a = logitsModelArgs(o.model);
-                      o.ids = logitsInput(r, a);
-                      if (const int64_t sw = hfSlidingWindow(o.model);
-                          sw > 0 && int64_t(o.ids[0].size()) > sw)
-                        throw ConfigError("--model", o.model + "/config.json",
-                                          "sliding_window " + std::to_string(sw) +
-                                              " is shorter than the " +
-                                              std::to_string(o.ids[0].size()) + " tokens given",
-                                          "at most sliding_window tokens (the model attends to "
-                                          "all of them)");
-                      writeLogits(o, a);
+                      logitsSource(r, o);
+                      o.ids = logitsInput(r, o);
+                      Transformer m = logitsModel(o);
+                      const LogitsTensors t = runLogits(m, o);
+                      writeLogitsFile(o.out, t);
+                      std::cerr << "trainer logits: " << t.ids.size(0) << " x " << t.ids.size(1)
+                                << " tokens, vocab " << o.args.vocab_size << ", "
+                                << (o.dtype == torch::kBFloat16 ? "bf16" : "fp32") << "; wrote "
+                                << o.out << "\n";
                       return 0;
                     })
       .value_or(0);

@@ -13,7 +13,9 @@ multilingual corpus):
 2. A LoRA run on a Llama 3 model directory with chat data trains; its token cache holds
    transformers' ids and masks, its start-up line counts the masked positions, and the adapter
    it exports loads in PEFT, whose loss over the assistant tokens of a batch equals the
-   trainer's (1e-5, fp32).
+   trainer's (1e-5, fp32), and `trainer logits --model --adapter` on conversations of unequal
+   length gives the logits of PEFT's merged model (merge_and_unload) within 1e-5; the LoRA
+   checkpoint itself given as `trainer logits --checkpoint` exits 2 pointing at --adapter.
 3. Bad input exits 2 before the run directory exists: a role other than system, user and
    assistant, a message without content, no messages list (naming file:line); a template that
    is neither Llama 3's nor ChatML, no template, a tokenizer without byte-level pre-tokens
@@ -38,6 +40,7 @@ from trainer_util import (TRAINER, assert_close, base_env, losses, read_token_ta
 
 transformers = LazyModule("transformers")
 peft = LazyModule("peft")
+safetensors_numpy = LazyModule("safetensors.numpy")
 
 # As the model directories ship them (tokenizer_config.json, JSON-decoded).
 LLAMA3 = (r"{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
@@ -262,6 +265,33 @@ def test_the_exported_adapter_loads_in_peft_with_the_trainers_chat_loss(lora_run
                                              "training.lr=0",
                                              f"lora.from_pretrained={d / 'adapter'}"))
     assert_close(steps(tmp_path / "run", "loss")[:1], [total / count], 1e-5)
+
+
+def test_logits_with_the_exported_adapter_equal_the_merged_peft_model(lora_run, tmp_path):
+    d, _, jsonl, _ = lora_run
+    rows = [ids for ids, _ in samples(jsonl)[:3]]
+    assert len(set(map(len, rows))) > 1, "rows of unequal length"
+    ids = tmp_path / "ids.jsonl"
+    ids.write_text("".join(json.dumps({"input_ids": r}) + "\n" for r in rows))
+    out = tmp_path / "l.safetensors"
+    p = subprocess.run([str(TRAINER), "logits", "--model", str(d / "m"), "--adapter",
+                        str(d / "adapter"), "--ids-file", str(ids), "--out", str(out)],
+                       env=base_env(), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    got = safetensors_numpy.load_file(str(out))
+    base = transformers.LlamaForCausalLM.from_pretrained(d / "m", dtype=torch.float32).eval()
+    merged = peft.PeftModel.from_pretrained(base, d / "adapter").merge_and_unload().eval()
+    with torch.no_grad():
+        for i, r in enumerate(rows):
+            assert got["attention_mask"][i].sum() == len(r)
+            want = merged(torch.tensor([r])).logits[0].numpy()
+            assert np.abs(got["logits"][i, :len(r)] - want).max() <= 1e-5, i
+    p = subprocess.run([str(TRAINER), "logits", "--checkpoint",
+                        str(d / "run" / "checkpoints" / "step_00000003"), "--ids", "1,2", "--out",
+                        str(tmp_path / "x.safetensors")], env=base_env(), capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 2 and "a LoRA checkpoint" in p.stderr and "--adapter" in p.stderr
+    assert not (tmp_path / "x.safetensors").exists()
 
 
 def run_bad(tmp_path, *args):
