@@ -236,16 +236,8 @@ void applyPreset(Config& cfg, const std::string& config_path) {
   }
   if (name.empty()) return;
 
-  std::vector<std::string> dirs = presetDirs(config_path);
-  std::string path;
-  for (const std::string& dir : dirs) {
-    fs::path p = fs::path(dir) / (name + ".toml");
-    std::error_code ec;
-    if (fs::is_regular_file(p, ec)) {
-      path = p.string();
-      break;
-    }
-  }
+  const std::vector<std::string> dirs = presetDirs(config_path);
+  const std::string path = presetPathOf(name, config_path);
   if (path.empty()) {
     bool explicit_shape = cfg.has("model.dim") || cfg.has("model.from_pretrained");
     if (explicit_shape || schema.find("model.dim") == nullptr) return;
@@ -328,6 +320,15 @@ std::vector<std::string> presetDirs(const std::string& config_path) {
   return dirs;
 }
 
+std::string presetPathOf(const std::string& name, const std::string& config_path) {
+  for (const std::string& dir : presetDirs(config_path)) {
+    fs::path p = fs::path(dir) / (name + ".toml");
+    std::error_code ec;
+    if (fs::is_regular_file(p, ec)) return p.string();
+  }
+  return "";
+}
+
 Config Config::load(const std::string& path, const std::vector<std::string>& overrides,
                     const Schema& schema) {
   return fromString(readInputFile(path, "config file"), path, overrides, schema);
@@ -348,10 +349,13 @@ Config Config::fromString(const std::string& toml_text, const std::string& sourc
     cfg.entries_[key] = Entry{checkValue(schema, key, rawFromNode(*node), where), where};
   }
   for (const std::string& arg : overrides) applyOverride(cfg, arg);
-  if (cfg.has("model.from_pretrained"))  // a HF model directory gives the shape
+  if (cfg.has("model.from_pretrained")) {  // a HF model directory gives the shape and the label
+    if (cfg.has("model.name") && !presetPathOf(cfg.getString("model.name"), source_name).empty())
+      cfg.entries_.erase("model.name");  // a preset's name; applyPretrained names the directory
     applyPretrained(cfg);
-  else
+  } else {
     applyPreset(cfg, source_name);
+  }
   std::vector<const KeySpec*> derived;
   for (const KeySpec& spec : schema.keys()) {
     if (spec.derive && !cfg.has(spec.key)) derived.push_back(&spec);

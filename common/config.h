@@ -12,7 +12,9 @@
 //   truncated to ints.
 // - Model presets: if `model.name` is set and a preset file `<name>.toml` exists in
 //   one of presetDirs(), its [model] keys are used for every model.* key the run
-//   config does not set itself.
+//   config does not set itself. With model.from_pretrained the directory gives the shape
+//   and no preset applies; a model.name that names a preset then gives way to the
+//   directory's name (common/hf_config.h), so the run is labelled by the model it runs.
 // - After load(), the Config holds the resolved values (schema defaults filled in)
 //   and toToml() serializes them (sorted by key) for run.toml and HDF5 /config.
 #pragma once
@@ -168,6 +170,8 @@ class Config {
 // Directories searched for model presets, in order: $FTB_MODELS_DIR,
 // <dir of config file>/../models, FTB_SOURCE_DIR/configs/models.
 std::vector<std::string> presetDirs(const std::string& config_path);
+// The first <dir>/<name>.toml of presetDirs(config_path) that is a regular file; "" = none.
+std::string presetPathOf(const std::string& name, const std::string& config_path);
 
 // The one float spelling of ftbench (TOML display, messages, --help-config, checkpoint
 // compat values, the run-tag hash, sweeps, plots, aggregate): the shortest decimal that

@@ -121,6 +121,11 @@ void applyPretrained(Config& cfg) {
                         "model.ffn_dim", "model.vocab_size", "model.max_seq_len",
                         "model.rope_theta", "model.norm_eps", "model.tie_embeddings"})
     all_set = all_set && cfg.has(k);
+  if (!cfg.has("model.name")) {
+    fs::path p = fs::path(dir).lexically_normal();
+    if (p.filename().empty()) p = p.parent_path();  // "models/smollm/"
+    cfg.set("model.name", p.filename().string(), origin);
+  }
   if (all_set && !notRegularFileReason(origin).empty()) return;  // a recorded run.toml
   for (const auto& [key, v] : hfModelKeys(dir)) {
     if (cfg.has(key) && cfg.entries().at(key).value != v)
@@ -131,11 +136,6 @@ void applyPretrained(Config& cfg) {
                    " from the run config (the shape of a pretrained model comes from "
                    "its config.json), or point model.from_pretrained at another model");
     if (!cfg.has(key)) cfg.set(key, v, origin);
-  }
-  if (!cfg.has("model.name")) {
-    fs::path p = fs::path(dir).lexically_normal();
-    if (p.filename().empty()) p = p.parent_path();  // "models/smollm/"
-    cfg.set("model.name", p.filename().string(), origin);
   }
 }
 

@@ -14,7 +14,9 @@
 // - applyPretrained(cfg): when model.from_pretrained is set, every model.* key above
 //   comes from config.json (origin "<dir>/config.json"). A key the run config or an
 //   override sets to another value throws ConfigError naming both values; model.name
-//   defaults to the directory's name. No preset is applied. A resolved run.toml read
+//   defaults to the directory's name, and a model.name naming a preset (configs/runs/
+//   tiny.toml's "tiny") gives way to it: Config::fromString drops it, as no preset is
+//   applied; a name of the user's own ("my-smol") is kept. A resolved run.toml read
 //   back where the directory is gone (sweep_tagger aggregate on another machine) keeps
 //   its recorded model.* keys: config.json is only required when some key is unset.
 #pragma once

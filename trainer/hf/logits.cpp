@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
@@ -27,7 +28,7 @@ namespace {
 
 namespace lfs = std::filesystem;
 constexpr const char* kLogitsUsage =
-    "trainer logits (--model HF_DIR | --checkpoint STEP_DIR) [--adapter PEFT_DIR] (--ids \"1,2,3\" "
+    "trainer logits (--model HF_DIR | --checkpoint STEP_DIR) [--adapter PEFT_DIR [--merge-adapter]] (--ids \"1,2,3\" "
     "| --ids-file F.jsonl | --text \"...\" --tokenizer PATH) [--dtype fp32|bf16] "
     "--out OUT.safetensors";
 
@@ -38,6 +39,7 @@ struct LogitsOptions {
   int64_t sliding_window = 0;                 // 0: none
   std::string source_flag, source_where;      // "--model", its config.json (for messages)
   torch::ScalarType dtype = torch::kFloat32;  // --dtype: the compute dtype
+  bool merge_adapter = false;                 // --merge-adapter: W + s·B·A, as PEFT merges
   std::vector<std::vector<int64_t>> ids;      // [B][T_b], T_b >= 1
 };
 
@@ -235,6 +237,26 @@ std::vector<std::vector<int64_t>> logitsInput(const cxxopts::ParseResult& r,
   return rows;
 }
 
+// PEFT's merge_and_unload on the loaded pieces: each target's fp32 base weight W gains
+// scale · (B · A) (PEFT's get_delta_weight, in that order of operations) and B becomes 0, so
+// the adapter's path adds exact zeros and the forward is the merged model's.
+// REQUIRES: pieces hold whole (tp = 1) fp32 weights, each adapter's A, B and its base W.
+void mergeAdapterPieces(std::vector<ckpt::StatePiece>& pieces, double scale) {
+  std::map<std::string, torch::Tensor> by_name;
+  for (const ckpt::StatePiece& p : pieces) by_name[p.name] = p.view;
+  const std::string a_suffix = ".lora_A.weight";
+  for (const auto& [name, a] : by_name) {
+    if (name.size() <= a_suffix.size() ||
+        name.compare(name.size() - a_suffix.size(), a_suffix.size(), a_suffix) != 0)
+      continue;
+    const std::string prefix = name.substr(0, name.size() - a_suffix.size());
+    torch::Tensor b = by_name.at(prefix + ".lora_B.weight");
+    torch::Tensor w = by_name.at(prefix + ".weight");
+    w.add_(torch::matmul(b, a) * scale);
+    b.zero_();
+  }
+}
+
 // Builds the model of --model or --checkpoint (and --adapter) in o.dtype, loads its weights,
 // returns it in eval.
 Transformer logitsModel(const LogitsOptions& o) {
@@ -253,6 +275,8 @@ Transformer logitsModel(const LogitsOptions& o) {
   else
     loadCheckpointModel(*o.checkpoint, pieces);
   if (adapter) adapter->load(pieces);
+  if (adapter && o.merge_adapter)
+    mergeAdapterPieces(pieces, mo.lora.alpha / static_cast<double>(mo.lora.rank));
   m->eval();
   return m;
 }
@@ -326,6 +350,8 @@ cxxopts::Options logitsCli() {
       cxxopts::value<std::string>())("adapter",
                                      "a PEFT LoRA adapter directory applied on the model",
                                      cxxopts::value<std::string>())(
+      "merge-adapter",
+      "merge the adapter into the weights first, as PEFT's merge_and_unload (W + s*B*A)")(
       "ids", "comma-separated token ids of one sequence", cxxopts::value<std::string>())(
       "ids-file",
       "JSONL, one {\"input_ids\": [...]} per line; lines of different lengths are right-padded",
@@ -354,6 +380,10 @@ int logitsMain(const std::vector<std::string>& args) {
                       o.out = r["out"].as<std::string>();
                       o.dtype = logitsDtype(r["dtype"].as<std::string>());
                       if (r.count("adapter")) o.adapter = r["adapter"].as<std::string>();
+                      o.merge_adapter = r.count("merge-adapter") > 0;
+                      if (o.merge_adapter && o.adapter.empty())
+                        throw ConfigError("--merge-adapter", "command line",
+                                          "given without --adapter", kLogitsUsage);
                       logitsSource(r, o);
                       o.ids = logitsInput(r, o);
                       Transformer m = logitsModel(o);

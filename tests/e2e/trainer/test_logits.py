@@ -101,6 +101,7 @@ def test_logits_with_peft_adapter_equal_peft(tmp_path):
     (["--checkpoint", "{d}/m", "--ids", "1,2"], "--checkpoint"),
     (["--model", "{d}/m", "--ids", "1,2", "--adapter", "{d}/m"], "--adapter"),
     (["--model", "{d}/m", "--ids", "1,2", "--bogus"], "bogus"),
+    (["--model", "{d}/m", "--ids", "1,2", "--merge-adapter"], "--merge-adapter"),
     (["--model", "{d}/m", "--text", "hi"], "--tokenizer"),
     (["--model", "{d}/m"], "--ids"),
 ])

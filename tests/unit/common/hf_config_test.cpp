@@ -62,6 +62,17 @@ TEST_F(HfConfigTest, ShapeComesFromConfigJsonNotThePreset) {
   EXPECT_EQ(cfg.where("model.dim"), (dir_ / "config.json").string());
 }
 
+TEST_F(HfConfigTest, APresetsNameGivesWayToTheDirectorysAUsersOwnLabelIsKept) {
+  write(kLlama);
+  // configs/runs/tiny.toml with model.from_pretrained on the command line: labelled by the
+  // model it runs, not by the preset it no longer uses.
+  Config preset_named = load("[model]\nname = \"tiny\"\n");
+  EXPECT_EQ(preset_named.getString("model.name"), "SmolLM2-135M");
+  EXPECT_EQ(preset_named.getInt("model.dim"), 576);
+  EXPECT_EQ(load("[model]\nname = \"my-smol\"\n").getString("model.name"), "my-smol");
+  EXPECT_EQ(load("", {"model.name=tiny"}).getString("model.name"), "SmolLM2-135M");
+}
+
 TEST_F(HfConfigTest, DisagreeingKeyNamesBothValuesAgreeingKeyIsAccepted) {
   write(kLlama);
   std::string e = errorOf("[model]\nn_kv_heads = 9\n");
