@@ -2,14 +2,18 @@
 """Markdown report of `scripts/bench.sh tune`: `sweep_tagger tune` against the exhaustive sweep
 of the same space, both run on this machine one after the other.
 
-RUNS holds exhaustive/ (scripts/sweep.sh, every point once), exhaustive.csv and
-exhaustive.best (`aggregate`, `aggregate --best tokens_per_s`), tune/ (the tune's run
-directories and tune/tune/report.md), and the wall times, load averages and CPU model.
+RUNS holds exhaustive/ (scripts/sweep.sh, every point `repeats` times, round-robin),
+exhaustive.csv (`aggregate`), tune/ (the tune's run directories and tune/tune/report.md), and
+the wall times, load averages and CPU model.
 
-Targets: tune's winner is the exhaustive sweep's first, or within that sweep's noise of it
-(the two configurations' step bands p10-p90 of the exhaustive runs overlap: the rule of
-`aggregate --best`); tune's machine time <= 35 % of the exhaustive sweep's; the step-time
-model's median error on the measured points <= 25 %.
+A configuration of the exhaustive sweep is ranked by the median of its runs' dataset tokens/s,
+as `aggregate --best` ranks (sweep_tagger/compare.h). Targets: tune's winner is the exhaustive
+sweep's first, or within that sweep's noise of it by `aggregate --best`'s rule: the winner is
+within noise of the first unless every test that can be made separates them: (a) with two runs
+or more each, the ranges of their runs' figures do not overlap; (b) their step bands (each
+run's figure scaled by its steps' p10/p50 and p90/p50 padded tokens/s, spanned over its runs)
+do not overlap. Tune's machine time <= 35 % of the exhaustive sweep's; the step-time model's
+median error on the measured points <= 25 %.
 Usage: bench_tune_report.py ROOT (a part per subdirectory: local/, net/)
 """
 import csv
@@ -40,10 +44,37 @@ def band(row):
             tps * float(row["step_tokens_per_s_padded_p90"]) / p50)
 
 
-def stability(runs, ranked):
-    """Each configuration of tune's final round against its exhaustive-sweep run: the same
-    machine, the same day, another run. Where the exhaustive figure falls outside the range of
-    tune's runs of it, one run's step band understates the run-to-run noise."""
+def groups(rows, key):
+    """Rows by configuration: each with its runs' figures, median, step band and noisy flag."""
+    g = {}
+    for r in rows:
+        g.setdefault(key(r), []).append(r)
+    out = {}
+    for p, rs in g.items():
+        tps = sorted(float(r["tokens_per_s_dataset"]) for r in rs)
+        n = len(tps)
+        bands = [band(r) for r in rs]
+        out[p] = {"tps": tps, "median": (tps[(n - 1) // 2] + tps[n // 2]) / 2,
+                  "lo": min(b[0] for b in bands), "hi": max(b[1] for b in bands),
+                  "noisy": any(r.get("is_valid") == "noisy" for r in rs)}
+    return out
+
+
+def within_noise(a, b):
+    """aggregate --best's rule (compare.h): a beats b beyond noise only when every test that
+    can be made holds; the name of the test that fails, or None when a is beyond noise."""
+    if len(a["tps"]) >= 2 and len(b["tps"]) >= 2 and min(a["tps"]) <= max(b["tps"]):
+        return "their runs' ranges overlap"
+    if a["lo"] <= b["hi"]:
+        return "their step bands overlap"
+    return None
+
+
+def stability(runs, exhaustive):
+    """Each configuration of tune's final round against its exhaustive-sweep runs (exhaustive:
+    groups() of the exhaustive table, best first): the same machine, the same day, other runs.
+    Where the two ranges do not overlap, the exhaustive sweep's runs understate the run-to-run
+    noise."""
     path = Path(runs) / "tune.csv"
     if not path.exists():
         return []
@@ -52,37 +83,32 @@ def stability(runs, ranked):
     rows = [{**const, **r} for r in csv.DictReader(open(path))
             if r["status"] == "completed" and r["tokens_per_s_dataset"]]
     # a configuration by the axes the exhaustive table has (it leaves out a key all its runs share)
+    # a configuration by the axes the exhaustive table has (it leaves out a key all its runs share)
     def key(r):
-        return tuple(r.get(k, "") if ranked and k in ranked[0] else "" for k in AXES)
+        return tuple(r.get(k, "") if k in keys else "" for k in AXES)
 
+    keys = {k for k in AXES if any(p[AXES.index(k)] for p in exhaustive)}
     final = max((int(r["steps_done"]) for r in rows), default=0)
-    by_point = {}
-    for r in rows:
-        if int(r["steps_done"]) == final:
-            by_point.setdefault(key(r), []).append(float(r["tokens_per_s_dataset"]))
-    ex = {key(r): r for r in ranked}
+    by_point = groups([r for r in rows if int(r["steps_done"]) == final], key)
     out = ["##### The same configurations run again",
            "",
-           "Tune's final-round runs of a configuration against that configuration's run in the "
-           "exhaustive sweep (the same machine, one after the other; tune's runs leave out "
-           "[tune] skip_steps first steps, the exhaustive runs the base's "
-           "metrics.skip_first_steps):",
+           "Tune's final-round runs of a configuration against that configuration's runs in the "
+           "exhaustive sweep (the same machine, one after the other, the same steps measured):",
            "",
-           "| configuration | exhaustive: tokens/s (steps p10-p90) | tune's final runs: tokens/s | "
-           "exhaustive figure within tune's runs' range |",
+           "| configuration | exhaustive: tokens/s of its runs | tune's final runs: tokens/s | "
+           "the two ranges overlap |",
            "|---|---|---|---|"]
-    outside = 0
-    for p, tps in sorted(by_point.items(), key=lambda kv: -max(kv[1])):
-        if p not in ex:
+    apart = 0
+    for p, t in sorted(by_point.items(), key=lambda kv: -kv[1]["median"]):
+        if p not in exhaustive:
             continue
-        e = float(ex[p]["tokens_per_s_dataset"])
-        lo, hi = band(ex[p])
-        inside = min(tps) <= e <= max(tps)
-        outside += not inside
-        out.append(f"| {label(p)} | {e:.1f} ({lo:.1f}-{hi:.1f}) | "
-                   f"{', '.join(f'{t:.1f}' for t in tps)} | {'yes' if inside else 'no'} |")
-    out += ["", f"{outside} of {len(out) - 6} exhaustive figures fall outside the range of "
-            "tune's own runs of the same configuration."]
+        e = exhaustive[p]["tps"]
+        overlap = min(t["tps"]) <= max(e) and min(e) <= max(t["tps"])
+        apart += not overlap
+        out.append(f"| {label(p)} | {', '.join(f'{x:.1f}' for x in e)} | "
+                   f"{', '.join(f'{x:.1f}' for x in t['tps'])} | {'yes' if overlap else 'no'} |")
+    out += ["", f"In {apart} of {len(out) - 6} configurations the exhaustive runs and tune's "
+            "own runs do not overlap."]
     return out
 
 
@@ -100,10 +126,11 @@ def part(runs, title):
     runs = Path(runs)
     rows = [r for r in csv.DictReader(open(runs / "exhaustive.csv"))
             if r["status"] == "completed" and r["tokens_per_s_dataset"]]
-    ranked = sorted(rows, key=lambda r: -float(r["tokens_per_s_dataset"]))
+    by_point = groups(rows, point_of)
+    order = sorted(by_point, key=lambda p: -by_point[p]["median"])
+    repeats = max(len(g["tps"]) for g in by_point.values())
     report = text(runs / "tune" / "tune" / "report.md")
     winner = winner_of(report)
-    by_point = {point_of(r): r for r in ranked}
     ex_wall, tune_wall = float(text(runs / "exhaustive.wall")), float(text(runs / "tune.wall"))
     err = re.search(r"Median \|predicted / measured - 1\| over (\d+) measured point\(s\): "
                     r"([\d.]+) % with the compute scale fitted on the other points \(leave one "
@@ -115,36 +142,41 @@ def part(runs, title):
            f"{text(runs / 'nproc')} cores. Load average (1, 5, 15 min) before the exhaustive sweep "
            f"{text(runs / 'load.exhaustive')}, before the tune {text(runs / 'load.tune')}, after "
            f"{text(runs / 'load.after')}. Space: `{text(runs / 'space')}` "
-           f"({len(rows)} points completed in the exhaustive sweep). Both ran alone on the "
-           "machine, one after the other; the run directories are under "
+           f"({len(by_point)} configurations, {len(rows)} runs completed in the exhaustive sweep). "
+           "Both ran alone on the machine, one after the other; the run directories are under "
            "results/bench/runs/tune/.", "",
-           "##### The exhaustive sweep (scripts/sweep.sh: every point once)", "",
-           "| rank | configuration | dataset tokens/s | steps p10-p90 tokens/s | noisy |",
-           "|---|---|---|---|---|"]
-    for i, r in enumerate(ranked, 1):
-        lo, hi = band(r)
-        out.append(f"| {i} | {label(point_of(r))} | {float(r['tokens_per_s_dataset']):.1f} | "
-                   f"{lo:.1f}-{hi:.1f} | {'yes' if r['is_valid'] == 'noisy' else ''} |")
-    first = point_of(ranked[0])
+           f"##### The exhaustive sweep (scripts/sweep.sh: every point "
+           f"{'once' if repeats == 1 else f'{repeats} times, round-robin'})", "",
+           "| rank | configuration | median dataset tokens/s | its runs | steps p10-p90 tokens/s "
+           "| noisy |",
+           "|---|---|---|---|---|---|"]
+    for i, p in enumerate(order, 1):
+        g = by_point[p]
+        out.append(f"| {i} | {label(p)} | {g['median']:.1f} | "
+                   f"{', '.join(f'{x:.1f}' for x in g['tps'])} | {g['lo']:.1f}-{g['hi']:.1f} | "
+                   f"{'yes' if g['noisy'] else ''} |")
+    first = order[0]
     out += ["", f"Machine time: {ex_wall / 60:.1f} min (wall time of scripts/sweep.sh on one "
             "machine).", "", "##### sweep_tagger tune", ""]
     if winner is None:
         out.append(f"No winner: see {runs}/tune/tune/report.md.")
     else:
-        at = [point_of(r) for r in ranked].index(winner) + 1 if winner in by_point else None
+        at = order.index(winner) + 1 if winner in by_point else None
         if winner == first:
             verdict = "the exhaustive sweep's first: met"
         elif at is None:
             verdict = "not measured by the exhaustive sweep: not met"
         else:
-            (wlo, whi), (flo, fhi) = band(by_point[winner]), band(ranked[0])
-            within = whi >= flo
-            verdict = (f"the exhaustive sweep's #{at}; its step band {wlo:.1f}-{whi:.1f} and the "
-                       f"first's {flo:.1f}-{fhi:.1f} " +
-                       ("overlap: within that sweep's noise, met" if within
-                        else "do not overlap: beyond noise, not met"))
+            w, f = by_point[winner], by_point[first]
+            why = within_noise(f, w)
+            verdict = (f"the exhaustive sweep's #{at} (median {w['median']:.1f} against the "
+                       f"first's {f['median']:.1f}; runs {', '.join(f'{x:.1f}' for x in w['tps'])} "
+                       f"against {', '.join(f'{x:.1f}' for x in f['tps'])}; step bands "
+                       f"{w['lo']:.1f}-{w['hi']:.1f} against {f['lo']:.1f}-{f['hi']:.1f}): " +
+                       (f"{why}: within that sweep's noise, met" if why
+                        else "beyond noise by every test: not met"))
         out.append(f"Winner: {label(winner)}: {verdict}.")
-    same = stability(runs, ranked)
+    same = stability(runs, by_point)
     out += [""] + same if same else []
     if text(runs / "tune.rerun"):
         out += ["", text(runs / "tune.rerun")]

@@ -45,13 +45,17 @@ std::string candidateName(const SweepSpec& spec, const SweepPoint& p) {
   return s.empty() ? p.tag : s;
 }
 
-// The sweep's points with the round's keys: training.max_steps = steps.
+// The sweep's points with the round's keys: training.max_steps = steps; the last round
+// (final_steps) skips the base's metrics.skip_first_steps, as the exhaustive sweep's runs
+// do, the rounds before it [tune] skip_steps.
 std::vector<SweepPoint> roundPoints(const TuneState& s, int64_t steps) {
+  const TuneSettings& st = s.space.settings;
   SweepSpec spec = s.space.sweep;
   spec.repeats = 1;
+  const int64_t skip = steps == st.final_steps ? st.final_skip_steps : st.skip_steps;
   for (const std::string& kv :
        {"training.max_steps=" + std::to_string(steps),
-        "metrics.skip_first_steps=" + std::to_string(s.space.settings.skip_steps),
+        "metrics.skip_first_steps=" + std::to_string(skip),
         std::string("checkpoint.save_final=false")})
     spec.overrides.push_back(kv);
   return expandSweep(spec);

@@ -17,7 +17,8 @@
 //    top two until the ranking (compare.h bestReport) says the winner is beyond noise
 //    or each has max_repeats runs.
 //    Every run is an ordinary run directory of RESULTS_DIR (training.max_steps = the
-//    round's steps, metrics.skip_first_steps = skip_steps, no final checkpoint): a
+//    round's steps, metrics.skip_first_steps = skip_steps, or the base's in the last
+//    round, as an exhaustive sweep's runs, no final checkpoint): a
 //    completed one is reused, so an interrupted tune resumes where it stopped, and
 //    `aggregate RESULTS_DIR` reads them. A run that fails drops its point with the status.
 //    With --budget-minutes, no run starts once the runs' machine time (wall time × nodes)

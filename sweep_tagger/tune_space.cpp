@@ -92,8 +92,9 @@ TuneSpace loadTuneSpace(const std::string& path, const std::vector<std::string>&
   if (const toml::table* m = root["machines"].as_table()) readMachines(path, *m, s);
   if (const toml::table* t = root["tune"].as_table()) readSettings(path, *t, s.settings);
   TuneSettings& st = s.settings;
-  if (st.final_steps == 0)
-    st.final_steps = Config::load(s.sweep.base, s.sweep.overrides).getInt("training.max_steps");
+  const Config base = Config::load(s.sweep.base, s.sweep.overrides);
+  if (st.final_steps == 0) st.final_steps = base.getInt("training.max_steps");
+  st.final_skip_steps = base.getInt("metrics.skip_first_steps");
   const std::string at = path + " [tune]";
   if (st.skip_steps >= st.first_steps)
     throw ConfigError("tune.first_steps", at,
@@ -106,6 +107,12 @@ TuneSpace loadTuneSpace(const std::string& path, const std::vector<std::string>&
                       "final_steps = " + std::to_string(st.final_steps) +
                           " is below first_steps = " + std::to_string(st.first_steps),
                       "raise final_steps (or the base config's training.max_steps)");
+  if (st.final_skip_steps >= st.final_steps)
+    throw ConfigError("tune.final_steps", at,
+                      "final_steps = " + std::to_string(st.final_steps) +
+                          " leaves no measured step after the base's metrics.skip_first_steps = " +
+                          std::to_string(st.final_skip_steps) + " (" + s.sweep.base + ")",
+                      "raise final_steps, or lower the base's metrics.skip_first_steps");
   return s;
 }
 

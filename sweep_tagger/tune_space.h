@@ -12,7 +12,8 @@
 //   [tune]
 //   first_steps = 4           # steps of a first-round run (the first skip_steps unmeasured,
 //                             #   at least one measured)
-//   skip_steps = 1            # metrics.skip_first_steps of every tune run
+//   skip_steps = 1            # metrics.skip_first_steps of the rounds before the last (the
+//                             #   last round's runs keep the base's, as an exhaustive sweep's)
 //   eta = 3                   # each round keeps the best 1/eta and gives them eta× the steps
 //   final_steps = 8           # steps of the last round (default: the base's max_steps)
 //   model_keep = 1.5          # points the model predicts slower than this × the best
@@ -36,6 +37,7 @@ namespace ftb {
 
 struct TuneSettings {
   int64_t first_steps = 4, skip_steps = 1, eta = 3, final_steps = 0, max_repeats = 3;
+  int64_t final_skip_steps = 0;  // the base's metrics.skip_first_steps (read, not a [tune] key)
   double model_keep = 1.5, run_timeout_s = 900;
 };
 

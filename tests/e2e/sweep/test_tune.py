@@ -107,6 +107,12 @@ def test_tune_runs_ordinary_runs_writes_the_winner_and_resumes(tmp_path):
     rows = list(csv.DictReader(io.StringIO(agg.stdout)))
     assert sorted(r["steps_done"] for r in rows) == ["3"] * 4 + ["5"] * 2
     assert {r["status"] for r in rows} == {"completed"}
+    # Rounds before the last skip [tune] skip_steps (1); the last round skips the base's
+    # metrics.skip_first_steps (tiny.toml: the default 2), as an exhaustive sweep's runs.
+    skips = {int(re.search(r"^max_steps = (\d+)", (res / d / "run.toml").read_text(), re.M)[1]):
+             int(re.search(r"^skip_first_steps = (\d+)", (res / d / "run.toml").read_text(),
+                           re.M)[1]) for d in dirs}
+    assert skips == {3: 1, 5: 2}, skips
     # The winner is the best final-round run by dataset tokens/s.
     final = [r for r in rows if r["steps_done"] == "5"]
     best = max(final, key=lambda r: float(r["tokens_per_s_dataset"]))
@@ -151,4 +157,12 @@ def test_bad_tune_keys_exit_2_naming_the_key(tmp_path, machines, tune_keys, key,
     assert p.returncode == 2, p.stdout + p.stderr
     assert key in p.stderr and what in p.stderr, p.stderr
     assert re.search(r"space\.toml:\d+", p.stderr), p.stderr
+    assert not (tmp_path / "res").exists()
+
+
+def test_a_last_round_the_bases_skipped_steps_leave_unmeasured_exits_2(tmp_path):
+    p = tune(space(tmp_path), tmp_path / "res", "metrics.skip_first_steps=5", "--dry-run",
+             *FIGURES)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "tune.final_steps" in p.stderr and "metrics.skip_first_steps = 5" in p.stderr, p.stderr
     assert not (tmp_path / "res").exists()
