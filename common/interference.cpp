@@ -55,16 +55,21 @@ std::string readSmall(int dir_fd, const std::string& rel) {
   return n > 0 ? std::string(buf, size_t(n)) : "";
 }
 
-std::map<int, ThreadSched> readThreads() {
+// schedstat of the threads `only` names (those still alive), or of every thread when empty.
+std::map<int, ThreadSched> readThreads(const std::vector<int>& only) {
   std::map<int, ThreadSched> out;
   DIR* d = opendir("/proc/self/task");
   if (!d) return out;
   const int dfd = dirfd(d);
-  while (dirent* e = readdir(d)) {
-    const int tid = std::atoi(e->d_name);
-    if (tid <= 0) continue;
+  auto read = [&](const std::string& tid) {
     ThreadSched t;
-    if (parseSchedstat(readSmall(dfd, std::string(e->d_name) + "/schedstat"), t)) out[tid] = t;
+    if (parseSchedstat(readSmall(dfd, tid + "/schedstat"), t)) out[std::atoi(tid.c_str())] = t;
+  };
+  if (only.empty()) {
+    while (dirent* e = readdir(d))
+      if (std::atoi(e->d_name) > 0) read(e->d_name);
+  } else {
+    for (int tid : only) read(std::to_string(tid));
   }
   closedir(d);
   return out;
@@ -176,7 +181,7 @@ InterferenceSampler::InterferenceSampler(int compute_threads)
 
 SchedSample InterferenceSampler::sample() const {
   SchedSample s;
-  s.threads = readThreads();
+  s.threads = readThreads(tids_);
   s.ticks_ok = !cpus_.empty() && parseProcStat(procStatCpuLines(), cpus_, s.ticks);
   rusage ru{};
   if (getrusage(RUSAGE_SELF, &ru) == 0) s.nivcsw = ru.ru_nivcsw;
@@ -185,6 +190,12 @@ SchedSample InterferenceSampler::sample() const {
     s.cpu_ns = int64_t(cpu.tv_sec) * 1'000'000'000 + cpu.tv_nsec;
   s.wall_s = steadyNow();
   return s;
+}
+
+void InterferenceSampler::setComputeTids(std::vector<int> tids) {
+  tids_ = std::move(tids);
+  threads_ = std::max(static_cast<int>(tids_.size()), 1);
+  last_ = sample();
 }
 
 InterferenceFigures InterferenceSampler::next() {

@@ -2,18 +2,21 @@
 // something else held its CPUs. No libtorch.
 //
 // What is sampled (InterferenceSampler::sample(), Linux /proc; a few dozen small reads):
-// - per thread of this process, /proc/self/task/<tid>/schedstat: field 1 = ns on a CPU,
-//   field 2 = ns waiting on a run queue (runnable, not running), field 3 = timeslices;
+// - per compute thread of this process (setComputeTids: the main thread and the intra-op
+//   pool; by default every thread), /proc/self/task/<tid>/schedstat: field 1 = ns on a
+//   CPU, field 2 = ns waiting on a run queue (runnable, not running), field 3 = timeslices;
 // - /proc/stat, the "cpuN" lines of the CPUs this process is bound to (sched_getaffinity):
 //   busy ticks (user + nice + system + irq + softirq), steal ticks, all ticks;
 // - getrusage(RUSAGE_SELF).ru_nivcsw: involuntary context switches of all threads;
 // - the steady clock.
 //
 // Figures between two samples a -> b (interferenceBetween), wall = b.wall - a.wall:
-// - wait_frac   = Σ over threads of Δ run-queue wait / (wall × compute_threads), where
-//                 compute_threads is the rank's intra-op thread count (threads that only
-//                 sleep, e.g. a watchdog, add no wait). A thread started after `a` counts
-//                 from 0; one that ended before `b` is left out of that interval.
+// - wait_frac   = Σ over the sampled threads of Δ run-queue wait / (wall × compute_threads),
+//                 where compute_threads is the rank's compute thread count. Helper threads
+//                 (a data prefetcher, a communication worker, a watchdog) are not sampled
+//                 once setComputeTids names the compute threads: a helper that waits for
+//                 a CPU while the compute threads run does not slow the step. A thread
+//                 started after `a` counts from 0; one that ended before `b` is left out.
 // - steal_frac  = Δ steal ticks / Δ all ticks on the bound CPUs (a hypervisor ran
 //                 another guest while this one wanted the CPU).
 // - other_load  = (Δ busy ticks on the bound CPUs × tick length - Δ this process's CPU
@@ -92,6 +95,10 @@ class InterferenceSampler {
  public:
   // compute_threads: the rank's intra-op threads; bound CPUs from sched_getaffinity.
   explicit InterferenceSampler(int compute_threads);
+  // From now on samples hold only these threads of this process (the rank's compute
+  // threads), and compute_threads is their count; the interval of next() restarts.
+  // REQUIRES: tids non-empty, each a thread of this process (gettid()).
+  void setComputeTids(std::vector<int> tids);
   SchedSample sample() const;
   // Figures since the previous call (the first call: since construction).
   InterferenceFigures next();
@@ -100,6 +107,7 @@ class InterferenceSampler {
 
  private:
   int threads_;
+  std::vector<int> tids_;  // empty: every thread of the process
   std::vector<int> cpus_;
   double tick_hz_;
   SchedSample last_;

@@ -87,8 +87,9 @@ constexpr std::array<StepColumn, kStepColumnCount> kColumns = {{
      "fraction of the interval this rank's compute threads were runnable but not running: "
      "runqueue_wait_frac + cpu_steal_frac, at most 1; NaN where /proc is unreadable (rank)"},
     {C::kRunqueueWaitFrac, "runqueue_wait_frac", "1", kFloat, kNaN,
-     "run-queue wait of this rank's threads (/proc/self/task/*/schedstat field 2) / "
-     "(interval x intra-op threads); NaN where /proc is unreadable (rank)"},
+     "run-queue wait of this rank's compute threads (the main thread and the intra-op pool; "
+     "/proc/self/task/*/schedstat field 2) / (interval x those threads); NaN where /proc is "
+     "unreadable (rank)"},
     {C::kCpuStealFrac, "cpu_steal_frac", "1", kFloat, kNaN,
      "steal ticks / all ticks of the CPUs this rank is bound to; NaN where /proc/stat is "
      "unreadable (rank)"},

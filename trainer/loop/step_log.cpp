@@ -132,6 +132,7 @@ StepLog::StepLog(const TrainConfig& tc, MetricsFile& metrics, const RunPeaks& pe
       rank_(rank),
       world_(world),
       interference_(at::get_num_threads()) {
+  interference_.setComputeTids(computeThreadIds());  // helper threads' waits do not count
   metrics_.declareStepColumns();
   const FlopsCount f = trainingFlops(tc.model, tc.lora, tc.data.seq_len);
   metrics_.setRootAttr("flops_formula", f.formula);

@@ -1,9 +1,14 @@
 #include "trainer/metrics/perf.h"
 
+#include <ATen/Parallel.h>
 #include <dlfcn.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <ctime>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 
 #include "trainer/metrics/deadline.h"
@@ -96,6 +101,44 @@ double measureGemmPeak(torch::ScalarType dtype, int64_t n, int reps) {
                            c10::toString(dtype) + " on " + dev.str() + ", ATen)";
   return measureWithDeadline(what, gemmMeasureBytes(dtype, n, dev.is_cuda()), kMeasureDeadlineS,
                              [&] { return timeGemm(dtype, n, reps); });
+}
+
+namespace {
+
+struct TidSink {
+  std::mutex m;
+  std::vector<int> tids;
+};
+
+void recordTid(void* sink) {
+  auto* s = static_cast<TidSink*>(sink);
+  const int tid = static_cast<int>(::syscall(SYS_gettid));
+  std::lock_guard<std::mutex> lock(s->m);
+  s->tids.push_back(tid);
+}
+
+}  // namespace
+
+std::vector<int> computeThreadIds() {
+  TidSink sink;
+  recordTid(&sink);
+  // ATen's OpenMP parallel_for is a `#pragma omp parallel` inlined from its headers, which
+  // this file (built without -fopenmp) would run serially: open the same parallel region
+  // through the OpenMP runtime libtorch loaded (libgomp's entry point, default team size:
+  // at::set_num_threads' omp_set_num_threads), so its team is the intra-op pool.
+  using GompParallel = void (*)(void (*)(void*), void*, unsigned, unsigned);
+  static const auto gomp = reinterpret_cast<GompParallel>(dlsym(RTLD_DEFAULT, "GOMP_parallel"));
+  if (gomp != nullptr) {
+    gomp(recordTid, &sink, 0, 0);
+  } else {  // ATen's native pool: its parallel_for runs inside libtorch
+    const int64_t n = std::max(at::get_num_threads(), 1);
+    at::parallel_for(0, n, 1, [&](int64_t, int64_t) { recordTid(&sink); });
+  }
+  std::vector<int> tids = std::move(sink.tids);
+  std::sort(tids.begin(), tids.end());
+  tids.erase(std::unique(tids.begin(), tids.end()), tids.end());
+  tids.erase(std::remove(tids.begin(), tids.end(), 0), tids.end());
+  return tids;
 }
 
 int64_t peakRssBytes() { return procStatusKb("VmHWM") * 1024; }

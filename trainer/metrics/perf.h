@@ -13,6 +13,11 @@
 //   estimate is over. Where the compute dtype has no fast kernel (bf16 on AVX2 runs at
 //   0.1-0.7 GFLOP/s, a 2048^3 product two minutes) the peak GEMM stays seconds long.
 //   Runs under measureWithDeadline (deadline.h).
+// - computeThreadIds(): the thread ids (gettid) of this rank's compute threads: the
+//   calling thread and every thread of the intra-op pool (one parallel region of the
+//   OpenMP runtime libtorch uses, each team thread recording itself; ATen's parallel_for
+//   where there is none), distinct, sorted. For
+//   InterferenceSampler::setComputeTids. REQUIRES: called outside a parallel region.
 // - peakRssBytes() is VmHWM of this process (Linux), currentRssBytes() VmRSS.
 // - allocatorDirtyBytes(): bytes jemalloc holds in freed pages it has not returned to
 //   the OS (all arenas, stats refreshed); -1 when the process does not run on jemalloc
@@ -26,6 +31,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "trainer/metrics/device.h"
 
@@ -36,6 +42,7 @@ inline constexpr int kGpuGemmBatch = 10;
 inline constexpr int64_t kFitGemmMinN = 256;
 double measureGemmPeak(torch::ScalarType dtype, int64_t n = 2048, int reps = 3);
 int64_t fitGemmSize(torch::ScalarType dtype, int64_t max_n, double budget_s);
+std::vector<int> computeThreadIds();
 int64_t peakRssBytes();
 int64_t currentRssBytes();
 int64_t allocatorDirtyBytes();

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <pthread.h>
 #include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -147,6 +149,38 @@ TEST(Interference, LiveSampleSeesACompetingThreadOnTheSameCpu) {
   // Two threads sharing one CPU: the process's CPU time is about the interval, not twice it.
   EXPECT_GT(f.cpu_thread_s, 0.8 * f.wall_s);
   EXPECT_LT(f.cpu_thread_s, 1.2 * f.wall_s);
+}
+
+// The main thread sleeps while two helper threads spin on its one CPU: every thread of the
+// process waits for the CPU about half the interval, but the compute thread (the main one)
+// hardly at all. A sampler told the compute threads leaves the helpers' waits out.
+TEST(Interference, ComputeTidsLeaveHelperThreadsWaitsOut) {
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(sched_getcpu(), &one);
+  cpu_set_t old;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(old), &old), 0);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+  std::atomic<bool> stop{false};
+  auto spin = [&] {  // inherits the one-CPU mask
+    while (!stop.load()) {
+    }
+  };
+  std::thread helper1(spin), helper2(spin);
+  InterferenceSampler every(1);
+  InterferenceSampler compute(1);
+  compute.setComputeTids({static_cast<int>(::syscall(SYS_gettid))});
+  EXPECT_EQ(compute.computeThreads(), 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const InterferenceFigures all = every.next(), mine = compute.next();
+  stop.store(true);
+  helper1.join();
+  helper2.join();
+  sched_setaffinity(0, sizeof(old), &old);
+  ASSERT_FALSE(std::isnan(all.interference)) << "schedstat unreadable on this kernel";
+  EXPECT_GT(all.wait_thread_s, 0.3 * all.wall_s) << describeInterference(all, 1);
+  EXPECT_LT(mine.wait_thread_s, 0.1 * mine.wall_s) << describeInterference(mine, 1);
+  EXPECT_LT(mine.wait_frac, 0.1) << describeInterference(mine, 1);
 }
 
 }  // namespace
