@@ -72,7 +72,7 @@ def within_noise(a, b):
 
 def stability(runs, exhaustive):
     """Each configuration of tune's final round against its exhaustive-sweep runs (exhaustive:
-    groups() of the exhaustive table, best first): the same machine, the same day, other runs.
+    groups() of the exhaustive table): the same machine, the same day, other runs.
     Where the two ranges do not overlap, the exhaustive sweep's runs understate the run-to-run
     noise."""
     path = Path(runs) / "tune.csv"
@@ -83,11 +83,11 @@ def stability(runs, exhaustive):
     rows = [{**const, **r} for r in csv.DictReader(open(path))
             if r["status"] == "completed" and r["tokens_per_s_dataset"]]
     # a configuration by the axes the exhaustive table has (it leaves out a key all its runs share)
-    # a configuration by the axes the exhaustive table has (it leaves out a key all its runs share)
+    keys = {k for k in AXES if any(p[AXES.index(k)] for p in exhaustive)}
+
     def key(r):
         return tuple(r.get(k, "") if k in keys else "" for k in AXES)
 
-    keys = {k for k in AXES if any(p[AXES.index(k)] for p in exhaustive)}
     final = max((int(r["steps_done"]) for r in rows), default=0)
     by_point = groups([r for r in rows if int(r["steps_done"]) == final], key)
     out = ["##### The same configurations run again",

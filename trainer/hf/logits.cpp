@@ -22,6 +22,7 @@
 #include "trainer/hf/pretrained.h"
 #include "trainer/hf/safetensors.h"
 #include "trainer/model/llama.h"
+#include "trainer/model/lora.h"
 
 namespace ftb::hf {
 namespace {
@@ -244,15 +245,16 @@ std::vector<std::vector<int64_t>> logitsInput(const cxxopts::ParseResult& r,
 void mergeAdapterPieces(std::vector<ckpt::StatePiece>& pieces, double scale) {
   std::map<std::string, torch::Tensor> by_name;
   for (const ckpt::StatePiece& p : pieces) by_name[p.name] = p.view;
-  const std::string a_suffix = ".lora_A.weight";
-  for (const auto& [name, a] : by_name) {
-    if (name.size() <= a_suffix.size() ||
-        name.compare(name.size() - a_suffix.size(), a_suffix.size(), a_suffix) != 0)
+  const std::string weight = ".weight";
+  for (auto& [name, w] : by_name) {
+    if (name.size() <= weight.size() || name.compare(name.size() - weight.size(), weight.size(),
+                                                     weight) != 0)
       continue;
-    const std::string prefix = name.substr(0, name.size() - a_suffix.size());
-    torch::Tensor b = by_name.at(prefix + ".lora_B.weight");
-    torch::Tensor w = by_name.at(prefix + ".weight");
-    w.add_(torch::matmul(b, a) * scale);
+    const std::string prefix = name.substr(0, name.size() - weight.size());
+    const auto a = by_name.find(loraAName(prefix));
+    if (a == by_name.end()) continue;  // not a LoRA target (or an adapter's own matrix)
+    torch::Tensor& b = by_name.at(loraBName(prefix));
+    w.add_(torch::matmul(b, a->second) * scale);
     b.zero_();
   }
 }

@@ -137,7 +137,6 @@ std::vector<int> computeThreadIds() {
   std::vector<int> tids = std::move(sink.tids);
   std::sort(tids.begin(), tids.end());
   tids.erase(std::unique(tids.begin(), tids.end()), tids.end());
-  tids.erase(std::remove(tids.begin(), tids.end(), 0), tids.end());
   return tids;
 }
 

@@ -15,7 +15,8 @@ multilingual corpus):
    it exports loads in PEFT, whose loss over the assistant tokens of a batch equals the
    trainer's (1e-5, fp32), and `trainer logits --model --adapter --merge-adapter` on
    conversations of unequal length gives the logits of PEFT's merged model (merge_and_unload)
-   within 1e-5 of the largest logit; the LoRA checkpoint itself given as `trainer logits --checkpoint` exits 2 pointing at --adapter.
+   within 1e-5 of the largest logit; the LoRA checkpoint itself given as
+   `trainer logits --checkpoint` exits 2 pointing at --adapter.
 3. Bad input exits 2 before the run directory exists: a role other than system, user and
    assistant, a message without content, no messages list (naming file:line); a template that
    is neither Llama 3's nor ChatML, no template, a tokenizer without byte-level pre-tokens
@@ -275,7 +276,8 @@ def test_logits_with_the_exported_adapter_equal_the_merged_peft_model(lora_run, 
     ids.write_text("".join(json.dumps({"input_ids": r}) + "\n" for r in rows))
     out = tmp_path / "l.safetensors"
     p = subprocess.run([str(TRAINER), "logits", "--model", str(d / "m"), "--adapter",
-                        str(d / "adapter"), "--merge-adapter", "--ids-file", str(ids), "--out", str(out)],
+                        str(d / "adapter"), "--merge-adapter", "--ids-file", str(ids), "--out",
+                        str(out)],
                        env=base_env(), capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     got = safetensors_numpy.load_file(str(out))
