@@ -288,6 +288,21 @@ void activations(const TrainConfig& tc, const Counts& c, const StageShare& sh, M
   e.comm_buffers += sh.transfers * elt * B * T * D;
 }
 
+// training.optimizer_offload = "host" on a GPU (trainer/optim/offload.h): the optimizer state
+// leaves the device for host memory, beside a host copy of the parameters it updates (the
+// rank's shard under ZeRO; LoRA's adapters) and a buffer of their gradients, in their dtype.
+void optimizerOffload(const TrainConfig& tc, const Counts& c, double L, MemoryEstimate& e) {
+  if (tc.training.optimizer_offload != "host" || tc.training.device.rfind("cuda", 0) != 0) return;
+  const bool lora = tc.lora.enabled();
+  const double trained =
+      lora ? L * loraBlockParams(tc.model, tc.lora, tc.layout.tp) : L * c.block + c.root;
+  const int stage = static_cast<int>(tc.layout.effectiveZeroStage());
+  const double shard = stage >= 1 ? trained / double(tc.layout.dp_shard) : trained;
+  const double w = !lora && stage == 0 && tc.training.master_weights == "none" ? 2.0 : 4.0;
+  e.host_offloaded = e.optimizer + 2 * w * shard;
+  e.optimizer = 0;
+}
+
 }  // namespace
 
 MemoryEstimate estimateStage(const TrainConfig& tc, int64_t stage) {
@@ -299,6 +314,7 @@ MemoryEstimate estimateStage(const TrainConfig& tc, int64_t stage) {
   e.checkpointing = tc.training.activation_checkpointing > 0 || tc.layout.effectiveZeroStage() == 3;
   modelStates(tc, c, sh.blocks, e);
   optimizerInBackward(tc, sh, c, e);
+  optimizerOffload(tc, c, sh.blocks, e);
   activations(tc, c, sh, e);
   return e;
 }
@@ -333,6 +349,7 @@ std::string formatMemoryEstimate(const TrainConfig& tc, const MemoryEstimate& e,
                                                      " update, no fp32 masters)"
                                                : "")
      << (tc.training.optimizer_in_backward ? ", optimizer step inside backward" : "")
+     << (e.host_offloaded > 0 ? ", optimizer state on the host" : "")
      << ", micro-batch " << tc.training.micro_batch_size << " x seq " << tc.data.seq_len << "\n";
   if (e.pp_stage >= 0)
     os << "  pipeline stage " << e.pp_stage << " of pp " << tc.layout.pp << " ("
@@ -358,6 +375,8 @@ std::string formatMemoryEstimate(const TrainConfig& tc, const MemoryEstimate& e,
   row("runtime baseline", e.runtime);
   row(std::string("total (") + (e.checkpointing ? "checkpointing" : "no checkpointing") + ")",
       e.total());
+  if (e.host_offloaded > 0)
+    row("host: optimizer state and copies", e.host_offloaded);  // not in the device's total
   for (int64_t st = 0; tc.layout.pp > 1 && st < tc.layout.pp; ++st) {
     const MemoryEstimate se = estimateStage(tc, st);
     row("stage " + std::to_string(st) + " total (" + formatFixed(se.blocks_in_flight, 0) +

@@ -59,6 +59,9 @@ struct MemoryEstimate {
   double comm_buffers = 0, runtime = 0;
   double scratch = 0;          // an NF4 base's one dequantized matrix (lora.base_dtype = "nf4")
   double weight_passes = 0;    // zb_h1: the inputs and output gradients its deferred passes keep
+  // training.optimizer_offload = "host" on a GPU: the optimizer state, the host copy of the
+  // parameters it updates and their gradients' buffer, in host memory (not in total()).
+  double host_offloaded = 0;
   bool checkpointing = false;  // which activation figure the total uses
   bool device = false;         // a GPU's memory (estimateDeviceMemory), else the host's RSS
 

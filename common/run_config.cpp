@@ -255,6 +255,11 @@ void checkTraining(const Config& cfg, const TrainingConfig& c) {
     cfg.failEither("training.activation_offload", "training.device",
                    "moves a GPU's activations to host memory, but training.device is \"cpu\"",
                    "leave training.activation_offload = \"none\" on the CPU");
+  if (c.optimizer_offload == "host" && c.device == "cpu")
+    cfg.failEither("training.optimizer_offload", "training.device",
+                   "moves a GPU's optimizer state to host memory, but training.device is "
+                   "\"cpu\", where it is in host memory already",
+                   "leave training.optimizer_offload = \"none\" on the CPU");
   if (c.device_memory_limit_bytes > 0 && c.device == "cpu")
     cfg.failEither("training.device_memory_limit_gb", "training.device",
                    "caps a GPU's caching allocator, but training.device is \"cpu\"",

@@ -92,6 +92,7 @@ struct TrainingConfig {
   // bf16_update = "stochastic" | "kahan" | "nearest" (trainer/optim/optimizer.h).
   std::string master_weights, bf16_update;
   std::string activation_offload;  // "none" | "host" (trainer/model/activation_checkpoint.h)
+  std::string optimizer_offload;   // "none" | "host" (trainer/optim/offload.h)
   DType dtype = DType::kFp32;
   // training.activation_checkpointing: 0 = none; n = every n-th block recomputes its
   // activations in backward ("full" = 1). Not checkpoint saves: CheckpointConfig::interval.

@@ -373,6 +373,14 @@ void trainingComputeRows(std::vector<KeyRow>& t) {
                        {"none", "host"})),
       M(training.activation_offload)));
   t.push_back(member(
+      addedLater(oneOf(spec("training.optimizer_offload", kString, s("none"),
+                            "\"host\": the optimizer state and a copy of the parameters it "
+                            "updates live in host memory and the step runs on the host's CPU, "
+                            "gradients down and parameters up on a side stream (GPU runs) | "
+                            "\"none\""),
+                       {"none", "host"})),
+      M(training.optimizer_offload)));
+  t.push_back(member(
       ranged(spec("training.threads", kInt, i(0), "intra-op threads; 0 = OMP_NUM_THREADS or 1"),
              atLeast(0)),
       M(training.threads)));

@@ -3,7 +3,8 @@
 # sweep configs/sweeps/demo.toml (seq_len 512/1024 x micro-batch 1/2, a small Llama,
 # 2 data-parallel ranks through `launcher`, each run capped by stop_after_seconds) with
 # scripts/sweep.sh, which shows each trainer's progress and keeps its log, and aggregates it
-# into one table (OUT/summary.md, .csv) with plots (OUT/plots/).
+# into one table (OUT/summary.md, .csv) with plots (OUT/plots/), then ranks the points
+# (`sweep_tagger aggregate --best`; by CPU time as well when runs were noisy).
 #
 #   scripts/demo.sh [OUT]      # OUT default <repo>/results/demo; relative to the caller's dir
 #
@@ -51,4 +52,16 @@ rc=0
 echo
 echo "== throughput of finetuning locally ($OUT/summary.md, plots in $OUT/plots; sweep and aggregation took $(($(date +%s) - start)) s wall time; load average before: $load0)"
 cat "$OUT/summary.md"
+# The ranking (sweep_tagger/docs/compare.md): by wall-clock tokens/s; where the trainer marked
+# runs noisy (other work held their CPUs), by tokens per CPU-second as well, which that work
+# does not stretch. Nothing to rank (every point failed) leaves rc as the sweep set it.
+echo
+echo "== ranking ($TAGGER aggregate $OUT --best tokens_per_s)"
+best=$("$TAGGER" aggregate "$OUT" --best tokens_per_s) || true
+echo "$best"
+if grep -q "noisy run(s)" <<<"$best"; then
+  echo
+  echo "== ranking by each run's own CPU time, as runs were noisy ($TAGGER aggregate $OUT --best tokens_per_cpu_s)"
+  "$TAGGER" aggregate "$OUT" --best tokens_per_cpu_s || true
+fi
 exit "$rc"

@@ -19,7 +19,9 @@ Checks (each prints PASS or FAIL with its figures; the report goes to --report):
               training.device_memory_limit_gb caps the allocator: D2048 fits 40 GB, ends as
               oom (exit 5, /status) under 4 GB; bf16 weights without fp32 masters
               (stochastic, Kahan) against fp32 masters over 200 steps of D512/L8;
-              training.activation_offload = "host" keeps the losses and lowers the D2048 peak
+              training.activation_offload = "host" keeps the losses and lowers the D2048 peak;
+              training.optimizer_offload = "host" keeps the losses (1e-5) and lowers the D2048
+              peak by at least 80 % of the AdamW moments
   nf4         LoRA on an NF4 base (lora.base_dtype = "nf4": quantized and dequantized with ATen
               ops on the device) on the GPU equals the CPU within 1e-4
   seven_b     a Llama-2-7B shape at seq 4096 under a 24 GB cap (bf16 weights, Adafactor inside
@@ -302,6 +304,7 @@ class Check:
             return
         self.bf16_weights()
         self.activation_offload()
+        self.optimizer_offload()
         big = [self.dev(), *LARGE, "training.max_steps=4", "metrics.skip_first_steps=1",
                "checkpoint.save_final=false", *self.args.large_overrides.split()]
         fits, _ = self.run("cap_40", big + ["training.device_memory_limit_gb=40"], timeout=600)
@@ -367,6 +370,31 @@ class Check:
                     f"tiny: max relative loss difference {err:.2e} (expected 0: the same bits); "
                     f"D2048 mb 8 allocator peak {mib(peaks['kept'])} kept, "
                     f"{mib(peaks['offload'])} offloaded (drop {mib(drop)}, the inputs are 1024 MiB)")
+
+    def optimizer_offload(self):
+        """training.optimizer_offload = "host": the tiny model's losses equal the on-device step's
+        within 1e-5 (the host's AdamW kernel rounds as the CPU does, the device's fused one as the
+        GPU does), and D2048 (886 M parameters, AdamW) has an allocator peak lower by at least 80 %
+        of its two fp32 moments (8 bytes per parameter, 6.6 GiB)."""
+        ov = [self.dev(), "checkpoint.interval=0"]
+        ref, _ = self.run("gpu_opt_device", ov)
+        off, _ = self.run("gpu_opt_host", ov + ['training.optimizer_offload="host"'])
+        err = rel_err(losses(off), losses(ref))
+        big = [self.dev(), *LARGE, "training.micro_batch_size=2", "training.max_steps=4",
+               "metrics.skip_first_steps=1", "checkpoint.save_final=false"]
+        peaks, tps = {}, {}
+        for name, extra in (("device", []), ("host", ['training.optimizer_offload="host"'])):
+            out, _ = self.run(f"large_opt_{name}", big + extra, timeout=600)
+            with h5py.File(out / "metrics" / "rank_00000.h5", "r") as f:
+                peaks[name] = float(f.attrs.get("device_peak_allocated_bytes", -1))
+                tps[name] = float(np.median(f["steps"]["tokens_per_s_padded"][1:]))
+        moments = 8.0 * 886e6
+        drop = peaks["device"] - peaks["host"]
+        self.record("optimizer offload", err <= 1e-5 and drop >= 0.8 * moments,
+                    f"tiny: max relative loss difference {err:.2e} (bound 1e-5); D2048 mb 2 allocator "
+                    f"peak {mib(peaks['device'])} on the device, {mib(peaks['host'])} offloaded "
+                    f"(drop {mib(drop)}; the moments are {mib(moments)}); tokens/s "
+                    f"{tps['device']:.0f} -> {tps['host']:.0f}")
 
     def bf16_weights(self):
         """D512/L8 (configs/runs/bench-d512.toml), bf16, 200 steps: bf16 weights without fp32

@@ -161,11 +161,15 @@ std::string placeTensors(const Config& cfg, const TrainConfig& tc, const DistEnv
                           d.device + ")",
                       "use parallel.pp = 1 on GPUs, or training.device = \"cpu\"");
   useComputeDevice(torch::Device(d.device));
-  if (tc.training.activation_offload == "host" && !d.cuda)
-    throw ConfigError("training.activation_offload", cfg.where("training.activation_offload"),
-                      "moves a GPU's activations to host memory, but training.device resolves "
-                      "to " + d.device,
-                      "leave training.activation_offload = \"none\" on the CPU");
+  const struct { const char *key, *what; const std::string& value; } offloads[] = {
+      {"training.activation_offload", "activations", tc.training.activation_offload},
+      {"training.optimizer_offload", "optimizer state", tc.training.optimizer_offload}};
+  for (const auto& [key, what, value] : offloads)
+    if (value == "host" && !d.cuda)
+      throw ConfigError(key, cfg.where(key),
+                        std::string("moves a GPU's ") + what +
+                            " to host memory, but training.device resolves to " + d.device,
+                        std::string("leave ") + key + " = \"none\" on the CPU");
   const double cap = tc.training.device_memory_limit_bytes;
   if (cap > 0 && !capDeviceMemory(cap))
     throw ConfigError(

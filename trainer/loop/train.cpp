@@ -18,6 +18,7 @@
 #include "trainer/hf/pretrained.h"
 #include "trainer/kernels/tensor_runs.h"
 #include "trainer/metrics/perf.h"
+#include "trainer/optim/offload.h"
 #include "trainer/parallel/parallelize.h"
 
 namespace ftb {
@@ -262,7 +263,9 @@ TrainSummary train(const TrainConfig& tc, const Dataset& ds, Distributed& dist,
                       tc.training.beta2,       tc.training.eps,
                       tc.training.weight_decay, tc.training.bf16_update,
                       static_cast<uint64_t>(tc.training.seed)};
-  std::unique_ptr<Optimizer> opt = makeOptimizer(pm.sync->optimizerParams(), oo);
+  std::unique_ptr<Optimizer> opt = tc.training.optimizer_offload == "host"
+                                       ? offloadOptimizer(pm.sync->optimizerParams(), oo)
+                                       : makeOptimizer(pm.sync->optimizerParams(), oo);
   const FlopsCount flops = trainingFlops(tc.model, tc.lora, tc.data.seq_len);
   if (world.rank() == 0)
     FTB_INFO("model " << tc.model.name << ": " << flops.total_params / 1e6 << " M params, "

@@ -1,15 +1,9 @@
 #include "trainer/model/activation_checkpoint.h"
 
-#include <ATen/cuda/CUDAEvent.h>
-#include <c10/cuda/CUDACachingAllocator.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-
 #include <algorithm>
 #include <atomic>
-#include <map>
-#include <mutex>
 
+#include "trainer/kernels/host_copy.h"
 #include "trainer/model/linear.h"
 #include "trainer/model/llama.h"
 
@@ -18,38 +12,19 @@ namespace {
 
 std::atomic<bool> g_activation_offload{false};
 
-// The side stream offload copies run on, one per device (a pool stream, fixed per process).
-c10::cuda::CUDAStream offloadStream(c10::DeviceIndex device) {
-  static std::mutex mu;
-  static std::map<c10::DeviceIndex, c10::cuda::CUDAStream> streams;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = streams.find(device);
-  if (it == streams.end())
-    it = streams.emplace(device, c10::cuda::getStreamFromPool(false, device)).first;
-  return it->second;
-}
-
-// x (CUDA) into pinned host memory on the side stream, after the work that produced x; x's
-// memory is not reused by the caching allocator before the copy is done (recordStream).
+// x (CUDA) into pinned host memory on the side stream, after the work that produced x.
 torch::Tensor offloadToHost(const torch::Tensor& x) {
-  torch::Tensor host =
-      torch::empty(x.sizes(), x.options().device(torch::kCPU).pinned_memory(true));
-  const c10::cuda::CUDAStream side = offloadStream(x.device().index());
-  at::cuda::CUDAEvent produced;
-  produced.record(c10::cuda::getCurrentCUDAStream(x.device().index()));
-  produced.block(side);
-  {
-    c10::cuda::CUDAStreamGuard guard(side);
-    host.copy_(x, /*non_blocking=*/true);
-  }
-  c10::cuda::CUDACachingAllocator::recordStream(x.storage().data_ptr(), side);
+  torch::Tensor host = hostBufferLike(x);
+  SideCopies(x.device()).toHost(host, x);
   return host;
 }
 
 // The offloaded input back on `device`, once the side stream's copies are done.
 torch::Tensor fetchFromHost(const torch::Tensor& host, c10::DeviceIndex device) {
-  offloadStream(device).synchronize();
-  return host.to(torch::Device(torch::kCUDA, device), /*non_blocking=*/true);
+  const torch::Device d(torch::kCUDA, device);
+  SideCopies copies(d);
+  copies.hostWait(copies.mark());
+  return host.to(d, /*non_blocking=*/true);
 }
 
 using torch::autograd::AutogradContext;

@@ -225,6 +225,51 @@ def test_layout_charts_draw_one_series_per_variant(layouts):
     assert chart_problems(plots) == []
 
 
+FOUR_LAYOUTS = """nproc_per_node = 2
+global_batch_size = 4
+repeats = 3
+[grid]
+layout = ["ddp", "zero2", "zero3", "tp2"]
+
+[layout.ddp]
+"parallel.dp_shard" = 1
+
+[layout.zero2]
+"parallel.dp_shard" = 2
+"parallel.zero_stage" = 2
+
+[layout.zero3]
+"parallel.dp_shard" = 2
+"parallel.zero_stage" = 3
+
+[layout.tp2]
+"parallel.tp" = 2
+"""
+
+
+def test_best_ranks_four_layouts_of_three_repeats_by_name_with_spreads_and_verdicts(tmp_path):
+    """A 4-layout sweep with repeats = 3 (12 real runs): `--best` lists every layout once,
+    named by its layout (not a hash), with its 3 runs' min-max and step band, a verdict on
+    each neighbour (within or beyond the noise, with the test that decided), and the winner's
+    line; noisy runs are ranked and marked, not dropped."""
+    (tmp_path / "layouts.toml").write_text(f'base = "{TINY}"\n' + FOUR_LAYOUTS)
+    sweep(tmp_path / "layouts.toml", tmp_path / "res", *FAST, "training.micro_batch_size=1",
+          "data.seq_len=64")
+    out = tagger("aggregate", tmp_path / "res", "--best", "tokens_per_s").stdout
+    ranked = re.findall(r"^  (\d)\. layout=(\w+): [\d.]+ tokens/s \(3 runs, min-max "
+                        r"[\d.]+-[\d.]+; steps p10-p90 [\d.]+-[\d.]+\)", out, re.M)
+    assert [r[0] for r in ranked] == ["1", "2", "3", "4"], out
+    assert sorted(r[1] for r in ranked) == ["ddp", "tp2", "zero2", "zero3"], out
+    verdicts = re.findall(r"^     vs (\d)\.: [\d.]+ % higher, (within|beyond) noise \((.+?)\)",
+                          out, re.M)
+    assert [v[0] for v in verdicts] == ["2", "3", "4"], out
+    assert all("repeats' ranges" in v[2] or "step bands" in v[2] for v in verdicts), verdicts
+    assert re.search(rf"^layout={ranked[0][1]} beats layout={ranked[1][1]} by [\d.]+ %, "
+                     r"(within|beyond) noise", out, re.M), out
+    noisy = len(re.findall(r"\[noisy: \d of 3 runs?\]", out))
+    assert noisy == 0 or "The ranking includes" in out, out
+
+
 def test_demo_sweep_charts_name_every_series(tmp_path):
     """configs/sweeps/demo.toml (what scripts/demo.sh runs), on the tiny model for speed: the
     same axes, so the same charts."""

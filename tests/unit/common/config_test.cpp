@@ -630,7 +630,7 @@ TEST(ConfigErrorFormat, WithAndWithoutHint) {
 
 TEST(SchemaTest, TrainerSchemaKeys) {
   const Schema& s = trainerSchema();
-  EXPECT_EQ(s.keys().size(), 88u);  // 55 + parallel.bucket_mb + checkpoint.preempt_grace_s
+  EXPECT_EQ(s.keys().size(), 89u);  // 55 + parallel.bucket_mb + checkpoint.preempt_grace_s
                                     // + training.device + data.tokenizer/text_field/
                                     // prompt_field/completion_field
                                     // + parallel.local_collectives + checkpoint.save_final
@@ -642,7 +642,7 @@ TEST(SchemaTest, TrainerSchemaKeys) {
                                     // + parallel.pp_local_p2p
                                     // + training.optimizer_in_backward/master_weights/
                                     // bf16_update/device_memory_limit_gb/
-                                    // activation_offload
+                                    // activation_offload/optimizer_offload
                                     // + data.chat_template
                                     // + metrics.link_probe
   ASSERT_NE(s.find("training.lr"), nullptr);

@@ -158,6 +158,29 @@ TEST(MemoryEstimate, ActivationOffloadMovesTheCheckpointedInputsToTheHost) {
       "training.device");
 }
 
+// training.optimizer_offload = "host" on a GPU: the optimizer state leaves the device estimate
+// for the host's row, beside a host copy of the trained parameters and a gradient buffer (the
+// rank's shard: ZeRO-3 over 4 ranks); the device's other terms do not change. Refused on the CPU.
+TEST(MemoryEstimate, OptimizerOffloadMovesTheStateAndAddsHostCopies) {
+  const std::vector<std::string> zero3 = {"training.device=\"cuda\"", "parallel.dp_shard=4",
+                                          "parallel.zero_stage=3"};
+  std::vector<std::string> off = zero3;
+  off.push_back("training.optimizer_offload=\"host\"");
+  const MemoryEstimate dev = estimateDeviceMemory(llama7b(zero3, 4));
+  const MemoryEstimate host = estimateDeviceMemory(llama7b(off, 4));
+  EXPECT_EQ(host.optimizer, 0.0);
+  EXPECT_DOUBLE_EQ(host.host_offloaded, dev.optimizer + 2 * 4.0 * kPsi / 4);
+  EXPECT_DOUBLE_EQ(host.parameters, dev.parameters);
+  EXPECT_DOUBLE_EQ(host.gradients, dev.gradients);
+  EXPECT_DOUBLE_EQ(dev.total() - host.total(), dev.optimizer);
+  const std::string text = formatMemoryEstimate(llama7b(off, 4), host, 0);
+  EXPECT_NE(text.find("optimizer state on the host"), std::string::npos) << text;
+  EXPECT_NE(text.find("host: optimizer state and copies"), std::string::npos) << text;
+  expectConfigErrorAbout(
+      [] { llama7b({"training.optimizer_offload=\"host\"", "training.device=\"cpu\""}, 1); },
+      "training.device");
+}
+
 // An NF4 base: 0.5 + 4/64 bytes per block-matrix weight, fp32 norms, the embedding and
 // output in bf16, plus one dequantized matrix (fp32 + int32 indices) of scratch; no weight
 // cast saved for backward.
