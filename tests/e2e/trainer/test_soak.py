@@ -10,7 +10,7 @@ A leak of one 0.5 MB tensor per step grows this RSS by 5 % in about 2 s.
 Two-level (hierarchical) collectives need two hosts: two PID namespaces on this host give
 two host keys (localHostKey: boot id, net and pid namespaces) over one network; that
 layout skips unless `unshare --pid` works (root or user namespaces).
-The whole check runs 14 layouts one after another (about 4 minutes on 2 cores).
+The whole check runs 16 layouts one after another (about 4.5 minutes on 2 cores).
 """
 import shutil
 import subprocess
@@ -37,6 +37,7 @@ LAYOUTS = {
     "zero2": (2, ["parallel.dp_shard=2", "parallel.zero_stage=2"]),
     "zero3": (2, ["parallel.dp_shard=2", "parallel.zero_stage=3"]),
     "tp2": (2, ["training.micro_batch_size=4", "parallel.tp=2"]),
+    "pp2": (2, ["training.micro_batch_size=2", "parallel.pp=2", "parallel.pp_microbatches=2"]),
     "hsdp_2x2": (4, ["training.micro_batch_size=1", "parallel.dp_replicate=2",
                      "parallel.dp_shard=2", "parallel.zero_stage=2"]),
     "two_level": (4, ["training.micro_batch_size=1"]),

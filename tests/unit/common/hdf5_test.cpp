@@ -154,6 +154,39 @@ TEST(H5DatasetTest, StringAndAppendableDatasetsRoundTrip) {
   EXPECT_EQ(h5::listMembers(f), (std::vector<std::string>{"config", "loss", "tokens"}));
 }
 
+// Resident memory of this process in bytes (/proc/self/statm's second field).
+double residentBytes() {
+  std::ifstream in("/proc/self/statm");
+  double pages = 0, resident = 0;
+  in >> pages >> resident;
+  return resident * double(sysconf(_SC_PAGESIZE));
+}
+
+// Appending to the /steps columns keeps the memory flat: 50 columns of 1024-row chunks, 16
+// rows per append, flushed after each, 16 chunks each. With HDF5's default 1 MiB chunk
+// cache every completed 8 KiB chunk stayed cached (50 x 15 x 8 KiB = 6 MiB of growth); the
+// files' 16 KiB cache (common/hdf5.cpp accessPlist) keeps two per column.
+TEST(H5DatasetTest, AppendingToManyColumnsKeepsTheChunkCacheBounded) {
+  H5Handle f = h5::createFile(tempDir() + "/cache.h5");
+  std::vector<H5Handle> cols;
+  for (int c = 0; c < 50; ++c)
+    cols.push_back(h5::createAppendable(f, "c" + std::to_string(c), h5::ElemType::kFloat64));
+  std::vector<double> rows(16, 1.5);
+  auto append = [&](int times) {
+    for (int i = 0; i < times; ++i) {
+      for (H5Handle& d : cols) h5::appendValues(d, rows.data(), rows.size());
+      h5::flushFile(f);
+    }
+  };
+  append(64 * 2);  // two chunks per column: the cache and the index are warm
+  const double before = residentBytes();
+  append(64 * 14);
+  const double grown = residentBytes() - before;
+  EXPECT_LT(grown, 1.5 * (1 << 20)) << "resident memory grew by " << grown / (1 << 20)
+                                    << " MiB over 14 chunks of 50 columns";
+  EXPECT_EQ(h5::datasetLength(cols[49]), 16u * 1024u);
+}
+
 TEST(MetricsFileTest, PathFormat) {
   EXPECT_EQ(metricsFilePath("/r/tag", 7), "/r/tag/metrics/rank_00007.h5");
 }
