@@ -2,6 +2,7 @@
 
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
@@ -52,8 +53,10 @@ struct SideCopies::Cuda {
 };
 
 SideCopies::SideCopies(torch::Device device) : device_(device) {
-  if (device.is_cuda())
-    cuda_ = std::make_unique<Cuda>(Cuda{device.index(), sideStream(device.index()), {}});
+  if (!device.is_cuda()) return;
+  const c10::DeviceIndex index =
+      device.has_index() ? device.index() : c10::cuda::current_device();
+  cuda_ = std::make_unique<Cuda>(Cuda{index, sideStream(index), {}});
 }
 
 SideCopies::~SideCopies() = default;

@@ -9,11 +9,16 @@
 //   locked) memory when x is on a GPU, so that copies to and from it can be asynchronous.
 // - SideCopies(device): toHost(dst, src) and toDevice(dst, src) queue dst.copy_(src) on the
 //   device's side stream after everything the current stream has queued so far (so src is
-//   produced and dst no longer read); src's memory is not reused by the caching allocator
-//   before the copy has run. mark() records the copies queued so far and returns an id;
-//   hostWait(id) blocks the host until they have run; deviceWait() makes the current stream
-//   wait, on the device (the host does not block), for every copy queued so far, and ends the
-//   batch: the marks taken before it are forgotten (ids start again at 0).
+//   produced and dst no longer read). The device tensor of a copy (toHost's src, toDevice's
+//   dst) is not reused by the caching allocator before the copy has run; the pinned host side
+//   is kept by the host allocator's own event. mark() records the copies queued so far and
+//   returns an id; hostWait(id) blocks the host until they have run; deviceWait() makes the
+//   current stream wait, on the device (the host does not block), for every copy queued so
+//   far, and ends the batch: the marks taken before it are forgotten (ids start again at 0).
+// - One side stream per device, first in, first out, shared by every SideCopies of the
+//   process: a mark covers every copy queued before it on that device, by any object and
+//   across earlier deviceWait()s (what optim/offload.cpp relies on to reuse its host buffers).
+// - Not thread-safe: one thread at a time per object.
 // REQUIRES: toHost's dst is a host tensor (pinned for an asynchronous copy), toDevice's src
 //   one; neither is written or freed by the host before a hostWait covering the copy.
 #pragma once

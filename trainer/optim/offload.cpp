@@ -38,6 +38,8 @@ class HostOffload final : public Optimizer {
         copies_.toHost(gradBuffer(i, grads[i]), grads[i]);
         arrived[i] = copies_.mark();
       }
+    // A mark covers every earlier copy on the device's side stream (host_copy.h), the last
+    // step's copies up from host_ included: host_[i] is free to update once it has passed.
     for (size_t i = 0; i < params_.size(); ++i)
       if (grads[i].defined()) {
         copies_.hostWait(arrived[i]);
@@ -49,7 +51,10 @@ class HostOffload final : public Optimizer {
       for (const torch::Tensor& g : grads)
         if (g.defined()) g.zero_();
   }
-  void startStep() override { inner_->startStep(); }
+  void startStep() override {
+    copies_.deviceWait();  // the last step's copies up, before the stream's next work
+    inner_->startStep();
+  }
   void update(size_t i, const torch::Tensor& g, double lr) override {
     torch::NoGradGuard no_grad;
     copies_.toHost(gradBuffer(i, g), g);
