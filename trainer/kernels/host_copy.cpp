@@ -52,7 +52,7 @@ struct SideCopies::Cuda {
   }
 };
 
-SideCopies::SideCopies(torch::Device device) : device_(device) {
+SideCopies::SideCopies(torch::Device device) {
   if (!device.is_cuda()) return;
   const c10::DeviceIndex index =
       device.has_index() ? device.index() : c10::cuda::current_device();

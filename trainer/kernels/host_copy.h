@@ -47,7 +47,6 @@ class SideCopies {
 
  private:
   struct Cuda;  // streams and events; absent on the CPU
-  torch::Device device_;
   std::unique_ptr<Cuda> cuda_;
   size_t marks_ = 0;
 };
