@@ -174,6 +174,7 @@ struct MetricsConfig {
   std::vector<int64_t> profile_steps;  // {} or {first, last}: steps traced (0-based)
   double max_interference = 0;         // above it a run is `noisy` (common/interference.h)
   bool link_probe = false;  // time the all-reduce bus bandwidth at start (common/link_bandwidth.h)
+  bool gemm_probe = false;  // time the start-up GEMM (trainer/metrics/peaks.h)
 };
 
 // [output]

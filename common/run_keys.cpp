@@ -610,6 +610,15 @@ void metricsRows(std::vector<KeyRow>& t) {
                                      "host); false = skip it",
                                      kNoTag)),
                      M(metrics.link_probe)));
+  t.push_back(member(addedLater(spec("metrics.gemm_probe", kBool, b(true),
+                                     "time an n^3 GEMM in the compute dtype at start-up (about "
+                                     "a second of one CPU core): gemm_efficiency's denominator "
+                                     "and the busy-machine check against this host's best; "
+                                     "false = skip it: gemm_efficiency is not reported, MFU "
+                                     "against the hardware peak still is "
+                                     "(training.fp32_gemm = \"auto\" times its GEMMs anyway)",
+                                     kNoTag)),
+                     M(metrics.gemm_probe)));
 }
 
 void outputRows(std::vector<KeyRow>& t) {

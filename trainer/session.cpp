@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <mutex>
 #include <optional>
@@ -378,17 +379,20 @@ RunPeaks measurePeaks(const TrainConfig& tc, const CpuInfo& cpu, const std::stri
   if (device != "cpu")
     return resolvePeaks(tc, cpu, device, cudaDeviceName(computeDevice().index()));
   if (tc.training.dtype != DType::kFp32) return resolvePeaks(tc, cpu, device, "");
-  Fp32GemmChoice c = chooseFp32Gemm(tc.training.fp32_gemm, kPeakGemmN, kPeakGemmReps);
+  Fp32GemmChoice c =
+      chooseFp32Gemm(tc.training.fp32_gemm, kPeakGemmN, kPeakGemmReps, tc.metrics.gemm_probe);
   agreeFp32Gemm(tc, plan, dist, c);
   setFp32Gemm(c.route);
+  std::function<double()> remeasure;  // none where the route was taken untimed
+  if (c.flops() > 0)
+    remeasure = [route = c.route] { return measureFp32Gemm(route, kPeakGemmN, kPeakGemmReps); };
   GemmFigure g{c.flops(),
                kPeakGemmN,
                " via " + fp32GemmName(c.route) + " (" + c.why + ")",
                {{"fp32_gemm", fp32GemmName(c.route)},
                 {"fp32_gemm_aten_flops", c.aten_flops},
                 {"fp32_gemm_openblas_flops", c.openblas_flops}},
-               fp32GemmName(c.route),
-               [route = c.route] { return measureFp32Gemm(route, kPeakGemmN, kPeakGemmReps); }};
+               fp32GemmName(c.route), std::move(remeasure)};
   return resolvePeaks(tc, cpu, device, "", &g);
 }
 
@@ -551,9 +555,11 @@ int trainAndFinish(Setup& s, OpenRun& r, MetricsFile& metrics, StopWatchdog& wat
 
 // trainer --probe: the process group and the GEMM a run of this config would get, and the
 // link figure over its world group; rank 0 prints probeJsonLine (common/link_bandwidth.h).
-// No data is read and no run directory, metrics file or checkpoint is written.
+// No data is read and no run directory, metrics file or checkpoint is written. The GEMM is
+// timed whatever metrics.gemm_probe says: it is what the probe is for.
 int runProbe(Setup& s) {
-  const TrainConfig& tc = s.tc;
+  TrainConfig tc = s.tc;
+  tc.metrics.gemm_probe = true;
   at::set_num_threads(threadsFor(tc));
   s.dist.emplace(joinProcessGroup(tc, s.env));
   checkStop("process group");

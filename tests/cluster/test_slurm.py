@@ -168,14 +168,15 @@ def tail(path, n=60):
 # One BLAS for the projections: "auto" (the default) times a GEMM on ATen and on OpenBLAS at
 # every trainer start and can pick differently in two runs a test compares (a busy machine
 # decides); none of these tests is about that choice (tests/e2e/trainer/test_checkpoint.py
-# tests it across a resume).
-ONE_BLAS = "training.fp32_gemm=aten"
+# tests it across a resume). No start-up GEMM either (metrics.gemm_probe): a second of CPU
+# per rank, and none of these tests reads gemm_efficiency.
+QUICK_START = ("training.fp32_gemm=aten", "metrics.gemm_probe=false")
 
 
 def sbatch(args, env, results):
-    """Submits args (options, then slurm/train.sbatch and its overrides; ONE_BLAS added)."""
+    """Submits args (options, then slurm/train.sbatch and its overrides; QUICK_START added)."""
     (results / "logs").mkdir(parents=True, exist_ok=True)
-    p = run(["sbatch", "--parsable", "-o", results / "logs" / "%x-%j.out", *args, ONE_BLAS],
+    p = run(["sbatch", "--parsable", "-o", results / "logs" / "%x-%j.out", *args, *QUICK_START],
             env=env)
     assert p.returncode == 0, p.stderr
     return p.stdout.strip().split(";")[0]
@@ -232,7 +233,7 @@ def test_train_sbatch_two_nodes_matches_single_process(cluster, tmp_path):
 
     ref_dir = tmp_path / "ref"
     p = run([TRAINER, "--config", TINY, "training.micro_batch_size=4", "training.max_steps=12",
-             ONE_BLAS, "--no-sweep-dir", "--output-dir", ref_dir], timeout=120)
+             *QUICK_START, "--no-sweep-dir", "--output-dir", ref_dir], timeout=120)
     assert p.returncode == 0, p.stderr[-3000:]
     sr, lr, ar = steps(ref_dir / "metrics" / "rank_00000.h5")
     assert ar["world_size"] == 1

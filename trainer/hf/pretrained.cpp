@@ -12,6 +12,7 @@
 #include "common/input_path.h"
 #include "common/json_input.h"
 #include "common/log.h"
+#include "common/proc_memory.h"
 #include "trainer/metrics/perf.h"
 
 namespace ftb::hf {

@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "common/memory_estimate.h"
 #include "common/pipeline.h"
+#include "common/proc_memory.h"
 #include "common/step_columns.h"
 #include "trainer/metrics/perf.h"
 

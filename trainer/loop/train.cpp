@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "common/log.h"
+#include "common/proc_memory.h"
 #include "common/run_control.h"
 #include "trainer/comm/phase_timer.h"
 #include "trainer/data/dataset.h"

@@ -20,21 +20,9 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/out_of_memory.h"
+#include "common/proc_memory.h"
 
 namespace ftb {
-namespace {
-
-// This process's mapped bytes (VmSize): /proc/self/statm's first field, read without the heap.
-int64_t mappedBytes() {
-  char buf[64] = {};
-  const int fd = ::open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
-  ::close(fd);
-  return n > 0 ? int64_t(std::strtoll(buf, nullptr, 10)) * int64_t(sysconf(_SC_PAGESIZE)) : 0;
-}
-
-}  // namespace
 
 int64_t gemmMeasureBytes(torch::ScalarType dtype, int64_t n, bool on_gpu) {
   if (on_gpu) return 0;

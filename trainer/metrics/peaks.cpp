@@ -103,18 +103,29 @@ RunPeaks resolvePeaks(const TrainConfig& tc, const CpuInfo& cpu, const std::stri
   p.hw = hardwarePeak(cpu, device, gpu_name, dtype, threads, tc.metrics.peak_tflops);
   std::string via, blas = device == "cpu" ? "ATen" : gpu_name.empty() ? device : gpu_name;
   const auto st = bf16 ? torch::kBFloat16 : torch::kFloat32;
-  const int64_t n = p.gemm_n = measured ? measured->n : peakGemmSize(device, st);
+  const int64_t n = p.gemm_n = measured              ? measured->n
+                                : tc.metrics.gemm_probe ? peakGemmSize(device, st)
+                                                        : 0;
   if (measured) {
     p.gemm_flops = measured->flops;
     via = measured->via;
     p.gemm_attrs = measured->attrs;
     if (!measured->blas.empty()) blas = measured->blas;
     p.remeasure = measured->remeasure;
-  } else {
+  } else if (tc.metrics.gemm_probe) {
     p.gemm_flops = measureGemmPeak(st, n, kPeakGemmReps);
     p.remeasure = [st, n] { return measureGemmPeak(st, n, kPeakGemmReps); };
   }
   p.gemm_key = gemmKey(dtype, n, threads, blas);
+  if (!(p.gemm_flops > 0)) {  // not timed: nothing to divide by, to cache or to re-check
+    p.gemm_flops = 0;
+    p.gemm_n = 0;
+    p.gemm_key.clear();
+    p.remeasure = nullptr;
+    p.gemm_source = "not measured (metrics.gemm_probe = false)";
+    p.check = checkGemmAgainstPeak(p.gemm_flops, p.hw);
+    return p;
+  }
   applyHostBest(p, cpu);
   p.gemm_source = dtype + " GEMM " + std::to_string(n) + "^3 on " + device +
                   (gpu_name.empty() ? "" : " (" + gpu_name + ")") + ", " + std::to_string(threads) +

@@ -35,7 +35,9 @@ namespace ftb {
 // n = kPeakGemmNGpu on a GPU (2048^3 takes ~20 us there, too short to reach its peak) and
 // on the CPU the largest power of two up to kPeakGemmN whose product takes at most
 // kPeakGemmProductS (perf.h fitGemmSize): 2048 in fp32 on every CPU of ours, less in a
-// dtype the CPU has no fast kernel for.
+// dtype the CPU has no fast kernel for. With metrics.gemm_probe = false nothing is timed
+// (unless training.fp32_gemm = "auto" timed its routes): gemm_flops, gemm_n 0, gemm_key "",
+// no re-check, no host-best cache entry; MFU against the hardware peak is unaffected.
 inline constexpr int64_t kPeakGemmN = 2048;
 inline constexpr int64_t kPeakGemmNGpu = 8192;
 inline constexpr int kPeakGemmReps = 3;
@@ -51,7 +53,7 @@ struct RunPeaks {
   std::vector<std::pair<std::string, AttrValue>> gemm_attrs;  // GemmFigure::attrs
   double gemm_start = 0, gemm_end = 0;  // this run's figures before / after the steps
   double gemm_cached = 0;               // the cache's best before this run (0 = none)
-  int64_t gemm_n = kPeakGemmN;          // the GEMM's size
+  int64_t gemm_n = kPeakGemmN;          // the GEMM's size (0 = not timed)
   std::string gemm_key, gemm_cache_file;
   std::string gemm_warning;           // "" or why the start figure says the machine was busy
   std::function<double()> remeasure;  // times the same GEMM again (finishGemm)
@@ -91,7 +93,8 @@ struct GemmFigure {
 std::string gemmKey(const std::string& dtype, int64_t n, int threads, const std::string& blas);
 
 // REQUIRES: intra-op threads already set (at::set_num_threads). Measures the GEMM
-// (a few seconds on one core) unless `measured` gives it, resolves the hardware peak,
+// (a few seconds on one core) unless `measured` gives it or tc.metrics.gemm_probe is false
+// (a `measured` with flops 0 counts as not timed), resolves the hardware peak,
 // checks one against the other and logs a warning on this rank when the peak is wrong.
 RunPeaks resolvePeaks(const TrainConfig& tc, const CpuInfo& cpu, const std::string& device,
                       const std::string& gpu_name, const GemmFigure* measured = nullptr);

@@ -7,28 +7,12 @@
 
 #include <algorithm>
 #include <ctime>
-#include <fstream>
 #include <mutex>
-#include <sstream>
 
 #include "trainer/metrics/deadline.h"
 
 namespace ftb {
 namespace {
-
-int64_t procStatusKb(const std::string& field) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field + ":", 0) == 0) {
-      std::istringstream is(line.substr(field.size() + 1));
-      int64_t kb = 0;
-      is >> kb;
-      return kb;
-    }
-  }
-  return 0;
-}
 
 // jemalloc's mallctl, or null when malloc is not jemalloc's.
 using MallctlFn = int (*)(const char*, void*, size_t*, void*, size_t);
@@ -139,9 +123,6 @@ std::vector<int> computeThreadIds() {
   tids.erase(std::unique(tids.begin(), tids.end()), tids.end());
   return tids;
 }
-
-int64_t peakRssBytes() { return procStatusKb("VmHWM") * 1024; }
-int64_t currentRssBytes() { return procStatusKb("VmRSS") * 1024; }
 
 std::string utcNowIso8601() {
   std::time_t t = std::time(nullptr);

@@ -18,7 +18,6 @@
 //   OpenMP runtime libtorch uses, each team thread recording itself; ATen's parallel_for
 //   where there is none), distinct, sorted. For
 //   InterferenceSampler::setComputeTids. REQUIRES: called outside a parallel region.
-// - peakRssBytes() is VmHWM of this process (Linux), currentRssBytes() VmRSS.
 // - allocatorDirtyBytes(): bytes jemalloc holds in freed pages it has not returned to
 //   the OS (all arenas, stats refreshed); -1 when the process does not run on jemalloc
 //   (looked up with dlsym, so a build without it links and runs). purgeAllocatorPages()
@@ -43,8 +42,6 @@ inline constexpr int64_t kFitGemmMinN = 256;
 double measureGemmPeak(torch::ScalarType dtype, int64_t n = 2048, int reps = 3);
 int64_t fitGemmSize(torch::ScalarType dtype, int64_t max_n, double budget_s);
 std::vector<int> computeThreadIds();
-int64_t peakRssBytes();
-int64_t currentRssBytes();
 int64_t allocatorDirtyBytes();
 bool purgeAllocatorPages();
 

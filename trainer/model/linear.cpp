@@ -193,7 +193,7 @@ torch::Tensor projection(const torch::Tensor& x, const torch::Tensor& weight) {
   return torch::matmul(x, weight.t());
 }
 
-Fp32GemmChoice chooseFp32Gemm(const std::string& key, int64_t n, int reps) {
+Fp32GemmChoice chooseFp32Gemm(const std::string& key, int64_t n, int reps, bool time_fixed) {
   std::string why;
   const bool have_openblas = kernels::openblas(&why) != nullptr;
   if (key == "openblas" && !have_openblas)
@@ -201,12 +201,16 @@ Fp32GemmChoice chooseFp32Gemm(const std::string& key, int64_t n, int reps) {
                       "\"openblas\" but libopenblas.so.0 does not load: " + why,
                       "install libopenblas0 or use \"auto\" or \"aten\"");
   Fp32GemmChoice c;
+  c.why = "training.fp32_gemm = \"" + key + "\"";
+  if (key != "auto" && !time_fixed) {
+    c.route = key == "openblas" ? Fp32Gemm::kOpenBlas : Fp32Gemm::kAten;
+    return c;
+  }
   if (key != "openblas") c.aten_flops = measureFp32Gemm(Fp32Gemm::kAten, n, reps);
   if (key != "aten" && have_openblas)
     c.openblas_flops = measureFp32Gemm(Fp32Gemm::kOpenBlas, n, reps);
   c.route = c.openblas_flops > c.aten_flops ? Fp32Gemm::kOpenBlas : Fp32Gemm::kAten;
   const auto gflops = [](double f) { return formatFixed(f / 1e9, 1) + " GFLOP/s"; };
-  c.why = "training.fp32_gemm = \"" + key + "\"";
   if (key == "auto")
     c.why += have_openblas ? ": the faster of ATen " + gflops(c.aten_flops) + " and OpenBLAS " +
                                  gflops(c.openblas_flops)

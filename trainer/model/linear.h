@@ -87,6 +87,8 @@ torch::Tensor nf4Projection(const torch::Tensor& x, const Nf4Tensor& w);
 
 // training.fp32_gemm resolved: "aten", "openblas", or "auto" = whichever of the two ran an
 // n×n×n GEMM faster here and now (both timed when OpenBLAS loads; 0 = not measured).
+// With time_fixed = false a fixed route ("aten", "openblas") is taken untimed (flops() 0);
+// "auto" is always timed, since its choice is the timing.
 // Throws ConfigError for "openblas" when libopenblas.so.0 does not load.
 struct Fp32GemmChoice {
   Fp32Gemm route = Fp32Gemm::kAten;
@@ -94,7 +96,8 @@ struct Fp32GemmChoice {
   std::string why;  // "training.fp32_gemm = "auto": the faster of ATen 95.1 and OpenBLAS ..."
   double flops() const { return route == Fp32Gemm::kOpenBlas ? openblas_flops : aten_flops; }
 };
-Fp32GemmChoice chooseFp32Gemm(const std::string& key, int64_t n, int reps);
+Fp32GemmChoice chooseFp32Gemm(const std::string& key, int64_t n, int reps,
+                              bool time_fixed = true);
 
 // FLOP/s of the best of `reps` n×n×n fp32 GEMMs through `route` on this thread's intra-op
 // threads (after one warm-up). REQUIRES: route is kAten, or openblas() loads.

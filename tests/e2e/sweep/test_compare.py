@@ -29,9 +29,9 @@ SWEEP_TAGGER = BUILD / "sweep_tagger" / "sweep_tagger"
 SWEEP_SH = REPO / "scripts" / "sweep.sh"
 TINY = REPO / "configs" / "runs" / "tiny.toml"
 # Few steps, a given hardware peak (no peak measurement), no checkpoint, one BLAS ("auto"
-# times a 2048^3 GEMM on both at every start; a fixed route times one): seconds per run.
+# times a 2048^3 GEMM on both at every start) and no start-up GEMM: seconds per run.
 FAST = ["training.max_steps=6", "metrics.peak_tflops=1.0", "checkpoint.save_final=false",
-        "training.fp32_gemm=aten"]
+        "training.fp32_gemm=aten", "metrics.gemm_probe=false"]
 # Four times the tiny model's width and twice its depth: several times slower per token.
 BIG = ["model.dim=128", "model.n_layers=4", "model.ffn_dim=384"]
 

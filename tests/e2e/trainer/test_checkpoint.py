@@ -20,7 +20,8 @@ from trainer_util import REQUEUE_EXIT, TINY, TRAINER, assert_close, base_env, fi
 # seq 128 makes a step slow enough (~10-40 ms) that a signal sent at step ~8 lands mid-run.
 # Runs compared bit for bit use one BLAS: "auto" picks the faster at start, which the load
 # of a shared machine can flip between two runs (test_auto_gemm_route_survives_a_resume).
-COMMON = ("metrics.log_every=1", "data.seq_len=128", "training.fp32_gemm=\"aten\"")
+COMMON = ("metrics.log_every=1", "data.seq_len=128", "training.fp32_gemm=\"aten\"",
+          "metrics.gemm_probe=false")  # no start-up GEMM: no test here reads it
 LAYOUTS = {
     "dp2": (2, ("training.micro_batch_size=1",)),
     "dp2_optimizer_in_backward": (2, ("training.micro_batch_size=1", "training.max_grad_norm=0",

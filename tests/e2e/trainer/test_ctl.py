@@ -13,7 +13,7 @@ import h5py
 import numpy as np
 import pytest
 
-from trainer_util import BUILD, ONE_BLAS, REQUEUE_EXIT, TINY, TRAINER, base_env, finish
+from trainer_util import BUILD, QUICK_START, REQUEUE_EXIT, TINY, TRAINER, base_env, finish
 
 LAUNCHER = BUILD / "launcher" / "launcher"
 STEPS = 200
@@ -23,7 +23,7 @@ ARGS = (f"training.max_steps={STEPS}", "data.seq_len=128", "training.micro_batch
 
 def start(out):
     cmd = [str(LAUNCHER), "--nproc-per-node", "2", "--", str(TRAINER), "--config", str(TINY),
-           "--output-dir", str(out), "--no-sweep-dir", ONE_BLAS, *ARGS]
+           "--output-dir", str(out), "--no-sweep-dir", *QUICK_START, *ARGS]
     return subprocess.Popen(cmd, env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
 

@@ -4,6 +4,8 @@ best known, and flags a start-up figure more than 10 % below the cached best."""
 import re
 import subprocess
 
+import numpy as np
+
 from trainer_util import TINY, TRAINER, base_env, metrics
 
 
@@ -58,3 +60,41 @@ def test_a_short_run_skips_the_end_recheck_and_says_so(tmp_path):
     p, a, _, _ = run(tmp_path / "short", tmp_path / "cache", recheck="0")
     assert "gemm_flops_end" not in a
     assert "GEMM not re-measured after the last step" in p.stdout + p.stderr
+
+
+
+def run_unprobed(out_dir, cache_dir, route, steps):
+    """A run with metrics.gemm_probe = false on `route`; its process, root attrs, columns."""
+    cmd = [str(TRAINER), "--config", str(TINY), "--output-dir", str(out_dir), "--no-sweep-dir",
+           f"training.max_steps={steps}", "checkpoint.save_final=false",
+           f"training.fp32_gemm={route}", "metrics.gemm_probe=false"]
+    p = subprocess.run(cmd, env=base_env(FTB_CACHE_DIR=cache_dir, FTB_TEST_GEMM_RECHECK="1"),
+                       capture_output=True, text=True, timeout=180)
+    assert p.returncode == 0, f"trainer failed ({p.returncode}):\n{p.stdout}\n{p.stderr}"
+    with metrics(out_dir) as f:
+        a = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
+        return p, a, f["steps/gemm_efficiency"][:], f["steps/mfu"][:]
+
+
+def test_without_the_gemm_probe_mfu_stays_and_gemm_efficiency_says_not_measured(tmp_path):
+    """metrics.gemm_probe = false: no start-up GEMM, no host-best entry, no re-check;
+    gemm_efficiency NaN and its summary row says why; MFU against the hardware peak kept."""
+    cache = tmp_path / "cache"
+    p, a, eff, mfu = run_unprobed(tmp_path / "run", cache, "aten", 4)
+    assert a["gemm_flops"] == 0 and a["gemm_flops_start"] == 0 and a["gemm_key"] == ""
+    assert "gemm_flops_end" not in a, "nothing to re-check"
+    assert a["gemm_source"] == "not measured (metrics.gemm_probe = false)"
+    assert np.isnan(eff).all(), eff
+    assert (mfu > 0).all() and (mfu < 1).all(), mfu
+    assert not any(line.startswith("gemm ") for f in cache.glob("cpu_peak.*.txt")
+                   for line in f.read_text().splitlines()), "no figure for the host's best"
+    row = next(line for line in p.stdout.splitlines() if "GEMM efficiency" in line)
+    assert "not reported: not measured (metrics.gemm_probe = false)" in row, row
+    assert "GEMM not re-measured" not in p.stdout + p.stderr
+
+
+def test_auto_times_its_routes_whatever_the_gemm_probe_says(tmp_path):
+    """fp32_gemm = "auto" chooses its BLAS by timing both: that figure is the denominator."""
+    _, a, eff, _ = run_unprobed(tmp_path / "run", tmp_path / "cache", "auto", 2)
+    assert a["gemm_flops"] > 0 and a["fp32_gemm_aten_flops"] > 0, a["gemm_source"]
+    assert np.isfinite(eff).all() and (eff > 0).all(), eff

@@ -14,7 +14,7 @@ import time
 import h5py
 import pytest
 
-from trainer_util import ONE_BLAS, ROOT, TINY, TRAINER, base_env, metrics
+from trainer_util import QUICK_START, ROOT, TINY, TRAINER, base_env, metrics
 
 SWEEP_TAGGER = TRAINER.parents[1] / "sweep_tagger" / "sweep_tagger"
 
@@ -207,7 +207,7 @@ def lock_text(run_dir):
 
 
 def test_two_concurrent_runs_one_refused_nothing_lost(tmp_path):
-    cmd = [str(TRAINER), "--config", str(TINY), "--output-dir", str(tmp_path), ONE_BLAS,
+    cmd = [str(TRAINER), "--config", str(TINY), "--output-dir", str(tmp_path), *QUICK_START,
            "training.max_steps=200"]
     procs = [subprocess.Popen(cmd, env=base_env(), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(2)]
@@ -233,7 +233,7 @@ def test_two_concurrent_runs_one_refused_nothing_lost(tmp_path):
 
 def test_held_directory_is_refused_and_untouched(tmp_path):
     first = subprocess.run([str(TRAINER), "--config", str(TINY), "--output-dir", str(tmp_path),
-                            "--no-sweep-dir", ONE_BLAS, "training.max_steps=3"], env=base_env(),
+                            "--no-sweep-dir", *QUICK_START, "training.max_steps=3"], env=base_env(),
                            capture_output=True, text=True, timeout=60)
     assert first.returncode == 0, first.stderr
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}

@@ -20,7 +20,7 @@ import h5py
 import numpy as np
 import pytest
 
-from trainer_util import BUILD, ONE_BLAS, TINY, TRAINER, base_env, metrics
+from trainer_util import BUILD, QUICK_START, TINY, TRAINER, base_env, metrics
 
 SWEEP_TAGGER_BIN = BUILD / "sweep_tagger" / "sweep_tagger"
 
@@ -53,7 +53,7 @@ def cpu_busy(cpus, seconds=0.5):
 
 def run_on(cpu, out_dir):
     cmd = [TASKSET, "-c", str(cpu), str(TRAINER), "--config", str(TINY), "--output-dir",
-           str(out_dir), "--no-sweep-dir", ONE_BLAS, f"training.max_steps={STEPS}",
+           str(out_dir), "--no-sweep-dir", *QUICK_START, f"training.max_steps={STEPS}",
            "checkpoint.save_final=false", "metrics.log_every=20"]
     p = subprocess.run(cmd, env=base_env(), capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, f"trainer failed ({p.returncode}):\n{p.stdout}\n{p.stderr}"
@@ -115,7 +115,7 @@ def tokens_on(cpu, out_dir):
     """tokens/s and tokens per CPU-second (root attrs over the measured steps) of a run of
     tiny at seq 256 x micro-batch 4 (steps of ~70 ms: many scheduler slices each) on `cpu`."""
     cmd = [TASKSET, "-c", str(cpu), str(TRAINER), "--config", str(TINY), "--output-dir",
-           str(out_dir), "--no-sweep-dir", ONE_BLAS, "data.seq_len=256",
+           str(out_dir), "--no-sweep-dir", *QUICK_START, "data.seq_len=256",
            "training.micro_batch_size=4", "training.max_steps=30", "checkpoint.save_final=false"]
     p = subprocess.run(cmd, env=base_env(), capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, f"trainer failed ({p.returncode}):\n{p.stdout}\n{p.stderr}"

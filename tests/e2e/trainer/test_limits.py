@@ -20,7 +20,7 @@ import time
 import pytest
 
 from test_hf_model import write_tokens
-from trainer_util import ONE_BLAS, TINY, TRAINER, base_env, run_trainer
+from trainer_util import QUICK_START, TINY, TRAINER, base_env, run_trainer
 
 SWEEP_TAGGER = TRAINER.parents[1] / "sweep_tagger" / "sweep_tagger"
 PP2 = ["parallel.pp=2"]
@@ -60,7 +60,7 @@ def test_a_token_file_bounds_the_micro_batches_when_opened(tmp_path):
     data = tmp_path / "tokens.bin"
     write_tokens(data, 8, 512)
     common = [f"data.source={data}", "data.seq_len=32", "data.bin_dtype=uint16",
-              "training.max_steps=1", ONE_BLAS, *PP2]
+              "training.max_steps=1", *QUICK_START, *PP2]
     env = base_env(RANK=0, LOCAL_RANK=0, WORLD_SIZE=2, LOCAL_WORLD_SIZE=2,
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=1)  # never reached: refused first
     p, _ = run([TRAINER, "--config", TINY, "--output-dir", tmp_path / "run", "--no-sweep-dir",

@@ -15,7 +15,7 @@ import subprocess
 import pandas as pd
 import pytest
 
-from trainer_util import BUILD, ONE_BLAS, TINY, TRAINER, base_env, metrics, run_trainer
+from trainer_util import BUILD, QUICK_START, TINY, TRAINER, base_env, metrics, run_trainer
 
 LAUNCHER = BUILD / "launcher" / "launcher"
 SWEEP_TAGGER = BUILD / "sweep_tagger" / "sweep_tagger"
@@ -26,7 +26,7 @@ PROBE_FIELDS = ["probe", "world", "nodes", "dtype", "threads", "gemm_flops", "ge
 
 def launch(nproc, *args, timeout=180):
     cmd = [str(LAUNCHER), "--nproc-per-node", str(nproc), "--", str(TRAINER), "--config",
-           str(TINY), ONE_BLAS, *args]
+           str(TINY), *QUICK_START, *args]
     return subprocess.run(cmd, env=base_env(), capture_output=True, text=True, timeout=timeout)
 
 
@@ -110,7 +110,7 @@ def test_probe_two_ranks(tmp_path):
 
 
 def test_probe_world_one(tmp_path):
-    p = subprocess.run([str(TRAINER), "--config", str(TINY), ONE_BLAS, "--output-dir",
+    p = subprocess.run([str(TRAINER), "--config", str(TINY), *QUICK_START, "--output-dir",
                         str(tmp_path / "out"), "--probe"], env=base_env(), capture_output=True,
                        text=True, timeout=120)
     assert p.returncode == 0, p.stderr

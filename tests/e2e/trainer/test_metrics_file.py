@@ -7,7 +7,7 @@ import h5py
 import numpy as np
 import pytest
 
-from trainer_util import (ONE_BLAS, REQUEUE_EXIT, TINY, TRAINER, base_env, help_metrics, metrics,
+from trainer_util import (QUICK_START, REQUEUE_EXIT, TINY, TRAINER, base_env, help_metrics, metrics,
                           run_trainer, wait_for_steps)
 
 ROOT_ATTRS = {"schema_version", "tag", "config_hash", "world_size", "rank", "local_rank",
@@ -24,7 +24,7 @@ ENV_ATTRS = {"env_blas", "env_blas_core", "env_blas_isa", "env_cpu_isa_best",
 
 
 def test_layout_in_h5py_and_h5dump(tmp_path):
-    run_trainer(tmp_path, "metrics.price_per_hour=2.0")
+    run_trainer(tmp_path, "metrics.price_per_hour=2.0", "metrics.gemm_probe=true")
     path = tmp_path / "metrics" / "rank_00000.h5"
     with h5py.File(path, "r") as f:
         assert ROOT_ATTRS <= set(f.attrs)
@@ -57,7 +57,8 @@ def test_mfu_is_against_the_hardware_peak_and_env_is_recorded(tmp_path):
     process bound to fewer CPUs must warn, naming the fix."""
     import os
     threads = len(os.sched_getaffinity(0)) + 1
-    p = run_trainer(tmp_path, "training.max_steps=4", f"training.threads={threads}")
+    p = run_trainer(tmp_path, "training.max_steps=4", f"training.threads={threads}",
+                    "metrics.gemm_probe=true")
     with metrics(tmp_path) as f:
         a = f.attrs
         assert ROOT_ATTRS | ENV_ATTRS <= set(a)
@@ -85,7 +86,7 @@ def test_mfu_is_against_the_hardware_peak_and_env_is_recorded(tmp_path):
 
 def _start_long_run(tmp_path, *extra):
     cmd = [str(TRAINER), "--config", str(TINY), "--output-dir", str(tmp_path), "--no-sweep-dir",
-           ONE_BLAS, "training.max_steps=100000", "metrics.log_every=1", *extra]
+           *QUICK_START, "training.max_steps=100000", "metrics.log_every=1", *extra]
     return subprocess.Popen(cmd, env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 

@@ -15,7 +15,7 @@ import h5py
 import numpy as np
 import pytest
 
-from trainer_util import ONE_BLAS, TINY, TRAINER, base_env, run_ranks
+from trainer_util import QUICK_START, TINY, TRAINER, base_env, run_ranks
 
 COMMON = ["training.micro_batch_size=1", "parallel.pp=2", "parallel.pp_microbatches=8",
           "training.max_steps=4", "metrics.skip_first_steps=1"]
@@ -63,7 +63,7 @@ def test_bubble_and_traffic_in_hdf5_and_summary(tmp_path, schedule, extra, theor
 
 def stage_estimates(*overrides):
     """Each stage's total from `trainer --estimate-memory` (GiB rows, 3 decimals)."""
-    p = subprocess.run([str(TRAINER), "--config", str(TINY), ONE_BLAS, *overrides,
+    p = subprocess.run([str(TRAINER), "--config", str(TINY), *QUICK_START, *overrides,
                         "--estimate-memory", "--world-size", "2"], env=base_env(),
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stdout + p.stderr

@@ -20,7 +20,7 @@ import signal
 import subprocess
 import time
 
-from trainer_util import ONE_BLAS, TINY, TRAINER, base_env, free_port
+from trainer_util import QUICK_START, TINY, TRAINER, base_env, free_port
 
 JOBS = int(os.environ.get("FTB_SHM_KILL_JOBS", "6"))
 LAYOUTS = [["parallel.dp_shard=2"], ["parallel.pp=2", "parallel.pp_microbatches=2"]]
@@ -38,7 +38,7 @@ def start_job(tmp_path, i, layout, *extra):
         env = base_env(RANK=r, LOCAL_RANK=r, WORLD_SIZE=2, LOCAL_WORLD_SIZE=2,
                        MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
         cmd = [str(TRAINER), "--config", str(TINY), "--output-dir", str(tmp_path / f"run{i}"),
-               "--no-sweep-dir", ONE_BLAS, "training.max_steps=3", *layout, *extra]
+               "--no-sweep-dir", *QUICK_START, "training.max_steps=3", *layout, *extra]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
                                       stderr=subprocess.PIPE, text=True))
     return procs

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from trainer_util import BUILD, ONE_BLAS, TINY, TRAINER, base_env
+from trainer_util import BUILD, QUICK_START, TINY, TRAINER, base_env
 
 LAUNCHER = BUILD / "launcher" / "launcher"
 GUEST = "ftbguest"
 ARGS = ("training.max_steps=2", "data.seq_len=32", "training.micro_batch_size=1",
-        "metrics.peak_tflops=1.0", ONE_BLAS)
+        "metrics.peak_tflops=1.0", *QUICK_START)
 
 
 @pytest.fixture(scope="module")

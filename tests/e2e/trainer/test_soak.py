@@ -20,7 +20,7 @@ import h5py
 import numpy as np
 import pytest
 
-from trainer_util import ONE_BLAS, TINY, TRAINER, base_env, finish, free_port
+from trainer_util import QUICK_START, TINY, TRAINER, base_env, finish, free_port
 
 # Each run trains 2-4 ranks flat out for SOAK_S and needs its steps: beside other tests on
 # the 2-core machine a bf16 layout made 10 steps after SETTLE_S. The soak runs alone, after
@@ -62,7 +62,7 @@ def start_ranks(out_dir, world, overrides, pid_hosts=False, env_extra=None):
                        LOCAL_WORLD_SIZE=2 if pid_hosts else world, MASTER_ADDR="127.0.0.1",
                        MASTER_PORT=port, **(env_extra or {}))
         cmd = [str(TRAINER), "--config", str(TINY), "--output-dir", str(out_dir),
-               "--no-sweep-dir", ONE_BLAS, "training.max_steps=10000000",
+               "--no-sweep-dir", *QUICK_START, "training.max_steps=10000000",
                f"training.stop_after_seconds={SOAK_S}", *overrides]
         cmds.append((cmd, env))
     if not pid_hosts:

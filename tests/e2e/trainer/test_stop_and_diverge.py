@@ -12,14 +12,14 @@ import time
 import h5py
 import pytest
 
-from trainer_util import (ONE_BLAS, REQUEUE_EXIT, TINY, TRAINER, base_env, metrics, run_trainer,
+from trainer_util import (QUICK_START, REQUEUE_EXIT, TINY, TRAINER, base_env, metrics, run_trainer,
                           wait_for_steps)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGUSR2, signal.SIGTERM])
 def test_stop_signal_records_preempted_and_prints_summary(tmp_path, sig):
     cmd = [str(TRAINER), "--config", str(TINY), "--output-dir", str(tmp_path), "--no-sweep-dir",
-           ONE_BLAS, "training.max_steps=100000", "metrics.log_every=1",
+           *QUICK_START, "training.max_steps=100000", "metrics.log_every=1",
            "metrics.skip_first_steps=1"]
     p = subprocess.Popen(cmd, env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True)

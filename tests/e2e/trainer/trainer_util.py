@@ -20,6 +20,11 @@ TINY = ROOT / "configs" / "runs" / "tiny.toml"
 # (the two round differently). Overrides apply in order, so a test of the choice itself passes
 # training.fp32_gemm="auto" after it (test_checkpoint.py test_auto_gemm_route_survives_a_resume).
 ONE_BLAS = "training.fp32_gemm=\"aten\""
+# No start-up GEMM in the runs started here (metrics.gemm_probe): it is about a second of CPU
+# per rank, most of a tiny run's start, and only gemm_efficiency divides by it. A test of
+# that figure passes metrics.gemm_probe=true after it, or starts the trainer itself.
+NO_GEMM_PROBE = "metrics.gemm_probe=false"
+QUICK_START = (ONE_BLAS, NO_GEMM_PROBE)
 # A run stopped by a signal after saving its checkpoint exits with this (common/error.h
 # kExitRequeue, trainer/README "Exit codes"); without a checkpoint, 128 + signal.
 REQUEUE_EXIT = 75
@@ -49,10 +54,10 @@ def base_env(**extra):
 
 
 def run_trainer(out_dir, *overrides, config=TINY, timeout=120, check=True):
-    """Single-process run with --no-sweep-dir into out_dir, on ONE_BLAS unless the overrides
-    say otherwise; returns CompletedProcess."""
+    """Single-process run with --no-sweep-dir into out_dir, with QUICK_START unless the
+    overrides say otherwise; returns CompletedProcess."""
     cmd = [str(TRAINER), "--config", str(config), "--output-dir", str(out_dir), "--no-sweep-dir",
-           ONE_BLAS, *overrides]
+           *QUICK_START, *overrides]
     p = subprocess.run(cmd, env=base_env(), capture_output=True, text=True, timeout=timeout)
     if check and p.returncode != 0:
         raise AssertionError(f"trainer failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
@@ -60,15 +65,15 @@ def run_trainer(out_dir, *overrides, config=TINY, timeout=120, check=True):
 
 
 def run_ranks(out_dir, world, *overrides, config=TINY, timeout=180):
-    """Starts `world` trainer processes by hand with the torchrun variables (on ONE_BLAS
-    unless the overrides say otherwise)."""
+    """Starts `world` trainer processes by hand with the torchrun variables (with
+    QUICK_START unless the overrides say otherwise)."""
     port = free_port()
     procs = []
     for r in range(world):
         env = base_env(RANK=r, LOCAL_RANK=r, WORLD_SIZE=world, LOCAL_WORLD_SIZE=world,
                        MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
         cmd = [str(TRAINER), "--config", str(config), "--output-dir", str(out_dir),
-               "--no-sweep-dir", ONE_BLAS, *overrides]
+               "--no-sweep-dir", *QUICK_START, *overrides]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True))
     outs = finish(procs, timeout)

@@ -17,6 +17,7 @@
 
 #include "common/error.h"
 #include "common/h5_metrics.h"
+#include "common/proc_memory.h"
 
 namespace ftb {
 namespace {
@@ -154,14 +155,6 @@ TEST(H5DatasetTest, StringAndAppendableDatasetsRoundTrip) {
   EXPECT_EQ(h5::listMembers(f), (std::vector<std::string>{"config", "loss", "tokens"}));
 }
 
-// Resident memory of this process in bytes (/proc/self/statm's second field).
-double residentBytes() {
-  std::ifstream in("/proc/self/statm");
-  double pages = 0, resident = 0;
-  in >> pages >> resident;
-  return resident * double(sysconf(_SC_PAGESIZE));
-}
-
 // Appending to the /steps columns keeps the memory flat: 50 columns of 1024-row chunks, 16
 // rows per append, flushed after each, 16 chunks each. With HDF5's default 1 MiB chunk
 // cache every completed 8 KiB chunk stayed cached (50 x 15 x 8 KiB = 6 MiB of growth); the
@@ -179,9 +172,9 @@ TEST(H5DatasetTest, AppendingToManyColumnsKeepsTheChunkCacheBounded) {
     }
   };
   append(64 * 2);  // two chunks per column: the cache and the index are warm
-  const double before = residentBytes();
+  const double before = double(currentRssBytes());
   append(64 * 14);
-  const double grown = residentBytes() - before;
+  const double grown = double(currentRssBytes()) - before;
   EXPECT_LT(grown, 1.5 * (1 << 20)) << "resident memory grew by " << grown / (1 << 20)
                                     << " MiB over 14 chunks of 50 columns";
   EXPECT_EQ(h5::datasetLength(cols[49]), 16u * 1024u);

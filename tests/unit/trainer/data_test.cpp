@@ -12,6 +12,7 @@
 
 #include "common/config.h"
 #include "common/error.h"
+#include "common/proc_memory.h"
 #include "trainer/data/dataset.h"
 #include "trainer/data/text_dataset.h"
 
@@ -223,13 +224,6 @@ TEST(TokenFiles, BinWindows) {
   }
 }
 
-int64_t residentBytes() {
-  std::ifstream statm("/proc/self/statm");
-  int64_t size = 0, resident = 0;
-  statm >> size >> resident;
-  return resident * int64_t(sysconf(_SC_PAGESIZE));
-}
-
 // A .bin file was read whole into memory, then copied into windows (a 64 GiB sparse file:
 // 3.2 GB of RSS in 2.4 s and growing). Now windows are read on demand: opening a 256 MiB
 // file (sparse: every id 0) leaves resident memory where it was.
@@ -240,9 +234,9 @@ TEST(TokenFiles, BinFileIsNotReadIntoMemory) {
   fs::resize_file((std::ofstream(path), path), uintmax_t(bytes));
   TrainConfig c = tinyConfig();
   c.data.data_source = path;
-  const int64_t before = residentBytes();
+  const int64_t before = currentRssBytes();
   std::unique_ptr<Dataset> ds = makeDataset(c);
-  const int64_t grown = residentBytes() - before;
+  const int64_t grown = currentRssBytes() - before;
   EXPECT_LT(grown, bytes / 16) << "resident memory grew by " << grown << " bytes";
   EXPECT_EQ(ds->size(), (bytes / 2 - 1) / c.data.seq_len);
   EXPECT_EQ(ds->document(ds->size() - 1), std::vector<int32_t>(size_t(c.data.seq_len + 1), 0));

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/proc_memory.h"
 
 namespace ftb {
 namespace {
@@ -63,13 +64,11 @@ TEST(MeasureDeadlineDeathTest, AMeasurementPastItsDeadlineEndsTheProcessWithAMes
 
 // Lowers this process's address-space limit to what it maps now plus `extra` bytes.
 void limitAddressSpace(int64_t extra) {
-  FILE* f = std::fopen("/proc/self/statm", "r");
-  long pages = 0;
-  ASSERT_TRUE(f && std::fscanf(f, "%ld", &pages) == 1);
-  std::fclose(f);
+  const int64_t mapped = mappedBytes();
+  ASSERT_GT(mapped, 0);
   rlimit as{};
   getrlimit(RLIMIT_AS, &as);
-  as.rlim_cur = rlim_t(pages) * rlim_t(sysconf(_SC_PAGESIZE)) + rlim_t(extra);
+  as.rlim_cur = rlim_t(mapped) + rlim_t(extra);
   ASSERT_EQ(setrlimit(RLIMIT_AS, &as), 0);
 }
 
