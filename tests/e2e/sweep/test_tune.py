@@ -32,6 +32,7 @@ global_batch_size = 4
 [grid]
 layout = ["ddp", "zero1"]
 "training.micro_batch_size" = [1, 2]
+"metrics.gemm_probe" = [false]  # runs without the start-up GEMM: tune's model takes FIGURES
 [layout.ddp]
 "parallel.dp_shard" = 1
 [layout.zero1]

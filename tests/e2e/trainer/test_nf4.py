@@ -62,13 +62,16 @@ def test_quantization_equals_bitsandbytes(tmp_path):
                        env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0 and "[  PASSED  ] 1 test" in p.stdout, p.stdout + p.stderr
     x = torch.from_numpy(np.fromfile(tmp_path / "x.f32", dtype="<f4"))
-    packed, state = functional.quantize_4bit(x, quant_type="nf4", blocksize=64)
+    # bitsandbytes' CPU ops run eagerly: torch.compile would build a C++ kernel for the same
+    # lookups and products first (about 30 s on 2 cores).
+    with torch._dynamo.config.patch(disable=True):
+        packed, state = functional.quantize_4bit(x, quant_type="nf4", blocksize=64)
+        theirs = functional.dequantize_4bit(packed, state).reshape(-1).numpy()
     codes = np.fromfile(tmp_path / "codes.u8", dtype=np.uint8)
     absmax = np.fromfile(tmp_path / "absmax.f32", dtype="<f4")
     assert x.numel() % 64 != 0 and x.numel() % 2 == 1, "a short last block and a pad nibble"
     assert np.array_equal(codes, packed.reshape(-1).numpy())
     assert np.array_equal(absmax, state.absmax.numpy())
-    theirs = functional.dequantize_4bit(packed, state).reshape(-1).numpy()
     assert np.array_equal(np.fromfile(tmp_path / "dequant.f32", dtype="<f4"), theirs)
 
 
