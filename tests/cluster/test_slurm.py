@@ -539,17 +539,19 @@ def test_own_notice_from_the_time_limit_stops_a_run_in_start_up(cluster, tmp_pat
     while attempt 0 is still in its set-up (a 25 s hook; -t 1 and FTB_STOP_GRACE=40: due at
     once): the stop is recorded before the launch step exists and the job requeues; attempt 1
     (no delay, a 12-step run) completes. After its sleep, attempt 0's hook raises the job's
-    time limit to 3 minutes, so attempt 1's own notice is not due at once too: with 60 s it
-    had to finish within the watcher's first 10 s, which a loaded machine does not. The hook
+    time limit to 10 minutes, so that no notice is due at once in attempt 1: neither the
+    script's own (with 60 s left it had to finish within the watcher's first 10 s, which a
+    loaded machine does not) nor SLURM's --signal=B:USR1@300 (with 3 minutes slurmctld sent it
+    1 s into attempt 1 when its periodic check came before the 12 steps ended). The hook
     retries the update until slurmctld shows it: on a loaded machine one scontrol RPC can fail,
-    and attempt 1 would then inherit the 1-minute limit and be noticed at once as well."""
+    and attempt 1 would then inherit the 1-minute limit."""
     results = tmp_path / "ownnotice"
     hook = tmp_path / "setup.sh"
     hook.write_text('if [[ ${SLURM_RESTART_COUNT:-0} == 0 ]]; then\n  sleep 25\n'
                     '  for try in 1 2 3 4 5 6 7 8 9 10; do\n'
-                    '    scontrol update JobId="$SLURM_JOB_ID" TimeLimit=3\n'
-                    '    scontrol show job -o "$SLURM_JOB_ID" | grep -q "TimeLimit=00:03:00" && break\n'
-                    '    echo "test hook: TimeLimit=3 not applied yet (try $try)"; sleep 1\n'
+                    '    scontrol update JobId="$SLURM_JOB_ID" TimeLimit=10\n'
+                    '    scontrol show job -o "$SLURM_JOB_ID" | grep -q "TimeLimit=00:10:00" && break\n'
+                    '    echo "test hook: TimeLimit=10 not applied yet (try $try)"; sleep 1\n'
                     '  done\nfi\ntrue\n')
     env = clean_env(CONFIG=TINY, RESULTS=results, NPROC=1, FTB_SETUP=hook, FTB_STOP_GRACE=40)
     job = sbatch(["-N2", "-t", "1", "slurm/train.sbatch", "training.max_steps=12"], env, results)
