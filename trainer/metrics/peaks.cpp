@@ -116,16 +116,14 @@ RunPeaks resolvePeaks(const TrainConfig& tc, const CpuInfo& cpu, const std::stri
     p.gemm_flops = measureGemmPeak(st, n, kPeakGemmReps);
     p.remeasure = [st, n] { return measureGemmPeak(st, n, kPeakGemmReps); };
   }
-  p.gemm_key = gemmKey(dtype, n, threads, blas);
   if (!(p.gemm_flops > 0)) {  // not timed: nothing to divide by, to cache or to re-check
     p.gemm_flops = 0;
     p.gemm_n = 0;
-    p.gemm_key.clear();
     p.remeasure = nullptr;
     p.gemm_source = "not measured (metrics.gemm_probe = false)";
-    p.check = checkGemmAgainstPeak(p.gemm_flops, p.hw);
-    return p;
+    return p;  // p.check stays ok: no GEMM to hold against the peak
   }
+  p.gemm_key = gemmKey(dtype, n, threads, blas);
   applyHostBest(p, cpu);
   p.gemm_source = dtype + " GEMM " + std::to_string(n) + "^3 on " + device +
                   (gpu_name.empty() ? "" : " (" + gpu_name + ")") + ", " + std::to_string(threads) +

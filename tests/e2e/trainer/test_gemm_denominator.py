@@ -6,13 +6,15 @@ import subprocess
 
 import numpy as np
 
-from trainer_util import TINY, TRAINER, base_env, metrics
+from trainer_util import TINY, TRAINER, base_env, metrics, steps
 
 
-def run(out_dir, cache_dir, recheck="1"):
+def run(out_dir, cache_dir, recheck="1", overrides=()):
+    """A short run on its own peak cache (overrides after the fixed ones win); its process,
+    root attrs, gemm_efficiency column and model FLOP/s per device."""
     cmd = [str(TRAINER), "--config", str(TINY), "--output-dir", str(out_dir), "--no-sweep-dir",
            "training.max_steps=4", "checkpoint.save_final=false",
-           "training.fp32_gemm=aten"]  # one BLAS: one cache key in both runs
+           "training.fp32_gemm=aten", *overrides]  # one BLAS: one cache key in both runs
     # FTB_TEST_GEMM_RECHECK=1: re-check after the last step although the run is short.
     p = subprocess.run(cmd, env=base_env(FTB_CACHE_DIR=cache_dir, FTB_TEST_GEMM_RECHECK=recheck),
                        capture_output=True, text=True, timeout=180)
@@ -63,24 +65,12 @@ def test_a_short_run_skips_the_end_recheck_and_says_so(tmp_path):
 
 
 
-def run_unprobed(out_dir, cache_dir, route, steps):
-    """A run with metrics.gemm_probe = false on `route`; its process, root attrs, columns."""
-    cmd = [str(TRAINER), "--config", str(TINY), "--output-dir", str(out_dir), "--no-sweep-dir",
-           f"training.max_steps={steps}", "checkpoint.save_final=false",
-           f"training.fp32_gemm={route}", "metrics.gemm_probe=false"]
-    p = subprocess.run(cmd, env=base_env(FTB_CACHE_DIR=cache_dir, FTB_TEST_GEMM_RECHECK="1"),
-                       capture_output=True, text=True, timeout=180)
-    assert p.returncode == 0, f"trainer failed ({p.returncode}):\n{p.stdout}\n{p.stderr}"
-    with metrics(out_dir) as f:
-        a = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
-        return p, a, f["steps/gemm_efficiency"][:], f["steps/mfu"][:]
-
-
 def test_without_the_gemm_probe_mfu_stays_and_gemm_efficiency_says_not_measured(tmp_path):
     """metrics.gemm_probe = false: no start-up GEMM, no host-best entry, no re-check;
     gemm_efficiency NaN and its summary row says why; MFU against the hardware peak kept."""
     cache = tmp_path / "cache"
-    p, a, eff, mfu = run_unprobed(tmp_path / "run", cache, "aten", 4)
+    p, a, eff, _ = run(tmp_path / "run", cache, overrides=["metrics.gemm_probe=false"])
+    mfu = steps(tmp_path / "run", "mfu")
     assert a["gemm_flops"] == 0 and a["gemm_flops_start"] == 0 and a["gemm_key"] == ""
     assert "gemm_flops_end" not in a, "nothing to re-check"
     assert a["gemm_source"] == "not measured (metrics.gemm_probe = false)"
@@ -95,6 +85,7 @@ def test_without_the_gemm_probe_mfu_stays_and_gemm_efficiency_says_not_measured(
 
 def test_auto_times_its_routes_whatever_the_gemm_probe_says(tmp_path):
     """fp32_gemm = "auto" chooses its BLAS by timing both: that figure is the denominator."""
-    _, a, eff, _ = run_unprobed(tmp_path / "run", tmp_path / "cache", "auto", 2)
+    _, a, eff, _ = run(tmp_path / "run", tmp_path / "cache", recheck="0",
+                       overrides=["training.fp32_gemm=auto", "metrics.gemm_probe=false"])
     assert a["gemm_flops"] > 0 and a["fp32_gemm_aten_flops"] > 0, a["gemm_source"]
     assert np.isfinite(eff).all() and (eff > 0).all(), eff
