@@ -18,11 +18,6 @@ std::string trim(const std::string& s) {
   return b == std::string::npos ? "" : s.substr(b, e - b + 1);
 }
 
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
 void setFlags(CpuInfo& c, const std::set<std::string>& f) {
   auto has = [&f](const char* n) { return f.count(n) > 0; };
   c.avx = has("avx");
@@ -58,7 +53,7 @@ void flagsFromCpuid(CpuInfo& c) {
   c.flags_source = "cpuid";
 }
 
-std::string readFile(const std::string& path) {
+std::string readProcFile(const std::string& path) {
   std::ifstream in(path);
   std::ostringstream os;
   os << in.rdbuf();
@@ -109,7 +104,7 @@ CpuInfo parseCpuInfo(const std::string& text) {
 }
 
 CpuInfo detectCpu() {
-  CpuInfo c = parseCpuInfo(readFile("/proc/cpuinfo"));
+  CpuInfo c = parseCpuInfo(readProcFile("/proc/cpuinfo"));
   if (c.flags_source.empty()) flagsFromCpuid(c);
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -173,7 +168,7 @@ int openblasCoretypeLevel(const std::string& name) {
       {"sandybridge", 2},  {"bulldozer", 2},     {"piledriver", 2}, {"steamroller", 2},
       {"haswell", 3},      {"zen", 3},           {"excavator", 3},  {"skylakex", 4},
       {"cooperlake", 5},   {"sapphirerapids", 6}};
-  std::string n = lower(trim(name));
+  std::string n = asciiLower(trim(name));
   for (auto [k, level] : kLevels)
     if (n == k) return level;
   return 0;
@@ -227,6 +222,11 @@ CoretypeCheck checkOpenblasCoretype(const CpuInfo& cpu, const std::string& setti
     r.verdict = CoretypeCheck::Verdict::kOk;
   }
   return r;
+}
+
+std::string asciiLower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
 }
 
 }  // namespace ftb

@@ -44,6 +44,9 @@ struct CpuInfo {
   std::string boundCpuList() const;
 };
 
+// `s` in ASCII lower case (CPU and device names, flags).
+std::string asciiLower(std::string s);
+
 // REQUIRES: text in /proc/cpuinfo format (the first processor block is used). Leaves
 // bound_cpus empty and bound_physical_cores 0.
 CpuInfo parseCpuInfo(const std::string& text);

@@ -153,7 +153,7 @@ void measureKernel(const Kernel& k, double& best_flops, double& best_clock) {
   }
 }
 
-std::string pathSafe(const std::string& s) {
+std::string cacheNamePart(const std::string& s) {
   std::string o;
   for (char c : s)
     o += std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' ? c : '_';
@@ -228,11 +228,6 @@ bool replaceFile(const std::string& path, const std::string& text) {
   return !ec;
 }
 
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
 }  // namespace
 
 const CpuUnit* CpuUnits::find(const std::string& name) const {
@@ -278,7 +273,7 @@ std::string cpuPeakCacheFile(const CpuInfo& cpu, const std::string& host) {
   else if (const char* h = std::getenv("HOME"); h && *h)
     dir = std::string(h) + "/.cache/ftbench";
   if (dir.empty()) return "";
-  return dir + "/cpu_peak." + pathSafe(host) + "." + pathSafe(cpu.model_name) + ".txt";
+  return dir + "/cpu_peak." + cacheNamePart(host) + "." + cacheNamePart(cpu.model_name) + ".txt";
 }
 
 CpuUnits loadOrMeasureCpuUnits(const CpuInfo& cpu) {
@@ -399,7 +394,7 @@ const std::vector<GpuPeakEntry>& gpuPeakTable() {
 
 PeakFlops gpuPeak(const std::string& device_name, const std::string& dtype) {
   PeakFlops p;
-  const std::string n = lower(device_name);
+  const std::string n = asciiLower(device_name);
   // "l4" must not match "l40s": require the match to end at a word boundary.
   for (const GpuPeakEntry& e : gpuPeakTable()) {
     size_t at = n.find(e.match);
@@ -477,7 +472,7 @@ const std::vector<GpuMemoryEntry>& gpuMemoryTable() {
 }
 
 const GpuMemoryEntry* findGpuMemory(const std::string& type) {
-  std::string t = lower(type);
+  std::string t = asciiLower(type);
   std::replace(t.begin(), t.end(), '-', ' ');
   std::replace(t.begin(), t.end(), '_', ' ');
   for (const GpuMemoryEntry& e : gpuMemoryTable())

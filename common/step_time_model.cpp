@@ -13,18 +13,18 @@ double dtypeBytes(DType d) { return d == DType::kBf16 ? 2.0 : 4.0; }
 
 // The costliest pipeline stage: its share of the model's training FLOPs and of its
 // blocks (1 and n_layers without a pipeline).
-struct StageShare {
+struct StageCost {
   double flops_frac = 1, blocks = 0;
 };
 
-StageShare costliestStage(const TrainConfig& tc) {
+StageCost costliestStage(const TrainConfig& tc) {
   const ModelArgs& m = tc.model;
   const PipePlan& plan = tc.pipeline;
   if (tc.layout.pp <= 1 || plan.split.empty()) return {1.0, double(m.n_layers)};
   const LayerCosts c = layerCosts(m, tc.data.seq_len);
   const double total = double(m.n_layers) * c.block + c.embed + c.head;
   const int64_t chunks = plan.stages * plan.virtual_stages;
-  StageShare worst{0, 0};
+  StageCost worst{0, 0};
   for (int64_t s = 0; s < plan.stages; ++s) {
     double cost = 0, blocks = 0;
     for (int64_t v = 0; v < plan.virtual_stages; ++v) {
@@ -116,7 +116,7 @@ StepPrediction predictStep(const TrainConfig& tc, const MachineFigures& m) {
   const double micro = double(tc.training.grad_accum_steps);
   const double tokens = double(mb) * micro * double(seq);  // this rank's data slice
   const FlopsCount f = trainingFlops(a, tc.lora, seq);
-  const StageShare stage = costliestStage(tc);
+  const StageCost stage = costliestStage(tc);
   const double block_fwd = layerCosts(a, seq).block / 3.0;
   const double recomputed = recomputedBlocks(tc, stage.blocks);
   p.flops = tokens * (f.per_token * stage.flops_frac + recomputed * block_fwd) / double(l.tp);

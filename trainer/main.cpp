@@ -100,6 +100,7 @@ int trainerMain(int argc, char** argv) {
     return hf::logitsMain(std::vector<std::string>(argv + 2, argv + argc));
   cxxopts::Options cli = trainerCli();
   SessionOptions opts;
+  opts.argv.assign(argv, argv + argc);
   const std::optional<int> exit_code = guardedCli(cli, [&]() -> std::optional<int> {
     // Owned copies: torchtitanOverrides() rewrites --a.b VALUE into a.b=VALUE.
     std::vector<std::string> words =

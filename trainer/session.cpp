@@ -1,9 +1,13 @@
 #include "trainer/session.h"
 
+#include <pthread.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <iostream>
@@ -144,6 +148,35 @@ TrainConfig resolveConfig(const SessionOptions& opts, const Config& cfg, const D
       TrainConfig::fromConfig(cfg, opts.world_size > 0 ? opts.world_size : env.world_size);
   tc.layout.nodes = env.nodes;
   return tc;
+}
+
+// A run on a GPU continues in `trainer_cuda` (metrics/device.h): the same command line in
+// the same process (exec), before any socket or file exists. The answers that touch no
+// device (--print-config, --estimate-memory, --generate-data) stay here. Stop signals are
+// blocked across the exec, so one that comes in between is pending in the new image
+// (installStopSignalHandlers unblocks it); one that came before ends the run here.
+void execCudaBuildForAGpuRun(const SessionOptions& opts, const TrainConfig& tc) {
+  if (opts.print_config || opts.estimate_memory || !opts.generate_data.empty() || opts.argv.empty())
+    return;
+  const std::string& device = tc.training.device;
+  const bool gpu = device.rfind("cuda", 0) == 0 ||
+                   (device == "auto" && (tc.comm.backend == "nccl" || visibleCudaDevices() > 0));
+  const std::string path = gpu ? cudaTrainerPath() : "";
+  if (path.empty()) return;
+  sigset_t stops, old;
+  sigemptyset(&stops);
+  for (int sig : {SIGTERM, SIGINT, SIGUSR1, SIGUSR2, SIGHUP}) sigaddset(&stops, sig);
+  pthread_sigmask(SIG_BLOCK, &stops, &old);
+  checkStop("configuration");
+  std::vector<char*> args;
+  for (const std::string& a : opts.argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  std::cout.flush();
+  execv(path.c_str(), args.data());
+  const int err = errno;
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  throw IoError("cannot start " + path + " (the CUDA build of the trainer) for training.device \"" +
+                device + "\": " + std::strerror(err));
 }
 
 // training.device: where this rank's tensors live ("cpu" or "cuda:N"), made the process's
@@ -455,6 +488,7 @@ std::optional<int> configure(const SessionOptions& opts, Setup& s, StopWatchdog&
   setLogIdentity(s.env.rank, s.env.world_size, hostName());
   s.cfg.emplace(Config::load(opts.config_path, opts.overrides));
   s.tc = resolveConfig(opts, *s.cfg, s.env);
+  execCudaBuildForAGpuRun(opts, s.tc);
   watchdog.setGrace(s.tc.checkpoint.preempt_grace_s);
   if (std::optional<int> rc = runInfoCommand(opts, *s.cfg, s.tc)) return rc;
   s.device = placeTensors(*s.cfg, s.tc, s.env);

@@ -30,6 +30,9 @@ struct SessionOptions {
   // --probe: measure the GEMM and the link this config's run would get, print one JSON line
   // on rank 0 and exit 0 (trainer/docs/run.md § Probe); no run directory is written.
   bool probe = false;
+  // The command line as given (argv[0] first): a run on a GPU execs `trainer_cuda` with it
+  // (trainer/metrics/device.h, cudaTrainerPath).
+  std::vector<std::string> argv;
 };
 
 int runSession(const SessionOptions& opts);

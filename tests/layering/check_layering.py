@@ -12,7 +12,7 @@ Checks, and prints the graph it found:
   3. CMake targets (ftb_targets.tsv, written at configure time by tests/CMakeLists.txt): each
      of the four folders builds exactly one library, every source of a target lies in its
      folder, and the only link edges between the project's targets are
-     <folder executable> -> <its folder's library> -> ftb_common.
+     <folder executable> -> [<an OBJECT library of its folder> ->] <its folder's library> -> ftb_common.
 
 Usage: check_layering.py SOURCE_DIR TARGETS_TSV    (exit 1 and a list on any violation)
        check_layering.py --self-test               (planted violations are all reported)
@@ -142,11 +142,16 @@ def check_targets(root, tsv):
             dep_folder = targets[lib][0]
             graph.append(f"{name} -> {lib}")
             is_lib = ttype.endswith("_LIBRARY")
+            # An OBJECT library is a part of its folder's library that not every program of
+            # the folder links (trainer/: the CPU and the CUDA build of the CUDA sources).
+            dep_is_part = targets[lib][1] == "OBJECT_LIBRARY" and dep_folder == folder
             ok = (dep_folder == "common" and folder != "common") or \
-                 (not is_lib and lib == library.get(folder))
+                 (not is_lib and (lib == library.get(folder) or dep_is_part)) or \
+                 (ttype == "OBJECT_LIBRARY" and lib == library.get(folder))
             if not ok:
                 problems.append(f"target {name} ({folder}/) links {lib} ({dep_folder}/): only "
-                                "<folder executable> -> <folder library> -> ftb_common")
+                                "<folder executable> -> [<folder object library> ->] "
+                                "<folder library> -> ftb_common")
     return problems, graph
 
 

@@ -19,6 +19,8 @@
 //   process: a mark covers every copy queued before it on that device, by any object and
 //   across earlier deviceWait()s (what optim/offload.cpp relies on to reuse its host buffers).
 // - Not thread-safe: one thread at a time per object.
+// - The stream and event work is in host_copy_cuda.cpp, linked into the CUDA build of the
+//   trainer only (trainer/CMakeLists.txt: `trainer` loads no CUDA library).
 // REQUIRES: toHost's dst is a host tensor (pinned for an asynchronous copy), toDevice's src
 //   one; neither is written or freed by the host before a hostWait covering the copy.
 #pragma once
@@ -47,6 +49,9 @@ class SideCopies {
 
  private:
   struct Cuda;  // streams and events; absent on the CPU
+  // REQUIRES: device.is_cuda(). Defined by host_copy_cuda.cpp in the CUDA build of the
+  // trainer; the CPU build's (host_copy_cuda_off.cpp) throws std::logic_error.
+  static std::unique_ptr<Cuda> cudaFor(torch::Device device);
   std::unique_ptr<Cuda> cuda_;
   size_t marks_ = 0;
 };

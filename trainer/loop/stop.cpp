@@ -1,5 +1,8 @@
 #include "trainer/loop/stop.h"
 
+#include <pthread.h>
+#include <signal.h>
+
 #include <csignal>
 #include <cstring>
 #include <ctime>
@@ -42,6 +45,12 @@ void installStopSignalHandlers() {
   // killed by the launcher's SIGKILL after --grace.
   sigemptyset(&sa.sa_mask);
   for (int s : {SIGTERM, SIGINT, SIGUSR1, SIGUSR2, SIGHUP}) sigaction(s, &sa, nullptr);
+  // `trainer` blocks them before it execs `trainer_cuda` (session.cpp): one that came in
+  // between is pending here, and is delivered to the handler now.
+  sigset_t set;
+  sigemptyset(&set);
+  for (int s : {SIGTERM, SIGINT, SIGUSR1, SIGUSR2, SIGHUP}) sigaddset(&set, s);
+  pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
 }
 
 int stopExitCode(bool complete_checkpoint, bool by_ctl, int sig) {

@@ -1,11 +1,11 @@
 #include "trainer/metrics/device.h"
 
 #include <ATen/DeviceAccelerator.h>
-#include <cuda_runtime_api.h>
-#include <c10/cuda/CUDACachingAllocator.h>
 #include <torch/cuda.h>
 
 #include <mutex>
+
+#include "trainer/metrics/device_cuda.h"
 
 namespace ftb {
 namespace {
@@ -54,18 +54,8 @@ bool capDeviceMemory(double bytes) {
   const double total = deviceTotalMemory();
   if (!(total > 0) || bytes > total) return false;
   const torch::Device d = computeDevice();
-  c10::cuda::CUDACachingAllocator::setMemoryFraction(bytes / total,
-                                                     d.index() < 0 ? 0 : d.index());
+  setCudaMemoryFraction(bytes / total, d.index() < 0 ? 0 : d.index());
   return true;
-}
-
-int visibleCudaDevices() { return static_cast<int>(torch::cuda::device_count()); }
-
-std::string cudaDeviceName(int index) {
-  if (index < 0 || index >= visibleCudaDevices()) return "";
-  cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, index) != cudaSuccess) return "";
-  return prop.name;
 }
 
 }  // namespace ftb

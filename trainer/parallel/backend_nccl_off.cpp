@@ -1,4 +1,5 @@
-// Built when FTB_USE_NCCL resolves OFF (CPU libtorch): NCCL is refused by name.
+// The CPU build of the trainer (`trainer`, trainer/CMakeLists.txt): NCCL is refused by name.
+// A run that asks for it on a GPU runs `trainer_cuda`, which has it where libtorch has CUDA.
 #include "common/error.h"
 #include "trainer/parallel/backend.h"
 
@@ -7,7 +8,8 @@ namespace ftb {
 c10::intrusive_ptr<c10d::Backend> makeNcclBackend(c10::intrusive_ptr<c10d::Store>, int, int,
                                                   std::chrono::milliseconds) {
   throw ConfigError("parallel.backend", "config",
-                    "NCCL is not compiled into this build (libtorch has no CUDA)",
+                    "NCCL is not in this build of the trainer (the CPU build; trainer_cuda "
+                    "has it where libtorch has CUDA)",
                     "use backend = \"gloo\" or \"auto\"");
 }
 

@@ -69,8 +69,8 @@ def run_dirs(results):
 
 
 def test_dry_run_prunes_with_reasons_and_runs_nothing(tmp_path):
-    # tp 3 on 2 ranks: refused; 300 MiB per rank: below the estimator's host runtime baseline.
-    sp = space(tmp_path, machines='memory = "300MiB"',
+    # tp 3 on 2 ranks: refused; 150 MiB per rank: below the estimator's host runtime baseline.
+    sp = space(tmp_path, machines='memory = "150MiB"',
                more='[[include]]\nlayout = "ddp"\n"parallel.tp" = 3\n')
     p = tune(sp, tmp_path / "res", "--dry-run", *FIGURES)
     assert p.returncode == 0, p.stderr

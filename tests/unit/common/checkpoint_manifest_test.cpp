@@ -15,17 +15,12 @@
 #include <iterator>
 
 #include "common/config.h"
+#include "test_util.h"
 
 namespace ftb {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string tempDir() {
-  std::string tmpl = ::testing::TempDir() + "ftb_ckpt_XXXXXX";
-  EXPECT_NE(mkdtemp(tmpl.data()), nullptr);
-  return tmpl;
-}
 
 void writeBytes(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;
@@ -66,7 +61,7 @@ std::string problemOf(const std::string& dir) {
 }
 
 TEST(CheckpointManifest, RoundTripsThroughJson) {
-  std::string root = tempDir();
+  std::string root = test::makeTempDir("ftb_ckpt_");
   std::string dir = makeCheckpoint(root, 8);
   Manifest m = loadVerifiedManifest(dir);
   EXPECT_EQ(m.state.at("step"), 8);
@@ -86,7 +81,7 @@ TEST(CheckpointManifest, RoundTripsThroughJson) {
 }
 
 TEST(CheckpointManifest, ListsStepDirsNewestFirstAndIgnoresPartialOnes) {
-  std::string root = tempDir();
+  std::string root = test::makeTempDir("ftb_ckpt_");
   makeCheckpoint(root, 4);
   makeCheckpoint(root, 12);
   fs::create_directories(root + "/step_00000016.tmp");
@@ -101,13 +96,13 @@ TEST(CheckpointManifest, ListsStepDirsNewestFirstAndIgnoresPartialOnes) {
 }
 
 TEST(CheckpointManifest, MissingManifestIsRefused) {
-  std::string dir = makeCheckpoint(tempDir(), 4);
+  std::string dir = makeCheckpoint(test::makeTempDir("ftb_ckpt_"), 4);
   fs::remove(dir + "/manifest.json");
   EXPECT_NE(problemOf(dir).find("manifest.json: manifest missing"), std::string::npos);
 }
 
 TEST(CheckpointManifest, PartialManifestIsRefused) {
-  std::string dir = makeCheckpoint(tempDir(), 4);
+  std::string dir = makeCheckpoint(test::makeTempDir("ftb_ckpt_"), 4);
   std::string path = dir + "/manifest.json";
   fs::resize_file(path, fs::file_size(path) / 2);
   EXPECT_NE(problemOf(dir).find("not valid JSON"), std::string::npos) << problemOf(dir);
@@ -116,7 +111,7 @@ TEST(CheckpointManifest, PartialManifestIsRefused) {
 }
 
 TEST(CheckpointManifest, TruncatedShardIsRefused) {
-  std::string dir = makeCheckpoint(tempDir(), 4);
+  std::string dir = makeCheckpoint(test::makeTempDir("ftb_ckpt_"), 4);
   fs::resize_file(dir + "/rank_00000.h5", 1000);
   std::string p = problemOf(dir);
   EXPECT_NE(p.find("rank_00000.h5: size 1000 bytes, the manifest says 4096"), std::string::npos)
@@ -124,7 +119,7 @@ TEST(CheckpointManifest, TruncatedShardIsRefused) {
 }
 
 TEST(CheckpointManifest, FlippedByteIsRefused) {
-  std::string dir = makeCheckpoint(tempDir(), 4);
+  std::string dir = makeCheckpoint(test::makeTempDir("ftb_ckpt_"), 4);
   std::fstream f(dir + "/rank_00000.h5", std::ios::in | std::ios::out | std::ios::binary);
   f.seekp(100);
   f.put(char(0x55));
@@ -135,7 +130,7 @@ TEST(CheckpointManifest, FlippedByteIsRefused) {
 }
 
 TEST(CheckpointManifest, SliceOutsideTheTensorIsRefused) {
-  std::string dir = makeCheckpoint(tempDir(), 4);
+  std::string dir = makeCheckpoint(test::makeTempDir("ftb_ckpt_"), 4);
   Manifest m = loadVerifiedManifest(dir);
   m.tensors["model.norm.weight"].slices[0].size = {65};
   EXPECT_THROW(parseManifest(manifestToJson(m), "m.json"), CheckpointError);
@@ -151,7 +146,7 @@ void editManifest(const std::string& dir, F edit) {
 
 // Each case below loaded without complaint before the structure checks.
 TEST(CheckpointUntrusted, FileNamesOutsideTheStepDirectoryAreRefused) {
-  std::string root = tempDir();
+  std::string root = test::makeTempDir("ftb_ckpt_");
   std::string old_dir = makeCheckpoint(root, 15);
   std::string dir = makeCheckpoint(root, 20);
   // Step 15's file with its true size and crc32, named from step 20's manifest.
@@ -169,7 +164,7 @@ TEST(CheckpointUntrusted, FileNamesOutsideTheStepDirectoryAreRefused) {
 }
 
 TEST(CheckpointUntrusted, SymlinkedShardIsRefused) {
-  std::string root = tempDir();
+  std::string root = test::makeTempDir("ftb_ckpt_");
   std::string old_dir = makeCheckpoint(root, 15);
   std::string dir = makeCheckpoint(root, 20);
   fs::remove(dir + "/rank_00000.h5");
@@ -179,7 +174,7 @@ TEST(CheckpointUntrusted, SymlinkedShardIsRefused) {
 }
 
 TEST(CheckpointUntrusted, FifoManifestIsRefusedWithoutBlocking) {
-  std::string dir = makeCheckpoint(tempDir(), 4);
+  std::string dir = makeCheckpoint(test::makeTempDir("ftb_ckpt_"), 4);
   fs::remove(dir + "/manifest.json");
   ASSERT_EQ(mkfifo((dir + "/manifest.json").c_str(), 0600), 0);
   std::string p = problemOf(dir);  // would block forever in an open() for reading
@@ -188,7 +183,7 @@ TEST(CheckpointUntrusted, FifoManifestIsRefusedWithoutBlocking) {
 }
 
 TEST(CheckpointUntrusted, StepBelowZeroOrNotTheDirectorysIsRefused) {
-  std::string dir = makeCheckpoint(tempDir(), 20);
+  std::string dir = makeCheckpoint(test::makeTempDir("ftb_ckpt_"), 20);
   editManifest(dir, [](Manifest& m) { m.state["step"] = -5; });
   EXPECT_NE(problemOf(dir).find("state.step is -5, below 0"), std::string::npos) << problemOf(dir);
   editManifest(dir, [](Manifest& m) { m.state["step"] = 999999; });
@@ -198,7 +193,7 @@ TEST(CheckpointUntrusted, StepBelowZeroOrNotTheDirectorysIsRefused) {
 }
 
 TEST(CheckpointUntrusted, SliceNamingAnotherTensorsDatasetIsRefused) {
-  std::string dir = makeCheckpoint(tempDir(), 4);
+  std::string dir = makeCheckpoint(test::makeTempDir("ftb_ckpt_"), 4);
   editManifest(dir, [](Manifest& m) {
     m.tensors["model.output.weight"] = {
         {64}, "float32", {{"rank_00000.h5", "/model.norm.weight/0", {0}, {64}}}};
@@ -212,7 +207,7 @@ TEST(CheckpointUntrusted, SliceNamingAnotherTensorsDatasetIsRefused) {
 // A pipeline's layout: pp is recorded (only when > 1, so other manifests are unchanged),
 // read back, and counts in the world size.
 TEST(CheckpointManifest, PipelineStagesCountInTheLayout) {
-  std::string dir = makeCheckpoint(tempDir(), 4);
+  std::string dir = makeCheckpoint(test::makeTempDir("ftb_ckpt_"), 4);
   editManifest(dir, [](Manifest& m) { m.layout.world = 2, m.layout.pp = 2; });
   EXPECT_NE(readText(dir + "/manifest.json").find("\"pp\": 2"), std::string::npos);
   EXPECT_EQ(parseManifest(readText(dir + "/manifest.json"), "m").layout.pp, 2);
@@ -222,19 +217,20 @@ TEST(CheckpointManifest, PipelineStagesCountInTheLayout) {
   EXPECT_NE(problemOf(dir).find("is not pp x dp_replicate x dp_shard x tp (3 x 1 x 1 x 1)"),
             std::string::npos)
       << problemOf(dir);
-  EXPECT_EQ(readText(makeCheckpoint(tempDir(), 4) + "/manifest.json").find("\"pp\""),
-            std::string::npos);
+  EXPECT_EQ(
+      readText(makeCheckpoint(test::makeTempDir("ftb_ckpt_"), 4) + "/manifest.json").find("\"pp\""),
+      std::string::npos);
 }
 
 TEST(CheckpointUntrusted, UnknownDtypeWorldAndDuplicateKeysAreRefused) {
-  std::string dir = makeCheckpoint(tempDir(), 4);
+  std::string dir = makeCheckpoint(test::makeTempDir("ftb_ckpt_"), 4);
   editManifest(dir, [](Manifest& m) { m.tensors["model.norm.weight"].dtype = "complex128"; });
   EXPECT_NE(problemOf(dir).find("dtype 'complex128'"), std::string::npos) << problemOf(dir);
-  dir = makeCheckpoint(tempDir(), 4);
+  dir = makeCheckpoint(test::makeTempDir("ftb_ckpt_"), 4);
   editManifest(dir, [](Manifest& m) { m.layout.world = 2, m.layout.dp_replicate = 2; });
   EXPECT_NE(problemOf(dir).find("lists 1 files for layout.world 2"), std::string::npos)
       << problemOf(dir);
-  dir = makeCheckpoint(tempDir(), 4);
+  dir = makeCheckpoint(test::makeTempDir("ftb_ckpt_"), 4);
   std::string text = readText(dir + "/manifest.json");
   const std::string step = "\"step\": 4";
   ASSERT_NE(text.find(step), std::string::npos) << text;
@@ -246,7 +242,7 @@ TEST(CheckpointUntrusted, UnknownDtypeWorldAndDuplicateKeysAreRefused) {
 // JSON numbers an int64 field cannot hold: converting them was undefined behaviour
 // (tests/fuzz/fuzz_manifest found a 86-digit layout.nodes, which nlohmann reads as a double).
 TEST(CheckpointUntrusted, NumbersAnInt64CannotHoldAreRefused) {
-  std::string dir = makeCheckpoint(tempDir(), 4);
+  std::string dir = makeCheckpoint(test::makeTempDir("ftb_ckpt_"), 4);
   const std::string text = readText(dir + "/manifest.json");
   for (const std::string& bad :
        {std::string("1e300"), std::string("18446744073709551615"), std::string("2.5")}) {
@@ -271,7 +267,7 @@ std::string oldSpelling(double v, int prec) {
 // A checkpoint written by the old spelling resumes against today's valueToString: the
 // record is compared as values (through the manifest's JSON, as planResume reads it).
 TEST(CheckpointCompat, OldFloatSpellingInTheManifestIsAccepted) {
-  std::string root = tempDir();
+  std::string root = test::makeTempDir("ftb_ckpt_");
   std::string dir = makeCheckpoint(root, 4);
   Manifest m = loadVerifiedManifest(dir);
   m.compat = {{"model.dim", "64"},

@@ -12,16 +12,15 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "common/run_config.h"
+#include "test_util.h"
 
 namespace ftb {
 namespace {
 
-const char* const kTinyRun = FTB_SOURCE_DIR "/configs/runs/tiny.toml";
+using test::kTinyRun;
 
 // The refusal text of `overrides` on tiny.toml at `world_size`, "" when accepted.
-std::string refusal(const std::vector<std::string>& overrides, int world_size = 1) {
-  return refusalOf(Config::load(kTinyRun, overrides), world_size);
-}
+using test::refusal;
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;

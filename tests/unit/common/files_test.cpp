@@ -19,17 +19,12 @@
 #include <vector>
 
 #include "common/error.h"
+#include "test_util.h"
 
 namespace ftb {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string tempDir() {
-  std::string tmpl = ::testing::TempDir() + "ftb_files_XXXXXX";
-  EXPECT_NE(mkdtemp(tmpl.data()), nullptr);
-  return tmpl;
-}
 
 std::string readAll(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -46,7 +41,7 @@ std::vector<std::string> names(const std::string& dir) {
 }
 
 TEST(Files, WriteFileDurablyReplacesTheFileWhole) {
-  const std::string dir = tempDir(), path = dir + "/table.csv";
+  const std::string dir = test::makeTempDir("ftb_files_"), path = dir + "/table.csv";
   writeFileDurably(path, "old\n");
   EXPECT_EQ(readAll(path), "old\n");
   const std::string text(100000, 'x');
@@ -56,7 +51,7 @@ TEST(Files, WriteFileDurablyReplacesTheFileWhole) {
 }
 
 TEST(Files, FailedWriteKeepsTheOldFileAndNamesFileAndError) {
-  const std::string dir = tempDir(), path = dir + "/table.csv";
+  const std::string dir = test::makeTempDir("ftb_files_"), path = dir + "/table.csv";
   writeFileDurably(path, "old\n");
   // In a child: a 4 KiB file size limit makes the write of 64 KiB fail part-way (EFBIG,
   // SIGXFSZ ignored), as ENOSPC would. The child reports the message through a file.
@@ -95,7 +90,7 @@ TEST(Files, FailedWriteKeepsTheOldFileAndNamesFileAndError) {
 }
 
 TEST(Files, WriteIntoAMissingDirectoryIsAnIoErrorNamingTheFile) {
-  const std::string path = tempDir() + "/no/such/dir/out.csv";
+  const std::string path = test::makeTempDir("ftb_files_") + "/no/such/dir/out.csv";
   try {
     writeFileDurably(path, "x");
     FAIL() << "expected IoError";

@@ -18,18 +18,13 @@
 #include "common/error.h"
 #include "common/h5_metrics.h"
 #include "common/proc_memory.h"
+#include "test_util.h"
 
 namespace ftb {
 namespace {
 
 namespace fs = std::filesystem;
 using h5::H5Handle;
-
-std::string tempDir() {
-  std::string tmpl = ::testing::TempDir() + "ftb_h5_XXXXXX";
-  EXPECT_NE(mkdtemp(tmpl.data()), nullptr);
-  return tmpl;
-}
 
 std::string outPath(const char* env, const std::string& fallback) {
   const char* p = std::getenv(env);
@@ -53,7 +48,7 @@ RunInfo sampleInfo() {
 }
 
 TEST(H5HandleTest, MoveTransfersOwnershipAndScopeCloses) {
-  std::string path = tempDir() + "/h.h5";
+  std::string path = test::makeTempDir("ftb_h5_") + "/h.h5";
   hid_t id;
   {
     H5Handle f = h5::createFile(path);
@@ -80,7 +75,7 @@ TEST(H5HandleTest, MoveTransfersOwnershipAndScopeCloses) {
 }
 
 TEST(H5HandleTest, FailuresBecomeIoErrorNamingTheFile) {
-  std::string dir = tempDir();
+  std::string dir = test::makeTempDir("ftb_h5_");
   try {
     h5::openFile(dir + "/missing.h5");
     FAIL() << "no throw";
@@ -101,7 +96,7 @@ TEST(H5HandleTest, FailuresBecomeIoErrorNamingTheFile) {
 }
 
 TEST(H5AttrTest, ScalarAttributesRoundTrip) {
-  H5Handle f = h5::createFile(tempDir() + "/a.h5");
+  H5Handle f = h5::createFile(test::makeTempDir("ftb_h5_") + "/a.h5");
   H5Handle g = h5::createGroup(f, "g");
   h5::writeAttrInt(g, "i", -(int64_t{1} << 40));
   h5::writeAttrDouble(g, "d", 1.25e-7);
@@ -130,7 +125,7 @@ TEST(H5AttrTest, ScalarAttributesRoundTrip) {
 }
 
 TEST(H5DatasetTest, StringAndAppendableDatasetsRoundTrip) {
-  H5Handle f = h5::createFile(tempDir() + "/d.h5");
+  H5Handle f = h5::createFile(test::makeTempDir("ftb_h5_") + "/d.h5");
   std::string toml = "[a]\nb = \"ü\"\n";
   h5::writeStringDataset(f, "config", toml);
   EXPECT_EQ(h5::readStringDataset(f, "config"), toml);
@@ -160,7 +155,7 @@ TEST(H5DatasetTest, StringAndAppendableDatasetsRoundTrip) {
 // cache every completed 8 KiB chunk stayed cached (50 x 15 x 8 KiB = 6 MiB of growth); the
 // files' 16 KiB cache (common/hdf5.cpp accessPlist) keeps two per column.
 TEST(H5DatasetTest, AppendingToManyColumnsKeepsTheChunkCacheBounded) {
-  H5Handle f = h5::createFile(tempDir() + "/cache.h5");
+  H5Handle f = h5::createFile(test::makeTempDir("ftb_h5_") + "/cache.h5");
   std::vector<H5Handle> cols;
   for (int c = 0; c < 50; ++c)
     cols.push_back(h5::createAppendable(f, "c" + std::to_string(c), h5::ElemType::kFloat64));
@@ -185,7 +180,8 @@ TEST(MetricsFileTest, PathFormat) {
 }
 
 TEST(MetricsFileTest, RoundTrip) {
-  std::string path = outPath("FTB_H5_OUT", metricsFilePath(tempDir() + "/run", 1));
+  std::string path =
+      outPath("FTB_H5_OUT", metricsFilePath(test::makeTempDir("ftb_h5_") + "/run", 1));
   RunInfo info = sampleInfo();
   {
     MetricsFile m = MetricsFile::create(path, info);
@@ -238,7 +234,7 @@ TEST(MetricsFileTest, RoundTrip) {
 // A run resumed three times (resume_steps holds 3 elements) reads back: the scalar read of
 // that array attribute wrote past its one value and crashed aggregate's reader.
 TEST(MetricsFileTest, RunResumedSeveralTimesReadsBack) {
-  std::string path = metricsFilePath(tempDir() + "/resumed3", 0);
+  std::string path = metricsFilePath(test::makeTempDir("ftb_h5_") + "/resumed3", 0);
   RunInfo info = sampleInfo();
   {
     MetricsFile m = MetricsFile::create(path, info);
@@ -267,7 +263,7 @@ TEST(MetricsFileTest, RunResumedSeveralTimesReadsBack) {
 // A resume whose checkpoint cannot be loaded falls back to an older one (or to step 0):
 // the rows from there on are cut and the resume this attempt recorded says where it went.
 TEST(MetricsFileTest, MovedResumePointCutsRowsAndReplacesTheRecordedResume) {
-  std::string path = metricsFilePath(tempDir() + "/moved", 0);
+  std::string path = metricsFilePath(test::makeTempDir("ftb_h5_") + "/moved", 0);
   RunInfo info = sampleInfo();
   {
     MetricsFile m = MetricsFile::create(path, info);
@@ -319,7 +315,7 @@ TEST(MetricsFileTest, MovedResumePointCutsRowsAndReplacesTheRecordedResume) {
 }
 
 TEST(MetricsFileTest, ContractViolationsThrow) {
-  MetricsFile m = MetricsFile::create(tempDir() + "/m.h5", sampleInfo());
+  MetricsFile m = MetricsFile::create(test::makeTempDir("ftb_h5_") + "/m.h5", sampleInfo());
   m.declareMetric("loss", false);
   m.declareMetric("loss", false);  // same type: no-op
   EXPECT_THROW(m.declareMetric("loss", true), std::logic_error);
@@ -333,7 +329,7 @@ TEST(MetricsFileTest, ContractViolationsThrow) {
 
 // States outside the recorded ones: refused when written, a corrupt file when read.
 TEST(MetricsFileTest, UnrecordedStateIsRefusedAndAnUnknownOneOnDiskIsCorrupt) {
-  const std::string path = tempDir() + "/m.h5";
+  const std::string path = test::makeTempDir("ftb_h5_") + "/m.h5";
   {
     MetricsFile m = MetricsFile::create(path, sampleInfo());
     EXPECT_THROW(m.setStatus(RunState::Held, 0, ""), std::invalid_argument);
@@ -358,7 +354,7 @@ TEST(MetricsFileTest, UnrecordedStateIsRefusedAndAnUnknownOneOnDiskIsCorrupt) {
 }
 
 TEST(MetricsFileTest, DestructorFlushesAndMoveKeepsOneOwner) {
-  std::string path = tempDir() + "/m.h5";
+  std::string path = test::makeTempDir("ftb_h5_") + "/m.h5";
   {
     MetricsFile a = MetricsFile::create(path, sampleInfo());
     a.declareMetric("loss", false);
@@ -373,7 +369,7 @@ TEST(MetricsFileTest, DestructorFlushesAndMoveKeepsOneOwner) {
 }
 
 TEST(MetricsFileTest, LiveFileIsNotLocked) {
-  std::string path = tempDir() + "/live.h5";
+  std::string path = test::makeTempDir("ftb_h5_") + "/live.h5";
   MetricsFile m = MetricsFile::create(path, sampleInfo());
   m.declareMetric("loss", false);
   m.appendStep({{"loss", 1.0}});
@@ -386,7 +382,7 @@ TEST(MetricsFileTest, LiveFileIsNotLocked) {
 }
 
 TEST(MetricsFileTest, CorruptOrTruncatedFileThrowsIoError) {
-  std::string dir = tempDir();
+  std::string dir = test::makeTempDir("ftb_h5_");
   std::string good = dir + "/good.h5";
   {
     MetricsFile m = MetricsFile::create(good, sampleInfo());
@@ -407,7 +403,7 @@ TEST(MetricsFileTest, CorruptOrTruncatedFileThrowsIoError) {
 }
 
 TEST(MetricsFileTest, SigkillKeepsEveryFlushedStep) {
-  std::string path = outPath("FTB_H5_KILLED_OUT", tempDir() + "/killed.h5");
+  std::string path = outPath("FTB_H5_KILLED_OUT", test::makeTempDir("ftb_h5_") + "/killed.h5");
   pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {  // child: no gtest assertions here

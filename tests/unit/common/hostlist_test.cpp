@@ -45,7 +45,7 @@ TEST(Hostlist, ResultIsWhitespaceFree) {
 }
 
 // The message without its hint; every hostlist error must carry the syntax hint.
-std::string errorOf(const std::string& expr) {
+std::string hostlistError(const std::string& expr) {
   try {
     expandHostlist(expr, "SLURM_JOB_NODELIST");
   } catch (const ConfigError& e) {
@@ -63,32 +63,32 @@ std::string errorOf(const std::string& expr) {
 }
 
 TEST(Hostlist, Errors) {
-  EXPECT_EQ(errorOf("n[1-"),
+  EXPECT_EQ(hostlistError("n[1-"),
             "config error: key 'SLURM_JOB_NODELIST': unbalanced '[' at position 1 in 'n[1-'");
-  EXPECT_EQ(errorOf("n[3-1]"),
+  EXPECT_EQ(hostlistError("n[3-1]"),
             "config error: key 'SLURM_JOB_NODELIST': range end 1 is smaller than its start 3 "
             "at position 4 in 'n[3-1]'");
-  EXPECT_EQ(errorOf("n[]"),
+  EXPECT_EQ(hostlistError("n[]"),
             "config error: key 'SLURM_JOB_NODELIST': empty range at position 2 in 'n[]'");
-  EXPECT_EQ(errorOf("n[a-b]"),
+  EXPECT_EQ(hostlistError("n[a-b]"),
             "config error: key 'SLURM_JOB_NODELIST': expected a number at position 2 in "
             "'n[a-b]'");
-  EXPECT_EQ(errorOf(""),
+  EXPECT_EQ(hostlistError(""),
             "config error: key 'SLURM_JOB_NODELIST': empty hostlist at position 0 in ''");
-  EXPECT_EQ(errorOf(","),
+  EXPECT_EQ(hostlistError(","),
             "config error: key 'SLURM_JOB_NODELIST': empty host name at position 0 in ','");
-  EXPECT_NE(errorOf("n1]").find("unbalanced ']'"), std::string::npos);
-  EXPECT_NE(errorOf("n[1-2"), "");
-  EXPECT_NE(errorOf("a,,b").find("empty host name at position 2"), std::string::npos);
-  EXPECT_NE(errorOf("n[1-99999999]").find("too large"), std::string::npos);
+  EXPECT_NE(hostlistError("n1]").find("unbalanced ']'"), std::string::npos);
+  EXPECT_NE(hostlistError("n[1-2"), "");
+  EXPECT_NE(hostlistError("a,,b").find("empty host name at position 2"), std::string::npos);
+  EXPECT_NE(hostlistError("n[1-99999999]").find("too large"), std::string::npos);
 }
 
 TEST(Hostlist, RejectsCharactersHostNamesCannotHave) {
-  EXPECT_EQ(errorOf("n1:2"),
+  EXPECT_EQ(hostlistError("n1:2"),
             "config error: key 'SLURM_JOB_NODELIST': character ':' is not allowed in a host name "
             "(letters, digits, '-', '.', '_') at position 2 in 'n1:2'");
   for (const char* bad : {"a/b", "n[1-2]x*", "h@1", "n;1"})
-    EXPECT_NE(errorOf(bad).find("is not allowed in a host name"), std::string::npos) << bad;
+    EXPECT_NE(hostlistError(bad).find("is not allowed in a host name"), std::string::npos) << bad;
   EXPECT_EQ(expandHostlist("a_b.c-d[1-2]"), Hosts({"a_b.c-d1", "a_b.c-d2"}));
 }
 

@@ -9,18 +9,17 @@
 #include "common/config.h"
 #include "common/run_config.h"
 #include "common/tag.h"
+#include "test_util.h"
 
 namespace ftb {
 namespace {
 
-const char* const kTinyRun = FTB_SOURCE_DIR "/configs/runs/tiny.toml";
+using test::kTinyRun;
 
 TrainConfig load(const std::vector<std::string>& overrides) {
   return TrainConfig::fromConfig(Config::load(kTinyRun, overrides), 1);
 }
-std::string refusal(const std::vector<std::string>& overrides) {
-  return refusalOf(Config::load(kTinyRun, overrides), 1);
-}
+using test::refusal;
 
 TEST(LoraConfig, DefaultsAreFullFinetuningWithPeftsLlamaTargets) {
   const TrainConfig tc = load({});

@@ -12,11 +12,12 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "common/memory_fit.h"
+#include "test_util.h"
 
 namespace ftb {
 namespace {
 
-const std::string kTinyRun = std::string(FTB_SOURCE_DIR) + "/configs/runs/tiny.toml";
+using test::kTinyRun;
 
 TrainConfig llama7b(std::vector<std::string> overrides, int world) {
   overrides.insert(overrides.end(), {"model.name=\"llama-2-7b\"", "data.seq_len=4096",

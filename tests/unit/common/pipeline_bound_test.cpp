@@ -17,11 +17,12 @@
 #include "common/error.h"
 #include "common/memory_estimate.h"
 #include "common/pipeline_limits.h"
+#include "test_util.h"
 
 namespace ftb {
 namespace {
 
-const char* const kTinyRun = FTB_SOURCE_DIR "/configs/runs/tiny.toml";
+using test::kTinyRun;
 
 // What the estimator computed before (memory_estimate.cpp's stageShare, per action), and
 // zb_h1's pending weight passes beside the most activations: the pending ones before a
@@ -104,7 +105,7 @@ TEST(PipeInFlight, TakesNoTimeForATrillionMicroBatches) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
 }
 
-std::string refusal(const std::vector<std::string>& overrides, int world) {
+std::string fromConfigError(const std::vector<std::string>& overrides, int world) {
   try {
     TrainConfig::fromConfig(Config::load(kTinyRun, overrides), world);
   } catch (const ConfigError& e) {
@@ -115,8 +116,8 @@ std::string refusal(const std::vector<std::string>& overrides, int world) {
 
 // tiny.toml: synthetic data of 1024 samples, micro-batch 2.
 TEST(PipeBound, OneStepMayDrawEverySampleOnceNotMore) {
-  EXPECT_EQ(refusal({"parallel.pp=2", "parallel.pp_microbatches=512"}, 2), "");
-  const std::string r = refusal({"parallel.pp=2", "parallel.pp_microbatches=514"}, 2);
+  EXPECT_EQ(fromConfigError({"parallel.pp=2", "parallel.pp_microbatches=512"}, 2), "");
+  const std::string r = fromConfigError({"parallel.pp=2", "parallel.pp_microbatches=514"}, 2);
   EXPECT_NE(r.find("key 'parallel.pp_microbatches': pp_microbatches(514) x micro_batch_size(2) "
                    "x data-parallel size(1) = 1028 samples per step exceed the 1024 samples of "
                    "data.num_samples"),
@@ -124,21 +125,22 @@ TEST(PipeBound, OneStepMayDrawEverySampleOnceNotMore) {
       << r;
   EXPECT_NE(r.find("hint: at most 512 micro-batches per step"), std::string::npos) << r;
   // Two data-parallel replicas of the pipeline halve the bound.
-  EXPECT_NE(refusal({"parallel.pp=2", "parallel.pp_microbatches=258"}, 4).find("= 1032 samples"),
-            std::string::npos);
+  EXPECT_NE(
+      fromConfigError({"parallel.pp=2", "parallel.pp_microbatches=258"}, 4).find("= 1032 samples"),
+      std::string::npos);
   // Without a pipeline the count only accumulates gradients: no per-micro-batch state.
-  EXPECT_EQ(refusal({"training.grad_accum_steps=1000"}, 1), "");
+  EXPECT_EQ(fromConfigError({"training.grad_accum_steps=1000"}, 1), "");
 }
 
 TEST(PipeBound, ATrillionMicroBatchesAreRefusedAtOnceNamingTheKeyThatSetThem) {
   const auto t0 = std::chrono::steady_clock::now();
-  std::string r = refusal({"parallel.pp=2", "parallel.pp_microbatches=1000000000000"}, 2);
+  std::string r = fromConfigError({"parallel.pp=2", "parallel.pp_microbatches=1000000000000"}, 2);
   EXPECT_NE(r.find("key 'parallel.pp_microbatches': pp_microbatches(1000000000000)"),
             std::string::npos)
       << r;
-  r = refusal({"parallel.pp=2", "training.grad_accum_steps=1000000000000"}, 2);
+  r = fromConfigError({"parallel.pp=2", "training.grad_accum_steps=1000000000000"}, 2);
   EXPECT_NE(r.find("key 'training.grad_accum_steps'"), std::string::npos) << r;
-  r = refusal({"parallel.pp=2", "training.global_batch_size=2000000000000"}, 2);
+  r = fromConfigError({"parallel.pp=2", "training.global_batch_size=2000000000000"}, 2);
   EXPECT_NE(r.find("key 'training.global_batch_size'"), std::string::npos) << r;
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
 }

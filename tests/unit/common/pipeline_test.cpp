@@ -15,6 +15,7 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "common/tag.h"
+#include "test_util.h"
 
 namespace ftb {
 namespace {
@@ -275,16 +276,16 @@ TEST(PipeSchedule, TheoryFormulas) {
 
 // ---- validation of the keys (TrainConfig::fromConfig, shared with sweep_tagger expand)
 
-const char* const kTinyRun = FTB_SOURCE_DIR "/configs/runs/tiny.toml";
+using test::kTinyRun;
 
-std::string refusal(std::vector<std::string> overrides, int world) {
+std::string fourLayerRefusal(std::vector<std::string> overrides, int world) {
   overrides.insert(overrides.begin(), "model.n_layers=4");  // a later override wins
   return refusalOf(Config::load(kTinyRun, overrides), world);
 }
 
 void expectRefusal(const std::vector<std::string>& overrides, int world,
                    const std::vector<std::string>& parts) {
-  const std::string r = refusal(overrides, world);
+  const std::string r = fourLayerRefusal(overrides, world);
   ASSERT_NE(r, "") << "accepted";
   EXPECT_NE(r.find("hint:"), std::string::npos) << r;
   for (const std::string& part : parts) EXPECT_NE(r.find(part), std::string::npos) << r;
@@ -302,10 +303,11 @@ TEST(PipeConfig, ZeroBubbleWithReduceScatteringZeroOrChunksIsRefused) {
   expectRefusal({"parallel.pp=2", "parallel.pp_microbatches=2", "parallel.pp_schedule=zb_h1",
                  "parallel.pp_virtual_stages=2"},
                 2, {"pp_virtual_stages(2) > 1 needs pp_schedule \"interleaved_1f1b\""});
-  EXPECT_EQ(refusal({"parallel.pp=2", "parallel.pp_microbatches=2", "parallel.pp_schedule=zb_h1",
-                     "parallel.dp_shard=2", "parallel.zero_stage=1"},
-                    4),
-            "");
+  EXPECT_EQ(
+      fourLayerRefusal({"parallel.pp=2", "parallel.pp_microbatches=2", "parallel.pp_schedule=zb_h1",
+                        "parallel.dp_shard=2", "parallel.zero_stage=1"},
+                       4),
+      "");
 }
 
 TEST(PipeConfig, TooFewMicroBatchesForTheScheduleIsRefused) {
@@ -316,8 +318,8 @@ TEST(PipeConfig, TooFewMicroBatchesForTheScheduleIsRefused) {
                  "parallel.pp_virtual_stages=2", "parallel.pp_microbatches=3"},
                 2, {"groups of pp(2)", "got 3"});
   // GPipe runs any number of micro-batches: the refusal is the not-yet-implemented pp.
-  const std::string gpipe =
-      refusal({"parallel.pp=4", "parallel.pp_microbatches=2", "parallel.pp_schedule=\"gpipe\""}, 4);
+  const std::string gpipe = fourLayerRefusal(
+      {"parallel.pp=4", "parallel.pp_microbatches=2", "parallel.pp_schedule=\"gpipe\""}, 4);
   EXPECT_EQ(gpipe.find("micro-batches"), std::string::npos) << gpipe;
 }
 
@@ -408,8 +410,9 @@ TEST(PipeConfig, AValidPipelineResolvesItsPlan) {
 
 TEST(PipeConfig, WhatAStageCannotRunYetIsRefused) {
   // Tied embeddings run with DDP inside the stages; under ZeRO the tied gradient is sharded.
-  EXPECT_EQ(
-      refusal({"parallel.pp=2", "parallel.pp_microbatches=2", "model.tie_embeddings=true"}, 2), "");
+  EXPECT_EQ(fourLayerRefusal(
+                {"parallel.pp=2", "parallel.pp_microbatches=2", "model.tie_embeddings=true"}, 2),
+            "");
   expectRefusal({"parallel.pp=2", "parallel.pp_microbatches=2", "model.tie_embeddings=true",
                  "parallel.dp_shard=2", "parallel.zero_stage=1"},
                 4,

@@ -10,11 +10,12 @@
 
 #include "common/config.h"
 #include "common/error.h"
+#include "test_util.h"
 
 namespace ftb {
 namespace {
 
-const char* const kTinyRun = FTB_SOURCE_DIR "/configs/runs/tiny.toml";
+using test::kTinyRun;
 
 ModelArgs presetArgs(const std::string& name) {
   Config cfg = Config::load(kTinyRun, {"model.name=\"" + name + "\""});

@@ -49,7 +49,7 @@ TEST(ConfigKeys, TheSchemaIsTheRowsInOrder) {
   }
 }
 
-Config tiny(std::vector<std::string> overrides) {
+Config tinyModelConfig(std::vector<std::string> overrides) {
   for (const char* k : {"model.name=t", "model.dim=8", "model.n_layers=2", "model.n_heads=2",
                         "model.n_kv_heads=2", "model.ffn_dim=16", "model.vocab_size=32",
                         "model.max_seq_len=16", "data.seq_len=16"})
@@ -60,7 +60,7 @@ Config tiny(std::vector<std::string> overrides) {
 // The defaults a run gets are the rows': the two the struct and the schema once disagreed
 // on, and one of each conversion.
 TEST(ConfigKeys, ARunGetsTheRowsDefaults) {
-  const TrainConfig tc = TrainConfig::fromConfig(tiny({}), 2);
+  const TrainConfig tc = TrainConfig::fromConfig(tinyModelConfig({}), 2);
   EXPECT_EQ(tc.metrics.skip_first_steps, 2);
   EXPECT_EQ(tc.layout.dp_replicate, 2);  // 0 in the row: derived from the world size
   EXPECT_EQ(tc.comm.bucket_bytes, 25.0 * (1 << 20));
@@ -74,7 +74,7 @@ TEST(ConfigKeys, ARunGetsTheRowsDefaults) {
 
 TEST(ConfigKeys, AStringOutsideItsChoicesIsRefusedWithTheList) {
   try {
-    TrainConfig::fromConfig(tiny({"training.dtype=\"fp16\""}), 1);
+    TrainConfig::fromConfig(tinyModelConfig({"training.dtype=\"fp16\""}), 1);
     FAIL() << "fp16 accepted";
   } catch (const ConfigError& e) {
     const std::string what = e.what();

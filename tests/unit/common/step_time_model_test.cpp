@@ -9,14 +9,15 @@
 
 #include "common/config.h"
 #include "common/pipeline.h"
+#include "test_util.h"
 
 namespace ftb {
 namespace {
 
-const std::string kTinyRun = std::string(FTB_SOURCE_DIR) + "/configs/runs/tiny.toml";
+using test::kTinyRun;
 const MachineFigures kMachine{1e10, 1e9, "test", "test"};
 
-TrainConfig tiny(std::vector<std::string> overrides, int world) {
+TrainConfig tinyTrainConfig(std::vector<std::string> overrides, int world) {
   overrides.push_back("training.global_batch_size=8");
   return TrainConfig::fromConfig(Config::load(kTinyRun, overrides), world);
 }
@@ -28,7 +29,7 @@ double term(const StepPrediction& p, const std::string& prefix) {
 }
 
 TEST(StepTimeModel, WorldOneIsTheFlopsOverTheGemmRate) {
-  const TrainConfig tc = tiny({}, 1);
+  const TrainConfig tc = tinyTrainConfig({}, 1);
   const StepPrediction p = predictStep(tc, {1e10, 0, "", ""});
   const double tokens = 8.0 * double(tc.data.seq_len);
   EXPECT_DOUBLE_EQ(p.flops, tokens * tc.model.flopsPerToken(tc.data.seq_len));
@@ -40,7 +41,7 @@ TEST(StepTimeModel, WorldOneIsTheFlopsOverTheGemmRate) {
 }
 
 TEST(StepTimeModel, DdpAllReducesEveryGradientOncePerStep) {
-  const TrainConfig tc = tiny({"training.micro_batch_size=1"}, 2);  // grad_accum 4
+  const TrainConfig tc = tinyTrainConfig({"training.micro_batch_size=1"}, 2);  // grad_accum 4
   const StepPrediction p = predictStep(tc, kMachine);
   // All-reduce of S over 2 ranks moves 2·(1/2)·S = S: the fp32 gradients once.
   const double grads = 4.0 * double(tc.model.numParams());
@@ -52,11 +53,11 @@ TEST(StepTimeModel, DdpAllReducesEveryGradientOncePerStep) {
 }
 
 TEST(StepTimeModel, ZeroStagesMoveMoreThanDdpAndZero3Recomputes) {
-  const TrainConfig ddp = tiny({"training.micro_batch_size=2"}, 2);
-  const TrainConfig z1 = tiny({"training.micro_batch_size=2", "parallel.dp_shard=2",
-                               "parallel.zero_stage=1"}, 2);
-  const TrainConfig z3 = tiny({"training.micro_batch_size=2", "parallel.dp_shard=2",
-                               "parallel.zero_stage=3"}, 2);
+  const TrainConfig ddp = tinyTrainConfig({"training.micro_batch_size=2"}, 2);
+  const TrainConfig z1 = tinyTrainConfig(
+      {"training.micro_batch_size=2", "parallel.dp_shard=2", "parallel.zero_stage=1"}, 2);
+  const TrainConfig z3 = tinyTrainConfig(
+      {"training.micro_batch_size=2", "parallel.dp_shard=2", "parallel.zero_stage=3"}, 2);
   const StepPrediction pd = predictStep(ddp, kMachine), p1 = predictStep(z1, kMachine),
                        p3 = predictStep(z3, kMachine);
   // ZeRO-1: the all-reduce plus an all-gather of the fp32 parameters (half an all-reduce).
@@ -70,8 +71,8 @@ TEST(StepTimeModel, ZeroStagesMoveMoreThanDdpAndZero3Recomputes) {
 }
 
 TEST(StepTimeModel, ActivationCheckpointingAddsOneBlockForward) {
-  const TrainConfig off = tiny({}, 1);
-  const TrainConfig full = tiny({"training.activation_checkpointing=\"full\""}, 1);
+  const TrainConfig off = tinyTrainConfig({}, 1);
+  const TrainConfig full = tinyTrainConfig({"training.activation_checkpointing=\"full\""}, 1);
   const LayerCosts c = layerCosts(off.model, off.data.seq_len);
   const double tokens = 8.0 * off.data.seq_len;
   EXPECT_NEAR(predictStep(full, kMachine).flops - predictStep(off, kMachine).flops,
@@ -79,8 +80,8 @@ TEST(StepTimeModel, ActivationCheckpointingAddsOneBlockForward) {
 }
 
 TEST(StepTimeModel, TensorParallelHalvesTheFlopsAndAllReducesActivations) {
-  const TrainConfig w1 = tiny({"training.micro_batch_size=2"}, 1);
-  const TrainConfig tp = tiny({"training.micro_batch_size=2", "parallel.tp=2"}, 2);
+  const TrainConfig w1 = tinyTrainConfig({"training.micro_batch_size=2"}, 1);
+  const TrainConfig tp = tinyTrainConfig({"training.micro_batch_size=2", "parallel.tp=2"}, 2);
   const StepPrediction p = predictStep(tp, kMachine);
   EXPECT_DOUBLE_EQ(p.flops, predictStep(w1, kMachine).flops / 2);
   // 4 all-reduces per block and micro-batch (2 forward, 2 backward) of mb·T·D fp32.
@@ -90,28 +91,29 @@ TEST(StepTimeModel, TensorParallelHalvesTheFlopsAndAllReducesActivations) {
 }
 
 TEST(StepTimeModel, PipelineBubbleIsTheTheoryOfItsSchedule) {
-  const TrainConfig pp = tiny({"training.micro_batch_size=1", "parallel.pp=2"}, 2);  // m = 8
+  const TrainConfig pp =
+      tinyTrainConfig({"training.micro_batch_size=1", "parallel.pp=2"}, 2);  // m = 8
   const StepPrediction p = predictStep(pp, kMachine);
   const double b = theoreticalBubble(pp.pipeline);
   EXPECT_DOUBLE_EQ(b, 1.0 / 9);
   EXPECT_DOUBLE_EQ(p.bubble_s, p.compute_s * b / (1 - b));
   EXPECT_GT(term(p, "comm: pp"), 0);
   // The costliest stage computes at least half of the whole model's FLOPs.
-  const TrainConfig w1 = tiny({"training.micro_batch_size=1"}, 1);
+  const TrainConfig w1 = tinyTrainConfig({"training.micro_batch_size=1"}, 1);
   EXPECT_GE(p.flops, predictStep(w1, kMachine).flops / 2);
   EXPECT_LT(p.flops, predictStep(w1, kMachine).flops);
 }
 
 TEST(StepTimeModel, LoraAllReducesOnlyTheAdapters) {
-  const TrainConfig full = tiny({"training.micro_batch_size=2"}, 2);
-  const TrainConfig lora = tiny({"training.micro_batch_size=2", "lora.rank=4"}, 2);
+  const TrainConfig full = tinyTrainConfig({"training.micro_batch_size=2"}, 2);
+  const TrainConfig lora = tinyTrainConfig({"training.micro_batch_size=2", "lora.rank=4"}, 2);
   const StepPrediction p = predictStep(lora, kMachine);
   EXPECT_DOUBLE_EQ(p.comm_bytes, 4.0 * double(loraParams(lora.model, lora.lora)));
   EXPECT_LT(p.comm_bytes, predictStep(full, kMachine).comm_bytes / 10);
 }
 
 TEST(StepTimeModel, TheLargestTermIsNamed) {
-  const TrainConfig tc = tiny({"training.micro_batch_size=1"}, 2);
+  const TrainConfig tc = tinyTrainConfig({"training.micro_batch_size=1"}, 2);
   EXPECT_EQ(predictStep(tc, {1e15, 1e3, "", ""}).largestTerm(), "comm: DDP gradient all-reduce");
   EXPECT_EQ(predictStep(tc, {1e3, 1e15, "", ""}).largestTerm(), "compute");
 }

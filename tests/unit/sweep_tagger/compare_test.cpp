@@ -23,7 +23,7 @@ namespace {
 
 // A counted run of configuration `hash` (repeat `repeat`) at `tps` dataset tokens/s, its
 // steps spread +-`step_spread` around it.
-RunRow run(const std::string& hash, int repeat, double tps, double step_spread = 0.02) {
+RunRow runRow(const std::string& hash, int repeat, double tps, double step_spread = 0.02) {
   RunRow r;
   r.tag = "cfg" + hash + (repeat > 0 ? ".r" + std::to_string(repeat) : "");
   r.status = RunState::Completed;
@@ -53,8 +53,8 @@ bool has(const std::string& text, const std::string& part) {
 }
 
 TEST(Repeats, GroupedByHashWithMedianMinAndMax) {
-  AggregateTable t = table({run("a", 0, 1000), run("a", 1, 1300), run("a", 2, 1100),
-                            run("b", 0, 500), run("b", 1, 700)});
+  AggregateTable t = table({runRow("a", 0, 1000), runRow("a", 1, 1300), runRow("a", 2, 1100),
+                            runRow("b", 0, 500), runRow("b", 1, 700)});
   EXPECT_EQ(t.runs[0].repeats, 3);
   EXPECT_DOUBLE_EQ(*t.runs[2].tokens_median, 1100);
   EXPECT_DOUBLE_EQ(*t.runs[1].tokens_min, 1000);
@@ -66,13 +66,13 @@ TEST(Repeats, GroupedByHashWithMedianMinAndMax) {
                "| cfga |  | 3 / 3 | 1100.0 | 1000.0-1300.0 | 27.3 | 980.0/1100.0/1326.0 |");
   EXPECT_PRED2(has, md, "| cfgb |  | 2 / 2 | 600.0 | 500.0-700.0 |");
   // Without repeats there is no repeats table.
-  EXPECT_EQ(repeatsTable(table({run("a", 0, 1000), run("b", 0, 900)})), "");
+  EXPECT_EQ(repeatsTable(table({runRow("a", 0, 1000), runRow("b", 0, 900)})), "");
 }
 
 TEST(Best, IdenticalConfigurationsAreWithinNoise) {
   // Two configurations measuring the same: overlapping repeats and step bands.
-  AggregateTable t = table({run("a", 0, 1000), run("b", 0, 1010), run("a", 1, 1040),
-                            run("b", 1, 990), run("a", 2, 980), run("b", 2, 1030)});
+  AggregateTable t = table({runRow("a", 0, 1000), runRow("b", 0, 1010), runRow("a", 1, 1040),
+                            runRow("b", 1, 990), runRow("a", 2, 980), runRow("b", 2, 1030)});
   const std::string r = bestReport(t, BestMetric::kTokensPerS).text;
   EXPECT_PRED2(has, r, "1. cfgb: 1010.0 tokens/s (3 runs, min-max 990.0-1030.0");
   EXPECT_PRED2(has, r, "cfgb beats cfga by 1.0 %, within noise: the repeats' ranges");
@@ -80,8 +80,8 @@ TEST(Best, IdenticalConfigurationsAreWithinNoise) {
 }
 
 TEST(Best, AClearlyFasterConfigurationIsBeyondNoise) {
-  AggregateTable t = table({run("a", 0, 1000), run("b", 0, 2000), run("a", 1, 1040),
-                            run("b", 1, 2100), run("a", 2, 980), run("b", 2, 1950)});
+  AggregateTable t = table({runRow("a", 0, 1000), runRow("b", 0, 2000), runRow("a", 1, 1040),
+                            runRow("b", 1, 2100), runRow("a", 2, 980), runRow("b", 2, 1950)});
   const std::string r = bestReport(t, BestMetric::kTokensPerS).text;
   EXPECT_PRED2(has, r,
                "cfgb beats cfga by 100.0 %, beyond noise: no overlap of the repeats' "
@@ -96,14 +96,14 @@ TEST(Best, AClearlyFasterConfigurationIsBeyondNoise) {
 
 TEST(Best, RangesApartButStepBandsOverlapIsWithinNoise) {
   // Each run's steps vary +-30 %: 5 % between medians is not a finding.
-  AggregateTable t = table({run("a", 0, 1000, 0.3), run("a", 1, 1010, 0.3), run("b", 0, 1050, 0.3),
-                            run("b", 1, 1060, 0.3)});
+  AggregateTable t = table({runRow("a", 0, 1000, 0.3), runRow("a", 1, 1010, 0.3),
+                            runRow("b", 0, 1050, 0.3), runRow("b", 1, 1060, 0.3)});
   const std::string r = bestReport(t, BestMetric::kTokensPerS).text;
   EXPECT_PRED2(has, r, "within noise: the step bands p10-p90");
 }
 
 TEST(Best, OneRunEachWithoutStepFiguresIsNotMeasured) {
-  RunRow a = run("a", 0, 1000), b = run("b", 0, 1500);
+  RunRow a = runRow("a", 0, 1000), b = runRow("b", 0, 1500);
   const std::string r = bestReport(table({a, b}), BestMetric::kMemory).text;
   EXPECT_PRED2(has, r,
                "noise not measured: one run each and no per-step figure; run the sweep "
@@ -111,14 +111,14 @@ TEST(Best, OneRunEachWithoutStepFiguresIsNotMeasured) {
 }
 
 TEST(Best, FailedAndInvalidRunsAreExcludedWithTheirReason) {
-  RunRow failed = run("c", 0, 5000);
+  RunRow failed = runRow("c", 0, 5000);
   failed.status = RunState::Failed;
   failed.message = "rank 1: exit 1";
-  RunRow invalid = run("d", 0, 6000);
+  RunRow invalid = runRow("d", 0, 6000);
   invalid.is_valid = false;
-  RunRow unknown = run("e", 0, 7000);
+  RunRow unknown = runRow("e", 0, 7000);
   unknown.is_valid.reset();
-  AggregateTable t = table({run("a", 0, 1000), run("b", 0, 900), failed, invalid, unknown});
+  AggregateTable t = table({runRow("a", 0, 1000), runRow("b", 0, 900), failed, invalid, unknown});
   EXPECT_EQ(t.runs[2].repeats, 0);  // not in any group
   const BestReport r = bestReport(t, BestMetric::kTokensPerS);
   EXPECT_EQ(r.exit_code, 0);
@@ -140,7 +140,7 @@ TEST(Best, MetricNamesAndCostWithoutPriceExitTwo) {
     EXPECT_EQ(e.exitCode(), 2);
     EXPECT_PRED2(has, e.what(), "expected tokens_per_s, cost, memory or tokens_per_cpu_s, got 'speed'");
   }
-  RunRow a = run("a", 0, 1000);
+  RunRow a = runRow("a", 0, 1000);
   a.usd_per_mt.reset();
   try {
     bestReport(table({a}), BestMetric::kCost);
@@ -157,7 +157,7 @@ TEST(Best, MetricNamesAndCostWithoutPriceExitTwo) {
 // parallel.pp (pp2: 2, else 1).
 RunRow point(const std::string& hash, int repeat, double tps, const std::string& layout,
              int64_t mbs) {
-  RunRow r = run(hash, repeat, tps);
+  RunRow r = runRow(hash, repeat, tps);
   r.config["sweep.layout"] = layout;
   r.config["parallel.pp"] = int64_t{layout == "pp2" ? 2 : 1};
   r.config["training.micro_batch_size"] = mbs;
@@ -202,7 +202,7 @@ TEST(Ranking, FourConfigurationsThreeRepeatsInOrderWithSpreadAndVerdictOnTheNext
 }
 
 TEST(Ranking, NamesComeFromTheAxesThatDifferAndTheTagWhenTwoWouldShareOne) {
-  RunRow a = run("a", 0, 1000), b = run("b", 0, 900), c = run("c", 0, 800);
+  RunRow a = runRow("a", 0, 1000), b = runRow("b", 0, 900), c = runRow("c", 0, 800);
   a.config["training.micro_batch_size"] = b.config["training.micro_batch_size"] = int64_t{1};
   c.config["training.micro_batch_size"] = int64_t{2};
   a.config["data.seq_len"] = b.config["data.seq_len"] = c.config["data.seq_len"] = int64_t{64};
@@ -213,7 +213,7 @@ TEST(Ranking, NamesComeFromTheAxesThatDifferAndTheTagWhenTwoWouldShareOne) {
   EXPECT_PRED2(has, r, "  2. training.micro_batch_size=1 (cfgb): 900.0 tokens/s");
   EXPECT_PRED2(has, r, "  3. training.micro_batch_size=2: 800.0 tokens/s");
   // World sizes that differ name the configurations too; one configuration keeps its tag.
-  RunRow w = run("w", 0, 500);
+  RunRow w = runRow("w", 0, 500);
   w.world_size = 4;
   EXPECT_PRED2(has, bestReport(table({a, w}), BestMetric::kTokensPerS).text,
                "  2. world_size=4: 500.0 tokens/s");
@@ -231,7 +231,7 @@ const BestOptions kExcludeNoisy = [] {
 }();
 
 RunRow noisyRun(const std::string& hash, int repeat, double tps) {
-  RunRow r = run(hash, repeat, tps);
+  RunRow r = runRow(hash, repeat, tps);
   r.noisy = "interference 31.0 % on rank 0 > 5.0 %";
   return r;
 }
@@ -266,7 +266,7 @@ TEST(Ranking, ANoisyOnlySetIsRankedWithMarksAndExitZero) {
 // Noisy runs whose wall figures the machine inverted: ranked by tokens per CPU-second (the
 // runs' own CPU time), the order is the configurations' again; the wall ranking points there.
 TEST(Ranking, NoisyRunsRankByTokensPerCpuSecond) {
-  RunRow a = noisyRun("a", 0, 600), b = noisyRun("b", 0, 900), old = run("c", 0, 800);
+  RunRow a = noisyRun("a", 0, 600), b = noisyRun("b", 0, 900), old = runRow("c", 0, 800);
   a.tokens_per_cpu_s = 1200, b.tokens_per_cpu_s = 1000;  // a lost more CPU to the others
   const BestReport wall = bestReport(table({a, b, old}), BestMetric::kTokensPerS);
   EXPECT_PRED2(has, wall.text, "  1. cfgb: 900.0 tokens/s");
@@ -280,8 +280,8 @@ TEST(Ranking, NoisyRunsRankByTokensPerCpuSecond) {
 }
 
 TEST(Ranking, ExcludeNoisyLeavesTheNoisyRunsOutWithTheirReason) {
-  AggregateTable t =
-      table({noisyRun("a", 0, 5000), run("a", 1, 1000), noisyRun("b", 0, 3000), run("c", 0, 900)});
+  AggregateTable t = table(
+      {noisyRun("a", 0, 5000), runRow("a", 1, 1000), noisyRun("b", 0, 3000), runRow("c", 0, 900)});
   const std::string all = bestReport(t, BestMetric::kTokensPerS).text;
   EXPECT_PRED2(has, all, "  1. cfga: 3000.0 tokens/s (2 runs, min-max 1000.0-5000.0");
   EXPECT_PRED2(has, all, "[noisy: 1 of 2 runs]");
@@ -300,7 +300,7 @@ TEST(Ranking, ExcludeNoisyLeavesTheNoisyRunsOutWithTheirReason) {
 }
 
 TEST(Ranking, NothingRankableExitsOne) {
-  RunRow failed = run("a", 0, 1000);
+  RunRow failed = runRow("a", 0, 1000);
   failed.status = RunState::Failed;
   failed.message = "rank 0: exit 3";
   const BestReport r = bestReport(table({failed}), BestMetric::kTokensPerS);
@@ -310,7 +310,7 @@ TEST(Ranking, NothingRankableExitsOne) {
                "Excluded from the ranking (1):\n  - cfga: failed: rank 0: exit 3\n");
   EXPECT_EQ(bestReport(table({}), BestMetric::kTokensPerS).exit_code, 1);
   // Runs count, but none has the figure ranked.
-  RunRow no_mem = run("b", 0, 1000);
+  RunRow no_mem = runRow("b", 0, 1000);
   no_mem.peak_mem_mib.reset();
   const BestReport m = bestReport(table({no_mem}), BestMetric::kMemory);
   EXPECT_EQ(m.exit_code, 1);
@@ -320,8 +320,8 @@ TEST(Ranking, NothingRankableExitsOne) {
 // ---- --price-per-hour ----------------------------------------------------------
 
 TEST(Ranking, PricePerHourPricesTheRunsWithoutARecordedPrice) {
-  RunRow recorded = run("a", 0, 1000);  // metrics.price_per_hour = 2.0
-  RunRow bare = run("b", 0, 1000);
+  RunRow recorded = runRow("a", 0, 1000);  // metrics.price_per_hour = 2.0
+  RunRow bare = runRow("b", 0, 1000);
   bare.price_per_hour.reset();
   bare.usd_per_mt.reset();
   recorded.mt_per_hour = bare.mt_per_hour = 1000 * 3600 / 1e6;
@@ -388,7 +388,7 @@ AggregateTable twoConfigs(double scale, int64_t seed = 0, const std::string& suf
   std::vector<RunRow> rows;
   for (int rep = 0; rep < 3; ++rep)
     for (auto [name, seq, tps] : {std::tuple{"a", 256, 1000.0}, std::tuple{"b", 512, 2000.0}}) {
-      RunRow r = run(name + suffix, rep, scale * (tps + 20 * rep));
+      RunRow r = runRow(name + suffix, rep, scale * (tps + 20 * rep));
       r.config["data.seq_len"] = int64_t{seq};
       r.config["training.seed"] = seed;
       r.host = "node1";
@@ -446,7 +446,7 @@ TEST(CompareReference, ATwentyPercentRegressionIsFlaggedAndFailsAboveThePercenta
 TEST(CompareReference, AKeyThatDiffersIsListedAndTheSweepPointMatches) {
   test::TempDir dir;
   AggregateTable old = twoConfigs(1, 1, "-old");
-  old.runs.push_back(run("c-old", 0, 500));  // a configuration of the reference alone
+  old.runs.push_back(runRow("c-old", 0, 500));  // a configuration of the reference alone
   old.runs.back().config["data.seq_len"] = int64_t{1024};
   old.runs.back().config["training.seed"] = int64_t{1};
   const AggregateTable now = twoConfigs(1, 2);
@@ -462,8 +462,8 @@ TEST(CompareReference, AKeyThatDiffersIsListedAndTheSweepPointMatches) {
 
 TEST(CompareReference, OneRunASideHasNoMeasuredSpread) {
   test::TempDir dir;
-  const ReferenceTable ref = asReference(table({run("a", 0, 1000)}), dir.path());
-  const CompareReport rep = compareReport(ref, table({run("a", 0, 700, 0.02)}), {10.0});
+  const ReferenceTable ref = asReference(table({runRow("a", 0, 1000)}), dir.path());
+  const CompareReport rep = compareReport(ref, table({runRow("a", 0, 700, 0.02)}), {10.0});
   EXPECT_EQ(rep.exit_code, 1);  // the step bands alone: apart
   EXPECT_PRED2(has, rep.text,
                "| -30.0 | regression | beyond noise (no overlap of the step bands p10-p90); no "
@@ -557,7 +557,7 @@ TEST(Charts, LayoutsArePointsWithoutLinesAndNoisyPointsAreMarked) {
 }
 
 TEST(WorkNote, SaysWhetherTheRowsDoEqualWorkAndWhichMode) {
-  RunRow a = run("a", 0, 1000), b = run("b", 0, 900);
+  RunRow a = runRow("a", 0, 1000), b = runRow("b", 0, 900);
   a.global_batch_seqs = 8;
   b.global_batch_seqs = 4;
   a.batch_mode = b.batch_mode = "fixed grad_accum";

@@ -16,16 +16,9 @@
 namespace ftb {
 namespace {
 
-const std::string kThreeAxis = test::dataDir() + "/sweeps/three_axis.toml";
+using test::kThreeAxis;
 
-std::string errorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::errorOf;
 
 // The estimate the trainer's pre-flight check computes for a point.
 double estimateOf(const SweepSpec& spec, const SweepPoint& p) {
@@ -137,11 +130,7 @@ TEST(MemoryBudget, AGpuNameComparesTheGpuEstimate) {
   EXPECT_EQ(nlohmann::json::parse(host.str())["memory_estimate"], "host") << host.str();
 }
 
-std::string writeSweep(const test::TempDir& dir, const std::string& body) {
-  std::string path = dir.path() + "/sweep.toml";
-  test::writeFile(path, "base = \"" + test::dataDir() + "/base.toml\"\n" + body);
-  return path;
-}
+using test::writeSweep;
 
 // What the trainer makes of a point's arguments: the config it runs.
 TrainConfig trainerView(const SweepSpec& spec, const SweepPoint& p) {

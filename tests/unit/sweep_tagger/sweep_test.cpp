@@ -21,23 +21,16 @@
 namespace ftb {
 namespace {
 
-const std::string kThreeAxis = test::dataDir() + "/sweeps/three_axis.toml";
+using test::kThreeAxis;
 
-std::string run(int (*cmd)(const std::vector<std::string>&, std::ostream&),
-                const std::vector<std::string>& args) {
+std::string runCommand(int (*cmd)(const std::vector<std::string>&, std::ostream&),
+                       const std::vector<std::string>& args) {
   std::ostringstream out;
   EXPECT_EQ(cmd(args, out), 0);
   return out.str();
 }
 
-std::string errorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::errorOf;
 
 TEST(Sweep, ThreeAxisWithExcludeListsTheRightPoints) {
   std::vector<SweepPoint> pts = expandSweep(loadSweep(kThreeAxis));
@@ -77,7 +70,7 @@ TEST(Sweep, ThreeAxisWithExcludeListsTheRightPoints) {
 
 TEST(Sweep, TableOutputMatchesGolden) {
   const std::string golden_path = test::dataDir() + "/expand_three_axis.txt";
-  std::string got = run(expandCommand, {kThreeAxis});
+  std::string got = runCommand(expandCommand, {kThreeAxis});
   if (std::getenv("FTB_UPDATE_GOLDEN")) std::ofstream(golden_path) << got;
   std::ifstream in(golden_path);
   std::stringstream want;
@@ -86,7 +79,7 @@ TEST(Sweep, TableOutputMatchesGolden) {
 }
 
 TEST(Sweep, JsonIndexAndFieldForJobArrays) {
-  std::istringstream lines(run(expandCommand, {kThreeAxis, "--json"}));
+  std::istringstream lines(runCommand(expandCommand, {kThreeAxis, "--json"}));
   std::string line;
   int n = 0;
   while (std::getline(lines, line)) {
@@ -95,16 +88,18 @@ TEST(Sweep, JsonIndexAndFieldForJobArrays) {
     EXPECT_TRUE(j["overrides"].is_object());
   }
   EXPECT_EQ(n, 11);
-  auto j = nlohmann::json::parse(run(expandCommand, {kThreeAxis, "--index", "3"}));
+  auto j = nlohmann::json::parse(runCommand(expandCommand, {kThreeAxis, "--index", "3"}));
   EXPECT_EQ(j["tag"], "tinytest.sl256.mb2.ws2");
   EXPECT_EQ(j["overrides"]["training.micro_batch_size"], 2);
   EXPECT_EQ(j["nproc_per_node"], 2);
-  EXPECT_EQ(run(expandCommand, {kThreeAxis, "--index", "3", "--field", "overrides"}),
+  EXPECT_EQ(runCommand(expandCommand, {kThreeAxis, "--index", "3", "--field", "overrides"}),
             "data.seq_len=256 training.micro_batch_size=2 "
             "'output.sweep_fmt=\"{model.name}.sl{data.seq_len}.mb{training.micro_batch_size}"
             ".ws{world_size}\"'\n");
-  EXPECT_EQ(run(expandCommand, {kThreeAxis, "--index", "3", "--field", "world_size"}), "2\n");
-  EXPECT_EQ(run(expandCommand, {kThreeAxis, "--field", "valid"}).substr(0, 10), "true\ntrue\n");
+  EXPECT_EQ(runCommand(expandCommand, {kThreeAxis, "--index", "3", "--field", "world_size"}),
+            "2\n");
+  EXPECT_EQ(runCommand(expandCommand, {kThreeAxis, "--field", "valid"}).substr(0, 10),
+            "true\ntrue\n");
   std::ostringstream sink;
   EXPECT_EQ(errorOf([&] {
               expandCommand({kThreeAxis, "--index", "11"}, sink);
@@ -124,16 +119,17 @@ TEST(Sweep, OverridesFoldIntoEveryPointsHashAndArgs) {
   auto point = [](std::vector<std::string> args) {
     args.insert(args.begin(), kThreeAxis);
     for (const char* a : {"--index", "0"}) args.push_back(a);
-    return nlohmann::json::parse(run(expandCommand, args));
+    return nlohmann::json::parse(runCommand(expandCommand, args));
   };
   const auto plain = point({});
   const auto lr = point({"training.lr=0.5"});
   EXPECT_NE(lr["hash"], plain["hash"]);
   EXPECT_EQ(lr["args"][2], "training.lr=0.5");  // after data.seq_len, micro_batch_size
   const std::string base = lr["base"];
-  EXPECT_EQ(run(tagCommand, {"--config", base, "--world-size", "1", "--hash", "data.seq_len=256",
-                             "training.micro_batch_size=1", "training.lr=0.5"}),
-            lr["hash"].get<std::string>() + "\n");
+  EXPECT_EQ(
+      runCommand(tagCommand, {"--config", base, "--world-size", "1", "--hash", "data.seq_len=256",
+                              "training.micro_batch_size=1", "training.lr=0.5"}),
+      lr["hash"].get<std::string>() + "\n");
   // An override of an axis wins over the point's value (the point's run is that config).
   EXPECT_EQ(point({"data.seq_len=128"})["tag"], "tinytest.sl128.mb1.ws1");
   std::ostringstream sink;
@@ -144,7 +140,7 @@ TEST(Sweep, OverridesFoldIntoEveryPointsHashAndArgs) {
 }
 
 // Run dirs for --pending: completed (dropped) and every other state (kept).
-void makeRun(const std::string& results, const std::string& tag, const std::string& state) {
+void makeRunDir(const std::string& results, const std::string& tag, const std::string& state) {
   const std::string dir = results + "/" + tag;
   if (state == "corrupt") {
     test::writeFile(metricsFilePath(dir, 0), "not an HDF5 file");
@@ -161,24 +157,28 @@ void makeRun(const std::string& results, const std::string& tag, const std::stri
 
 TEST(Sweep, PendingDropsCompletedKeepsFailed) {
   test::TempDir results;
-  makeRun(results.path(), "tinytest.sl256.mb1.ws1", "completed");
-  makeRun(results.path(), "tinytest.sl256.mb1.ws2", "failed");
-  makeRun(results.path(), "tinytest.sl256.mb2.ws1", "oom");
-  makeRun(results.path(), "tinytest.sl256.mb2.ws2", "running");  // killed mid-run
-  makeRun(results.path(), "tinytest.sl512.mb1.ws1", "corrupt");
-  makeRun(results.path(), "tinytest.sl512.mb1.ws2", "completed");
-  EXPECT_EQ(run(expandCommand, {kThreeAxis, "--pending", results.path(), "--field", "index"}),
-            "1\n2\n3\n4\n6\n7\n8\n9\n10\n");
-  std::istringstream lines(run(expandCommand, {kThreeAxis, "--pending", results.path(), "--json"}));
+  makeRunDir(results.path(), "tinytest.sl256.mb1.ws1", "completed");
+  makeRunDir(results.path(), "tinytest.sl256.mb1.ws2", "failed");
+  makeRunDir(results.path(), "tinytest.sl256.mb2.ws1", "oom");
+  makeRunDir(results.path(), "tinytest.sl256.mb2.ws2", "running");  // killed mid-run
+  makeRunDir(results.path(), "tinytest.sl512.mb1.ws1", "corrupt");
+  makeRunDir(results.path(), "tinytest.sl512.mb1.ws2", "completed");
+  EXPECT_EQ(
+      runCommand(expandCommand, {kThreeAxis, "--pending", results.path(), "--field", "index"}),
+      "1\n2\n3\n4\n6\n7\n8\n9\n10\n");
+  std::istringstream lines(
+      runCommand(expandCommand, {kThreeAxis, "--pending", results.path(), "--json"}));
   std::vector<std::string> states;
   for (std::string line; std::getline(lines, line);)
     states.push_back(nlohmann::json::parse(line)["state"]);
   EXPECT_EQ(states, (std::vector<std::string>{"failed", "oom", "running", "corrupt", "missing",
                                               "missing", "missing", "missing", "missing"}));
   // --index of a completed point prints nothing; of a pending one, the point.
-  EXPECT_EQ(run(expandCommand, {kThreeAxis, "--pending", results.path(), "--index", "0"}), "");
-  EXPECT_NE(run(expandCommand, {kThreeAxis, "--pending", results.path(), "--index", "1"}), "");
-  std::string table = run(expandCommand, {kThreeAxis, "--pending", results.path()});
+  EXPECT_EQ(runCommand(expandCommand, {kThreeAxis, "--pending", results.path(), "--index", "0"}),
+            "");
+  EXPECT_NE(runCommand(expandCommand, {kThreeAxis, "--pending", results.path(), "--index", "1"}),
+            "");
+  std::string table = runCommand(expandCommand, {kThreeAxis, "--pending", results.path()});
   EXPECT_NE(table.find("state"), std::string::npos);
   EXPECT_NE(table.find("failed"), std::string::npos);
   EXPECT_EQ(table.find("sl256.mb1.ws1 "), std::string::npos);
@@ -186,11 +186,7 @@ TEST(Sweep, PendingDropsCompletedKeepsFailed) {
 
 // ---- Sweep file semantics and errors -----------------------------------------
 
-std::string writeSweep(const test::TempDir& dir, const std::string& body) {
-  std::string path = dir.path() + "/sweep.toml";
-  test::writeFile(path, "base = \"" + test::dataDir() + "/base.toml\"\n" + body);
-  return path;
-}
+using test::writeSweep;
 
 TEST(Sweep, RulesOnWorldSizeAndResolvedKeysNestedAxesAndDedupe) {
   test::TempDir dir;
@@ -274,7 +270,8 @@ TEST(Sweep, LegacyMultiNodeRunDirStillCountsAsCompleted) {
   EXPECT_EQ(runNodes(legacy), 2);  // from the rank files: the header has no nodes
   // --pending: the 2 x 2 point is done (its legacy directory); the 1 x 4 point is not,
   // although the legacy directory has its tag.
-  std::istringstream lines(run(expandCommand, {sweep, "--pending", results.path(), "--json"}));
+  std::istringstream lines(
+      runCommand(expandCommand, {sweep, "--pending", results.path(), "--json"}));
   std::vector<std::pair<int64_t, std::string>> pending;
   for (std::string line; std::getline(lines, line);) {
     auto j = nlohmann::json::parse(line);
