@@ -58,6 +58,12 @@ std::string sizeText(size_t bytes) {
 
 }  // namespace
 
+std::string ownExecutableDir() {
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? "" : exe.parent_path().string();
+}
+
 std::string notRegularFileReason(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return std::string("missing: ") + std::strerror(errno);

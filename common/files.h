@@ -24,6 +24,10 @@ std::string readInputFile(const std::string& path, const std::string& what,
 // ("a FIFO", "a directory", "missing: No such file or directory", ...). Never opens it.
 std::string notRegularFileReason(const std::string& path);
 
+// The directory of the running executable (/proc/self/exe), "" where it cannot be read:
+// programs find their sibling binaries and libraries there.
+std::string ownExecutableDir();
+
 // Creates `dir` (and its parents) and proves it writable by creating and removing a file
 // in it (access(2) says yes to root on a read-only mount). Else throws ConfigError (exit 2)
 // for `key` at `where`, naming the directory and the OS error, with `hint`.

@@ -456,13 +456,19 @@ std::string orderProblem(const std::vector<double>& col, const std::string& name
   return "";
 }
 
+// "Not reported": NaN, which an int64 column stores as -1 (ColumnType::kInt).
+bool notReported(const StepColumn& c, double v) {
+  return std::isnan(v) || (c.type == ColumnType::kInt && v == -1);
+}
+
 }  // namespace
 
 std::string metricsProblem(const MetricsData& d) {
   for (const auto& [name, col] : d.steps)
     for (size_t i = 0; i < col.size(); ++i)
-      if (const StepColumn* c = findStepColumn(name); c && c->nan_allowed && std::isnan(col[i]))
-        continue;  // "not reported"
+      if (const StepColumn* c = findStepColumn(name);
+          c && c->nan_allowed && notReported(*c, col[i]))
+        continue;
       else if (!std::isfinite(col[i]) || col[i] < 0)
         return "/steps/" + name + " row " + std::to_string(i) + " is " + valueText(col[i]) +
                ": expected a finite value >= 0";

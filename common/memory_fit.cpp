@@ -57,10 +57,11 @@ int64_t largestFitting(TrainConfig tc, const MemoryBudget& budget) {
 
 FitRow rowFor(const TrainConfig& tc, const Combination& c, const MemoryBudget& budget) {
   const bool bf16 = tc.training.dtype == DType::kBf16;
-  FitRow r{c.bf16_weights ? "bf16, no masters" : bf16 ? "fp32 masters" : "fp32 (fp32 math)",
-           c.adafactor ? "adafactor" : "adamw",
-           c.in_backward ? "inside backward" : "after backward",
-           c.checkpointing ? "checkpointed" : "stored"};
+  FitRow r;
+  r.weights = c.bf16_weights ? "bf16, no masters" : bf16 ? "fp32 masters" : "fp32 (fp32 math)";
+  r.optimizer = c.adafactor ? "adafactor" : "adamw";
+  r.step = c.in_backward ? "inside backward" : "after backward";
+  r.activations = c.checkpointing ? "checkpointed" : "stored";
   TrainConfig one = tc;
   one.training.micro_batch_size = 1;
   const MemoryEstimate e = budget.device ? estimateDeviceMemory(one) : estimateMemory(one);

@@ -69,6 +69,10 @@ constexpr std::array<StepColumn, kStepColumnCount> kColumns = {{
      "resident set size of this rank at the end of the step (VmRSS)"},
     {C::kPeakRssBytes, "peak_rss_bytes", "bytes", kIntCol, kFinite,
      "peak resident set size of this rank so far (VmHWM)"},
+    {C::kAllocatorKeptBytes, "allocator_kept_bytes", "bytes", kIntCol, kNaN,
+     "freed pages the allocator (jemalloc) keeps for reuse at the end of the step, part of "
+     "rss_bytes; rss_bytes less it is the memory in use that the leak watch follows; -1 "
+     "where the process does not run on jemalloc (rank)"},
     {C::kPpBubbleS, "pp_bubble_s", "s", kFloatCol, kFinite,
      "time this rank's pipeline stage was blocked receiving activations or gradients from "
      "a neighbour stage in this step (part of comm_s); 0 without a pipeline (rank)"},

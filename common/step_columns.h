@@ -49,6 +49,7 @@ enum class StepCol : uint8_t {
   kFlopsPerToken,
   kRssBytes,
   kPeakRssBytes,
+  kAllocatorKeptBytes,
   kPpBubbleS,
   kPpBubbleFraction,
   kPpMakespanS,
@@ -71,7 +72,7 @@ struct StepColumn {
   const char* name;   // the /steps dataset
   const char* units;  // its `units` attribute (see above)
   ColumnType type;
-  bool nan_allowed;         // NaN means "not reported" (metricsProblem accepts it)
+  bool nan_allowed;  // NaN (-1 in an int64 column) means "not reported" (metricsProblem accepts it)
   const char* description;  // its `description` attribute: one line, no `|` or `<`
 };
 

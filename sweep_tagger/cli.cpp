@@ -439,9 +439,8 @@ namespace {
 std::string defaultBuildDir() {
   if (const char* d = std::getenv("FTB_BUILD_DIR"); d && *d)
     return std::filesystem::absolute(d).lexically_normal().string();
-  std::error_code ec;
-  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return ec ? "build/release" : self.parent_path().parent_path().string();
+  const std::string dir = ownExecutableDir();
+  return dir.empty() ? "build/release" : std::filesystem::path(dir).parent_path().string();
 }
 
 double positiveFlag(const cxxopts::ParseResult& r, const std::string& name, double scale) {

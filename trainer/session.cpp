@@ -159,13 +159,12 @@ void execCudaBuildForAGpuRun(const SessionOptions& opts, const TrainConfig& tc) 
   if (opts.print_config || opts.estimate_memory || !opts.generate_data.empty() || opts.argv.empty())
     return;
   const std::string& device = tc.training.device;
-  const bool gpu = device.rfind("cuda", 0) == 0 ||
-                   (device == "auto" && (tc.comm.backend == "nccl" || visibleCudaDevices() > 0));
-  const std::string path = gpu ? cudaTrainerPath() : "";
+  // visibleCudaDevices() loads the driver: asked only where "auto" depends on it.
+  const int gpus = device == "auto" && tc.comm.backend != "nccl" ? visibleCudaDevices() : 0;
+  const std::string path = wantsCuda(device, tc.comm.backend, gpus) ? cudaTrainerPath() : "";
   if (path.empty()) return;
-  sigset_t stops, old;
-  sigemptyset(&stops);
-  for (int sig : {SIGTERM, SIGINT, SIGUSR1, SIGUSR2, SIGHUP}) sigaddset(&stops, sig);
+  const sigset_t stops = stopSignalSet();
+  sigset_t old;
   pthread_sigmask(SIG_BLOCK, &stops, &old);
   checkStop("configuration");
   std::vector<char*> args;
@@ -246,9 +245,9 @@ MemoryBudget fitBudget(const Config& cfg, const TrainConfig& tc, bool gpu) {
 std::optional<int> runInfoCommand(const SessionOptions& opts, const Config& cfg,
                                   const TrainConfig& tc) {
   if (opts.estimate_memory) {
-    // A GPU run (training.device "cuda...", or "auto" where one is visible): its device memory.
-    const bool gpu = tc.training.device.rfind("cuda", 0) == 0 ||
-                     (tc.training.device == "auto" && visibleCudaDevices() > 0);
+    // A GPU run (the run's own test, wantsCuda): its device memory.
+    const bool gpu = wantsCuda(tc.training.device, tc.comm.backend,
+                               tc.training.device == "auto" ? visibleCudaDevices() : 0);
     const double cap = tc.training.device_memory_limit_bytes;
     if (opts.fit) {
       const MemoryBudget budget = fitBudget(cfg, tc, gpu);

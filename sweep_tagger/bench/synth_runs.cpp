@@ -95,6 +95,7 @@ StepRow synthRow(SynthStep& st, std::mt19937_64& rng) {
       .set(C::kFlopsPerToken, st.flops_per_token)
       .set(C::kRssBytes, rss)
       .set(C::kPeakRssBytes, rss)
+      .set(C::kAllocatorKeptBytes, std::nan(""))  // not measured: no allocator here
       .set(C::kPpBubbleS, 0)
       .set(C::kPpBubbleFraction, 0)
       .set(C::kPpMakespanS, 0)

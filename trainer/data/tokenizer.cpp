@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "common/error.h"
+#include "common/files.h"
 #include "trainer/data/tokenizer_json.h"
 
 namespace ftb {
@@ -26,9 +27,8 @@ struct ShimApi {
 // Beside the running executable first (a relocated build), then where CMake built it.
 std::vector<std::string> shimCandidates() {
   std::vector<std::string> out;
-  std::error_code ec;
-  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) out.push_back((exe.parent_path() / "libftb_spm.so").string());
+  if (const std::string dir = ownExecutableDir(); !dir.empty())
+    out.push_back(dir + "/libftb_spm.so");
   out.push_back(FTB_SPM_SHIM_PATH);
   return out;
 }

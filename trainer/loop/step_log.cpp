@@ -50,9 +50,9 @@ void testLeak() {
 
 }  // namespace
 
-void RssWatch::observe(double since_measured_s, int64_t rss_bytes) {
+void RssWatch::observe(double since_measured_s, int64_t in_use_bytes) {
   if (since_measured_s < kSettleS) return;
-  const double t = since_measured_s - kSettleS, rss = double(rss_bytes);
+  const double t = since_measured_s - kSettleS, rss = double(in_use_bytes);
   if (!samples_.empty() && t - samples_.back().first < kSampleS) return;
   samples_.emplace_back(t, rss);
   if (rss <= high_) return;
@@ -60,9 +60,10 @@ void RssWatch::observe(double since_measured_s, int64_t rss_bytes) {
   const double g = growth();
   if (!(g > next_warn_)) return;
   while (g > next_warn_) next_warn_ += kWarnFraction;
-  FTB_WARN("RSS keeps rising after warm-up: "
-           << formatMib(samples_.front().second) << " -> " << formatMib(rss) << " (+" << formatFixed(100 * g, 1)
-           << " %, " << formatFixed(slopeMibPerS(), 2) << " MiB/s over " << formatFixed(t, 1)
+  FTB_WARN("memory in use keeps rising after warm-up (RSS less the allocator's kept pages): "
+           << formatMib(samples_.front().second) << " -> " << formatMib(rss) << " (+"
+           << formatFixed(100 * g, 1) << " %, " << formatFixed(slopeMibPerS(), 2) << " MiB/s over "
+           << formatFixed(t, 1)
            << " s): memory that is never freed; the peak RSS figure includes it "
               "(rss_growth in the metrics file)");
 }
@@ -159,9 +160,9 @@ void StepLog::record(int64_t step, const StepRecord& r) {
   if (step >= tc_.metrics.skip_first_steps && t_measured_ < 0) t_measured_ = elapsed();
   const double since_measured = t_measured_ < 0 ? -1 : elapsed() - t_measured_;
   kept_.observe(since_measured, elapsed(), step + 1 < tc_.metrics.skip_first_steps, step);
-  const int64_t rss = currentRssBytes();
-  rss_.observe(kept_.settled(step) ? since_measured : -1, rss);
-  appendRow(step, r, itf, mfu, gemm_eff, rss);
+  const int64_t rss = currentRssBytes(), kept = allocatorDirtyBytes();  // kept: -1 off jemalloc
+  rss_.observe(kept_.settled(step) ? since_measured : -1, rss - std::max<int64_t>(kept, 0));
+  appendRow(step, r, itf, mfu, gemm_eff, rss, kept);
   if ((step + 1) % tc_.metrics.log_every == 0) metrics_.flush();
   if (sum_.steps == 0) {
     sum_.first_loss = r.loss;
@@ -195,7 +196,7 @@ double StepLog::tokensPerCpuS(double padded, double cpu_thread_s) const {
 }
 
 void StepLog::appendRow(int64_t step, const StepRecord& r, const InterferenceFigures& itf,
-                        double mfu, double gemm_eff, int64_t rss) {
+                        double mfu, double gemm_eff, int64_t rss, int64_t kept) {
   using C = StepCol;
   StepRow row;
   row.set(C::kStep, double(step))
@@ -220,6 +221,7 @@ void StepLog::appendRow(int64_t step, const StepRecord& r, const InterferenceFig
       .set(C::kFlopsPerToken, flops_per_token_)
       .set(C::kRssBytes, double(rss))
       .set(C::kPeakRssBytes, double(peakRssBytes()))
+      .set(C::kAllocatorKeptBytes, kept < 0 ? std::nan("") : double(kept))
       .set(C::kPpBubbleS, r.bubble)
       .set(C::kPpBubbleFraction, pipelineIdleFraction(r.pipe, r.bubble, r.makespan))
       .set(C::kPpMakespanS, r.makespan)
@@ -505,7 +507,7 @@ void printSummary(const TrainConfig& tc, const TrainSummary& s, const RunPeaks& 
                formatFixed(s.device_peak_allocated_max / (1 << 20), 1) + " / " +
                    formatFixed(s.device_peak_reserved_max / (1 << 20), 1) +
                    " MiB (CUDA caching allocator, max over ranks)");
-  summaryRow(os, "RSS growth after warm-up",
+  summaryRow(os, "memory in use, growth after warm-up",
              std::isnan(s.rss_growth_max)
                  ? "not measured: fewer than two samples " + formatFixed(RssWatch::kSettleS, 0) +
                        " s after warm-up"

@@ -10,9 +10,10 @@
 // - StepLog::finish() is collective (the peak RSS and RSS growth, max over ranks).
 // - RSS watch (trainer/README.md "Metrics"): from the first step at least
 //   RssWatch::kSettleS after the first measured step (past warm-up) and at least one step
-//   after KeptPagesBound's first return of pages (settled()), this rank's RSS is
-//   sampled at least every RssWatch::kSampleS; `base` is the first sample. When RSS
-//   reaches a new high more than RssWatch::kWarnFraction above base, it warns (again at
+//   after KeptPagesBound's first return of pages (settled()), this rank's memory in use
+//   (RSS less the freed pages jemalloc keeps, column allocator_kept_bytes) is sampled at
+//   least every RssWatch::kSampleS; `base` is the first sample. When it reaches a new
+//   high more than RssWatch::kWarnFraction above base, it warns (again at
 //   each further kWarnFraction). finish() records root attributes rss_growth ((last -
 //   base) / base), rss_growth_mib_per_s (least-squares slope of the samples) and
 //   rss_growth_window_s (seconds sampled); all NaN when fewer than two samples were
@@ -94,8 +95,10 @@ struct TrainSummary {
 class RssWatch {
  public:
   static constexpr double kSettleS = 3.0, kSampleS = 0.5, kWarnFraction = 0.05;
-  // Called once per step with the time since the first measured step (< 0: warm-up).
-  void observe(double since_measured_s, int64_t rss_bytes);
+  // Called once per step with the time since the first measured step (< 0: warm-up) and
+  // the memory in use: RSS less the freed pages the allocator keeps (KeptPagesBound bounds
+  // those apart, and they grow and shrink with its purges, which are not leaks).
+  void observe(double since_measured_s, int64_t in_use_bytes);
   double growth() const;        // (last - base) / base; NaN with fewer than two samples
   double slopeMibPerS() const;  // least squares; NaN with fewer than two samples
   double windowS() const;
@@ -153,7 +156,7 @@ class StepLog {
  private:
   // Appends the step's /steps row: every column of common/step_columns.h.
   void appendRow(int64_t step, const StepRecord& r, const InterferenceFigures& itf, double mfu,
-                 double gemm_eff, int64_t rss);
+                 double gemm_eff, int64_t rss, int64_t kept);
   void printProgress(int64_t step, const StepRecord& r, double tps_padded, double tps_dataset,
                      double mfu, double gemm_eff) const;
   double flopsPerDevice(double tokens_per_s) const;

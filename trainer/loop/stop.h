@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <csignal>
 #include <cstdint>
 #include <mutex>
 #include <stdexcept>
@@ -22,6 +23,8 @@ namespace ftb {
 // Set by the signal handler (installed by runSession() before set-up, which polls it
 // between set-up phases; train() installs it too); polled once per step.
 extern std::atomic<int> g_stop_signal;
+// The stop signals: TERM, INT, USR1, USR2 and HUP (SLURM's --signal, launchers' stops).
+sigset_t stopSignalSet();
 void installStopSignalHandlers();
 // When this rank first learned of a stop signal, CLOCK_MONOTONIC in ns (0 = not yet):
 // its own signal (the handler) or the step agreement reporting another rank's

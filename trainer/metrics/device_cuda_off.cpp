@@ -4,10 +4,10 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
-#include <filesystem>
 #include <stdexcept>
 #include <string>
 
+#include "common/files.h"
 #include "trainer/metrics/device.h"
 #include "trainer/metrics/device_cuda.h"
 
@@ -42,10 +42,9 @@ int visibleCudaDevices() {
 std::string cudaDeviceName(int) { return ""; }
 
 std::string cudaTrainerPath() {
-  std::error_code ec;
-  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) return "";
-  const std::string path = (exe.parent_path() / "trainer_cuda").string();
+  const std::string dir = ownExecutableDir();
+  if (dir.empty()) return "";
+  const std::string path = dir + "/trainer_cuda";
   return access(path.c_str(), X_OK) == 0 ? path : "";
 }
 

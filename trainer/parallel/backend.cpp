@@ -16,12 +16,15 @@ BackendKind resolveBackend(const std::string& name, bool tensors_on_cuda) {
                                                                             : BackendKind::kGloo;
 }
 
+bool wantsCuda(const std::string& device, const std::string& backend, int cuda_devices) {
+  return device.rfind("cuda", 0) == 0 ||
+         (device == "auto" && (backend == "nccl" || cuda_devices > 0));
+}
+
 DeviceChoice resolveDevice(const std::string& device, const std::string& backend, int local_rank,
                            int cuda_devices) {
   DeviceChoice c;
-  const bool want_cuda =
-      device.rfind("cuda", 0) == 0 || (device == "auto" && (backend == "nccl" || cuda_devices > 0));
-  if (!want_cuda) {
+  if (!wantsCuda(device, backend, cuda_devices)) {
     c.device = "cpu";
     if (backend == "nccl") {
       c.problem_key = "parallel.backend";

@@ -30,6 +30,9 @@ struct DeviceChoice {
   std::string problem_key;  // "" = fine; else the key to name in the error
   std::string problem;      // what is wrong, with the fix
 };
+// Pure. Whether training.device `device` with parallel.backend `backend` places tensors on
+// a GPU: "cuda..." always; "auto" with backend "nccl" or a visible GPU (cuda_devices > 0).
+bool wantsCuda(const std::string& device, const std::string& backend, int cuda_devices);
 // Pure. training.device "auto" -> cuda:local_rank when a GPU is visible (cuda_devices
 // = torch::cuda::device_count()) or the backend is "nccl", else cpu; "cuda" ->
 // cuda:local_rank; "cuda:N" as given. Problems: a CUDA device that does not exist (also
