@@ -11,6 +11,17 @@ def cpu_model():
     return "unknown CPU"
 
 
+def cpu_description():
+    """/proc/cpuinfo's first cpu family, model and model name, for a report's CPU line (a
+    virtual machine's model name alone, such as "AMD EPYC", does not say which generation)."""
+    info = {}
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        key = line.split(":", 1)[0].strip()
+        if key in ("cpu family", "model", "model name") and key not in info:
+            info[key] = line.split(":", 1)[1].strip()
+    return ", ".join(f"{k} {info[k]}" for k in ("cpu family", "model", "model name") if k in info)
+
+
 def skip_first_steps(cfg):
     """The steps a run leaves out of summaries, from its parsed config (run.toml or the metrics
     file's `config`): metrics.skip_first_steps; runs made before that key was renamed recorded

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import h5py
 
+from bench_common import cpu_description
+
 def measure(d):
     peaks = []
     for f in sorted((d / "metrics").glob("rank_*.h5")):
@@ -36,9 +38,7 @@ def nf4_report(runs):
     print("Model mem-270m, AdamW, LoRA r8 on all seven targets, micro-batch 1 x 64 tokens, 3 "
           "steps, world 1, jemalloc, no final checkpoint. Measured = VmHWM (HDF5 "
           "peak_rss_bytes). `scripts/bench.sh nf4`.\n")
-    info = dict(line.split(":", 1) for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith(("model name", "cpu family", "model\t")))
-    print("CPU: " + ", ".join(f"{k.strip()} {v.strip()}" for k, v in info.items()) + ".\n")
+    print(f"CPU: {cpu_description()}.\n")
     print("| training.dtype | lora.base_dtype | measured peak RSS | vs bf16 base | estimate "
           "| estimate error |")
     print("|---|---|---|---|---|---|")
@@ -79,6 +79,7 @@ print("# Memory: peak RSS per rank, world 2 (DDP vs ZeRO), 274 M-parameter model
 print(f"Model mem-270m ({rows[0][4] / 1e6:.0f} M params), fp32, AdamW, micro-batch 1 x 64 "
       "tokens, 3 steps, dp_shard = 2, jemalloc. Measured = max over ranks of VmHWM. "
       "`scripts/bench.sh memory`.\n")
+print(f"CPU: {cpu_description()}.\n")
 print("| zero_stage | measured peak RSS (max / min rank) | vs DDP | estimate | estimate error |")
 print("|---|---|---|---|---|")
 for stage, mx, mn, est, _ in rows:
