@@ -150,6 +150,14 @@ TrainConfig resolveConfig(const SessionOptions& opts, const Config& cfg, const D
   return tc;
 }
 
+// Whether this run's tensors go to a GPU (wantsCuda). visibleCudaDevices() loads the
+// driver: asked only where "auto" depends on it.
+bool runWantsCuda(const TrainConfig& tc) {
+  const std::string& device = tc.training.device;
+  const bool ask = device == "auto" && tc.comm.backend != "nccl";
+  return wantsCuda(device, tc.comm.backend, ask ? visibleCudaDevices() : 0);
+}
+
 // A run on a GPU continues in `trainer_cuda` (metrics/device.h): the same command line in
 // the same process (exec), before any socket or file exists. The answers that touch no
 // device (--print-config, --estimate-memory, --generate-data) stay here. Stop signals are
@@ -158,10 +166,7 @@ TrainConfig resolveConfig(const SessionOptions& opts, const Config& cfg, const D
 void execCudaBuildForAGpuRun(const SessionOptions& opts, const TrainConfig& tc) {
   if (opts.print_config || opts.estimate_memory || !opts.generate_data.empty() || opts.argv.empty())
     return;
-  const std::string& device = tc.training.device;
-  // visibleCudaDevices() loads the driver: asked only where "auto" depends on it.
-  const int gpus = device == "auto" && tc.comm.backend != "nccl" ? visibleCudaDevices() : 0;
-  const std::string path = wantsCuda(device, tc.comm.backend, gpus) ? cudaTrainerPath() : "";
+  const std::string path = runWantsCuda(tc) ? cudaTrainerPath() : "";
   if (path.empty()) return;
   const sigset_t stops = stopSignalSet();
   sigset_t old;
@@ -175,7 +180,7 @@ void execCudaBuildForAGpuRun(const SessionOptions& opts, const TrainConfig& tc) 
   const int err = errno;
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   throw IoError("cannot start " + path + " (the CUDA build of the trainer) for training.device \"" +
-                device + "\": " + std::strerror(err));
+                tc.training.device + "\": " + std::strerror(err));
 }
 
 // training.device: where this rank's tensors live ("cpu" or "cuda:N"), made the process's
@@ -245,9 +250,7 @@ MemoryBudget fitBudget(const Config& cfg, const TrainConfig& tc, bool gpu) {
 std::optional<int> runInfoCommand(const SessionOptions& opts, const Config& cfg,
                                   const TrainConfig& tc) {
   if (opts.estimate_memory) {
-    // A GPU run (the run's own test, wantsCuda): its device memory.
-    const bool gpu = wantsCuda(tc.training.device, tc.comm.backend,
-                               tc.training.device == "auto" ? visibleCudaDevices() : 0);
+    const bool gpu = runWantsCuda(tc);  // a GPU run: its device memory
     const double cap = tc.training.device_memory_limit_bytes;
     if (opts.fit) {
       const MemoryBudget budget = fitBudget(cfg, tc, gpu);

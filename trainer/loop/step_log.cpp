@@ -52,16 +52,16 @@ void testLeak() {
 
 void RssWatch::observe(double since_measured_s, int64_t in_use_bytes) {
   if (since_measured_s < kSettleS) return;
-  const double t = since_measured_s - kSettleS, rss = double(in_use_bytes);
+  const double t = since_measured_s - kSettleS, in_use = double(in_use_bytes);
   if (!samples_.empty() && t - samples_.back().first < kSampleS) return;
-  samples_.emplace_back(t, rss);
-  if (rss <= high_) return;
-  high_ = rss;
+  samples_.emplace_back(t, in_use);
+  if (in_use <= high_) return;
+  high_ = in_use;
   const double g = growth();
   if (!(g > next_warn_)) return;
   while (g > next_warn_) next_warn_ += kWarnFraction;
   FTB_WARN("memory in use keeps rising after warm-up (RSS less the allocator's kept pages): "
-           << formatMib(samples_.front().second) << " -> " << formatMib(rss) << " (+"
+           << formatMib(samples_.front().second) << " -> " << formatMib(in_use) << " (+"
            << formatFixed(100 * g, 1) << " %, " << formatFixed(slopeMibPerS(), 2) << " MiB/s over "
            << formatFixed(t, 1)
            << " s): memory that is never freed; the peak RSS figure includes it "
@@ -87,32 +87,28 @@ double RssWatch::windowS() const {
   return samples_.size() < 2 ? std::nan("") : samples_.back().first - samples_.front().first;
 }
 
-void KeptPagesBound::observe(double since_measured_s, double run_s, bool warmup_follows,
-                             int64_t step) {
-  if (base_ == kOff) return;
-  if (last_purge_step_ < 0 && !firstPurgeDue(since_measured_s, run_s, warmup_follows)) return;
-  const int64_t kept = allocatorDirtyBytes();
+bool KeptPagesBound::observe(double since_measured_s, double run_s, bool warmup_follows,
+                             int64_t step, int64_t kept) {
+  if (base_ == kOff) return false;
+  if (last_purge_step_ < 0 && !firstPurgeDue(since_measured_s, run_s, warmup_follows)) return false;
   if (kept < 0) {
     base_ = kOff;  // not jemalloc: nothing to bound
-    return;
+    return false;
   }
-  if (last_purge_step_ < 0) {  // once, when lazy state exists: a clean start for base
-    purge(kept, step);
-    return;
-  }
+  if (last_purge_step_ < 0) return purge(kept, step);  // once, when lazy state exists
   if (base_ < 0) {  // the first step end after that purge: what one step keeps
     base_ = kept;
-    return;
+    return false;
   }
-  if (kept <= base_ + std::max(base_ / 4, kSlackBytes)) return;
+  if (kept <= base_ + std::max(base_ / 4, kSlackBytes)) return false;
   if (step - last_purge_step_ < kMinStepsApart) base_ = kept;
-  purge(kept, step);
+  return purge(kept, step);
 }
 
-void KeptPagesBound::purge(int64_t kept, int64_t step) {
+bool KeptPagesBound::purge(int64_t kept, int64_t step) {
   if (!purgeAllocatorPages()) {
     base_ = kOff;
-    return;
+    return false;
   }
   ++purges_;
   last_purge_step_ = step;
@@ -121,6 +117,7 @@ void KeptPagesBound::purge(int64_t kept, int64_t step) {
                               << (base_ < 0 ? " (the first return)"
                                             : " (a step keeps " + formatMib(double(base_)) + ")")
                               << ": returned them to the OS");
+  return true;
 }
 
 StepLog::StepLog(const TrainConfig& tc, MetricsFile& metrics, const RunPeaks& peaks, int rank,
@@ -159,8 +156,10 @@ void StepLog::record(int64_t step, const StepRecord& r) {
   testLeak();
   if (step >= tc_.metrics.skip_first_steps && t_measured_ < 0) t_measured_ = elapsed();
   const double since_measured = t_measured_ < 0 ? -1 : elapsed() - t_measured_;
-  kept_.observe(since_measured, elapsed(), step + 1 < tc_.metrics.skip_first_steps, step);
-  const int64_t rss = currentRssBytes(), kept = allocatorDirtyBytes();  // kept: -1 off jemalloc
+  int64_t kept = allocatorDirtyBytes();  // -1 off jemalloc
+  if (kept_.observe(since_measured, elapsed(), step + 1 < tc_.metrics.skip_first_steps, step, kept))
+    kept = allocatorDirtyBytes();  // what the purge left
+  const int64_t rss = currentRssBytes();
   rss_.observe(kept_.settled(step) ? since_measured : -1, rss - std::max<int64_t>(kept, 0));
   appendRow(step, r, itf, mfu, gemm_eff, rss, kept);
   if ((step + 1) % tc_.metrics.log_every == 0) metrics_.flush();

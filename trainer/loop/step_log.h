@@ -130,7 +130,10 @@ class KeptPagesBound {
   static bool firstPurgeDue(double since_measured_s, double run_s, bool warmup_follows) {
     return since_measured_s >= kPurgeAtS || (warmup_follows && run_s >= kPurgeAtS);
   }
-  void observe(double since_measured_s, double run_s, bool warmup_follows, int64_t step);
+  // At the end of `step`, with `kept` = allocatorDirtyBytes() (-1: not jemalloc); true when
+  // it returned the kept pages to the OS (the caller's `kept` is stale then).
+  bool observe(double since_measured_s, double run_s, bool warmup_follows, int64_t step,
+               int64_t kept);
   int64_t purges() const { return purges_; }
   // Whether RSS at the end of `step` is the steady state: the first purge (which drops
   // the working set until the next step faults it in) is over, or there is none.
@@ -140,7 +143,7 @@ class KeptPagesBound {
 
  private:
   static constexpr int64_t kOff = -2;  // not running on jemalloc
-  void purge(int64_t kept, int64_t step);
+  bool purge(int64_t kept, int64_t step);  // true when the pages were returned
   int64_t base_ = -1, purges_ = 0, last_purge_step_ = -1, first_purge_step_ = -1;
 };
 

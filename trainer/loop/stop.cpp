@@ -37,25 +37,28 @@ void onStopSignal(int sig) {
 
 }  // namespace
 
+namespace {
+constexpr int kStopSignals[] = {SIGTERM, SIGINT, SIGUSR1, SIGUSR2, SIGHUP};
+}  // namespace
+
 sigset_t stopSignalSet() {
   sigset_t set;
   sigemptyset(&set);
-  for (int s : {SIGTERM, SIGINT, SIGUSR1, SIGUSR2, SIGHUP}) sigaddset(&set, s);
+  for (int s : kStopSignals) sigaddset(&set, s);
   return set;
 }
 
 void installStopSignalHandlers() {
-  const sigset_t stops = stopSignalSet();
   struct sigaction sa {};
   sa.sa_handler = onStopSignal;
   // No SA_RESETHAND: launchers send TERM more than once while stopping a job (forward,
   // then stop); a second TERM must not kill a rank mid-collective. A stuck rank is
   // killed by the launcher's SIGKILL after --grace.
   sigemptyset(&sa.sa_mask);
-  for (int s = 1; s < NSIG; ++s)
-    if (sigismember(&stops, s) == 1) sigaction(s, &sa, nullptr);
+  for (int s : kStopSignals) sigaction(s, &sa, nullptr);
   // `trainer` blocks them before it execs `trainer_cuda` (session.cpp): one that came in
   // between is pending here, and is delivered to the handler now.
+  const sigset_t stops = stopSignalSet();
   pthread_sigmask(SIG_UNBLOCK, &stops, nullptr);
 }
 
