@@ -27,8 +27,7 @@ const char* pipeScheduleName(PipeSchedule s) {
 // the loss a softmax forward and its gradient (3·V).
 LayerCosts layerCosts(const ModelArgs& m, int64_t seq_len) {
   LayerCosts c;
-  c.block = 6.0 * double(m.blockMatrixParams() + 2 * m.dim) +
-            12.0 * double(m.n_heads * m.headDim() * seq_len);
+  c.block = 3.0 * m.blockForwardFlops(seq_len);
   c.embed = 2.0 * double(m.dim);
   c.head = 6.0 * double(m.vocab_size * m.dim + m.dim) + 3.0 * double(m.vocab_size);
   return c;

@@ -1,5 +1,6 @@
 #include "common/run_config.h"
 
+#include <cmath>
 #include <filesystem>
 #include <sstream>
 #include <stdexcept>
@@ -98,6 +99,11 @@ double ModelArgs::flopsPerToken(int64_t seq_len) const {
   return 6.0 * n + 12.0 * n_layers * n_heads * headDim() * static_cast<double>(seq_len);
 }
 
+double ModelArgs::blockForwardFlops(int64_t seq_len) const {
+  return 2.0 * double(blockMatrixParams() + 2 * dim) +
+         4.0 * double(n_heads * headDim()) * double(seq_len);
+}
+
 LoraTargetShape loraTargetShape(const ModelArgs& m, const std::string& target) {
   const int64_t D = m.dim, q = m.n_heads * m.headDim(), kv = m.n_kv_heads * m.headDim();
   if (target == "q") return {D, q};
@@ -119,14 +125,15 @@ int64_t loraParams(const ModelArgs& m, const LoraConfig& lora) {
   return per_block * m.n_layers;
 }
 
-FlopsCount trainingFlops(const ModelArgs& m, const LoraConfig& lora, int64_t seq_len) {
-  FlopsCount f;
-  f.total_params = m.numParams() + loraParams(m, lora);
+namespace {
+
+// per_token of a full finetune or of LoRA (FlopsCount's formulas), with its formula name.
+void modelFlops(const ModelArgs& m, const LoraConfig& lora, int64_t seq_len, FlopsCount& f) {
   if (!lora.enabled()) {
     f.per_token = m.flopsPerToken(seq_len);
     f.formula = "full-v1";
     f.trainable_params = m.numParams();
-    return f;
+    return;
   }
   const double attention = 12.0 * m.n_layers * m.n_heads * m.headDim() * double(seq_len);
   const double n = (m.flopsPerToken(seq_len) - attention) / 6.0;  // N as full-v1 counts it
@@ -139,7 +146,31 @@ FlopsCount trainingFlops(const ModelArgs& m, const LoraConfig& lora, int64_t seq
   f.per_token = 4.0 * n + 6.0 * na - 2.0 * skipped + attention;
   f.formula = "lora-v1";
   f.trainable_params = loraParams(m, lora);
+}
+
+}  // namespace
+
+FlopsCount trainingFlops(const ModelArgs& m, const LoraConfig& lora, int64_t seq_len,
+                         double recomputed_blocks) {
+  FlopsCount f;
+  f.total_params = m.numParams() + loraParams(m, lora);
+  modelFlops(m, lora, seq_len, f);
+  f.per_token_causal = f.per_token - 6.0 * m.n_layers * m.n_heads * m.headDim() * double(seq_len);
+  const double adapters_per_block = double(loraParams(m, lora)) / double(m.n_layers);
+  f.per_token_hardware =
+      f.per_token + recomputed_blocks * (m.blockForwardFlops(seq_len) + 2.0 * adapters_per_block);
   return f;
+}
+
+double recomputedBlocks(const TrainConfig& tc, double blocks) {
+  if (tc.layout.effectiveZeroStage() == 3) return blocks;
+  const int64_t n = tc.training.activation_checkpointing;
+  return n > 0 ? std::ceil(blocks / double(n)) : 0;
+}
+
+FlopsCount trainingFlops(const TrainConfig& tc) {
+  return trainingFlops(tc.model, tc.lora, tc.data.seq_len,
+                       recomputedBlocks(tc, double(tc.model.n_layers)));
 }
 
 std::string binDtypeProblem(const std::string& bin_dtype, int64_t vocab_size) {

@@ -37,6 +37,10 @@ struct ModelArgs {
   // torchtitan's 6N + 12·L·H·hd·T: N excludes the input embedding table but counts
   // the output projection (a real GEMM even when tied).
   double flopsPerToken(int64_t seq_len) const;
+  // One block's forward per token: 2 per block weight (norms included) + the attention
+  // scores 4·H·hd·T (q kᵀ and probs v over every key, as flopsPerToken counts them).
+  // Forward + backward of a block is 3 times this (common/pipeline.h layerCosts).
+  double blockForwardFlops(int64_t seq_len) const;
 };
 
 enum class DType { kFp32, kBf16 };
@@ -132,12 +136,20 @@ LoraTargetShape loraTargetShape(const ModelArgs& m, const std::string& target);
 //              weight gradients 2Na only (the base is frozen); attention 12·L·H·hd·T.
 //   N: every weight but the input embedding (the output projection counted even when
 //   tied), Na: the adapters' parameters.
+// The counts of the other conventions users compare with (trainer/docs/metrics.md § MFU
+// conventions), from the same model:
+//   per_token_causal: per_token with the attention term halved, 6·L·H·hd·T, the causal
+//     half of the scores (as some tools report MFU);
+//   per_token_hardware: per_token + the forward of every block recomputed in backward
+//     (`recomputed_blocks` of them: recomputedBlocks below), blockForwardFlops + 2 per
+//     adapter parameter of the block each: the FLOPs the hardware executes, HFU's count.
 struct FlopsCount {
-  double per_token = 0;
+  double per_token = 0, per_token_causal = 0, per_token_hardware = 0;
   std::string formula;
   int64_t trainable_params = 0, total_params = 0;
 };
-FlopsCount trainingFlops(const ModelArgs& m, const LoraConfig& lora, int64_t seq_len);
+FlopsCount trainingFlops(const ModelArgs& m, const LoraConfig& lora, int64_t seq_len,
+                         double recomputed_blocks = 0);
 // Parameters of every adapter of the whole model (0 when LoRA is off).
 int64_t loraParams(const ModelArgs& m, const LoraConfig& lora);
 
@@ -209,6 +221,14 @@ struct TrainConfig {
   // planned keys; checkSizes last): the first violation throws ConfigError.
   static TrainConfig fromConfig(const Config& cfg, int world_size, Checks checks = Checks::kAll);
 };
+
+// Blocks of `blocks` that recompute their forward in backward: all of them under ZeRO-3
+// (zero.h), ceil(blocks / n) with training.activation_checkpointing = n (every n-th block,
+// the first included), else none.
+double recomputedBlocks(const TrainConfig& tc, double blocks);
+// trainingFlops of the run: its model, adapters and sequence length, and the recompute of
+// its layout and activation checkpointing over all the model's blocks.
+FlopsCount trainingFlops(const TrainConfig& tc);
 
 // The trainer's refusal of (cfg, world_size): exactly the text of the ConfigError
 // TrainConfig::fromConfig throws (what the trainer prints before exiting 2), or ""

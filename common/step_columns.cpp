@@ -57,6 +57,12 @@ constexpr std::array<StepColumn, kStepColumnCount> kColumns = {{
      "model FLOPs utilization against the hardware peak: flops_per_token x "
      "tokens_per_s_per_device / peak_flops (root attrs peak_source, peak_check); NaN when "
      "that peak is unknown or below the measured GEMM"},
+    {C::kMfuCausal, "mfu_causal", "1", kFloatCol, kNaN,
+     "mfu with the causal attention count: flops_per_token less 6 L H hd T (root attr "
+     "flops_per_token_causal) x tokens_per_s_per_device / peak_flops; NaN as mfu"},
+    {C::kHfu, "hfu", "1", kFloatCol, kNaN,
+     "hardware FLOPs utilization: mfu with the forward of every recomputed block counted "
+     "(root attr flops_per_token_hardware: activation checkpointing, ZeRO-3); NaN as mfu"},
     {C::kGemmEfficiency, "gemm_efficiency", "1", kFloatCol, kNaN,
      "flops_per_token x tokens_per_s_per_device / gemm_flops, a GEMM measured at start "
      "with this run's threads and BLAS (root attr gemm_source), not the hardware; NaN when "

@@ -45,6 +45,8 @@ enum class StepCol : uint8_t {
   kTokensPerSDataset,
   kTokensPerSPerDevice,
   kMfu,
+  kMfuCausal,
+  kHfu,
   kGemmEfficiency,
   kFlopsPerToken,
   kRssBytes,

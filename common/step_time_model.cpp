@@ -38,14 +38,6 @@ StageCost costliestStage(const TrainConfig& tc) {
   return worst;
 }
 
-// Blocks of `blocks` that recompute their forward in backward: all under ZeRO-3, every n-th
-// with activation checkpointing n.
-double recomputedBlocks(const TrainConfig& tc, double blocks) {
-  if (tc.layout.effectiveZeroStage() == 3) return blocks;
-  const int64_t n = tc.training.activation_checkpointing;
-  return n > 0 ? std::ceil(blocks / double(n)) : 0;
-}
-
 // Bytes one rank moves, by nccl-tests' convention: an all-reduce of S bytes over n ranks
 // 2(n−1)/n · S, a reduce-scatter or an all-gather (n−1)/n · S.
 double allReduce(double s, int64_t n) { return n > 1 ? s * 2.0 * double(n - 1) / double(n) : 0; }
@@ -117,7 +109,7 @@ StepPrediction predictStep(const TrainConfig& tc, const MachineFigures& m) {
   const double tokens = double(mb) * micro * double(seq);  // this rank's data slice
   const FlopsCount f = trainingFlops(a, tc.lora, seq);
   const StageCost stage = costliestStage(tc);
-  const double block_fwd = layerCosts(a, seq).block / 3.0;
+  const double block_fwd = a.blockForwardFlops(seq);
   const double recomputed = recomputedBlocks(tc, stage.blocks);
   p.flops = tokens * (f.per_token * stage.flops_frac + recomputed * block_fwd) / double(l.tp);
   p.compute_s = p.flops / m.gemm_flops;

@@ -120,6 +120,29 @@ void workPerStep(RunRow& row, const std::string& run_toml, const std::string& ru
   }
 }
 
+// The step-time-weighted means of the per-step utilizations over the measured steps (total:
+// their seconds), each empty when a measured step did not report it (NaN) or the file has
+// no such column; the MFU figures only where the run had a hardware peak.
+void utilizations(RunRow& row, const MetricsData& d, const std::vector<size_t>& measured,
+                  double total) {
+  const auto* step_time = column(d, "step_time_s");
+  auto weighted = [&](const char* name) -> std::optional<double> {
+    const auto* c = column(d, name);
+    if (!c) return std::nullopt;
+    double w = 0;
+    for (size_t i : measured) w += (*c)[i] * (*step_time)[i];
+    return std::isfinite(w) ? std::optional<double>(w / total) : std::nullopt;
+  };
+  const auto peak = d.attrs.find("peak_flops");
+  if (peak != d.attrs.end() && std::holds_alternative<double>(peak->second) &&
+      std::get<double>(peak->second) > 0) {
+    row.mfu = weighted("mfu");
+    row.mfu_causal = weighted("mfu_causal");
+    row.hfu = weighted("hfu");
+  }
+  row.gemm_efficiency = weighted("gemm_efficiency");
+}
+
 void computeNumbers(RunRow& row, const RankFile& ref, const std::vector<RankFile>& ranks) {
   const MetricsData& d = ref.data;
   const auto* step = column(d, "step");
@@ -171,19 +194,7 @@ void computeNumbers(RunRow& row, const RankFile& ref, const std::vector<RankFile
   row.comm_frac = share("comm_s");
   row.tokens_per_s_padded = share("tokens_padded");
   row.tokens_per_s_dataset = share("tokens_dataset");
-  // Step-time-weighted mean; empty when any measured step did not report it (NaN).
-  auto weighted = [&](const char* name) -> std::optional<double> {
-    const auto* c = column(d, name);
-    if (!c) return std::nullopt;
-    double w = 0;
-    for (size_t i : measured) w += (*c)[i] * (*step_time)[i];
-    return std::isfinite(w) ? std::optional<double>(w / total) : std::nullopt;
-  };
-  if (auto peak = d.attrs.find("peak_flops"); peak != d.attrs.end() &&
-                                              std::holds_alternative<double>(peak->second) &&
-                                              std::get<double>(peak->second) > 0)
-    row.mfu = weighted("mfu");
-  row.gemm_efficiency = weighted("gemm_efficiency");
+  utilizations(row, d, measured, total);
   stepSpread(row, d, measured);
   if (row.world_size && *row.world_size > 0) {
     if (row.tokens_per_s_padded)

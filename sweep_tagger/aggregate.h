@@ -20,7 +20,8 @@
 //   rank (rank 0, else the lowest readable rank); per device = / world_size;
 //   MFU (against the hardware peak, peak_flops) and GEMM efficiency (against the
 //   GEMM measured at start, gemm_flops) = step-time-weighted means of the per-step
-//   mfu / gemm_efficiency, empty when a measured step has NaN; p50/p90 nearest rank of
+//   mfu / mfu_causal / hfu / gemm_efficiency (each empty when a measured step has NaN,
+//   or in a file without the column); p50/p90 nearest rank of
 //   measured step times; shares = sum of data/forward/backward/optimizer/comm
 //   seconds / sum of step seconds; peak memory = max over readable ranks of
 //   peak_rss_bytes; MT/hour = dataset tokens/s * 3600 / 1e6; $/MT =
@@ -59,9 +60,9 @@ struct RunRow {
   int64_t resumes = 0;  // rank 0's resume_count attribute (resumes from a checkpoint)
   int64_t traces = 0;   // profiler traces: regular files <run_dir>/traces/rank_*.json
   std::optional<double> train_runtime_s, tokens_per_s_dataset, tokens_per_s_padded,
-      tokens_per_s_dataset_per_device, tokens_per_s_padded_per_device, mfu, gemm_efficiency,
-      step_time_p50_s, step_time_p90_s, data_frac, forward_frac, backward_frac, optimizer_frac,
-      comm_frac, peak_mem_mib, first_loss, last_loss, mt_per_hour, usd_per_mt;
+      tokens_per_s_dataset_per_device, tokens_per_s_padded_per_device, mfu, mfu_causal, hfu,
+      gemm_efficiency, step_time_p50_s, step_time_p90_s, data_frac, forward_frac, backward_frac,
+      optimizer_frac, comm_frac, peak_mem_mib, first_loss, last_loss, mt_per_hour, usd_per_mt;
   std::optional<bool> is_valid;
   // Where and against what it ran (rank 0's HDF5 root attributes).
   std::string host, cpu_model, peak_source, gemm_source;
@@ -135,8 +136,8 @@ AggregateTable tableOf(const std::string& results_dir, std::vector<RunRow> rows)
 // ---- Output ------------------------------------------------------------------
 // Column order: tag, status, <varying keys>, world_size, nodes, ranks, steps_done, resumes,
 // measured_steps, train_runtime_s, tokens_per_s_dataset, tokens_per_s_padded,
-// tokens_per_s_dataset_per_device, tokens_per_s_padded_per_device, mfu, gemm_efficiency,
-// step_time_p50_s, step_time_p90_s, data_frac, forward_frac, backward_frac,
+// tokens_per_s_dataset_per_device, tokens_per_s_padded_per_device, mfu, mfu_causal, hfu,
+// gemm_efficiency, step_time_p50_s, step_time_p90_s, data_frac, forward_frac, backward_frac,
 // optimizer_frac, comm_frac, peak_mem_mib, first_loss, last_loss, mt_per_hour,
 // usd_per_mt, price_per_hour, is_valid ("noisy" for a valid run the trainer marked noisy),
 // interference, noisy, env_warnings, host, cpu_model, peak_flops, peak_source,

@@ -124,6 +124,8 @@ std::vector<std::pair<std::string, Cell>> rowCells(const RunRow& r,
                      {"tokens_per_s_dataset_per_device", opt(r.tokens_per_s_dataset_per_device)},
                      {"tokens_per_s_padded_per_device", opt(r.tokens_per_s_padded_per_device)},
                      {"mfu", opt(r.mfu)},
+                     {"mfu_causal", opt(r.mfu_causal)},
+                     {"hfu", opt(r.hfu)},
                      {"gemm_efficiency", opt(r.gemm_efficiency)},
                      {"step_time_p50_s", opt(r.step_time_p50_s)},
                      {"step_time_p90_s", opt(r.step_time_p90_s)},
@@ -289,12 +291,12 @@ std::string toMarkdown(const AggregateTable& t) {
   std::vector<std::string> head = {"tag", "status"};
   if (any_layout) head.push_back("layout");
   head.insert(head.end(), t.varying.begin(), t.varying.end());
-  for (const char* h :
-       {"world size", "nodes", "steps", "resumes", "tokens/s global (dataset)",
-        "tokens/s per device (padded)", "step tokens/s p10/p50/p90 (padded)",
-        "global batch seqs (tokens)", "MFU % (hw peak)", "GEMM eff. % (measured GEMM)",
-        "step p50 (s)", "step p90 (s)", "time % data/fwd/bwd/opt/comm (rank 0)",
-        "peak RSS MiB (max rank)", "loss first→last (nats/token)"})
+  for (const char* h : {"world size", "nodes", "steps", "resumes", "tokens/s global (dataset)",
+                        "tokens/s per device (padded)", "step tokens/s p10/p50/p90 (padded)",
+                        "global batch seqs (tokens)", "MFU % (hw peak, 6N+12·L·H·hd·T)",
+                        "GEMM eff. % (measured GEMM)", "step p50 (s)", "step p90 (s)",
+                        "time % data/fwd/bwd/opt/comm (rank 0)", "peak RSS MiB (max rank)",
+                        "loss first→last (nats/token)"})
     head.push_back(h);
   if (any_price) head.insert(head.end(), {"M tokens/h global¹", "$/M tokens²"});
   head.insert(head.end(),
@@ -386,6 +388,8 @@ RunRow rowFromJsonLine(const std::string& line) {
   r.tokens_per_s_dataset_per_device = d("tokens_per_s_dataset_per_device");
   r.tokens_per_s_padded_per_device = d("tokens_per_s_padded_per_device");
   r.mfu = d("mfu");
+  r.mfu_causal = d("mfu_causal");
+  r.hfu = d("hfu");
   r.gemm_efficiency = d("gemm_efficiency");
   r.step_time_p50_s = d("step_time_p50_s");
   r.step_time_p90_s = d("step_time_p90_s");

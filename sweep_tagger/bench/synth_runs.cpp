@@ -91,6 +91,9 @@ StepRow synthRow(SynthStep& st, std::mt19937_64& rng) {
       .set(C::kTokensPerSDataset, dataset / total)
       .set(C::kTokensPerSPerDevice, tps / st.world)
       .set(C::kMfu, st.flops_per_token * tps / st.world / st.peak)
+      // The synthetic count has no attention term and recomputes nothing: all three agree.
+      .set(C::kMfuCausal, st.flops_per_token * tps / st.world / st.peak)
+      .set(C::kHfu, st.flops_per_token * tps / st.world / st.peak)
       .set(C::kGemmEfficiency, st.flops_per_token * tps / st.world / st.gemm)
       .set(C::kFlopsPerToken, st.flops_per_token)
       .set(C::kRssBytes, rss)

@@ -126,23 +126,28 @@ StepLog::StepLog(const TrainConfig& tc, MetricsFile& metrics, const RunPeaks& pe
       metrics_(metrics),
       mfu_peak_(peaks.mfuPeak()),
       gemm_peak_(peaks.gemmPeak()),
-      flops_per_token_(trainingFlops(tc.model, tc.lora, tc.data.seq_len).per_token),
       t_start_(nowSeconds()),
+      flops_(trainingFlops(tc)),
       rank_(rank),
       world_(world),
       interference_(at::get_num_threads()) {
   interference_.setComputeTids(computeThreadIds());  // helper threads' waits do not count
   metrics_.declareStepColumns();
-  const FlopsCount f = trainingFlops(tc.model, tc.lora, tc.data.seq_len);
-  metrics_.setRootAttr("flops_formula", f.formula);
-  metrics_.setRootAttr("trainable_params", f.trainable_params);
-  metrics_.setRootAttr("total_params", f.total_params);
+  metrics_.setRootAttr("flops_formula", flops_.formula);
+  metrics_.setRootAttr("flops_per_token_causal", flops_.per_token_causal);
+  metrics_.setRootAttr("flops_per_token_hardware", flops_.per_token_hardware);
+  metrics_.setRootAttr("trainable_params", flops_.trainable_params);
+  metrics_.setRootAttr("total_params", flops_.total_params);
 }
 
 double StepLog::elapsed() const { return nowSeconds() - t_start_; }
 
-double StepLog::flopsPerDevice(double tokens_per_s) const {
-  return flops_per_token_ * tokens_per_s / world_;
+Utilization StepLog::utilization(double tokens_per_s) const {
+  const double per_device = tokens_per_s / world_;
+  return {flops_.per_token * per_device / mfu_peak_,
+          flops_.per_token_causal * per_device / mfu_peak_,
+          flops_.per_token_hardware * per_device / mfu_peak_,
+          flops_.per_token * per_device / gemm_peak_};
 }
 
 void StepLog::record(int64_t step, const StepRecord& r) {
@@ -151,8 +156,7 @@ void StepLog::record(int64_t step, const StepRecord& r) {
   if (step >= tc_.metrics.skip_first_steps) interf_measured_.add(itf);
   interf_last_ = itf.interference;
   double tps_padded = r.padded / r.total, tps_dataset = r.dataset / r.total;
-  const double mfu = flopsPerDevice(tps_padded) / mfu_peak_;
-  const double gemm_eff = flopsPerDevice(tps_padded) / gemm_peak_;
+  const Utilization u = utilization(tps_padded);
   testLeak();
   if (step >= tc_.metrics.skip_first_steps && t_measured_ < 0) t_measured_ = elapsed();
   const double since_measured = t_measured_ < 0 ? -1 : elapsed() - t_measured_;
@@ -161,7 +165,7 @@ void StepLog::record(int64_t step, const StepRecord& r) {
     kept = allocatorDirtyBytes();  // what the purge left
   const int64_t rss = currentRssBytes();
   rss_.observe(kept_.settled(step) ? since_measured : -1, rss - std::max<int64_t>(kept, 0));
-  appendRow(step, r, itf, mfu, gemm_eff, rss, kept);
+  appendRow(step, r, itf, u, rss, kept);
   if ((step + 1) % tc_.metrics.log_every == 0) metrics_.flush();
   if (sum_.steps == 0) {
     sum_.first_loss = r.loss;
@@ -186,7 +190,7 @@ void StepLog::record(int64_t step, const StepRecord& r) {
       *a += b;
   }
   if (rank_ == 0 && (step + 1) % tc_.metrics.log_every == 0)
-    printProgress(step, r, tps_padded, tps_dataset, mfu, gemm_eff);
+    printProgress(step, r, tps_padded, tps_dataset, u);
 }
 
 double StepLog::tokensPerCpuS(double padded, double cpu_thread_s) const {
@@ -195,7 +199,7 @@ double StepLog::tokensPerCpuS(double padded, double cpu_thread_s) const {
 }
 
 void StepLog::appendRow(int64_t step, const StepRecord& r, const InterferenceFigures& itf,
-                        double mfu, double gemm_eff, int64_t rss, int64_t kept) {
+                        const Utilization& u, int64_t rss, int64_t kept) {
   using C = StepCol;
   StepRow row;
   row.set(C::kStep, double(step))
@@ -215,9 +219,11 @@ void StepLog::appendRow(int64_t step, const StepRecord& r, const InterferenceFig
       .set(C::kTokensPerSPadded, r.padded / r.total)
       .set(C::kTokensPerSDataset, r.dataset / r.total)
       .set(C::kTokensPerSPerDevice, r.padded / r.total / world_)
-      .set(C::kMfu, mfu)
-      .set(C::kGemmEfficiency, gemm_eff)
-      .set(C::kFlopsPerToken, flops_per_token_)
+      .set(C::kMfu, u.mfu)
+      .set(C::kMfuCausal, u.mfu_causal)
+      .set(C::kHfu, u.hfu)
+      .set(C::kGemmEfficiency, u.gemm_efficiency)
+      .set(C::kFlopsPerToken, flops_.per_token)
       .set(C::kRssBytes, double(rss))
       .set(C::kPeakRssBytes, double(peakRssBytes()))
       .set(C::kAllocatorKeptBytes, kept < 0 ? std::nan("") : double(kept))
@@ -236,15 +242,15 @@ void StepLog::appendRow(int64_t step, const StepRecord& r, const InterferenceFig
 }
 
 void StepLog::printProgress(int64_t step, const StepRecord& r, double tps_padded,
-                            double tps_dataset, double mfu, double gemm_eff) const {
+                            double tps_dataset, const Utilization& u) const {
   // Steps done so far / planned; ETA from this process's mean step time.
   const double elapsed = this->elapsed(), done = double(step + 1 - first_step_);
   const double eta = done > 0 ? elapsed / done * double(tc_.training.max_steps - step - 1) : 0;
   std::ostringstream os;
   os << std::fixed << "step " << step + 1 << "/" << tc_.training.max_steps << " | loss "
      << std::setprecision(5) << r.loss << " | global tok/s " << std::setprecision(0) << tps_padded
-     << " padded, " << tps_dataset << " dataset | MFU " << pct(mfu) << " (hw peak), GEMM eff "
-     << pct(gemm_eff) << " | step " << std::setprecision(3) << r.total << " s (fwd "
+     << " padded, " << tps_dataset << " dataset | MFU " << pct(u.mfu) << " (hw peak), GEMM eff "
+     << pct(u.gemm_efficiency) << " | step " << std::setprecision(3) << r.total << " s (fwd "
      << std::setprecision(0) << 100 * r.fwd / r.total << "% bwd " << 100 * r.bwd / r.total
      << "% opt " << 100 * r.opt / r.total << "% comm " << 100 * r.comm / r.total
      << "%) | interference " << pct(interf_last_) << " | rss " << currentRssBytes() / (1 << 20)
@@ -261,8 +267,11 @@ TrainSummary StepLog::finish(Comm& world) {
   if (acc_.total > 0) {
     s.tokens_per_s_padded = acc_.padded / acc_.total;
     s.tokens_per_s_dataset = acc_.dataset / acc_.total;
-    s.mfu = flopsPerDevice(s.tokens_per_s_padded) / mfu_peak_;
-    s.gemm_efficiency = flopsPerDevice(s.tokens_per_s_padded) / gemm_peak_;
+    const Utilization u = utilization(s.tokens_per_s_padded);
+    s.mfu = u.mfu;
+    s.mfu_causal = u.mfu_causal;
+    s.hfu = u.hfu;
+    s.gemm_efficiency = u.gemm_efficiency;
     s.data_frac = acc_.data / acc_.total;
     s.fwd_frac = acc_.fwd / acc_.total;
     s.bwd_frac = acc_.bwd / acc_.total;
@@ -393,6 +402,20 @@ void summaryRow(std::ostream& os, const std::string& k, const std::string& v) {
 }
 
 // The figures of the measured steps (only when there are some).
+// The MFU of the other FLOP counts (FlopsCount), beside the PaLM-convention row.
+void otherConventionRows(std::ostream& os, const TrainConfig& tc, const TrainSummary& s) {
+  summaryRow(os, "MFU, causal attention",
+             formatFixed(100 * s.mfu_causal, 1) +
+                 " % (attention counted 6·L·H·hd·T, the causal half of the scores)");
+  const double recomputed = recomputedBlocks(tc, double(tc.model.n_layers));
+  summaryRow(os, "HFU (recomputation counted)",
+             formatFixed(100 * s.hfu, 1) + " % (" +
+                 (recomputed > 0 ? "the forward of " + formatFixed(recomputed, 0) +
+                                       " recomputed block(s) per micro-batch added"
+                                 : std::string("nothing recomputed: equal to MFU")) +
+                 ")");
+}
+
 void measuredRows(std::ostream& os, const TrainConfig& tc, const TrainSummary& s,
                   const RunPeaks& peaks) {
   const int world = tc.layout.world_size;
@@ -410,7 +433,9 @@ void measuredRows(std::ostream& os, const TrainConfig& tc, const TrainSummary& s
              : std::isnan(s.mfu)
                  ? "not reported: " + peaks.hw.source
                  : formatFixed(100 * s.mfu, 1) + " % of " + formatFixed(peaks.hw.flops / 1e9, 1) +
-                       " GFLOP/s (" + peaks.hw.source + ")");
+                       " GFLOP/s (" + peaks.hw.source + "); model FLOPs " +
+                       trainingFlops(tc).formula + " (attention 12·L·H·hd·T, as PaLM)");
+  if (!std::isnan(s.mfu)) otherConventionRows(os, tc, s);
   summaryRow(os, "GEMM efficiency",
              std::isnan(s.gemm_efficiency)
                  ? "not reported: " + peaks.gemm_source

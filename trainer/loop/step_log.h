@@ -20,7 +20,8 @@
 //   taken. allocator_purges (int64): the purges of KeptPagesBound (-1 without jemalloc).
 // - mfu divides the model FLOP/s per device by the hardware peak, gemm_efficiency by
 //   the GEMM measured at start (trainer/metrics/peaks.h); either is NaN when its
-//   denominator is (printed "n/a").
+//   denominator is (printed "n/a"). mfu_causal and hfu divide the FLOP/s of the other
+//   counts (FlopsCount: causal attention, recomputation counted) by the same peak.
 // - Interference (common/interference.h): record() samples this rank's threads at each
 //   step end; the step's row holds the figures of the interval since the previous step
 //   end (the first: since construction). finish() (collective) takes the measured steps'
@@ -55,6 +56,11 @@ struct StepRecord {
   double bubble = 0, pipe = 0, p2p_bytes = 0, makespan = 0;
 };
 
+// A throughput against the peaks, by each FLOP count (FlopsCount); NaN: not reported.
+struct Utilization {
+  double mfu = 0, mfu_causal = 0, hfu = 0, gemm_efficiency = 0;
+};
+
 struct TrainSummary {
   int64_t steps = 0;           // the run's steps done, over every attempt (the next step's index)
   int64_t first_step = 0;      // the first step this process ran (> 0: it resumed)
@@ -62,6 +68,7 @@ struct TrainSummary {
   double train_seconds = 0;    // wall time of the measured steps
   double tokens_per_s_padded = 0, tokens_per_s_dataset = 0;  // global, measured steps
   double mfu = 0, gemm_efficiency = 0;                       // NaN: not reported
+  double mfu_causal = 0, hfu = 0;                            // NaN: not reported
   double step_p50 = 0, step_p90 = 0;
   double data_frac = 0, fwd_frac = 0, bwd_frac = 0, opt_frac = 0, comm_frac = 0;
   double peak_rss_max = 0;  // bytes, max over ranks
@@ -158,11 +165,12 @@ class StepLog {
 
  private:
   // Appends the step's /steps row: every column of common/step_columns.h.
-  void appendRow(int64_t step, const StepRecord& r, const InterferenceFigures& itf, double mfu,
-                 double gemm_eff, int64_t rss, int64_t kept);
+  void appendRow(int64_t step, const StepRecord& r, const InterferenceFigures& itf,
+                 const Utilization& u, int64_t rss, int64_t kept);
   void printProgress(int64_t step, const StepRecord& r, double tps_padded, double tps_dataset,
-                     double mfu, double gemm_eff) const;
-  double flopsPerDevice(double tokens_per_s) const;
+                     const Utilization& u) const;
+  // tokens_per_s (padded, global) against the peaks per device.
+  Utilization utilization(double tokens_per_s) const;
   void finishMemory(Comm& world, TrainSummary& s);
   void finishPipeline(Comm& world, TrainSummary& s);
   void pipelineMemory(TrainSummary& s);
@@ -173,7 +181,8 @@ class StepLog {
 
   const TrainConfig& tc_;
   MetricsFile& metrics_;
-  double mfu_peak_, gemm_peak_, flops_per_token_, t_start_;
+  double mfu_peak_, gemm_peak_, t_start_;
+  FlopsCount flops_;
   int rank_, world_;
   TrainSummary sum_;
   int64_t first_step_ = 0;  // the first step this process ran (a resumed run starts later)

@@ -30,7 +30,7 @@ SYNTH = BUILD / "sweep_tagger" / "ftb_synth_runs"
 DOCUMENTED = ["tag", "status", "world_size", "nodes", "ranks", "steps_done", "resumes",
               "measured_steps",
               "train_runtime_s", "tokens_per_s_dataset", "tokens_per_s_padded",
-              "tokens_per_s_dataset_per_device", "tokens_per_s_padded_per_device", "mfu",
+              "tokens_per_s_dataset_per_device", "tokens_per_s_padded_per_device", "mfu", "mfu_causal", "hfu",
               "gemm_efficiency", "step_time_p50_s", "step_time_p90_s", "data_frac", "forward_frac",
               "backward_frac", "optimizer_frac", "comm_frac", "peak_mem_mib", "first_loss",
               "last_loss", "mt_per_hour", "usd_per_mt", "is_valid", "interference", "tokens_per_cpu_s", "noisy",

@@ -1,6 +1,7 @@
 // The lora.* keys: parsed as PEFT users spell them, refused with the key and a hint.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -72,6 +73,38 @@ TEST(LoraConfig, FlopsFollowWhatIsComputed) {
   const double skipped = double(q * D + 2 * kv * D) + double(4 * D);  // + q's A
   EXPECT_DOUBLE_EQ(l.per_token, 4 * n + 6 * double(na) - 2 * skipped + attention);
   EXPECT_LT(l.per_token, f.per_token);
+}
+
+// The other conventions by hand: causal halves the attention term; the hardware count adds
+// each recomputed block's forward (2 per block weight and norm weight, 2 per adapter
+// parameter, 4·H·hd·T), for every n-th block with activation checkpointing n and every
+// block under ZeRO-3.
+TEST(LoraConfig, CausalAndHardwareFlopsCountWhatTheyName) {
+  const TrainConfig plain = load({});
+  const ModelArgs& m = plain.model;
+  const double T = double(plain.data.seq_len), L = double(m.n_layers);
+  const double attention = 12.0 * L * double(m.n_heads * m.headDim()) * T;
+  const FlopsCount f = trainingFlops(plain);
+  EXPECT_DOUBLE_EQ(f.per_token_causal, f.per_token - attention / 2);
+  EXPECT_EQ(f.per_token_hardware, f.per_token);  // nothing recomputed
+  const double block_fwd =
+      2.0 * double(m.blockMatrixParams() + 2 * m.dim) + 4.0 * double(m.n_heads * m.headDim()) * T;
+  EXPECT_DOUBLE_EQ(m.blockForwardFlops(plain.data.seq_len), block_fwd);
+  ASSERT_GE(m.n_layers, 2);
+  const TrainConfig every2 = load({"training.activation_checkpointing=\"every_2\""});
+  EXPECT_EQ(recomputedBlocks(every2, L), std::ceil(L / 2));
+  EXPECT_DOUBLE_EQ(trainingFlops(every2).per_token_hardware,
+                   f.per_token + std::ceil(L / 2) * block_fwd);
+  const TrainConfig lora =
+      load({"lora.rank=4", "lora.targets=\"q,o\"", "training.activation_checkpointing=\"full\""});
+  const double na_block = double(loraParams(m, lora.lora)) / L;
+  const FlopsCount l = trainingFlops(lora);
+  EXPECT_DOUBLE_EQ(l.per_token_hardware, l.per_token + L * (block_fwd + 2 * na_block));
+  EXPECT_DOUBLE_EQ(l.per_token_causal, l.per_token - attention / 2);
+  const TrainConfig zero3 = TrainConfig::fromConfig(
+      Config::load(kTinyRun, {"parallel.dp_shard=2", "parallel.zero_stage=3"}), 2);
+  EXPECT_EQ(recomputedBlocks(zero3, L), L);
+  EXPECT_DOUBLE_EQ(trainingFlops(zero3).per_token_hardware, f.per_token + L * block_fwd);
 }
 
 // One shape per target for the model, its checkpoints, the PEFT export, the FLOPs and the

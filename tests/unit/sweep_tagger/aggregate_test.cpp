@@ -255,30 +255,32 @@ TEST_F(AggregateTableTest, FormatsParseAndQuote) {
   AggregateTable t = aggregateRuns(tmp_.path(), AggregateOptions{});
   t.runs[0].message = "a, \"quoted\"\nmessage";
   std::string csv = toCsv(t);
-  EXPECT_EQ(csv.substr(0, csv.find('\n')),
-            "tag,status,data.seq_len,world_size,nodes,ranks,steps_done,resumes,measured_steps,"
-            "train_runtime_s,tokens_per_s_dataset,tokens_per_s_padded,"
-            "tokens_per_s_dataset_per_device,tokens_per_s_padded_per_device,mfu,gemm_efficiency,"
-            "step_time_p50_s,step_time_p90_s,data_frac,forward_frac,backward_frac,optimizer_frac,"
-            "comm_frac,"
-            "peak_mem_mib,first_loss,last_loss,mt_per_hour,usd_per_mt,price_per_hour,is_valid,"
-            "interference,tokens_per_cpu_s,noisy,env_warnings,host,cpu_model,peak_flops,peak_source,gemm_flops,"
-            "gemm_source,link_busbw_GBps,traces,method,trainable_params,flops_formula,layout,repeat,"
-            "config_hash,global_batch_seqs,global_batch_tokens,batch_mode,"
-            "step_tokens_per_s_padded_p10,step_tokens_per_s_padded_p50,"
-            "step_tokens_per_s_padded_p90,repeats,tokens_per_s_median,tokens_per_s_min,"
-            "tokens_per_s_max,message");
+  EXPECT_EQ(
+      csv.substr(0, csv.find('\n')),
+      "tag,status,data.seq_len,world_size,nodes,ranks,steps_done,resumes,measured_steps,"
+      "train_runtime_s,tokens_per_s_dataset,tokens_per_s_padded,"
+      "tokens_per_s_dataset_per_device,tokens_per_s_padded_per_device,mfu,mfu_causal,hfu,"
+      "gemm_efficiency,step_time_p50_s,step_time_p90_s,data_frac,forward_frac,"
+      "backward_frac,optimizer_frac,comm_frac,"
+      "peak_mem_mib,first_loss,last_loss,mt_per_hour,usd_per_mt,price_per_hour,is_valid,"
+      "interference,tokens_per_cpu_s,noisy,env_warnings,host,cpu_model,peak_flops,"
+      "peak_source,gemm_flops,"
+      "gemm_source,link_busbw_GBps,traces,method,trainable_params,flops_formula,layout,repeat,"
+      "config_hash,global_batch_seqs,global_batch_tokens,batch_mode,"
+      "step_tokens_per_s_padded_p10,step_tokens_per_s_padded_p50,"
+      "step_tokens_per_s_padded_p90,repeats,tokens_per_s_median,tokens_per_s_min,"
+      "tokens_per_s_max,message");
   EXPECT_NE(csv.find("\"a, \"\"quoted\"\"\nmessage\""), std::string::npos);
   auto j = nlohmann::json::parse(toJson(t));
   EXPECT_EQ(j["runs"].size(), 5u);
   EXPECT_EQ(j["varying"][0], "data.seq_len");
   std::string md = toMarkdown(t);
-  EXPECT_NE(
-      md.find("| tag | status | data.seq_len | world size | nodes | steps | resumes | "
-              "tokens/s global (dataset) | tokens/s per device (padded) | "
-              "step tokens/s p10/p50/p90 (padded) | global batch seqs (tokens) | MFU % (hw peak) | "
-              "GEMM eff. % (measured GEMM) |"),
-      std::string::npos)
+  EXPECT_NE(md.find("| tag | status | data.seq_len | world size | nodes | steps | resumes | "
+                    "tokens/s global (dataset) | tokens/s per device (padded) | "
+                    "step tokens/s p10/p50/p90 (padded) | global batch seqs (tokens) | MFU % (hw "
+                    "peak, 6N+12·L·H·hd·T) | "
+                    "GEMM eff. % (measured GEMM) |"),
+            std::string::npos)
       << md;
   // Constants one per line; MT/h and $/MT spelled out with the price used.
   EXPECT_EQ(md.rfind("Constant (identical in every run):\n\n- `data.", 0), 0u) << md;
