@@ -85,6 +85,7 @@ struct TrainingConfig {
   int64_t lr_warmup_steps = 0, seed = 0, threads = 0;
   std::string fp32_gemm;  // "auto" | "aten" | "openblas" (trainer/model/linear.h)
   std::string attention;  // "fused_softmax" | "sdpa" (trainer/model/llama.h)
+  std::string cuda_kernels;  // "fused" | "composed" (trainer/kernels/fused_ops.h)
   std::string device;     // "auto" | "cpu" | "cuda" | "cuda:N" (checked syntax)
   // training.device_memory_limit_gb in bytes: the CUDA caching allocator's cap; 0 = none.
   double device_memory_limit_bytes = 0;

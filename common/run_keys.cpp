@@ -393,6 +393,14 @@ void trainingComputeRows(std::vector<KeyRow>& t) {
             {"fused_softmax", "sdpa"}),
       M(training.attention)));
   t.push_back(member(
+      oneOf(spec("training.cuda_kernels", kString, s("fused"),
+                 "RMSNorm, RoPE, SwiGLU and the cross-entropy on a GPU: \"fused\" (ftbench's CUDA "
+                 "kernels, trainer/kernels/cuda) | \"composed\" (ATen ops, as autograd "
+                 "differentiates them); the same math; no effect on the CPU",
+                 kNoTag),
+            {"fused", "composed"}),
+      M(training.cuda_kernels)));
+  t.push_back(member(
       oneOf(spec("training.fp32_gemm", kString, s("auto"),
                  "BLAS of the model's fp32 CPU projections and attention products: \"auto\" (the "
                  "faster of the two on a 2048^3 GEMM timed at start) | \"aten\" (libtorch's own, "

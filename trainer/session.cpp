@@ -37,6 +37,7 @@
 #include "trainer/data/dataset.h"
 #include "trainer/hf/peft_adapter.h"
 #include "trainer/hf/pretrained.h"
+#include "trainer/kernels/fused_ops.h"
 #include "trainer/loop/checkpoint_hook.h"
 #include "trainer/loop/profiler.h"
 #include "trainer/loop/stop.h"
@@ -411,6 +412,8 @@ RunPeaks measurePeaks(const TrainConfig& tc, const CpuInfo& cpu, const std::stri
                       const std::optional<ResumePoint>& plan, Distributed& dist) {
   setAttentionKernel(tc.training.attention == "sdpa" ? AttentionKernel::kSdpa
                                                      : AttentionKernel::kFusedSoftmax);
+  setCudaKernels(tc.training.cuda_kernels == "composed" ? CudaKernels::kComposed
+                                                        : CudaKernels::kFused);
   if (device != "cpu")
     return resolvePeaks(tc, cpu, device, cudaDeviceName(computeDevice().index()));
   if (tc.training.dtype != DType::kFp32) return resolvePeaks(tc, cpu, device, "");

@@ -2,12 +2,14 @@
 
 #include <ATen/Parallel.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <vector>
 
 #include "trainer/kernels/clones.h"
+#include "trainer/kernels/fused_cuda.h"
 
 namespace ftb {
 namespace {
@@ -567,8 +569,23 @@ torch::Tensor crossEntropy(const torch::Tensor& logits, const torch::Tensor& tar
 
 }  // namespace composed
 
+namespace {
+
+std::atomic<CudaKernels> g_cuda_kernels{CudaKernels::kFused};
+
+// Whether t (not on the CPU) takes the CUDA kernels of fused_cuda.h.
+bool fusedOnCuda(const torch::Tensor& t) {
+  return t.is_cuda() && g_cuda_kernels.load() == CudaKernels::kFused && cuda_fused::available();
+}
+
+}  // namespace
+
+void setCudaKernels(CudaKernels k) { g_cuda_kernels.store(k); }
+CudaKernels cudaKernels() { return g_cuda_kernels.load(); }
+
 torch::Tensor fusedRmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps,
                            torch::ScalarType out_dtype) {
+  if (fusedOnCuda(x)) return cuda_fused::rmsNorm(x, weight, eps, out_dtype);
   if (!x.device().is_cpu()) return composed::rmsNorm(x, weight, eps, out_dtype);
   return RmsNormFn::apply(x, weight, eps, static_cast<int64_t>(out_dtype));
 }
@@ -579,6 +596,7 @@ torch::Tensor fusedRope(const torch::Tensor& x, const torch::Tensor& cos, const 
   TORCH_CHECK(x.dim() == 4 && x.size(3) % 2 == 0 && cos.size(0) >= T && cos.size(1) == half,
               "fusedRope: x [B,H,T,hd] with even hd and tables [>=T, hd/2] expected, got x ",
               x.sizes(), ", cos ", cos.sizes());
+  if (fusedOnCuda(x)) return cuda_fused::rope(x, cos, sin, scale);
   if (!x.device().is_cpu()) return composed::rope(x, cos, sin, scale);
   torch::Tensor c = cos.narrow(0, 0, T).to(torch::kFloat32).contiguous();
   torch::Tensor s = sin.narrow(0, 0, T).to(torch::kFloat32).contiguous();
@@ -596,6 +614,7 @@ torch::Tensor fusedSwiGlu(const torch::Tensor& a, const torch::Tensor& b) {
   TORCH_CHECK(a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type(),
               "fusedSwiGlu: a and b of one shape and dtype expected, got ", a.sizes(), " ",
               a.scalar_type(), " and ", b.sizes(), " ", b.scalar_type());
+  if (fusedOnCuda(a)) return cuda_fused::swiGlu(a, b);
   if (!a.device().is_cpu()) return composed::swiGlu(a, b);
   return SwiGluFn::apply(a, b);
 }
@@ -604,6 +623,7 @@ torch::Tensor fusedCrossEntropy(const torch::Tensor& logits, const torch::Tensor
   TORCH_CHECK(logits.dim() == 2 && targets.dim() == 1 && targets.size(0) == logits.size(0),
               "fusedCrossEntropy: logits [N, V] and targets [N] expected, got ", logits.sizes(),
               " and ", targets.sizes());
+  if (fusedOnCuda(logits)) return cuda_fused::crossEntropy(logits, targets);
   if (!logits.device().is_cpu()) return composed::crossEntropy(logits, targets);
   return CrossEntropyFn::apply(logits, targets);
 }

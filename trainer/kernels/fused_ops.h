@@ -20,14 +20,21 @@
 //   from fixed row chunks in a fixed order). The inner loops are compiled for
 //   AVX-512, AVX2 + FMA and baseline x86-64 and picked at run time (kernels/clones.h),
 //   so two CPU kinds may differ in the last bit (as their BLAS kernels do).
-// - The fused kernels are CPU code. A tensor on another device (a GPU) takes the
-//   composed ATen form of the same math (namespace composed, below; ATen's own CUDA
-//   kernels, differentiated by autograd), with the same dtype contract.
+// - On a CUDA tensor, RMSNorm, RoPE, SwiGLU and the cross-entropy run the CUDA kernels of
+//   fused_cuda.h where this program has them (trainer_cuda) and setCudaKernels chose
+//   kFused (the default); otherwise, and for the causal softmax (a GPU run computes
+//   attention with SDPA: model/llama.h), the composed ATen form of the same math
+//   (namespace composed, below; ATen's own kernels, differentiated by autograd).
 #pragma once
 
 #include <torch/torch.h>
 
 namespace ftb {
+
+// training.cuda_kernels, process-wide; set once before the first forward (default kFused).
+enum class CudaKernels { kFused, kComposed };
+void setCudaKernels(CudaKernels k);
+CudaKernels cudaKernels();
 
 // y = x * rsqrt(mean(x^2, -1) + eps) * weight, returned in `out_dtype`.
 // REQUIRES: x [..., D] fp32 or bf16; weight [D] fp32 or bf16. The gradient of x comes

@@ -630,7 +630,7 @@ TEST(ConfigErrorFormat, WithAndWithoutHint) {
 
 TEST(SchemaTest, TrainerSchemaKeys) {
   const Schema& s = trainerSchema();
-  EXPECT_EQ(s.keys().size(), 90u);  // 55 + parallel.bucket_mb + checkpoint.preempt_grace_s
+  EXPECT_EQ(s.keys().size(), 91u);  // 55 + parallel.bucket_mb + checkpoint.preempt_grace_s
                                     // + training.device + data.tokenizer/text_field/
                                     // prompt_field/completion_field
                                     // + parallel.local_collectives + checkpoint.save_final
