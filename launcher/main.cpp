@@ -4,6 +4,7 @@
 #include <memory>
 #include <new>
 
+#include "common/crash_report.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/out_of_memory.h"
@@ -42,6 +43,7 @@ std::unique_ptr<Transport> makeTransport(const LaunchOptions& opts) {
 static int launcherMain(int argc, char** argv) {
   const auto start = Clock::now();
   ensureStdFds();
+  ftb::installCrashReport("launcher");
   ftb::setLogPrefix("[launcher]");
   if (argc >= 2 && std::string(argv[1]) == "ctl")  // control of a running trainer: no MPI
     return runCtl(std::vector<std::string>(argv + 2, argv + argc), std::cout, std::cerr);

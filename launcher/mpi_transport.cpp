@@ -42,6 +42,10 @@ MpiSession::MpiSession() {
   setenv("OMPI_MCA_osc", "^ucx", 0);
   setenv("OMPI_MCA_mtl", "^ofi", 0);
   setenv("OMPI_MCA_btl", "^openib,ofi", 0);
+  // OpenMPI's own fatal-signal handler (opal_signal, default SIGABRT, SIGBUS, SIGFPE and
+  // SIGSEGV) would replace the launcher's crash report (common/crash_report.h), which
+  // names the program and host and prints addr2line offsets: keep only its SIGABRT.
+  setenv("OMPI_MCA_opal_signal", "6", 0);
   int provided = 0;
   check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SINGLE, &provided), "MPI_Init_thread");
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);

@@ -52,8 +52,13 @@
 #             thread each, on 10,000 multilingual texts and one small tokenizer per family
 #             (GPT-2, Llama 3, Qwen 2, SmolLM2, Mistral, Llama 2): tokens/s and the same ids;
 #             FTB_TOK_ROUNDS alternating rounds (default 3), the best of each reported
-# Usage: scripts/bench.sh [trainer|eager|dpscale|memory|launcher|aggregate|data|hfload|textdata|ckpt|port|gloo|lora|nf4|pipeline|tokenizer|tune ...]
-#        (default: all but hfload, ckpt, port, lora, nf4, pipeline, tokenizer and tune)
+#   gpu       on one GPU (exit 2 without one), bf16, seq 2048, micro-batch 1/2/4/8: ftbench
+#             against a plain PyTorch loop of the same model and tokens
+#             (scripts/bench_gpu_reference.py, SDPA, fused AdamW), eager and under torch.compile,
+#             on D2048/L16 and a Llama-3.2-1B shape; FTB_GPU_MODELS, FTB_GPU_MB, FTB_GPU_ROUNDS
+#             (default 3), FTB_GPU_STEPS (measured steps per round, default 4), FTB_PYTHON
+# Usage: scripts/bench.sh [trainer|eager|dpscale|memory|launcher|aggregate|data|hfload|textdata|ckpt|port|gloo|lora|nf4|pipeline|tokenizer|tune|gpu ...]
+#        (default: all but hfload, ckpt, port, lora, nf4, pipeline, tokenizer, tune and gpu)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -686,6 +691,126 @@ bench_tune() {
   cat "$OUT/tune.md"
 }
 
+# ftbench against a plain PyTorch training loop on one GPU (scripts/bench_gpu_reference.py: the
+# same model, tokens, AdamW and clipping; eager, and with each block and the head under
+# torch.compile), bf16, seq 2048, world 1, for each model of FTB_GPU_MODELS (default d2048, the
+# D2048/L16 of scripts/gpu_check.py LARGE, and llama1b, a Llama-3.2-1B shape) and micro-batch of
+# FTB_GPU_MB (default "1 2 4 8"). Per model: the tokens (a .bin the trainer writes); ftbench, one
+# run per micro-batch; the eager loop, then the compiled loop, one process each over every
+# micro-batch. Each micro-batch of each variant: GPU_WARMUP warm-up steps, then FTB_GPU_ROUNDS
+# (default 3) rounds of FTB_GPU_STEPS (default 4) measured steps. Out of device memory = "does
+# not fit"; a run past its timeout (10 min, 20 for a reference process) = failed. The report is
+# rewritten after each part, and a stop signal (a caller's time limit) ends a trainer run within
+# 2 s without a checkpoint (checkpoint.preempt_grace_s), so a benchmark cut short leaves the
+# report of what it measured. FTB_PYTHON: a Python with PyTorch built with CUDA and h5py
+# (default the project venv). Needs a build with trainer_cuda.
+GPU_MODELS=${FTB_GPU_MODELS:-d2048 llama1b}
+GPU_MB=${FTB_GPU_MB:-1 2 4 8}
+GPU_ROUNDS=${FTB_GPU_ROUNDS:-3}
+GPU_STEPS=${FTB_GPU_STEPS:-4}
+GPU_WARMUP=2
+GPU_LR=3e-4  # the trainer's default; tiny.toml, the config the runs start from, sets 1e-3
+# Llama-3.2-1B's shape without its rope scaling (the trainer refuses rope_scaling): 1.24 B
+# parameters, the output projection tied to the embedding.
+GPU_LLAMA1B=(model.name=llama-3.2-1b-shape model.dim=2048 model.n_layers=16 model.n_heads=32
+  model.n_kv_heads=8 model.ffn_dim=8192 model.vocab_size=128256 model.max_seq_len=2048
+  model.rope_theta=500000.0 model.norm_eps=1e-5 model.tie_embeddings=true)
+
+# gpu_part RUNS NAME START_SECONDS PYTHON: a line of elapsed.tsv and one on the terminal, and the
+# report of what has run so far (a time limit that stops the benchmark leaves it)
+gpu_part() {
+  local s=$((SECONDS - $3))
+  printf '%s\t%s\n' "$2" "$s" >>"$1/elapsed.tsv"
+  echo "bench: gpu: $2: $s s"
+  { "$4" scripts/bench_gpu_report.py "$1" >"$OUT/gpu.md.tmp" && mv "$OUT/gpu.md.tmp" "$OUT/gpu.md"; } ||
+    echo "bench: gpu: the report failed (scripts/bench_gpu_report.py $1)" >&2
+}
+
+gpu_model_keys() {  # gpu_model_keys MODEL PYTHON: the model's model.* keys, one per line
+  case $1 in
+    d2048) "$2" -c 'import sys; sys.path.insert(0, "scripts"); from gpu_check import LARGE
+print("\n".join(k for k in LARGE if k.startswith("model.")))' ;;
+    llama1b) printf '%s\n' "${GPU_LLAMA1B[@]}" ;;
+  esac
+}
+
+gpu_model() {  # gpu_model RUNS MODEL PYTHON
+  local runs=$1 d=$1/$2 py=$3 t mb rc variant steps=$((GPU_WARMUP + GPU_ROUNDS * GPU_STEPS)) mbs keys
+  read -ra mbs <<<"$GPU_MB"
+  mkdir -p "$d"
+  t=$SECONDS
+  gpu_model_keys "$2" "$py" >"$d/model.keys"
+  mapfile -t keys <"$d/model.keys"
+  echo "bench: gpu: $2: the tokens"
+  "$BUILD/trainer/trainer" --config configs/runs/tiny.toml "${keys[@]}" data.seq_len=2048 \
+    data.min_doc_len=2048 data.num_samples=256 data.bin_dtype=uint32 \
+    --generate-data "$d/tokens.bin" >"$d/tokens.log" 2>&1
+  gpu_part "$runs" "$2 tokens" $t "$py"
+  t=$SECONDS
+  for mb in "${mbs[@]}"; do
+    echo "bench: gpu: $2: ftbench, micro-batch $mb"
+    rc=0
+    OMP_NUM_THREADS=4 timeout -k 10 600 "$BUILD/trainer/trainer" --config configs/runs/tiny.toml \
+      --no-sweep-dir --output-dir "$d/ftbench.mb$mb" "${keys[@]}" data.source="$d/tokens.bin" \
+      data.bin_dtype=uint32 data.seq_len=2048 training.device=cuda training.dtype=bf16 \
+      training.micro_batch_size="$mb" training.max_steps=$steps training.lr=$GPU_LR \
+      metrics.skip_first_steps=$GPU_WARMUP metrics.log_every=$steps metrics.gemm_probe=false \
+      checkpoint.save_final=false checkpoint.preempt_grace_s=2 >"$d/ftbench.mb$mb.log" 2>&1 ||
+      rc=$?
+    echo $rc >"$d/ftbench.mb$mb.rc"
+  done
+  gpu_part "$runs" "$2 ftbench" $t "$py"
+  for variant in eager compiled; do
+    echo "bench: gpu: $2: the $variant loop, micro-batches $GPU_MB"
+    local flag=()
+    [ $variant = eager ] || flag=(--compile)
+    t=$SECONDS
+    rc=0
+    timeout -k 10 1200 "$py" scripts/bench_gpu_reference.py --model "${keys[@]}" \
+      --tokens "$d/tokens.bin" --bin-dtype uint32 --seq 2048 --batch "${mbs[@]}" \
+      --warmup $GPU_WARMUP --steps "$GPU_STEPS" --rounds "$GPU_ROUNDS" --lr $GPU_LR "${flag[@]}" \
+      --out "$d/$variant.json" >"$d/$variant.log" 2>&1 || rc=$?
+    echo $rc >"$d/$variant.rc"
+    gpu_part "$runs" "$2 $variant" $t "$py"
+  done
+  rm -f "$d/tokens.bin"
+}
+
+bench_gpu() {
+  local runs=$OUT/runs/gpu py=${FTB_PYTHON:-$PY} t0=$SECONDS model
+  if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
+    echo "bench: gpu: no GPU visible (nvidia-smi -L failed); run it on a machine with one" >&2
+    exit 2
+  fi
+  if [ ! -x "$BUILD/trainer/trainer_cuda" ]; then
+    echo "bench: gpu: $BUILD/trainer has no trainer_cuda: build against a libtorch with CUDA (FTB_BUILD_DIR)" >&2
+    exit 2
+  fi
+  if ! "$py" -c 'import h5py, torch; assert torch.cuda.is_available()' 2>/dev/null; then
+    echo "bench: gpu: $py lacks PyTorch with CUDA or h5py; set FTB_PYTHON to a Python that has them" >&2
+    exit 2
+  fi
+  for model in $GPU_MODELS; do
+    case $model in d2048 | llama1b) ;; *) echo "bench: FTB_GPU_MODELS: unknown model '$model'; expected d2048 or llama1b" >&2; exit 2 ;; esac
+  done
+  for n in $GPU_MB $GPU_STEPS $GPU_ROUNDS; do
+    [[ $n =~ ^[1-9][0-9]*$ ]] ||
+      { echo "bench: gpu: FTB_GPU_MB, FTB_GPU_STEPS and FTB_GPU_ROUNDS take positive integers, got '$n'" >&2; exit 2; }
+  done
+  rm -rf "$runs"
+  mkdir -p "$runs"
+  nvidia-smi -q >"$runs/nvidia-smi.txt"
+  date -u '+%Y-%m-%d %H:%M UTC' >"$runs/date"
+  echo "$GPU_WARMUP $GPU_STEPS $GPU_ROUNDS" >"$runs/steps"
+  echo "$GPU_MODELS" >"$runs/models"
+  echo "$GPU_MB" >"$runs/micro_batches"
+  for model in $GPU_MODELS; do
+    gpu_model "$runs" "$model" "$py"
+  done
+  gpu_part "$runs" total $t0 "$py"
+  cat "$OUT/gpu.md"
+}
+
 for b in "${which[@]}"; do
   case "$b" in
     trainer) bench_trainer ;;
@@ -703,8 +828,9 @@ for b in "${which[@]}"; do
     pipeline) bench_pipeline ;;
     tokenizer) bench_tokenizer ;;
     tune) bench_tune ;;
+    gpu) bench_gpu ;;
     launcher) scripts/bench_launcher.sh ;;
     aggregate) if [ -x scripts/bench_aggregate.sh ]; then scripts/bench_aggregate.sh; else echo "bench: aggregate benchmark not available yet" >&2; fi ;;
-    *) echo "bench: unknown benchmark '$b'; expected trainer, eager, dpscale, memory, launcher, aggregate, data, hfload, textdata, ckpt, port, gloo, lora, nf4, pipeline, tokenizer or tune (see the list at the top of scripts/bench.sh)" >&2; exit 2 ;;
+    *) echo "bench: unknown benchmark '$b'; expected trainer, eager, dpscale, memory, launcher, aggregate, data, hfload, textdata, ckpt, port, gloo, lora, nf4, pipeline, tokenizer, tune or gpu (see the list at the top of scripts/bench.sh)" >&2; exit 2 ;;
   esac
 done

@@ -13,16 +13,17 @@
 #   scripts/gpu_session.sh [OUT]           (there; OUT default $OUT, else results/gpu/session)
 #
 # FTB_GPU_PYTHON   the Python with torch (default: python3)
-# FTB_GPU_STEPS    the steps to run, space-separated (default "check bench"; "kernels" runs
-#                  the parity tests alone)
-# FTB_GPU_LIMITS   seconds per step, in the same order (default "330 210")
+# FTB_SESSION_STEPS  the steps to run, space-separated (default "check bench"; "kernels" runs
+#                    the parity tests alone)
+# FTB_SESSION_LIMITS seconds per step, in the same order (default "280 260"; the device
+#                    tool allows 600 s a command)
 # Exit status: 0 when every step ran and passed, 1 otherwise (the summary says which).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-${OUT:-results/gpu/session}}
 py=${FTB_GPU_PYTHON:-python3}
-read -r -a steps <<<"${FTB_GPU_STEPS:-check bench}"
-read -r -a limits <<<"${FTB_GPU_LIMITS:-330 210}"
+read -r -a steps <<<"${FTB_SESSION_STEPS:-check bench}"
+read -r -a limits <<<"${FTB_SESSION_LIMITS:-280 260}"
 mkdir -p "$out"
 [ -f .gpu/bundle.tar.xz ] || { echo "gpu_session: .gpu/bundle.tar.xz missing (scripts/gpu_bundle.sh)" >&2; exit 2; }
 build=$(mktemp -d -t ftb-gpu-build.XXXXXX)

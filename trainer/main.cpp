@@ -6,6 +6,7 @@
 
 #include "common/cli_args.h"
 #include "common/config.h"
+#include "common/crash_report.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/out_of_memory.h"
@@ -161,6 +162,7 @@ int trainerMain(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ftb::installCrashReport("trainer");
   try {
     return trainerMain(argc, argv);
   } catch (const std::bad_alloc& e) {  // the session's and the CLI's own catches report most

@@ -9,7 +9,9 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <cmath>
 #include <functional>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -98,6 +100,7 @@ TEST_F(FusedCuda, RmsNormMatchesTheComposedForm) {
       {{77, 1000}, bf16, f32, bf16}, {{2, 300, 4100}, bf16, bf16, bf16},
       {{1100, 4096}, f32, f32, f32}, {{1100, 4096}, bf16, f32, f32},
       {{40000, 72}, f32, bf16, f32}, {{40000, 72}, bf16, bf16, bf16},
+      {{40007, 72}, f32, f32, f32},  // chunks of more than 32 rows, a partial last one, fp32
       {{64, 2048}, f32, f32, bf16}};
   for (const auto& c : cases) {
     torch::Tensor x = onGpu(torch::randn(c.shape)).to(c.x);
@@ -224,6 +227,23 @@ TEST_F(FusedCuda, CrossEntropyMatchesTheComposedForm) {
       expectSameBits(got, run(fused, {logits}, gy), what);
     }
   }
+}
+
+// A masked vocabulary (-inf logits, never the target) and a row of +inf: the same losses and
+// gradients as ATen's logsumexp, non-finite where ATen's are.
+TEST_F(FusedCuda, CrossEntropyWithInfiniteLogits) {
+  torch::manual_seed(5);
+  const int64_t n = 4, V = 5000;
+  torch::Tensor z = torch::randn({n, V});
+  torch::Tensor tg = torch::tensor({0, 1, 2, 3}, torch::kInt64);
+  z.narrow(1, 100, V - 100).fill_(-std::numeric_limits<float>::infinity());  // masked tail
+  z[3][7] = std::numeric_limits<float>::infinity();
+  z[3][4000] = std::numeric_limits<float>::infinity();  // two +inf in one row
+  torch::Tensor got = cuda_fused::crossEntropy(onGpu(z), onGpu(tg)).cpu();
+  torch::Tensor ref = composed::crossEntropy(z, tg);
+  EXPECT_TRUE(torch::allclose(got.narrow(0, 0, 3), ref.narrow(0, 0, 3), 1e-5, 1e-5)) << got << ref;
+  EXPECT_FALSE(std::isfinite(got[3].item<float>())) << got;  // ATen: inf - (-inf or finite)
+  EXPECT_EQ(std::isnan(got[3].item<float>()), std::isnan(ref[3].item<float>())) << got << ref;
 }
 
 TEST_F(FusedCuda, CrossEntropyTargetsOutsideTheVocabulary) {

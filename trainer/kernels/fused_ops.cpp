@@ -592,8 +592,9 @@ torch::Tensor fusedRmsNorm(const torch::Tensor& x, const torch::Tensor& weight, 
 
 torch::Tensor fusedRope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         double scale) {
+  TORCH_CHECK(x.dim() == 4, "fusedRope: x [B,H,T,hd] expected, got x ", x.sizes());
   const int64_t T = x.size(2), half = x.size(3) / 2;
-  TORCH_CHECK(x.dim() == 4 && x.size(3) % 2 == 0 && cos.size(0) >= T && cos.size(1) == half,
+  TORCH_CHECK(x.size(3) % 2 == 0 && cos.size(0) >= T && cos.size(1) == half,
               "fusedRope: x [B,H,T,hd] with even hd and tables [>=T, hd/2] expected, got x ",
               x.sizes(), ", cos ", cos.sizes());
   if (fusedOnCuda(x)) return cuda_fused::rope(x, cos, sin, scale);

@@ -393,3 +393,19 @@ def test_trainer_two_workers_matches_hand_started(launcher, tmp_path):
     hand = losses(outs[0][0] + outs[0][1])
     assert hand, "no loss lines found in the hand-started run"
     assert losses(via.stdout + via.stderr) == hand
+
+
+def test_crash_is_reported_with_program_host_and_stack(launcher):
+    """A fatal signal (here SIGSEGV sent to the launcher, as a crash would raise it) writes
+    one line naming the program, pid, host and signal, then the stack as addr2line offsets
+    (common/crash_report.h), and the launcher still dies of the signal: exit -11."""
+    p = subprocess.Popen([launcher, "--nproc-per-node", "1", "--", "sleep", "30"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)  # past start-up: the handler is installed first thing in main
+    p.send_signal(signal.SIGSEGV)
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == -signal.SIGSEGV, (p.returncode, err)
+    line = next((l for l in err.splitlines() if "fatal signal" in l), "")
+    assert re.search(rf"^launcher on \S+ \(pid {p.pid}\): fatal signal SEGV \(Segmentation fault\) "
+                     rf"sent by pid {os.getpid()};", line), err
+    assert re.search(r"launcher\(\+0x[0-9a-f]+\)", err), err

@@ -36,7 +36,8 @@ __device__ __forceinline__ __nv_bfloat16 fromFloat<__nv_bfloat16>(float v) {
 
 // ---- block reductions -----------------------------------------------------------------
 // REQUIRES: blockDim.x a multiple of 32 (at most 1024), every thread of the block calls.
-// Every thread gets the result; the xor butterflies give every lane the same bits.
+// Every thread gets the result (blockSum: the same bits in every lane; blockMaxSum: each
+// lane's may differ in the last bit, and only thread 0's is read).
 
 __device__ __forceinline__ float warpSum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
@@ -55,8 +56,10 @@ __device__ float blockSum(float v, float* red /* [32] shared */) {
 // (m, s) += (m2, s2) for running (max, sum of exp(x - max)); (-inf, 0) is empty.
 __device__ __forceinline__ void mergeMaxSum(float& m, float& s, float m2, float s2) {
   const float mx = fmaxf(m, m2);
-  if (mx == -INFINITY) return;  // both empty
-  s = s * expf(m - mx) + s2 * expf(m2 - mx);
+  // A side at the max keeps its sum as is: exp(m - mx) would be NaN for two infinite maxima
+  // (both -inf: empty, or both +inf), and a NaN sum must survive the merge.
+  const float a = m == mx ? s : s * expf(m - mx), b = m2 == mx ? s2 : s2 * expf(m2 - mx);
+  s = a + b;
   m = mx;
 }
 
@@ -249,6 +252,8 @@ __global__ void __launch_bounds__(kCeMaxThreads)
     if (v > m) {
       s = s * expf(m - v) + 1.0f;
       m = v;
+    } else if (v == m) {  // exp(0), also for +inf (exp(inf - inf) would be NaN)
+      s += 1.0f;
     } else if (v != -INFINITY) {  // -inf adds nothing (and exp(-inf - -inf) would be NaN)
       s += expf(v - m);
     }

@@ -1,0 +1,92 @@
+#include "common/crash_report.h"
+
+#include <execinfo.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace ftb {
+namespace {
+
+constexpr int kFatalSignals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE};
+constexpr size_t kAltStackBytes = 64 * 1024;
+// "<program> on HOST", formatted at install time: the handler only copies it.
+char g_who[256];
+
+void put(const char* s) {
+  for (size_t n = std::strlen(s); n > 0;) {
+    const ssize_t w = ::write(STDERR_FILENO, s, n);
+    if (w <= 0) return;
+    s += w;
+    n -= size_t(w);
+  }
+}
+
+// `v` in base 10 or 16 (with a 0x prefix), into buf (at least 24 bytes).
+const char* digits(uintptr_t v, unsigned base, char* buf) {
+  char d[22];
+  int n = 0;
+  do {
+    d[n++] = "0123456789abcdef"[v % base];
+    v /= base;
+  } while (v != 0);
+  char* p = buf;
+  if (base == 16) {
+    *p++ = '0';
+    *p++ = 'x';
+  }
+  while (n > 0) *p++ = d[--n];
+  *p = '\0';
+  return buf;
+}
+
+void onFatalSignal(int sig, siginfo_t* info, void*) {
+  char num[24];
+  put("\n");
+  put(g_who);
+  put(" (pid ");
+  put(digits(uintptr_t(getpid()), 10, num));  // a forked child reports its own
+  put("): fatal signal ");
+  put(sigabbrev_np(sig) ? sigabbrev_np(sig) : "?");
+  put(" (");
+  put(sigdescr_np(sig) ? sigdescr_np(sig) : "?");
+  if (info && info->si_code <= 0) {  // sent by kill() or tgkill(): no faulting address
+    put(") sent by pid ");
+    put(digits(uintptr_t(info->si_pid), 10, num));
+  } else {
+    put(") at address ");
+    put(digits(reinterpret_cast<uintptr_t>(info ? info->si_addr : nullptr), 16, num));
+  }
+  put("; stack (addr2line -f -C -e BINARY OFFSET names each frame):\n");
+  void* frames[64];
+  backtrace_symbols_fd(frames, backtrace(frames, 64), STDERR_FILENO);
+  // SA_RESETHAND restored the default action: re-raise it (a fault re-executes and dies).
+  raise(sig);
+}
+
+}  // namespace
+
+void installCrashReport(const char* program) {
+  char host[64] = "?";
+  gethostname(host, sizeof host - 1);
+  const std::string who = std::string(program) + " on " + host;
+  std::strncpy(g_who, who.c_str(), sizeof g_who - 1);
+  void* warm[1];
+  backtrace(warm, 1);  // loads libgcc's unwinder now, not inside the handler
+  static char* alt = static_cast<char*>(std::malloc(kAltStackBytes));
+  stack_t ss{};
+  ss.ss_sp = alt;
+  ss.ss_size = kAltStackBytes;
+  if (alt) sigaltstack(&ss, nullptr);
+  struct sigaction sa {};
+  sa.sa_sigaction = onFatalSignal;
+  sa.sa_flags = SA_SIGINFO | SA_RESETHAND | (alt ? SA_ONSTACK : 0);
+  sigemptyset(&sa.sa_mask);
+  for (int sig : kFatalSignals) sigaction(sig, &sa, nullptr);
+}
+
+}  // namespace ftb
