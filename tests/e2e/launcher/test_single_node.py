@@ -1,5 +1,6 @@
 """One node, no MPI: environment contract, logs, exit codes, restarts, signals, orphans."""
 import os
+import pathlib
 import re
 import signal
 import subprocess
@@ -401,7 +402,9 @@ def test_crash_is_reported_with_program_host_and_stack(launcher):
     (common/crash_report.h), and the launcher still dies of the signal: exit -11."""
     p = subprocess.Popen([launcher, "--nproc-per-node", "1", "--", "sleep", "30"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(1.0)  # past start-up: the handler is installed first thing in main
+    children = pathlib.Path(f"/proc/{p.pid}/task/{p.pid}/children")
+    wait_for(lambda: children.read_text().strip() != "", 20,
+             "the worker's start (the handler is installed first thing in main)")
     p.send_signal(signal.SIGSEGV)
     out, err = p.communicate(timeout=30)
     assert p.returncode == -signal.SIGSEGV, (p.returncode, err)
