@@ -34,7 +34,8 @@ std::unique_ptr<Transport> makeTransport(const LaunchOptions& opts) {
     return std::make_unique<TcpTransport>(opts.node_rank, opts.nnodes, opts.rdzv_host,
                                           opts.rdzv_port, opts.rdzv_id, loadRdzvSecret());
   }
-  if (launchedByMpi() && !opts.standalone) return std::make_unique<MpiTransport>();
+  if (launchedByMpi() && !opts.standalone)
+    return std::make_unique<MpiTransport>(opts.rdzv_timeout_s);
   return std::make_unique<LocalTransport>();
 }
 

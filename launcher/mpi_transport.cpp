@@ -1,7 +1,14 @@
 #include "launcher/mpi_transport.h"
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 
 #include "common/error.h"
@@ -33,7 +40,40 @@ void rejectSrunWithoutPmi() {
                     "use srun --mpi=pmix --ntasks-per-node=1 launcher ...");
 }
 
-MpiSession::MpiSession() {
+namespace {
+
+char g_init_timeout_msg[512];  // formatted before the alarm is armed: the handler only writes
+
+void onInitTimeout(int) {
+  const ssize_t w = ::write(STDERR_FILENO, g_init_timeout_msg, std::strlen(g_init_timeout_msg));
+  (void)w;
+  std::_Exit(3);  // DistError's code: no MPI call can be made from here, none is needed
+}
+
+// SIGALRM after `seconds` (rounded up to whole seconds) ends the process with a message.
+void armInitDeadline(double seconds) {
+  const unsigned s = static_cast<unsigned>(std::ceil(std::max(seconds, 1.0)));
+  char host[64] = "?";
+  gethostname(host, sizeof host - 1);
+  std::snprintf(g_init_timeout_msg, sizeof g_init_timeout_msg,
+                "[launcher] %s (pid %d): timed out after %u s in MPI_Init waiting for every "
+                "launcher of the job to start (a peer died or never started; --rdzv-timeout)\n",
+                host, int(getpid()), s);
+  struct sigaction sa {};
+  sa.sa_handler = onInitTimeout;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGALRM, &sa, nullptr);
+  alarm(s);
+}
+
+void disarmInitDeadline() {
+  alarm(0);
+  signal(SIGALRM, SIG_DFL);
+}
+
+}  // namespace
+
+MpiSession::MpiSession(double init_timeout_s) {
   // Workers are started with fork(); with the TCP transport this is safe.
   setenv("OMPI_MCA_mpi_warn_on_fork", "0", 0);
   // The launchers exchange a few small messages: skip UCX/OFI initialization (~200 ms of
@@ -47,7 +87,9 @@ MpiSession::MpiSession() {
   // names the program and host and prints addr2line offsets: keep only its SIGABRT.
   setenv("OMPI_MCA_opal_signal", "6", 0);
   int provided = 0;
+  armInitDeadline(init_timeout_s);
   check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SINGLE, &provided), "MPI_Init_thread");
+  disarmInitDeadline();
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
 }
 
@@ -75,7 +117,8 @@ MpiComm::~MpiComm() {
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
-MpiTransport::MpiTransport() : comm_(std::make_unique<MpiComm>()) {
+MpiTransport::MpiTransport(double init_timeout_s)
+    : session_(init_timeout_s), comm_(std::make_unique<MpiComm>()) {
   MPI_Comm_rank(comm_->get(), &rank_);
   MPI_Comm_size(comm_->get(), &size_);
 }

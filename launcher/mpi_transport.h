@@ -23,9 +23,13 @@ void rejectSrunWithoutPmi();
 // process except MPI's own, after the launcher's signal mask is in place (MPI threads
 // inherit it). Invariant: the destructor either finalizes (after finalize()) or aborts the
 // whole MPI job, so no peer is left waiting on a launcher that is gone.
+// MPI_Init waits until every launcher of the job has reached it (under srun, PMIx's fence):
+// a peer that died before, or never started, would leave it waiting for ever. So it has a
+// deadline of init_timeout_s (--rdzv-timeout): past it, SIGALRM ends this launcher with exit
+// 3 (a DistError's) and a line naming its host and what it waited for.
 class MpiSession {
  public:
-  MpiSession();
+  explicit MpiSession(double init_timeout_s);
   ~MpiSession();
   MpiSession(const MpiSession&) = delete;
   MpiSession& operator=(const MpiSession&) = delete;
@@ -53,7 +57,7 @@ class MpiComm {
 
 class MpiTransport : public Transport {
  public:
-  MpiTransport();
+  explicit MpiTransport(double init_timeout_s);
   ~MpiTransport() override;
   int rank() const override { return rank_; }
   int size() const override { return size_; }
