@@ -93,14 +93,14 @@ struct NormCase {
 TEST_F(FusedCuda, RmsNormMatchesTheComposedForm) {
   torch::manual_seed(1);
   const auto f32 = torch::kFloat32, bf16 = torch::kBFloat16;
-  // Rows below one weight-gradient chunk (32), several chunks with a partial one, over 32768
-  // rows (chunks of more than 32 rows); D not a multiple of 32 or 128, and a real width.
+  // Rows below one weight-gradient chunk (8), several chunks with a partial one, over 8192
+  // rows (chunks of more than 8 rows); D not a multiple of 32 or 128, and a real width.
   const std::vector<NormCase> cases = {
       {{5, 7}, f32, f32, f32},       {{3, 37, 80}, f32, f32, f32},
       {{77, 1000}, bf16, f32, bf16}, {{2, 300, 4100}, bf16, bf16, bf16},
       {{1100, 4096}, f32, f32, f32}, {{1100, 4096}, bf16, f32, f32},
       {{40000, 72}, f32, bf16, f32}, {{40000, 72}, bf16, bf16, bf16},
-      {{40007, 72}, f32, f32, f32},  // chunks of more than 32 rows, a partial last one, fp32
+      {{40007, 72}, f32, f32, f32},  // chunks of more than 8 rows, a partial last one, fp32
       {{64, 2048}, f32, f32, bf16}};
   for (const auto& c : cases) {
     torch::Tensor x = onGpu(torch::randn(c.shape)).to(c.x);

@@ -26,10 +26,11 @@ enum class Dtype : int32_t { kFloat32, kBFloat16 };
 
 // The weight gradient is summed per chunk of rmsNormChunkRows(rows) rows into a row of a
 // [rmsNormChunks(rows), d] fp32 buffer, then the chunks in order (a function of `rows`
-// alone, so the result does not depend on the GPU).
+// alone, so the result does not depend on the GPU). At least 8 rows a chunk: 4096 rows (a
+// micro-batch of 2 x 2048 tokens) make 512 blocks, enough for every SM of an H100.
 inline int64_t rmsNormChunkRows(int64_t rows) {
   const int64_t per = (rows + 1023) / 1024;  // at most 1024 chunks
-  return per > 32 ? per : 32;
+  return per > 8 ? per : 8;
 }
 inline int64_t rmsNormChunks(int64_t rows) {
   return (rows + rmsNormChunkRows(rows) - 1) / rmsNormChunkRows(rows);
