@@ -1,5 +1,7 @@
 #include "trainer/optim/optimizer.h"
 
+#include <ATen/Parallel.h>
+
 #include <algorithm>
 #include <cmath>
 #include <utility>
@@ -18,6 +20,27 @@ void atenFusedAdamW(const torch::Tensor& p, const torch::Tensor& g, const torch:
 }
 
 namespace {
+
+// The fused CPU AdamW (kernels/cpu_kernels.h) over fixed chunks of kAdamWChunk elements on the
+// intra-op threads: the kernel runs once per chunk whatever the thread count, so every
+// element's arithmetic, and so the result, is the same with 1 thread or 64 (the chunks are
+// elementwise work: no reduction crosses them). A host-side update of an offloaded optimizer
+// (offload.h) and every CPU run use it.
+constexpr int64_t kAdamWChunk = int64_t(1) << 16;
+
+void adamwOnThreads(float* p, float* g, float* m, float* v, int64_t n,
+                    const kernels::AdamWScalars& s, bool zero_grad) {
+  const int64_t chunks = (n + kAdamWChunk - 1) / kAdamWChunk;
+  at::parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      const int64_t b = c * kAdamWChunk, k = std::min(n, b + kAdamWChunk) - b;
+      if (zero_grad)
+        kernels::adamwZeroGrad(p + b, g + b, m + b, v + b, k, s);
+      else
+        kernels::adamw(p + b, g + b, m + b, v + b, k, s);
+    }
+  });
+}
 
 // ---- Bf16 weights (optimizer.h): the fp32 result of an update stored into a bf16 weight ----
 
@@ -193,12 +216,8 @@ class AdamW final : public Optimizer {
                               float(o_.beta2),  float(1.0 - o_.beta2),
                               float(1.0 / bc2), float(o_.eps),
                               float(lr / bc1),  float(1.0 - lr * o_.weight_decay)};
-      float *pp = p.data_ptr<float>(), *gp = g.data_ptr<float>();
-      float *mp = m.data_ptr<float>(), *vp = v.data_ptr<float>();
-      if (zero_grad)
-        kernels::adamwZeroGrad(pp, gp, mp, vp, p.numel(), s);
-      else
-        kernels::adamw(pp, gp, mp, vp, p.numel(), s);
+      adamwOnThreads(p.data_ptr<float>(), g.data_ptr<float>(), m.data_ptr<float>(),
+                     v.data_ptr<float>(), p.numel(), s, zero_grad);
       return;
     }
     if (!p.device().is_cpu() && p.scalar_type() == g.scalar_type() && p.sizes() == g.sizes()) {

@@ -6,6 +6,7 @@
 //   u <- u / max(1, RMS(u)), p <- p - lr wd p - lr u.
 #include "trainer/optim/optimizer.h"
 
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -85,6 +86,37 @@ TEST(AdamW, FirstStepClosedForm) {
   EXPECT_NEAR(p[2].item<double>(), 2.0 * 0.999, 1e-7);  // zero gradient: decay only
   EXPECT_NEAR(p[3].item<double>(), 0.25 * 0.999 - 0.01, 1e-7);
   EXPECT_EQ(opt->stateBytes(), 2 * 4 * 4);  // m and v, fp32
+}
+
+// The CPU update runs on the intra-op threads in fixed chunks of 65536 elements: one thread or
+// four give the same bits, on a span that starts off any vector alignment and ends in a partial
+// chunk, with and without the gradient zeroed in the same pass.
+TEST(AdamW, ThreadCountDoesNotChangeTheBits) {
+  const int64_t n = 3 * 65536 + 77;
+  torch::manual_seed(7);
+  const torch::Tensor p0 = torch::randn({n + 1}), g0 = torch::randn({n + 1});
+  OptimizerOptions o;
+  o.kind = "adamw";
+  o.weight_decay = 0.1;
+  const int threads = at::get_num_threads();
+  auto twoSteps = [&](int t, bool zero_grads) {
+    at::set_num_threads(t);
+    torch::Tensor buf = p0.clone();
+    torch::Tensor p = buf.narrow(0, 1, n);  // one float past the allocation's alignment
+    auto opt = makeOptimizer({p}, o);
+    for (int step = 0; step < 2; ++step) {
+      torch::Tensor g = g0.narrow(0, 1, n).clone() * (step + 1);
+      opt->step({g}, 1e-2, zero_grads);
+      if (zero_grads) EXPECT_EQ(g.abs().max().item<float>(), 0.0f);
+    }
+    return p.detach().clone();
+  };
+  for (bool zero_grads : {false, true}) {
+    const torch::Tensor one = twoSteps(1, zero_grads), four = twoSteps(4, zero_grads);
+    EXPECT_TRUE(torch::equal(one, four)) << "zero_grads " << zero_grads;
+    EXPECT_FALSE(torch::equal(one, p0.narrow(0, 1, n)));  // it did update
+  }
+  at::set_num_threads(threads);
 }
 
 TEST(AdamW, TwoStepsMatchReference) {
