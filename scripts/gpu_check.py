@@ -281,6 +281,8 @@ class Check:
                 row = {"micro_batch": mb,
                        "tokens_per_s": float(np.median(s["tokens_per_s_padded"][keep])),
                        "mfu": float(np.median(s["mfu"][keep])),
+                       "mfu_causal": float(np.median(s["mfu_causal"][keep])),
+                       "hfu": float(np.median(s["hfu"][keep])),
                        "gemm_efficiency": float(np.median(s["gemm_efficiency"][keep])),
                        "step_s": float(np.median(s["step_time_s"][keep])),
                        "optimizer_share": float(np.median(s["optimizer_s"][keep] / s["step_time_s"][keep])),
@@ -441,10 +443,12 @@ class Check:
         if getattr(self, "table", None):
             lines += ["", "D2048/L16 GQA (886 M parameters), bf16, seq 2048, world 1, medians of "
                       "steps 4-11:", "",
-                      "| micro-batch | tokens/s | MFU | GEMM eff. | step s | optimizer share | "
+                      "| micro-batch | tokens/s | MFU (6N+12·L·H·hd·T) | MFU causal | HFU | "
+                      "GEMM eff. | step s | optimizer share | "
                       "peak allocated | peak reserved | estimate / allocated |",
-                      "|---|---|---|---|---|---|---|---|---|"]
+                      "|---|---|---|---|---|---|---|---|---|---|---|"]
             lines += [f"| {t['micro_batch']} | {t['tokens_per_s']:.0f} | {100 * t['mfu']:.1f} % | "
+                      f"{100 * t['mfu_causal']:.1f} % | {100 * t['hfu']:.1f} % | "
                       f"{100 * t['gemm_efficiency']:.1f} % | {t['step_s']:.3f} | "
                       f"{100 * t['optimizer_share']:.0f} % | {mib(t['peak_allocated'])} | "
                       f"{mib(t['peak_reserved'])} | {ratio(t['estimate'], t['peak_allocated'])} |"
