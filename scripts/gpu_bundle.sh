@@ -3,7 +3,7 @@
 # there: trainer, trainer_cuda, launcher, fused_cuda_tests and every shared library they
 # load that is neither glibc's nor libtorch's or CUDA's (those come from the GPU machine's
 # PyTorch 2.11 installation, the release this build links: docs/architecture.md), as one
-# compressed archive under .gpu/ (git-ignored), for scripts/gpu_session.sh to unpack there.
+# compressed archive under .gpu/ (git-ignored), for scripts/gpu_all.sh to unpack there.
 # The archive mirrors the build folder (trainer/trainer, launcher/launcher, tests/...), so
 # FTB_BUILD_DIR can name it, with the libraries in lib/.
 #
@@ -29,7 +29,7 @@ for p in "${programs[@]}"; do
   cp "$p" "$stage/$rel"
 done
 # The libraries to carry: what ldd resolves, less the C library's own, libtorch's and
-# CUDA's (found on the GPU machine through LD_LIBRARY_PATH; gpu_session.sh).
+# CUDA's (found on the GPU machine through LD_LIBRARY_PATH; gpu_all.sh).
 skip='/(libc|libm|libdl|libpthread|librt|libutil|libresolv|libgcc_s)\.so|ld-linux|/torch/lib/|cuda|nvidia'
 missing=$(ldd "${programs[@]}" | grep "not found" | grep -vE 'libtorch|libc10|cuda|nccl|cudnn|cublas|cusparse|cufft|curand|nvrtc|nvJitLink|cupti' || true)
 [ -z "$missing" ] || { echo "gpu_bundle: unresolved libraries:" >&2; echo "$missing" >&2; exit 2; }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every GPU check of the project in one run of about 8 minutes, on a machine with one GPU and
-# PyTorch 2.11 (the device machines: docs/architecture.md), building nothing there:
+# PyTorch 2.11 (docs/architecture.md: the release this build links), building nothing there:
 #   1. scripts/gpu_check.sh: the fused CUDA kernels against ATen first, then the trainer on
 #      the GPU against the CPU, the memory techniques, the large model's throughput
 #      (scripts/gpu_check.py lists the checks);
@@ -10,22 +10,22 @@
 # still runs. Logs and reports are copied to OUT.
 #
 #   scripts/gpu_bundle.sh                  (here, on the build machine: .gpu/bundle.tar.xz)
-#   scripts/gpu_session.sh [OUT]           (there; OUT default $OUT, else results/gpu/session)
+#   scripts/gpu_all.sh [OUT]               (there; OUT default $OUT, else results/gpu/all)
 #
 # FTB_GPU_PYTHON   the Python with torch (default: python3)
-# FTB_SESSION_STEPS  the steps to run, space-separated (default "check bench"; "kernels" runs
+# FTB_GPU_ALL_STEPS  the steps to run, space-separated (default "check bench"; "kernels" runs
 #                    the parity tests alone)
-# FTB_SESSION_LIMITS seconds per step, in the same order (default "280 260"; the device
-#                    tool allows 600 s a command)
+# FTB_GPU_ALL_LIMITS seconds per step, in the same order (default "280 260": under
+#                    10 minutes together)
 # Exit status: 0 when every step ran and passed, 1 otherwise (the summary says which).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=${1:-${OUT:-results/gpu/session}}
+out=${1:-${OUT:-results/gpu/all}}
 py=${FTB_GPU_PYTHON:-python3}
-read -r -a steps <<<"${FTB_SESSION_STEPS:-check bench}"
-read -r -a limits <<<"${FTB_SESSION_LIMITS:-280 260}"
+read -r -a steps <<<"${FTB_GPU_ALL_STEPS:-check bench}"
+read -r -a limits <<<"${FTB_GPU_ALL_LIMITS:-280 260}"
 mkdir -p "$out"
-[ -f .gpu/bundle.tar.xz ] || { echo "gpu_session: .gpu/bundle.tar.xz missing (scripts/gpu_bundle.sh)" >&2; exit 2; }
+[ -f .gpu/bundle.tar.xz ] || { echo "gpu_all: .gpu/bundle.tar.xz missing (scripts/gpu_bundle.sh)" >&2; exit 2; }
 build=$(mktemp -d -t ftb-gpu-build.XXXXXX)
 trap 'rm -rf "$build"' EXIT
 tar -C "$build" -xJf .gpu/bundle.tar.xz
@@ -35,7 +35,7 @@ nvidia_libs=$(ls -d "$torch_dir"/../nvidia/*/lib "$torch_dir"/../nvidia/cu*/lib 
 export LD_LIBRARY_PATH="$build/lib:$torch_dir/lib:$nvidia_libs${LD_LIBRARY_PATH:-}"
 export FTB_BUILD_DIR=$build FTB_PYTHON=$py
 { date -u; nvidia-smi -L; echo "bundle of commit $(cat "$build/commit"), this tree $(git rev-parse HEAD 2>/dev/null)"; } |
-  tee "$out/session.txt"
+  tee "$out/summary.txt"
 
 run_step() {  # run_step NAME LIMIT: runs it under `timeout`, its output to OUT/NAME.log
   local name=$1 limit=$2 t0=$SECONDS rc=0
@@ -43,10 +43,10 @@ run_step() {  # run_step NAME LIMIT: runs it under `timeout`, its output to OUT/
     kernels) FTB_REQUIRE_GPU=1 timeout "$limit" "$build/tests/fused_cuda_tests" --gtest_brief=1 ;;
     check) timeout "$limit" scripts/gpu_check.sh "$out/gpu_check.md" ;;
     bench) timeout "$limit" scripts/bench.sh gpu ;;
-    *) echo "gpu_session: unknown step '$name' (kernels, check, bench)"; return 2 ;;
+    *) echo "gpu_all: unknown step '$name' (kernels, check, bench)"; return 2 ;;
   esac >"$out/$name.log" 2>&1 || rc=$?
   echo "$name: exit $rc after $((SECONDS - t0)) s (limit $limit s)$([ "$rc" = 124 ] && echo ', timed out')" |
-    tee -a "$out/session.txt"
+    tee -a "$out/summary.txt"
   return "$rc"
 }
 
