@@ -9,6 +9,8 @@
 #include <cstring>
 #include <string>
 
+#include "common/fd.h"
+
 namespace ftb {
 namespace {
 
@@ -17,14 +19,7 @@ constexpr size_t kAltStackBytes = 64 * 1024;
 // "<program> on HOST", formatted at install time: the handler only copies it.
 char g_who[256];
 
-void put(const char* s) {
-  for (size_t n = std::strlen(s); n > 0;) {
-    const ssize_t w = ::write(STDERR_FILENO, s, n);
-    if (w <= 0) return;
-    s += w;
-    n -= size_t(w);
-  }
-}
+void put(const char* s) { writeAll(STDERR_FILENO, s, std::strlen(s)); }
 
 // `v` in base 10 or 16 (with a 0x prefix), into buf (at least 24 bytes).
 const char* digits(uintptr_t v, unsigned base, char* buf) {

@@ -4,7 +4,25 @@
 
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstddef>
+
 namespace ftb {
+
+// Writes all `size` bytes of `data` to `fd`, retrying short writes and EINTR. Returns 0, or
+// the errno of the write that failed (EIO when one wrote nothing). Async-signal-safe (write
+// and errno only): signal handlers use it too.
+inline int writeAll(int fd, const char* data, size_t size) {
+  size_t off = 0;
+  while (off < size) {
+    const ssize_t n = ::write(fd, data + off, size - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno;
+    if (n == 0) return EIO;
+    off += static_cast<size_t>(n);
+  }
+  return 0;
+}
 
 // Invariant: get() is -1 or an open fd that this object closes exactly once.
 class Fd {

@@ -26,18 +26,6 @@ std::string kindOf(mode_t m) {
   return "a special file";
 }
 
-// Writes all of `text` to `fd` (short writes and EINTR retried). Returns 0 or the errno.
-int writeAll(int fd, const std::string& text) {
-  size_t off = 0;
-  while (off < text.size()) {
-    ssize_t n = ::write(fd, text.data() + off, text.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return errno;
-    off += static_cast<size_t>(n);
-  }
-  return 0;
-}
-
 // Creates or truncates `path`, writes `text`, fsyncs and closes it. Returns "" or the OS
 // error and the step that failed ("No space left on device (write of <path>)").
 std::string writeAndSync(const std::string& path, const std::string& text) {
@@ -46,7 +34,7 @@ std::string writeAndSync(const std::string& path, const std::string& text) {
   };
   Fd f(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666));
   if (!f) return failed("open", errno);
-  if (int err = writeAll(f.get(), text)) return failed("write", err);
+  if (int err = writeAll(f.get(), text.data(), text.size())) return failed("write", err);
   if (::fsync(f.get()) != 0) return failed("fsync", errno);
   if (::close(f.release()) != 0) return failed("close", errno);
   return "";

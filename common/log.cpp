@@ -15,6 +15,8 @@
 #include <cstring>
 #include <mutex>
 
+#include "common/fd.h"
+
 namespace ftb {
 namespace {
 
@@ -52,20 +54,6 @@ int currentLevel() {
   // A concurrent setLogLevel() wins over the environment.
   g_level.compare_exchange_strong(expected, from_env);
   return g_level.load(std::memory_order_relaxed);
-}
-
-void writeAll(int fd, const std::string& s) {
-  const char* p = s.data();
-  size_t left = s.size();
-  while (left > 0) {
-    ssize_t n = ::write(fd, p, left);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return;  // stderr is gone: nothing sensible left to do
-    }
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
 }
 
 }  // namespace
@@ -113,7 +101,7 @@ void logLine(LogLevel level, const std::string& msg) {
   while (len > 0 && msg[len - 1] == '\n') --len;
   line.append(msg, 0, len);
   line += '\n';
-  writeAll(STDERR_FILENO, line);
+  writeAll(STDERR_FILENO, line.data(), line.size());  // stderr gone: nothing left to do
 }
 
 }  // namespace ftb

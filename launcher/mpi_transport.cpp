@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/fd.h"
 #include "common/log.h"
 
 namespace ftb::launcher {
@@ -45,8 +46,7 @@ namespace {
 char g_init_timeout_msg[512];  // formatted before the alarm is armed: the handler only writes
 
 void onInitTimeout(int) {
-  const ssize_t w = ::write(STDERR_FILENO, g_init_timeout_msg, std::strlen(g_init_timeout_msg));
-  (void)w;
+  ftb::writeAll(STDERR_FILENO, g_init_timeout_msg, std::strlen(g_init_timeout_msg));
   std::_Exit(3);  // DistError's code: no MPI call can be made from here, none is needed
 }
 

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/fd.h"
 #include "common/log.h"
 
 namespace ftb::launcher {
@@ -13,15 +14,7 @@ constexpr size_t kMaxLine = 64 * 1024;  // longer lines are emitted in pieces
 }
 
 int writeAllReporting(int fd, const char* data, size_t size) {
-  size_t off = 0;
-  while (fd >= 0 && off < size) {
-    ssize_t n = write(fd, data + off, size - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return errno;
-    if (n == 0) return EIO;
-    off += static_cast<size_t>(n);
-  }
-  return 0;
+  return fd < 0 ? 0 : ftb::writeAll(fd, data, size);
 }
 
 void writeAll(int fd, const std::string& data) { writeAllReporting(fd, data.data(), data.size()); }

@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <chrono>
 
+#include "common/fd.h"
+
 namespace ftb {
 namespace {
 
@@ -27,12 +29,7 @@ struct Worker {
                             const std::function<std::string(size_t)>& f) {
   for (size_t i : jobs) {
     std::string line = std::to_string(i) + "\t" + f(i) + "\n";
-    for (size_t off = 0; off < line.size();) {
-      ssize_t w = write(fd, line.data() + off, line.size() - off);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) _exit(1);
-      off += static_cast<size_t>(w);
-    }
+    if (writeAll(fd, line.data(), line.size()) != 0) _exit(1);
   }
   _exit(0);
 }

@@ -66,6 +66,7 @@ StepRow synthRow(SynthStep& st, std::mt19937_64& rng) {
   st.t += total;
   const double dataset = std::floor(st.padded * 0.8 * noise(rng)), tps = st.padded / total;
   const double s = double(st.step), rss = 1e8 + 1e5 * s + 1e6 * st.rank;
+  const double mfu = st.flops_per_token * tps / st.world / st.peak;
   // The draws above, then loss and grad_norm, in the order of the files before the other
   // columns came: the same seed gives those files' values.
   const double loss = 10.0 * std::exp(-0.01 * s) + 0.1 * noise(rng), grad_norm = noise(rng);
@@ -90,10 +91,9 @@ StepRow synthRow(SynthStep& st, std::mt19937_64& rng) {
       .set(C::kTokensPerSPadded, tps)
       .set(C::kTokensPerSDataset, dataset / total)
       .set(C::kTokensPerSPerDevice, tps / st.world)
-      .set(C::kMfu, st.flops_per_token * tps / st.world / st.peak)
-      // The synthetic count has no attention term and recomputes nothing: all three agree.
-      .set(C::kMfuCausal, st.flops_per_token * tps / st.world / st.peak)
-      .set(C::kHfu, st.flops_per_token * tps / st.world / st.peak)
+      .set(C::kMfu, mfu)
+      .set(C::kMfuCausal, mfu)  // the synthetic count has no attention term and
+      .set(C::kHfu, mfu)        // recomputes nothing: all three agree
       .set(C::kGemmEfficiency, st.flops_per_token * tps / st.world / st.gemm)
       .set(C::kFlopsPerToken, st.flops_per_token)
       .set(C::kRssBytes, rss)

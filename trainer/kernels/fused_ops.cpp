@@ -581,7 +581,6 @@ bool fusedOnCuda(const torch::Tensor& t) {
 }  // namespace
 
 void setCudaKernels(CudaKernels k) { g_cuda_kernels.store(k); }
-CudaKernels cudaKernels() { return g_cuda_kernels.load(); }
 
 torch::Tensor fusedRmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps,
                            torch::ScalarType out_dtype) {

@@ -34,7 +34,6 @@ namespace ftb {
 // training.cuda_kernels, process-wide; set once before the first forward (default kFused).
 enum class CudaKernels { kFused, kComposed };
 void setCudaKernels(CudaKernels k);
-CudaKernels cudaKernels();
 
 // y = x * rsqrt(mean(x^2, -1) + eps) * weight, returned in `out_dtype`.
 // REQUIRES: x [..., D] fp32 or bf16; weight [D] fp32 or bf16. The gradient of x comes
