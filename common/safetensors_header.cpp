@@ -103,7 +103,9 @@ void checkRanges(const StHeader& h, int64_t size_, const std::string& key_,
 
 }  // namespace
 
-int64_t stElementSize(const std::string& dt) { return dt == "I64" ? 8 : dt == "F32" ? 4 : 2; }
+int64_t stElementSize(const std::string& dt) {
+  return dt == "I64" || dt == "F64" ? 8 : dt == "F32" ? 4 : 2;
+}
 
 std::string shapeString(const std::vector<int64_t>& shape) {
   std::string s = "[";

@@ -34,7 +34,7 @@ struct StHeader {
 StHeader parseSafetensorsHeader(const uint8_t* bytes, int64_t size, const std::string& key,
                                 const std::string& path);
 
-int64_t stElementSize(const std::string& st_dtype);          // I64: 8, F32: 4, F16 and BF16: 2
+int64_t stElementSize(const std::string& st_dtype);  // I64 and F64: 8, F32: 4, F16 and BF16: 2
 std::string shapeString(const std::vector<int64_t>& shape);  // "[64, 128]"
 
 }  // namespace ftb

@@ -29,8 +29,9 @@ namespace {
 
 namespace lfs = std::filesystem;
 constexpr const char* kLogitsUsage =
-    "trainer logits (--model HF_DIR | --checkpoint STEP_DIR) [--adapter PEFT_DIR [--merge-adapter]] (--ids \"1,2,3\" "
-    "| --ids-file F.jsonl | --text \"...\" --tokenizer PATH) [--dtype fp32|bf16] "
+    "trainer logits (--model HF_DIR | --checkpoint STEP_DIR) [--adapter PEFT_DIR "
+    "[--merge-adapter]] (--ids \"1,2,3\" "
+    "| --ids-file F.jsonl | --text \"...\" --tokenizer PATH) [--dtype fp32|bf16|fp64] "
     "--out OUT.safetensors";
 
 struct LogitsOptions {
@@ -92,8 +93,9 @@ void logitsSource(const cxxopts::ParseResult& r, LogitsOptions& o) {
 torch::ScalarType logitsDtype(const std::string& name) {
   if (name == "fp32") return torch::kFloat32;
   if (name == "bf16") return torch::kBFloat16;
+  if (name == "fp64") return torch::kFloat64;
   throw ConfigError("--dtype", "command line", "unknown dtype \"" + name + "\"",
-                    "fp32 (the default) or bf16");
+                    "fp32 (the default), bf16 or fp64");
 }
 
 // "q_proj" of "self_attn.q_proj" (PEFT lists target modules by their last name).
@@ -290,8 +292,13 @@ struct LogitsTensors {
   torch::Tensor loss;       // fp32 [B, T-1], 0 where token t+1 is padding
 };
 
+// The loss's dtype: fp64 for fp64 logits, else fp32.
+torch::ScalarType lossDtype(torch::ScalarType logits) {
+  return logits == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+}
+
 // Each row runs alone (batch 1, its own length), so its logits are those of --ids with that
-// row, bit for bit; the loss is computed from them in fp32.
+// row, bit for bit; the loss is computed from them in lossDtype.
 LogitsTensors runLogits(Transformer& m, const LogitsOptions& o) {
   torch::NoGradGuard no_grad;
   int64_t T = 0;
@@ -299,7 +306,7 @@ LogitsTensors runLogits(Transformer& m, const LogitsOptions& o) {
   const int64_t B = int64_t(o.ids.size());
   LogitsTensors r{torch::zeros({B, T}, torch::kInt64), torch::zeros({B, T}, torch::kInt64),
                   torch::zeros({B, T, o.args.vocab_size}, o.dtype),
-                  torch::zeros({B, T - 1}, torch::kFloat32)};
+                  torch::zeros({B, T - 1}, lossDtype(o.dtype))};
   for (int64_t b = 0; b < B; ++b) {
     const std::vector<int64_t>& row = o.ids[size_t(b)];
     const int64_t L = int64_t(row.size());
@@ -313,7 +320,7 @@ LogitsTensors runLogits(Transformer& m, const LogitsOptions& o) {
       r.loss[b]
           .narrow(0, 0, L - 1)
           .copy_(torch::nn::functional::cross_entropy(
-              logits.narrow(0, 0, L - 1).to(torch::kFloat32), ids.narrow(0, 1, L - 1),
+              logits.narrow(0, 0, L - 1).to(lossDtype(o.dtype)), ids.narrow(0, 1, L - 1),
               torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone)));
   }
   return r;
@@ -328,7 +335,7 @@ void writeLogitsFile(const std::string& out, const LogitsTensors& t) {
         tmp, {StTensor{"input_ids", "I64", {B, T}, 0, 0},
               StTensor{"attention_mask", "I64", {B, T}, 0, 0},
               StTensor{"logits", stDtypeOf(t.logits.scalar_type()), t.logits.sizes().vec(), 0, 0},
-              StTensor{"loss", "F32", {B, T - 1}, 0, 0}});
+              StTensor{"loss", stDtypeOf(t.loss.scalar_type()), {B, T - 1}, 0, 0}});
     for (const torch::Tensor& x : {t.ids, t.mask, t.logits, t.loss}) w.write(x);
     w.close();
     renameDurably(tmp, out);
@@ -361,7 +368,9 @@ cxxopts::Options logitsCli() {
                                      cxxopts::value<std::string>())(
       "tokenizer", "a tokenizer.json or sentencepiece .model (with --text)",
       cxxopts::value<std::string>())(
-      "dtype", "compute dtype, as a training run's training.dtype: fp32 or bf16",
+      "dtype",
+      "compute dtype: fp32 or bf16 (as a training run's training.dtype), or fp64 to check "
+      "the model against a float64 reference",
       cxxopts::value<std::string>()->default_value("fp32"))(
       "out", "the safetensors file to write", cxxopts::value<std::string>())("h,help", "show help");
   return cli;
@@ -393,8 +402,7 @@ int logitsMain(const std::vector<std::string>& args) {
                       writeLogitsFile(o.out, t);
                       std::cerr << "trainer logits: " << t.ids.size(0) << " x " << t.ids.size(1)
                                 << " tokens, vocab " << o.args.vocab_size << ", "
-                                << (o.dtype == torch::kBFloat16 ? "bf16" : "fp32") << "; wrote "
-                                << o.out << "\n";
+                                << r["dtype"].as<std::string>() << "; wrote " << o.out << "\n";
                       return 0;
                     })
       .value_or(0);

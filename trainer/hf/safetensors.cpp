@@ -51,6 +51,8 @@ std::string stDtypeOf(torch::ScalarType t) {
       return "F16";
     case torch::kBFloat16:
       return "BF16";
+    case torch::kFloat64:
+      return "F64";  // written only (trainer logits --dtype fp64)
     case torch::kInt64:
       return "I64";  // written only (trainer logits' input_ids); readers accept floats
     default:

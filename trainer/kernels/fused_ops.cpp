@@ -527,20 +527,24 @@ struct CrossEntropyFn : public torch::autograd::Function<CrossEntropyFn> {
 
 namespace composed {
 
+// The dtype the composed forms compute in: fp32, or fp64 for fp64 input (a float64 check
+// against a reference: `trainer logits --dtype fp64`).
+torch::ScalarType opmath(const torch::Tensor& t) {
+  return t.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+}
+
 torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps,
                       torch::ScalarType out_dtype) {
-  const torch::Tensor xf = x.to(torch::kFloat32);
-  return (xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps) *
-          weight.to(torch::kFloat32))
+  const torch::Tensor xf = x.to(opmath(x));
+  return (xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps) * weight.to(opmath(x)))
       .to(out_dtype);
 }
 
 torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                    double scale) {
   const int64_t T = x.size(2), half = x.size(3) / 2;
-  const torch::Tensor xf = x.to(torch::kFloat32);
-  const torch::Tensor c = cos.narrow(0, 0, T).to(torch::kFloat32),
-                      s = sin.narrow(0, 0, T).to(torch::kFloat32);
+  const torch::Tensor xf = x.to(opmath(x));
+  const torch::Tensor c = cos.narrow(0, 0, T).to(opmath(x)), s = sin.narrow(0, 0, T).to(opmath(x));
   const torch::Tensor x1 = xf.narrow(-1, 0, half), x2 = xf.narrow(-1, half, half);
   return (torch::cat({x1 * c - x2 * s, x2 * c + x1 * s}, -1) * scale)
       .to(x.scalar_type())
@@ -552,18 +556,18 @@ torch::Tensor causalSoftmax(const torch::Tensor& scores, torch::ScalarType out_d
   const torch::Tensor masked =
       torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(scores.device()))
           .triu(1);
-  return scores.to(torch::kFloat32)
+  return scores.to(opmath(scores))
       .masked_fill(masked, -std::numeric_limits<float>::infinity())
       .softmax(-1)
       .to(out_dtype);
 }
 
 torch::Tensor swiGlu(const torch::Tensor& a, const torch::Tensor& b) {
-  return (torch::silu(a.to(torch::kFloat32)) * b.to(torch::kFloat32)).to(a.scalar_type());
+  return (torch::silu(a.to(opmath(a))) * b.to(opmath(a))).to(a.scalar_type());
 }
 
 torch::Tensor crossEntropy(const torch::Tensor& logits, const torch::Tensor& targets) {
-  const torch::Tensor z = logits.to(torch::kFloat32);
+  const torch::Tensor z = logits.to(opmath(logits));
   return z.logsumexp(-1) - z.gather(1, targets.to(torch::kLong).unsqueeze(1)).squeeze(1);
 }
 
@@ -572,6 +576,9 @@ torch::Tensor crossEntropy(const torch::Tensor& logits, const torch::Tensor& tar
 namespace {
 
 std::atomic<CudaKernels> g_cuda_kernels{CudaKernels::kFused};
+
+// fp64 input takes the composed forms in fp64 (the fused kernels keep fp32 statistics).
+bool isF64(const torch::Tensor& t) { return t.scalar_type() == torch::kFloat64; }
 
 // Whether t (not on the CPU) takes the CUDA kernels of fused_cuda.h.
 bool fusedOnCuda(const torch::Tensor& t) {
@@ -585,7 +592,7 @@ void setCudaKernels(CudaKernels k) { g_cuda_kernels.store(k); }
 torch::Tensor fusedRmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps,
                            torch::ScalarType out_dtype) {
   if (fusedOnCuda(x)) return cuda_fused::rmsNorm(x, weight, eps, out_dtype);
-  if (!x.device().is_cpu()) return composed::rmsNorm(x, weight, eps, out_dtype);
+  if (!x.device().is_cpu() || isF64(x)) return composed::rmsNorm(x, weight, eps, out_dtype);
   return RmsNormFn::apply(x, weight, eps, static_cast<int64_t>(out_dtype));
 }
 
@@ -597,7 +604,7 @@ torch::Tensor fusedRope(const torch::Tensor& x, const torch::Tensor& cos, const 
               "fusedRope: x [B,H,T,hd] with even hd and tables [>=T, hd/2] expected, got x ",
               x.sizes(), ", cos ", cos.sizes());
   if (fusedOnCuda(x)) return cuda_fused::rope(x, cos, sin, scale);
-  if (!x.device().is_cpu()) return composed::rope(x, cos, sin, scale);
+  if (!x.device().is_cpu() || isF64(x)) return composed::rope(x, cos, sin, scale);
   torch::Tensor c = cos.narrow(0, 0, T).to(torch::kFloat32).contiguous();
   torch::Tensor s = sin.narrow(0, 0, T).to(torch::kFloat32).contiguous();
   return RopeFn::apply(x, c, s, scale);
@@ -606,7 +613,7 @@ torch::Tensor fusedRope(const torch::Tensor& x, const torch::Tensor& cos, const 
 torch::Tensor fusedCausalSoftmax(const torch::Tensor& scores, torch::ScalarType out_dtype) {
   TORCH_CHECK(scores.dim() >= 2 && scores.size(-1) == scores.size(-2),
               "fusedCausalSoftmax: square [..., T, T] scores expected, got ", scores.sizes());
-  if (!scores.device().is_cpu()) return composed::causalSoftmax(scores, out_dtype);
+  if (!scores.device().is_cpu() || isF64(scores)) return composed::causalSoftmax(scores, out_dtype);
   return CausalSoftmaxFn::apply(scores, static_cast<int64_t>(out_dtype));
 }
 
@@ -615,7 +622,7 @@ torch::Tensor fusedSwiGlu(const torch::Tensor& a, const torch::Tensor& b) {
               "fusedSwiGlu: a and b of one shape and dtype expected, got ", a.sizes(), " ",
               a.scalar_type(), " and ", b.sizes(), " ", b.scalar_type());
   if (fusedOnCuda(a)) return cuda_fused::swiGlu(a, b);
-  if (!a.device().is_cpu()) return composed::swiGlu(a, b);
+  if (!a.device().is_cpu() || isF64(a)) return composed::swiGlu(a, b);
   return SwiGluFn::apply(a, b);
 }
 
@@ -624,7 +631,7 @@ torch::Tensor fusedCrossEntropy(const torch::Tensor& logits, const torch::Tensor
               "fusedCrossEntropy: logits [N, V] and targets [N] expected, got ", logits.sizes(),
               " and ", targets.sizes());
   if (fusedOnCuda(logits)) return cuda_fused::crossEntropy(logits, targets);
-  if (!logits.device().is_cpu()) return composed::crossEntropy(logits, targets);
+  if (!logits.device().is_cpu() || isF64(logits)) return composed::crossEntropy(logits, targets);
   return CrossEntropyFn::apply(logits, targets);
 }
 

@@ -25,6 +25,8 @@
 //   kFused (the default); otherwise, and for the causal softmax (a GPU run computes
 //   attention with SDPA: model/llama.h), the composed ATen form of the same math
 //   (namespace composed, below; ATen's own kernels, differentiated by autograd).
+// - fp64 input (`trainer logits --dtype fp64`, a float64 check against a reference) takes
+//   the composed form computed in fp64 throughout.
 #pragma once
 
 #include <torch/torch.h>

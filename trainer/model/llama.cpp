@@ -85,12 +85,13 @@ torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, doubl
   return fusedRmsNorm(x, weight, eps, t_compute_dtype);
 }
 
-RopeTables RopeTables::make(int64_t head_dim, int64_t max_seq_len, double theta) {
+RopeTables RopeTables::make(int64_t head_dim, int64_t max_seq_len, double theta,
+                            torch::ScalarType dtype) {
   torch::Tensor inv = torch::pow(
       theta, -torch::arange(0, head_dim, 2, torch::kFloat64) / static_cast<double>(head_dim));
   torch::Tensor t = torch::arange(max_seq_len, torch::kFloat64);
   torch::Tensor freqs = torch::outer(t, inv);  // [T, hd/2]
-  return {freqs.cos().to(torch::kFloat32), freqs.sin().to(torch::kFloat32)};
+  return {freqs.cos().to(dtype), freqs.sin().to(dtype)};
 }
 
 RopeTables RopeTables::forTokens(int64_t T) const {
@@ -284,7 +285,9 @@ TransformerImpl::TransformerImpl(const ModelArgs& a, const TpContext& tp, const 
   if (part_.head) norm = add("norm", {"norm.weight", {a.dim}, -1, Fill::kOnes});
   if (part_.head && !a.tie_embeddings)
     output = add("output", {"output.weight", {a.vocab_size, a.dim}, 0, Fill::kNormal});
-  rope_ = RopeTables::make(a.headDim(), a.max_seq_len, a.rope_theta);
+  rope_ =
+      RopeTables::make(a.headDim(), a.max_seq_len, a.rope_theta,
+                       opt.compute_dtype == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32);
   rope_ = {rope_.cos.to(opt.device), rope_.sin.to(opt.device)};
   device_ = opt.device;
   if (on_unit && !root_params_.empty()) on_unit(-1, root_params_);

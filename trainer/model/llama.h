@@ -40,7 +40,9 @@ namespace ftb {
 // layout. (The causal mask is applied by the fused softmax, kernels/fused_ops.h.)
 struct RopeTables {
   torch::Tensor cos, sin;
-  static RopeTables make(int64_t head_dim, int64_t max_seq_len, double theta);
+  // Angles in fp64, tables rounded once to `dtype` (fp32; fp64 for an fp64 compute dtype).
+  static RopeTables make(int64_t head_dim, int64_t max_seq_len, double theta,
+                         torch::ScalarType dtype = torch::kFloat32);
   // The first T rows: taken once per forward and shared by every block (and its
   // recompute).
   RopeTables forTokens(int64_t T) const;

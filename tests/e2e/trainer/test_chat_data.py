@@ -15,8 +15,9 @@ multilingual corpus):
    it exports loads in PEFT, whose loss over the assistant tokens of a batch equals the
    trainer's (1e-5, fp32), and `trainer logits --model --adapter --merge-adapter` on
    conversations of unequal length gives the logits of PEFT's merged model (merge_and_unload)
-   within 1e-5 of the largest logit; the LoRA checkpoint itself given as
-   `trainer logits --checkpoint` exits 2 pointing at --adapter.
+   within 1e-5 of the largest logit in fp32, and within 1e-5 absolute with --dtype fp64
+   against that model in float64 (its rotary angles in float64 too); the LoRA checkpoint
+   itself given as `trainer logits --checkpoint` exits 2 pointing at --adapter.
 3. Bad input exits 2 before the run directory exists: a role other than system, user and
    assistant, a message without content, no messages list (naming file:line); a template that
    is neither Llama 3's nor ChatML, no template, a tokenizer without byte-level pre-tokens
@@ -268,6 +269,21 @@ def test_the_exported_adapter_loads_in_peft_with_the_trainers_chat_loss(lora_run
     assert_close(steps(tmp_path / "run", "loss")[:1], [total / count], 1e-5)
 
 
+def float64_rotary(rotary):
+    """transformers' LlamaRotaryEmbedding.forward with its angles in float64: transformers
+    computes them in fp32 whatever the model's dtype (inv_freq and positions .float()),
+    ~1e-5 from the float64 angles at these logits; the trainer's tables are float64 there."""
+    base, dim = rotary.config.rope_parameters["rope_theta"], rotary.inv_freq.numel() * 2
+    inv = 1.0 / base ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+
+    def forward(x, position_ids):
+        freqs = position_ids[..., None].double() * inv
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return ((emb.cos() * rotary.attention_scaling).to(x.dtype),
+                (emb.sin() * rotary.attention_scaling).to(x.dtype))
+    return forward
+
+
 def test_logits_with_the_exported_adapter_equal_the_merged_peft_model(lora_run, tmp_path):
     d, _, jsonl, _ = lora_run
     rows = [ids for ids, _ in samples(jsonl)[:3]]
@@ -291,6 +307,23 @@ def test_logits_with_the_exported_adapter_equal_the_merged_peft_model(lora_run, 
             # transformers' own fp32 forward is 1e-5..2.3e-5 from its fp64 one.
             err = np.abs(got["logits"][i, :len(r)] - want).max()
             assert err <= 1e-5 * np.abs(want).max(), (i, err)
+    # In float64 on both sides, the logits agree within 1e-5 absolute (measured 3.6e-6 to
+    # 5.0e-6: each side merges the adapter into the fp32 weights in its own order).
+    out64 = tmp_path / "l64.safetensors"
+    p = subprocess.run([str(TRAINER), "logits", "--model", str(d / "m"), "--adapter",
+                        str(d / "adapter"), "--merge-adapter", "--ids-file", str(ids), "--dtype",
+                        "fp64", "--out", str(out64)],
+                       env=base_env(), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    got = safetensors_numpy.load_file(str(out64))
+    assert got["logits"].dtype == np.float64 and got["loss"].dtype == np.float64
+    merged = merged.double()
+    merged.model.rotary_emb.forward = float64_rotary(merged.model.rotary_emb)
+    with torch.no_grad():
+        for i, r in enumerate(rows):
+            want = merged(torch.tensor([r])).logits[0].numpy()
+            err = np.abs(got["logits"][i, :len(r)] - want).max()
+            assert err <= 1e-5, (i, err)
     p = subprocess.run([str(TRAINER), "logits", "--checkpoint",
                         str(d / "run" / "checkpoints" / "step_00000003"), "--ids", "1,2", "--out",
                         str(tmp_path / "x.safetensors")], env=base_env(), capture_output=True,

@@ -159,6 +159,29 @@ TEST(FusedOps, CrossEntropyMatchesLogSoftmaxNllAndChecksTargets) {
   EXPECT_THROW(fusedCrossEntropy(torch::zeros({2, 1001}), bad), c10::Error);
 }
 
+// fp64 input (trainer logits --dtype fp64) is computed in fp64 throughout: each entry point
+// equals the fp64 formula within fp64 rounding, far below what fp32 statistics would leave.
+TEST(FusedOps, Fp64InputIsComputedInFp64) {
+  torch::manual_seed(8);
+  const auto f64 = torch::kFloat64;
+  torch::Tensor x = torch::randn({2, 5, 64}, f64), w = torch::randn({64}, f64) * 0.5 + 1;
+  torch::Tensor rms = x * torch::rsqrt(x.pow(2).mean(-1, true) + 1e-5) * w;
+  EXPECT_LT(relErr(fusedRmsNorm(x, w, 1e-5, f64), rms), 1e-14);
+  torch::Tensor a = torch::randn({4, 33}, f64), b = torch::randn({4, 33}, f64);
+  EXPECT_LT(relErr(fusedSwiGlu(a, b), torch::silu(a) * b), 1e-14);
+  torch::Tensor logits = torch::randn({7, 301}, f64) * 5;
+  torch::Tensor targets = torch::randint(0, 301, {7}, torch::kInt64);
+  torch::Tensor ce = -torch::log_softmax(logits, -1).gather(1, targets.unsqueeze(1)).squeeze(1);
+  EXPECT_LT(relErr(fusedCrossEntropy(logits, targets), ce), 1e-14);
+  torch::Tensor q = torch::randn({1, 2, 6, 8}, f64);
+  torch::Tensor ang = torch::outer(torch::arange(6, f64), torch::rand({4}, f64));
+  torch::Tensor x1 = q.narrow(-1, 0, 4), x2 = q.narrow(-1, 4, 4);
+  torch::Tensor rope =
+      torch::cat({x1 * ang.cos() - x2 * ang.sin(), x2 * ang.cos() + x1 * ang.sin()}, -1);
+  EXPECT_LT(relErr(fusedRope(q, ang.cos(), ang.sin(), 1.0), rope), 1e-14);
+  EXPECT_EQ(fusedRmsNorm(x, w, 1e-5, f64).scalar_type(), f64);
+}
+
 TEST(FusedOps, ResultsDoNotDependOnTheThreadCount) {
   torch::manual_seed(3);
   torch::Tensor x = torch::randn({300, 96}), w = torch::randn({96});
