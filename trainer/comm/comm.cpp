@@ -184,7 +184,12 @@ class BackendComm final : public Comm {
 
   void wait(const c10::intrusive_ptr<c10d::Work>& work, const char* op, const torch::Tensor& t) {
     RECORD_USER_SCOPE(op);  // a named range per collective in profiler traces
-    CollectiveTimer timer;  // NCCL: wait(timeout) blocks the host until the collective is done
+    // NCCL: the collective's stream waits for the compute queued before it, which the host,
+    // running ahead of the device (comm/phase_timer.h), has not waited for: wait for that
+    // first, so that the timed wait is the collective's own (wait(timeout) blocks the host
+    // until the collective is done).
+    if (device_.is_cuda()) syncComputeStream();
+    CollectiveTimer timer;
     try {
       work->wait(timeout_);
     } catch (const std::exception& e) {

@@ -18,12 +18,18 @@ std::vector<std::vector<size_t>> adjacentRuns(const std::vector<torch::Tensor>& 
 // order in one storage (each contiguous, one dtype); else an undefined tensor.
 torch::Tensor flatSpan(const std::vector<torch::Tensor>& ts, const std::vector<size_t>& run);
 
-// Σ weights[i]·grads[i]² (fp64 accumulate); `weights` empty = all ones (reduced in fp64
-// per run of back-to-back gradients, e.g. a DDP bucket), else one tensor (or undefined =
-// ones) per gradient.
+// Σ weights[i]·grads[i]²; `weights` empty = all ones, else one tensor (or undefined = ones)
+// per gradient. Without weights, CPU gradients are reduced in fp64 per run of back-to-back
+// gradients (e.g. a DDP bucket), those off the CPU by one foreachSquaredNorm; with weights,
+// one fp64 term per gradient. One device read at most.
 double gradSquaredNorm(const std::vector<torch::Tensor>& grads,
                        const std::vector<torch::Tensor>& weights = {});
-// Scales every defined gradient by `factor` in place.
+// Σ ||ts[i]||² by one _foreach_norm (each tensor's norm reduced in fp32, as ATen's
+// multi-tensor kernels do: ~1e-6 relative for 10^5 elements), squared and summed in fp64
+// on the tensors' device, read once. gradSquaredNorm's path for gradients off the CPU (it
+// runs on the CPU too). REQUIRES: every tensor defined, all on one device.
+double foreachSquaredNorm(const std::vector<torch::Tensor>& ts);
+// Scales every defined gradient by `factor` in place (off the CPU by one _foreach_mul_).
 void scaleGrads(const std::vector<torch::Tensor>& grads, double factor);
 
 }  // namespace ftb

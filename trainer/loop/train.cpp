@@ -105,6 +105,7 @@ double forwardBackward(const TrainContext& ctx, int64_t step, PhaseTimer& timer,
   const FwdBwdStats st = ctx.runner.run(mine, positions);  // every micro-batch (step_runner.h)
   timer.end(r.pipe);
   if (ctx.mesh.pp > 1) {  // every stage's span, for the makespan (agree())
+    timer.settle();       // r.pipe now (a pipeline's transfers have waited for the device)
     a.stage_span.assign(size_t(ctx.mesh.pp), 0.0);
     a.stage_span[size_t(ctx.mesh.pp_rank)] = r.pipe * double(ctx.mesh.pp) / ctx.mesh.world;
   }
@@ -135,7 +136,7 @@ Agreement syncAndUpdate(const TrainContext& ctx, int64_t step, double positions,
   a.over_memory =
       tc.comm.memory_limit_bytes > 0 && double(peakRssBytes()) > tc.comm.memory_limit_bytes;
   Agreement g = agree(ctx.world, a);
-  r.agree = timer.end(r.comm);
+  timer.end(r.comm, &r.agree);
   if (!g.stage_span.empty()) r.makespan = r.pipe;  // at least this rank's own span
   for (double span : g.stage_span) r.makespan = std::max(r.makespan, span);
   const double tp = double(tc.layout.tp);  // tp ranks hold identical data

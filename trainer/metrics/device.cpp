@@ -3,7 +3,9 @@
 #include <ATen/DeviceAccelerator.h>
 #include <torch/cuda.h>
 
+#include <chrono>
 #include <mutex>
+#include <stdexcept>
 
 #include "trainer/metrics/device_cuda.h"
 
@@ -31,6 +33,34 @@ bool computeOnCuda() { return computeDevice().is_cuda(); }
 void syncComputeDevice() {
   const torch::Device d = computeDevice();
   if (d.is_cuda()) torch::cuda::synchronize(d.index());
+}
+
+void syncComputeStream() {
+  const torch::Device d = computeDevice();
+  if (d.is_cuda()) at::accelerator::getCurrentStream(d.index() < 0 ? 0 : d.index()).synchronize();
+}
+
+DeviceMark DeviceMark::mark() {
+  DeviceMark m;
+  const torch::Device d = computeDevice();
+  if (!d.is_cuda()) {
+    m.host_s_ =
+        std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    return m;
+  }
+  // BACKEND_DEFAULT: a CUDA event with timing (PyTorch's default event has none).
+  m.event_ = std::make_shared<c10::Event>(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
+  m.event_->record(at::accelerator::getCurrentStream(d.index() < 0 ? 0 : d.index()));
+  return m;
+}
+
+double DeviceMark::secondsSince(const DeviceMark& earlier) const {
+  if (!event_ && !earlier.event_) return host_s_ - earlier.host_s_;
+  if (!event_ || !earlier.event_)
+    throw std::logic_error("DeviceMark: a host mark and a device mark cannot be compared");
+  event_->synchronize();
+  earlier.event_->synchronize();                       // done already when both are on one stream
+  return earlier.event_->elapsedTime(*event_) * 1e-3;  // milliseconds from earlier to this
 }
 
 DeviceMemoryPeaks deviceMemoryPeaks() {

@@ -6,17 +6,19 @@
 //   it the process's current CUDA device (NCCL and the caching allocator use it).
 // - syncComputeDevice() returns once all work queued on the compute device is done
 //   (torch::cuda::synchronize); on the CPU, where every op has finished when it
-//   returns, it does nothing. Phase timers call it at each phase end (perf.h
-//   phaseEnd()), so an asynchronous device's time lands in the phase that queued it.
+//   returns, it does nothing. Timings that must include a device's queued work end with
+//   it (perf.h phaseEnd()); a step's phases use DeviceMark instead (below).
 // - deviceMemoryPeaks(): the CUDA caching allocator's peak allocated and peak reserved
 //   bytes on the compute device since the process began; both -1 on the CPU.
 // - cudaDeviceName(i): the GPU's name as the driver reports it ("NVIDIA H100 80GB HBM3");
 //   "" when the device does not exist. visibleCudaDevices(): 0 without a usable GPU.
 #pragma once
 
+#include <c10/core/Event.h>
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace ftb {
@@ -25,6 +27,28 @@ void useComputeDevice(const torch::Device& d);
 torch::Device computeDevice();
 bool computeOnCuda();
 void syncComputeDevice();
+// Waits for the work queued on the compute device's current stream, not for other streams
+// (a collective's NCCL stream goes on); nothing on the CPU. Before a collective's host wait
+// is timed (comm.cpp), so that wait counts the collective, not the compute queued before it.
+void syncComputeStream();
+
+// A point on the compute device's timeline, so that a step's phases are timed without
+// stalling the host at each phase end (comm/phase_timer.h).
+// - mark(): on the CPU, the host clock now (every op queued before has finished then); on
+//   a GPU, a timing CUDA event recorded on the current stream, which the device reaches
+//   once the work queued before it is done. Marking never waits.
+// - secondsSince(earlier): the seconds from `earlier` to this mark on that timeline; on a
+//   GPU it waits until the device has reached this mark (one wait for any number of
+//   earlier marks). REQUIRES: both marks made on one compute device, `earlier` first.
+class DeviceMark {
+ public:
+  static DeviceMark mark();
+  double secondsSince(const DeviceMark& earlier) const;
+
+ private:
+  double host_s_ = 0;                  // the CPU's mark
+  std::shared_ptr<c10::Event> event_;  // a GPU's mark
+};
 
 struct DeviceMemoryPeaks {
   int64_t allocated = -1;

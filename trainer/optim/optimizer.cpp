@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <string>
 #include <utility>
 
 #include "trainer/kernels/cpu_kernels.h"
@@ -11,11 +13,15 @@
 
 namespace ftb {
 
-void atenFusedAdamW(const torch::Tensor& p, const torch::Tensor& g, const torch::Tensor& m,
-                    const torch::Tensor& v, int64_t step, double lr, const OptimizerOptions& o) {
+void atenFusedAdamW(const std::vector<torch::Tensor>& ps, const std::vector<torch::Tensor>& gs,
+                    const std::vector<torch::Tensor>& ms, const std::vector<torch::Tensor>& vs,
+                    int64_t step, double lr, const OptimizerOptions& o) {
+  if (ps.empty()) return;
   torch::NoGradGuard no_grad;
-  const torch::Tensor steps = torch::full({}, double(step), p.options().dtype(torch::kFloat32));
-  at::_fused_adamw_({p}, {g}, {m}, {v}, {}, {steps}, lr, o.beta1, o.beta2, o.weight_decay, o.eps,
+  // The kernel only reads state_steps[i] (the caller counts steps): one tensor serves all.
+  const torch::Tensor t = torch::full({}, double(step), ps[0].options().dtype(torch::kFloat32));
+  const std::vector<torch::Tensor> steps(ps.size(), t);
+  at::_fused_adamw_(ps, gs, ms, vs, {}, steps, lr, o.beta1, o.beta2, o.weight_decay, o.eps,
                     /*amsgrad=*/false, /*maximize=*/false);
 }
 
@@ -123,10 +129,50 @@ class Bf16Store {
   std::vector<torch::Tensor> comp_;
 };
 
+// The tensors off the CPU that one AdamW step updates, gathered so that the step makes one
+// atenFusedAdamW call per device and dtype (and one _foreach_zero_ of their gradients)
+// instead of a few launches per tensor.
+class DeviceBatch {
+ public:
+  void add(const torch::Tensor& p, const torch::Tensor& g, const torch::Tensor& m,
+           const torch::Tensor& v) {
+    Lists& l = lists_[{p.device().str(), static_cast<int>(p.scalar_type())}];
+    l.p.push_back(p);
+    l.g.push_back(g);
+    l.m.push_back(m);
+    l.v.push_back(v);
+  }
+  void run(int64_t step, double lr, const OptimizerOptions& o, bool zero_grads) {
+    for (auto& [key, l] : lists_) {
+      atenFusedAdamW(l.p, l.g, l.m, l.v, step, lr, o);
+      if (zero_grads) at::_foreach_zero_(l.g);
+    }
+    lists_.clear();
+  }
+
+ private:
+  struct Lists {
+    std::vector<torch::Tensor> p, g, m, v;
+  };
+  std::map<std::pair<std::string, int>, Lists> lists_;
+};
+
 bool isBf16(const torch::Tensor& t) { return t.scalar_type() == torch::kBFloat16; }
 
 bool fusable(const torch::Tensor& t) {
   return t.scalar_type() == torch::kFloat32 && t.is_contiguous() && t.device().is_cpu();
+}
+
+// What ATen's fused AdamW takes (its fast-path restrictions, checked there): one device
+// and dtype, one shape and strides, dense; off the CPU (the CPU has adamwOnThreads).
+bool deviceFusable(const torch::Tensor& p, const torch::Tensor& g, const torch::Tensor& m,
+                   const torch::Tensor& v) {
+  if (p.device().is_cpu() || !p.is_non_overlapping_and_dense()) return false;
+  for (const torch::Tensor* t : {&g, &m, &v})
+    if (t->device() != p.device() || t->scalar_type() != p.scalar_type() ||
+        t->sizes() != p.sizes() || t->strides() != p.strides())
+      return false;
+  return true;
 }
 
 // AdamW over runs of parameters that lie back to back in memory (one run per DDP bucket,
@@ -161,15 +207,16 @@ class AdamW final : public Optimizer {
   void update(size_t i, const torch::Tensor& g, double lr) override {
     torch::NoGradGuard no_grad;
     const torch::Tensor& p = params_[i];
-    if (!isBf16(p)) return updateSpan(p, g, m_[i], v_[i], lr, bc1_, bc2_, false);
+    if (!isBf16(p)) return updateSpan(p, g, m_[i], v_[i], lr, bc1_, bc2_, false, nullptr);
     torch::Tensor x = p.to(torch::kFloat32);  // Bf16 weights (optimizer.h)
-    updateSpan(x, g.to(torch::kFloat32).contiguous(), m_[i], v_[i], lr, bc1_, bc2_, false);
+    updateSpan(x, g.to(torch::kFloat32).contiguous(), m_[i], v_[i], lr, bc1_, bc2_, false, nullptr);
     bf16_.store(i, p, x, t_);
   }
   void step(const std::vector<torch::Tensor>& grads, double lr, bool zero_grads) override {
     torch::NoGradGuard no_grad;
     startStep();
     const double bc1 = bc1_, bc2 = bc2_;
+    DeviceBatch batch;  // the tensors off the CPU: one fused call for all (after the loop)
     for (const Run& r : runs_) {
       if (isBf16(params_[r.idx[0]])) {  // per parameter, through an fp32 copy
         for (size_t i : r.idx)
@@ -181,13 +228,14 @@ class AdamW final : public Optimizer {
       }
       torch::Tensor p = flatSpan(params_, r.idx), g = flatSpan(grads, r.idx);
       if (p.defined() && g.defined()) {
-        updateSpan(p, g, r.m, r.v, lr, bc1, bc2, zero_grads);
+        updateSpan(p, g, r.m, r.v, lr, bc1, bc2, zero_grads, &batch);
         continue;
       }
       for (size_t i : r.idx)  // parameters moved, or gradients elsewhere / missing
         if (grads[i].defined())
-          updateSpan(params_[i], grads[i], m_[i], v_[i], lr, bc1, bc2, zero_grads);
+          updateSpan(params_[i], grads[i], m_[i], v_[i], lr, bc1, bc2, zero_grads, &batch);
     }
+    batch.run(t_, lr, o_, zero_grads);
   }
   int64_t stateBytes() const override {
     int64_t b = bf16_.bytes();
@@ -208,9 +256,11 @@ class AdamW final : public Optimizer {
     std::vector<size_t> idx;  // parameters in storage order
     torch::Tensor m, v;       // flat moments; m_[i], v_[i] are views of them
   };
-  // zero_grad: g is zero on return (in the fused pass where it can be).
+  // zero_grad: g is zero on return (in the fused pass where it can be). A span off the CPU
+  // joins `batch` (updated and zeroed when the batch runs), or is updated now without one.
   void updateSpan(const torch::Tensor& p, const torch::Tensor& g, const torch::Tensor& m,
-                  const torch::Tensor& v, double lr, double bc1, double bc2, bool zero_grad) const {
+                  const torch::Tensor& v, double lr, double bc1, double bc2, bool zero_grad,
+                  DeviceBatch* batch) const {
     if (fusable(p) && fusable(g) && fusable(m) && fusable(v) && g.numel() == p.numel()) {
       kernels::AdamWScalars s{float(o_.beta1),  float(1.0 - o_.beta1),
                               float(o_.beta2),  float(1.0 - o_.beta2),
@@ -220,9 +270,10 @@ class AdamW final : public Optimizer {
                      v.data_ptr<float>(), p.numel(), s, zero_grad);
       return;
     }
-    if (!p.device().is_cpu() && p.scalar_type() == g.scalar_type() && p.sizes() == g.sizes()) {
-      atenFusedAdamW(p, g, m, v, t_, lr, o_);  // one kernel instead of nine passes
-      if (zero_grad) g.zero_();
+    if (deviceFusable(p, g, m, v)) {
+      DeviceBatch now;  // fused kernels instead of nine passes
+      (batch ? *batch : now).add(p, g, m, v);
+      if (!batch) now.run(t_, lr, o_, zero_grad);
       return;
     }
     if (o_.weight_decay != 0) p.mul_(1.0 - lr * o_.weight_decay);

@@ -58,12 +58,15 @@ struct OptimizerOptions {
   uint64_t seed = 0;
 };
 
-// One AdamW step of p from g through ATen's fused kernel (torch.optim.AdamW(fused=True); on a
-// GPU one kernel over p, g, m, v instead of nine ATen passes): the same update as the
-// contract above, rounded differently (sqrt(v)/sqrt(1-b2^t) + eps; m by lerp). AdamW uses it
-// for tensors off the CPU. REQUIRES: p, g, m, v of one shape, dtype and device; step >= 1.
-void atenFusedAdamW(const torch::Tensor& p, const torch::Tensor& g, const torch::Tensor& m,
-                    const torch::Tensor& v, int64_t step, double lr, const OptimizerOptions& o);
+// One AdamW step of every ps[i] from gs[i] through ATen's fused multi-tensor kernel
+// (torch.optim.AdamW(fused=True): on a GPU a few launches over all the tensors instead of nine
+// ATen passes per tensor): the same update as the contract above, rounded differently
+// (sqrt(v)/sqrt(1-b2^t) + eps; m by lerp). AdamW uses it for the tensors off the CPU, one
+// call per device and dtype for a whole step. REQUIRES: ps[i], gs[i], ms[i], vs[i] of one
+// shape, every tensor of one dtype and device; step >= 1.
+void atenFusedAdamW(const std::vector<torch::Tensor>& ps, const std::vector<torch::Tensor>& gs,
+                    const std::vector<torch::Tensor>& ms, const std::vector<torch::Tensor>& vs,
+                    int64_t step, double lr, const OptimizerOptions& o);
 
 std::unique_ptr<Optimizer> makeOptimizer(std::vector<torch::Tensor> params,
                                          const OptimizerOptions& opts);

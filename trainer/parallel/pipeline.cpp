@@ -187,6 +187,7 @@ FwdBwdStats PipelineRunner::run(const StepBatches& mine, double positions) {
     }
   }
   for (auto& w : sends_) w->wait();
+  timer.settle();
   sends_.clear();
   slots_.clear();
   st.comm_s = collectiveSeconds() - c0;  // every wait: collectives, receives, sends

@@ -1,7 +1,6 @@
 #include "trainer/parallel/step_runner.h"
 
 #include "trainer/comm/phase_timer.h"
-#include "trainer/metrics/perf.h"
 
 namespace ftb {
 
@@ -15,6 +14,7 @@ class SequentialRunner final : public StepRunner {
   FwdBwdStats run(const StepBatches& mine, double positions) override {
     FwdBwdStats st;
     PhaseTimer timer;
+    torch::Tensor loss_total;  // fp64 on the device: read once, after the last backward
     for (size_t m = 0; m < mine.micro.size(); ++m) {
       const Batch& b = mine.micro[m];
       torch::Tensor loss_sum;
@@ -29,10 +29,14 @@ class SequentialRunner final : public StepRunner {
         (loss_sum / positions).backward();
       }
       timer.endSplit(st.bwd_s, st.comm_s);
-      st.loss_sum += loss_sum.item<double>();
+      // The same sum in the same order as host doubles would give (fp32 to fp64 is exact).
+      const torch::Tensor l = loss_sum.detach().to(torch::kFloat64);
+      loss_total = loss_total.defined() ? loss_total + l : l;
       st.padded += double(b.padded_tokens);
       st.dataset += double(b.dataset_tokens);
     }
+    timer.settle();  // the step's one wait for the device before its gradient sync
+    if (loss_total.defined()) st.loss_sum = loss_total.item<double>();
     return st;
   }
   int64_t sampleCopies() const override { return tp_; }
