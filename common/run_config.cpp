@@ -499,6 +499,43 @@ void checkActivationOffload(const Config& cfg, const TrainConfig& c) {
                  "set training.activation_checkpointing = \"full\" (or \"every_N\")");
 }
 
+// training.cuda_graphs (trainer/parallel/graph_runner.h): a graph replays one GPU's forward
+// and backward of one static batch; what the host does during a step of any other run
+// (collectives, a changing shape, host-drawn masks, offload copies, updates inside backward)
+// would be frozen into the graph or cannot be captured. REQUIRES: grad_accum_steps resolved.
+void checkCudaGraphs(const Config& cfg, const TrainConfig& c) {
+  const TrainingConfig& t = c.training;
+  if (!t.cuda_graphs) return;
+  const std::string why = "training.cuda_graphs replays one captured forward and backward, ";
+  const std::string off = "or set training.cuda_graphs = false";
+  if (t.device == "cpu")
+    cfg.failEither("training.cuda_graphs", "training.device",
+                   why + "on a GPU, but training.device is \"cpu\"",
+                   "set training.device = \"cuda\" (or \"auto\" on a machine with a GPU)");
+  if (c.layout.world_size > 1)
+    cfg.fail("training.cuda_graphs",
+             why + "of one GPU; this run has " + num(c.layout.world_size) +
+                 " ranks, whose collectives the host waits for",
+             "run one rank per configuration (a sweep runs the others), " + off);
+  if (t.grad_accum_steps > 1)
+    cfg.fail("training.grad_accum_steps",
+             why + "of one micro-batch per step; grad_accum_steps is " + num(t.grad_accum_steps),
+             "raise training.micro_batch_size instead, " + off);
+  if (c.data.pad_longest)
+    cfg.fail("data.padding",
+             why + "whose batch shape is fixed; \"longest\" changes it from batch to batch",
+             "use data.padding = \"max_length\" or \"packing\", " + off);
+  if (c.lora.rank > 0 && c.lora.dropout > 0)
+    cfg.fail("lora.dropout", why + "but dropout masks are drawn on the host at each forward",
+             "set lora.dropout = 0, " + off);
+  if (t.optimizer_in_backward || t.activation_offload != "none" || t.optimizer_offload != "none")
+    cfg.fail("training.cuda_graphs",
+             why + "but optimizer_in_backward and the offloads work from the host inside it",
+             "turn training.optimizer_in_backward, activation_offload and optimizer_offload "
+             "off, " +
+                 off);
+}
+
 // parallel.pp_microbatches, when > 0, is grad_accum_steps: the step's micro-batches are
 // the pipeline's. `accum` comes from grad_accum_steps or global_batch_size; a value set
 // there that differs is a contradiction.
@@ -570,6 +607,7 @@ TrainConfig TrainConfig::fromConfig(const Config& cfg, int world_size, Checks ch
   checkOptimizerInBackward(cfg, c);
   checkMasterWeights(cfg, c);
   checkActivationOffload(cfg, c);
+  checkCudaGraphs(cfg, c);
   resolvePipeline(cfg, c);
   checkComm(cfg, c.comm, checks);
   refusePlannedKeys(cfg);

@@ -86,6 +86,7 @@ struct TrainingConfig {
   std::string fp32_gemm;  // "auto" | "aten" | "openblas" (trainer/model/linear.h)
   std::string attention;  // "fused_softmax" | "sdpa" (trainer/model/llama.h)
   std::string cuda_kernels;  // "fused" | "composed" (trainer/kernels/fused_ops.h)
+  bool cuda_graphs = false;  // forward and backward replayed (trainer/parallel/graph_runner.h)
   std::string device;     // "auto" | "cpu" | "cuda" | "cuda:N" (checked syntax)
   // training.device_memory_limit_gb in bytes: the CUDA caching allocator's cap; 0 = none.
   double device_memory_limit_bytes = 0;

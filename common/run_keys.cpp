@@ -401,6 +401,12 @@ void trainingComputeRows(std::vector<KeyRow>& t) {
             {"fused", "composed"}),
       M(training.cuda_kernels)));
   t.push_back(member(
+      addedLater(spec("training.cuda_graphs", kBool, b(false),
+                      "capture the forward and backward into a CUDA graph once and replay it at "
+                      "every later step (one GPU, world size 1, one micro-batch of a fixed shape, "
+                      "no LoRA dropout, no offload, no ZeRO; other runs are refused, saying why)")),
+      M(training.cuda_graphs)));
+  t.push_back(member(
       oneOf(spec("training.fp32_gemm", kString, s("auto"),
                  "BLAS of the model's fp32 CPU projections and attention products: \"auto\" (the "
                  "faster of the two on a 2048^3 GEMM timed at start) | \"aten\" (libtorch's own, "

@@ -28,6 +28,9 @@ Checks (each prints PASS or FAIL with its figures; the report goes to --report):
               training.activation_offload = "host" keeps the losses and lowers the D2048 peak;
               training.optimizer_offload = "host" keeps the losses (1e-5) and lowers the D2048
               peak by at least 80 % of the AdamW moments
+  graphs      training.cuda_graphs: the tiny fp32 run replayed from a CUDA graph equals the
+              eager run on the GPU within 1e-5, and D2048 at micro-batch 2 with and without
+              graphs (tokens/s); not run with --device cpu
   nf4         LoRA on an NF4 base (lora.base_dtype = "nf4": quantized and dequantized with ATen
               ops on the device) on the GPU equals the CPU within 1e-4
   seven_b     a Llama-2-7B shape at seq 4096 under a 24 GB cap (bf16 weights, Adafactor inside
@@ -306,6 +309,28 @@ class Check:
                  for t in self.table)
         self.record("large bf16", ok, text)
 
+    def graphs(self):
+        """training.cuda_graphs: the tiny fp32 run replayed from a CUDA graph equals the eager
+        run on the device (1e-5: the same kernels in the same order), and the D2048 model at
+        micro-batch 2 with and without graphs (tokens/s, steps 4 on)."""
+        base = [self.dev(), "training.fp32_gemm=\"aten\"", "checkpoint.interval=10",
+                "checkpoint.keep_last=0"]
+        eager, _ = self.run("gpu_eager_fp32", base)
+        graph, _ = self.run("gpu_graph_fp32", [*base, "training.cuda_graphs=true"])
+        err = rel_err(losses(graph), losses(eager))
+        speed = {}
+        for on in ("false", "true"):
+            ov = [self.dev(), *LARGE, "training.micro_batch_size=2", f"training.cuda_graphs={on}",
+                  "checkpoint.save_final=false", *self.args.large_overrides.split()]
+            out, _ = self.run(f"large_graphs_{on}", ov, timeout=600)
+            with h5py.File(out / "metrics" / "rank_00000.h5", "r") as f:
+                speed[on] = float(np.median(f["steps"]["tokens_per_s_padded"][4:]))
+        self.record("cuda graphs", err <= 1e-5,
+                    f"tiny fp32, 20 steps: max relative loss difference {err:.2e} against the "
+                    f"eager run (bound 1e-5); D2048 bf16 micro-batch 2: {speed['true']:.0f} "
+                    f"tokens/s replayed, {speed['false']:.0f} eager "
+                    f"({ratio(speed['true'], speed['false'])})")
+
     def memory(self):
         """The optimizer step inside backward equals the ordinary step on the device, and
         training.device_memory_limit_gb caps the caching allocator: the D2048 model fits 40 GB
@@ -529,9 +554,10 @@ def main():
     args = ap.parse_args()
     Path(args.work).mkdir(parents=True, exist_ok=True)
     c = Check(args)
-    names = (["kernels"] if args.device == "cuda" else []) + [
-        "parity", "large", "memory", "seven_b", "layouts", "nccl", "checkpoint", "hf_import",
-        "lora", "nf4"]  # the acceptance figures first: a time limit cuts the tail
+    on_gpu = args.device == "cuda"  # the kernels' tests and CUDA graphs need one
+    names = (["kernels"] if on_gpu else []) + ["parity", "large"] + (["graphs"] if on_gpu else []) + [
+        "memory", "seven_b", "layouts", "nccl", "checkpoint", "hf_import", "lora",
+        "nf4"]  # the acceptance figures first: a time limit cuts the tail
     for n in (args.only.split(",") if args.only else names):
         t0 = time.time()
         c.attempt(n, getattr(c, n))

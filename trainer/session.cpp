@@ -209,6 +209,12 @@ std::string placeTensors(const Config& cfg, const TrainConfig& tc, const DistEnv
                         std::string("moves a GPU's ") + what +
                             " to host memory, but training.device resolves to " + d.device,
                         std::string("leave ") + key + " = \"none\" on the CPU");
+  if (tc.training.cuda_graphs && !d.cuda)
+    throw ConfigError("training.cuda_graphs", cfg.where("training.cuda_graphs"),
+                      "replays a GPU's captured forward and backward, but training.device "
+                      "resolves to " +
+                          d.device,
+                      "set training.cuda_graphs = false on the CPU");
   const double cap = tc.training.device_memory_limit_bytes;
   if (cap > 0 && !capDeviceMemory(cap))
     throw ConfigError(

@@ -3,6 +3,7 @@
 #include "trainer/metrics/device.h"
 #include "trainer/model/activation_checkpoint.h"
 #include "trainer/parallel/ddp.h"
+#include "trainer/parallel/graph_runner.h"
 #include "trainer/parallel/pipeline.h"
 #include "trainer/parallel/tied_embedding.h"
 #include "trainer/parallel/zero.h"
@@ -26,6 +27,7 @@ std::vector<ModelPart> stageParts(const TrainConfig& tc, int64_t stage) {
 std::unique_ptr<StepRunner> runnerFor(const TrainConfig& tc, Mesh& mesh,
                                       std::vector<Transformer> chunks, GradSync& sync,
                                       torch::ScalarType dtype) {
+  if (tc.training.cuda_graphs) return makeCudaGraphRunner(chunks[0], sync);  // one GPU
   if (tc.layout.pp == 1) return makeSequentialRunner(chunks[0], sync, tc.layout.tp);
   return makePipelineRunner(tc.pipeline, mesh.pp_rank, std::move(chunks), sync, mesh.links,
                             tc.layout.tp, tc.model.dim, dtype);

@@ -1,7 +1,8 @@
 // One step's forward and backward over this rank's micro-batches, behind one interface so
 // the training loop never asks which layout it runs: the plain sequential loop (every
-// layout without a pipeline: makeSequentialRunner) or a pipeline stage's schedule
-// (parallel/pipeline.h). parallelize() picks it.
+// layout without a pipeline: makeSequentialRunner), a pipeline stage's schedule
+// (parallel/pipeline.h) or one GPU's step replayed from a CUDA graph (training.cuda_graphs:
+// parallel/graph_runner.h). parallelize() picks it.
 //
 // Contract of run(mine, positions): every micro-batch's loss is Σ token CE / positions
 // (positions = the global batch's loss positions); gradients accumulate into the model's

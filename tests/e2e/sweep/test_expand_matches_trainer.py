@@ -100,3 +100,22 @@ def test_memory_technique_keys_expand_as_the_trainer_accepts(tmp_path):
     assert any(pt["valid"] for pt in points if "training.optimizer_in_backward=true" in pt["args"])
     # distinct points have distinct tags
     assert len({pt["tag"] for pt in points}) == len(points)
+
+
+# training.cuda_graphs in a sweep grid: refused with more than one rank, in expand's verdict as
+# in the trainer's (on the CPU too: test_memory_techniques.py); its tag differs where it is on.
+GRAPHS_SWEEP = """
+base = "{base}"
+[grid]
+"training.cuda_graphs" = [false, true]
+nproc_per_node = [1, 2]
+"""
+
+
+def test_cuda_graphs_key_expands_as_the_trainer_accepts(tmp_path):
+    points = expand_against_the_trainer(tmp_path, GRAPHS_SWEEP)
+    assert len(points) == 2 * 2
+    graphs = [pt for pt in points if "training.cuda_graphs=true" in pt["args"]]
+    assert [(pt["world_size"], pt["valid"]) for pt in graphs] == [(1, True), (2, False)]
+    assert "this run has 2 ranks" in graphs[1]["reason"]
+    assert len({pt["tag"] for pt in points}) == len(points)

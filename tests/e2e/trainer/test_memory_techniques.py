@@ -199,3 +199,19 @@ def test_offload_is_refused_on_the_cpu(tmp_path, device, says, key):
     assert p.returncode == 2, p.stderr
     assert key in p.stderr and says in p.stderr, p.stderr
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("device,says", [("cpu", "training.device is \"cpu\""),
+                                         ("auto", "resolves to cpu")])
+def test_cuda_graphs_are_refused_on_the_cpu(tmp_path, device, says):
+    """training.cuda_graphs replays a GPU's captured step (scripts/gpu_check.sh checks it on a
+    GPU); on the CPU: exit 2 naming the key before anything is written."""
+    if device == "auto" and gpus_visible():
+        pytest.skip("a GPU is visible: \"auto\" resolves to it")
+    p = subprocess.run([str(TRAINER), "--config", str(TINY), "--output-dir", str(tmp_path / "run"),
+                        "--no-sweep-dir", f"training.device=\"{device}\"",
+                        "training.cuda_graphs=true"],
+                       env=base_env(), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, p.stderr
+    assert "training.cuda_graphs" in p.stderr and says in p.stderr, p.stderr
+    assert not (tmp_path / "run").exists()

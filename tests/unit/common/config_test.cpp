@@ -630,7 +630,7 @@ TEST(ConfigErrorFormat, WithAndWithoutHint) {
 
 TEST(SchemaTest, TrainerSchemaKeys) {
   const Schema& s = trainerSchema();
-  EXPECT_EQ(s.keys().size(), 91u);  // 55 + parallel.bucket_mb + checkpoint.preempt_grace_s
+  EXPECT_EQ(s.keys().size(), 92u);  // 55 + parallel.bucket_mb + checkpoint.preempt_grace_s
                                     // + training.device + data.tokenizer/text_field/
                                     // prompt_field/completion_field
                                     // + parallel.local_collectives + checkpoint.save_final
@@ -645,6 +645,7 @@ TEST(SchemaTest, TrainerSchemaKeys) {
                                     // activation_offload/optimizer_offload
                                     // + data.chat_template
                                     // + metrics.link_probe, metrics.gemm_probe
+                                    // + training.cuda_kernels, training.cuda_graphs
   ASSERT_NE(s.find("training.lr"), nullptr);
   EXPECT_EQ(s.find("training.lr")->type, ValueType::kFloat);
   EXPECT_EQ(std::get<double>(*s.find("training.lr")->default_value), 3e-4);

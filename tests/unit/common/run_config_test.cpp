@@ -128,6 +128,46 @@ TEST(TrainConfig, OptimizerInBackwardRefusesWhatItCannotHold) {
       {"parallel.dp_replicate", "HSDP"});
 }
 
+// training.cuda_graphs: one GPU, one static micro-batch a step, nothing the host does inside
+// the step; each refusal names the key that conflicts and says why (exit 2). (A CPU device
+// chosen by "auto": tests/e2e/trainer/test_memory_techniques.py.)
+TEST(TrainConfig, CudaGraphsRefuseWhatAGraphCannotReplay) {
+  const std::string on = "training.cuda_graphs=true", gpu = "training.device=\"cuda\"";
+  EXPECT_TRUE(load({on, gpu}, 1).training.cuda_graphs);
+  EXPECT_FALSE(load({gpu}, 1).training.cuda_graphs);
+  expectConfigError(
+      [&] {
+        load({on, "training.device=\"cpu\""}, 1);
+      },
+      {"training.cuda_graphs", "training.device", "on a GPU"});
+  expectConfigError(
+      [&] {
+        load({on, gpu}, 2);
+      },
+      {"training.cuda_graphs", "2 ranks", "one rank per configuration"});
+  expectConfigError(
+      [&] {
+        load({on, gpu, "training.grad_accum_steps=2"}, 1);
+      },
+      {"training.grad_accum_steps", "one micro-batch", "micro_batch_size"});
+  expectConfigError(
+      [&] {
+        load({on, gpu, "data.padding=\"longest\""}, 1);
+      },
+      {"data.padding", "fixed", "max_length"});
+  expectConfigError(
+      [&] {
+        load({on, gpu, "lora.rank=8", "lora.dropout=0.1"}, 1);
+      },
+      {"lora.dropout", "drawn on the host"});
+  EXPECT_TRUE(load({on, gpu, "lora.rank=8"}, 1).training.cuda_graphs);
+  expectConfigError(
+      [&] {
+        load({on, gpu, "training.optimizer_in_backward=true", "training.max_grad_norm=0"}, 1);
+      },
+      {"training.cuda_graphs", "optimizer_in_backward"});
+}
+
 TEST(TrainConfig, KvHeadsMustDivideHeads) {
   expectConfigError(
       [] {
