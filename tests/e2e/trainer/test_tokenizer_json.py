@@ -23,6 +23,15 @@ from trainer_util import TRAINER, base_env, losses, read_token_cache, run_traine
 N_TEXTS = 10000
 
 
+@pytest.fixture(scope="module", autouse=True)
+def tokenizers_on_one_thread():
+    """HF `tokenizers` trains and encodes on the test's thread: its thread pool, beside the
+    other pytest workers on the cores, adds CPU time and no speed."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TOKENIZERS_PARALLELISM", "false")
+        yield
+
+
 @pytest.fixture(scope="module")
 def texts():
     return tf.corpus(N_TEXTS)
@@ -37,10 +46,12 @@ def corpus_jsonl(tmp_path_factory, texts):
 
 @pytest.fixture(scope="module")
 def families(tmp_path_factory, texts):
-    """family -> (tokenizer.json dict, HF ids of every text, directory of the pairs form)."""
+    """family -> (tokenizer.json dict, HF ids of every text, directory of the pairs form).
+    Each is trained on the first 2,000 texts: a BPE family learns as many merges there as
+    from more; the Unigram families there without the characters of tf.UNSEEN."""
     out = {}
     for family in tf.FAMILIES:
-        j = tf.make_tokenizer(family, texts[:2000 if family.startswith("unigram") else 4000])
+        j = tf.make_tokenizer(family, texts[:2000])
         d = tmp_path_factory.mktemp(family)
         hf = tf.write_tokenizer(j, family, d / "pairs")
         ids = [e.ids for e in hf.encode_batch(texts, add_special_tokens=False)]
@@ -100,13 +111,19 @@ def test_hand_changed_files_equal_hf_tokenizers(tmp_path, families, texts, varia
 
 
 def test_the_corpus_reaches_every_path(families):
-    """The equality above covers added tokens, byte fallback and <unk>: the HF ids use them."""
+    """The equality above covers added tokens, byte fallback and <unk> (BPE and Unigram, the
+    latter on at least 50 lines each): the HF ids use them."""
     def ids_of(family):
         return {i for ids in families[family][1] for i in ids}
 
     def added(family, content):
         return next(a["id"] for a in families[family][0]["added_tokens"]
                     if a["content"] == content)
+
+    def lines_using(family, pieces):
+        vocab = [piece for piece, _ in families[family][0]["model"]["vocab"]]
+        wanted = {vocab.index(p) for p in pieces}
+        return sum(not wanted.isdisjoint(ids) for ids in families[family][1])
 
     for family, content in [("gpt2", "<mask>"), ("gpt2", "Zebra"), ("gpt2", "my_word"),
                             ("gpt2", "<|endoftext|>"), ("qwen2", "<|im_start|>"),
@@ -117,6 +134,8 @@ def test_the_corpus_reaches_every_path(families):
     assert any(vocab[f"<0x{b:02X}>"] in ids_of("mistral") for b in range(0x80, 0x100)), \
         "no byte fallback token of a non-ASCII byte"
     assert families["sp_unk"][0]["model"]["vocab"]["<unk>"] in ids_of("sp_unk")
+    assert lines_using("unigram", tf.BYTES) >= 50, "Unigram byte fallback"
+    assert lines_using("unigram_unk", ["<unk>"]) >= 50, "Unigram <unk>"
 
 
 def test_add_bos_eos_follows_the_template_and_tokenizer_config(tmp_path, families, texts):

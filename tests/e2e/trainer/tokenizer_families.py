@@ -9,7 +9,8 @@ Used by test_tokenizer_json.py and by `scripts/bench.sh tokenizer`
                                whitespace runs (Unicode spaces too), combining marks,
                                compatibility forms, special-token strings inside text
   make_tokenizer(family, texts)  trains a small tokenizer of `family` on texts: its
-                               tokenizer.json as a dict
+                               tokenizer.json as a dict (the Unigram families on texts
+                               without the UNSEEN characters)
   VARIANTS                     name -> (family, change): tokenizer.json files changed by hand
                                into what no family here trains (NFKC + Strip + a Regex
                                Replace; Split behaviors Removed, Contiguous, MergedWith*,
@@ -208,8 +209,14 @@ def _train_sentencepiece_style(family, texts, vocab):
     return tok
 
 
+# The emoji and the Thai script, left out of the Unigram families' training texts: the corpus
+# then reaches their byte fallback (unigram) and <unk> (unigram_unk).
+UNSEEN = str.maketrans("", "", "".join(EMOJI) + "สวัสดีชาวโลกนี่คือข้อความภาษาไทย")
+
+
 def _train_unigram(family, texts, vocab):
     fallback = family == "unigram"
+    texts = [t.translate(UNSEEN) for t in texts]
     tok = Tokenizer(models.Unigram())
     tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
     specials = ["<unk>", "<s>", "</s>"] + (BYTES if fallback else [])
