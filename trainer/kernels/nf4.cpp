@@ -1,5 +1,10 @@
 #include "trainer/kernels/nf4.h"
 
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
 namespace ftb {
 
 const std::array<float, 16> kNf4Codes = {-1.0f,
@@ -21,10 +26,18 @@ const std::array<float, 16> kNf4Codes = {-1.0f,
 
 namespace {
 
-// The 16 code values as an fp32 tensor on `device`.
+// The 16 code values as an fp32 tensor on `device`, made there once: a copy from the host at
+// every use would wait for the device (and cannot be captured in a CUDA graph). The tables
+// are never freed (a GPU tensor freed after the CUDA runtime shut down at exit would fail).
 torch::Tensor nf4CodeTable(const torch::Device& device) {
-  return torch::tensor(std::vector<float>(kNf4Codes.begin(), kNf4Codes.end()), torch::kFloat32)
-      .to(device);
+  static std::mutex mu;
+  static auto* tables = new std::map<std::string, torch::Tensor>();
+  std::lock_guard<std::mutex> lock(mu);
+  torch::Tensor& t = (*tables)[device.str()];
+  if (!t.defined())
+    t = torch::tensor(std::vector<float>(kNf4Codes.begin(), kNf4Codes.end()), torch::kFloat32)
+            .to(device);
+  return t;
 }
 
 // The NF4 codes of x's elements (uint8, two per byte) and its block absmax, computed as

@@ -15,8 +15,9 @@
 // - Gradients accumulate into the buffers DDP made before the capture (their addresses are
 //   what the graph writes), zeroed by the optimizer's step as in every layout.
 // - Timing: a replay is one phase; its seconds go to fwd_s (bwd_s stays 0): forward and
-//   backward cannot be told apart inside a graph. The losses equal an eager run's within the
-//   GPU's reduction order (the same kernels, the same order).
+//   backward cannot be told apart inside a graph. The capture's step (warmup_steps) is slow:
+//   metrics.skip_first_steps > warmup_steps keeps it out of the run's figures. The losses equal an
+//   eager run's within the GPU's reduction order (the same kernels, the same order).
 // - In a program without CUDA (`trainer`) it throws std::logic_error: a run on a GPU runs
 //   `trainer_cuda` (metrics/device.h).
 #pragma once

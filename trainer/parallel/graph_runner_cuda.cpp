@@ -1,7 +1,10 @@
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
 
 #include <optional>
 #include <stdexcept>
@@ -88,19 +91,44 @@ class CudaGraphRunner final : public StepRunner {
     loss_ = loss_sum.detach().to(torch::kFloat64);
   }
 
-  // REQUIRES: on side_ (not the default stream), after warm-up steps on it.
+  // REQUIRES: on side_ (not the default stream), after warm-up steps on it. The capture
+  // allocates its own copy of the step's activations in the graph's pool: the blocks the
+  // warm-up left cached go back to the device first (as torch.cuda.graph does).
   void capture() {
+    c10::cuda::device_synchronize();
+    c10::cuda::CUDACachingAllocator::emptyCache();
+    const at::cuda::MempoolId_t pool = at::cuda::graph_pool_handle();
     graph_.emplace();
     try {
-      graph_->capture_begin();
+      graph_->capture_begin(pool);
       fwdBwd();
       graph_->capture_end();
     } catch (const std::exception& e) {
+      abandonCapture(pool);
       graph_.reset();
       throw std::runtime_error(std::string("training.cuda_graphs: capturing the forward and "
                                            "backward into a CUDA graph failed (run without "
                                            "training.cuda_graphs): ") +
                                e.what());
+    }
+  }
+
+  // After an error inside the capture: ends the side stream's capture (if it is still
+  // capturing) and the allocator's routing into the graph's pool, so the error unwinds on a
+  // stream that no longer captures. Best effort: the run ends with the capture's error.
+  void abandonCapture(const at::cuda::MempoolId_t& pool) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(side_.stream(), &status) != cudaSuccess ||
+        status == cudaStreamCaptureStatusNone)
+      return;  // capture_end ended it, and the graph releases its pool itself
+    cudaGraph_t g = nullptr;
+    if (cudaStreamEndCapture(side_.stream(), &g) == cudaSuccess && g != nullptr)
+      cudaGraphDestroy(g);
+    (void)cudaGetLastError();
+    try {
+      c10::cuda::CUDACachingAllocator::endAllocateToPool(side_.device_index(), pool);
+      c10::cuda::CUDACachingAllocator::releasePool(side_.device_index(), pool);
+    } catch (const std::exception&) {  // nothing was routed there yet
     }
   }
 
