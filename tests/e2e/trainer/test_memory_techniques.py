@@ -183,35 +183,22 @@ def test_fit_table_lists_what_fits_a_24_gib_card():
         assert p.returncode == 2 and key in p.stderr, p.stderr
 
 
-@pytest.mark.parametrize("key", ["training.activation_offload", "training.optimizer_offload"])
+@pytest.mark.parametrize("key,value", [("training.activation_offload", "\"host\""),
+                                       ("training.optimizer_offload", "\"host\""),
+                                       ("training.cuda_graphs", "true")])
 @pytest.mark.parametrize("device,says", [("cpu", "training.device is \"cpu\""),
                                          ("auto", "resolves to cpu")])
-def test_offload_is_refused_on_the_cpu(tmp_path, device, says, key):
-    """Offload moves a GPU's checkpointed inputs, or its optimizer state, to host memory
-    (scripts/gpu_check.sh checks both on a GPU); on the CPU there is nothing to move to: exit 2
-    naming the key before anything is written."""
+def test_gpu_techniques_are_refused_on_the_cpu(tmp_path, device, says, key, value):
+    """Offload moves a GPU's checkpointed inputs, or its optimizer state, to host memory, and
+    CUDA graphs replay a GPU's captured step (scripts/gpu_check.sh checks each on a GPU); on
+    the CPU: exit 2 naming the key before anything is written."""
     if device == "auto" and gpus_visible():
         pytest.skip("a GPU is visible: \"auto\" resolves to it")
     p = subprocess.run([str(TRAINER), "--config", str(TINY), "--output-dir", str(tmp_path / "run"),
                         "--no-sweep-dir", f"training.device=\"{device}\"",
-                        "training.activation_checkpointing=\"full\"", f"{key}=\"host\""],
+                        "training.activation_checkpointing=\"full\"", f"{key}={value}"],
                        env=base_env(), capture_output=True, text=True, timeout=60)
     assert p.returncode == 2, p.stderr
     assert key in p.stderr and says in p.stderr, p.stderr
     assert not (tmp_path / "run").exists()
 
-
-@pytest.mark.parametrize("device,says", [("cpu", "training.device is \"cpu\""),
-                                         ("auto", "resolves to cpu")])
-def test_cuda_graphs_are_refused_on_the_cpu(tmp_path, device, says):
-    """training.cuda_graphs replays a GPU's captured step (scripts/gpu_check.sh checks it on a
-    GPU); on the CPU: exit 2 naming the key before anything is written."""
-    if device == "auto" and gpus_visible():
-        pytest.skip("a GPU is visible: \"auto\" resolves to it")
-    p = subprocess.run([str(TRAINER), "--config", str(TINY), "--output-dir", str(tmp_path / "run"),
-                        "--no-sweep-dir", f"training.device=\"{device}\"",
-                        "training.cuda_graphs=true"],
-                       env=base_env(), capture_output=True, text=True, timeout=60)
-    assert p.returncode == 2, p.stderr
-    assert "training.cuda_graphs" in p.stderr and says in p.stderr, p.stderr
-    assert not (tmp_path / "run").exists()
