@@ -166,7 +166,9 @@ FwdBwdStats PipelineRunner::run(const StepBatches& mine, double positions) {
       case PipeAction::kRecvGrad: {
         Slot& s = slots_[{a.mb, a.chunk}];
         (a.kind == PipeAction::kRecvAct ? s.act_work : s.grad_work)->wait();
-        timer.end(st.bubble_s);
+        // The time blocked in the receive is the bubble (part of comm_s); the rest of the
+        // phase, the host's dispatch, goes to fwd_s as an issued send's does.
+        timer.endSplit(st.fwd_s, st.bubble_s);
         break;
       }
       case PipeAction::kForward:
