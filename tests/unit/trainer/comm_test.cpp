@@ -626,7 +626,8 @@ std::vector<WorkerResult> spawnWorkers(int world, const std::string& mode,
 }
 
 // As spawnWorkers, retried (at most twice more) when the port picked by freePort() was
-// taken by someone else before rank 0's TCPStore could bind it.
+// taken by someone else before rank 0's TCPStore could bind it (c10d says "address already in
+// use" and EADDRINUSE; the C library's strerror "Address already in use").
 std::vector<WorkerResult> runWorkers(int world, const std::string& mode,
                                      std::chrono::seconds timeout) {
   std::vector<WorkerResult> results;
@@ -634,7 +635,8 @@ std::vector<WorkerResult> runWorkers(int world, const std::string& mode,
     results = spawnWorkers(world, mode, timeout);
     bool port_taken = false;
     for (const auto& w : results)
-      port_taken = port_taken || w.log.find("Address already in use") != std::string::npos;
+      port_taken = port_taken || w.log.find("EADDRINUSE") != std::string::npos ||
+                   w.log.find("ddress already in use") != std::string::npos;
     if (!port_taken) break;
   }
   return results;
