@@ -64,6 +64,8 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 PY="$ROOT/.venv/bin/python"  # the project venv (scripts/setup.sh): torch 2.x, h5py, pandas
 BUILD=${FTB_BUILD_DIR:-$ROOT/build/release}
+# Builds a benchmark program that the default build leaves out (trainer/CMakeLists.txt).
+build_bench_program() { cmake --build "$BUILD" --target "$1" >/dev/null; }
 OUT=$ROOT/results/bench
 mkdir -p "$OUT"
 which=("$@")
@@ -396,6 +398,7 @@ bench_ckpt() {
     --output-dir "$runs/agree" --no-sweep-dir training.max_steps=300 metrics.skip_first_steps=20 \
     metrics.log_every=100
   echo "bench: ckpt, stop agreement, 5/7/8-double all-reduce A/B, world 2 (${FTB_AGREE_ROUNDS:-20000} rounds)"
+  build_bench_program ftb_agree_bench
   launch 2 "$runs/agree_ab.log" -- "$BUILD/trainer/ftb_agree_bench" "$runs/agree_ab" \
     --rounds "${FTB_AGREE_ROUNDS:-20000}"
   cat /proc/loadavg >"$runs/loadavg.after"
@@ -580,6 +583,7 @@ pp_net_run() {  # pp_net_run RUNS RATE LAYOUT
 # alternating (trainer/bench/p2p_cost.cpp).
 bench_pipeline_link() {
   echo "bench: pipeline link, 1 MiB round trip, local memory and Gloo, 2 ranks"
+  build_bench_program ftb_p2p_bench
   launch 2 "$1/link.log" -- "$BUILD/trainer/ftb_p2p_bench" --rounds 400
 }
 

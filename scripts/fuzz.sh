@@ -7,8 +7,7 @@
 # Usage: scripts/fuzz.sh [fuzz_config|fuzz_hostlist|fuzz_tag|fuzz_manifest|fuzz_safetensors ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cmake --preset fuzz >/dev/null
-cmake --build --preset fuzz -j "${FTB_JOBS:-2}"
+scripts/build.sh fuzz
 seconds="${FTB_FUZZ_SECONDS:-60}"
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(fuzz_config fuzz_hostlist fuzz_tag fuzz_manifest fuzz_safetensors)

@@ -6,7 +6,7 @@
 set -euo pipefail
 
 PKGS=(
-  build-essential cmake ccache pkg-config git
+  build-essential cmake ninja-build ccache pkg-config git
   libopenblas0-openmp libopenblas-openmp-dev       # fp32 GEMM where it beats the wheel's MKL
   libjemalloc-dev                                   # trainer allocator (honest peak RSS)
   libopenmpi-dev openmpi-bin                        # launcher rendezvous
@@ -75,7 +75,8 @@ else
   # cached wheels took 80 s here); pip resolves all before installing, so a missing wheel
   # fails before anything is installed, and then the missing ones are downloaded.
   # --no-compile: no .pyc for torch's thousands of modules now; Python writes them for
-  # the modules a test imports, when it first imports them.
+  # the modules a test imports, when it first imports them (scripts/test.sh unsets
+  # PYTHONDONTWRITEBYTECODE for that).
   install=("$VENV/bin/python" -m pip install -q --no-compile --no-deps --no-index
            --find-links "$WHEELS" -r "$REQ")
   if ! "${install[@]}" 2>/dev/null; then

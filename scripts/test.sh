@@ -82,6 +82,11 @@ export FTB_BUILD_DIR="$ROOT/build/release"
 # pytest-xdist. First on PATH, so every `python3` a test or script starts is the venv's too.
 PY="$ROOT/.venv/bin/python"
 export PATH="$ROOT/.venv/bin:$PATH"
+# Bytecode: the venv is installed without .pyc files (scripts/setup.sh), so Python must be
+# free to write them when a module is first imported. Where PYTHONDONTWRITEBYTECODE is set,
+# every test process compiled torch's and transformers' modules anew: `import torch` took
+# 3.4 CPU-s instead of 1.8, a worker's collection of the suite 34 s of which 15 s compiling.
+unset PYTHONDONTWRITEBYTECODE
 
 phase ctest
 rm -rf build/release/gtest-reports

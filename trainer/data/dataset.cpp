@@ -15,17 +15,11 @@
 #include "common/error.h"
 #include "common/json_input.h"
 #include "common/log.h"
+#include "common/splitmix64.h"
 #include "trainer/data/text_dataset.h"
 
 namespace ftb {
 namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 class SyntheticDataset final : public Dataset {
  public:

@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "common/splitmix64.h"
 #include "trainer/kernels/cpu_kernels.h"
 #include "trainer/kernels/tensor_runs.h"
 
@@ -52,12 +53,6 @@ void adamwOnThreads(float* p, float* g, float* m, float* v, int64_t n,
 
 constexpr int64_t kRoundChunk = int64_t(1) << 16;  // elements per pass: temporaries stay small
 
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
 
 // 16 pseudo-random bits for elements [begin, begin + n) of a tensor: xorshift32 rounds over
 // (index + key), a function of `key` and the index only. Bitwise ops only: no overflow.

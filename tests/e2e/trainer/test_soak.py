@@ -1,20 +1,27 @@
 """Soak: every parallel layout keeps its memory flat once warm (no leak per step).
 
-Each layout trains the tiny model for SOAK_S seconds (training.stop_after_seconds) in fp32
-and in bf16, with the default collectives (local memory within the host). Every rank's
-memory in use (the metrics file's per-step rss_bytes less allocator_kept_bytes, the freed
-pages jemalloc keeps for reuse) at the first step SETTLE_S seconds after the first step,
-and at the last step, must differ by less than 5 %, and the trainer's own watch (root
-attribute rss_growth, trainer/docs/metrics.md "RSS growth") must agree. RSS itself is not
-held to it: the kept pages refill after the trainer returns them to the OS, by up to its
-16 MiB bound (DDP fp32: 152 -> 167 MiB over the first seconds after the return, then
-flat), 10 % of a tiny rank's RSS. A leak of one 0.5 MB tensor per step grows the memory in
-use by 5 % in about 2 s.
+Each layout trains the tiny model on 16-token samples for SOAK_S seconds
+(training.stop_after_seconds) in fp32 and in bf16, the two runs side by side, with the
+default collectives (local memory within the host). Every rank's memory in use (the metrics
+file's per-step rss_bytes less allocator_kept_bytes, the freed pages jemalloc keeps for
+reuse) at the first step SETTLE_S seconds after the first step, and at the last step, must
+differ by less than 5 %, and the trainer's own watch (root attribute rss_growth,
+trainer/docs/metrics.md "RSS growth") must agree. RSS itself is not held to it: the kept
+pages refill after the trainer returns them to the OS, by up to its 16 MiB bound (DDP fp32:
+152 -> 167 MiB over the first seconds after the return, then flat), 10 % of a tiny rank's
+RSS. A leak of one 0.5 MB tensor per step grows the memory in use by 5 % in about 2 s.
+
+Each run must measure at least MIN_STEPS (100) steps after SETTLE_S: then a leak of about
+70 KiB per step (5 % of a tiny rank's ~140 MiB in use, over 100 steps) fails every run.
+Measured on 2 cores, one pair at a time: DDP fp32 1,004 and bf16 701 steps, HSDP 2x2 fp32
+337 and bf16 265 (each run alone, with 64-token samples: 1,253, 1,139, 671
+and 506), so a leak of 30 KiB per step fails the slowest. Side by side, the two runs of a
+layout share the CPU one run had, and the whole check takes half as long.
 
 Two-level (hierarchical) collectives need two hosts: two PID namespaces on this host give
 two host keys (localHostKey: boot id, net and pid namespaces) over one network; that
 layout skips unless `unshare --pid` works (root or user namespaces).
-The whole check runs 16 layouts one after another (about 4.5 minutes on 2 cores).
+The whole check runs 8 layouts, two runs at a time (about 2 minutes on 2 cores).
 """
 import shutil
 import subprocess
@@ -34,6 +41,9 @@ pytestmark = pytest.mark.timing
 SOAK_S = 12  # training seconds per layout
 SETTLE_S = 3  # first-step lazy allocations (optimizer state, buckets) settle within this
 LIMIT = 0.05
+MIN_STEPS = 100  # measured steps after SETTLE_S, per rank (the docstring says why)
+SEQ = "data.seq_len=16"
+DTYPES = ("fp32", "bf16")
 
 LAYOUTS = {
     "ddp": (2, []),
@@ -99,34 +109,61 @@ def rss_growth_from_rows(path):
     assert ((kept >= 0) & (kept < resident)).all() if on_jemalloc else (kept == -1).all(), path
     rss = resident - np.maximum(kept, 0)
     settled = np.nonzero(t >= t[0] + SETTLE_S)[0]
-    assert len(settled) > 10, f"{path}: only {len(settled)} steps after {SETTLE_S} s"
+    assert len(settled) >= MIN_STEPS, f"{path}: only {len(settled)} steps after {SETTLE_S} s"
     first = rss[settled[0]]
     return (rss[-1] - first) / first, first, rss[-1], len(t), attrs
 
 
-def run_soak(tmp_path, name, dtype, env_extra=None):
+def start_soak(out_dir, name, dtype, env_extra=None):
     world, overrides = LAYOUTS[name]
-    two_level = name == "two_level"
-    procs = start_ranks(tmp_path, world, [*overrides, f"training.dtype={dtype}"],
-                        pid_hosts=two_level, env_extra=env_extra)
-    outs = finish(procs, timeout=SOAK_S + 120)
+    return start_ranks(out_dir, world, [*overrides, SEQ, f"training.dtype={dtype}"],
+                       pid_hosts=name == "two_level", env_extra=env_extra)
+
+
+def soak_results(out_dir, name, outs):
+    """Each rank's rss_growth_from_rows of a finished soak, after its exit checks."""
+    world, _ = LAYOUTS[name]
     for r, (rc, o, e) in enumerate(outs):
         assert rc == 0, f"{name} process {r} exited {rc}:\n{o[-3000:]}\n{e[-3000:]}"
-    if two_level:
-        log = (Path(tmp_path) / "rank0.log").read_text()
+    if name == "two_level":
+        log = (Path(out_dir) / "rank0.log").read_text()
         assert "hierarchical" in log, log[-3000:]
     else:
         assert "local memory" in outs[0][2] + outs[0][1], "not the local-memory collectives"
-    return [rss_growth_from_rows(Path(tmp_path) / "metrics" / f"rank_{r:05d}.h5")
+    return [rss_growth_from_rows(Path(out_dir) / "metrics" / f"rank_{r:05d}.h5")
             for r in range(world)]
 
 
-@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.fixture(scope="module")
+def soaked(tmp_path_factory):
+    """name -> {dtype: per-rank results, or the AssertionError that checking them raised}:
+    a layout's fp32 and bf16 runs side by side, once, for the two tests that read them."""
+    done = {}
+
+    def get(name):
+        if name not in done:
+            dirs = {d: tmp_path_factory.mktemp(f"{name}_{d}") for d in DTYPES}
+            procs = {d: start_soak(dirs[d], name, d) for d in DTYPES}
+            outs = {d: finish(procs[d], timeout=SOAK_S + 120) for d in DTYPES}
+            done[name] = {}
+            for d in DTYPES:
+                try:
+                    done[name][d] = soak_results(dirs[d], name, outs[d])
+                except AssertionError as e:
+                    done[name][d] = e
+        return done[name]
+    return get
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("name", list(LAYOUTS))
-def test_rss_is_flat_once_warm(name, dtype, tmp_path):
+def test_rss_is_flat_once_warm(name, dtype, soaked):
     if name == "two_level" and not can_unshare_pid():
         pytest.skip("two pretend hosts need `unshare --pid` (root or user namespaces)")
-    for rank, (growth, first, last, rows, attrs) in enumerate(run_soak(tmp_path, name, dtype)):
+    results = soaked(name)[dtype]
+    if isinstance(results, AssertionError):
+        raise results
+    for rank, (growth, first, last, rows, attrs) in enumerate(results):
         where = (f"{name} {dtype} rank {rank}: in use {first / 2**20:.1f} MiB at {SETTLE_S} s -> "
                  f"{last / 2**20:.1f} MiB at the last of {rows} steps")
         assert abs(growth) < LIMIT, f"{where}: {100 * growth:+.1f} %"
@@ -138,7 +175,7 @@ def test_rss_is_flat_once_warm(name, dtype, tmp_path):
 def test_trainer_reports_a_leak_it_did_not_cause(tmp_path):
     """The RSS watch: 256 KiB kept per step (test hook) is warned about and recorded."""
     world, overrides = LAYOUTS["ddp"]
-    procs = start_ranks(tmp_path, world, overrides,
+    procs = start_ranks(tmp_path, world, [*overrides, SEQ],
                         env_extra={"FTB_TEST_LEAK_BYTES_PER_STEP": 256 << 10})
     outs = finish(procs, timeout=SOAK_S + 120)
     for r, (rc, o, e) in enumerate(outs):

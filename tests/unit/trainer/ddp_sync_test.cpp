@@ -57,7 +57,7 @@ std::vector<ModelParam> threeParams() {
 }
 
 // One backward of sum(k * p) over the given parameters: gradient k everywhere.
-void backward(const std::vector<torch::Tensor>& params, double k) {
+void backwardOfScaledSum(const std::vector<torch::Tensor>& params, double k) {
   torch::Tensor loss = torch::zeros({});
   for (const auto& p : params) loss = loss + (p * k).sum();
   loss.backward();
@@ -82,10 +82,10 @@ TEST(DdpSync, TheLastMicroBatchSumsThePeersGradientIntoTheParametersGrads) {
   auto params = ddp.optimizerParams();
   ddp.beginStep();
   ddp.beforeBackward(false);  // micro-batch 1 of 2: accumulate only
-  backward(params, 1.0);
+  backwardOfScaledSum(params, 1.0);
   EXPECT_TRUE(comm.calls.empty()) << "no collective before the last micro-batch";
   ddp.beforeBackward(true);
-  backward(params, 2.0);
+  backwardOfScaledSum(params, 2.0);
   ddp.finishGradients();
   ASSERT_EQ(comm.calls.size(), 2u);
   // Bucket 0 (c, b: 8 floats) first, then bucket 1 (a: 4 floats); each reduced buffer is
@@ -114,7 +114,7 @@ TEST(DdpSync, AParameterWithoutAGradientIsReducedAsZeros) {
   DdpSync ddp(ps, comm, 1, 1);  // one bucket per parameter
   auto params = ddp.optimizerParams();
   ddp.beforeBackward(true);
-  backward({params[0], params[2]}, 1.0);  // b takes no part in the loss
+  backwardOfScaledSum({params[0], params[2]}, 1.0);  // b takes no part in the loss
   ddp.finishGradients();
   ASSERT_EQ(comm.calls.size(), 3u) << "every bucket is reduced, or the ranks would mismatch";
   // Index order: c, b, a (reverse forward order).
@@ -138,7 +138,7 @@ TEST(DdpSync, AWorldOfOneCommunicatesNothing) {
   DdpSync ddp(ps, alone, 1, 32);
   auto params = ddp.optimizerParams();
   ddp.beforeBackward(true);
-  backward(params, 2.0);
+  backwardOfScaledSum(params, 2.0);
   ddp.finishGradients();
   for (const auto& g : ddp.gradients()) EXPECT_TRUE(torch::equal(g, torch::full_like(g, 2)));
 }

@@ -11,7 +11,7 @@ namespace ftb {
 namespace {
 
 // Forward and both gradients of projection(x, w) on `route`, from fixed inputs.
-std::vector<torch::Tensor> run(Fp32Gemm route, bool weight_grad) {
+std::vector<torch::Tensor> runProjection(Fp32Gemm route, bool weight_grad) {
   setFp32Gemm(route);
   torch::manual_seed(7);
   torch::Tensor x = torch::randn({3, 5, 24}).requires_grad_(true);
@@ -24,7 +24,7 @@ std::vector<torch::Tensor> run(Fp32Gemm route, bool weight_grad) {
 TEST(Projection, OpenBlasMatchesAtenForwardAndBackward) {
   if (!kernels::openblas()) GTEST_SKIP() << "libopenblas.so.0 does not load";
   RouteGuard guard;
-  auto ref = run(Fp32Gemm::kAten, true), got = run(Fp32Gemm::kOpenBlas, true);
+  auto ref = runProjection(Fp32Gemm::kAten, true), got = runProjection(Fp32Gemm::kOpenBlas, true);
   EXPECT_EQ(got[0].sizes(), ref[0].sizes());
   for (int i = 0; i < 3; ++i) EXPECT_LT(relErr(got[i], ref[i]), 1e-5) << "tensor " << i;
 }
@@ -32,7 +32,7 @@ TEST(Projection, OpenBlasMatchesAtenForwardAndBackward) {
 TEST(Projection, FrozenWeightGetsNoGradient) {
   if (!kernels::openblas()) GTEST_SKIP() << "libopenblas.so.0 does not load";
   RouteGuard guard;
-  auto ref = run(Fp32Gemm::kAten, false), got = run(Fp32Gemm::kOpenBlas, false);
+  auto ref = runProjection(Fp32Gemm::kAten, false), got = runProjection(Fp32Gemm::kOpenBlas, false);
   EXPECT_LT(relErr(got[1], ref[1]), 1e-5);
   EXPECT_FALSE(got[2].defined());
 }

@@ -60,7 +60,7 @@ void makeSegment(const std::string& name) {
 
 bool segmentExists(const std::string& name) { return fs::exists("/dev/shm/" + name); }
 
-std::string join(c10d::Store& store, int me, const std::vector<int>& ranks, size_t payload,
+std::string joinSegment(c10d::Store& store, int me, const std::vector<int>& ranks, size_t payload,
                  LocalMembers* out) {
   return joinLocalMemory(
       store, me, ranks, payload, [](char* p) { std::memset(p, 0, 8); }, out);
@@ -69,7 +69,7 @@ std::string join(c10d::Store& store, int me, const std::vector<int>& ranks, size
 TEST(LocalMemory, SegmentIsGoneOnceEveryMemberHasItMapped) {
   c10d::HashStore store;
   LocalMembers m;
-  ASSERT_EQ(join(store, 0, {0}, 4096, &m), "");
+  ASSERT_EQ(joinSegment(store, 0, {0}, 4096, &m), "");
   EXPECT_TRUE(segmentsOf(getpid()).empty());
   std::memcpy(m.segment.payload(), "mapped", 7);  // the mapping outlives the name
   EXPECT_STREQ(m.segment.payload(), "mapped");
@@ -82,7 +82,7 @@ TEST(LocalMemory, PeerTimeoutLeavesNoSegment) {
   store.setTimeout(std::chrono::milliseconds(300));
   LocalMembers m;
   // Member 1 never publishes: member 0 created the segment, then times out waiting.
-  EXPECT_THROW(join(store, 0, {0, 1}, 4096, &m), DistError);
+  EXPECT_THROW(joinSegment(store, 0, {0, 1}, 4096, &m), DistError);
   EXPECT_EQ(segmentsOf(getpid()), std::vector<std::string>{});
 }
 
@@ -92,7 +92,7 @@ TEST(LocalMemory, SegmentDevShmCannotHoldFallsBackAndLeavesNothing) {
   const size_t more = size_t(st.f_blocks) * st.f_frsize + (size_t(1) << 30);  // its whole size+
   c10d::HashStore store;
   LocalMembers m;
-  const std::string why = join(store, 0, {0}, more, &m);
+  const std::string why = joinSegment(store, 0, {0}, more, &m);
   EXPECT_NE(why.find("posix_fallocate"), std::string::npos) << why;
   EXPECT_NE(why.find("in /dev/shm"), std::string::npos) << why;
   EXPECT_EQ(segmentsOf(getpid()), std::vector<std::string>{});
@@ -120,7 +120,7 @@ TEST(LocalMemory, CreatorRemovesStaleSegmentsBeforeCreating) {
   makeSegment(stale);
   c10d::HashStore store;
   LocalMembers m;
-  ASSERT_EQ(join(store, 0, {0}, 4096, &m), "");
+  ASSERT_EQ(joinSegment(store, 0, {0}, 4096, &m), "");
   EXPECT_FALSE(segmentExists(stale));
 }
 

@@ -47,7 +47,7 @@ void expectNear(const torch::Tensor& got, const Mat& want, double tol, const cha
 }
 
 // A parameter tensor (the optimizer updates it in place; gradients are passed to step()).
-torch::Tensor param(const torch::Tensor& value) { return value.clone(); }
+torch::Tensor paramTensor(const torch::Tensor& value) { return value.clone(); }
 
 // ------------------------------------------------------------------------ AdamW
 
@@ -69,7 +69,7 @@ struct AdamRef {
 
 TEST(AdamW, FirstStepClosedForm) {
   // Step 1: mhat = g, vhat = g^2, so the step is lr * g / (|g| + eps) after decay.
-  torch::Tensor p = param(torch::tensor({0.5f, -1.0f, 2.0f, 0.25f}));
+  torch::Tensor p = paramTensor(torch::tensor({0.5f, -1.0f, 2.0f, 0.25f}));
   torch::Tensor g = torch::tensor({0.1f, -0.2f, 0.0f, 3.0f});
   OptimizerOptions o;
   o.kind = "adamw";
@@ -127,7 +127,7 @@ TEST(AdamW, TwoStepsMatchReference) {
     return torch::tensor(std::vector<float>(v.begin(), v.end()));
   };
   for (double wd : {0.0, 0.1}) {
-    torch::Tensor p = param(asTensor(p0));
+    torch::Tensor p = paramTensor(asTensor(p0));
     OptimizerOptions o;
     o.beta1 = 0.9;
     o.beta2 = 0.95;
@@ -213,7 +213,7 @@ TEST(AdamW, AtenFusedKernelOverManyTensorsEqualsOneTensorAtATime) {
 }
 
 TEST(AdamW, SkipsParametersWithoutGradient) {
-  torch::Tensor with = param(torch::ones({3}));
+  torch::Tensor with = paramTensor(torch::ones({3}));
   torch::Tensor without = torch::full({2}, 3.0f);
   OptimizerOptions o;
   o.weight_decay = 0.5;
@@ -276,7 +276,7 @@ TEST(Adafactor, FirstStepUsesRankOneSecondMoment) {
   // Not rank-1, so the factored estimate differs from g^2 and the test can tell.
   Mat g = roundF32({{0.1, -0.2, 0.3}, {0.4, 0.5, -0.6}});
   Mat p0 = roundF32({{1.0, 2.0, -1.0}, {0.5, -0.5, 0.0}});
-  torch::Tensor p = param(fromMat(p0));
+  torch::Tensor p = paramTensor(fromMat(p0));
   OptimizerOptions o;
   o.kind = "adafactor";
   auto opt = makeOptimizer({p}, o);
@@ -311,7 +311,7 @@ TEST(Adafactor, UpdateRmsClippedToOne) {
   // One large entry makes the rank-1 estimate tiny at [1][1]: unclipped RMS >> 1.
   Mat g = roundF32({{10.0, 0.01, 0.01}, {0.01, 0.01, 0.01}});
   Mat p0 = roundF32({{0.0, 0.0, 0.0}, {0.0, 0.0, 0.0}});
-  torch::Tensor p = param(fromMat(p0));
+  torch::Tensor p = paramTensor(fromMat(p0));
   OptimizerOptions o;
   o.kind = "adafactor";
   o.weight_decay = 0.0;
@@ -333,7 +333,7 @@ TEST(Adafactor, SecondStepAndWeightDecay) {
   Mat g1 = roundF32({{0.1, -0.2, 0.3}, {0.4, 0.5, -0.6}});
   Mat g2 = roundF32({{-0.3, 0.1, 0.2}, {0.05, -0.5, 0.6}});
   Mat p0 = roundF32({{1.0, 2.0, -1.0}, {0.5, -0.5, 0.25}});
-  torch::Tensor p = param(fromMat(p0));
+  torch::Tensor p = paramTensor(fromMat(p0));
   OptimizerOptions o;
   o.kind = "adafactor";
   o.weight_decay = 0.1;
@@ -349,7 +349,7 @@ TEST(Adafactor, SecondStepAndWeightDecay) {
 
 TEST(Adafactor, OneDimensionalParameterUnfactored) {
   // 1-D: V = g^2 + e1 at step 1, so u = g / |g| = sign(g) (RMS 1, no clip); zero stays zero.
-  torch::Tensor p = param(torch::tensor({1.0f, 1.0f, 1.0f, 1.0f}));
+  torch::Tensor p = paramTensor(torch::tensor({1.0f, 1.0f, 1.0f, 1.0f}));
   OptimizerOptions o;
   o.kind = "adafactor";
   auto opt = makeOptimizer({p}, o);
