@@ -2,6 +2,7 @@
 
 #include <execinfo.h>
 #include <signal.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -39,7 +40,27 @@ const char* digits(uintptr_t v, unsigned base, char* buf) {
   return buf;
 }
 
-void onFatalSignal(int sig, siginfo_t* info, void*) {
+// The instruction that faulted, from the signal's context, and, when it is no code at all
+// (a call through a null or stale function pointer: the unwinder cannot step out of it and
+// the stack below shows the handler alone), the return address its caller pushed.
+void putFaultingFrames(const void* context) {
+#if defined(__x86_64__)
+  if (context == nullptr) return;
+  const mcontext_t& m = static_cast<const ucontext_t*>(context)->uc_mcontext;
+  void* pc[1] = {reinterpret_cast<void*>(m.gregs[REG_RIP])};
+  put("faulting instruction: ");
+  backtrace_symbols_fd(pc, 1, STDERR_FILENO);
+  if (reinterpret_cast<uintptr_t>(pc[0]) < 4096) {
+    void* caller[1] = {*reinterpret_cast<void* const*>(m.gregs[REG_RSP])};
+    put("called from (return address on the stack): ");
+    backtrace_symbols_fd(caller, 1, STDERR_FILENO);
+  }
+#else
+  (void)context;
+#endif
+}
+
+void onFatalSignal(int sig, siginfo_t* info, void* context) {
   char num[24];
   put("\n");
   put(g_who);
@@ -56,7 +77,9 @@ void onFatalSignal(int sig, siginfo_t* info, void*) {
     put(") at address ");
     put(digits(reinterpret_cast<uintptr_t>(info ? info->si_addr : nullptr), 16, num));
   }
-  put("; stack (addr2line -f -C -e BINARY OFFSET names each frame):\n");
+  put("; (addr2line -f -C -e BINARY OFFSET names each frame)\n");
+  putFaultingFrames(context);
+  put("stack:\n");
   void* frames[64];
   backtrace_symbols_fd(frames, backtrace(frames, 64), STDERR_FILENO);
   // SA_RESETHAND restored the default action: re-raise it (a fault re-executes and dies).
