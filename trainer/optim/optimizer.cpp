@@ -53,7 +53,6 @@ void adamwOnThreads(float* p, float* g, float* m, float* v, int64_t n,
 
 constexpr int64_t kRoundChunk = int64_t(1) << 16;  // elements per pass: temporaries stay small
 
-
 // 16 pseudo-random bits for elements [begin, begin + n) of a tensor: xorshift32 rounds over
 // (index + key), a function of `key` and the index only. Bitwise ops only: no overflow.
 torch::Tensor roundingNoise(int64_t begin, int64_t n, uint64_t key, const torch::Tensor& like) {

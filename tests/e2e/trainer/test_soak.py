@@ -114,10 +114,10 @@ def rss_growth_from_rows(path):
     return (rss[-1] - first) / first, first, rss[-1], len(t), attrs
 
 
-def start_soak(out_dir, name, dtype, env_extra=None):
+def start_soak(out_dir, name, dtype):
     world, overrides = LAYOUTS[name]
     return start_ranks(out_dir, world, [*overrides, SEQ, f"training.dtype={dtype}"],
-                       pid_hosts=name == "two_level", env_extra=env_extra)
+                       pid_hosts=name == "two_level")
 
 
 def soak_results(out_dir, name, outs):

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "tests/unit/trainer/tensor_util.h"
 #include "trainer/parallel/ddp.h"
 
 namespace ftb {
@@ -54,13 +55,6 @@ std::vector<ModelParam> threeParams() {
     ps.push_back(p);
   }
   return ps;
-}
-
-// One backward of sum(k * p) over the given parameters: gradient k everywhere.
-void backwardOfScaledSum(const std::vector<torch::Tensor>& params, double k) {
-  torch::Tensor loss = torch::zeros({});
-  for (const auto& p : params) loss = loss + (p * k).sum();
-  loss.backward();
 }
 
 TEST(DdpSync, BucketsFormInReverseForwardOrderUpToTheByteLimit) {

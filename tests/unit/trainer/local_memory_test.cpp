@@ -61,7 +61,7 @@ void makeSegment(const std::string& name) {
 bool segmentExists(const std::string& name) { return fs::exists("/dev/shm/" + name); }
 
 std::string joinSegment(c10d::Store& store, int me, const std::vector<int>& ranks, size_t payload,
-                 LocalMembers* out) {
+                        LocalMembers* out) {
   return joinLocalMemory(
       store, me, ranks, payload, [](char* p) { std::memset(p, 0, 8); }, out);
 }

@@ -6,12 +6,20 @@
 #include <cstdint>
 #include <fstream>
 #include <string>
+#include <vector>
 
 namespace ftb {
 
 // max |a - b| in float64.
 inline double maxAbsDiff(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max().item<double>();
+}
+
+// One backward of sum(k * p) over the given parameters: gradient k in every element.
+inline void backwardOfScaledSum(const std::vector<torch::Tensor>& params, double k) {
+  torch::Tensor loss = torch::zeros({});
+  for (const torch::Tensor& p : params) loss = loss + (p * k).sum();
+  loss.backward();
 }
 
 // A file of little-endian int64 token ids (what the Python references write) as a

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/unit/trainer/tensor_util.h"
 #include "trainer/parallel/zero.h"
 
 namespace ftb {
@@ -75,13 +76,6 @@ struct Model {
   }
 };
 
-// One backward of sum(k * p) over every parameter: gradient k everywhere.
-void modelBackwardOfScaledSum(const Model& m, double k) {
-  torch::Tensor loss = torch::zeros({});
-  for (const torch::Tensor& p : m.tensors()) loss = loss + (p * k).sum();
-  loss.backward();
-}
-
 struct Zero {
   Model m;
   TwoRankComm comm{/*rank=*/1, /*peer=*/10};
@@ -120,9 +114,9 @@ TEST(ZeroSync, Stage1AllReducesEachUnitOnceAfterTheLastBackwardAndKeepsItsSlice)
   Zero z(1);
   z.sync->beginStep();
   z.sync->beforeBackward(false);
-  modelBackwardOfScaledSum(z.m, 1);
+  backwardOfScaledSum(z.m.tensors(), 1);
   z.sync->beforeBackward(true);
-  modelBackwardOfScaledSum(z.m, 2);
+  backwardOfScaledSum(z.m.tensors(), 2);
   EXPECT_TRUE(z.comm.calls.empty()) << "no collective before finishGradients";
   z.sync->finishGradients();
   EXPECT_EQ(z.comm.calls, (std::vector<std::string>{"all_reduce 8", "all_reduce 2"}));
@@ -137,7 +131,7 @@ TEST(ZeroSync, Stage2ReduceScattersAUnitInTheBackwardThatCompletesItAndFreesItsG
   Zero z(2);
   z.sync->beginStep();
   z.sync->beforeBackward(false);
-  modelBackwardOfScaledSum(z.m, 1);
+  backwardOfScaledSum(z.m.tensors(), 1);
   std::vector<std::string> first = z.comm.calls;
   std::sort(first.begin(), first.end());
   EXPECT_EQ(first, (std::vector<std::string>{"reduce_scatter 2", "reduce_scatter 8"}))
@@ -145,7 +139,7 @@ TEST(ZeroSync, Stage2ReduceScattersAUnitInTheBackwardThatCompletesItAndFreesItsG
   for (const torch::Tensor& p : z.m.tensors())
     EXPECT_FALSE(p.grad().defined()) << "the full gradient is freed once reduce-scattered";
   z.sync->beforeBackward(true);
-  modelBackwardOfScaledSum(z.m, 2);
+  backwardOfScaledSum(z.m.tensors(), 2);
   EXPECT_EQ(z.comm.calls.size(), 4u);
   z.sync->finishGradients();
   EXPECT_EQ(z.comm.calls.size(), 4u) << "nothing left for finishGradients";
@@ -160,7 +154,7 @@ TEST(ZeroSync, AfterTheStepTheParametersAreTheGroupsUpdatedShardsAndGradientsAre
     Zero z(stage);
     z.sync->beginStep();
     z.sync->beforeBackward(true);
-    modelBackwardOfScaledSum(z.m, 1);
+    backwardOfScaledSum(z.m.tensors(), 1);
     z.sync->finishGradients();
     {
       torch::NoGradGuard no_grad;
