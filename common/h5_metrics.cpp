@@ -430,6 +430,11 @@ MetricsData readMetricsFile(const std::string& path) {
     const std::vector<double>& step = it->second;
     while (rows > 0 && (step[rows - 1] < 0 || (rows > 1 && step[rows - 1] == 0))) --rows;
   }
+  // Rows past steps_done are those of a flush the process was killed in: written, never
+  // counted (steps_done is rewritten last). Fewer rows than steps_done is damage, left
+  // for metricsProblem to report.
+  if (rows == std::numeric_limits<size_t>::max()) rows = 0;
+  if (d.status.steps_done >= 0) rows = std::min(rows, static_cast<size_t>(d.status.steps_done));
   for (auto& kv : d.steps) kv.second.resize(rows);
   return d;
 }

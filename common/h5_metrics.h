@@ -25,6 +25,11 @@
 // HDF5; each ends with H5Fflush(H5F_SCOPE_GLOBAL). So a process killed (even SIGKILL)
 // outside those calls leaves a file that h5py and h5dump open, holding every flushed
 // row and the status of the last flush ("running" unless setStatus said otherwise).
+// Invariant: the first /status steps_done rows of every /steps column are whole rows;
+// steps_done is written after the rows it counts. A process killed inside flush() may
+// leave columns holding that flush's rows beyond steps_done (readMetricsFile drops them;
+// an h5py reader slices [:steps_done]). HDF5 promises nothing of a file whose H5Fflush
+// was itself cut short: that window is one flush's own writes.
 // The data reaches the OS page cache, not the disk: a node crash may lose it.
 // The file is not flock(2)ed, so other processes (h5py, h5dump, readMetricsFile) can
 // read a live run; a reader racing a flush may see a torn state (readMetricsFile: IoError).

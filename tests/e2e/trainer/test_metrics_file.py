@@ -100,8 +100,12 @@ def test_sigkill_leaves_a_readable_file(tmp_path):
         n = f["status"].attrs["steps_done"]
         assert n >= 5
         assert f["status"].attrs["state"] == "running"
-        assert len(f["steps/loss"]) == n
-        assert np.all(np.isfinite(f["steps/loss"][:]))
+        # A kill inside a flush may leave that flush's row (log_every=1) in some columns
+        # beyond steps_done, never fewer rows than it counts.
+        for name in f["steps"]:
+            assert n <= len(f["steps"][name]) <= n + 1, name
+        assert list(f["steps/step"][:n]) == list(range(n))
+        assert np.all(np.isfinite(f["steps/loss"][:n]))
     assert subprocess.run(["h5dump", "-H", str(path)], capture_output=True).returncode == 0
 
 

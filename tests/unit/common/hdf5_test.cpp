@@ -431,5 +431,32 @@ TEST(MetricsFileTest, SigkillKeepsEveryFlushedStep) {
   for (int s = 0; s < 10; ++s) EXPECT_EQ(d.steps.at("step")[s], s);
 }
 
+// A process killed inside flush(), after a column's rows reached the file and before
+// /status steps_done counted them: the reader returns the counted rows, whole.
+TEST(MetricsFileTest, RowsPastStepsDoneOfAnInterruptedFlushAreNotReturned) {
+  std::string path = test::makeTempDir("ftb_h5_") + "/torn.h5";
+  {
+    MetricsFile m = MetricsFile::create(path, sampleInfo());
+    m.declareMetric("step", true);
+    m.declareMetric("loss", false);
+    for (int s = 0; s < 4; ++s) m.appendStep({{"step", s}, {"loss", 1.0 / (s + 1)}});
+    m.close();
+  }
+  {  // what a kill between the rows' flush and steps_done's leaves: loss one row longer
+    h5::H5Handle file = h5::openFile(path, /*writable=*/true, /*file_locking=*/false);
+    h5::H5Handle steps = h5::openGroup(file, "steps");
+    h5::H5Handle loss = h5::openDataset(steps, "loss");
+    const double extra = 0.2;
+    h5::appendValues(loss, &extra, 1);
+    h5::flushFile(file);
+  }
+  MetricsData d = readMetricsFile(path);
+  EXPECT_EQ(d.status.steps_done, 4);
+  ASSERT_EQ(d.steps.at("step").size(), 4u);
+  ASSERT_EQ(d.steps.at("loss").size(), 4u);
+  EXPECT_EQ(d.steps.at("loss")[3], 0.25);
+  EXPECT_EQ(metricsProblem(d), "");
+}
+
 }  // namespace
 }  // namespace ftb
