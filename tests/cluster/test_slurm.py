@@ -690,7 +690,8 @@ def test_time_limit_notice_to_the_steps_only_requeues_mid_run(cluster, tmp_path)
     trainers save and exit 75, the job requeues; attempt 1 resumes from the checkpoint and,
     signalled again by its own limit, is not requeued a second time (FTB_MAX_REQUEUES=1): the
     job ends 75. slurmctld's limit check may deliver the notice within seconds of the
-    start: attempt 0 then stops during set-up (138, no checkpoint), which requeues as well,
+    start: attempt 0 then stops during set-up (138, no checkpoint; the trainers say so, or
+    print nothing when USR1 came before their handler), which requeues as well,
     and attempt 1 starts over instead of resuming."""
     results = tmp_path / "limitsteps"
     env = clean_env(CONFIG=TINY, RESULTS=results, NPROC=1, FTB_NOTICE=0, FTB_MAX_REQUEUES=1)
@@ -704,7 +705,10 @@ def test_time_limit_notice_to_the_steps_only_requeues_mid_run(cluster, tmp_path)
     assert out.count("forwarding SIGUSR1 to local workers") >= 4, out[-4000:]  # 2 per attempt
     attempt0 = out.split(f"job {job} attempt 1 on")[0]
     assert len(attempt0) < len(out), out[-4000:]
-    in_set_up = "during set-up" in attempt0
+    # Stopped in set-up: by the trainers' handler (they say so), or by USR1's default action
+    # before they installed it (exit 138, not one line from a worker)
+    in_set_up = "during set-up" in attempt0 or (
+        "launcher exit code 138" in attempt0 and not re.search(r"^\[\d+\] ", attempt0, re.M))
     assert in_set_up or "resumed from" in out, out[-4000:]
     assert "(FTB_MAX_REQUEUES=1): not requeued" in out, out[-4000:]
     assert rec["Restarts"] == "1" and rec["ExitCode"] == f"{REQUEUE_EXIT}:0", (rec, tail(log))
