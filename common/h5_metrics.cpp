@@ -269,9 +269,10 @@ void MetricsFile::appendColumn(Column& c) {
 }
 
 // Two steps, so that a row is whole or absent for readMetricsFile: every other column is
-// appended and flushed, then `step`, the row's commit mark, with steps_done. A failure in
-// the first leaves `step` shorter than the rest; in the second, `step` elements whose data
-// never reached the disk read as its fill value -1.
+// appended and flushed, then `step`, the row's commit mark, with steps_done (written
+// last: rows past it are dropped). A failure or kill in the first leaves `step` shorter
+// than the rest; in the second, `step` elements whose data never reached the disk read as
+// its fill value -1.
 void MetricsFile::flush() {
   std::unique_lock<std::recursive_mutex> lock = guard();
   if (!isOpen() || final_) return;
@@ -433,7 +434,6 @@ MetricsData readMetricsFile(const std::string& path) {
   // Rows past steps_done are those of a flush the process was killed in: written, never
   // counted (steps_done is rewritten last). Fewer rows than steps_done is damage, left
   // for metricsProblem to report.
-  if (rows == std::numeric_limits<size_t>::max()) rows = 0;
   if (d.status.steps_done >= 0) rows = std::min(rows, static_cast<size_t>(d.status.steps_done));
   for (auto& kv : d.steps) kv.second.resize(rows);
   return d;
